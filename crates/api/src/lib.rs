@@ -1,1 +1,453 @@
-//! Placeholder; replaced by the crate owner.
+//! Holdfast control-socket protocol, shared by the daemon and the
+//! `holdfast` CLI.
+//!
+//! Transport: a Unix stream socket carrying newline-delimited JSON, one
+//! [`Request`] per line answered by one [`Response`] per line.
+//!
+//! ```text
+//! -> {"cmd":"show_rib","table":"in","peer":"192.0.2.1","limit":10}
+//! <- {"ok":{"rib":[{"prefix":"10.0.0.0/8","best":true,...}]}}
+//! -> {"cmd":"neighbor_reset","address":"192.0.2.9"}
+//! <- {"error":{"message":"no neighbour 192.0.2.9"}}
+//! ```
+//!
+//! Display conventions follow RFC 1997 (communities as `ASN:value`),
+//! RFC 8092 (large communities as `global:local1:local2`) and RFC 4360
+//! (extended communities as 16 hex digits).
+//!
+//! # Known issues
+//! - No versioning of the protocol: daemon and CLI must come from the same
+//!   build. Unknown fields are ignored, so adding fields is compatible.
+
+#![forbid(unsafe_code)]
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+/// One control request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "cmd", rename_all = "snake_case")]
+pub enum Request {
+    ShowNeighbors,
+    ShowSummary,
+    ShowRib {
+        /// Routing instance; `None` means the default one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        instance: Option<String>,
+        /// Exact prefix (`10.0.0.0/8`) or address for a longest match.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        prefix: Option<String>,
+        /// Neighbour address; required for the `in` and `out` tables.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        peer: Option<String>,
+        #[serde(default)]
+        table: RibTable,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        limit: Option<usize>,
+    },
+    Reload,
+    NeighborReset {
+        address: String,
+    },
+}
+
+impl Request {
+    /// The request as one JSON line, without the trailing newline.
+    pub fn to_line(&self) -> String {
+        to_line(self)
+    }
+
+    pub fn from_line(line: &str) -> Result<Self, serde_json::Error> {
+        serde_json::from_str(line.trim_end())
+    }
+}
+
+/// Which RIB `show_rib` reads.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RibTable {
+    /// The Loc-RIB (best and other candidate paths).
+    #[default]
+    Loc,
+    /// One neighbour's Adj-RIB-In.
+    In,
+    /// One neighbour's Adj-RIB-Out.
+    Out,
+}
+
+impl RibTable {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            RibTable::Loc => "loc",
+            RibTable::In => "in",
+            RibTable::Out => "out",
+        }
+    }
+}
+
+impl fmt::Display for RibTable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for RibTable {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "loc" => Ok(RibTable::Loc),
+            "in" => Ok(RibTable::In),
+            "out" => Ok(RibTable::Out),
+            other => Err(format!("unknown table {other:?} (expected loc, in or out)")),
+        }
+    }
+}
+
+/// One control response: `{"ok": BODY}` or `{"error": {"message": ...}}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Response {
+    Ok(Body),
+    Error { message: String },
+}
+
+/// The payload of a successful response.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Body {
+    Neighbors(Vec<NeighborInfo>),
+    Summary(Summary),
+    Rib(Vec<RibEntry>),
+    /// Free-text outcome of `reload` and `neighbor_reset`.
+    Message(String),
+}
+
+impl Response {
+    pub fn error(message: impl Into<String>) -> Self {
+        Response::Error {
+            message: message.into(),
+        }
+    }
+    pub fn message(message: impl Into<String>) -> Self {
+        Response::Ok(Body::Message(message.into()))
+    }
+    pub fn neighbors(list: Vec<NeighborInfo>) -> Self {
+        Response::Ok(Body::Neighbors(list))
+    }
+    pub fn summary(s: Summary) -> Self {
+        Response::Ok(Body::Summary(s))
+    }
+    pub fn rib(entries: Vec<RibEntry>) -> Self {
+        Response::Ok(Body::Rib(entries))
+    }
+
+    /// `Ok(body)` or `Err(message)`.
+    pub fn into_result(self) -> Result<Body, String> {
+        match self {
+            Response::Ok(b) => Ok(b),
+            Response::Error { message } => Err(message),
+        }
+    }
+
+    /// The response as one JSON line, without the trailing newline.
+    pub fn to_line(&self) -> String {
+        to_line(self)
+    }
+
+    pub fn from_line(line: &str) -> Result<Self, serde_json::Error> {
+        serde_json::from_str(line.trim_end())
+    }
+}
+
+fn to_line<T: Serialize>(v: &T) -> String {
+    serde_json::to_string(v).unwrap_or_else(|e| {
+        let err = Response::error(format!("cannot encode response: {e}"));
+        serde_json::to_string(&err).unwrap_or_default()
+    })
+}
+
+/// One neighbour, as shown by `show neighbors`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct NeighborInfo {
+    pub instance: String,
+    pub address: String,
+    pub remote_as: u32,
+    pub local_as: u32,
+    /// FSM state name (`Idle` ... `Established`).
+    pub state: String,
+    /// Seconds since Established; `None` when not Established.
+    pub uptime_secs: Option<u64>,
+    /// The peer's BGP identifier once its OPEN was accepted.
+    pub remote_id: Option<String>,
+    /// Negotiated hold time (configured one when not negotiated).
+    pub hold_time: u16,
+    pub keepalive: u16,
+    pub prefixes_received: u64,
+    pub prefixes_accepted: u64,
+    pub prefixes_advertised: u64,
+    /// Messages received / sent, all types.
+    pub msgs_in: u64,
+    pub msgs_out: u64,
+    pub established_count: u64,
+    pub dropped_count: u64,
+    pub last_error: Option<String>,
+    /// Negotiated families, e.g. `ipv4-unicast`.
+    pub families: Vec<String>,
+}
+
+/// Daemon-wide summary, as shown by `show summary`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Summary {
+    pub router_id: String,
+    pub asn: u32,
+    pub instances: usize,
+    pub neighbors_total: usize,
+    pub neighbors_established: usize,
+    /// Loc-RIB route count per routing instance.
+    pub loc_rib_routes: BTreeMap<String, u64>,
+    pub uptime_secs: u64,
+}
+
+/// One route, as shown by `show rib`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RibEntry {
+    pub prefix: String,
+    /// Neighbour the route came from; `None` for locally originated routes.
+    pub peer: Option<String>,
+    pub best: bool,
+    /// `igp`, `egp` or `incomplete`.
+    pub origin: String,
+    /// AS path in the usual text form: `65001 65002 {65003,65004}`.
+    pub as_path: String,
+    pub next_hop: Option<String>,
+    pub med: Option<u32>,
+    pub local_pref: Option<u32>,
+    /// RFC 1997 communities, `65000:1`.
+    pub communities: Vec<String>,
+    /// RFC 8092 large communities, `1:2:3`.
+    pub large_communities: Vec<String>,
+    /// RFC 4360 extended communities, 16 lowercase hex digits.
+    pub ext_communities: Vec<String>,
+}
+
+/// RFC 1997 community as `ASN:value`.
+pub fn format_community(c: u32) -> String {
+    format!("{}:{}", c >> 16, c & 0xffff)
+}
+
+/// RFC 8092 large community as `global:local1:local2`.
+pub fn format_large_community(global: u32, local1: u32, local2: u32) -> String {
+    format!("{global}:{local1}:{local2}")
+}
+
+/// RFC 4360 extended community as 16 lowercase hex digits.
+pub fn format_ext_community(c: &[u8; 8]) -> String {
+    c.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn round_trip<T>(v: &T) -> T
+    where
+        T: Serialize + for<'de> Deserialize<'de>,
+    {
+        let s = serde_json::to_string(v).expect("serialise");
+        assert!(!s.contains('\n'), "one line: {s}");
+        serde_json::from_str(&s).expect("deserialise")
+    }
+
+    fn neighbor() -> NeighborInfo {
+        NeighborInfo {
+            instance: "default".into(),
+            address: "192.0.2.1".into(),
+            remote_as: 65002,
+            local_as: 4_200_000_000,
+            state: "Established".into(),
+            uptime_secs: Some(42),
+            remote_id: Some("10.0.0.2".into()),
+            hold_time: 90,
+            keepalive: 30,
+            prefixes_received: 10,
+            prefixes_accepted: 9,
+            prefixes_advertised: 3,
+            msgs_in: 100,
+            msgs_out: 50,
+            established_count: 2,
+            dropped_count: 1,
+            last_error: Some("hold timer expired".into()),
+            families: vec!["ipv4-unicast".into(), "ipv6-unicast".into()],
+        }
+    }
+
+    fn rib_entry() -> RibEntry {
+        RibEntry {
+            prefix: "2001:db8::/32".into(),
+            peer: Some("192.0.2.1".into()),
+            best: true,
+            origin: "igp".into(),
+            as_path: "65002 {65003,65004}".into(),
+            next_hop: Some("2001:db8::1".into()),
+            med: Some(10),
+            local_pref: None,
+            communities: vec![format_community(0xFDE8_0001)],
+            large_communities: vec![format_large_community(1, 2, 3)],
+            ext_communities: vec![format_ext_community(&[0, 2, 0xfd, 0xe8, 0, 0, 0, 1])],
+        }
+    }
+
+    #[test]
+    fn requests_round_trip() {
+        let reqs = vec![
+            Request::ShowNeighbors,
+            Request::ShowSummary,
+            Request::ShowRib {
+                instance: None,
+                prefix: None,
+                peer: None,
+                table: RibTable::Loc,
+                limit: None,
+            },
+            Request::ShowRib {
+                instance: Some("blue".into()),
+                prefix: Some("10.0.0.0/8".into()),
+                peer: Some("192.0.2.1".into()),
+                table: RibTable::Out,
+                limit: Some(5),
+            },
+            Request::Reload,
+            Request::NeighborReset {
+                address: "192.0.2.1".into(),
+            },
+        ];
+        for r in reqs {
+            assert_eq!(round_trip(&r), r);
+            assert_eq!(
+                Request::from_line(&format!("{}\n", r.to_line())).expect("line"),
+                r
+            );
+        }
+    }
+
+    #[test]
+    fn request_wire_format() {
+        assert_eq!(
+            serde_json::to_value(Request::ShowNeighbors).expect("ser"),
+            json!({"cmd": "show_neighbors"})
+        );
+        assert_eq!(
+            serde_json::to_value(Request::NeighborReset {
+                address: "::1".into()
+            })
+            .expect("ser"),
+            json!({"cmd": "neighbor_reset", "address": "::1"})
+        );
+        let r: Request = serde_json::from_str(r#"{"cmd":"show_rib"}"#).expect("defaults");
+        assert_eq!(
+            r,
+            Request::ShowRib {
+                instance: None,
+                prefix: None,
+                peer: None,
+                table: RibTable::Loc,
+                limit: None
+            }
+        );
+        let r: Request =
+            serde_json::from_str(r#"{"cmd":"show_rib","table":"in","peer":"192.0.2.1","limit":3}"#)
+                .expect("in");
+        assert!(matches!(
+            r,
+            Request::ShowRib {
+                table: RibTable::In,
+                limit: Some(3),
+                ..
+            }
+        ));
+        assert!(Request::from_line(r#"{"cmd":"format_disk"}"#).is_err());
+        assert!(Request::from_line(r#"{"cmd":"show_rib","table":"adj"}"#).is_err());
+    }
+
+    #[test]
+    fn responses_round_trip() {
+        let mut routes = BTreeMap::new();
+        routes.insert("default".to_string(), 1_000_000u64);
+        routes.insert("blue".to_string(), 7u64);
+        let resps = vec![
+            Response::neighbors(vec![neighbor(), NeighborInfo::default()]),
+            Response::summary(Summary {
+                router_id: "10.0.0.1".into(),
+                asn: 65001,
+                instances: 2,
+                neighbors_total: 3,
+                neighbors_established: 1,
+                loc_rib_routes: routes,
+                uptime_secs: 3600,
+            }),
+            Response::rib(vec![rib_entry(), RibEntry::default()]),
+            Response::rib(vec![]),
+            Response::message("reloaded"),
+            Response::error("no neighbour 192.0.2.9"),
+        ];
+        for r in resps {
+            assert_eq!(round_trip(&r), r);
+            assert_eq!(Response::from_line(&r.to_line()).expect("line"), r);
+        }
+    }
+
+    #[test]
+    fn response_wire_format() {
+        assert_eq!(
+            serde_json::to_value(Response::error("boom")).expect("ser"),
+            json!({"error": {"message": "boom"}})
+        );
+        assert_eq!(
+            serde_json::to_value(Response::message("done")).expect("ser"),
+            json!({"ok": {"message": "done"}})
+        );
+        let v = serde_json::to_value(Response::rib(vec![rib_entry()])).expect("ser");
+        assert_eq!(v["ok"]["rib"][0]["communities"][0], "65000:1");
+        assert_eq!(v["ok"]["rib"][0]["ext_communities"][0], "0002fde800000001");
+        assert_eq!(Response::error("x").into_result(), Err("x".to_string()));
+        assert_eq!(
+            Response::message("y").into_result(),
+            Ok(Body::Message("y".into()))
+        );
+    }
+
+    #[test]
+    fn missing_fields_default() {
+        let n: NeighborInfo =
+            serde_json::from_str(r#"{"address":"192.0.2.1","state":"Idle"}"#).expect("partial");
+        assert_eq!(n.address, "192.0.2.1");
+        assert_eq!(n.uptime_secs, None);
+        assert!(n.families.is_empty());
+    }
+
+    #[test]
+    fn rib_table_text() {
+        for t in [RibTable::Loc, RibTable::In, RibTable::Out] {
+            assert_eq!(t.to_string().parse::<RibTable>(), Ok(t));
+            assert_eq!(serde_json::to_value(t).expect("ser"), json!(t.as_str()));
+        }
+        assert!("adj".parse::<RibTable>().is_err());
+    }
+
+    #[test]
+    fn community_formats() {
+        assert_eq!(format_community(0xFFFF_FF01), "65535:65281");
+        assert_eq!(format_community(0x0000_0064), "0:100");
+        assert_eq!(
+            format_large_community(4_200_000_000, 0, 1),
+            "4200000000:0:1"
+        );
+        assert_eq!(format_ext_community(&[0xff; 8]), "ffffffffffffffff");
+    }
+}

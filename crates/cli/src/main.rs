@@ -1,1 +1,193 @@
-fn main() {}
+//! `holdfast`, the command-line interface to `holdfastd`.
+//!
+//! Talks to the daemon's control socket (newline-delimited JSON, types in
+//! `holdfast-api`). Every command prints a table for people or, with
+//! `--json`, the daemon's answer as JSON for tools.
+
+use anyhow::{bail, Context};
+use clap::{Parser, Subcommand};
+use holdfast_api::{Body, NeighborInfo, Request, Response, RibEntry, RibTable, Summary};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Parser, Debug)]
+#[command(name = "holdfast", version, about = "Control and inspect holdfastd")]
+struct Cli {
+    /// The daemon's control socket.
+    #[arg(long, short = 's', global = true, default_value = "/run/holdfast/holdfastd.sock", env = "HOLDFAST_SOCKET")]
+    socket: PathBuf,
+    /// Print the daemon's answer as JSON.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Show state.
+    Show {
+        #[command(subcommand)]
+        what: Show,
+    },
+    /// Reload the configuration file (like SIGHUP).
+    Reload,
+    /// Neighbour operations.
+    Neighbor {
+        #[command(subcommand)]
+        op: NeighborOp,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum Show {
+    /// Sessions, their state and counters.
+    Neighbors,
+    /// One line per daemon: identity, sessions, table sizes.
+    Summary,
+    /// Routes.
+    Rib {
+        /// loc (best paths and candidates), in (Adj-RIB-In, pre-policy), out (Adj-RIB-Out).
+        #[arg(long, default_value = "loc")]
+        table: RibTable,
+        /// Routing instance.
+        #[arg(long)]
+        instance: Option<String>,
+        /// Only routes from (loc, in) or to (out) this neighbour.
+        #[arg(long)]
+        peer: Option<String>,
+        /// Only this prefix.
+        #[arg(long)]
+        prefix: Option<String>,
+        /// At most this many routes.
+        #[arg(long)]
+        limit: Option<usize>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum NeighborOp {
+    /// Reset a session (Cease, Administrative Reset).
+    Reset { address: String },
+}
+
+fn main() {
+    let cli = Cli::parse();
+    if let Err(e) = run(cli) {
+        eprintln!("holdfast: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn request(socket: &PathBuf, req: &Request) -> anyhow::Result<Response> {
+    let mut s = UnixStream::connect(socket).with_context(|| format!("connecting to {}", socket.display()))?;
+    s.set_read_timeout(Some(Duration::from_secs(60)))?;
+    let mut line = req.to_line();
+    line.push('\n');
+    s.write_all(line.as_bytes())?;
+    let mut answer = String::new();
+    BufReader::new(s).read_line(&mut answer).context("reading the answer")?;
+    if answer.is_empty() {
+        bail!("the daemon closed the connection without answering");
+    }
+    Response::from_line(&answer).context("decoding the answer")
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    let req = match &cli.cmd {
+        Cmd::Show { what: Show::Neighbors } => Request::ShowNeighbors,
+        Cmd::Show { what: Show::Summary } => Request::ShowSummary,
+        Cmd::Show { what: Show::Rib { table, instance, peer, prefix, limit } } => Request::ShowRib {
+            instance: instance.clone(),
+            prefix: prefix.clone(),
+            peer: peer.clone(),
+            table: *table,
+            limit: *limit,
+        },
+        Cmd::Reload => Request::Reload,
+        Cmd::Neighbor { op: NeighborOp::Reset { address } } => Request::NeighborReset { address: address.clone() },
+    };
+    let resp = request(&cli.socket, &req)?;
+    if cli.json {
+        println!("{}", serde_json::to_string_pretty(&resp)?);
+        if let Response::Error { .. } = resp {
+            std::process::exit(1);
+        }
+        return Ok(());
+    }
+    match resp.into_result().map_err(anyhow::Error::msg)? {
+        Body::Neighbors(list) => print_neighbors(&list),
+        Body::Summary(s) => print_summary(&s),
+        Body::Rib(routes) => print_rib(&routes),
+        Body::Message(m) => println!("{m}"),
+    }
+    Ok(())
+}
+
+fn duration(secs: Option<u64>) -> String {
+    match secs {
+        None => "-".into(),
+        Some(s) if s < 3600 => format!("{:02}:{:02}", s / 60, s % 60),
+        Some(s) if s < 86400 => format!("{:02}:{:02}:{:02}", s / 3600, (s / 60) % 60, s % 60),
+        Some(s) => format!("{}d{:02}h", s / 86400, (s / 3600) % 24),
+    }
+}
+
+fn print_neighbors(list: &[NeighborInfo]) {
+    println!(
+        "{:<10} {:<26} {:>10} {:<12} {:>9} {:>9} {:>9} {:>9} {:>6}",
+        "instance", "neighbor", "AS", "state", "up", "received", "accepted", "adv", "flaps"
+    );
+    for n in list {
+        println!(
+            "{:<10} {:<26} {:>10} {:<12} {:>9} {:>9} {:>9} {:>9} {:>6}",
+            n.instance,
+            n.address,
+            n.remote_as,
+            n.state,
+            duration(n.uptime_secs),
+            n.prefixes_received,
+            n.prefixes_accepted,
+            n.prefixes_advertised,
+            n.dropped_count
+        );
+        if let Some(e) = &n.last_error {
+            println!("{:<10} {:<26} last error: {e}", "", "");
+        }
+    }
+}
+
+fn print_summary(s: &Summary) {
+    println!("router id {}, AS {}, up {}", s.router_id, s.asn, duration(Some(s.uptime_secs)));
+    println!("neighbours: {} established of {}", s.neighbors_established, s.neighbors_total);
+    for (inst, n) in &s.loc_rib_routes {
+        println!("instance {inst}: {n} prefixes in the Loc-RIB");
+    }
+}
+
+fn print_rib(routes: &[RibEntry]) {
+    println!("{:<2} {:<20} {:<26} {:<26} {:>6} {:>6}  path", "", "prefix", "from", "next hop", "lpref", "med");
+    for r in routes {
+        let opt = |v: Option<u32>| v.map(|x| x.to_string()).unwrap_or_else(|| "-".into());
+        println!(
+            "{:<2} {:<20} {:<26} {:<26} {:>6} {:>6}  {} {}{}{}",
+            if r.best { "*>" } else { "*" },
+            r.prefix,
+            r.peer.as_deref().unwrap_or("local"),
+            r.next_hop.as_deref().unwrap_or("-"),
+            opt(r.local_pref),
+            opt(r.med),
+            r.as_path,
+            r.origin,
+            if r.communities.is_empty() { String::new() } else { format!("  c[{}]", r.communities.join(" ")) },
+            if r.large_communities.is_empty() {
+                String::new()
+            } else {
+                format!("  lc[{}]", r.large_communities.join(" "))
+            },
+        );
+    }
+    println!("{} route(s)", routes.len());
+}

@@ -1,1 +1,133 @@
-//! Placeholder; replaced by the crate owner.
+//! Holdfast configuration: the TOML file of `holdfastd`, validated at load.
+//!
+//! [`load`]/[`parse`] return a [`Config`] whose every reference (instance,
+//! policy, prefix list) resolves, plus warnings for the daemon to log.
+//! Errors name the offending key (`neighbor[2].remote_asn: must be
+//! 1..=4294967295`); TOML syntax and type errors keep toml's line and
+//! column. [`diff`] compares two configurations for a reload. The file
+//! format is documented in `docs/config.md`.
+//!
+//! Known issues:
+//! - Only the first validation error is reported.
+//! - `Network::prefixes` does not deduplicate overlapping `[[network]]`
+//!   entries; the RIB sees each originated prefix once per entry.
+//! - `NsrStore`'s `Debug` output includes a Redis password if one is given.
+
+mod diff;
+mod load;
+mod model;
+mod policy;
+mod values;
+
+pub use diff::{diff, ConfigDiff};
+pub use model::{
+    Global, Instance, LogFormat, Neighbor, NeighborKey, Network, Nsr, DEFAULT_INSTANCE,
+};
+pub use policy::{
+    AsPathRegex, ListAction, Match, MatchFamily, PolicyDef, PolicyDefault, PrefixListDef,
+    PrefixListEntry, PrefixMatch, Prepend, SetActions, Term, TermAction,
+};
+pub use values::{
+    parse_prefix_strict, AfiSafi, CommunityValue, ExtCommunityValue, LargeCommunityValue, Md5Key,
+    NsrStore, PolicyRef,
+};
+
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+
+/// A validated configuration. Serialising it (e.g. with `toml::to_string`)
+/// yields a file that [`parse`] accepts and that loads to an equal value.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Config {
+    pub global: Global,
+    /// Every routing instance; always contains [`DEFAULT_INSTANCE`] first.
+    #[serde(rename = "instance")]
+    pub instances: Vec<Instance>,
+    #[serde(rename = "neighbor")]
+    pub neighbors: Vec<Neighbor>,
+    #[serde(rename = "policy")]
+    pub policies: Vec<PolicyDef>,
+    #[serde(rename = "prefix_list")]
+    pub prefix_lists: Vec<PrefixListDef>,
+    /// Locally originated routes from `[[network]]` and `[[instance.static]]`.
+    #[serde(rename = "network")]
+    pub networks: Vec<Network>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nsr: Option<Nsr>,
+}
+
+impl Config {
+    pub fn instance(&self, name: &str) -> Option<&Instance> {
+        self.instances.iter().find(|i| i.name == name)
+    }
+    pub fn neighbor(&self, key: &NeighborKey) -> Option<&Neighbor> {
+        self.neighbors
+            .iter()
+            .find(|n| n.instance == key.instance && n.address == key.address)
+    }
+    pub fn policy(&self, name: &str) -> Option<&PolicyDef> {
+        self.policies.iter().find(|p| p.name == name)
+    }
+    pub fn prefix_list(&self, name: &str) -> Option<&PrefixListDef> {
+        self.prefix_lists.iter().find(|p| p.name == name)
+    }
+    /// Neighbours of one instance.
+    pub fn neighbors_of<'a>(
+        &'a self,
+        instance: &'a str,
+    ) -> impl Iterator<Item = &'a Neighbor> + 'a {
+        self.neighbors
+            .iter()
+            .filter(move |n| n.instance == instance)
+    }
+}
+
+/// Why a configuration was rejected.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// TOML syntax, unknown key, or a value of the wrong type or format.
+    /// `message` starts with the key path when it is known and contains
+    /// toml's "line L, column C" report.
+    #[error("{message}")]
+    Syntax {
+        key: Option<String>,
+        line: Option<usize>,
+        column: Option<usize>,
+        message: String,
+    },
+    /// A well-formed value that is out of range or inconsistent.
+    #[error("{key}: {message}")]
+    Invalid { key: String, message: String },
+}
+
+impl ConfigError {
+    /// The dotted key path the error is about (`neighbor[0].import`).
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            ConfigError::Io { .. } => None,
+            ConfigError::Syntax { key, .. } => key.as_deref(),
+            ConfigError::Invalid { key, .. } => Some(key),
+        }
+    }
+}
+
+/// Reads and validates the configuration file at `path`.
+pub fn load(path: &Path) -> Result<(Config, Vec<String>), ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    parse(&text)
+}
+
+/// Parses and validates configuration text. The second value holds
+/// warnings (e.g. RFC 8212 defaults) that the daemon should log.
+pub fn parse(text: &str) -> Result<(Config, Vec<String>), ConfigError> {
+    load::parse(text)
+}

@@ -1,1 +1,79 @@
-fn main() {}
+//! `holdfastd`, the Holdfast BGP speaker.
+//!
+//! Threads: one I/O thread (a current-thread Tokio runtime) runs every
+//! session, timer, listener, the control socket and the metrics endpoint;
+//! one RIB thread per routing instance runs route processing, which fans out
+//! to a worker pool of `--workers` threads. Session liveness therefore never
+//! waits on route processing.
+//!
+//! Signals: SIGHUP reloads the configuration (only what changed is touched),
+//! SIGTERM/SIGINT stop the daemon after sending Cease to every peer.
+
+mod addrs;
+mod conn;
+mod control;
+mod convert;
+mod daemon;
+mod obs;
+mod peer;
+mod rib_thread;
+mod socket;
+
+use anyhow::Context;
+use clap::Parser;
+use std::path::PathBuf;
+
+/// The Holdfast BGP speaker.
+#[derive(Parser, Debug)]
+#[command(name = "holdfastd", version, about)]
+struct Args {
+    /// Configuration file (TOML).
+    #[arg(long, short = 'c')]
+    config: PathBuf,
+    /// Route-processing worker threads (overrides `global.workers`).
+    #[arg(long)]
+    workers: Option<usize>,
+    /// Control socket path (overrides `global.control_socket`).
+    #[arg(long)]
+    control_socket: Option<PathBuf>,
+    /// Validate the configuration and exit.
+    #[arg(long)]
+    check: bool,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let (mut cfg, warnings) =
+        holdfast_config::load(&args.config).with_context(|| format!("loading {}", args.config.display()))?;
+    if let Some(w) = args.workers {
+        cfg.global.workers = Some(w);
+    }
+    if let Some(p) = &args.control_socket {
+        cfg.global.control_socket = p.clone();
+    }
+    init_tracing(&cfg);
+    for w in &warnings {
+        tracing::warn!("config: {w}");
+    }
+    if args.check {
+        println!("configuration OK: {} neighbour(s)", cfg.neighbors.len());
+        return Ok(());
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .thread_name("holdfast-io")
+        .build()
+        .context("starting the I/O runtime")?;
+    rt.block_on(daemon::run(args.config, cfg, args.workers, args.control_socket))
+}
+
+fn init_tracing(cfg: &holdfast_config::Config) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_env("HOLDFAST_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if cfg.global.log_format == holdfast_config::LogFormat::Json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}

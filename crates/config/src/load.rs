@@ -1,0 +1,631 @@
+//! TOML → [`Config`]: deserialisation into raw tables, then validation that
+//! names the offending key.
+
+use crate::model::{
+    default_families, default_instance, Global, Instance, Neighbor, Network, Nsr, DEFAULT_INSTANCE,
+};
+use crate::policy::{PolicyDef, PrefixListDef};
+use crate::values::{max_len, AfiSafi, Md5Key, PolicyRef};
+use crate::{Config, ConfigError};
+use serde::de::{self, Deserializer, Visitor};
+use serde::Deserialize;
+use std::collections::HashSet;
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr};
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    global: Global,
+    #[serde(default)]
+    instance: Vec<RawInstance>,
+    #[serde(default)]
+    neighbor: Vec<RawNeighbor>,
+    #[serde(default)]
+    policy: Vec<PolicyDef>,
+    #[serde(default)]
+    prefix_list: Vec<PrefixListDef>,
+    #[serde(default)]
+    network: Vec<Network>,
+    nsr: Option<Nsr>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawInstance {
+    name: String,
+    vrf: Option<String>,
+    router_id: Option<Ipv4Addr>,
+    asn: Option<u32>,
+    #[serde(default, rename = "static")]
+    statics: Vec<Network>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawNeighbor {
+    address: IpAddr,
+    remote_asn: u32,
+    local_asn: Option<u32>,
+    description: Option<String>,
+    #[serde(default = "default_instance")]
+    instance: String,
+    import: Option<PolicyRef>,
+    export: Option<PolicyRef>,
+    hold_time: Option<u16>,
+    keepalive: Option<u16>,
+    connect_retry: Option<u16>,
+    #[serde(default)]
+    passive: bool,
+    local_address: Option<IpAddr>,
+    vrf: Option<String>,
+    md5_password: Option<Md5Key>,
+    #[serde(default, deserialize_with = "ttl_security")]
+    ttl_security: Option<u8>,
+    multihop: Option<u8>,
+    #[serde(default = "default_families")]
+    families: Vec<AfiSafi>,
+    #[serde(default)]
+    route_reflector_client: bool,
+    #[serde(default)]
+    next_hop_self: bool,
+    max_prefix: Option<u32>,
+    max_prefix_restart: Option<u32>,
+    #[serde(default = "yes")]
+    graceful_restart: bool,
+    #[serde(default = "yes")]
+    enabled: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// `ttl_security = true` (1 hop), `false` (off) or a hop count.
+fn ttl_security<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u8>, D::Error> {
+    struct V;
+    impl<'de> Visitor<'de> for V {
+        type Value = Option<u8>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a boolean or a hop count 1..=254")
+        }
+        fn visit_bool<E: de::Error>(self, v: bool) -> Result<Option<u8>, E> {
+            Ok(v.then_some(1))
+        }
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<Option<u8>, E> {
+            match u8::try_from(v) {
+                Ok(h @ 1..=254) => Ok(Some(h)),
+                _ => Err(E::custom(format!("hop count {v} out of range 1..=254"))),
+            }
+        }
+    }
+    d.deserialize_any(V)
+}
+
+fn invalid(key: impl Into<String>, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key: key.into(),
+        message: message.into(),
+    }
+}
+
+fn syntax_error(text: &str, e: serde_path_to_error::Error<toml::de::Error>) -> ConfigError {
+    let path = e.path().to_string();
+    let inner = e.into_inner();
+    let (line, column) = match inner.span() {
+        Some(span) => {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+            (Some(line), Some(column))
+        }
+        None => (None, None),
+    };
+    let msg = inner.to_string();
+    let msg = msg.trim_end();
+    let key = (path != ".").then_some(path);
+    let message = match &key {
+        Some(k) => format!("{k}: {msg}"),
+        None => msg.to_string(),
+    };
+    ConfigError::Syntax {
+        key,
+        line,
+        column,
+        message,
+    }
+}
+
+const ASN_RANGE: &str = "must be 1..=4294967295";
+
+fn check_asn(key: String, asn: u32) -> Result<(), ConfigError> {
+    if asn == 0 {
+        return Err(invalid(key, ASN_RANGE));
+    }
+    Ok(())
+}
+
+fn check_hold(key: String, hold: u16) -> Result<(), ConfigError> {
+    if hold == 1 || hold == 2 {
+        return Err(invalid(key, "must be 0 or 3..=65535 (RFC 4271 §4.2)"));
+    }
+    Ok(())
+}
+
+fn check_keepalive(key: String, keepalive: u16, hold: u16) -> Result<(), ConfigError> {
+    if hold != 0 && (keepalive == 0 || keepalive >= hold) {
+        return Err(invalid(
+            key,
+            format!("must be 1..{hold} (below the hold time)"),
+        ));
+    }
+    Ok(())
+}
+
+/// Instance, policy and prefix-list names: non-empty, no whitespace.
+fn check_name(key: String, name: &str) -> Result<(), ConfigError> {
+    if name.is_empty() || name.len() > 64 || !name.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(invalid(
+            key,
+            "must be 1..=64 printable characters without spaces",
+        ));
+    }
+    Ok(())
+}
+
+/// Linux interface names: 1..=15 bytes, no '/', ':' or whitespace.
+fn check_ifname(key: String, name: &str) -> Result<(), ConfigError> {
+    let ok = !name.is_empty()
+        && name.len() < 16
+        && name != "."
+        && name != ".."
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_graphic() && b != b'/' && b != b':');
+    if !ok {
+        return Err(invalid(
+            key,
+            format!("{name:?} is not a valid Linux interface name"),
+        ));
+    }
+    Ok(())
+}
+
+fn check_global(g: &Global) -> Result<(), ConfigError> {
+    check_asn("global.asn".into(), g.asn)?;
+    if g.router_id.is_unspecified() {
+        return Err(invalid("global.router_id", "must not be 0.0.0.0"));
+    }
+    check_hold("global.hold_time".into(), g.hold_time)?;
+    if let Some(k) = g.keepalive {
+        check_keepalive("global.keepalive".into(), k, g.hold_time)?;
+    }
+    if g.connect_retry == 0 {
+        return Err(invalid("global.connect_retry", "must be 1..=65535 seconds"));
+    }
+    if g.workers.is_some_and(|w| !(1..=1024).contains(&w)) {
+        return Err(invalid("global.workers", "must be 1..=1024"));
+    }
+    if !(1..=65536).contains(&g.shards) {
+        return Err(invalid("global.shards", "must be 1..=65536"));
+    }
+    if !g.control_socket.is_absolute() {
+        return Err(invalid("global.control_socket", "must be an absolute path"));
+    }
+    if let Some(t) = g.graceful_restart_time {
+        if !(1..=4095).contains(&t) {
+            return Err(invalid(
+                "global.graceful_restart_time",
+                "must be 1..=4095 seconds (RFC 4724)",
+            ));
+        }
+    }
+    if g.cluster_id.is_some_and(|c| c.is_unspecified()) {
+        return Err(invalid("global.cluster_id", "must not be 0.0.0.0"));
+    }
+    Ok(())
+}
+
+fn check_network(key: &str, n: &Network, instances: &[Instance]) -> Result<(), ConfigError> {
+    if !instances.iter().any(|i| i.name == n.instance) {
+        return Err(invalid(
+            format!("{key}.instance"),
+            format!("unknown instance {:?}", n.instance),
+        ));
+    }
+    if n.count == 0 {
+        return Err(invalid(format!("{key}.count"), "must be at least 1"));
+    }
+    if u128::from(n.count) > n.room() {
+        return Err(invalid(
+            format!("{key}.count"),
+            format!(
+                "{} prefixes of length /{} starting at {} run past the end of the address space",
+                n.count,
+                n.prefix.len(),
+                n.prefix
+            ),
+        ));
+    }
+    if n.next_hop
+        .is_some_and(|h| h.is_unspecified() || h.is_multicast())
+    {
+        return Err(invalid(
+            format!("{key}.next_hop"),
+            "must be a unicast address",
+        ));
+    }
+    Ok(())
+}
+
+fn check_prefix_lists(lists: &[PrefixListDef]) -> Result<(), ConfigError> {
+    let mut names = HashSet::new();
+    for (i, l) in lists.iter().enumerate() {
+        check_name(format!("prefix_list[{i}].name"), &l.name)?;
+        if !names.insert(l.name.as_str()) {
+            return Err(invalid(
+                format!("prefix_list[{i}].name"),
+                format!("duplicate prefix list {:?}", l.name),
+            ));
+        }
+        for (j, e) in l.entries.iter().enumerate() {
+            let (len, max) = (e.prefix.len(), max_len(&e.prefix));
+            if let Some(ge) = e.ge {
+                if ge < len || ge > max {
+                    return Err(invalid(
+                        format!("prefix_list[{i}].entries[{j}].ge"),
+                        format!("must be {len}..={max}"),
+                    ));
+                }
+            }
+            if let Some(le) = e.le {
+                let lo = e.ge.unwrap_or(len);
+                if le < lo || le > max {
+                    return Err(invalid(
+                        format!("prefix_list[{i}].entries[{j}].le"),
+                        format!("must be {lo}..={max}"),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn check_policies(policies: &[PolicyDef], lists: &[PrefixListDef]) -> Result<(), ConfigError> {
+    let mut names = HashSet::new();
+    for (i, p) in policies.iter().enumerate() {
+        check_name(format!("policy[{i}].name"), &p.name)?;
+        if p.name == "all" || p.name == "none" {
+            return Err(invalid(
+                format!("policy[{i}].name"),
+                format!("{:?} is reserved", p.name),
+            ));
+        }
+        if !names.insert(p.name.as_str()) {
+            return Err(invalid(
+                format!("policy[{i}].name"),
+                format!("duplicate policy {:?}", p.name),
+            ));
+        }
+        let mut terms = HashSet::new();
+        for (j, t) in p.terms.iter().enumerate() {
+            let key = format!("policy[{i}].term[{j}]");
+            check_name(format!("{key}.name"), &t.name)?;
+            if !terms.insert(t.name.as_str()) {
+                return Err(invalid(
+                    format!("{key}.name"),
+                    format!("duplicate term {:?}", t.name),
+                ));
+            }
+            let m = &t.matches;
+            if let Some(pl) = &m.prefix_list {
+                if !lists.iter().any(|l| &l.name == pl) {
+                    return Err(invalid(
+                        format!("{key}.match.prefix_list"),
+                        format!("unknown prefix list {pl:?}"),
+                    ));
+                }
+            }
+            if let (Some(le), Some(ge)) = (m.path_len_le, m.path_len_ge) {
+                if ge > le {
+                    return Err(invalid(
+                        format!("{key}.match.path_len_ge"),
+                        format!("{ge} exceeds path_len_le {le}"),
+                    ));
+                }
+            }
+            for (name, list) in [
+                ("as_path_contains", &m.as_path_contains),
+                ("origin_as", &m.origin_as),
+                ("neighbor_as", &m.neighbor_as),
+            ] {
+                if list.contains(&0) {
+                    return Err(invalid(format!("{key}.match.{name}"), ASN_RANGE));
+                }
+            }
+            if let Some(pp) = &t.set.prepend {
+                if !(1..=32).contains(&pp.count) {
+                    return Err(invalid(
+                        format!("{key}.set.prepend"),
+                        "count must be 1..=32",
+                    ));
+                }
+                if pp.asn == Some(0) {
+                    return Err(invalid(
+                        format!("{key}.set.prepend"),
+                        format!("asn {ASN_RANGE}"),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn build_instances(
+    raw: Vec<RawInstance>,
+    networks: &mut Vec<Network>,
+) -> Result<Vec<Instance>, ConfigError> {
+    let mut instances = vec![Instance::default_instance()];
+    let mut seen = HashSet::new();
+    let mut statics = Vec::new();
+    for (i, r) in raw.into_iter().enumerate() {
+        check_name(format!("instance[{i}].name"), &r.name)?;
+        if !seen.insert(r.name.clone()) {
+            return Err(invalid(
+                format!("instance[{i}].name"),
+                format!("duplicate instance {:?}", r.name),
+            ));
+        }
+        if let Some(v) = &r.vrf {
+            check_ifname(format!("instance[{i}].vrf"), v)?;
+        }
+        if let Some(a) = r.asn {
+            check_asn(format!("instance[{i}].asn"), a)?;
+        }
+        if r.router_id.is_some_and(|r| r.is_unspecified()) {
+            return Err(invalid(
+                format!("instance[{i}].router_id"),
+                "must not be 0.0.0.0",
+            ));
+        }
+        for (j, mut s) in r.statics.into_iter().enumerate() {
+            if s.instance != DEFAULT_INSTANCE && s.instance != r.name {
+                return Err(invalid(
+                    format!("instance[{i}].static[{j}].instance"),
+                    format!("must be omitted or equal {:?}", r.name),
+                ));
+            }
+            s.instance = r.name.clone();
+            statics.push((format!("instance[{i}].static[{j}]"), s));
+        }
+        let inst = Instance {
+            name: r.name,
+            vrf: r.vrf,
+            router_id: r.router_id,
+            asn: r.asn,
+        };
+        if inst.name == DEFAULT_INSTANCE {
+            instances[0] = inst;
+        } else {
+            instances.push(inst);
+        }
+    }
+    for (key, s) in statics {
+        check_network(&key, &s, &instances)?;
+        networks.push(s);
+    }
+    Ok(instances)
+}
+
+fn build_neighbor(
+    i: usize,
+    r: RawNeighbor,
+    cfg: &Config,
+    warnings: &mut Vec<String>,
+) -> Result<Neighbor, ConfigError> {
+    let k = |f: &str| format!("neighbor[{i}].{f}");
+    if r.address.is_unspecified() || r.address.is_multicast() {
+        return Err(invalid(k("address"), "must be a unicast address"));
+    }
+    check_asn(k("remote_asn"), r.remote_asn)?;
+    if let Some(a) = r.local_asn {
+        check_asn(k("local_asn"), a)?;
+    }
+    let inst = cfg
+        .instance(&r.instance)
+        .ok_or_else(|| invalid(k("instance"), format!("unknown instance {:?}", r.instance)))?;
+    for (f, p) in [("import", &r.import), ("export", &r.export)] {
+        if let Some(PolicyRef::Named(name)) = p {
+            if cfg.policy(name).is_none() {
+                return Err(invalid(k(f), format!("unknown policy {name:?}")));
+            }
+        }
+    }
+    if let Some(h) = r.hold_time {
+        check_hold(k("hold_time"), h)?;
+    }
+    let hold = r.hold_time.unwrap_or(cfg.global.hold_time);
+    if let Some(ka) = r.keepalive {
+        check_keepalive(k("keepalive"), ka, hold)?;
+    }
+    if r.connect_retry == Some(0) {
+        return Err(invalid(k("connect_retry"), "must be 1..=65535 seconds"));
+    }
+    if let Some(la) = r.local_address {
+        if la.is_ipv4() != r.address.is_ipv4() {
+            return Err(invalid(
+                k("local_address"),
+                "address family differs from neighbor address",
+            ));
+        }
+        if la.is_unspecified() || la.is_multicast() {
+            return Err(invalid(k("local_address"), "must be a unicast address"));
+        }
+    }
+    if let Some(v) = &r.vrf {
+        check_ifname(k("vrf"), v)?;
+        if let Some(iv) = &inst.vrf {
+            if iv != v {
+                return Err(invalid(
+                    k("vrf"),
+                    format!("{v:?} differs from instance {:?} vrf {iv:?}", inst.name),
+                ));
+            }
+        }
+    }
+    if let Some(m) = &r.md5_password {
+        if m.0.is_empty() || m.0.len() > 80 {
+            return Err(invalid(
+                k("md5_password"),
+                "must be 1..=80 bytes (TCP_MD5SIG_MAXKEYLEN)",
+            ));
+        }
+    }
+    if r.multihop == Some(0) {
+        return Err(invalid(k("multihop"), "must be 1..=255"));
+    }
+    if r.ttl_security.is_some() && r.multihop.is_some() {
+        return Err(invalid(
+            k("ttl_security"),
+            "cannot be combined with multihop",
+        ));
+    }
+    if r.families.is_empty() {
+        return Err(invalid(k("families"), "must name at least one family"));
+    }
+    let mut fams = HashSet::new();
+    if let Some(f) = r.families.iter().find(|f| !fams.insert(**f)) {
+        return Err(invalid(k("families"), format!("{f:?} listed twice")));
+    }
+    if r.max_prefix == Some(0) {
+        return Err(invalid(k("max_prefix"), "must be at least 1"));
+    }
+    if r.max_prefix_restart.is_some() && r.max_prefix.is_none() {
+        return Err(invalid(k("max_prefix_restart"), "requires max_prefix"));
+    }
+    if r.max_prefix_restart == Some(0) {
+        return Err(invalid(
+            k("max_prefix_restart"),
+            "must be at least 1 second",
+        ));
+    }
+    let local_asn = r.local_asn.or(inst.asn);
+    let local_as = local_asn.unwrap_or(cfg.global.asn);
+    let ebgp = r.remote_asn != local_as;
+    if ebgp && r.route_reflector_client {
+        return Err(invalid(
+            k("route_reflector_client"),
+            "only valid for iBGP neighbours",
+        ));
+    }
+    let mut default_policy = |f: &str, p: Option<PolicyRef>| match p {
+        Some(p) => p,
+        None if ebgp => {
+            warnings.push(format!(
+                "neighbor[{i}] ({}): eBGP session without {f} policy; {f} defaults to \"none\" (RFC 8212)",
+                r.address
+            ));
+            PolicyRef::None
+        }
+        None => PolicyRef::All,
+    };
+    let import = default_policy("import", r.import);
+    let export = default_policy("export", r.export);
+    Ok(Neighbor {
+        address: r.address,
+        remote_asn: r.remote_asn,
+        local_asn,
+        description: r.description,
+        vrf: r.vrf.or_else(|| inst.vrf.clone()),
+        instance: r.instance,
+        import,
+        export,
+        hold_time: r.hold_time,
+        keepalive: r.keepalive,
+        connect_retry: r.connect_retry,
+        passive: r.passive,
+        local_address: r.local_address,
+        md5_password: r.md5_password,
+        ttl_security: r.ttl_security,
+        multihop: r.multihop,
+        families: r.families,
+        route_reflector_client: r.route_reflector_client,
+        next_hop_self: r.next_hop_self,
+        max_prefix: r.max_prefix,
+        max_prefix_restart: r.max_prefix_restart,
+        graceful_restart: r.graceful_restart,
+        enabled: r.enabled,
+    })
+}
+
+fn check_nsr(n: &Nsr) -> Result<(), ConfigError> {
+    if n.instance.is_empty()
+        || n.instance.len() > 64
+        || !n
+            .instance
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+    {
+        return Err(invalid(
+            "nsr.instance",
+            "must be 1..=64 characters of [A-Za-z0-9_.-]",
+        ));
+    }
+    if n.manage_address && n.address.is_none() {
+        return Err(invalid(
+            "nsr.address",
+            "required when manage_address = true",
+        ));
+    }
+    if n.address
+        .is_some_and(|a| a.is_unspecified() || a.is_multicast())
+    {
+        return Err(invalid("nsr.address", "must be a unicast address"));
+    }
+    Ok(())
+}
+
+pub(crate) fn parse(text: &str) -> Result<(Config, Vec<String>), ConfigError> {
+    let raw: RawConfig = serde_path_to_error::deserialize(toml::Deserializer::new(text))
+        .map_err(|e| syntax_error(text, e))?;
+    check_global(&raw.global)?;
+    check_prefix_lists(&raw.prefix_list)?;
+    check_policies(&raw.policy, &raw.prefix_list)?;
+    let mut statics = Vec::new();
+    let instances = build_instances(raw.instance, &mut statics)?;
+    for (j, n) in raw.network.iter().enumerate() {
+        check_network(&format!("network[{j}]"), n, &instances)?;
+    }
+    let mut networks = raw.network;
+    networks.extend(statics);
+    if let Some(n) = &raw.nsr {
+        check_nsr(n)?;
+    }
+    let mut cfg = Config {
+        global: raw.global,
+        instances,
+        neighbors: Vec::with_capacity(raw.neighbor.len()),
+        policies: raw.policy,
+        prefix_lists: raw.prefix_list,
+        networks,
+        nsr: raw.nsr,
+    };
+    let mut warnings = Vec::new();
+    let mut keys = HashSet::new();
+    for (i, r) in raw.neighbor.into_iter().enumerate() {
+        let n = build_neighbor(i, r, &cfg, &mut warnings)?;
+        if !keys.insert(n.key()) {
+            return Err(invalid(
+                format!("neighbor[{i}].address"),
+                format!(
+                    "duplicate neighbour {} in instance {:?}",
+                    n.address, n.instance
+                ),
+            ));
+        }
+        cfg.neighbors.push(n);
+    }
+    Ok((cfg, warnings))
+}

@@ -1,0 +1,343 @@
+//! The validated configuration model: `[global]`, `[[instance]]`,
+//! `[[neighbor]]`, `[[network]]` and `[nsr]`.
+
+use crate::values::{
+    one_or_many, prefix_str, AfiSafi, CommunityValue, ExtCommunityValue, LargeCommunityValue,
+    Md5Key, NsrStore, PolicyRef,
+};
+use holdfast_wire::{Prefix, Prefix4, Prefix6};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+
+/// Name of the instance every neighbour and network belongs to unless
+/// told otherwise.
+pub const DEFAULT_INSTANCE: &str = "default";
+
+pub(crate) fn default_instance() -> String {
+    DEFAULT_INSTANCE.to_string()
+}
+fn default_listen() -> Vec<SocketAddr> {
+    vec![
+        SocketAddr::from(([0, 0, 0, 0], 179)),
+        SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, 179)),
+    ]
+}
+fn default_hold_time() -> u16 {
+    90
+}
+fn default_connect_retry() -> u16 {
+    5
+}
+fn default_shards() -> usize {
+    64
+}
+fn default_control_socket() -> PathBuf {
+    PathBuf::from("/run/holdfast/holdfastd.sock")
+}
+fn default_true() -> bool {
+    true
+}
+fn default_count() -> u32 {
+    1
+}
+pub(crate) fn default_families() -> Vec<AfiSafi> {
+    vec![AfiSafi::Ipv4Unicast, AfiSafi::Ipv6Unicast]
+}
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// Log output format of the daemon.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+/// `[global]`: settings of the speaker and defaults for every session.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Global {
+    pub asn: u32,
+    pub router_id: Ipv4Addr,
+    /// Addresses to accept BGP connections on; a string or a list.
+    #[serde(default = "default_listen", deserialize_with = "one_or_many")]
+    pub listen: Vec<SocketAddr>,
+    #[serde(default = "default_hold_time")]
+    pub hold_time: u16,
+    /// Keepalive interval; `None` means a third of the negotiated hold time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keepalive: Option<u16>,
+    #[serde(default = "default_connect_retry")]
+    pub connect_retry: u16,
+    /// Worker threads for route processing; `None` means one per CPU core
+    /// (see [`Global::effective_workers`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workers: Option<usize>,
+    #[serde(default = "default_shards")]
+    pub shards: usize,
+    #[serde(default = "default_control_socket")]
+    pub control_socket: PathBuf,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics_listen: Option<SocketAddr>,
+    #[serde(default)]
+    pub log_format: LogFormat,
+    /// Restart time advertised in the Graceful Restart capability (RFC 4724);
+    /// `None` means the capability is not advertised.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub graceful_restart_time: Option<u16>,
+    /// Route-reflector cluster id (RFC 4456); defaults to the router id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_id: Option<Ipv4Addr>,
+    #[serde(default)]
+    pub always_compare_med: bool,
+}
+
+impl Global {
+    /// `workers`, or the number of CPU cores when unset.
+    pub fn effective_workers(&self) -> usize {
+        self.workers
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+    }
+    /// The cluster id used when reflecting (RFC 4456 §7).
+    pub fn effective_cluster_id(&self) -> Ipv4Addr {
+        self.cluster_id.unwrap_or(self.router_id)
+    }
+}
+
+/// `[[instance]]`: a routing instance (its own RIB), optionally bound to a
+/// Linux VRF device.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Instance {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vrf: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub router_id: Option<Ipv4Addr>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub asn: Option<u32>,
+}
+
+impl Instance {
+    pub(crate) fn default_instance() -> Self {
+        Instance {
+            name: default_instance(),
+            vrf: None,
+            router_id: None,
+            asn: None,
+        }
+    }
+    pub fn effective_asn(&self, g: &Global) -> u32 {
+        self.asn.unwrap_or(g.asn)
+    }
+    pub fn effective_router_id(&self, g: &Global) -> Ipv4Addr {
+        self.router_id.unwrap_or(g.router_id)
+    }
+}
+
+/// Identity of a session across reloads.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct NeighborKey {
+    pub instance: String,
+    pub address: IpAddr,
+}
+
+impl fmt::Display for NeighborKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.instance, self.address)
+    }
+}
+
+/// `[[neighbor]]`: one BGP session. Optional timers fall back to `[global]`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Neighbor {
+    pub address: IpAddr,
+    pub remote_asn: u32,
+    /// Local AS for this session. After loading it is also set when the
+    /// neighbour's instance overrides `asn`, so [`Neighbor::is_ebgp`] is exact.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub local_asn: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    pub instance: String,
+    /// Import policy after RFC 8212 defaulting.
+    pub import: PolicyRef,
+    /// Export policy after RFC 8212 defaulting.
+    pub export: PolicyRef,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hold_time: Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub keepalive: Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub connect_retry: Option<u16>,
+    pub passive: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub local_address: Option<IpAddr>,
+    /// Linux VRF device the session socket is bound to (`SO_BINDTODEVICE`);
+    /// after loading it is inherited from the instance when unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vrf: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub md5_password: Option<Md5Key>,
+    /// GTSM (RFC 5082): the number of hops the peer may be away (1 = directly
+    /// connected). `ttl_security = true` means 1.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ttl_security: Option<u8>,
+    /// eBGP multihop: the TTL of outgoing packets.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub multihop: Option<u8>,
+    pub families: Vec<AfiSafi>,
+    #[serde(skip_serializing_if = "is_false")]
+    pub route_reflector_client: bool,
+    #[serde(skip_serializing_if = "is_false")]
+    pub next_hop_self: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_prefix: Option<u32>,
+    /// Seconds after which a session torn down by `max_prefix` restarts;
+    /// `None` means it stays down until cleared by the operator.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_prefix_restart: Option<u32>,
+    pub graceful_restart: bool,
+    pub enabled: bool,
+}
+
+impl Neighbor {
+    pub fn key(&self) -> NeighborKey {
+        NeighborKey {
+            instance: self.instance.clone(),
+            address: self.address,
+        }
+    }
+    /// The local AS of this session.
+    pub fn local_as(&self, g: &Global) -> u32 {
+        self.local_asn.unwrap_or(g.asn)
+    }
+    pub fn is_ebgp(&self, g: &Global) -> bool {
+        self.remote_asn != self.local_as(g)
+    }
+    /// Hold time proposed in our OPEN.
+    pub fn effective_hold_time(&self, g: &Global) -> u16 {
+        self.hold_time.unwrap_or(g.hold_time)
+    }
+    /// Keepalive interval to use once `negotiated_hold` is known: the
+    /// configured value (capped below the hold time) or a third of it.
+    pub fn effective_keepalive(&self, g: &Global, negotiated_hold: u16) -> u16 {
+        if negotiated_hold == 0 {
+            return 0;
+        }
+        match self.keepalive.or(g.keepalive) {
+            Some(k) => k.min(negotiated_hold.saturating_sub(1)).max(1),
+            None => (negotiated_hold / 3).max(1),
+        }
+    }
+    pub fn effective_connect_retry(&self, g: &Global) -> u16 {
+        self.connect_retry.unwrap_or(g.connect_retry)
+    }
+    /// Whether the Graceful Restart capability is advertised to this peer.
+    pub fn advertise_graceful_restart(&self, g: &Global) -> bool {
+        self.graceful_restart && g.graceful_restart_time.is_some()
+    }
+    pub fn has_family(&self, f: AfiSafi) -> bool {
+        self.families.contains(&f)
+    }
+}
+
+/// `[[network]]` / `[[instance.static]]`: locally originated routes.
+/// With `count = N` it originates N consecutive prefixes of the same length
+/// starting at `prefix` (10.0.0.0/24, 10.0.1.0/24, ...).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Network {
+    #[serde(default = "default_instance")]
+    pub instance: String,
+    #[serde(with = "prefix_str")]
+    pub prefix: Prefix,
+    #[serde(default = "default_count")]
+    pub count: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_hop: Option<IpAddr>,
+    #[serde(
+        default,
+        deserialize_with = "one_or_many",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub communities: Vec<CommunityValue>,
+    #[serde(
+        default,
+        deserialize_with = "one_or_many",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub large_communities: Vec<LargeCommunityValue>,
+    #[serde(
+        default,
+        deserialize_with = "one_or_many",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub ext_communities: Vec<ExtCommunityValue>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub med: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_pref: Option<u32>,
+}
+
+impl Network {
+    /// How many prefixes of this length exist from `prefix` to the end of
+    /// the address space (the upper bound for `count`).
+    pub(crate) fn room(&self) -> u128 {
+        match self.prefix {
+            Prefix::V4(p) if p.len == 0 => 1,
+            Prefix::V4(p) => (1u128 << p.len) - u128::from(p.addr >> (32 - p.len)),
+            Prefix::V6(p) if p.len == 0 => 1,
+            Prefix::V6(p) if p.len == 128 => u128::MAX - p.addr + 1,
+            Prefix::V6(p) => (1u128 << p.len) - (p.addr >> (128 - p.len)),
+        }
+    }
+
+    /// The `count` prefixes this entry originates, in address order.
+    pub fn prefixes(&self) -> impl Iterator<Item = Prefix> {
+        let start = self.prefix;
+        (0..u128::from(self.count.max(1))).map(move |i| match start {
+            Prefix::V4(p) => {
+                let step = if p.len == 0 { 0 } else { 1u32 << (32 - p.len) };
+                let i = u32::try_from(i).unwrap_or(u32::MAX);
+                Prefix::V4(Prefix4 {
+                    addr: p.addr.wrapping_add(step.wrapping_mul(i)),
+                    len: p.len,
+                })
+            }
+            Prefix::V6(p) => {
+                let step = if p.len == 0 {
+                    0
+                } else {
+                    1u128 << (128 - p.len)
+                };
+                Prefix::V6(Prefix6 {
+                    addr: p.addr.wrapping_add(step.wrapping_mul(i)),
+                    len: p.len,
+                })
+            }
+        })
+    }
+}
+
+/// `[nsr]`: non-stop routing state replication (parsed and validated now,
+/// used by a later release).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Nsr {
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    pub store: NsrStore,
+    /// Name of this speaker in the store (shared by the active/standby pair).
+    pub instance: String,
+    #[serde(default)]
+    pub manage_address: bool,
+    /// Service address moved to the active speaker when `manage_address`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<IpAddr>,
+}

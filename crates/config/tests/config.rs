@@ -1,0 +1,852 @@
+use holdfast_config::*;
+use std::net::IpAddr;
+
+const SPEC_SNIPPET: &str = r#"
+[global]
+asn = 65000
+router_id = "192.0.2.1"
+listen = "0.0.0.0:179"          # optional; also accept a list via `listen = ["0.0.0.0:179", "[::]:179"]`? choose: a string OR array of strings
+
+[[neighbor]]
+address = "192.0.2.2"
+remote_asn = 65001
+import = "all"                  # "all" | "none" | name of a policy, as in BIRD
+export = "all"
+# hold_time, passive, vrf, md5_password, policy references ...
+"#;
+
+const GLOBAL: &str = "[global]\nasn = 65000\nrouter_id = \"192.0.2.1\"\n";
+
+fn ok(text: &str) -> (Config, Vec<String>) {
+    match parse(text) {
+        Ok(v) => v,
+        Err(e) => panic!("config rejected: {e}\n---\n{text}"),
+    }
+}
+
+fn err(text: &str) -> ConfigError {
+    match parse(text) {
+        Ok(_) => panic!("config accepted but should not be:\n{text}"),
+        Err(e) => e,
+    }
+}
+
+fn key(n: usize) -> NeighborKey {
+    NeighborKey {
+        instance: "default".into(),
+        address: format!("192.0.2.{n}").parse().unwrap(),
+    }
+}
+
+#[test]
+fn spec_snippet_parses() {
+    let (cfg, warnings) = ok(SPEC_SNIPPET);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert_eq!(cfg.global.asn, 65000);
+    assert_eq!(cfg.global.listen, vec!["0.0.0.0:179".parse().unwrap()]);
+    assert_eq!(cfg.global.hold_time, 90);
+    assert_eq!(cfg.global.connect_retry, 5);
+    assert_eq!(cfg.global.shards, 64);
+    assert_eq!(cfg.global.workers, None);
+    assert!(cfg.global.effective_workers() >= 1);
+    assert_eq!(
+        cfg.global.control_socket.to_str(),
+        Some("/run/holdfast/holdfastd.sock")
+    );
+    assert_eq!(cfg.instances.len(), 1);
+    assert_eq!(cfg.instances[0].name, DEFAULT_INSTANCE);
+    let n = &cfg.neighbors[0];
+    assert_eq!(n.key(), key(2));
+    assert!(n.is_ebgp(&cfg.global));
+    assert_eq!(n.import, PolicyRef::All);
+    assert_eq!(n.export, PolicyRef::All);
+    assert_eq!(n.effective_hold_time(&cfg.global), 90);
+    assert_eq!(n.effective_keepalive(&cfg.global, 90), 30);
+    assert_eq!(n.effective_connect_retry(&cfg.global), 5);
+    assert_eq!(n.families, vec![AfiSafi::Ipv4Unicast, AfiSafi::Ipv6Unicast]);
+    assert!(n.graceful_restart && n.enabled && !n.passive);
+    assert!(!n.advertise_graceful_restart(&cfg.global));
+}
+
+#[test]
+fn listen_accepts_list_and_defaults_to_both_families() {
+    let (cfg, _) = ok(&format!(
+        "{GLOBAL}listen = [\"0.0.0.0:179\", \"[::]:1179\"]\n"
+    ));
+    assert_eq!(cfg.global.listen.len(), 2);
+    assert_eq!(cfg.global.listen[1], "[::]:1179".parse().unwrap());
+    let (cfg, _) = ok(GLOBAL);
+    assert_eq!(
+        cfg.global.listen,
+        vec!["0.0.0.0:179".parse().unwrap(), "[::]:179".parse().unwrap()]
+    );
+}
+
+const FULL: &str = r#"
+[global]
+asn = 65000
+router_id = "192.0.2.1"
+listen = ["0.0.0.0:179", "[::]:179"]
+hold_time = 180
+keepalive = 60
+connect_retry = 10
+workers = 2
+shards = 128
+control_socket = "/run/hf.sock"
+metrics_listen = "127.0.0.1:9179"
+log_format = "json"
+graceful_restart_time = 120
+cluster_id = "192.0.2.100"
+always_compare_med = true
+
+[[instance]]
+name = "blue"
+vrf = "vrf-blue"
+router_id = "198.51.100.1"
+asn = 65100
+
+[[instance.static]]
+prefix = "203.0.113.0/24"
+communities = ["65100:1"]
+
+[[neighbor]]
+address = "192.0.2.2"
+remote_asn = 65001
+description = "transit"
+import = "from-transit"
+export = "to-transit"
+hold_time = 30
+keepalive = 10
+connect_retry = 3
+passive = true
+local_address = "192.0.2.1"
+md5_password = "hunter2"
+ttl_security = true
+families = ["ipv4-unicast"]
+next_hop_self = true
+max_prefix = 1000
+max_prefix_restart = 60
+graceful_restart = false
+
+[[neighbor]]
+address = "192.0.2.3"
+remote_asn = 65000
+route_reflector_client = true
+multihop = 2
+
+[[neighbor]]
+address = "2001:db8::2"
+remote_asn = 65100
+instance = "blue"
+enabled = false
+
+[[neighbor]]
+address = "192.0.2.4"
+remote_asn = 65002
+import = "from-transit"
+export = "none"
+ttl_security = 2
+
+[[prefix_list]]
+name = "bogons"
+entries = [
+  { prefix = "10.0.0.0/8", le = 32, action = "deny" },
+  { prefix = "0.0.0.0/0", le = 24 },
+]
+
+[[policy]]
+name = "from-transit"
+default = "reject"
+
+[[policy.term]]
+name = "no-bogons"
+match = { prefix_list = "bogons" }
+action = "next"
+
+[[policy.term]]
+name = "prefer"
+action = "accept"
+[policy.term.match]
+prefix = ["192.0.2.0/24{24,32}", "2001:db8::/32+"]
+as_path = "^65001( .*)?$"
+as_path_contains = 65010
+origin_as = [65001, 65002]
+neighbor_as = 65001
+community = "65000:100"
+large_community = ["65000:1:2"]
+ext_community = "rt:65000:1"
+path_len_le = 10
+path_len_ge = 1
+family = "ipv4"
+[policy.term.set]
+local_pref = 200
+med = 10
+add_community = ["65000:1", "no-export"]
+remove_community = "65000:2"
+add_large_community = "65000:0:1"
+prepend = { asn = 65000, count = 2 }
+next_hop_self = true
+
+[[policy]]
+name = "to-transit"
+default = "accept"
+[[policy.term]]
+name = "prepend"
+set = { prepend = 3 }
+
+[[network]]
+prefix = "10.0.0.0/24"
+count = 10000
+next_hop = "192.0.2.1"
+med = 5
+local_pref = 100
+large_communities = "65000:7:7"
+ext_communities = ["soo:65000:9"]
+
+[nsr]
+store = "redis-sentinel://192.0.2.10:26379,192.0.2.11/holdfast"
+instance = "edge-1"
+manage_address = true
+address = "192.0.2.50"
+"#;
+
+#[test]
+fn full_schema_parses() {
+    let (cfg, warnings) = ok(FULL);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    let g = &cfg.global;
+    assert_eq!(g.log_format, LogFormat::Json);
+    assert_eq!(g.graceful_restart_time, Some(120));
+    assert!(g.always_compare_med);
+    assert_eq!(
+        cfg.instances
+            .iter()
+            .map(|i| i.name.as_str())
+            .collect::<Vec<_>>(),
+        ["default", "blue"]
+    );
+    let n0 = &cfg.neighbors[0];
+    assert_eq!(n0.ttl_security, Some(1));
+    assert_eq!(n0.md5_password.as_ref().unwrap().as_bytes(), b"hunter2");
+    assert!(
+        !format!("{n0:?}").contains("hunter2"),
+        "md5 key leaked into Debug"
+    );
+    assert_eq!(n0.import, PolicyRef::Named("from-transit".into()));
+    assert_eq!(n0.effective_keepalive(g, 30), 10);
+    let n1 = &cfg.neighbors[1];
+    assert!(!n1.is_ebgp(g));
+    assert_eq!(n1.effective_keepalive(g, 180), 60);
+    assert!(n1.advertise_graceful_restart(g));
+    let n2 = &cfg.neighbors[2];
+    assert_eq!(n2.local_asn, Some(65100), "instance asn is inherited");
+    assert!(!n2.is_ebgp(g));
+    assert_eq!(
+        n2.vrf.as_deref(),
+        Some("vrf-blue"),
+        "instance vrf is inherited"
+    );
+    assert_eq!(cfg.neighbors[3].ttl_security, Some(2));
+    let term = &cfg.policy("from-transit").unwrap().terms[1];
+    assert_eq!(
+        term.set.prepend,
+        Some(Prepend {
+            asn: Some(65000),
+            count: 2
+        })
+    );
+    assert_eq!(term.set.add_community[1], CommunityValue(0xFFFF_FF01));
+    assert_eq!(term.matches.as_path_contains, vec![65010]);
+    assert_eq!(
+        cfg.policy("to-transit").unwrap().terms[0].set.prepend,
+        Some(Prepend {
+            asn: None,
+            count: 3
+        })
+    );
+    assert_eq!(cfg.networks.len(), 2);
+    assert_eq!(cfg.networks[1].instance, "blue");
+    let nsr = cfg.nsr.as_ref().unwrap();
+    assert!(nsr.enabled);
+    assert_eq!(
+        nsr.store,
+        NsrStore::Sentinel {
+            sentinels: vec![("192.0.2.10".into(), 26379), ("192.0.2.11".into(), 26379)],
+            master: "holdfast".into()
+        }
+    );
+}
+
+#[test]
+fn serialized_config_round_trips() {
+    let (cfg, _) = ok(FULL);
+    let text = toml::to_string(&cfg).unwrap();
+    let (again, _) = ok(&text);
+    assert_eq!(cfg, again, "{text}");
+}
+
+#[test]
+fn rfc8212_defaults_and_warning() {
+    let text = format!(
+        "{GLOBAL}[[neighbor]]\naddress = \"192.0.2.2\"\nremote_asn = 65001\n\
+         [[neighbor]]\naddress = \"192.0.2.3\"\nremote_asn = 65000\n\
+         [[neighbor]]\naddress = \"192.0.2.4\"\nremote_asn = 65001\nimport = \"all\"\n"
+    );
+    let (cfg, warnings) = ok(&text);
+    assert_eq!(
+        (&cfg.neighbors[0].import, &cfg.neighbors[0].export),
+        (&PolicyRef::None, &PolicyRef::None)
+    );
+    assert_eq!(
+        (&cfg.neighbors[1].import, &cfg.neighbors[1].export),
+        (&PolicyRef::All, &PolicyRef::All)
+    );
+    assert_eq!(
+        (&cfg.neighbors[2].import, &cfg.neighbors[2].export),
+        (&PolicyRef::All, &PolicyRef::None)
+    );
+    assert_eq!(warnings.len(), 3, "{warnings:?}");
+    assert!(warnings.iter().all(|w| w.contains("RFC 8212")));
+    assert!(warnings[0].contains("neighbor[0]") && warnings[0].contains("192.0.2.2"));
+    assert!(warnings[2].contains("neighbor[2]") && warnings[2].contains("export"));
+}
+
+/// Each case: (config text, key the error must name, message fragment).
+#[test]
+fn validation_errors_name_the_key() {
+    let nb = |extra: &str| {
+        format!("{GLOBAL}[[neighbor]]\naddress = \"192.0.2.2\"\nremote_asn = 65001\n{extra}\n")
+    };
+    let g = |extra: &str| format!("[global]\nasn = 65000\nrouter_id = \"192.0.2.1\"\n{extra}\n");
+    let cases: Vec<(String, &str, &str)> = vec![
+        ("[global]\nasn = 0\nrouter_id = \"192.0.2.1\"\n".into(), "global.asn", "must be 1..=4294967295"),
+        ("[global]\nasn = -1\nrouter_id = \"192.0.2.1\"\n".into(), "global.asn", ""),
+        ("[global]\nasn = 5000000000\nrouter_id = \"192.0.2.1\"\n".into(), "global.asn", ""),
+        ("[global]\nasn = 1\nrouter_id = \"0.0.0.0\"\n".into(), "global.router_id", ""),
+        ("[global]\nasn = 1\nrouter_id = \"not-an-ip\"\n".into(), "global.router_id", ""),
+        ("[global]\nrouter_id = \"192.0.2.1\"\n".into(), "global", "asn"),
+        (g("listen = \"0.0.0.0\""), "global.listen", ""),
+        (g("hold_time = 2"), "global.hold_time", "0 or 3"),
+        (g("keepalive = 90"), "global.keepalive", ""),
+        (g("connect_retry = 0"), "global.connect_retry", ""),
+        (g("workers = 0"), "global.workers", ""),
+        (g("shards = 0"), "global.shards", ""),
+        (g("control_socket = \"relative.sock\""), "global.control_socket", "absolute"),
+        (g("metrics_listen = \"localhost\""), "global.metrics_listen", ""),
+        (g("log_format = \"xml\""), "global.log_format", "xml"),
+        (g("graceful_restart_time = 5000"), "global.graceful_restart_time", "4095"),
+        (g("cluster_id = \"0.0.0.0\""), "global.cluster_id", ""),
+        (g("always_compare_med = \"yes\""), "global.always_compare_med", ""),
+        (format!("{GLOBAL}[[neighbor]]\naddress = \"192.0.2.2\"\nremote_asn = 65001\n[[neighbor]]\naddress = \"192.0.2.3\"\nremote_asn = 65001\n[[neighbor]]\naddress = \"192.0.2.4\"\nremote_asn = 0\n"),
+            "neighbor[2].remote_asn", "must be 1..=4294967295"),
+        (nb("local_asn = 0"), "neighbor[0].local_asn", "must be 1..=4294967295"),
+        (format!("{GLOBAL}[[neighbor]]\naddress = \"192.0.2.300\"\nremote_asn = 1\n"), "neighbor[0].address", ""),
+        (format!("{GLOBAL}[[neighbor]]\naddress = \"0.0.0.0\"\nremote_asn = 1\n"), "neighbor[0].address", "unicast"),
+        (nb("import = \"foo\""), "neighbor[0].import", "unknown policy \"foo\""),
+        (nb("export = \"bar\""), "neighbor[0].export", "unknown policy \"bar\""),
+        (nb("instance = \"red\""), "neighbor[0].instance", "unknown instance \"red\""),
+        (nb("hold_time = 1"), "neighbor[0].hold_time", "0 or 3"),
+        (nb("hold_time = 70000"), "neighbor[0].hold_time", ""),
+        (nb("hold_time = 9\nkeepalive = 9"), "neighbor[0].keepalive", ""),
+        (nb("connect_retry = 0"), "neighbor[0].connect_retry", ""),
+        (nb("passive = 1"), "neighbor[0].passive", ""),
+        (nb("local_address = \"2001:db8::1\""), "neighbor[0].local_address", "family"),
+        (nb("vrf = \"a/b\""), "neighbor[0].vrf", "interface name"),
+        (nb(&format!("md5_password = \"{}\"", "x".repeat(81))), "neighbor[0].md5_password", "80"),
+        (nb("md5_password = \"\""), "neighbor[0].md5_password", ""),
+        (nb("ttl_security = 255"), "neighbor[0].ttl_security", ""),
+        (nb("ttl_security = true\nmultihop = 2"), "neighbor[0].ttl_security", "multihop"),
+        (nb("multihop = 0"), "neighbor[0].multihop", ""),
+        (nb("families = []"), "neighbor[0].families", ""),
+        (nb("families = [\"ipv4-multicast\"]"), "neighbor[0].families[0]", "ipv4-multicast"),
+        (nb("families = [\"ipv4-unicast\", \"ipv4-unicast\"]"), "neighbor[0].families", "twice"),
+        (nb("route_reflector_client = true"), "neighbor[0].route_reflector_client", "iBGP"),
+        (nb("next_hop_self = \"x\""), "neighbor[0].next_hop_self", ""),
+        (nb("max_prefix = 0"), "neighbor[0].max_prefix", ""),
+        (nb("max_prefix_restart = 30"), "neighbor[0].max_prefix_restart", "requires max_prefix"),
+        (nb("graceful_restart = 3"), "neighbor[0].graceful_restart", ""),
+        (nb("enabled = \"no\""), "neighbor[0].enabled", ""),
+        (nb("description = 5"), "neighbor[0].description", ""),
+        (format!("{GLOBAL}[[neighbor]]\naddress = \"192.0.2.2\"\nremote_asn = 1\n[[neighbor]]\naddress = \"192.0.2.2\"\nremote_asn = 2\n"),
+            "neighbor[1].address", "duplicate"),
+        (format!("{GLOBAL}[[instance]]\nname = \"blue\"\nvrf = \"blue\"\n[[neighbor]]\naddress = \"192.0.2.2\"\nremote_asn = 1\ninstance = \"blue\"\nvrf = \"red\"\n"),
+            "neighbor[0].vrf", "differs"),
+        (format!("{GLOBAL}[[instance]]\nname = \"\"\n"), "instance[0].name", ""),
+        (format!("{GLOBAL}[[instance]]\nname = \"a\"\n[[instance]]\nname = \"a\"\n"), "instance[1].name", "duplicate"),
+        (format!("{GLOBAL}[[instance]]\nname = \"a\"\nvrf = \"much-too-long-vrf-name\"\n"), "instance[0].vrf", ""),
+        (format!("{GLOBAL}[[instance]]\nname = \"a\"\nasn = 0\n"), "instance[0].asn", ""),
+        (format!("{GLOBAL}[[instance]]\nname = \"a\"\nrouter_id = \"0.0.0.0\"\n"), "instance[0].router_id", ""),
+        (format!("{GLOBAL}[[instance]]\nname = \"a\"\n[[instance.static]]\nprefix = \"10.0.0.1/24\"\n"), "instance[0].static[0].prefix", "host bits"),
+        (format!("{GLOBAL}[[instance]]\nname = \"a\"\n[[instance.static]]\nprefix = \"10.0.0.0/24\"\ninstance = \"b\"\n"), "instance[0].static[0].instance", ""),
+        (format!("{GLOBAL}[[network]]\nprefix = \"10.0.0.0/33\"\n"), "network[0].prefix", ""),
+        (format!("{GLOBAL}[[network]]\nprefix = \"10.0.0.0/24\"\ncount = 0\n"), "network[0].count", ""),
+        (format!("{GLOBAL}[[network]]\nprefix = \"255.255.0.0/16\"\ncount = 2\n"), "network[0].count", "end of the address space"),
+        (format!("{GLOBAL}[[network]]\nprefix = \"10.0.0.0/24\"\ninstance = \"x\"\n"), "network[0].instance", "unknown instance"),
+        (format!("{GLOBAL}[[network]]\nprefix = \"10.0.0.0/24\"\nnext_hop = \"0.0.0.0\"\n"), "network[0].next_hop", ""),
+        (format!("{GLOBAL}[[network]]\nprefix = \"10.0.0.0/24\"\ncommunities = \"70000:1\"\n"), "network[0].communities", "ASN part"),
+        (format!("{GLOBAL}[[network]]\nprefix = \"10.0.0.0/24\"\nlarge_communities = \"1:2\"\n"), "network[0].large_communities", ""),
+        (format!("{GLOBAL}[[network]]\nprefix = \"10.0.0.0/24\"\next_communities = \"xx:1:2\"\n"), "network[0].ext_communities", ""),
+        (format!("{GLOBAL}[[network]]\nprefix = \"10.0.0.0/24\"\nmed = -1\n"), "network[0].med", ""),
+        (format!("{GLOBAL}[[network]]\nprefix = \"10.0.0.0/24\"\nlocal_pref = \"high\"\n"), "network[0].local_pref", ""),
+        (format!("{GLOBAL}[[prefix_list]]\nname = \"p\"\nentries = [{{ prefix = \"10.0.0.0/8\", ge = 4 }}]\n"), "prefix_list[0].entries[0].ge", "8..=32"),
+        (format!("{GLOBAL}[[prefix_list]]\nname = \"p\"\nentries = [{{ prefix = \"10.0.0.0/8\", ge = 20, le = 16 }}]\n"), "prefix_list[0].entries[0].le", ""),
+        (format!("{GLOBAL}[[prefix_list]]\nname = \"p\"\nentries = [{{ prefix = \"10.0.0.0/8\", action = \"allow\" }}]\n"), "prefix_list[0].entries[0].action", "allow"),
+        (format!("{GLOBAL}[[prefix_list]]\nname = \"p\"\n[[prefix_list]]\nname = \"p\"\n"), "prefix_list[1].name", "duplicate"),
+        (format!("{GLOBAL}[[policy]]\nname = \"all\"\n"), "policy[0].name", "reserved"),
+        (format!("{GLOBAL}[[policy]]\nname = \"p\"\n[[policy]]\nname = \"p\"\n"), "policy[1].name", "duplicate"),
+        (format!("{GLOBAL}[[policy]]\nname = \"p\"\ndefault = \"maybe\"\n"), "policy[0].default", ""),
+        (format!("{GLOBAL}[[policy]]\nname = \"p\"\n[[policy.term]]\nname = \"t\"\naction = \"drop\"\n"), "policy[0].term[0].action", "drop"),
+        (format!("{GLOBAL}[[policy]]\nname = \"p\"\n[[policy.term]]\nname = \"t\"\n[[policy.term]]\nname = \"t\"\n"), "policy[0].term[1].name", "duplicate"),
+        (format!("{GLOBAL}[[policy]]\nname = \"p\"\n[[policy.term]]\nname = \"t\"\nmatch = {{ prefix_list = \"nope\" }}\n"), "policy[0].term[0].match.prefix_list", "unknown prefix list \"nope\""),
+        (format!("{GLOBAL}[[policy]]\nname = \"p\"\n[[policy.term]]\nname = \"t\"\nmatch = {{ prefix = [\"10.0.0.0/8{{4,2}}\"] }}\n"), "policy[0].term[0].match.prefix[0]", "LO <= HI"),
+        (format!("{GLOBAL}[[policy]]\nname = \"p\"\n[[policy.term]]\nname = \"t\"\nmatch = {{ as_path = \"(\" }}\n"), "policy[0].term[0].match.as_path", "regex"),
+        (format!("{GLOBAL}[[policy]]\nname = \"p\"\n[[policy.term]]\nname = \"t\"\nmatch = {{ as_path_contains = 0 }}\n"), "policy[0].term[0].match.as_path_contains", ""),
+        (format!("{GLOBAL}[[policy]]\nname = \"p\"\n[[policy.term]]\nname = \"t\"\nmatch = {{ origin_as = \"x\" }}\n"), "policy[0].term[0].match.origin_as", ""),
+        (format!("{GLOBAL}[[policy]]\nname = \"p\"\n[[policy.term]]\nname = \"t\"\nmatch = {{ neighbor_as = [0] }}\n"), "policy[0].term[0].match.neighbor_as", ""),
+        (format!("{GLOBAL}[[policy]]\nname = \"p\"\n[[policy.term]]\nname = \"t\"\nmatch = {{ community = \"1\" }}\n"), "policy[0].term[0].match.community", ""),
+        (format!("{GLOBAL}[[policy]]\nname = \"p\"\n[[policy.term]]\nname = \"t\"\nmatch = {{ large_community = \"1:2:x\" }}\n"), "policy[0].term[0].match.large_community", ""),
+        (format!("{GLOBAL}[[policy]]\nname = \"p\"\n[[policy.term]]\nname = \"t\"\nmatch = {{ ext_community = \"0x12\" }}\n"), "policy[0].term[0].match.ext_community", "16 hex"),
+        (format!("{GLOBAL}[[policy]]\nname = \"p\"\n[[policy.term]]\nname = \"t\"\nmatch = {{ path_len_le = 1, path_len_ge = 3 }}\n"), "policy[0].term[0].match.path_len_ge", ""),
+        (format!("{GLOBAL}[[policy]]\nname = \"p\"\n[[policy.term]]\nname = \"t\"\nmatch = {{ family = \"ipx\" }}\n"), "policy[0].term[0].match.family", "ipx"),
+        (format!("{GLOBAL}[[policy]]\nname = \"p\"\n[[policy.term]]\nname = \"t\"\nset = {{ local_pref = -5 }}\n"), "policy[0].term[0].set.local_pref", ""),
+        (format!("{GLOBAL}[[policy]]\nname = \"p\"\n[[policy.term]]\nname = \"t\"\nset = {{ med = 1.5 }}\n"), "policy[0].term[0].set.med", ""),
+        (format!("{GLOBAL}[[policy]]\nname = \"p\"\n[[policy.term]]\nname = \"t\"\nset = {{ add_community = [\"x\"] }}\n"), "policy[0].term[0].set.add_community[0]", "ASN:VALUE"),
+        (format!("{GLOBAL}[[policy]]\nname = \"p\"\n[[policy.term]]\nname = \"t\"\nset = {{ remove_community = 7 }}\n"), "policy[0].term[0].set.remove_community", ""),
+        (format!("{GLOBAL}[[policy]]\nname = \"p\"\n[[policy.term]]\nname = \"t\"\nset = {{ add_large_community = \"1\" }}\n"), "policy[0].term[0].set.add_large_community", ""),
+        (format!("{GLOBAL}[[policy]]\nname = \"p\"\n[[policy.term]]\nname = \"t\"\nset = {{ prepend = 0 }}\n"), "policy[0].term[0].set.prepend", "1..=32"),
+        (format!("{GLOBAL}[[policy]]\nname = \"p\"\n[[policy.term]]\nname = \"t\"\nset = {{ prepend = {{ asn = 0, count = 1 }} }}\n"), "policy[0].term[0].set.prepend", ""),
+        (format!("{GLOBAL}[[policy]]\nname = \"p\"\n[[policy.term]]\nname = \"t\"\nset = {{ next_hop_self = 1 }}\n"), "policy[0].term[0].set.next_hop_self", ""),
+        (format!("{GLOBAL}[nsr]\nstore = \"http://x\"\ninstance = \"a\"\n"), "nsr.store", "scheme"),
+        (format!("{GLOBAL}[nsr]\nstore = \"redis-sentinel://a:1\"\ninstance = \"a\"\n"), "nsr.store", "mastername"),
+        (format!("{GLOBAL}[nsr]\nstore = \"redis://a\"\ninstance = \"\"\n"), "nsr.instance", ""),
+        (format!("{GLOBAL}[nsr]\nstore = \"redis://a\"\ninstance = \"e\"\nmanage_address = true\n"), "nsr.address", "manage_address"),
+        (format!("{GLOBAL}[nsr]\nstore = \"redis://a\"\ninstance = \"e\"\nenabled = 0\n"), "nsr.enabled", ""),
+        (format!("{GLOBAL}[nsr]\nstore = \"redis://a\"\n"), "nsr", "instance"),
+    ];
+    let mut failures = Vec::new();
+    for (text, want_key, fragment) in &cases {
+        let e = err(text);
+        let msg = e.to_string();
+        if e.key() != Some(*want_key) || !msg.starts_with(want_key) || !msg.contains(fragment) {
+            failures.push(format!(
+                "want key {want_key:?} and {fragment:?}, got {:?}: {msg}",
+                e.key()
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+#[test]
+fn unknown_fields_are_rejected_with_their_name() {
+    for (text, field) in [
+        (format!("{GLOBAL}bogus_global = 1\n"), "bogus_global"),
+        (format!("{GLOBAL}[[neighbor]]\naddress = \"192.0.2.2\"\nremote_asn = 1\nremote_as = 1\n"), "remote_as"),
+        (format!("{GLOBAL}[[policy]]\nname = \"p\"\n[[policy.term]]\nname = \"t\"\nmatch = {{ prefixx = \"x\" }}\n"), "prefixx"),
+        (format!("{GLOBAL}[[policy]]\nname = \"p\"\n[[policy.term]]\nname = \"t\"\nset = {{ weight = 1 }}\n"), "weight"),
+        (format!("{GLOBAL}[[prefix_list]]\nname = \"p\"\nentries = [{{ prefix = \"10.0.0.0/8\", gt = 1 }}]\n"), "gt"),
+        (format!("{GLOBAL}[[instance]]\nname = \"a\"\nrd = \"1:1\"\n"), "rd"),
+        (format!("{GLOBAL}[[network]]\nprefix = \"10.0.0.0/8\"\nweight = 1\n"), "weight"),
+        (format!("{GLOBAL}[nsr]\nstore = \"redis://a\"\ninstance = \"a\"\nttl = 3\n"), "ttl"),
+        (format!("{GLOBAL}[bgp]\nx = 1\n"), "bgp"),
+    ] {
+        let e = err(&text);
+        let msg = e.to_string();
+        assert!(msg.contains(&format!("unknown field `{field}`")), "{msg}");
+    }
+}
+
+#[test]
+fn toml_syntax_errors_keep_line_and_column() {
+    let e = err("[global]\nasn = 65000\nrouter_id = \n");
+    match &e {
+        ConfigError::Syntax {
+            line,
+            column,
+            message,
+            ..
+        } => {
+            assert_eq!(*line, Some(3), "{message}");
+            assert!(column.is_some());
+            assert!(message.contains("line 3"), "{message}");
+        }
+        other => panic!("expected syntax error, got {other:?}"),
+    }
+    let e = err(&format!(
+        "{GLOBAL}[[neighbor]]\naddress = \"192.0.2.2\"\nremote_asn = \"x\"\n"
+    ));
+    match &e {
+        ConfigError::Syntax {
+            key, line, message, ..
+        } => {
+            assert_eq!(key.as_deref(), Some("neighbor[0].remote_asn"));
+            assert_eq!(*line, Some(6), "{message}");
+        }
+        other => panic!("expected syntax error, got {other:?}"),
+    }
+}
+
+#[test]
+fn load_reads_files_and_reports_io_errors() {
+    let dir = std::env::temp_dir().join(format!("hf-config-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("holdfast.toml");
+    std::fs::write(&path, SPEC_SNIPPET).unwrap();
+    let (cfg, _) = load(&path).unwrap();
+    assert_eq!(cfg.neighbors.len(), 1);
+    let e = load(&dir.join("missing.toml")).unwrap_err();
+    assert!(matches!(e, ConfigError::Io { .. }));
+    assert!(e.to_string().contains("missing.toml"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn prefix_match_syntax() {
+    let p = |s: &str| s.parse::<wire::Prefix>().unwrap();
+    let m: PrefixMatch = "10.0.0.0/8{16,24}".parse().unwrap();
+    assert_eq!((m.min_len, m.max_len), (16, 24));
+    assert!(m.matches(&p("10.1.0.0/16")));
+    assert!(m.matches(&p("10.1.2.0/24")));
+    assert!(!m.matches(&p("10.1.2.0/25")));
+    assert!(!m.matches(&p("10.0.0.0/8")));
+    assert!(!m.matches(&p("11.1.0.0/16")));
+    assert!(!m.matches(&p("2001:db8::/32")));
+    let exact: PrefixMatch = "10.0.0.0/8".parse().unwrap();
+    assert!(exact.matches(&p("10.0.0.0/8")) && !exact.matches(&p("10.0.0.0/9")));
+    let plus: PrefixMatch = "2001:db8::/32+".parse().unwrap();
+    assert_eq!((plus.min_len, plus.max_len), (32, 128));
+    assert!(plus.matches(&p("2001:db8:1::/48")));
+    let minus: PrefixMatch = "10.1.0.0/16-".parse().unwrap();
+    assert!(
+        minus.matches(&p("10.0.0.0/8"))
+            && minus.matches(&p("0.0.0.0/0"))
+            && !minus.matches(&p("11.0.0.0/8"))
+    );
+    let spaced: PrefixMatch = "10.0.0.0/8{ 9 , 10 }".parse().unwrap();
+    assert_eq!((spaced.min_len, spaced.max_len), (9, 10));
+    assert_eq!(m.to_string(), "10.0.0.0/8{16,24}");
+    for bad in [
+        "10.0.0.0/8{24,16}",
+        "10.0.0.0/8{8,33}",
+        "10.0.0.0/8{8}",
+        "10.0.0.1/8{8,9}",
+        "10.0.0.0/8{8,9",
+        "10.0.0.0",
+    ] {
+        assert!(bad.parse::<PrefixMatch>().is_err(), "{bad} accepted");
+    }
+}
+
+mod wire {
+    pub use holdfast_wire::{AsPath, AsSegment, Prefix};
+}
+
+#[test]
+fn prefix_list_semantics() {
+    let text = format!(
+        "{GLOBAL}[[prefix_list]]\nname = \"pl\"\nentries = [\n\
+         {{ prefix = \"10.0.0.0/8\", le = 32, action = \"deny\" }},\n\
+         {{ prefix = \"192.0.2.0/24\" }},\n\
+         {{ prefix = \"198.51.100.0/24\", ge = 25, le = 26 }},\n\
+         {{ prefix = \"0.0.0.0/0\", le = 24 }},\n]\n"
+    );
+    let (cfg, _) = ok(&text);
+    let pl = cfg.prefix_list("pl").unwrap();
+    let p = |s: &str| s.parse::<wire::Prefix>().unwrap();
+    assert!(!pl.permits(&p("10.1.0.0/16")));
+    assert!(pl.permits(&p("192.0.2.0/24")));
+    assert!(pl.permits(&p("198.51.100.128/25")));
+    assert!(!pl.permits(&p("198.51.100.0/28")));
+    assert!(pl.permits(&p("203.0.113.0/24")));
+    assert!(!pl.permits(&p("203.0.113.0/25")));
+    assert!(!pl.permits(&p("2001:db8::/32")));
+}
+
+#[test]
+fn as_path_regex_and_communities() {
+    let re = AsPathRegex::new("^65001 .*65010$").unwrap();
+    let path = wire::AsPath {
+        segments: vec![wire::AsSegment::Sequence(vec![65001, 3356, 65010])],
+    };
+    assert!(re.is_match(&path));
+    assert!(!AsPathRegex::new("^3356").unwrap().is_match(&path));
+    assert_eq!(
+        "65000:100".parse::<CommunityValue>().unwrap().0,
+        (65000 << 16) | 100
+    );
+    assert_eq!(CommunityValue((65000 << 16) | 100).to_string(), "65000:100");
+    let rt: ExtCommunityValue = "rt:65000:1".parse().unwrap();
+    assert_eq!(rt.0, [0x00, 0x02, 0xfd, 0xe8, 0, 0, 0, 1]);
+    assert_eq!(rt.to_string(), "rt:65000:1");
+    assert_eq!(
+        "0x0002fde800000001".parse::<ExtCommunityValue>().unwrap(),
+        rt
+    );
+    let ip: ExtCommunityValue = "soo:192.0.2.1:7".parse().unwrap();
+    assert_eq!(ip.0, [0x01, 0x03, 192, 0, 2, 1, 0, 7]);
+    assert_eq!(ip.to_string(), "soo:192.0.2.1:7");
+    let as4: ExtCommunityValue = "rt:4200000000:7".parse().unwrap();
+    assert_eq!(as4.0[0], 0x02);
+    assert_eq!(as4.to_string(), "rt:4200000000:7");
+}
+
+#[test]
+fn nsr_store_forms() {
+    let r: NsrStore = "redis://192.0.2.10:6379".parse().unwrap();
+    assert_eq!(
+        r,
+        NsrStore::Redis {
+            tls: false,
+            host: "192.0.2.10".into(),
+            port: 6379,
+            db: 0,
+            username: None,
+            password: None
+        }
+    );
+    let r: NsrStore = "rediss://user:pw@[2001:db8::1]/2".parse().unwrap();
+    assert_eq!(
+        r,
+        NsrStore::Redis {
+            tls: true,
+            host: "2001:db8::1".into(),
+            port: 6379,
+            db: 2,
+            username: Some("user".into()),
+            password: Some("pw".into())
+        }
+    );
+    assert_eq!(r.to_string().parse::<NsrStore>().unwrap(), r);
+    assert!("redis://:0".parse::<NsrStore>().is_err());
+    assert!("redis://host:99999".parse::<NsrStore>().is_err());
+    let (cfg, _) = ok(&format!(
+        "{GLOBAL}[nsr]\nstore = \"redis://192.0.2.10:6379\"\ninstance = \"edge-1\"\n"
+    ));
+    let nsr = cfg.nsr.unwrap();
+    assert!(nsr.enabled && !nsr.manage_address && nsr.address.is_none());
+}
+
+#[test]
+fn network_count_expansion() {
+    let (cfg, _) = ok(&format!(
+        "{GLOBAL}[[network]]\nprefix = \"10.0.0.0/24\"\ncount = 10000\n"
+    ));
+    let prefixes: Vec<wire::Prefix> = cfg.networks[0].prefixes().collect();
+    assert_eq!(prefixes.len(), 10000);
+    assert_eq!(prefixes[0].to_string(), "10.0.0.0/24");
+    assert_eq!(prefixes[1].to_string(), "10.0.1.0/24");
+    assert_eq!(prefixes[256].to_string(), "10.1.0.0/24");
+    assert_eq!(prefixes[9999].to_string(), "10.39.15.0/24");
+    let uniq: std::collections::HashSet<_> = prefixes.iter().collect();
+    assert_eq!(uniq.len(), 10000);
+    let (cfg, _) = ok(&format!(
+        "{GLOBAL}[[network]]\nprefix = \"2001:db8::/48\"\ncount = 3\n"
+    ));
+    let v6: Vec<String> = cfg.networks[0].prefixes().map(|p| p.to_string()).collect();
+    assert_eq!(v6, ["2001:db8::/48", "2001:db8:1::/48", "2001:db8:2::/48"]);
+    let (cfg, _) = ok(&format!(
+        "{GLOBAL}[[network]]\nprefix = \"255.255.255.0/24\"\n"
+    ));
+    assert_eq!(cfg.networks[0].prefixes().count(), 1);
+    let (cfg, _) = ok(&format!(
+        "{GLOBAL}[[network]]\nprefix = \"255.255.254.0/24\"\ncount = 2\n"
+    ));
+    assert_eq!(
+        cfg.networks[0].prefixes().last().unwrap().to_string(),
+        "255.255.255.0/24"
+    );
+}
+
+const DIFF_BASE: &str = r#"
+[global]
+asn = 65000
+router_id = "192.0.2.1"
+
+[[prefix_list]]
+name = "pl"
+entries = [{ prefix = "10.0.0.0/8", le = 24 }]
+
+[[policy]]
+name = "in"
+[[policy.term]]
+name = "t"
+match = { prefix_list = "pl" }
+action = "accept"
+
+[[policy]]
+name = "out"
+default = "accept"
+
+[[neighbor]]
+address = "192.0.2.2"
+remote_asn = 65001
+import = "in"
+export = "out"
+description = "a"
+
+[[neighbor]]
+address = "192.0.2.3"
+remote_asn = 65002
+import = "all"
+export = "out"
+
+[[neighbor]]
+address = "192.0.2.4"
+remote_asn = 65000
+"#;
+
+fn diff_of(old: &str, new: &str) -> ConfigDiff {
+    diff(&ok(old).0, &ok(new).0)
+}
+
+#[test]
+fn diff_identical_is_empty() {
+    let d = diff_of(DIFF_BASE, DIFF_BASE);
+    assert!(d.is_empty(), "{d:?}");
+}
+
+#[test]
+fn diff_policy_body_change_marks_users_only() {
+    let new = DIFF_BASE.replace("action = \"accept\"\n", "action = \"reject\"\n");
+    let d = diff_of(DIFF_BASE, &new);
+    assert_eq!(d.policy_changed, vec![key(2)]);
+    assert_eq!(d.policies_changed, vec!["in".to_string()]);
+    assert!(d.reset_required.is_empty() && d.added.is_empty() && d.removed.is_empty());
+    assert!(!d.global_changed && !d.networks_changed);
+}
+
+#[test]
+fn diff_prefix_list_change_reaches_policy_users() {
+    let new = DIFF_BASE.replace("le = 24", "le = 23");
+    let d = diff_of(DIFF_BASE, &new);
+    assert_eq!(d.policy_changed, vec![key(2)]);
+    assert_eq!(d.policies_changed, vec!["in".to_string()]);
+}
+
+#[test]
+fn diff_policy_name_change() {
+    let new = DIFF_BASE.replace("import = \"all\"", "import = \"in\"");
+    let d = diff_of(DIFF_BASE, &new);
+    assert_eq!(d.policy_changed, vec![key(3)]);
+    assert!(d.policies_changed.is_empty());
+}
+
+#[test]
+fn diff_hold_time_change_requires_reset() {
+    let new = DIFF_BASE.replace("description = \"a\"", "description = \"a\"\nhold_time = 30");
+    let d = diff_of(DIFF_BASE, &new);
+    assert_eq!(d.reset_required, vec![key(2)]);
+    assert!(d.policy_changed.is_empty());
+    let new = DIFF_BASE.replace(
+        "router_id = \"192.0.2.1\"",
+        "router_id = \"192.0.2.1\"\nhold_time = 60",
+    );
+    let d = diff_of(DIFF_BASE, &new);
+    assert!(d.global_changed);
+    assert_eq!(
+        d.reset_required,
+        vec![key(2), key(3), key(4)],
+        "inherited hold time changed"
+    );
+}
+
+#[test]
+fn diff_session_settings_require_reset() {
+    for extra in [
+        "md5_password = \"k\"",
+        "passive = true",
+        "local_address = \"192.0.2.1\"",
+        "vrf = \"lo\"",
+        "ttl_security = true",
+        "multihop = 3",
+        "families = [\"ipv4-unicast\"]",
+        "local_asn = 65010",
+        "enabled = false",
+    ] {
+        let new = DIFF_BASE.replace(
+            "description = \"a\"",
+            &format!("description = \"a\"\n{extra}"),
+        );
+        let d = diff_of(DIFF_BASE, &new);
+        assert_eq!(d.reset_required, vec![key(2)], "{extra}");
+    }
+    let new = DIFF_BASE.replace("remote_asn = 65001", "remote_asn = 65009");
+    assert_eq!(diff_of(DIFF_BASE, &new).reset_required, vec![key(2)]);
+}
+
+#[test]
+fn diff_graceful_restart_time_resets_only_gr_neighbours() {
+    let new = DIFF_BASE
+        .replace(
+            "router_id = \"192.0.2.1\"",
+            "router_id = \"192.0.2.1\"\ngraceful_restart_time = 120",
+        )
+        .replace(
+            "description = \"a\"",
+            "description = \"a\"\ngraceful_restart = false",
+        );
+    let d = diff_of(DIFF_BASE, &new);
+    assert_eq!(d.reset_required, vec![key(3), key(4)]);
+    assert_eq!(d.settings_changed, vec![key(2)]);
+    assert!(d.global_changed);
+}
+
+#[test]
+fn diff_description_change_needs_no_reset() {
+    let new = DIFF_BASE.replace(
+        "description = \"a\"",
+        "description = \"b\"\nmax_prefix = 10\nkeepalive = 20",
+    );
+    let d = diff_of(DIFF_BASE, &new);
+    assert!(
+        d.reset_required.is_empty() && d.policy_changed.is_empty(),
+        "{d:?}"
+    );
+    assert_eq!(d.settings_changed, vec![key(2)]);
+}
+
+#[test]
+fn diff_added_removed_and_networks() {
+    let new = DIFF_BASE.replace("address = \"192.0.2.4\"", "address = \"192.0.2.5\"")
+        + "\n[[network]]\nprefix = \"10.0.0.0/24\"\n";
+    let d = diff_of(DIFF_BASE, &new);
+    assert_eq!(d.added, vec![key(5)]);
+    assert_eq!(d.removed, vec![key(4)]);
+    assert!(d.networks_changed);
+    assert!(d.reset_required.is_empty());
+}
+
+#[test]
+fn neighbor_key_display() {
+    let k = NeighborKey {
+        instance: "blue".into(),
+        address: "2001:db8::1".parse::<IpAddr>().unwrap(),
+    };
+    assert_eq!(k.to_string(), "blue/2001:db8::1");
+}
+
+#[test]
+fn docs_examples_parse() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/config.md");
+    let doc = std::fs::read_to_string(&path).unwrap();
+    let mut full_files = 0;
+    for block in doc.split("```toml\n").skip(1) {
+        let block = block.split("```").next().unwrap();
+        if block.trim_start().starts_with("[global]") {
+            full_files += 1;
+            if let Err(e) = parse(block) {
+                panic!("docs/config.md example rejected: {e}\n---\n{block}");
+            }
+            continue;
+        }
+        let alone = format!("{GLOBAL}{block}");
+        let with_deps = format!("{GLOBAL}{DOC_FRAGMENT_DEPS}{block}");
+        if let (Err(e), Err(_)) = (parse(&alone), parse(&with_deps)) {
+            panic!("docs/config.md example rejected: {e}\n---\n{alone}");
+        }
+    }
+    assert!(full_files >= 2);
+}
+
+/// Definitions that the fragments in docs/config.md refer to.
+const DOC_FRAGMENT_DEPS: &str = "[[prefix_list]]\nname = \"bogons\"\n";

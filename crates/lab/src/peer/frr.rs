@@ -1,0 +1,457 @@
+//! FRR 8.4: `zebra` + `bgpd -n` (no FIB install) per host, all sockets, pid files and logs
+//! in the peer's work dir (`--vty_socket`, `-z`, `-i`), run as the `frr` user so the
+//! `frrvty` group check passes; queried with `vtysh --vty_socket DIR -d bgpd`.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::{
+    normalize_prefix, parse_community, parse_large_community, NeighborSpec, Peer, PeerKind,
+    PeerSpec, RouteSpec, RouteView, SessionView,
+};
+use crate::cmd::{argv, run_ok, DEFAULT_CMD_TIMEOUT};
+use crate::error::{io_ctx, parse_err, LabError, Result};
+use crate::lab::{HostId, Lab, ProcId};
+use crate::wait::wait_for;
+
+const ZEBRA: &str = "/usr/lib/frr/zebra";
+const BGPD: &str = "/usr/lib/frr/bgpd";
+
+/// An FRR instance (zebra + bgpd).
+#[derive(Debug)]
+pub struct Frr {
+    host: HostId,
+    dir: PathBuf,
+    procs: Vec<ProcId>,
+    spec: PeerSpec,
+}
+
+fn rmap_name(prefix: &str) -> String {
+    format!("HF-RM-{}", prefix.replace(['/', ':', '.'], "_"))
+}
+
+fn afi(prefix_is_v6: bool) -> &'static str {
+    if prefix_is_v6 {
+        "ipv6"
+    } else {
+        "ipv4"
+    }
+}
+
+/// Route-map lines (`set ...`) originating a route with its attributes.
+fn rmap_sets(r: &RouteSpec) -> Vec<String> {
+    let mut v = Vec::new();
+    if let Some(m) = r.med {
+        v.push(format!("set metric {m}"));
+    }
+    if !r.communities.is_empty() {
+        let c: Vec<String> = r.communities.iter().map(|(a, b)| format!("{a}:{b}")).collect();
+        v.push(format!("set community {}", c.join(" ")));
+    }
+    if !r.large_communities.is_empty() {
+        let c: Vec<String> = r
+            .large_communities
+            .iter()
+            .map(|(a, b, c)| format!("{a}:{b}:{c}"))
+            .collect();
+        v.push(format!("set large-community {}", c.join(" ")));
+    }
+    if !r.as_path.is_empty() {
+        let p: Vec<String> = r.as_path.iter().map(u32::to_string).collect();
+        v.push(format!("set as-path prepend {}", p.join(" ")));
+    }
+    match r.next_hop {
+        Some(IpAddr::V4(nh)) => v.push(format!("set ip next-hop {nh}")),
+        Some(IpAddr::V6(nh)) => v.push(format!("set ipv6 next-hop global {nh}")),
+        None => {}
+    }
+    v
+}
+
+fn neighbor_lines(n: &NeighborSpec) -> Vec<String> {
+    let a = n.address;
+    let mut v = vec![
+        format!("neighbor {a} remote-as {}", n.remote_as),
+        format!("neighbor {a} timers connect 1"),
+        format!("neighbor {a} advertisement-interval 0"),
+    ];
+    if let (Some(h), Some(k)) = (n.hold_time, n.keepalive()) {
+        v.push(format!("neighbor {a} timers {k} {h}"));
+    }
+    if let Some(pw) = &n.md5 {
+        v.push(format!("neighbor {a} password {pw}"));
+    }
+    if n.passive {
+        v.push(format!("neighbor {a} passive"));
+    }
+    if let Some(l) = n.local_address {
+        v.push(format!("neighbor {a} update-source {l}"));
+    }
+    if let Some(ttl) = n.multihop {
+        v.push(format!("neighbor {a} ebgp-multihop {ttl}"));
+    }
+    v.push(if n.graceful_restart {
+        format!("neighbor {a} graceful-restart")
+    } else {
+        format!("neighbor {a} graceful-restart-disable")
+    });
+    v
+}
+
+impl Frr {
+    fn path(&self, file: &str) -> String {
+        self.dir.join(file).to_string_lossy().into_owned()
+    }
+
+    fn bgpd_config(&self, host_name: &str) -> String {
+        let spec = &self.spec;
+        let mut s = String::new();
+        let _ = writeln!(s, "frr defaults traditional\nhostname {host_name}");
+        let _ = writeln!(s, "log file {} debugging", self.path("bgpd.log"));
+        s.push_str("log timestamp precision 3\ndebug bgp neighbor-events\n!\n");
+        for r in &spec.routes {
+            let _ = writeln!(s, "route-map {} permit 10", rmap_name(&r.prefix));
+            for l in rmap_sets(r) {
+                let _ = writeln!(s, " {l}");
+            }
+            s.push_str("!\n");
+        }
+        let _ = writeln!(s, "router bgp {}", spec.local_as);
+        let _ = writeln!(s, " bgp router-id {}", spec.router_id);
+        s.push_str(" bgp log-neighbor-changes\n no bgp ebgp-requires-policy\n");
+        s.push_str(" no bgp default ipv4-unicast\n no bgp network import-check\n");
+        for n in &spec.neighbors {
+            for l in neighbor_lines(n) {
+                let _ = writeln!(s, " {l}");
+            }
+        }
+        for v6 in [false, true] {
+            let _ = writeln!(s, " address-family {} unicast", afi(v6));
+            for n in &spec.neighbors {
+                let on = if v6 { n.families.1 } else { n.families.0 };
+                if on {
+                    let _ = writeln!(s, "  neighbor {} activate", n.address);
+                }
+            }
+            for r in spec.routes.iter().filter(|r| r.is_v6() == v6) {
+                let _ = writeln!(s, "  network {} route-map {}", r.prefix, rmap_name(&r.prefix));
+            }
+            s.push_str(" exit-address-family\n");
+        }
+        s.push_str("!\n");
+        s
+    }
+
+    fn vtysh(&self, lab: &Lab, cmds: &[String]) -> Result<String> {
+        let sock = self.dir.to_string_lossy().into_owned();
+        let mut cmd: Vec<&str> = vec!["vtysh", "--vty_socket", &sock, "-d", "bgpd"];
+        for c in cmds {
+            cmd.push("-c");
+            cmd.push(c);
+        }
+        let out = lab.exec_ok(self.host, &cmd)?;
+        if let Some(bad) = out.lines().find(|l| l.starts_with('%')) {
+            return Err(LabError::CommandFailed {
+                command: format!("vtysh {}", cmds.join(" ; ")),
+                status: "error".into(),
+                output: bad.to_string(),
+            });
+        }
+        Ok(out)
+    }
+
+    fn vtysh_json(&self, lab: &Lab, cmd: &str) -> Result<Value> {
+        let out = self.vtysh(lab, &[cmd.to_string()])?;
+        serde_json::from_str(&out).map_err(|e| parse_err(format!("vtysh `{cmd}`"), e.to_string()))
+    }
+
+    fn neighbor(&self, neighbor: IpAddr) -> Result<&NeighborSpec> {
+        self.spec
+            .neighbors
+            .iter()
+            .find(|n| n.address == neighbor)
+            .ok_or_else(|| LabError::Invalid(format!("frr has no neighbor {neighbor}")))
+    }
+
+    /// Every path of the local BGP table (`show bgp <afi> unicast json detail`), keyed by
+    /// the peer it came from (`0.0.0.0` for local ones), with its best-path flag.
+    fn table(&self, lab: &Lab, v6: bool) -> Result<Vec<(String, bool, RouteView)>> {
+        let v = self.vtysh_json(lab, &format!("show bgp {} unicast json detail", afi(v6)))?;
+        let mut out = Vec::new();
+        let Some(routes) = v.get("routes").and_then(Value::as_object) else {
+            return Ok(out);
+        };
+        for (prefix, entries) in routes {
+            let prefix = normalize_prefix(prefix)?;
+            for p in entries.as_array().into_iter().flatten() {
+                if p.get("aspath").is_none() && p.get("nexthops").is_none() {
+                    continue;
+                }
+                let peer = p
+                    .pointer("/peer/peerId")
+                    .and_then(Value::as_str)
+                    .unwrap_or("0.0.0.0")
+                    .to_string();
+                let best = p.pointer("/bestpath/overall").and_then(Value::as_bool).unwrap_or(false);
+                out.push((peer, best, path_view(&prefix, p)));
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn path_view(prefix: &str, p: &Value) -> RouteView {
+    let u32_of = |k: &str| p.get(k).and_then(Value::as_u64).and_then(|x| u32::try_from(x).ok());
+    let list = |ptr: &str| -> Vec<String> {
+        p.pointer(ptr)
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect())
+            .unwrap_or_default()
+    };
+    let as_path = p
+        .pointer("/aspath/segments")
+        .and_then(Value::as_array)
+        .map(|segs| {
+            segs.iter()
+                .flat_map(|s| s.get("list").and_then(Value::as_array).cloned().unwrap_or_default())
+                .filter_map(|x| x.as_u64().and_then(|x| u32::try_from(x).ok()))
+                .collect()
+        })
+        .unwrap_or_default();
+    let next_hop = p
+        .get("nexthops")
+        .and_then(Value::as_array)
+        .and_then(|nhs| {
+            nhs.iter()
+                .find(|n| n.get("scope").and_then(Value::as_str) != Some("link-local"))
+                .or_else(|| nhs.first())
+        })
+        .and_then(|n| n.get("ip").and_then(Value::as_str))
+        .and_then(|s| s.parse::<IpAddr>().ok())
+        .filter(|ip| !ip.is_unspecified());
+    let mut r = RouteView {
+        prefix: prefix.to_string(),
+        next_hop,
+        as_path,
+        med: u32_of("metric"),
+        local_pref: u32_of("locPrf").or_else(|| u32_of("localpref")),
+        communities: list("/community/list").iter().filter_map(|c| parse_community(c)).collect(),
+        large_communities: list("/largeCommunity/list")
+            .iter()
+            .filter_map(|c| parse_large_community(c))
+            .collect(),
+        origin: p.get("origin").and_then(Value::as_str).map(str::to_ascii_lowercase),
+    };
+    r.sort_attrs();
+    r
+}
+
+impl Peer for Frr {
+    fn kind(&self) -> PeerKind {
+        PeerKind::Frr
+    }
+
+    fn host(&self) -> HostId {
+        self.host
+    }
+
+    fn start(lab: &mut Lab, host: HostId, spec: &PeerSpec) -> Result<Self> {
+        for t in PeerKind::Frr.tools() {
+            crate::cmd::require_tool(t)?;
+        }
+        let dir = lab.peer_dir(host, "frr")?;
+        let mut spec = spec.clone();
+        for r in &mut spec.routes {
+            r.prefix = normalize_prefix(&r.prefix)?;
+        }
+        let mut frr = Frr {
+            host,
+            dir: dir.clone(),
+            procs: Vec::new(),
+            spec,
+        };
+        let host_name = lab.host_info(host).name.clone();
+        let write = |file: &str, text: String| {
+            std::fs::write(dir.join(file), text).map_err(io_ctx(format!("writing {file}")))
+        };
+        write("zebra.conf", format!("hostname {host_name}\n"))?;
+        write("bgpd.conf", frr.bgpd_config(&host_name))?;
+        let dir_s = dir.to_string_lossy().into_owned();
+        run_ok(&argv(&["chown", "-R", "frr:frr", &dir_s]), DEFAULT_CMD_TIMEOUT)?;
+        let (zconf, zpid, zlog, zserv) = (
+            frr.path("zebra.conf"),
+            frr.path("zebra.pid"),
+            format!("file:{}", frr.path("zebra.log")),
+            frr.path("zserv.api"),
+        );
+        let zebra = lab.spawn(
+            host,
+            &format!("zebra-{host_name}"),
+            &[
+                ZEBRA, "-u", "frr", "-g", "frr", "-i", &zpid, "-z", &zserv, "--vty_socket",
+                &dir_s, "-f", &zconf, "--log", &zlog,
+            ],
+            &[],
+        )?;
+        frr.procs.push(zebra);
+        let zserv_path = PathBuf::from(&zserv);
+        wait_for("zebra zserv socket", Duration::from_secs(10), || {
+            Ok(zserv_path.exists().then_some(()))
+        })?;
+        let (bconf, bpid) = (frr.path("bgpd.conf"), frr.path("bgpd.pid"));
+        let bgpd = lab.spawn(
+            host,
+            &format!("bgpd-{host_name}"),
+            &[
+                BGPD, "-u", "frr", "-g", "frr", "-n", "-i", &bpid, "-z", &zserv, "--vty_socket",
+                &dir_s, "-f", &bconf,
+            ],
+            &[],
+        )?;
+        frr.procs.push(bgpd);
+        wait_for("bgpd vty", Duration::from_secs(10), || {
+            Ok(frr
+                .vtysh(lab, &["show bgp summary json".to_string()])
+                .ok()
+                .filter(|o| o.contains("Unicast")))
+        })?;
+        Ok(frr)
+    }
+
+    fn sessions(&self, lab: &Lab) -> Result<Vec<SessionView>> {
+        let v = self.vtysh_json(lab, "show bgp neighbors json")?;
+        let mut views = Vec::new();
+        for n in &self.spec.neighbors {
+            let Some(j) = v.get(n.address.to_string()) else {
+                views.push(SessionView::new(n.address, "Idle"));
+                continue;
+            };
+            let num = |k: &str| j.get(k).and_then(Value::as_u64);
+            let state = j.get("bgpState").and_then(Value::as_str).unwrap_or("Unknown");
+            let mut s = SessionView::new(n.address, state);
+            s.remote_as = num("remoteAs").and_then(|x| u32::try_from(x).ok());
+            if s.is_established() {
+                s.uptime_secs = num("bgpTimerUpMsec").map(|ms| ms / 1000);
+            }
+            s.established_count = num("connectionsEstablished").and_then(|x| u32::try_from(x).ok());
+            s.dropped_count = num("connectionsDropped").and_then(|x| u32::try_from(x).ok());
+            if let Some(afs) = j.get("addressFamilyInfo").and_then(Value::as_object) {
+                let sum = |k: &str| -> u32 {
+                    afs.values()
+                        .filter_map(|a| a.get(k).and_then(Value::as_u64))
+                        .map(|x| u32::try_from(x).unwrap_or(u32::MAX))
+                        .sum()
+                };
+                s.prefixes_received = Some(sum("acceptedPrefixCounter"));
+                s.prefixes_sent = Some(sum("sentPrefixCounter"));
+            }
+            views.push(s);
+        }
+        Ok(views)
+    }
+
+    fn received_routes(&self, lab: &Lab, neighbor: IpAddr) -> Result<Vec<RouteView>> {
+        let n = self.neighbor(neighbor)?;
+        let key = neighbor.to_string();
+        let mut routes = Vec::new();
+        for (on, v6) in [(n.families.0, false), (n.families.1, true)] {
+            if on {
+                routes.extend(
+                    self.table(lab, v6)?
+                        .into_iter()
+                        .filter(|(peer, _, _)| *peer == key)
+                        .map(|(_, _, r)| r),
+                );
+            }
+        }
+        Ok(routes)
+    }
+
+    fn advertised_routes(&self, lab: &Lab, neighbor: IpAddr) -> Result<Vec<RouteView>> {
+        let n = self.neighbor(neighbor)?;
+        let mut routes = Vec::new();
+        for (on, v6) in [(n.families.0, false), (n.families.1, true)] {
+            if !on {
+                continue;
+            }
+            let best: HashMap<String, RouteView> = self
+                .table(lab, v6)?
+                .into_iter()
+                .filter(|(_, best, _)| *best)
+                .map(|(_, _, r)| (r.prefix.clone(), r))
+                .collect();
+            let cmd = format!("show bgp {} unicast neighbors {neighbor} advertised-routes json", afi(v6));
+            let v = self.vtysh_json(lab, &cmd)?;
+            let Some(adv) = v.get("advertisedRoutes").and_then(Value::as_object) else {
+                continue;
+            };
+            for (prefix, e) in adv {
+                let prefix = normalize_prefix(prefix)?;
+                let mut r = best.get(&prefix).cloned().unwrap_or_default();
+                r.prefix = prefix;
+                r.next_hop = e
+                    .get("nextHop")
+                    .and_then(Value::as_str)
+                    .and_then(|s| s.parse::<IpAddr>().ok())
+                    .filter(|ip| !ip.is_unspecified());
+                r.med = e.get("metric").and_then(Value::as_u64).and_then(|x| u32::try_from(x).ok());
+                routes.push(r);
+            }
+        }
+        Ok(routes)
+    }
+
+    fn announce(&mut self, lab: &Lab, routes: &[RouteSpec]) -> Result<()> {
+        let mut cmds = vec!["configure terminal".to_string()];
+        for r in routes {
+            let mut r = r.clone();
+            r.prefix = normalize_prefix(&r.prefix)?;
+            let rm = rmap_name(&r.prefix);
+            if self.spec.routes.iter().any(|x| x.prefix == r.prefix) {
+                cmds.push(format!("no route-map {rm}"));
+            }
+            cmds.push(format!("route-map {rm} permit 10"));
+            cmds.extend(rmap_sets(&r));
+            cmds.push("exit".into());
+            cmds.push(format!("router bgp {}", self.spec.local_as));
+            cmds.push(format!("address-family {} unicast", afi(r.is_v6())));
+            cmds.push(format!("network {} route-map {rm}", r.prefix));
+            cmds.push("exit-address-family".into());
+            cmds.push("exit".into());
+            self.spec.routes.retain(|x| x.prefix != r.prefix);
+            self.spec.routes.push(r);
+        }
+        self.vtysh(lab, &cmds).map(drop)
+    }
+
+    fn withdraw(&mut self, lab: &Lab, prefixes: &[String]) -> Result<()> {
+        let mut cmds = vec![
+            "configure terminal".to_string(),
+            format!("router bgp {}", self.spec.local_as),
+        ];
+        for p in prefixes {
+            let p = normalize_prefix(p)?;
+            cmds.push(format!("address-family {} unicast", afi(p.contains(':'))));
+            cmds.push(format!("no network {p}"));
+            cmds.push("exit-address-family".into());
+            self.spec.routes.retain(|x| x.prefix != p);
+        }
+        self.vtysh(lab, &cmds).map(drop)
+    }
+
+    fn log_text(&self) -> Result<String> {
+        let path = self.dir.join("bgpd.log");
+        std::fs::read_to_string(&path).map_err(io_ctx(format!("reading {}", path.display())))
+    }
+
+    fn stop(&mut self, lab: &mut Lab) {
+        for p in self.procs.drain(..).rev() {
+            lab.stop_proc(p);
+        }
+    }
+}

@@ -1,0 +1,508 @@
+//! Real BGP peers (bird2, FRR, GoBGP, ExaBGP) behind one [`Peer`] trait.
+
+mod bird;
+mod exabgp;
+mod frr;
+mod gobgp;
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::Duration;
+
+pub use bird::Bird;
+pub use exabgp::Exabgp;
+pub use frr::Frr;
+pub use gobgp::Gobgp;
+
+use crate::cmd::find_tool;
+use crate::error::{parse_err, LabError, Result};
+use crate::lab::{HostId, Lab};
+use crate::wait::{wait_for, wait_until};
+
+/// Which implementation a peer is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PeerKind {
+    /// BIRD 2 (`bird`, `birdc`).
+    Bird,
+    /// FRRouting (`zebra`, `bgpd`, `vtysh`).
+    Frr,
+    /// GoBGP (`gobgpd`, `gobgp`).
+    Gobgp,
+    /// ExaBGP 4 (`exabgp`, driven through a python API helper).
+    Exabgp,
+}
+
+impl PeerKind {
+    /// All kinds.
+    pub const ALL: [PeerKind; 4] = [PeerKind::Bird, PeerKind::Frr, PeerKind::Gobgp, PeerKind::Exabgp];
+
+    /// Executables this kind needs.
+    pub fn tools(self) -> &'static [&'static str] {
+        match self {
+            PeerKind::Bird => &["bird", "birdc"],
+            PeerKind::Frr => &["/usr/lib/frr/zebra", "/usr/lib/frr/bgpd", "vtysh", "chown"],
+            PeerKind::Gobgp => &["gobgpd", "gobgp"],
+            PeerKind::Exabgp => &["exabgp", "python3"],
+        }
+    }
+
+    /// Short lowercase name.
+    pub fn name(self) -> &'static str {
+        match self {
+            PeerKind::Bird => "bird",
+            PeerKind::Frr => "frr",
+            PeerKind::Gobgp => "gobgp",
+            PeerKind::Exabgp => "exabgp",
+        }
+    }
+}
+
+impl fmt::Display for PeerKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Check that the process is root and every tool of `kinds` (plus the lab's base tools)
+/// is installed. Tests call this and print a SKIP line on `Err`.
+pub fn preflight(kinds: &[PeerKind]) -> Result<()> {
+    if !crate::cmd::is_root() {
+        return Err(LabError::NotRoot);
+    }
+    let base: &[&str] = &["ip", "kill", "sysctl", "tcpdump"];
+    let peer = kinds.iter().flat_map(|k| k.tools().iter());
+    for tool in base.iter().chain(peer) {
+        if find_tool(tool).is_none() {
+            return Err(LabError::MissingTool(tool.to_string()));
+        }
+    }
+    Ok(())
+}
+
+/// What a peer is configured with at start.
+#[derive(Debug, Clone)]
+pub struct PeerSpec {
+    /// Local AS number.
+    pub local_as: u32,
+    /// BGP identifier.
+    pub router_id: Ipv4Addr,
+    /// Sessions.
+    pub neighbors: Vec<NeighborSpec>,
+    /// Routes to originate from the start.
+    pub routes: Vec<RouteSpec>,
+}
+
+impl PeerSpec {
+    /// A spec without neighbours or routes.
+    pub fn new(local_as: u32, router_id: Ipv4Addr) -> Self {
+        PeerSpec {
+            local_as,
+            router_id,
+            neighbors: Vec::new(),
+            routes: Vec::new(),
+        }
+    }
+
+    /// Add a neighbour.
+    pub fn neighbor(mut self, n: NeighborSpec) -> Self {
+        self.neighbors.push(n);
+        self
+    }
+
+    /// Add a route to originate.
+    pub fn route(mut self, r: RouteSpec) -> Self {
+        self.routes.push(r);
+        self
+    }
+}
+
+/// One BGP session.
+#[derive(Debug, Clone)]
+pub struct NeighborSpec {
+    /// Remote address (transport).
+    pub address: IpAddr,
+    /// Remote AS.
+    pub remote_as: u32,
+    /// Local address to bind (required by ExaBGP; optional elsewhere).
+    pub local_address: Option<IpAddr>,
+    /// Never initiate the TCP connection.
+    pub passive: bool,
+    /// Proposed hold time in seconds (keepalive = hold / 3).
+    pub hold_time: Option<u16>,
+    /// TCP MD5 signature password.
+    pub md5: Option<String>,
+    /// Address families: (IPv4 unicast, IPv6 unicast).
+    pub families: (bool, bool),
+    /// Advertise the graceful-restart capability.
+    pub graceful_restart: bool,
+    /// eBGP multihop TTL.
+    pub multihop: Option<u8>,
+}
+
+impl NeighborSpec {
+    /// A neighbour carrying the unicast family of its transport address.
+    pub fn new(address: IpAddr, remote_as: u32) -> Self {
+        NeighborSpec {
+            address,
+            remote_as,
+            local_address: None,
+            passive: false,
+            hold_time: None,
+            md5: None,
+            families: (address.is_ipv4(), address.is_ipv6()),
+            graceful_restart: false,
+            multihop: None,
+        }
+    }
+
+    /// Set the local address.
+    pub fn local(mut self, addr: IpAddr) -> Self {
+        self.local_address = Some(addr);
+        self
+    }
+
+    /// Make the session passive.
+    pub fn passive(mut self) -> Self {
+        self.passive = true;
+        self
+    }
+
+    /// Set the hold time.
+    pub fn hold_time(mut self, secs: u16) -> Self {
+        self.hold_time = Some(secs);
+        self
+    }
+
+    /// Set the TCP MD5 password.
+    pub fn md5(mut self, password: &str) -> Self {
+        self.md5 = Some(password.to_string());
+        self
+    }
+
+    /// Set the families (IPv4 unicast, IPv6 unicast).
+    pub fn families(mut self, v4: bool, v6: bool) -> Self {
+        self.families = (v4, v6);
+        self
+    }
+
+    /// Enable or disable graceful restart.
+    pub fn graceful_restart(mut self, on: bool) -> Self {
+        self.graceful_restart = on;
+        self
+    }
+
+    /// Set eBGP multihop TTL.
+    pub fn multihop(mut self, ttl: u8) -> Self {
+        self.multihop = Some(ttl);
+        self
+    }
+
+    /// Keepalive interval derived from the hold time.
+    pub(crate) fn keepalive(&self) -> Option<u16> {
+        self.hold_time.map(|h| (h / 3).max(1))
+    }
+}
+
+/// A route to originate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteSpec {
+    /// Prefix, e.g. `203.0.113.0/24` or `2001:db8:1::/48`.
+    pub prefix: String,
+    /// Explicit next hop (default: the peer's own address).
+    pub next_hop: Option<IpAddr>,
+    /// Standard communities.
+    pub communities: Vec<(u16, u16)>,
+    /// Large communities.
+    pub large_communities: Vec<(u32, u32, u32)>,
+    /// MULTI_EXIT_DISC.
+    pub med: Option<u32>,
+    /// AS numbers prepended to the path (before the peer's own AS on eBGP).
+    pub as_path: Vec<u32>,
+}
+
+impl RouteSpec {
+    /// A bare route.
+    pub fn new(prefix: &str) -> Self {
+        RouteSpec {
+            prefix: prefix.to_string(),
+            next_hop: None,
+            communities: Vec::new(),
+            large_communities: Vec::new(),
+            med: None,
+            as_path: Vec::new(),
+        }
+    }
+
+    /// Add a community.
+    pub fn community(mut self, asn: u16, value: u16) -> Self {
+        self.communities.push((asn, value));
+        self
+    }
+
+    /// Add a large community.
+    pub fn large_community(mut self, a: u32, b: u32, c: u32) -> Self {
+        self.large_communities.push((a, b, c));
+        self
+    }
+
+    /// Set the MED.
+    pub fn med(mut self, med: u32) -> Self {
+        self.med = Some(med);
+        self
+    }
+
+    /// Set the next hop.
+    pub fn next_hop(mut self, nh: IpAddr) -> Self {
+        self.next_hop = Some(nh);
+        self
+    }
+
+    /// Set the prepended AS path.
+    pub fn as_path(mut self, path: &[u32]) -> Self {
+        self.as_path = path.to_vec();
+        self
+    }
+
+    /// Whether the prefix is IPv6.
+    pub fn is_v6(&self) -> bool {
+        self.prefix.contains(':')
+    }
+}
+
+/// Normalised BGP FSM state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionState {
+    /// Idle (or administratively down).
+    Idle,
+    /// Connect.
+    Connect,
+    /// Active.
+    Active,
+    /// OpenSent.
+    OpenSent,
+    /// OpenConfirm.
+    OpenConfirm,
+    /// Established.
+    Established,
+    /// The tool reported something else.
+    Unknown,
+}
+
+impl SessionState {
+    /// Map a tool's state word (case-insensitive) to a state.
+    pub fn parse(s: &str) -> Self {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "idle" | "down" | "passive" => SessionState::Idle,
+            "connect" => SessionState::Connect,
+            "active" => SessionState::Active,
+            "opensent" => SessionState::OpenSent,
+            "openconfirm" => SessionState::OpenConfirm,
+            "established" | "up" => SessionState::Established,
+            _ => SessionState::Unknown,
+        }
+    }
+}
+
+/// One session as the peer's own tool reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionView {
+    /// Remote address.
+    pub neighbor: IpAddr,
+    /// Remote AS as configured/reported.
+    pub remote_as: Option<u32>,
+    /// Normalised state.
+    pub state: SessionState,
+    /// The tool's own state text.
+    pub raw_state: String,
+    /// Seconds since the session was established (only when Established).
+    pub uptime_secs: Option<u64>,
+    /// Times the session reached Established, when the tool exposes it.
+    pub established_count: Option<u32>,
+    /// Times an established session was dropped, when the tool exposes it.
+    pub dropped_count: Option<u32>,
+    /// Prefixes received (accepted) over the session.
+    pub prefixes_received: Option<u32>,
+    /// Prefixes advertised over the session.
+    pub prefixes_sent: Option<u32>,
+}
+
+impl SessionView {
+    /// Whether the session is Established.
+    pub fn is_established(&self) -> bool {
+        self.state == SessionState::Established
+    }
+
+    pub(crate) fn new(neighbor: IpAddr, raw_state: &str) -> Self {
+        SessionView {
+            neighbor,
+            remote_as: None,
+            state: SessionState::parse(raw_state),
+            raw_state: raw_state.to_string(),
+            uptime_secs: None,
+            established_count: None,
+            dropped_count: None,
+            prefixes_received: None,
+            prefixes_sent: None,
+        }
+    }
+}
+
+/// One route as the peer's own tool reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RouteView {
+    /// Normalised prefix (`addr/len`, canonical address text).
+    pub prefix: String,
+    /// BGP next hop (global one for IPv6).
+    pub next_hop: Option<IpAddr>,
+    /// AS path, flattened (sets included in order).
+    pub as_path: Vec<u32>,
+    /// MED.
+    pub med: Option<u32>,
+    /// LOCAL_PREF.
+    pub local_pref: Option<u32>,
+    /// Standard communities, sorted.
+    pub communities: Vec<(u16, u16)>,
+    /// Large communities, sorted.
+    pub large_communities: Vec<(u32, u32, u32)>,
+    /// ORIGIN as text (`igp`, `egp`, `incomplete`) when known.
+    pub origin: Option<String>,
+}
+
+impl RouteView {
+    pub(crate) fn sort_attrs(&mut self) {
+        self.communities.sort_unstable();
+        self.communities.dedup();
+        self.large_communities.sort_unstable();
+        self.large_communities.dedup();
+    }
+}
+
+/// Canonical `addr/len` text for a prefix (lower-case, compressed IPv6).
+pub fn normalize_prefix(prefix: &str) -> Result<String> {
+    let (addr, len) = prefix
+        .trim()
+        .split_once('/')
+        .ok_or_else(|| parse_err("prefix", format!("`{prefix}` has no length")))?;
+    let addr: IpAddr = addr
+        .parse()
+        .map_err(|_| parse_err("prefix", format!("bad address in `{prefix}`")))?;
+    let len: u8 = len
+        .parse()
+        .map_err(|_| parse_err("prefix", format!("bad length in `{prefix}`")))?;
+    let max = if addr.is_ipv4() { 32 } else { 128 };
+    if len > max {
+        return Err(parse_err("prefix", format!("length too long in `{prefix}`")));
+    }
+    Ok(format!("{addr}/{len}"))
+}
+
+pub(crate) fn parse_community(s: &str) -> Option<(u16, u16)> {
+    let (a, b) = s.trim().split_once(':')?;
+    Some((a.parse().ok()?, b.parse().ok()?))
+}
+
+pub(crate) fn parse_large_community(s: &str) -> Option<(u32, u32, u32)> {
+    let mut it = s.trim().split(':');
+    let v = (it.next()?.parse().ok()?, it.next()?.parse().ok()?, it.next()?.parse().ok()?);
+    it.next().is_none().then_some(v)
+}
+
+fn find_route(routes: Vec<RouteView>, prefix: &str) -> Option<RouteView> {
+    routes.into_iter().find(|r| r.prefix == prefix)
+}
+
+/// A running BGP implementation inside a lab host, read back with its own tools.
+pub trait Peer {
+    /// Which implementation this is.
+    fn kind(&self) -> PeerKind;
+
+    /// Host the peer runs in.
+    fn host(&self) -> HostId;
+
+    /// Generate the configuration in the work dir and start the daemon(s); returns once
+    /// the control interface answers (sessions may still be coming up).
+    fn start(lab: &mut Lab, host: HostId, spec: &PeerSpec) -> Result<Self>
+    where
+        Self: Sized;
+
+    /// Every configured session.
+    fn sessions(&self, lab: &Lab) -> Result<Vec<SessionView>>;
+
+    /// Routes received from `neighbor` (IPv4 and IPv6 unicast, as configured).
+    fn received_routes(&self, lab: &Lab, neighbor: IpAddr) -> Result<Vec<RouteView>>;
+
+    /// Routes advertised to `neighbor`, as far as the tool can tell.
+    fn advertised_routes(&self, lab: &Lab, neighbor: IpAddr) -> Result<Vec<RouteView>>;
+
+    /// Originate more routes at runtime (replacing same-prefix routes).
+    fn announce(&mut self, lab: &Lab, routes: &[RouteSpec]) -> Result<()>;
+
+    /// Stop originating the given prefixes.
+    fn withdraw(&mut self, lab: &Lab, prefixes: &[String]) -> Result<()>;
+
+    /// The peer's log (what tests grep for NOTIFICATIONs and errors).
+    fn log_text(&self) -> Result<String>;
+
+    /// Stop the daemon(s).
+    fn stop(&mut self, lab: &mut Lab);
+
+    /// The session with `neighbor`, if configured.
+    fn session(&self, lab: &Lab, neighbor: IpAddr) -> Result<Option<SessionView>> {
+        Ok(self.sessions(lab)?.into_iter().find(|s| s.neighbor == neighbor))
+    }
+
+    /// Wait until the session with `neighbor` is Established.
+    fn wait_established(&self, lab: &Lab, neighbor: IpAddr, timeout: Duration) -> Result<SessionView> {
+        let desc = format!("{} session with {neighbor} to be Established", self.kind());
+        wait_until(
+            &desc,
+            timeout,
+            || self.session(lab, neighbor),
+            |s| s.as_ref().is_some_and(SessionView::is_established),
+        )
+        .map(|s| s.expect("predicate guarantees Some"))
+    }
+
+    /// Wait until `prefix` is received from `neighbor` and `pred` accepts it.
+    fn wait_route(
+        &self,
+        lab: &Lab,
+        neighbor: IpAddr,
+        prefix: &str,
+        timeout: Duration,
+        mut pred: impl FnMut(&RouteView) -> bool,
+    ) -> Result<RouteView>
+    where
+        Self: Sized,
+    {
+        let prefix = normalize_prefix(prefix)?;
+        let desc = format!("{} to receive {prefix} from {neighbor}", self.kind());
+        let mut last = None;
+        wait_for(&desc, timeout, || {
+            let r = find_route(self.received_routes(lab, neighbor)?, &prefix);
+            last = r.clone();
+            Ok(r.filter(|r| pred(r)))
+        })
+        .map_err(|e| match (e, last) {
+            (LabError::WaitTimeout { desc, elapsed, .. }, last) => LabError::WaitTimeout {
+                desc,
+                elapsed,
+                last: format!("{last:?}"),
+            },
+            (e, _) => e,
+        })
+    }
+
+    /// Wait until `prefix` is no longer received from `neighbor`.
+    fn wait_no_route(&self, lab: &Lab, neighbor: IpAddr, prefix: &str, timeout: Duration) -> Result<()> {
+        let prefix = normalize_prefix(prefix)?;
+        let desc = format!("{} to lose {prefix} from {neighbor}", self.kind());
+        wait_until(
+            &desc,
+            timeout,
+            || Ok(find_route(self.received_routes(lab, neighbor)?, &prefix)),
+            Option::is_none,
+        )
+        .map(drop)
+    }
+}

@@ -1,0 +1,113 @@
+//! Run identifiers, the owner registry and removal of namespaces left by crashed runs.
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::cmd::{argv, pid_alive, run_ok, send_signal, Signal, DEFAULT_CMD_TIMEOUT};
+use crate::error::{io_ctx, Result};
+
+/// Every namespace the harness creates starts with this, followed by 6 hex digits and `-`.
+pub const NAME_PREFIX: &str = "hf";
+
+/// Directory holding one file per live run (`<run id>` containing the owner pid), so
+/// [`cleanup_stale`] never touches namespaces of runs whose owner is still alive.
+pub(crate) const REGISTRY_DIR: &str = "/run/holdfast-lab";
+
+/// Generate a fresh run id: `hf` + 6 random hex digits.
+pub(crate) fn new_run_id() -> Result<String> {
+    let mut bytes = [0u8; 3];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .map_err(io_ctx("reading /dev/urandom"))?;
+    Ok(format!(
+        "{NAME_PREFIX}{:02x}{:02x}{:02x}",
+        bytes[0], bytes[1], bytes[2]
+    ))
+}
+
+/// If `name` looks like `hf<6 hex>-...`, return the run id part.
+pub fn run_id_of(name: &str) -> Option<&str> {
+    let rest = name.strip_prefix(NAME_PREFIX)?;
+    let hex = rest.get(..6)?;
+    let ok = hex.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+        && rest.as_bytes().get(6) == Some(&b'-');
+    ok.then(|| &name[..NAME_PREFIX.len() + 6])
+}
+
+pub(crate) fn registry_path(run_id: &str) -> PathBuf {
+    PathBuf::from(REGISTRY_DIR).join(run_id)
+}
+
+/// Record that this process owns `run_id`.
+pub(crate) fn register(run_id: &str) -> Result<()> {
+    std::fs::create_dir_all(REGISTRY_DIR).map_err(io_ctx("creating lab registry"))?;
+    std::fs::write(registry_path(run_id), std::process::id().to_string())
+        .map_err(io_ctx("writing lab registry entry"))
+}
+
+pub(crate) fn unregister(run_id: &str) {
+    let _ = std::fs::remove_file(registry_path(run_id));
+}
+
+fn owner_alive(run_id: &str) -> bool {
+    std::fs::read_to_string(registry_path(run_id))
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok())
+        .is_some_and(pid_alive)
+}
+
+/// Names of all network namespaces (`ip netns list`).
+pub fn list_netns() -> Result<Vec<String>> {
+    let out = run_ok(&argv(&["ip", "netns", "list"]), DEFAULT_CMD_TIMEOUT)?;
+    Ok(out
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_string)
+        .collect())
+}
+
+/// Pids of processes living in namespace `ns`.
+pub(crate) fn netns_pids(ns: &str) -> Vec<u32> {
+    run_ok(&argv(&["ip", "netns", "pids", ns]), DEFAULT_CMD_TIMEOUT)
+        .map(|s| s.split_whitespace().filter_map(|p| p.parse().ok()).collect())
+        .unwrap_or_default()
+}
+
+/// Kill every process in the given namespaces (TERM, bounded wait, KILL) and delete them.
+pub(crate) fn destroy_namespaces(names: &[String]) {
+    let mut pids: Vec<u32> = names.iter().flat_map(|n| netns_pids(n)).collect();
+    for &pid in &pids {
+        send_signal(pid, Signal::Term, false);
+    }
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while !pids.is_empty() && Instant::now() < deadline {
+        pids.retain(|&p| pid_alive(p));
+        thread::sleep(Duration::from_millis(20));
+    }
+    for &pid in &pids {
+        send_signal(pid, Signal::Kill, false);
+    }
+    for name in names {
+        let _ = run_ok(&argv(&["ip", "netns", "del", name]), DEFAULT_CMD_TIMEOUT);
+    }
+}
+
+/// Remove everything left by earlier crashed runs: namespaces named `hf<6 hex>-...` whose
+/// owning process is gone, killing the processes inside them first. Namespaces of live
+/// labs (in this or another process) are left alone. Returns how many were removed.
+pub fn cleanup_stale() -> Result<usize> {
+    let stale: Vec<String> = list_netns()?
+        .into_iter()
+        .filter(|n| run_id_of(n).is_some_and(|id| !owner_alive(id)))
+        .collect();
+    destroy_namespaces(&stale);
+    let mut ids: Vec<&str> = stale.iter().filter_map(|n| run_id_of(n)).collect();
+    ids.dedup();
+    for id in ids {
+        unregister(id);
+    }
+    let remaining = list_netns()?;
+    Ok(stale.iter().filter(|n| !remaining.contains(n)).count())
+}

@@ -1,0 +1,79 @@
+//! Polling with deadlines: the only sanctioned way for tests to wait.
+
+use std::fmt::Debug;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::error::{LabError, Result};
+
+/// Interval used by [`wait_for`] and [`wait_until`].
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(200);
+
+/// Poll `f` every [`DEFAULT_POLL_INTERVAL`] until it returns `Ok(Some(_))` or `timeout` passes.
+///
+/// Errors returned by `f` are treated as "not yet" and remembered; on timeout the returned
+/// [`LabError::WaitTimeout`] carries `desc` and the last observation (`None` or the error).
+pub fn wait_for<T: Debug>(
+    desc: &str,
+    timeout: Duration,
+    f: impl FnMut() -> Result<Option<T>>,
+) -> Result<T> {
+    wait_for_every(desc, timeout, DEFAULT_POLL_INTERVAL, f)
+}
+
+/// [`wait_for`] with an explicit poll interval.
+pub fn wait_for_every<T: Debug>(
+    desc: &str,
+    timeout: Duration,
+    interval: Duration,
+    mut f: impl FnMut() -> Result<Option<T>>,
+) -> Result<T> {
+    let start = Instant::now();
+    let deadline = start + timeout;
+    loop {
+        let last = match f() {
+            Ok(Some(v)) => return Ok(v),
+            Ok(None) => "None".to_string(),
+            Err(e) => format!("error: {e}"),
+        };
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(LabError::WaitTimeout {
+                desc: desc.to_string(),
+                elapsed: now - start,
+                last,
+            });
+        }
+        thread::sleep(interval.min(deadline - now));
+    }
+}
+
+/// Poll `observe` until `pred` accepts the observed value or `timeout` passes.
+///
+/// On timeout the error includes the `Debug` rendering of the last observed value, which is
+/// usually what one needs to understand a failing test.
+pub fn wait_until<T: Debug>(
+    desc: &str,
+    timeout: Duration,
+    mut observe: impl FnMut() -> Result<T>,
+    mut pred: impl FnMut(&T) -> bool,
+) -> Result<T> {
+    let start = Instant::now();
+    let deadline = start + timeout;
+    loop {
+        let last = match observe() {
+            Ok(v) if pred(&v) => return Ok(v),
+            Ok(v) => format!("{v:?}"),
+            Err(e) => format!("error: {e}"),
+        };
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(LabError::WaitTimeout {
+                desc: desc.to_string(),
+                elapsed: now - start,
+                last,
+            });
+        }
+        thread::sleep(DEFAULT_POLL_INTERVAL.min(deadline - now));
+    }
+}

@@ -1,0 +1,812 @@
+//! The [`Engine`]: peer bookkeeping and the parallel batch pipeline.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+
+use holdfast_wire::{Afi, AsPath, Family, Notification, Origin, PathAttrs, Prefix, Prefix4, Prefix6, Update};
+use rayon::prelude::*;
+
+use crate::codec::{self, CodecCtx, Rfc7606Action};
+use crate::decision::{DecisionCtx, SrcFacts};
+use crate::export::{encode_changes, Changes, ExportParams};
+use crate::intern::{FxMap, Interner};
+use crate::policy::{PolicyCtx, PolicyRef, PolicyVerdict};
+use crate::rib::{shard_of4, shard_of6, Counts, Key, Path, Shard, Tables, STALE};
+use crate::{EngineConfig, Output, PeerCounts, PeerId, PeerSpec, LOCAL_PEER};
+
+const WITHDRAW: u32 = u32::MAX;
+
+struct PeerState {
+    spec: PeerSpec,
+    up: bool,
+}
+
+/// One routing instance's RIBs.
+pub struct Engine {
+    cfg: EngineConfig,
+    peers: BTreeMap<PeerId, PeerState>,
+    shards: Vec<Shard>,
+    interner: Interner,
+    pool: Option<rayon::ThreadPool>,
+    sweep_base: usize,
+}
+
+/// An UPDATE as handed to the engine.
+enum Input {
+    Raw(Vec<u8>),
+    Decoded(Update),
+}
+
+/// Result of the per-peer decode + import phase.
+struct PeerBatch {
+    peer: PeerId,
+    /// (pre-policy, post-policy) attribute pairs referenced by the ops.
+    sets: Vec<(Arc<PathAttrs>, Option<Arc<PathAttrs>>)>,
+    ops4: Vec<Vec<(Prefix4, u32)>>,
+    ops6: Vec<Vec<(Prefix6, u32)>>,
+    eor: Vec<Family>,
+    reset: Option<Notification>,
+    warnings: Vec<String>,
+}
+
+/// Read-only facts shared by the import phase.
+struct ImportEnv<'a> {
+    cfg: &'a EngineConfig,
+    interner: &'a Interner,
+    shards: &'a [Shard],
+}
+
+fn run<R: Send>(pool: &Option<rayon::ThreadPool>, f: impl FnOnce() -> R + Send) -> R {
+    match pool {
+        Some(p) => p.install(f),
+        None => f(),
+    }
+}
+
+/// Runs `f` on every shard (in parallel when a pool exists); results are
+/// returned in shard order.
+fn for_shards<R: Send>(pool: &Option<rayon::ThreadPool>, shards: &mut [Shard], f: impl Fn(usize, &mut Shard) -> R + Sync + Send) -> Vec<R> {
+    match pool {
+        Some(p) => p.install(|| shards.par_iter_mut().enumerate().map(|(i, s)| f(i, s)).collect()),
+        None => shards.iter_mut().enumerate().map(|(i, s)| f(i, s)).collect(),
+    }
+}
+
+fn import_ctx(spec: &PeerSpec) -> PolicyCtx {
+    PolicyCtx { local_as: spec.local_as, next_hop_v4: spec.local_addr_v4, next_hop_v6: spec.local_addr_v6 }
+}
+
+fn has_family(spec: &PeerSpec, afi: Afi) -> bool {
+    spec.families.iter().any(|f| f.afi == afi)
+}
+
+impl ImportEnv<'_> {
+    fn cluster_id(&self) -> Ipv4Addr {
+        self.cfg.cluster_id.unwrap_or(self.cfg.router_id)
+    }
+
+    /// Route-independent import checks (AS loop, RFC 4456 loops) and the
+    /// eBGP LOCAL_PREF rule. Returns None when rejected, with a reason.
+    fn sanitize(&self, spec: &PeerSpec, pre: &Arc<PathAttrs>) -> Result<Arc<PathAttrs>, &'static str> {
+        if pre.as_path.contains(spec.local_as) || pre.as_path.contains(self.cfg.local_as) {
+            return Err("AS loop");
+        }
+        if pre.originator_id == Some(self.cfg.router_id) {
+            return Err("ORIGINATOR_ID loop");
+        }
+        if pre.cluster_list.contains(&self.cluster_id()) {
+            return Err("CLUSTER_LIST loop");
+        }
+        if spec.is_ebgp() && pre.local_pref.is_some() {
+            let mut a = (**pre).clone();
+            a.local_pref = None;
+            return Ok(self.interner.intern(a));
+        }
+        Ok(pre.clone())
+    }
+
+    fn policy(&self, spec: &PeerSpec, prefix: &Prefix, base: &Arc<PathAttrs>) -> Option<Arc<PathAttrs>> {
+        match spec.import.evaluate_ext(prefix, base, &import_ctx(spec)).0 {
+            PolicyVerdict::Reject => None,
+            PolicyVerdict::Accept(std::borrow::Cow::Borrowed(_)) => Some(base.clone()),
+            PolicyVerdict::Accept(std::borrow::Cow::Owned(a)) => Some(self.interner.intern(a)),
+        }
+    }
+
+    /// Full import of one prefix (used by soft reconfiguration).
+    fn import(&self, spec: &PeerSpec, prefix: &Prefix, pre: &Arc<PathAttrs>) -> Option<Arc<PathAttrs>> {
+        let base = self.sanitize(spec, pre).ok()?;
+        self.policy(spec, prefix, &base)
+    }
+
+    /// Was `peer`'s path for `p` accepted before this batch?
+    fn accepted_now(&self, peer: PeerId, p: &Prefix) -> bool {
+        let n = self.shards.len();
+        let d = match p {
+            Prefix::V4(k) => crate::rib::PMap::get(&self.shards[shard_of4(k, n)].v4.dests, k),
+            Prefix::V6(k) => crate::rib::PMap::get(&self.shards[shard_of6(k, n)].v6.dests, k),
+        };
+        d.and_then(|d| d.paths.iter().find(|x| x.peer == peer)).is_some_and(|x| x.post.is_some())
+    }
+
+    fn accepted_total(&self, peer: PeerId) -> i64 {
+        self.shards.iter().filter_map(|s| s.counts.get(&peer)).map(|c| c.accepted).sum()
+    }
+
+    /// Decode + Adj-RIB-In + import policy for one peer's updates.
+    fn peer_batch(&self, spec: &PeerSpec, inputs: Vec<Input>) -> PeerBatch {
+        let n = self.shards.len();
+        let mut b = PeerBatch {
+            peer: spec.id,
+            sets: Vec::new(),
+            ops4: vec![Vec::new(); n],
+            ops6: vec![Vec::new(); n],
+            eor: Vec::new(),
+            reset: None,
+            warnings: Vec::new(),
+        };
+        let ctx = CodecCtx { four_octet_as: spec.four_octet_as, ibgp: !spec.is_ebgp() };
+        let mut limit = spec.max_prefix.map(|l| (l, self.accepted_total(spec.id), FxMap::<Prefix, bool>::default()));
+        let mut rejected: [usize; 4] = [0; 4];
+        let per_prefix = spec.import.prefix_dependent();
+        'msgs: for input in inputs {
+            let u = match input {
+                Input::Decoded(u) => u,
+                Input::Raw(body) => match codec::decode_update(&body, &ctx) {
+                    Ok(o) => {
+                        if o.action != Rfc7606Action::None {
+                            let why = o.reason.clone().unwrap_or_default();
+                            b.warnings.push(format!("RFC 7606 {:?}: {why}", o.action));
+                        }
+                        o.update
+                    }
+                    Err(e) => {
+                        b.reset = Some(e.to_notification());
+                        b.warnings.push(format!("UPDATE decode error: {e}"));
+                        break 'msgs;
+                    }
+                },
+            };
+            if let Some(f) = u.end_of_rib {
+                b.eor.push(f);
+            }
+            let mut ops: Vec<(Prefix, u32)> = u.withdrawn.iter().map(|p| (*p, WITHDRAW)).collect();
+            if let (Some(attrs), false) = (u.attrs, u.announced.is_empty()) {
+                let pre = self.interner.intern(attrs);
+                let base = self.sanitize(spec, &pre);
+                if let Err(why) = base {
+                    let i = match why {
+                        "AS loop" => 0,
+                        "ORIGINATOR_ID loop" => 1,
+                        _ => 2,
+                    };
+                    rejected[i] += u.announced.len();
+                }
+                let shared = match (&base, per_prefix) {
+                    (Ok(_), true) => None,
+                    (Ok(base), false) => Some(self.policy(spec, &u.announced[0], base)),
+                    (Err(_), _) => Some(None),
+                };
+                let shared_idx = shared.map(|post| {
+                    b.sets.push((pre.clone(), post));
+                    (b.sets.len() - 1) as u32
+                });
+                for p in &u.announced {
+                    if !has_family(spec, p.afi()) {
+                        rejected[3] += 1;
+                        continue;
+                    }
+                    let idx = match (shared_idx, &base) {
+                        (Some(i), _) => i,
+                        (None, Err(_)) => continue,
+                        (None, Ok(base)) => {
+                            let post = self.policy(spec, p, base);
+                            match b.sets.last() {
+                                Some((lp, lpost))
+                                    if Arc::ptr_eq(lp, &pre)
+                                        && match (lpost, &post) {
+                                            (None, None) => true,
+                                            (Some(x), Some(y)) => Arc::ptr_eq(x, y),
+                                            _ => false,
+                                        } => {}
+                                _ => b.sets.push((pre.clone(), post)),
+                            }
+                            (b.sets.len() - 1) as u32
+                        }
+                    };
+                    ops.push((*p, idx));
+                }
+            }
+            for (p, idx) in ops {
+                if let Some((lim, count, seen)) = &mut limit {
+                    let now = idx != WITHDRAW && b.sets[idx as usize].1.is_some();
+                    let before = match seen.get(&p) {
+                        Some(v) => *v,
+                        None => self.accepted_now(spec.id, &p),
+                    };
+                    let next = *count + now as i64 - before as i64;
+                    if next > *lim as i64 {
+                        let mut data = p.afi().code().to_be_bytes().to_vec();
+                        data.push(1);
+                        data.extend_from_slice(&lim.to_be_bytes());
+                        b.reset = Some(Notification { code: 6, subcode: 1, data });
+                        b.warnings.push(format!("maximum prefix limit {lim} exceeded"));
+                        break 'msgs;
+                    }
+                    *count = next;
+                    seen.insert(p, now);
+                }
+                match p {
+                    Prefix::V4(k) => b.ops4[shard_of4(&k, n)].push((k, idx)),
+                    Prefix::V6(k) => b.ops6[shard_of6(&k, n)].push((k, idx)),
+                }
+            }
+        }
+        let names = ["AS loop", "ORIGINATOR_ID loop", "CLUSTER_LIST loop", "family not negotiated"];
+        for (i, c) in rejected.iter().enumerate() {
+            if *c > 0 {
+                b.warnings.push(format!("{c} prefixes rejected: {}", names[i]));
+            }
+        }
+        b
+    }
+}
+
+fn apply_ops<K: Key>(t: &mut Tables<K>, counts: &mut FxMap<PeerId, Counts>, b: &PeerBatch, ops: &[(K, u32)], ctx: &DecisionCtx<'_>) {
+    for (k, idx) in ops {
+        let new = if *idx == WITHDRAW {
+            None
+        } else {
+            let (pre, post) = &b.sets[*idx as usize];
+            Some(Path { peer: b.peer, flags: 0, pre: pre.clone(), post: post.clone() })
+        };
+        t.change(counts, *k, b.peer, new, ctx);
+    }
+}
+
+fn mark_stale<K>(_: K, p: &Path) -> Option<Option<Path>> {
+    (p.flags & STALE == 0).then(|| Some(Path { flags: p.flags | STALE, ..p.clone() }))
+}
+
+fn sweep_stale<K: Key>(t: &mut Tables<K>, counts: &mut FxMap<PeerId, Counts>, peer: PeerId, ctx: &DecisionCtx<'_>) {
+    t.map_peer(counts, peer, ctx, |_, p| if p.flags & STALE != 0 { Some(None) } else { None });
+}
+
+impl Engine {
+    pub fn new(cfg: EngineConfig) -> Self {
+        let threads = cfg.threads.max(1);
+        let pool = if threads > 1 { rayon::ThreadPoolBuilder::new().num_threads(threads).build().ok() } else { None };
+        let shards = (0..cfg.shards.max(1)).map(|_| Shard::default()).collect();
+        Engine { cfg, peers: BTreeMap::new(), shards, interner: Interner::default(), pool, sweep_base: 0 }
+    }
+
+    /// Register a configured neighbour (down). Idempotent.
+    pub fn add_peer(&mut self, spec: PeerSpec) {
+        match self.peers.get_mut(&spec.id) {
+            Some(p) => p.spec = spec,
+            None => {
+                self.peers.insert(spec.id, PeerState { spec, up: false });
+            }
+        }
+    }
+
+    fn cluster_id(&self) -> Ipv4Addr {
+        self.cfg.cluster_id.unwrap_or(self.cfg.router_id)
+    }
+
+    fn params(&self, spec: &PeerSpec) -> ExportParams {
+        ExportParams {
+            ebgp: spec.is_ebgp(),
+            local_as: spec.local_as,
+            nh4: spec.local_addr_v4,
+            nh6: spec.local_addr_v6,
+            nh6_ll: spec.local_addr_v6_ll,
+            four_octet_as: spec.four_octet_as,
+            families: spec.families.clone(),
+            rr_client: spec.rr_client,
+            next_hop_self: spec.next_hop_self,
+            policy: spec.export.clone(),
+            cluster_id: self.cluster_id(),
+            default_lp: self.cfg.default_local_pref,
+        }
+    }
+
+    fn facts(&self) -> FxMap<PeerId, SrcFacts> {
+        let mut m: FxMap<PeerId, SrcFacts> = self
+            .peers
+            .iter()
+            .map(|(id, p)| {
+                let s = &p.spec;
+                (*id, SrcFacts { ebgp: s.is_ebgp(), local: false, rr_client: s.rr_client, router_id: s.router_id, addr: s.address })
+            })
+            .collect();
+        m.insert(LOCAL_PEER, SrcFacts::local(self.cfg.router_id));
+        m
+    }
+
+    /// Update groups and targets: every Established peer, or only `only`.
+    fn targets(&self, only: Option<PeerId>) -> (Vec<ExportParams>, Vec<(PeerId, usize)>) {
+        let mut groups: Vec<ExportParams> = Vec::new();
+        let mut keys = Vec::new();
+        let mut targets = Vec::new();
+        for (id, p) in &self.peers {
+            if !p.up || only.is_some_and(|o| o != *id) {
+                continue;
+            }
+            let params = self.params(&p.spec);
+            let key = params.key();
+            let g = match keys.iter().position(|k| *k == key) {
+                Some(g) => g,
+                None => {
+                    keys.push(key);
+                    groups.push(params);
+                    groups.len() - 1
+                }
+            };
+            targets.push((*id, g));
+        }
+        (groups, targets)
+    }
+
+    /// Runs `mutate` on every shard, then exports (dirty prefixes, or all
+    /// with `full`) to `only` or every Established peer, and encodes.
+    fn pass(&mut self, only: Option<PeerId>, full: bool, mutate: impl Fn(usize, &mut Shard, &DecisionCtx<'_>) + Sync + Send) -> Output {
+        let facts = self.facts();
+        let (groups, targets) = self.targets(only);
+        let ctx = DecisionCtx {
+            peers: &facts,
+            local_as: self.cfg.local_as,
+            always_compare_med: self.cfg.always_compare_med,
+            default_lp: self.cfg.default_local_pref,
+        };
+        let env = crate::rib::ExportEnv { groups: &groups, targets: &targets, facts: &facts };
+        let per_shard = for_shards(&self.pool, &mut self.shards, |i, s| {
+            mutate(i, s, &ctx);
+            let mut a = s.v4.export(&env, full);
+            let b = s.v6.export(&env, full);
+            for (x, y) in a.iter_mut().zip(b) {
+                x.append(y);
+            }
+            a
+        });
+        let out = self.encode(&groups, &targets, per_shard, &[]);
+        self.maybe_sweep();
+        out
+    }
+
+    /// Concatenates per-shard changes per target and encodes them, sharing
+    /// the bytes between peers of one update group with equal changes.
+    fn encode(&self, groups: &[ExportParams], targets: &[(PeerId, usize)], per_shard: Vec<Vec<Changes>>, eor: &[Family]) -> Output {
+        let mut per_target: Vec<Changes> = targets.iter().map(|_| Changes::default()).collect();
+        for shard in per_shard {
+            for (t, c) in per_target.iter_mut().zip(shard) {
+                t.append(c);
+            }
+        }
+        // Distinct (group, changes) lists; targets point at one of them.
+        let mut reps: Vec<usize> = Vec::new();
+        let mut rep_of: Vec<usize> = Vec::with_capacity(targets.len());
+        for (i, (_, g)) in targets.iter().enumerate() {
+            let found = reps.iter().position(|&r| targets[r].1 == *g && per_target[r].same_as(&per_target[i]));
+            match found {
+                Some(j) => rep_of.push(j),
+                None => {
+                    reps.push(i);
+                    rep_of.push(reps.len() - 1);
+                }
+            }
+        }
+        let encoded: Vec<Arc<Vec<u8>>> = run(&self.pool, || {
+            reps.par_iter()
+                .map(|&r| {
+                    let p = &groups[targets[r].1];
+                    let mut buf = Vec::new();
+                    encode_changes(&per_target[r], &p.codec_ctx(), &mut buf);
+                    for f in eor {
+                        if p.families.contains(f) {
+                            codec::encode_end_of_rib(*f, &mut buf);
+                        }
+                    }
+                    Arc::new(buf)
+                })
+                .collect()
+        });
+        let mut out = Output::default();
+        for (i, (peer, _)) in targets.iter().enumerate() {
+            let bytes = &encoded[rep_of[i]];
+            if !bytes.is_empty() {
+                out.messages.push((*peer, bytes.clone()));
+            }
+        }
+        out
+    }
+
+    fn maybe_sweep(&mut self) {
+        if self.interner.table_len() > 2 * self.sweep_base + 4096 {
+            self.sweep_base = self.interner.sweep();
+        }
+    }
+
+    /// Session reached Established: store the negotiated facts and return
+    /// the full initial table export followed by End-of-RIB per family.
+    pub fn peer_up(&mut self, spec: PeerSpec) -> Output {
+        let id = spec.id;
+        self.peers.insert(id, PeerState { spec, up: true });
+        for s in &mut self.shards {
+            s.v4.out.remove(&id);
+            s.v6.out.remove(&id);
+        }
+        let (groups, targets) = self.targets(Some(id));
+        let facts = self.facts();
+        let env = crate::rib::ExportEnv { groups: &groups, targets: &targets, facts: &facts };
+        let per_shard = for_shards(&self.pool, &mut self.shards, |_, s| {
+            let dirty4 = std::mem::take(&mut s.v4.dirty);
+            let dirty6 = std::mem::take(&mut s.v6.dirty);
+            let mut a = s.v4.export(&env, true);
+            let b = s.v6.export(&env, true);
+            s.v4.dirty = dirty4;
+            s.v6.dirty = dirty6;
+            for (x, y) in a.iter_mut().zip(b) {
+                x.append(y);
+            }
+            a
+        });
+        let mut fams = self.peers[&id].spec.families.clone();
+        fams.sort();
+        fams.dedup();
+        self.encode(&groups, &targets, per_shard, &fams)
+    }
+
+    /// Session went down. `graceful` (RFC 4724 helper): keep its routes as
+    /// stale until End-of-RIB or [`Self::stale_timeout`]; otherwise withdraw
+    /// them everywhere.
+    pub fn peer_down(&mut self, id: PeerId, graceful: bool) -> Output {
+        let Some(p) = self.peers.get_mut(&id) else { return Output::default() };
+        p.up = false;
+        for s in &mut self.shards {
+            s.v4.out.remove(&id);
+            s.v6.out.remove(&id);
+        }
+        if graceful {
+            self.pass(None, false, move |_, s, ctx| {
+                let Shard { v4, v6, counts } = s;
+                v4.map_peer(counts, id, ctx, mark_stale);
+                v6.map_peer(counts, id, ctx, mark_stale);
+            })
+        } else {
+            self.pass(None, false, move |_, s, ctx| {
+                let Shard { v4, v6, counts } = s;
+                v4.map_peer(counts, id, ctx, |_, _| Some(None));
+                v6.map_peer(counts, id, ctx, |_, _| Some(None));
+            })
+        }
+    }
+
+    /// Restart timer expired: flush the peer's remaining stale routes.
+    pub fn stale_timeout(&mut self, id: PeerId) -> Output {
+        self.pass(None, false, move |_, s, ctx| {
+            let Shard { v4, v6, counts } = s;
+            sweep_stale(v4, counts, id, ctx);
+            sweep_stale(v6, counts, id, ctx);
+        })
+    }
+
+    /// Forget a neighbour, withdrawing its routes.
+    pub fn remove_peer(&mut self, id: PeerId) -> Output {
+        let out = self.peer_down(id, false);
+        self.peers.remove(&id);
+        for s in &mut self.shards {
+            s.counts.remove(&id);
+        }
+        out
+    }
+
+    /// Policy change: re-evaluate import from the stored Adj-RIB-In and
+    /// re-export; only differences are sent.
+    pub fn set_policies(&mut self, id: PeerId, import: PolicyRef, export: PolicyRef) -> Output {
+        let Some(p) = self.peers.get_mut(&id) else { return Output::default() };
+        p.spec.import = import;
+        p.spec.export = export;
+        let spec = p.spec.clone();
+        let up = p.up;
+        let interner = std::mem::take(&mut self.interner);
+        let mut out = {
+            let cfg = self.cfg.clone();
+            let env = ImportEnv { cfg: &cfg, interner: &interner, shards: &[] };
+            let reimport = |k: Prefix, p: &Path| {
+                let post = env.import(&spec, &k, &p.pre);
+                let same = match (&post, &p.post) {
+                    (None, None) => true,
+                    (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                    _ => false,
+                };
+                (!same).then(|| Some(Path { post, ..p.clone() }))
+            };
+            self.pass(None, false, |_, s, ctx| {
+                let Shard { v4, v6, counts } = s;
+                v4.map_peer(counts, id, ctx, |k, p| reimport(k.prefix(), p));
+                v6.map_peer(counts, id, ctx, |k, p| reimport(k.prefix(), p));
+            })
+        };
+        self.interner = interner;
+        if up {
+            out.merge(self.pass(Some(id), true, |_, _, _| {}));
+        }
+        out
+    }
+
+    /// THE hot path: raw UPDATE bodies (after the 19-byte header), in
+    /// arrival order per peer.
+    pub fn apply_raw(&mut self, batch: Vec<(PeerId, Vec<u8>)>) -> Output {
+        self.apply_inputs(batch.into_iter().map(|(p, b)| (p, Input::Raw(b))).collect())
+    }
+
+    /// Decoded form of [`Self::apply_raw`].
+    pub fn apply(&mut self, batch: Vec<(PeerId, Update)>) -> Output {
+        self.apply_inputs(batch.into_iter().map(|(p, u)| (p, Input::Decoded(u))).collect())
+    }
+
+    fn apply_inputs(&mut self, batch: Vec<(PeerId, Input)>) -> Output {
+        let mut order: Vec<(PeerId, Vec<Input>)> = Vec::new();
+        let mut idx: FxMap<PeerId, usize> = FxMap::default();
+        let mut out = Output::default();
+        for (peer, i) in batch {
+            match self.peers.get(&peer) {
+                Some(p) if p.up => {}
+                _ => {
+                    out.warnings.push((peer, "UPDATE from a peer that is not established ignored".into()));
+                    continue;
+                }
+            }
+            let k = *idx.entry(peer).or_insert_with(|| {
+                order.push((peer, Vec::new()));
+                order.len() - 1
+            });
+            order[k].1.push(i);
+        }
+        let batches: Vec<PeerBatch> = {
+            let env = ImportEnv { cfg: &self.cfg, interner: &self.interner, shards: &self.shards };
+            let peers = &self.peers;
+            let work = |(peer, inputs): (PeerId, Vec<Input>)| env.peer_batch(&peers[&peer].spec, inputs);
+            match &self.pool {
+                Some(p) => p.install(|| order.into_par_iter().map(work).collect()),
+                None => order.into_iter().map(work).collect(),
+            }
+        };
+        for b in &batches {
+            if let Some(n) = &b.reset {
+                out.resets.push((b.peer, n.clone()));
+            }
+            out.warnings.extend(b.warnings.iter().map(|w| (b.peer, w.clone())));
+        }
+        let batches = &batches;
+        let res = self.pass(None, false, |si, s, ctx| {
+            let Shard { v4, v6, counts } = s;
+            for b in batches {
+                apply_ops(v4, counts, b, &b.ops4[si], ctx);
+                apply_ops(v6, counts, b, &b.ops6[si], ctx);
+                for f in &b.eor {
+                    match f.afi {
+                        Afi::Ipv4 => sweep_stale(v4, counts, b.peer, ctx),
+                        Afi::Ipv6 => sweep_stale(v6, counts, b.peer, ctx),
+                    }
+                }
+            }
+        });
+        out.merge(res);
+        out
+    }
+
+    /// ROUTE-REFRESH: re-send the peer's whole Adj-RIB-Out for `family`,
+    /// followed by End-of-RIB.
+    pub fn route_refresh(&mut self, id: PeerId, family: Family) -> Output {
+        let Some(p) = self.peers.get(&id) else { return Output::default() };
+        if !p.up {
+            return Output::default();
+        }
+        let params = self.params(&p.spec);
+        let facts = self.facts();
+        let mut ch = Changes::default();
+        for s in &self.shards {
+            match family.afi {
+                Afi::Ipv4 => refresh_table(&s.v4, id, &params, &facts, &mut ch),
+                Afi::Ipv6 => refresh_table(&s.v6, id, &params, &facts, &mut ch),
+            }
+        }
+        ch.v4.sort_by(|a, b| a.0.cmp(&b.0));
+        ch.v6.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut buf = Vec::new();
+        encode_changes(&ch, &params.codec_ctx(), &mut buf);
+        codec::encode_end_of_rib(family, &mut buf);
+        Output { messages: vec![(id, Arc::new(buf))], ..Output::default() }
+    }
+
+    /// Locally originated routes: ORIGIN IGP, empty AS_PATH, next hop self
+    /// on export.
+    pub fn originate(&mut self, prefixes: Vec<(Prefix, PathAttrs)>) -> Output {
+        let n = self.shards.len();
+        let mut ops: Vec<Vec<(Prefix, Arc<PathAttrs>)>> = vec![Vec::new(); n];
+        for (p, mut a) in prefixes {
+            a.origin = Some(Origin::Igp);
+            a.as_path = AsPath::default();
+            let a = self.interner.intern(a);
+            let s = match &p {
+                Prefix::V4(k) => shard_of4(k, n),
+                Prefix::V6(k) => shard_of6(k, n),
+            };
+            ops[s].push((p, a));
+        }
+        self.local_ops(ops)
+    }
+
+    /// Withdraw locally originated routes.
+    pub fn withdraw_originated(&mut self, prefixes: Vec<Prefix>) -> Output {
+        let n = self.shards.len();
+        let mut ops: Vec<Vec<(Prefix, Option<Arc<PathAttrs>>)>> = vec![Vec::new(); n];
+        for p in prefixes {
+            let s = match &p {
+                Prefix::V4(k) => shard_of4(k, n),
+                Prefix::V6(k) => shard_of6(k, n),
+            };
+            ops[s].push((p, None));
+        }
+        self.local_changes(ops)
+    }
+
+    fn local_ops(&mut self, ops: Vec<Vec<(Prefix, Arc<PathAttrs>)>>) -> Output {
+        self.local_changes(ops.into_iter().map(|v| v.into_iter().map(|(p, a)| (p, Some(a))).collect()).collect())
+    }
+
+    fn local_changes(&mut self, ops: Vec<Vec<(Prefix, Option<Arc<PathAttrs>>)>>) -> Output {
+        let ops = &ops;
+        self.pass(None, false, move |si, s, ctx| {
+            let Shard { v4, v6, counts } = s;
+            for (p, a) in &ops[si] {
+                let new = a.as_ref().map(|a| Path { peer: LOCAL_PEER, flags: 0, pre: a.clone(), post: Some(a.clone()) });
+                match p {
+                    Prefix::V4(k) => v4.change(counts, *k, LOCAL_PEER, new, ctx),
+                    Prefix::V6(k) => v6.change(counts, *k, LOCAL_PEER, new, ctx),
+                }
+            }
+        })
+    }
+
+    /// The peer's Adj-RIB-In (pre-policy), sorted by prefix.
+    pub fn adj_rib_in(&self, id: PeerId) -> Vec<(Prefix, Arc<PathAttrs>)> {
+        let mut v = Vec::new();
+        for s in &self.shards {
+            collect_in(&s.v4, id, &mut v);
+            collect_in(&s.v6, id, &mut v);
+        }
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    }
+
+    /// What the peer was last sent, sorted by prefix.
+    pub fn adj_rib_out(&self, id: PeerId) -> Vec<(Prefix, Arc<PathAttrs>)> {
+        let Some(p) = self.peers.get(&id) else { return Vec::new() };
+        let params = self.params(&p.spec);
+        let facts = self.facts();
+        let mut ch = Changes::default();
+        for s in &self.shards {
+            refresh_table(&s.v4, id, &params, &facts, &mut ch);
+            refresh_table(&s.v6, id, &params, &facts, &mut ch);
+        }
+        let mut v: Vec<(Prefix, Arc<PathAttrs>)> = ch
+            .v4
+            .into_iter()
+            .filter_map(|(k, a)| a.map(|a| (Prefix::V4(k), a)))
+            .chain(ch.v6.into_iter().filter_map(|(k, a)| a.map(|a| (Prefix::V6(k), a))))
+            .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    }
+
+    fn effective(&self, a: &Arc<PathAttrs>) -> Arc<PathAttrs> {
+        if a.local_pref.is_some() {
+            return a.clone();
+        }
+        let mut x = (**a).clone();
+        x.local_pref = Some(self.cfg.default_local_pref);
+        Arc::new(x)
+    }
+
+    /// Best path per prefix (peer `LOCAL_PEER` = locally originated), with
+    /// the effective LOCAL_PREF filled in; sorted by prefix.
+    pub fn loc_rib(&self) -> Vec<(Prefix, PeerId, Arc<PathAttrs>)> {
+        let mut v = Vec::new();
+        for s in &self.shards {
+            crate::rib::PMap::visit(&s.v4.dests, |k, d| {
+                if let Some((p, a)) = d.best() {
+                    v.push((Prefix::V4(k), p.peer, self.effective(a)));
+                }
+            });
+            crate::rib::PMap::visit(&s.v6.dests, |k, d| {
+                if let Some((p, a)) = d.best() {
+                    v.push((Prefix::V6(k), p.peer, self.effective(a)));
+                }
+            });
+        }
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    }
+
+    /// Every eligible (post-policy) path for `prefix`, best flagged.
+    pub fn lookup(&self, prefix: &Prefix) -> Vec<(PeerId, Arc<PathAttrs>, bool)> {
+        let n = self.shards.len();
+        let d = match prefix {
+            Prefix::V4(k) => crate::rib::PMap::get(&self.shards[shard_of4(k, n)].v4.dests, k),
+            Prefix::V6(k) => crate::rib::PMap::get(&self.shards[shard_of6(k, n)].v6.dests, k),
+        };
+        let Some(d) = d else { return Vec::new() };
+        d.paths
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| p.post.as_ref().map(|a| (p.peer, self.effective(a), i == 0)))
+            .collect()
+    }
+
+    pub fn counts(&self, id: PeerId) -> PeerCounts {
+        let mut c = Counts::default();
+        let mut adv = 0;
+        for s in &self.shards {
+            if let Some(x) = s.counts.get(&id) {
+                c.received += x.received;
+                c.accepted += x.accepted;
+                c.stale += x.stale;
+            }
+            adv += s.v4.out.get(&id).map_or(0, |m| crate::rib::PMap::size(m));
+            adv += s.v6.out.get(&id).map_or(0, |m| crate::rib::PMap::size(m));
+        }
+        PeerCounts { received: c.received as u64, accepted: c.accepted as u64, advertised: adv as u64, stale: c.stale as u64 }
+    }
+
+    /// Prefixes with a best path.
+    pub fn loc_rib_len(&self) -> usize {
+        let mut n = 0;
+        for s in &self.shards {
+            crate::rib::PMap::visit(&s.v4.dests, |_, d| n += d.best().is_some() as usize);
+            crate::rib::PMap::visit(&s.v6.dests, |_, d| n += d.best().is_some() as usize);
+        }
+        n
+    }
+
+    /// Distinct interned attribute sets in use.
+    pub fn attr_sets(&self) -> usize {
+        self.interner.live()
+    }
+
+    /// The configuration this engine was built with.
+    pub fn config(&self) -> &EngineConfig {
+        &self.cfg
+    }
+
+    /// Whether the peer is registered and Established.
+    pub fn is_up(&self, id: PeerId) -> bool {
+        self.peers.get(&id).is_some_and(|p| p.up)
+    }
+
+    /// Address of a registered peer.
+    pub fn peer_address(&self, id: PeerId) -> Option<IpAddr> {
+        self.peers.get(&id).map(|p| p.spec.address)
+    }
+}
+
+fn collect_in<K: Key>(t: &Tables<K>, id: PeerId, v: &mut Vec<(Prefix, Arc<PathAttrs>)>) {
+    crate::rib::PMap::visit(&t.dests, |k, d| {
+        if let Some(p) = d.paths.iter().find(|p| p.peer == id) {
+            v.push((k.prefix(), p.pre.clone()));
+        }
+    });
+}
+
+fn refresh_table<K: Key>(t: &Tables<K>, id: PeerId, params: &ExportParams, facts: &FxMap<PeerId, SrcFacts>, ch: &mut Changes) {
+    if let Some(o) = t.out.get(&id) {
+        crate::rib::PMap::visit(o, |k, _| {
+            if let Some(a) = t.current_export(k, id, params, facts) {
+                K::push(ch, k, Some(Arc::new(a)));
+            }
+        });
+    }
+}

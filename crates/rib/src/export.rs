@@ -1,0 +1,208 @@
+//! Export rules (RFC 4271 §9.1.3/§9.2, RFC 4456 §6/§8, RFC 1997 well-known
+//! communities) and update packing: one attribute encoding per distinct
+//! outgoing attribute set, prefixes packed behind it.
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
+
+use holdfast_wire::{attr_flags, well_known, Afi, Family, MpNextHop, PathAttrs, Prefix, Prefix4, Prefix6};
+
+use crate::codec::{self, CodecCtx};
+use crate::decision::SrcFacts;
+use crate::intern::FxMap;
+use crate::policy::{PolicyCtx, PolicyRef, PolicyVerdict};
+
+/// Everything about a target peer that influences what it is sent. Peers
+/// with equal [`GroupKey`]s form an update group.
+#[derive(Debug, Clone)]
+pub(crate) struct ExportParams {
+    pub ebgp: bool,
+    pub local_as: u32,
+    pub nh4: Option<Ipv4Addr>,
+    pub nh6: Option<Ipv6Addr>,
+    pub nh6_ll: Option<Ipv6Addr>,
+    pub four_octet_as: bool,
+    pub families: Vec<Family>,
+    pub rr_client: bool,
+    pub next_hop_self: bool,
+    pub policy: PolicyRef,
+    pub cluster_id: Ipv4Addr,
+    pub default_lp: u32,
+}
+
+pub(crate) type GroupKey = (bool, u32, Option<Ipv4Addr>, Option<Ipv6Addr>, Option<Ipv6Addr>, bool, Vec<Family>, bool, bool, usize);
+
+impl ExportParams {
+    pub(crate) fn key(&self) -> GroupKey {
+        let mut f = self.families.clone();
+        f.sort();
+        f.dedup();
+        (self.ebgp, self.local_as, self.nh4, self.nh6, self.nh6_ll, self.four_octet_as, f, self.rr_client, self.next_hop_self, self.policy.ident())
+    }
+
+    pub(crate) fn has_family(&self, afi: Afi) -> bool {
+        self.families.iter().any(|f| f.afi == afi && f.safi == holdfast_wire::Safi::Unicast)
+    }
+
+    pub(crate) fn codec_ctx(&self) -> CodecCtx {
+        CodecCtx { four_octet_as: self.four_octet_as, ibgp: !self.ebgp }
+    }
+
+    fn set_next_hop_self(&self, afi: Afi, a: &mut PathAttrs) {
+        match afi {
+            Afi::Ipv4 => {
+                if let Some(nh) = self.nh4 {
+                    a.next_hop = Some(nh);
+                }
+            }
+            Afi::Ipv6 => {
+                if let Some(nh) = self.nh6 {
+                    a.mp_next_hop = Some(MpNextHop { global: nh.into(), link_local: self.nh6_ll });
+                }
+            }
+        }
+    }
+}
+
+/// Computes the attributes sent to a peer with parameters `p` for a route
+/// learned from `src`, or None when the route must not be advertised.
+/// The caller has already excluded the source peer itself.
+pub(crate) fn export_route(p: &ExportParams, src: &SrcFacts, prefix: &Prefix, attrs: &PathAttrs) -> Option<PathAttrs> {
+    let afi = prefix.afi();
+    if !p.has_family(afi) {
+        return None;
+    }
+    if attrs.communities.contains(&well_known::NO_ADVERTISE) {
+        return None;
+    }
+    if p.ebgp && attrs.communities.iter().any(|c| *c == well_known::NO_EXPORT || *c == well_known::NO_EXPORT_SUBCONFED) {
+        return None;
+    }
+    let ibgp_learned = !src.local && !src.ebgp;
+    let reflect = ibgp_learned && !p.ebgp;
+    if reflect && !(src.rr_client || p.rr_client) {
+        return None;
+    }
+    let ctx = PolicyCtx { local_as: p.local_as, next_hop_v4: p.nh4, next_hop_v6: p.nh6 };
+    let (verdict, med_set) = p.policy.evaluate_ext(prefix, attrs, &ctx);
+    let mut out = match verdict {
+        PolicyVerdict::Reject => return None,
+        PolicyVerdict::Accept(a) => a.into_owned(),
+    };
+    if p.ebgp {
+        out.as_path.prepend(p.local_as, 1);
+        out.local_pref = None;
+        if !med_set {
+            out.med = None;
+        }
+        out.originator_id = None;
+        out.cluster_list.clear();
+        out.unknown.retain(|u| u.flags & attr_flags::TRANSITIVE != 0);
+        p.set_next_hop_self(afi, &mut out);
+    } else {
+        out.local_pref = Some(out.local_pref.unwrap_or(p.default_lp));
+        if reflect {
+            if out.originator_id.is_none() {
+                out.originator_id = Some(src.router_id);
+            }
+            out.cluster_list.insert(0, p.cluster_id);
+        }
+        if p.next_hop_self || src.local {
+            p.set_next_hop_self(afi, &mut out);
+        }
+    }
+    match afi {
+        Afi::Ipv4 => out.mp_next_hop = None,
+        Afi::Ipv6 => out.next_hop = None,
+    }
+    Some(out)
+}
+
+/// One peer's changes of a batch: final state per prefix.
+#[derive(Default, Clone)]
+pub(crate) struct Changes {
+    pub v4: Vec<(Prefix4, Option<Arc<PathAttrs>>)>,
+    pub v6: Vec<(Prefix6, Option<Arc<PathAttrs>>)>,
+}
+
+impl Changes {
+    pub(crate) fn append(&mut self, mut o: Changes) {
+        self.v4.append(&mut o.v4);
+        self.v6.append(&mut o.v6);
+    }
+
+    /// Same prefixes and same attribute allocations in the same order.
+    pub(crate) fn same_as(&self, o: &Changes) -> bool {
+        fn eq<P: PartialEq>(a: &[(P, Option<Arc<PathAttrs>>)], b: &[(P, Option<Arc<PathAttrs>>)]) -> bool {
+            a.len() == b.len()
+                && a.iter().zip(b).all(|(x, y)| {
+                    x.0 == y.0
+                        && match (&x.1, &y.1) {
+                            (None, None) => true,
+                            (Some(p), Some(q)) => Arc::ptr_eq(p, q) || **p == **q,
+                            _ => false,
+                        }
+                })
+        }
+        eq(&self.v4, &o.v4) && eq(&self.v6, &o.v6)
+    }
+}
+
+/// Groups announcements by attribute set (first appearance order).
+fn group_by_attrs<P: Copy>(list: &[(P, Option<Arc<PathAttrs>>)]) -> (Vec<P>, Vec<(Arc<PathAttrs>, Vec<P>)>) {
+    let mut withdrawn = Vec::new();
+    let mut groups: Vec<(Arc<PathAttrs>, Vec<P>)> = Vec::new();
+    let mut by_ptr: FxMap<usize, usize> = FxMap::default();
+    let mut by_val: hashbrown::HashMap<&PathAttrs, usize, ahash::RandomState> = hashbrown::HashMap::with_hasher(crate::intern::hasher());
+    for (p, a) in list {
+        match a {
+            None => withdrawn.push(*p),
+            Some(a) => {
+                let ptr = Arc::as_ptr(a) as usize;
+                let gi = match by_ptr.get(&ptr) {
+                    Some(g) => *g,
+                    None => {
+                        let g = *by_val.entry(&**a).or_insert_with(|| {
+                            groups.push((a.clone(), Vec::new()));
+                            groups.len() - 1
+                        });
+                        by_ptr.insert(ptr, g);
+                        g
+                    }
+                };
+                groups[gi].1.push(*p);
+            }
+        }
+    }
+    (withdrawn, groups)
+}
+
+/// Encodes a peer's changes as complete UPDATE messages.
+pub(crate) fn encode_changes(ch: &Changes, ctx: &CodecCtx, out: &mut Vec<u8>) {
+    let (w4, g4) = group_by_attrs(&ch.v4);
+    let (w6, g6) = group_by_attrs(&ch.v6);
+    if !w4.is_empty() {
+        let w: Vec<Prefix> = w4.into_iter().map(Prefix::V4).collect();
+        codec::pack_withdraw(&w, out);
+    }
+    if !w6.is_empty() {
+        let w: Vec<Prefix> = w6.into_iter().map(Prefix::V6).collect();
+        codec::pack_withdraw(&w, out);
+    }
+    let mut buf: Vec<Prefix> = Vec::new();
+    for (a, ps) in g4 {
+        let block = codec::encode_attrs(&a, ctx);
+        buf.clear();
+        buf.extend(ps.into_iter().map(Prefix::V4));
+        codec::pack_announce(&block, Afi::Ipv4, None, &buf, out);
+    }
+    for (a, ps) in g6 {
+        let mut v6 = (*a).clone();
+        let nh = v6.mp_next_hop.take();
+        v6.next_hop = None;
+        let block = codec::encode_attrs(&v6, ctx);
+        buf.clear();
+        buf.extend(ps.into_iter().map(Prefix::V6));
+        codec::pack_announce(&block, Afi::Ipv6, nh.as_ref(), &buf, out);
+    }
+}

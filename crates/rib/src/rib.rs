@@ -1,0 +1,376 @@
+//! Per-shard route storage: Adj-RIB-In (pre-policy) and Loc-RIB
+//! (post-policy, best first) live in one destination entry per prefix, and
+//! each peer's Adj-RIB-Out is a fingerprint map of what it was last sent.
+
+use std::sync::Arc;
+
+use holdfast_wire::{PathAttrs, Prefix, Prefix4, Prefix6};
+use smallvec::SmallVec;
+
+use crate::decision::{best_index, DecisionCtx, SrcFacts};
+use crate::export::{export_route, Changes, ExportParams};
+use crate::intern::{hash_attrs, FxMap};
+use crate::prefix_map::{split4, PrefixMap4};
+use crate::PeerId;
+
+pub(crate) const STALE: u8 = 1;
+
+/// One peer's path for a prefix: `pre` is the Adj-RIB-In entry, `post` the
+/// import-policy result (None = rejected, kept for soft reconfiguration).
+#[derive(Debug, Clone)]
+pub(crate) struct Path {
+    pub peer: PeerId,
+    pub flags: u8,
+    pub pre: Arc<PathAttrs>,
+    pub post: Option<Arc<PathAttrs>>,
+}
+
+/// All paths for a prefix; `paths[0]` is the best when it is eligible.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Dest {
+    pub paths: SmallVec<[Path; 1]>,
+}
+
+impl Dest {
+    pub(crate) fn best(&self) -> Option<(&Path, &Arc<PathAttrs>)> {
+        let p = self.paths.first()?;
+        p.post.as_ref().map(|a| (p, a))
+    }
+
+    fn best_id(&self) -> Option<(PeerId, usize)> {
+        self.best().map(|(p, a)| (p.peer, Arc::as_ptr(a) as usize))
+    }
+
+    /// Re-runs the decision process and moves the winner to index 0.
+    pub(crate) fn reselect(&mut self, ctx: &DecisionCtx<'_>) {
+        if self.paths.len() > 1 {
+            if let Some(i) = best_index(&self.paths, ctx) {
+                self.paths.swap(0, i);
+            }
+        }
+    }
+}
+
+/// Per-peer route counters of one shard.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Counts {
+    pub received: i64,
+    pub accepted: i64,
+    pub stale: i64,
+}
+
+impl Counts {
+    fn add(&mut self, p: &Path, sign: i64) {
+        self.received += sign;
+        if p.post.is_some() {
+            self.accepted += sign;
+        }
+        if p.flags & STALE != 0 {
+            self.stale += sign;
+        }
+    }
+}
+
+/// Minimal map interface shared by the IPv4 and IPv6 tables.
+pub(crate) trait PMap<K, V>: Default + Send {
+    fn get(&self, k: &K) -> Option<&V>;
+    fn get_mut(&mut self, k: &K) -> Option<&mut V>;
+    fn entry(&mut self, k: &K) -> &mut V
+    where
+        V: Default;
+    fn insert(&mut self, k: &K, v: V) -> Option<V>;
+    fn remove(&mut self, k: &K) -> Option<V>;
+    fn keys(&self) -> Vec<K>;
+    fn size(&self) -> usize;
+    fn visit(&self, f: impl FnMut(K, &V));
+}
+
+impl<V: Send> PMap<Prefix4, V> for PrefixMap4<V> {
+    fn get(&self, k: &Prefix4) -> Option<&V> {
+        PrefixMap4::get(self, k)
+    }
+    fn get_mut(&mut self, k: &Prefix4) -> Option<&mut V> {
+        PrefixMap4::get_mut(self, k)
+    }
+    fn entry(&mut self, k: &Prefix4) -> &mut V
+    where
+        V: Default,
+    {
+        self.entry_or_insert_with(k, V::default)
+    }
+    fn insert(&mut self, k: &Prefix4, v: V) -> Option<V> {
+        PrefixMap4::insert(self, k, v)
+    }
+    fn remove(&mut self, k: &Prefix4) -> Option<V> {
+        PrefixMap4::remove(self, k)
+    }
+    fn keys(&self) -> Vec<Prefix4> {
+        self.iter().map(|(k, _)| k).collect()
+    }
+    fn size(&self) -> usize {
+        self.len()
+    }
+    fn visit(&self, mut f: impl FnMut(Prefix4, &V)) {
+        for (k, v) in self.iter() {
+            f(k, v)
+        }
+    }
+}
+
+impl<V: Send> PMap<Prefix6, V> for FxMap<Prefix6, V> {
+    fn get(&self, k: &Prefix6) -> Option<&V> {
+        hashbrown::HashMap::get(self, k)
+    }
+    fn get_mut(&mut self, k: &Prefix6) -> Option<&mut V> {
+        hashbrown::HashMap::get_mut(self, k)
+    }
+    fn entry(&mut self, k: &Prefix6) -> &mut V
+    where
+        V: Default,
+    {
+        hashbrown::HashMap::entry(self, *k).or_default()
+    }
+    fn insert(&mut self, k: &Prefix6, v: V) -> Option<V> {
+        hashbrown::HashMap::insert(self, *k, v)
+    }
+    fn remove(&mut self, k: &Prefix6) -> Option<V> {
+        hashbrown::HashMap::remove(self, k)
+    }
+    fn keys(&self) -> Vec<Prefix6> {
+        hashbrown::HashMap::keys(self).copied().collect()
+    }
+    fn size(&self) -> usize {
+        self.len()
+    }
+    fn visit(&self, mut f: impl FnMut(Prefix6, &V)) {
+        for (k, v) in self.iter() {
+            f(*k, v)
+        }
+    }
+}
+
+/// A prefix type with its table types.
+pub(crate) trait Key: Copy + Ord + Send + Sync + 'static {
+    type DMap: PMap<Self, Dest>;
+    type OMap: PMap<Self, u64>;
+    fn prefix(self) -> Prefix;
+    fn push(ch: &mut Changes, k: Self, a: Option<Arc<PathAttrs>>);
+}
+
+impl Key for Prefix4 {
+    type DMap = PrefixMap4<Dest>;
+    type OMap = PrefixMap4<u64>;
+    fn prefix(self) -> Prefix {
+        Prefix::V4(self)
+    }
+    fn push(ch: &mut Changes, k: Self, a: Option<Arc<PathAttrs>>) {
+        ch.v4.push((k, a))
+    }
+}
+
+impl Key for Prefix6 {
+    type DMap = FxMap<Prefix6, Dest>;
+    type OMap = FxMap<Prefix6, u64>;
+    fn prefix(self) -> Prefix {
+        Prefix::V6(self)
+    }
+    fn push(ch: &mut Changes, k: Self, a: Option<Arc<PathAttrs>>) {
+        ch.v6.push((k, a))
+    }
+}
+
+/// Loc-RIB + Adj-RIB-Out tables of one address family in one shard.
+pub(crate) struct Tables<K: Key> {
+    pub dests: K::DMap,
+    /// Per peer: fingerprint of the attributes last advertised.
+    pub out: FxMap<PeerId, K::OMap>,
+    /// Prefixes whose best path changed since the last export pass.
+    pub dirty: Vec<K>,
+}
+
+impl<K: Key> Default for Tables<K> {
+    fn default() -> Self {
+        Tables { dests: K::DMap::default(), out: FxMap::default(), dirty: Vec::new() }
+    }
+}
+
+/// One shard: a disjoint slice of the prefix space.
+#[derive(Default)]
+pub(crate) struct Shard {
+    pub v4: Tables<Prefix4>,
+    pub v6: Tables<Prefix6>,
+    pub counts: FxMap<PeerId, Counts>,
+}
+
+pub(crate) fn shard_of4(p: &Prefix4, n: usize) -> usize {
+    let (b, _) = split4(p);
+    ((b as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) as usize % n
+}
+
+pub(crate) fn shard_of6(p: &Prefix6, n: usize) -> usize {
+    let x = ((p.addr >> 64) as u64) ^ ((p.addr >> 40) as u64) ^ p.len as u64;
+    (x.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) as usize % n
+}
+
+/// Who receives an export pass, and with which parameters.
+pub(crate) struct ExportEnv<'a> {
+    pub groups: &'a [ExportParams],
+    /// (peer, index into `groups`)
+    pub targets: &'a [(PeerId, usize)],
+    pub facts: &'a FxMap<PeerId, SrcFacts>,
+}
+
+type OutCache = FxMap<(usize, PeerId, usize), Option<(Arc<PathAttrs>, u64)>>;
+
+fn export_one(
+    env: &ExportEnv<'_>,
+    cache: &mut OutCache,
+    g: usize,
+    src: PeerId,
+    prefix: Prefix,
+    a: &Arc<PathAttrs>,
+) -> Option<(Arc<PathAttrs>, u64)> {
+    let p = &env.groups[g];
+    let compute = || {
+        let f = env.facts.get(&src)?;
+        export_route(p, f, &prefix, a).map(|o| {
+            let h = hash_attrs(&o);
+            (Arc::new(o), h)
+        })
+    };
+    if p.policy.prefix_dependent() {
+        return compute();
+    }
+    let key = (g * 2 + (prefix.afi() == holdfast_wire::Afi::Ipv6) as usize, src, Arc::as_ptr(a) as usize);
+    cache.entry(key).or_insert_with(compute).clone()
+}
+
+impl<K: Key> Tables<K> {
+    /// Sets (`new` = Some) or removes `peer`'s path for `k`, re-running the
+    /// decision and marking the prefix dirty if the best path changed.
+    pub(crate) fn change(&mut self, counts: &mut FxMap<PeerId, Counts>, k: K, peer: PeerId, new: Option<Path>, ctx: &DecisionCtx<'_>) {
+        let d = match &new {
+            Some(_) => self.dests.entry(&k),
+            None => match self.dests.get_mut(&k) {
+                Some(d) => d,
+                None => return,
+            },
+        };
+        let old_best = d.best_id();
+        let pos = d.paths.iter().position(|p| p.peer == peer);
+        let c = counts.entry(peer).or_default();
+        match (pos, new) {
+            (Some(i), Some(n)) => {
+                c.add(&d.paths[i], -1);
+                c.add(&n, 1);
+                d.paths[i] = n;
+            }
+            (Some(i), None) => {
+                c.add(&d.paths[i], -1);
+                d.paths.remove(i);
+            }
+            (None, Some(n)) => {
+                c.add(&n, 1);
+                d.paths.push(n);
+            }
+            (None, None) => return,
+        }
+        if d.paths.is_empty() {
+            self.dests.remove(&k);
+            if old_best.is_some() {
+                self.dirty.push(k);
+            }
+            return;
+        }
+        d.reselect(ctx);
+        if d.best_id() != old_best {
+            self.dirty.push(k);
+        }
+    }
+
+    /// Applies `f` to every path of `peer`; `f` returns the replacement
+    /// (None removes). Prefixes whose best changed become dirty.
+    pub(crate) fn map_peer(
+        &mut self,
+        counts: &mut FxMap<PeerId, Counts>,
+        peer: PeerId,
+        ctx: &DecisionCtx<'_>,
+        mut f: impl FnMut(K, &Path) -> Option<Option<Path>>,
+    ) {
+        let mut todo: Vec<(K, Option<Path>)> = Vec::new();
+        self.dests.visit(|k, d| {
+            if let Some(p) = d.paths.iter().find(|p| p.peer == peer) {
+                if let Some(r) = f(k, p) {
+                    todo.push((k, r));
+                }
+            }
+        });
+        todo.sort_by(|a, b| a.0.cmp(&b.0));
+        for (k, r) in todo {
+            self.change(counts, k, peer, r, ctx);
+        }
+    }
+
+    /// Exports the dirty prefixes (or `all`: every prefix known to the
+    /// Loc-RIB or to the targets' Adj-RIB-Out) to the targets; returns each
+    /// target's changes and updates its Adj-RIB-Out fingerprints.
+    pub(crate) fn export(&mut self, env: &ExportEnv<'_>, all: bool) -> Vec<Changes> {
+        let keys: Vec<K> = if all {
+            let mut ks = self.dests.keys();
+            for (peer, _) in env.targets {
+                if let Some(o) = self.out.get(peer) {
+                    ks.extend(o.keys());
+                }
+            }
+            ks.sort();
+            ks.dedup();
+            self.dirty.clear();
+            ks
+        } else {
+            std::mem::take(&mut self.dirty)
+        };
+        let mut res: Vec<Changes> = env.targets.iter().map(|_| Changes::default()).collect();
+        if env.targets.is_empty() {
+            return res;
+        }
+        let mut cache = OutCache::default();
+        let mut per_group: Vec<Option<(Arc<PathAttrs>, u64)>> = vec![None; env.groups.len()];
+        for k in keys {
+            let best = self.dests.get(&k).and_then(|d| d.best()).map(|(p, a)| (p.peer, a.clone()));
+            if let Some((src, a)) = &best {
+                for (g, slot) in per_group.iter_mut().enumerate() {
+                    *slot = export_one(env, &mut cache, g, *src, k.prefix(), a);
+                }
+            }
+            for (ti, (peer, g)) in env.targets.iter().enumerate() {
+                let want = match &best {
+                    Some((src, _)) if src != peer => per_group[*g].as_ref(),
+                    _ => None,
+                };
+                let out = self.out.entry(*peer).or_default();
+                match want {
+                    None => {
+                        if out.remove(&k).is_some() {
+                            K::push(&mut res[ti], k, None);
+                        }
+                    }
+                    Some((a, h)) => {
+                        if out.insert(&k, *h) != Some(*h) {
+                            K::push(&mut res[ti], k, Some(a.clone()));
+                        }
+                    }
+                }
+            }
+        }
+        res
+    }
+
+    /// Current export of `k` for one target (for queries and refresh).
+    pub(crate) fn current_export(&self, k: K, peer: PeerId, p: &ExportParams, facts: &FxMap<PeerId, SrcFacts>) -> Option<PathAttrs> {
+        let (src, a) = self.dests.get(&k)?.best()?;
+        if src.peer == peer {
+            return None;
+        }
+        export_route(p, facts.get(&src.peer)?, &k.prefix(), a)
+    }
+}

@@ -1,0 +1,496 @@
+//! The daemon task: owns the configuration, the routing instances, the peer
+//! tasks and the listeners; applies configuration (at start and on SIGHUP,
+//! touching only what changed) and answers control and metrics requests.
+
+use crate::control::{self, DaemonReq};
+use crate::convert::{self, Compiled};
+use crate::obs::{InstanceLabels, Metrics, PeerLabels};
+use crate::peer::{self, PeerCmd, PeerSettings, SharedStatus};
+use crate::rib_thread::{self, Mailboxes, QueryResult, RibCmd, RibHandle, RibQuery};
+use crate::socket;
+use anyhow::Context;
+use holdfast_api::{NeighborInfo, Request, Response, RibEntry, RibTable, Summary};
+use holdfast_config::{Config, Neighbor, NeighborKey};
+use holdfast_rib::PeerId;
+use holdfast_wire::{PathAttrs, Prefix};
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+use tokio::net::TcpListener;
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::mpsc;
+
+/// Accepting sockets are routed to peer tasks by (VRF, remote address).
+type Lookup = Arc<RwLock<HashMap<(Option<String>, IpAddr), mpsc::UnboundedSender<PeerCmd>>>>;
+
+struct Instance {
+    rib: RibHandle,
+    mailboxes: Mailboxes,
+    originated: BTreeMap<Prefix, PathAttrs>,
+}
+
+struct PeerEntry {
+    id: PeerId,
+    tx: mpsc::UnboundedSender<PeerCmd>,
+    status: SharedStatus,
+    neighbor: Neighbor,
+    vrf: Option<String>,
+}
+
+struct ListenerEntry {
+    listener: Arc<TcpListener>,
+    task: tokio::task::JoinHandle<()>,
+    md5: HashMap<IpAddr, String>,
+}
+
+struct Daemon {
+    path: PathBuf,
+    cfg: Config,
+    workers: Option<usize>,
+    control_override: Option<PathBuf>,
+    instances: HashMap<String, Instance>,
+    peers: HashMap<NeighborKey, PeerEntry>,
+    listeners: HashMap<(Option<String>, SocketAddr), ListenerEntry>,
+    lookup: Lookup,
+    metrics: Arc<Metrics>,
+    next_id: PeerId,
+    started: Instant,
+}
+
+pub async fn run(
+    path: PathBuf,
+    cfg: Config,
+    workers: Option<usize>,
+    control_override: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    let metrics = Arc::new(Metrics::new());
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let mut d = Daemon {
+        path,
+        cfg: cfg.clone(),
+        workers,
+        control_override,
+        instances: HashMap::new(),
+        peers: HashMap::new(),
+        listeners: HashMap::new(),
+        lookup: Arc::new(RwLock::new(HashMap::new())),
+        metrics,
+        next_id: 1,
+        started: Instant::now(),
+    };
+    d.apply(cfg, true)?;
+    control::serve_control(&d.cfg.global.control_socket, tx.clone())
+        .with_context(|| format!("control socket {}", d.cfg.global.control_socket.display()))?;
+    if let Some(addr) = d.cfg.global.metrics_listen {
+        control::serve_metrics(addr, tx.clone()).await.with_context(|| format!("metrics listener {addr}"))?;
+    }
+    let mut hup = signal(SignalKind::hangup())?;
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    tracing::info!(
+        asn = d.cfg.global.asn,
+        router_id = %d.cfg.global.router_id,
+        neighbors = d.peers.len(),
+        "holdfastd running"
+    );
+    loop {
+        tokio::select! {
+            Some(req) = rx.recv() => d.on_request(req).await,
+            _ = hup.recv() => {
+                if let Err(e) = d.reload() {
+                    tracing::error!("reload failed, keeping the running configuration: {e:#}");
+                }
+            }
+            _ = term.recv() => break,
+            _ = int.recv() => break,
+        }
+    }
+    d.shutdown().await;
+    Ok(())
+}
+
+impl Daemon {
+    fn reload(&mut self) -> anyhow::Result<String> {
+        let (mut cfg, warnings) = holdfast_config::load(&self.path)?;
+        if let Some(w) = self.workers {
+            cfg.global.workers = Some(w);
+        }
+        if let Some(p) = &self.control_override {
+            cfg.global.control_socket = p.clone();
+        }
+        for w in &warnings {
+            tracing::warn!("config: {w}");
+        }
+        let summary = self.apply(cfg, false)?;
+        tracing::info!("configuration reloaded: {summary}");
+        Ok(summary)
+    }
+
+    /// Brings the running state to `cfg`. At start everything is new; on a
+    /// reload only neighbours, policies, listeners and networks that changed
+    /// are touched.
+    fn apply(&mut self, cfg: Config, initial: bool) -> anyhow::Result<String> {
+        let compiled = convert::compile(&cfg).context("compiling policies")?;
+        let diff = holdfast_config::diff(&self.cfg, &cfg);
+        if !initial && diff.global_changed {
+            tracing::warn!("[global] changed: asn, router_id and listen take effect for new sessions only");
+        }
+        for inst in &cfg.instances {
+            if !self.instances.contains_key(&inst.name) {
+                let engine = holdfast_rib::Engine::new(convert::engine_config(&cfg, inst));
+                let mailboxes: Mailboxes = Arc::new(RwLock::new(HashMap::new()));
+                let rib = rib_thread::spawn(inst.name.clone(), engine, mailboxes.clone(), self.metrics.clone());
+                self.instances.insert(
+                    inst.name.clone(),
+                    Instance { rib, mailboxes, originated: BTreeMap::new() },
+                );
+            }
+        }
+        let mut added = 0;
+        let mut changed = 0;
+        let mut removed = 0;
+        let wanted: HashMap<NeighborKey, &Neighbor> = cfg.neighbors.iter().map(|n| (n.key(), n)).collect();
+        let gone: Vec<NeighborKey> = self.peers.keys().filter(|k| !wanted.contains_key(*k)).cloned().collect();
+        for key in gone {
+            self.remove_peer(&key);
+            removed += 1;
+        }
+        for n in &cfg.neighbors {
+            let key = n.key();
+            match self.peers.get(&key) {
+                None => {
+                    self.add_peer(&cfg, &compiled, n)?;
+                    added += 1;
+                }
+                Some(entry) => {
+                    let policy_changed = diff.policy_changed.contains(&key);
+                    let settings_changed = entry.neighbor != *n || diff.global_changed;
+                    if policy_changed || settings_changed {
+                        let settings = convert::peer_settings(&cfg, &compiled, n, entry.id)?;
+                        if policy_changed {
+                            self.instance(&settings.instance)?.rib.send(RibCmd::SetPolicies {
+                                peer: entry.id,
+                                import: settings.spec.import.clone(),
+                                export: settings.spec.export.clone(),
+                            });
+                        }
+                        let _ = entry.tx.send(PeerCmd::Reconfigure(Box::new(settings)));
+                        if let Some(e) = self.peers.get_mut(&key) {
+                            e.neighbor = n.clone();
+                        }
+                        changed += 1;
+                    }
+                }
+            }
+        }
+        self.sync_listeners(&cfg)?;
+        self.sync_networks(&cfg, &compiled)?;
+        self.cfg = cfg;
+        Ok(format!("{added} neighbour(s) added, {changed} changed, {removed} removed"))
+    }
+
+    fn instance(&self, name: &str) -> anyhow::Result<&Instance> {
+        self.instances.get(name).with_context(|| format!("unknown instance {name:?}"))
+    }
+
+    fn add_peer(&mut self, cfg: &Config, compiled: &Compiled, n: &Neighbor) -> anyhow::Result<()> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let settings: PeerSettings = convert::peer_settings(cfg, compiled, n, id)?;
+        let inst = self.instance(&settings.instance)?;
+        inst.rib.send(RibCmd::AddPeer(settings.spec.clone()));
+        let rib = inst.rib.clone();
+        let mailboxes = inst.mailboxes.clone();
+        let vrf = settings.sock.vrf.clone();
+        let address = settings.address;
+        let (tx, status) = peer::spawn(settings, rib, self.metrics.clone());
+        mailboxes.write().expect("mailboxes").insert(id, tx.clone());
+        self.lookup.write().expect("lookup").insert((vrf.clone(), address), tx.clone());
+        self.peers.insert(n.key(), PeerEntry { id, tx, status, neighbor: n.clone(), vrf });
+        Ok(())
+    }
+
+    fn remove_peer(&mut self, key: &NeighborKey) {
+        let Some(entry) = self.peers.remove(key) else { return };
+        let _ = entry.tx.send(PeerCmd::Shutdown);
+        if let Some(inst) = self.instances.get(&entry.neighbor.instance) {
+            inst.mailboxes.write().expect("mailboxes").remove(&entry.id);
+            inst.rib.send(RibCmd::RemovePeer(entry.id));
+        }
+        self.lookup.write().expect("lookup").remove(&(entry.vrf, entry.neighbor.address));
+    }
+
+    /// One listener per configured listen address and VRF in use, with the
+    /// MD5 keys of the neighbours that can reach it.
+    fn sync_listeners(&mut self, cfg: &Config) -> anyhow::Result<()> {
+        let mut vrfs: Vec<Option<String>> = vec![None];
+        for e in self.peers.values() {
+            if !vrfs.contains(&e.vrf) {
+                vrfs.push(e.vrf.clone());
+            }
+        }
+        let mut wanted = Vec::new();
+        for vrf in &vrfs {
+            for addr in &cfg.global.listen {
+                wanted.push((vrf.clone(), *addr));
+            }
+        }
+        self.listeners.retain(|k, l| {
+            let keep = wanted.contains(k);
+            if !keep {
+                l.task.abort();
+            }
+            keep
+        });
+        for key in wanted {
+            if self.listeners.contains_key(&key) {
+                continue;
+            }
+            let listener = match socket::listen(key.1, key.0.as_deref()) {
+                Ok(l) => Arc::new(l),
+                Err(e) => {
+                    tracing::error!(addr = %key.1, vrf = ?key.0, "cannot listen: {e}");
+                    continue;
+                }
+            };
+            tracing::info!(addr = %key.1, vrf = ?key.0, "listening");
+            let task = tokio::spawn(accept_loop(listener.clone(), key.0.clone(), self.lookup.clone()));
+            self.listeners.insert(key, ListenerEntry { listener, task, md5: HashMap::new() });
+        }
+        for ((vrf, addr), l) in self.listeners.iter_mut() {
+            let mut want: HashMap<IpAddr, String> = HashMap::new();
+            for e in self.peers.values() {
+                if &e.vrf == vrf && e.neighbor.address.is_ipv4() == addr.is_ipv4() {
+                    if let Some(key) = &e.neighbor.md5_password {
+                        want.insert(e.neighbor.address, key.0.clone());
+                    }
+                }
+            }
+            let stale: Vec<IpAddr> = l.md5.keys().filter(|ip| !want.contains_key(ip)).copied().collect();
+            for ip in stale {
+                if let Err(e) = socket::listener_md5(&l.listener, ip, None) {
+                    tracing::warn!(peer = %ip, "removing MD5 key: {e}");
+                }
+                l.md5.remove(&ip);
+            }
+            for (ip, key) in want {
+                if l.md5.get(&ip) != Some(&key) {
+                    socket::listener_md5(&l.listener, ip, Some(&key))
+                        .with_context(|| format!("MD5 key for {ip} on listener {addr}"))?;
+                    l.md5.insert(ip, key);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn sync_networks(&mut self, cfg: &Config, compiled: &Compiled) -> anyhow::Result<()> {
+        for (name, inst) in self.instances.iter_mut() {
+            let wanted = compiled.networks.get(name).cloned().unwrap_or_default();
+            let withdraw: Vec<Prefix> = inst.originated.keys().filter(|p| !wanted.contains_key(*p)).copied().collect();
+            let announce: Vec<(Prefix, PathAttrs)> = wanted
+                .iter()
+                .filter(|(p, a)| inst.originated.get(*p) != Some(*a))
+                .map(|(p, a)| (*p, a.clone()))
+                .collect();
+            if !withdraw.is_empty() {
+                inst.rib.send(RibCmd::WithdrawOriginated(withdraw));
+            }
+            if !announce.is_empty() {
+                tracing::info!(instance = %name, routes = announce.len(), "originating networks");
+                inst.rib.send(RibCmd::Originate(announce));
+            }
+            inst.originated = wanted;
+        }
+        let _ = cfg;
+        Ok(())
+    }
+
+    async fn shutdown(&mut self) {
+        tracing::info!("shutting down: sending Cease to every peer");
+        let keys: Vec<NeighborKey> = self.peers.keys().cloned().collect();
+        for k in keys {
+            self.remove_peer(&k);
+        }
+        // Give the writer tasks a bounded moment to put the Cease on the wire.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let _ = std::fs::remove_file(&self.cfg.global.control_socket);
+    }
+
+    async fn on_request(&mut self, req: DaemonReq) {
+        match req {
+            DaemonReq::Control(r, reply) => {
+                let resp = self.control(r).await;
+                let _ = reply.send(resp);
+            }
+            DaemonReq::Metrics(reply) => {
+                self.refresh_gauges().await;
+                let _ = reply.send(self.metrics.encode());
+            }
+        }
+    }
+
+    async fn counts(&self) -> HashMap<String, (usize, usize, HashMap<PeerId, holdfast_rib::PeerCounts>)> {
+        let mut out = HashMap::new();
+        for (name, inst) in &self.instances {
+            if let Some(QueryResult::Counts { loc_rib, attr_sets, peers }) = inst.rib.query(RibQuery::Counts).await {
+                out.insert(name.clone(), (loc_rib, attr_sets, peers));
+            }
+        }
+        out
+    }
+
+    async fn refresh_gauges(&self) {
+        let counts = self.counts().await;
+        for (name, (loc, attrs, peers)) in &counts {
+            let l = InstanceLabels { instance: name.clone() };
+            self.metrics.loc_rib_routes.get_or_create(&l).set(*loc as i64);
+            self.metrics.attr_sets.get_or_create(&l).set(*attrs as i64);
+            for e in self.peers.values().filter(|e| &e.neighbor.instance == name) {
+                if let Some(c) = peers.get(&e.id) {
+                    let pl = PeerLabels { instance: name.clone(), peer: e.neighbor.address.to_string() };
+                    self.metrics.prefixes_received.get_or_create(&pl).set(c.received as i64);
+                    self.metrics.prefixes_accepted.get_or_create(&pl).set(c.accepted as i64);
+                    self.metrics.prefixes_advertised.get_or_create(&pl).set(c.advertised as i64);
+                }
+            }
+        }
+    }
+
+    async fn control(&mut self, req: Request) -> Response {
+        match req {
+            Request::ShowNeighbors => {
+                let counts = self.counts().await;
+                let mut list: Vec<NeighborInfo> = self
+                    .peers
+                    .values()
+                    .map(|e| {
+                        let c = counts.get(&e.neighbor.instance).and_then(|(_, _, p)| p.get(&e.id)).cloned();
+                        convert::neighbor_info(&self.cfg, e.id, &e.neighbor, &e.status, c)
+                    })
+                    .collect();
+                list.sort_by(|a, b| (&a.instance, &a.address).cmp(&(&b.instance, &b.address)));
+                Response::neighbors(list)
+            }
+            Request::ShowSummary => {
+                let counts = self.counts().await;
+                let established = self
+                    .peers
+                    .values()
+                    .filter(|e| e.status.lock().map(|s| s.state == holdfast_fsm::State::Established).unwrap_or(false))
+                    .count();
+                Response::summary(Summary {
+                    router_id: self.cfg.global.router_id.to_string(),
+                    asn: self.cfg.global.asn,
+                    instances: self.instances.len(),
+                    neighbors_total: self.peers.len(),
+                    neighbors_established: established,
+                    loc_rib_routes: counts.iter().map(|(k, v)| (k.clone(), v.0 as u64)).collect(),
+                    uptime_secs: self.started.elapsed().as_secs(),
+                })
+            }
+            Request::ShowRib { instance, prefix, peer, table, limit } => {
+                match self.show_rib(instance, prefix, peer, table, limit).await {
+                    Ok(v) => Response::rib(v),
+                    Err(e) => Response::error(format!("{e:#}")),
+                }
+            }
+            Request::Reload => match self.reload() {
+                Ok(s) => Response::message(s),
+                Err(e) => Response::error(format!("reload failed, running configuration kept: {e:#}")),
+            },
+            Request::NeighborReset { address } => {
+                let Ok(ip) = address.parse::<IpAddr>() else {
+                    return Response::error(format!("{address}: not an IP address"));
+                };
+                let mut n = 0;
+                for e in self.peers.values().filter(|e| e.neighbor.address == ip) {
+                    let _ = e.tx.send(PeerCmd::AdminReset);
+                    n += 1;
+                }
+                if n == 0 {
+                    Response::error(format!("no neighbour {ip}"))
+                } else {
+                    Response::message(format!("reset {n} session(s)"))
+                }
+            }
+        }
+    }
+
+    async fn show_rib(
+        &self,
+        instance: Option<String>,
+        prefix: Option<String>,
+        peer: Option<String>,
+        table: RibTable,
+        limit: Option<usize>,
+    ) -> anyhow::Result<Vec<RibEntry>> {
+        let inst_name = instance.unwrap_or_else(|| "default".to_string());
+        let inst = self.instance(&inst_name)?;
+        let peer_entry = match &peer {
+            None => None,
+            Some(p) => {
+                let ip: IpAddr = p.parse().with_context(|| format!("{p}: not an IP address"))?;
+                Some(
+                    self.peers
+                        .values()
+                        .find(|e| e.neighbor.instance == inst_name && e.neighbor.address == ip)
+                        .with_context(|| format!("no neighbour {ip} in instance {inst_name}"))?,
+                )
+            }
+        };
+        let prefix: Option<Prefix> = match prefix {
+            None => None,
+            Some(p) => Some(p.parse().map_err(|e: String| anyhow::anyhow!(e))?),
+        };
+        let q = match (&table, peer_entry, prefix) {
+            (RibTable::In, Some(e), _) => RibQuery::AdjIn(e.id),
+            (RibTable::Out, Some(e), _) => RibQuery::AdjOut(e.id),
+            (RibTable::In | RibTable::Out, None, _) => anyhow::bail!("--peer is required for the in and out tables"),
+            (RibTable::Loc, _, Some(p)) => RibQuery::Lookup(p),
+            (RibTable::Loc, _, None) => RibQuery::Loc,
+        };
+        let Some(QueryResult::Routes(mut routes)) = inst.rib.query(q).await else {
+            anyhow::bail!("RIB thread did not answer");
+        };
+        if let Some(p) = prefix {
+            routes.retain(|r| r.0 == p);
+        }
+        if let (RibTable::Loc, Some(e)) = (&table, peer_entry) {
+            routes.retain(|r| r.1 == e.id);
+        }
+        routes.sort_by(|a, b| a.0.cmp(&b.0));
+        if let Some(l) = limit {
+            routes.truncate(l);
+        }
+        let names: HashMap<PeerId, String> =
+            self.peers.values().map(|e| (e.id, e.neighbor.address.to_string())).collect();
+        Ok(routes.into_iter().map(|(p, peer, a, best)| convert::rib_entry(p, names.get(&peer), &a, best)).collect())
+    }
+}
+
+async fn accept_loop(listener: Arc<TcpListener>, vrf: Option<String>, lookup: Lookup) {
+    loop {
+        let (stream, remote) = match listener.accept().await {
+            Ok(x) => x,
+            Err(e) => {
+                tracing::warn!("accept: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let ip = match remote.ip() {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(IpAddr::V6(v6)),
+            v4 => v4,
+        };
+        let tx = lookup.read().expect("lookup").get(&(vrf.clone(), ip)).cloned();
+        match tx {
+            Some(tx) => {
+                let _ = tx.send(PeerCmd::Inbound(stream));
+            }
+            None => tracing::info!(%remote, "connection from an unconfigured address refused"),
+        }
+    }
+}

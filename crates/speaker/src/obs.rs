@@ -1,0 +1,202 @@
+//! Observability: Prometheus metrics and the log lines that go with them.
+//!
+//! Each function here is the single call site for one kind of event: it
+//! updates the metric and emits the `tracing` event together, so logs and
+//! metrics cannot disagree. The peer span (instance, peer, asn) is entered
+//! by the caller.
+//!
+//! Served as text exposition format over plain HTTP/1.1 (`GET /metrics`).
+
+use holdfast_fsm::State;
+use holdfast_wire::Notification;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+use std::sync::Mutex;
+use std::time::Duration;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PeerLabels {
+    pub instance: String,
+    pub peer: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct InstanceLabels {
+    pub instance: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum MsgType {
+    Open,
+    Update,
+    Notification,
+    Keepalive,
+    RouteRefresh,
+    Other,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct MsgLabels {
+    instance: String,
+    peer: String,
+    r#type: MsgType,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NotifLabels {
+    instance: String,
+    peer: String,
+    direction: String,
+    code: u8,
+    subcode: u8,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TransitionLabels {
+    instance: String,
+    peer: String,
+    to: String,
+}
+
+pub struct Metrics {
+    registry: Mutex<Registry>,
+    session_state: Family<PeerLabels, Gauge>,
+    session_up: Family<PeerLabels, Gauge>,
+    transitions: Family<TransitionLabels, Counter>,
+    messages_in: Family<MsgLabels, Counter>,
+    notifications: Family<NotifLabels, Counter>,
+    bytes_out: Family<PeerLabels, Counter>,
+    pub prefixes_received: Family<PeerLabels, Gauge>,
+    pub prefixes_accepted: Family<PeerLabels, Gauge>,
+    pub prefixes_advertised: Family<PeerLabels, Gauge>,
+    pub loc_rib_routes: Family<InstanceLabels, Gauge>,
+    pub attr_sets: Family<InstanceLabels, Gauge>,
+    batch_seconds: Family<InstanceLabels, Histogram>,
+    updates_processed: Family<InstanceLabels, Counter>,
+    pub parse_seconds: Family<InstanceLabels, Counter<f64, AtomicU64>>,
+    pub decision_seconds: Family<InstanceLabels, Counter<f64, AtomicU64>>,
+}
+
+fn state_code(s: State) -> i64 {
+    match s {
+        State::Idle => 1,
+        State::Connect => 2,
+        State::Active => 3,
+        State::OpenSent => 4,
+        State::OpenConfirm => 5,
+        State::Established => 6,
+    }
+}
+
+fn msg_type(t: u8) -> MsgType {
+    match t {
+        1 => MsgType::Open,
+        2 => MsgType::Update,
+        3 => MsgType::Notification,
+        4 => MsgType::Keepalive,
+        5 => MsgType::RouteRefresh,
+        _ => MsgType::Other,
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut r = Registry::with_prefix("holdfast");
+        let m = Metrics {
+            registry: Mutex::new(Registry::default()),
+            session_state: Family::default(),
+            session_up: Family::default(),
+            transitions: Family::default(),
+            messages_in: Family::default(),
+            notifications: Family::default(),
+            bytes_out: Family::default(),
+            prefixes_received: Family::default(),
+            prefixes_accepted: Family::default(),
+            prefixes_advertised: Family::default(),
+            loc_rib_routes: Family::default(),
+            attr_sets: Family::default(),
+            batch_seconds: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.0001, 4.0, 10))),
+            updates_processed: Family::default(),
+            parse_seconds: Family::default(),
+            decision_seconds: Family::default(),
+        };
+        r.register("session_state", "FSM state (1 Idle .. 6 Established)", m.session_state.clone());
+        r.register("session_established", "1 when the session is Established", m.session_up.clone());
+        r.register("session_transitions", "FSM state changes by target state", m.transitions.clone());
+        r.register("messages_received", "BGP messages received by type", m.messages_in.clone());
+        r.register("notifications", "NOTIFICATIONs sent and received", m.notifications.clone());
+        r.register("bytes_sent", "Bytes queued to the peer", m.bytes_out.clone());
+        r.register("prefixes_received", "Prefixes in the Adj-RIB-In", m.prefixes_received.clone());
+        r.register("prefixes_accepted", "Prefixes accepted by import policy", m.prefixes_accepted.clone());
+        r.register("prefixes_advertised", "Prefixes in the Adj-RIB-Out", m.prefixes_advertised.clone());
+        r.register("loc_rib_routes", "Prefixes in the Loc-RIB", m.loc_rib_routes.clone());
+        r.register("attribute_sets", "Distinct interned attribute sets", m.attr_sets.clone());
+        r.register("rib_batch_seconds", "Time to process one batch of UPDATEs", m.batch_seconds.clone());
+        r.register("updates_processed", "UPDATE messages processed by the RIB", m.updates_processed.clone());
+        r.register("parse_seconds", "Time spent decoding UPDATEs", m.parse_seconds.clone());
+        r.register("decision_seconds", "Time spent in the decision process and export", m.decision_seconds.clone());
+        *m.registry.lock().expect("registry") = r;
+        m
+    }
+
+    pub fn peer_configured(&self, l: &PeerLabels) {
+        self.session_state.get_or_create(l).set(state_code(State::Idle));
+        self.session_up.get_or_create(l).set(0);
+    }
+
+    pub fn peer_removed(&self, l: &PeerLabels) {
+        self.session_state.remove(l);
+        self.session_up.remove(l);
+        self.prefixes_received.remove(l);
+        self.prefixes_accepted.remove(l);
+        self.prefixes_advertised.remove(l);
+    }
+
+    pub fn session_state(&self, l: &PeerLabels, from: State, to: State, reason: &str) {
+        tracing::info!(?from, ?to, reason, "state change");
+        self.session_state.get_or_create(l).set(state_code(to));
+        self.session_up.get_or_create(l).set(i64::from(to == State::Established));
+        let t = TransitionLabels { instance: l.instance.clone(), peer: l.peer.clone(), to: format!("{to:?}") };
+        self.transitions.get_or_create(&t).inc();
+    }
+
+    pub fn message_in(&self, l: &PeerLabels, t: u8) {
+        let m = MsgLabels { instance: l.instance.clone(), peer: l.peer.clone(), r#type: msg_type(t) };
+        self.messages_in.get_or_create(&m).inc();
+    }
+
+    pub fn notification(&self, l: &PeerLabels, direction: &str, n: &Notification) {
+        let m = NotifLabels {
+            instance: l.instance.clone(),
+            peer: l.peer.clone(),
+            direction: direction.to_string(),
+            code: n.code,
+            subcode: n.subcode,
+        };
+        self.notifications.get_or_create(&m).inc();
+    }
+
+    pub fn bytes_out(&self, l: &PeerLabels, n: usize) {
+        self.bytes_out.get_or_create(l).inc_by(n as u64);
+    }
+
+    pub fn rib_batch(&self, instance: &str, msgs: usize, took: Duration) {
+        let l = InstanceLabels { instance: instance.to_string() };
+        tracing::debug!(instance, msgs, took_us = took.as_micros() as u64, "RIB batch");
+        self.batch_seconds.get_or_create(&l).observe(took.as_secs_f64());
+        self.updates_processed.get_or_create(&l).inc_by(msgs as u64);
+    }
+
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        let r = self.registry.lock().expect("registry");
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &r);
+        out
+    }
+}

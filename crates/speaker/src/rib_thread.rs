@@ -1,0 +1,213 @@
+//! The route-processing side of one routing instance.
+//!
+//! Each instance (VRF) owns a `holdfast_rib::Engine` on a thread of its own,
+//! away from the I/O thread that runs sessions and timers, so that KEEPALIVEs
+//! and hold timers never wait behind route processing (TENSOR §3.1.2 keeps
+//! them on their own thread for the same reason). The engine parallelises
+//! internally: per-peer decoding (PBTS) and per-shard decisions.
+//!
+//! The thread drains every command that is already queued and merges runs
+//! of UPDATEs into one batch, so that work is amortised under load and a
+//! lone UPDATE is still processed at once.
+
+use crate::obs::Metrics;
+use holdfast_rib::{Engine, Output, PeerId, PeerSpec, PolicyRef};
+use holdfast_wire::{Family, Notification, PathAttrs, Prefix};
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::Instant;
+use tokio::sync::{mpsc, oneshot};
+
+/// Most UPDATE bodies merged into one engine batch.
+const MAX_BATCH_MSGS: usize = 4096;
+
+/// Commands from the I/O side.
+pub enum RibCmd {
+    AddPeer(PeerSpec),
+    RemovePeer(PeerId),
+    PeerUp { spec: PeerSpec, gen: u64 },
+    PeerDown { peer: PeerId, graceful: bool },
+    StaleTimeout(PeerId),
+    Updates { peer: PeerId, bodies: Vec<Vec<u8>> },
+    RouteRefresh { peer: PeerId, family: Family },
+    SetPolicies { peer: PeerId, import: PolicyRef, export: PolicyRef },
+    Originate(Vec<(Prefix, PathAttrs)>),
+    WithdrawOriginated(Vec<Prefix>),
+    Query(RibQuery, oneshot::Sender<QueryResult>),
+}
+
+/// Read-only questions for the CLI and metrics.
+pub enum RibQuery {
+    AdjIn(PeerId),
+    AdjOut(PeerId),
+    Loc,
+    Lookup(Prefix),
+    Counts,
+}
+
+pub enum QueryResult {
+    Routes(Vec<(Prefix, PeerId, Arc<PathAttrs>, bool)>),
+    Counts { loc_rib: usize, attr_sets: usize, peers: HashMap<PeerId, holdfast_rib::PeerCounts> },
+}
+
+/// What the RIB thread sends back to a peer task.
+pub enum ToPeer {
+    /// Encoded messages for the session generation `gen`.
+    Send { gen: u64, bytes: Arc<Vec<u8>> },
+    /// The session must be reset with this NOTIFICATION.
+    Reset { gen: u64, notification: Notification },
+}
+
+/// Peer task mailboxes, by engine peer id.
+pub type Mailboxes = Arc<RwLock<HashMap<PeerId, mpsc::UnboundedSender<crate::peer::PeerCmd>>>>;
+
+#[derive(Clone)]
+pub struct RibHandle {
+    tx: mpsc::UnboundedSender<RibCmd>,
+}
+
+impl RibHandle {
+    pub fn send(&self, cmd: RibCmd) {
+        // The RIB thread lives as long as the process; a send can only fail
+        // during shutdown, when there is nothing left to do with the command.
+        let _ = self.tx.send(cmd);
+    }
+
+    pub async fn query(&self, q: RibQuery) -> Option<QueryResult> {
+        let (tx, rx) = oneshot::channel();
+        self.send(RibCmd::Query(q, tx));
+        rx.await.ok()
+    }
+}
+
+/// Starts the RIB thread of instance `name`.
+pub fn spawn(name: String, engine: Engine, mailboxes: Mailboxes, metrics: Arc<Metrics>) -> RibHandle {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let thread_name = format!("rib-{name}");
+    std::thread::Builder::new()
+        .name(thread_name)
+        .spawn(move || RibThread { name, engine, rx, mailboxes, metrics, gens: HashMap::new() }.run())
+        .expect("spawning the RIB thread");
+    RibHandle { tx }
+}
+
+struct RibThread {
+    name: String,
+    engine: Engine,
+    rx: mpsc::UnboundedReceiver<RibCmd>,
+    mailboxes: Mailboxes,
+    metrics: Arc<Metrics>,
+    /// Current session generation per peer, stamped on outgoing messages so
+    /// that output computed for an old session never reaches a new one.
+    gens: HashMap<PeerId, u64>,
+}
+
+impl RibThread {
+    fn run(mut self) {
+        let mut pending: Option<RibCmd> = None;
+        loop {
+            let cmd = match pending.take() {
+                Some(c) => c,
+                None => match self.rx.blocking_recv() {
+                    Some(c) => c,
+                    None => return,
+                },
+            };
+            match cmd {
+                RibCmd::Updates { peer, bodies } => {
+                    let mut batch: Vec<(PeerId, Vec<u8>)> = bodies.into_iter().map(|b| (peer, b)).collect();
+                    while batch.len() < MAX_BATCH_MSGS {
+                        match self.rx.try_recv() {
+                            Ok(RibCmd::Updates { peer, bodies }) => batch.extend(bodies.into_iter().map(|b| (peer, b))),
+                            Ok(other) => {
+                                pending = Some(other);
+                                break;
+                            }
+                            Err(_) => break,
+                        }
+                    }
+                    let n = batch.len();
+                    let started = Instant::now();
+                    let out = self.engine.apply_raw(batch);
+                    self.metrics.rib_batch(&self.name, n, started.elapsed());
+                    self.dispatch(out);
+                }
+                other => self.handle(other),
+            }
+        }
+    }
+
+    fn handle(&mut self, cmd: RibCmd) {
+        let out = match cmd {
+            RibCmd::AddPeer(spec) => {
+                self.engine.add_peer(spec);
+                return;
+            }
+            RibCmd::RemovePeer(p) => {
+                self.gens.remove(&p);
+                self.engine.remove_peer(p)
+            }
+            RibCmd::PeerUp { spec, gen } => {
+                self.gens.insert(spec.id, gen);
+                self.engine.peer_up(spec)
+            }
+            RibCmd::PeerDown { peer, graceful } => self.engine.peer_down(peer, graceful),
+            RibCmd::StaleTimeout(p) => self.engine.stale_timeout(p),
+            RibCmd::Updates { .. } => unreachable!("batched in run()"),
+            RibCmd::RouteRefresh { peer, family } => self.engine.route_refresh(peer, family),
+            RibCmd::SetPolicies { peer, import, export } => self.engine.set_policies(peer, import, export),
+            RibCmd::Originate(routes) => self.engine.originate(routes),
+            RibCmd::WithdrawOriginated(p) => self.engine.withdraw_originated(p),
+            RibCmd::Query(q, reply) => {
+                let _ = reply.send(self.query(q));
+                return;
+            }
+        };
+        self.dispatch(out);
+    }
+
+    fn query(&self, q: RibQuery) -> QueryResult {
+        let tag = |peer: PeerId, v: Vec<(Prefix, Arc<PathAttrs>)>| {
+            v.into_iter().map(|(p, a)| (p, peer, a, false)).collect::<Vec<_>>()
+        };
+        match q {
+            RibQuery::AdjIn(p) => QueryResult::Routes(tag(p, self.engine.adj_rib_in(p))),
+            RibQuery::AdjOut(p) => QueryResult::Routes(tag(p, self.engine.adj_rib_out(p))),
+            RibQuery::Loc => QueryResult::Routes(
+                self.engine.loc_rib().into_iter().map(|(p, peer, a)| (p, peer, a, true)).collect(),
+            ),
+            RibQuery::Lookup(prefix) => QueryResult::Routes(
+                self.engine.lookup(&prefix).into_iter().map(|(peer, a, best)| (prefix, peer, a, best)).collect(),
+            ),
+            RibQuery::Counts => {
+                let peers = self.gens.keys().chain(self.mailboxes.read().expect("mailboxes").keys());
+                let peers = peers.map(|p| (*p, self.engine.counts(*p))).collect();
+                QueryResult::Counts {
+                    loc_rib: self.engine.loc_rib_len(),
+                    attr_sets: self.engine.attr_sets(),
+                    peers,
+                }
+            }
+        }
+    }
+
+    fn dispatch(&mut self, out: Output) {
+        for (peer, text) in &out.warnings {
+            tracing::warn!(instance = %self.name, peer, "{text}");
+        }
+        if out.messages.is_empty() && out.resets.is_empty() {
+            return;
+        }
+        let boxes = self.mailboxes.read().expect("mailboxes");
+        for (peer, bytes) in out.messages {
+            if let (Some(tx), Some(gen)) = (boxes.get(&peer), self.gens.get(&peer)) {
+                let _ = tx.send(crate::peer::PeerCmd::Rib(ToPeer::Send { gen: *gen, bytes }));
+            }
+        }
+        for (peer, notification) in out.resets {
+            if let (Some(tx), Some(gen)) = (boxes.get(&peer), self.gens.get(&peer)) {
+                let _ = tx.send(crate::peer::PeerCmd::Rib(ToPeer::Reset { gen: *gen, notification }));
+            }
+        }
+    }
+}
