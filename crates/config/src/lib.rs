@@ -11,7 +11,10 @@
 //! - Only the first validation error is reported.
 //! - `Network::prefixes` does not deduplicate overlapping `[[network]]`
 //!   entries; the RIB sees each originated prefix once per entry.
-//! - `NsrStore`'s `Debug` output includes a Redis password if one is given.
+//! - `Serialize` writes secrets (`md5_password`, a Redis password in
+//!   `nsr.store`) in clear text so that the output reloads; `Debug` redacts.
+
+#![forbid(unsafe_code)]
 
 mod diff;
 mod load;

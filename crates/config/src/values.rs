@@ -354,8 +354,9 @@ impl AfiSafi {
     }
 }
 
-/// Where the NSR state store lives (`[nsr] store`).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+/// Where the NSR state store lives (`[nsr] store`). `Debug` does not print
+/// the password.
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub enum NsrStore {
     /// `redis://[user:password@]host[:port][/db]` or `rediss://` (TLS).
     Redis {
@@ -371,6 +372,34 @@ pub enum NsrStore {
         sentinels: Vec<(String, u16)>,
         master: String,
     },
+}
+
+impl fmt::Debug for NsrStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NsrStore::Redis {
+                tls,
+                host,
+                port,
+                db,
+                username,
+                password,
+            } => f
+                .debug_struct("Redis")
+                .field("tls", tls)
+                .field("host", host)
+                .field("port", port)
+                .field("db", db)
+                .field("username", username)
+                .field("password", &password.as_ref().map(|_| "<redacted>"))
+                .finish(),
+            NsrStore::Sentinel { sentinels, master } => f
+                .debug_struct("Sentinel")
+                .field("sentinels", sentinels)
+                .field("master", master)
+                .finish(),
+        }
+    }
 }
 
 fn parse_host_port(s: &str, default_port: u16) -> Result<(String, u16), String> {

@@ -617,6 +617,10 @@ fn nsr_store_forms() {
         }
     );
     assert_eq!(r.to_string().parse::<NsrStore>().unwrap(), r);
+    assert!(
+        !format!("{r:?}").contains("pw"),
+        "password leaked into Debug"
+    );
     assert!("redis://:0".parse::<NsrStore>().is_err());
     assert!("redis://host:99999".parse::<NsrStore>().is_err());
     let (cfg, _) = ok(&format!(

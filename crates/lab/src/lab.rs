@@ -260,11 +260,12 @@ impl Lab {
             return Err(LabError::Invalid(format!("host `{name}` exists")));
         }
         let netns = format!("{}-{name}", self.run_id);
-        self.ns_create(&netns)?;
+        // Registered first so teardown removes the namespace even if setup fails halfway.
         self.hosts.push(HostInfo {
             name: name.to_string(),
-            netns,
+            netns: netns.clone(),
         });
+        self.ns_create(&netns)?;
         Ok(HostId(self.hosts.len() - 1))
     }
 
@@ -412,18 +413,23 @@ impl Lab {
     /// its own veth pair, configuring the given addresses on the host side.
     pub fn bridge(&mut self, name: &str, members: &[(HostId, Vec<IfAddr>)]) -> Result<BridgeId> {
         validate_name("bridge", name, 16)?;
+        if self.bridges.iter().any(|b| b.name == name) {
+            return Err(LabError::Invalid(format!("bridge `{name}` exists")));
+        }
         let idx = self.bridges.len() + 1;
         let netns = format!("{}-sw-{name}", self.run_id);
         let bridge_if = self.ifname(&format!("b{idx}"))?;
-        self.ns_create(&netns)?;
         self.bridges.push(BridgeInfo {
             name: name.to_string(),
             netns: netns.clone(),
             bridge_if: bridge_if.clone(),
             ports: Vec::new(),
         });
+        self.ns_create(&netns)?;
         run_ok(
-            &argv(&["ip", "-n", &netns, "link", "add", &bridge_if, "type", "bridge"]),
+            &argv(&[
+                "ip", "-n", &netns, "link", "add", &bridge_if, "type", "bridge",
+            ]),
             DEFAULT_CMD_TIMEOUT,
         )?;
         run_ok(
@@ -444,7 +450,9 @@ impl Lab {
                     "ip", "link", "add", &switch_if, "netns", &netns, "type", "veth", "peer",
                     "name", &host_if, "netns", &host_ns,
                 ]),
-                argv(&["ip", "-n", &netns, "link", "set", &switch_if, "master", &bridge_if]),
+                argv(&[
+                    "ip", "-n", &netns, "link", "set", &switch_if, "master", &bridge_if,
+                ]),
                 argv(&["ip", "-n", &netns, "link", "set", &switch_if, "up"]),
             ];
             for a in addrs {
@@ -540,8 +548,10 @@ impl Lab {
         }
         let stdout = self.work_dir.join("logs").join(format!("{base}.stdout"));
         let stderr = self.work_dir.join("logs").join(format!("{base}.stderr"));
-        let out_f = File::create(&stdout).map_err(io_ctx(format!("creating {}", stdout.display())))?;
-        let err_f = File::create(&stderr).map_err(io_ctx(format!("creating {}", stderr.display())))?;
+        let out_f =
+            File::create(&stdout).map_err(io_ctx(format!("creating {}", stdout.display())))?;
+        let err_f =
+            File::create(&stderr).map_err(io_ctx(format!("creating {}", stderr.display())))?;
         let child = Command::new(&full[0])
             .args(&full[1..])
             .envs(env.iter().copied())
@@ -606,7 +616,11 @@ impl Lab {
     }
 
     fn stop_many(&mut self, ids: &[ProcId]) {
-        let live: Vec<ProcId> = ids.iter().copied().filter(|&p| self.is_running(p)).collect();
+        let live: Vec<ProcId> = ids
+            .iter()
+            .copied()
+            .filter(|&p| self.is_running(p))
+            .collect();
         for &p in &live {
             let pid = self.procs[p.0].pid;
             send_signal(pid, Signal::Cont, true);
@@ -628,14 +642,13 @@ impl Lab {
     }
 
     fn capture_iface(&mut self, netns: &str, ifname: &str, label: &str) -> Result<()> {
-        if self
-            .captured
-            .iter()
-            .any(|(n, i)| n == netns && i == ifname)
-        {
+        if self.captured.iter().any(|(n, i)| n == netns && i == ifname) {
             return Ok(());
         }
-        let file = self.work_dir.join("pcap").join(format!("{label}-{ifname}.pcap"));
+        let file = self
+            .work_dir
+            .join("pcap")
+            .join(format!("{label}-{ifname}.pcap"));
         let file_s = file.to_string_lossy().into_owned();
         let full = argv(&[
             "ip", "netns", "exec", netns, "tcpdump", "-i", ifname, "-U", "-n", "-s", "0", "-Z",
@@ -664,12 +677,24 @@ impl Lab {
             .links
             .iter()
             .enumerate()
-            .map(|(i, l)| (self.netns(l.a).to_string(), l.if_a.clone(), format!("link{}", i + 1)))
+            .map(|(i, l)| {
+                (
+                    self.netns(l.a).to_string(),
+                    l.if_a.clone(),
+                    format!("link{}", i + 1),
+                )
+            })
             .collect();
         let bridges: Vec<(String, String, String)> = self
             .bridges
             .iter()
-            .map(|b| (b.netns.clone(), b.bridge_if.clone(), format!("bridge-{}", b.name)))
+            .map(|b| {
+                (
+                    b.netns.clone(),
+                    b.bridge_if.clone(),
+                    format!("bridge-{}", b.name),
+                )
+            })
             .collect();
         for (ns, ifname, label) in links.into_iter().chain(bridges) {
             self.capture_iface(&ns, &ifname, &label)?;

@@ -31,7 +31,9 @@ pub(crate) fn new_run_id() -> Result<String> {
 pub fn run_id_of(name: &str) -> Option<&str> {
     let rest = name.strip_prefix(NAME_PREFIX)?;
     let hex = rest.get(..6)?;
-    let ok = hex.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+    let ok = hex
+        .bytes()
+        .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
         && rest.as_bytes().get(6) == Some(&b'-');
     ok.then(|| &name[..NAME_PREFIX.len() + 6])
 }
@@ -71,7 +73,11 @@ pub fn list_netns() -> Result<Vec<String>> {
 /// Pids of processes living in namespace `ns`.
 pub(crate) fn netns_pids(ns: &str) -> Vec<u32> {
     run_ok(&argv(&["ip", "netns", "pids", ns]), DEFAULT_CMD_TIMEOUT)
-        .map(|s| s.split_whitespace().filter_map(|p| p.parse().ok()).collect())
+        .map(|s| {
+            s.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -110,4 +116,21 @@ pub fn cleanup_stale() -> Result<usize> {
     }
     let remaining = list_netns()?;
     Ok(stale.iter().filter(|n| !remaining.contains(n)).count())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recognises_only_harness_names() {
+        assert_eq!(run_id_of("hf0a1b2c-r1"), Some("hf0a1b2c"));
+        assert_eq!(run_id_of("hf0a1b2c-sw-lan"), Some("hf0a1b2c"));
+        assert_eq!(run_id_of("hfwire-23228"), None);
+        assert_eq!(run_id_of("hf0A1b2c-r1"), None);
+        assert_eq!(run_id_of("hf0a1b2cr1"), None);
+        assert_eq!(run_id_of("hf0a1"), None);
+        let id = new_run_id().unwrap();
+        assert_eq!(run_id_of(&format!("{id}-x")), Some(id.as_str()));
+    }
 }

@@ -50,6 +50,9 @@ struct RawTcpInfo {
     segs_in: u32,
 }
 
+// SAFETY: `#[repr(C)]` struct of integer fields only.
+unsafe impl sockopt::Pod for RawTcpInfo {}
+
 /// The useful subset of `TCP_INFO`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct TcpInfoLite {

@@ -8,7 +8,7 @@
 //! | module | standard | Linux API |
 //! |---|---|---|
 //! | [`md5`] | RFC 2385 TCP MD5 Signature Option | `setsockopt(IPPROTO_TCP, TCP_MD5SIG, struct tcp_md5sig)` |
-//! | [`ttl`] | RFC 5082 GTSM; eBGP multihop TTL | `IP_TTL`, `IP_MINTTL`, `IPV6_UNICAST_HOPS`, `IPV6_MINHOPCOUNT` |
+//! | [`ttl`](mod@ttl) | RFC 5082 GTSM; eBGP multihop TTL | `IP_TTL`, `IP_MINTTL`, `IPV6_UNICAST_HOPS`, `IPV6_MINHOPCOUNT` |
 //! | [`device`] | Linux VRF (l3mdev) binding | `SO_BINDTODEVICE`, `if_nametoindex(3)` |
 //! | [`info`] | session diagnostics | `getsockopt(IPPROTO_TCP, TCP_INFO, struct tcp_info)` |
 //!

@@ -43,9 +43,22 @@ pub(crate) fn set_bytes(
     }
 }
 
+/// Types for which every bit pattern, including all zeros, is a valid value,
+/// so the kernel may write any bytes into them.
+///
+/// # Safety
+/// Implement only for integers, arrays of them, and `#[repr(C)]` structs
+/// made solely of such fields.
+pub(crate) unsafe trait Pod: Copy {}
+
+// SAFETY: a C int accepts every bit pattern.
+unsafe impl Pod for libc::c_int {}
+// SAFETY: a byte array accepts every bit pattern.
+unsafe impl<const N: usize> Pod for [u8; N] {}
+
 /// Reads an option into a zero-initialised `T` and returns it together with
 /// the number of bytes the kernel filled in.
-pub(crate) fn get<T: Copy>(
+pub(crate) fn get<T: Pod>(
     fd: BorrowedFd<'_>,
     level: libc::c_int,
     name: libc::c_int,
@@ -67,9 +80,8 @@ pub(crate) fn get<T: Copy>(
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
-    // SAFETY: the buffer was zero-initialised and only POD types (integers,
-    // `#[repr(C)]` structs of integers) are read this way, for which all-zero
-    // and any kernel-written bytes are valid values.
+    // SAFETY: the buffer was zero-initialised and `T: Pod`, so all-zero and
+    // any bytes the kernel wrote form a valid `T`.
     Ok((unsafe { val.assume_init() }, len as usize))
 }
 

@@ -6,9 +6,10 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 
-use holdfast_wire::{Origin, PathAttrs};
+use holdfast_wire::Origin;
 use smallvec::SmallVec;
 
+use crate::attrs::Attrs;
 use crate::intern::FxMap;
 use crate::rib::Path;
 use crate::PeerId;
@@ -39,7 +40,7 @@ pub(crate) struct DecisionCtx<'a> {
 const UNKNOWN: SrcFacts =
     SrcFacts { ebgp: false, local: false, rr_client: false, router_id: Ipv4Addr::BROADCAST, addr: IpAddr::V4(Ipv4Addr::BROADCAST) };
 
-fn origin_rank(a: &PathAttrs) -> u8 {
+fn origin_rank(a: &Attrs) -> u8 {
     match a.origin {
         Some(Origin::Igp) => 0,
         Some(Origin::Egp) => 1,
@@ -58,7 +59,7 @@ fn keep_min<T, K: Ord>(c: &mut SmallVec<[T; 8]>, key: impl Fn(&T) -> K) {
 
 /// Index in `paths` of the best eligible path, or None.
 pub(crate) fn best_index(paths: &[Path], ctx: &DecisionCtx<'_>) -> Option<usize> {
-    let mut c: SmallVec<[(usize, &PathAttrs, &SrcFacts); 8]> = SmallVec::new();
+    let mut c: SmallVec<[(usize, &Attrs, &SrcFacts); 8]> = SmallVec::new();
     for (i, p) in paths.iter().enumerate() {
         if let Some(a) = &p.post {
             let f = ctx.peers.get(&p.peer).unwrap_or(&UNKNOWN);
@@ -75,12 +76,12 @@ pub(crate) fn best_index(paths: &[Path], ctx: &DecisionCtx<'_>) -> Option<usize>
     // 1. Highest LOCAL_PREF.
     keep_min(&mut c, |x| std::cmp::Reverse(x.1.local_pref.unwrap_or(ctx.default_lp)));
     // 2. Shortest AS_PATH.
-    keep_min(&mut c, |x| x.1.as_path.decision_len());
+    keep_min(&mut c, |x| x.1.decision_len());
     // 3. Lowest ORIGIN.
     keep_min(&mut c, |x| origin_rank(x.1));
     // 4. Lowest MED among routes from the same neighbouring AS.
     if c.len() > 1 {
-        let nas = |a: &PathAttrs| a.as_path.first_as().unwrap_or(ctx.local_as);
+        let nas = |a: &Attrs| a.first_as().unwrap_or(ctx.local_as);
         let snapshot: SmallVec<[(u32, u32); 8]> = c.iter().map(|x| (nas(x.1), x.1.med.unwrap_or(0))).collect();
         let acm = ctx.always_compare_med;
         let mut k = 0;
@@ -93,9 +94,9 @@ pub(crate) fn best_index(paths: &[Path], ctx: &DecisionCtx<'_>) -> Option<usize>
     // 5. eBGP over iBGP.
     keep_min(&mut c, |x| !x.2.ebgp);
     // 6. (IGP cost: not available.) RFC 4456 §9: shortest CLUSTER_LIST.
-    keep_min(&mut c, |x| x.1.cluster_list.len());
+    keep_min(&mut c, |x| x.1.cluster_list().len());
     // 7. Lowest BGP identifier; ORIGINATOR_ID replaces it when present.
-    keep_min(&mut c, |x| u32::from(x.1.originator_id.unwrap_or(x.2.router_id)));
+    keep_min(&mut c, |x| u32::from(x.1.originator_id().unwrap_or(x.2.router_id)));
     // 8. Lowest peer address.
     keep_min(&mut c, |x| x.2.addr);
     // Deterministic final tie-break: lowest peer id.

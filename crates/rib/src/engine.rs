@@ -1,5 +1,6 @@
 //! The [`Engine`]: peer bookkeeping and the parallel batch pipeline.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
@@ -7,6 +8,7 @@ use std::sync::Arc;
 use holdfast_wire::{Afi, AsPath, Family, Notification, Origin, PathAttrs, Prefix, Prefix4, Prefix6, Update};
 use rayon::prelude::*;
 
+use crate::attrs::Attrs;
 use crate::codec::{self, CodecCtx, Rfc7606Action};
 use crate::decision::{DecisionCtx, SrcFacts};
 use crate::export::{encode_changes, Changes, ExportParams};
@@ -42,7 +44,7 @@ enum Input {
 struct PeerBatch {
     peer: PeerId,
     /// (pre-policy, post-policy) attribute pairs referenced by the ops.
-    sets: Vec<(Arc<PathAttrs>, Option<Arc<PathAttrs>>)>,
+    sets: Vec<(Arc<Attrs>, Option<Arc<Attrs>>)>,
     ops4: Vec<Vec<(Prefix4, u32)>>,
     ops6: Vec<Vec<(Prefix6, u32)>>,
     eor: Vec<Family>,
@@ -87,9 +89,9 @@ impl ImportEnv<'_> {
     }
 
     /// Route-independent import checks (AS loop, RFC 4456 loops) and the
-    /// eBGP LOCAL_PREF rule. Returns None when rejected, with a reason.
-    fn sanitize(&self, spec: &PeerSpec, pre: &Arc<PathAttrs>) -> Result<Arc<PathAttrs>, &'static str> {
-        if pre.as_path.contains(spec.local_as) || pre.as_path.contains(self.cfg.local_as) {
+    /// eBGP LOCAL_PREF rule (ignored when received from an external peer).
+    fn sanitize<'a>(&self, spec: &PeerSpec, pre: &'a PathAttrs) -> Result<Cow<'a, PathAttrs>, &'static str> {
+        if pre.as_path.contains(spec.local_as) || (self.cfg.local_as != spec.local_as && pre.as_path.contains(self.cfg.local_as)) {
             return Err("AS loop");
         }
         if pre.originator_id == Some(self.cfg.router_id) {
@@ -99,25 +101,28 @@ impl ImportEnv<'_> {
             return Err("CLUSTER_LIST loop");
         }
         if spec.is_ebgp() && pre.local_pref.is_some() {
-            let mut a = (**pre).clone();
+            let mut a = pre.clone();
             a.local_pref = None;
-            return Ok(self.interner.intern(a));
+            return Ok(Cow::Owned(a));
         }
-        Ok(pre.clone())
+        Ok(Cow::Borrowed(pre))
     }
 
-    fn policy(&self, spec: &PeerSpec, prefix: &Prefix, base: &Arc<PathAttrs>) -> Option<Arc<PathAttrs>> {
+    /// Import policy over the sanitized attributes; `pre` is the interned
+    /// Adj-RIB-In form, reused when nothing changed.
+    fn policy(&self, spec: &PeerSpec, prefix: &Prefix, base: &Cow<'_, PathAttrs>, pre: &Arc<Attrs>) -> Option<Arc<Attrs>> {
         match spec.import.evaluate_ext(prefix, base, &import_ctx(spec)).0 {
             PolicyVerdict::Reject => None,
-            PolicyVerdict::Accept(std::borrow::Cow::Borrowed(_)) => Some(base.clone()),
-            PolicyVerdict::Accept(std::borrow::Cow::Owned(a)) => Some(self.interner.intern(a)),
+            PolicyVerdict::Accept(Cow::Borrowed(_)) if matches!(base, Cow::Borrowed(_)) => Some(pre.clone()),
+            PolicyVerdict::Accept(a) => Some(self.interner.intern(Attrs::from_path_attrs(&a))),
         }
     }
 
     /// Full import of one prefix (used by soft reconfiguration).
-    fn import(&self, spec: &PeerSpec, prefix: &Prefix, pre: &Arc<PathAttrs>) -> Option<Arc<PathAttrs>> {
-        let base = self.sanitize(spec, pre).ok()?;
-        self.policy(spec, prefix, &base)
+    fn import(&self, spec: &PeerSpec, prefix: &Prefix, pre: &Arc<Attrs>) -> Option<Arc<Attrs>> {
+        let full = pre.to_path_attrs();
+        let base = self.sanitize(spec, &full).ok()?;
+        self.policy(spec, prefix, &base, pre)
     }
 
     /// Was `peer`'s path for `p` accepted before this batch?
@@ -173,8 +178,8 @@ impl ImportEnv<'_> {
             }
             let mut ops: Vec<(Prefix, u32)> = u.withdrawn.iter().map(|p| (*p, WITHDRAW)).collect();
             if let (Some(attrs), false) = (u.attrs, u.announced.is_empty()) {
-                let pre = self.interner.intern(attrs);
-                let base = self.sanitize(spec, &pre);
+                let pre = self.interner.intern(Attrs::from_path_attrs(&attrs));
+                let base = self.sanitize(spec, &attrs);
                 if let Err(why) = base {
                     let i = match why {
                         "AS loop" => 0,
@@ -185,7 +190,7 @@ impl ImportEnv<'_> {
                 }
                 let shared = match (&base, per_prefix) {
                     (Ok(_), true) => None,
-                    (Ok(base), false) => Some(self.policy(spec, &u.announced[0], base)),
+                    (Ok(base), false) => Some(self.policy(spec, &u.announced[0], base, &pre)),
                     (Err(_), _) => Some(None),
                 };
                 let shared_idx = shared.map(|post| {
@@ -201,7 +206,7 @@ impl ImportEnv<'_> {
                         (Some(i), _) => i,
                         (None, Err(_)) => continue,
                         (None, Ok(base)) => {
-                            let post = self.policy(spec, p, base);
+                            let post = self.policy(spec, p, base, &pre);
                             match b.sets.last() {
                                 Some((lp, lpost))
                                     if Arc::ptr_eq(lp, &pre)
@@ -626,11 +631,11 @@ impl Engine {
     /// on export.
     pub fn originate(&mut self, prefixes: Vec<(Prefix, PathAttrs)>) -> Output {
         let n = self.shards.len();
-        let mut ops: Vec<Vec<(Prefix, Arc<PathAttrs>)>> = vec![Vec::new(); n];
+        let mut ops: Vec<Vec<(Prefix, Arc<Attrs>)>> = vec![Vec::new(); n];
         for (p, mut a) in prefixes {
             a.origin = Some(Origin::Igp);
             a.as_path = AsPath::default();
-            let a = self.interner.intern(a);
+            let a = self.interner.intern(Attrs::from_path_attrs(&a));
             let s = match &p {
                 Prefix::V4(k) => shard_of4(k, n),
                 Prefix::V6(k) => shard_of6(k, n),
@@ -643,7 +648,7 @@ impl Engine {
     /// Withdraw locally originated routes.
     pub fn withdraw_originated(&mut self, prefixes: Vec<Prefix>) -> Output {
         let n = self.shards.len();
-        let mut ops: Vec<Vec<(Prefix, Option<Arc<PathAttrs>>)>> = vec![Vec::new(); n];
+        let mut ops: Vec<Vec<(Prefix, Option<Arc<Attrs>>)>> = vec![Vec::new(); n];
         for p in prefixes {
             let s = match &p {
                 Prefix::V4(k) => shard_of4(k, n),
@@ -654,11 +659,11 @@ impl Engine {
         self.local_changes(ops)
     }
 
-    fn local_ops(&mut self, ops: Vec<Vec<(Prefix, Arc<PathAttrs>)>>) -> Output {
+    fn local_ops(&mut self, ops: Vec<Vec<(Prefix, Arc<Attrs>)>>) -> Output {
         self.local_changes(ops.into_iter().map(|v| v.into_iter().map(|(p, a)| (p, Some(a))).collect()).collect())
     }
 
-    fn local_changes(&mut self, ops: Vec<Vec<(Prefix, Option<Arc<PathAttrs>>)>>) -> Output {
+    fn local_changes(&mut self, ops: Vec<Vec<(Prefix, Option<Arc<Attrs>>)>>) -> Output {
         let ops = &ops;
         self.pass(None, false, move |si, s, ctx| {
             let Shard { v4, v6, counts } = s;
@@ -696,19 +701,16 @@ impl Engine {
         let mut v: Vec<(Prefix, Arc<PathAttrs>)> = ch
             .v4
             .into_iter()
-            .filter_map(|(k, a)| a.map(|a| (Prefix::V4(k), a)))
-            .chain(ch.v6.into_iter().filter_map(|(k, a)| a.map(|a| (Prefix::V6(k), a))))
+            .filter_map(|(k, a)| a.map(|a| (Prefix::V4(k), a.0)))
+            .chain(ch.v6.into_iter().filter_map(|(k, a)| a.map(|a| (Prefix::V6(k), a.0))))
             .collect();
         v.sort_by(|a, b| a.0.cmp(&b.0));
         v
     }
 
-    fn effective(&self, a: &Arc<PathAttrs>) -> Arc<PathAttrs> {
-        if a.local_pref.is_some() {
-            return a.clone();
-        }
-        let mut x = (**a).clone();
-        x.local_pref = Some(self.cfg.default_local_pref);
+    fn effective(&self, a: &Attrs) -> Arc<PathAttrs> {
+        let mut x = a.to_path_attrs();
+        x.local_pref = Some(x.local_pref.unwrap_or(self.cfg.default_local_pref));
         Arc::new(x)
     }
 
@@ -796,7 +798,7 @@ impl Engine {
 fn collect_in<K: Key>(t: &Tables<K>, id: PeerId, v: &mut Vec<(Prefix, Arc<PathAttrs>)>) {
     crate::rib::PMap::visit(&t.dests, |k, d| {
         if let Some(p) = d.paths.iter().find(|p| p.peer == id) {
-            v.push((k.prefix(), p.pre.clone()));
+            v.push((k.prefix(), Arc::new(p.pre.to_path_attrs())));
         }
     });
 }
@@ -805,7 +807,8 @@ fn refresh_table<K: Key>(t: &Tables<K>, id: PeerId, params: &ExportParams, facts
     if let Some(o) = t.out.get(&id) {
         crate::rib::PMap::visit(o, |k, _| {
             if let Some(a) = t.current_export(k, id, params, facts) {
-                K::push(ch, k, Some(Arc::new(a)));
+                let h = crate::intern::hash_of(&a);
+                K::push(ch, k, Some((Arc::new(a), h)));
             }
         });
     }

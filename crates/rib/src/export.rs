@@ -2,6 +2,7 @@
 //! communities) and update packing: one attribute encoding per distinct
 //! outgoing attribute set, prefixes packed behind it.
 
+use std::borrow::Cow;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
@@ -67,7 +68,7 @@ impl ExportParams {
 /// Computes the attributes sent to a peer with parameters `p` for a route
 /// learned from `src`, or None when the route must not be advertised.
 /// The caller has already excluded the source peer itself.
-pub(crate) fn export_route(p: &ExportParams, src: &SrcFacts, prefix: &Prefix, attrs: &PathAttrs) -> Option<PathAttrs> {
+pub(crate) fn export_route(p: &ExportParams, src: &SrcFacts, prefix: &Prefix, attrs: PathAttrs) -> Option<PathAttrs> {
     let afi = prefix.afi();
     if !p.has_family(afi) {
         return None;
@@ -84,11 +85,13 @@ pub(crate) fn export_route(p: &ExportParams, src: &SrcFacts, prefix: &Prefix, at
         return None;
     }
     let ctx = PolicyCtx { local_as: p.local_as, next_hop_v4: p.nh4, next_hop_v6: p.nh6 };
-    let (verdict, med_set) = p.policy.evaluate_ext(prefix, attrs, &ctx);
-    let mut out = match verdict {
+    let (verdict, med_set) = p.policy.evaluate_ext(prefix, &attrs, &ctx);
+    let changed = match verdict {
         PolicyVerdict::Reject => return None,
-        PolicyVerdict::Accept(a) => a.into_owned(),
+        PolicyVerdict::Accept(Cow::Borrowed(_)) => None,
+        PolicyVerdict::Accept(Cow::Owned(a)) => Some(a),
     };
+    let mut out = changed.unwrap_or(attrs);
     if p.ebgp {
         out.as_path.prepend(p.local_as, 1);
         out.local_pref = None;
@@ -118,11 +121,14 @@ pub(crate) fn export_route(p: &ExportParams, src: &SrcFacts, prefix: &Prefix, at
     Some(out)
 }
 
+/// Outgoing attributes with their fingerprint; None = withdraw.
+pub(crate) type Out = Option<(Arc<PathAttrs>, u64)>;
+
 /// One peer's changes of a batch: final state per prefix.
 #[derive(Default, Clone)]
 pub(crate) struct Changes {
-    pub v4: Vec<(Prefix4, Option<Arc<PathAttrs>>)>,
-    pub v6: Vec<(Prefix6, Option<Arc<PathAttrs>>)>,
+    pub v4: Vec<(Prefix4, Out)>,
+    pub v6: Vec<(Prefix6, Out)>,
 }
 
 impl Changes {
@@ -133,13 +139,13 @@ impl Changes {
 
     /// Same prefixes and same attribute allocations in the same order.
     pub(crate) fn same_as(&self, o: &Changes) -> bool {
-        fn eq<P: PartialEq>(a: &[(P, Option<Arc<PathAttrs>>)], b: &[(P, Option<Arc<PathAttrs>>)]) -> bool {
+        fn eq<P: PartialEq>(a: &[(P, Out)], b: &[(P, Out)]) -> bool {
             a.len() == b.len()
                 && a.iter().zip(b).all(|(x, y)| {
                     x.0 == y.0
                         && match (&x.1, &y.1) {
                             (None, None) => true,
-                            (Some(p), Some(q)) => Arc::ptr_eq(p, q) || **p == **q,
+                            (Some(p), Some(q)) => Arc::ptr_eq(&p.0, &q.0) || (p.1 == q.1 && *p.0 == *q.0),
                             _ => false,
                         }
                 })
@@ -148,24 +154,32 @@ impl Changes {
     }
 }
 
+/// Prefixes announced with one attribute set.
+type Group<P> = (Arc<PathAttrs>, Vec<P>);
+
 /// Groups announcements by attribute set (first appearance order).
-fn group_by_attrs<P: Copy>(list: &[(P, Option<Arc<PathAttrs>>)]) -> (Vec<P>, Vec<(Arc<PathAttrs>, Vec<P>)>) {
+fn group_by_attrs<P: Copy>(list: &[(P, Out)]) -> (Vec<P>, Vec<Group<P>>) {
     let mut withdrawn = Vec::new();
-    let mut groups: Vec<(Arc<PathAttrs>, Vec<P>)> = Vec::new();
+    let mut groups: Vec<Group<P>> = Vec::new();
     let mut by_ptr: FxMap<usize, usize> = FxMap::default();
-    let mut by_val: hashbrown::HashMap<&PathAttrs, usize, ahash::RandomState> = hashbrown::HashMap::with_hasher(crate::intern::hasher());
+    let mut by_hash: FxMap<u64, smallvec::SmallVec<[usize; 1]>> = FxMap::default();
     for (p, a) in list {
         match a {
             None => withdrawn.push(*p),
-            Some(a) => {
+            Some((a, h)) => {
                 let ptr = Arc::as_ptr(a) as usize;
                 let gi = match by_ptr.get(&ptr) {
                     Some(g) => *g,
                     None => {
-                        let g = *by_val.entry(&**a).or_insert_with(|| {
-                            groups.push((a.clone(), Vec::new()));
-                            groups.len() - 1
-                        });
+                        let cands = by_hash.entry(*h).or_default();
+                        let g = match cands.iter().find(|&&g| *groups[g].0 == **a) {
+                            Some(g) => *g,
+                            None => {
+                                groups.push((a.clone(), Vec::new()));
+                                cands.push(groups.len() - 1);
+                                groups.len() - 1
+                            }
+                        };
                         by_ptr.insert(ptr, g);
                         g
                     }

@@ -1,4 +1,4 @@
-//! Attribute interning (hash-consing): identical [`PathAttrs`] values share
+//! Attribute interning (hash-consing): identical [`Attrs`] values share
 //! one reference-counted allocation. Unused sets are swept when the table has
 //! grown enough since the last sweep, so the amortised cost stays O(1).
 
@@ -6,7 +6,7 @@ use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex};
 
 use hashbrown::HashTable;
-use holdfast_wire::PathAttrs;
+use crate::attrs::Attrs;
 
 const SHARDS: usize = 16;
 
@@ -15,15 +15,13 @@ pub(crate) fn hasher() -> ahash::RandomState {
     ahash::RandomState::with_seeds(0x243f_6a88_85a3_08d3, 0x1319_8a2e_0370_7344, 0xa409_3822_299f_31d0, 0x082e_fa98_ec4e_6c89)
 }
 
-pub(crate) fn hash_attrs(a: &PathAttrs) -> u64 {
-    let mut h = hasher().build_hasher();
-    a.hash(&mut h);
-    h.finish()
+pub(crate) fn hash_of<T: Hash>(a: &T) -> u64 {
+    hasher().hash_one(a)
 }
 
 /// Sharded intern table; safe to use from several rayon workers at once.
 pub(crate) struct Interner {
-    shards: Vec<Mutex<HashTable<(u64, Arc<PathAttrs>)>>>,
+    shards: Vec<Mutex<HashTable<(u64, Arc<Attrs>)>>>,
 }
 
 impl Default for Interner {
@@ -38,8 +36,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl Interner {
     /// Returns the shared allocation equal to `attrs`, creating it if needed.
-    pub(crate) fn intern(&self, attrs: PathAttrs) -> Arc<PathAttrs> {
-        let h = hash_attrs(&attrs);
+    pub(crate) fn intern(&self, attrs: Attrs) -> Arc<Attrs> {
+        let h = hash_of(&attrs);
         let mut t = lock(&self.shards[(h as usize) % SHARDS]);
         if let Some((_, a)) = t.find(h, |(eh, e)| *eh == h && **e == attrs) {
             return a.clone();

@@ -47,6 +47,7 @@
 //! - Policies whose matches depend on the prefix are evaluated per prefix
 //!   without caching on export.
 
+mod attrs;
 mod codec;
 mod decision;
 mod engine;

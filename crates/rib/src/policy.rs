@@ -69,6 +69,8 @@ pub enum Match {
     PathLenLe(usize),
     Family(Afi),
     Not(Box<Match>),
+    /// True if any of the inner matches holds (a list in one condition).
+    Any(Vec<Match>),
 }
 
 impl Match {
@@ -76,6 +78,7 @@ impl Match {
         match self {
             Match::PrefixList(_) | Match::Family(_) => true,
             Match::Not(m) => m.prefix_dependent(),
+            Match::Any(v) => v.iter().any(Match::prefix_dependent),
             _ => false,
         }
     }
@@ -94,6 +97,7 @@ impl Match {
             Match::PathLenLe(n) => a.as_path.decision_len() <= *n,
             Match::Family(f) => prefix.afi() == *f,
             Match::Not(m) => !m.eval(prefix, a),
+            Match::Any(v) => v.iter().any(|m| m.eval(prefix, a)),
         }
     }
 }

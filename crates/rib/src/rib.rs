@@ -7,9 +7,10 @@ use std::sync::Arc;
 use holdfast_wire::{PathAttrs, Prefix, Prefix4, Prefix6};
 use smallvec::SmallVec;
 
+use crate::attrs::Attrs;
 use crate::decision::{best_index, DecisionCtx, SrcFacts};
-use crate::export::{export_route, Changes, ExportParams};
-use crate::intern::{hash_attrs, FxMap};
+use crate::export::{export_route, Changes, ExportParams, Out};
+use crate::intern::{hash_of, FxMap};
 use crate::prefix_map::{split4, PrefixMap4};
 use crate::PeerId;
 
@@ -21,8 +22,8 @@ pub(crate) const STALE: u8 = 1;
 pub(crate) struct Path {
     pub peer: PeerId,
     pub flags: u8,
-    pub pre: Arc<PathAttrs>,
-    pub post: Option<Arc<PathAttrs>>,
+    pub pre: Arc<Attrs>,
+    pub post: Option<Arc<Attrs>>,
 }
 
 /// All paths for a prefix; `paths[0]` is the best when it is eligible.
@@ -32,7 +33,7 @@ pub(crate) struct Dest {
 }
 
 impl Dest {
-    pub(crate) fn best(&self) -> Option<(&Path, &Arc<PathAttrs>)> {
+    pub(crate) fn best(&self) -> Option<(&Path, &Arc<Attrs>)> {
         let p = self.paths.first()?;
         p.post.as_ref().map(|a| (p, a))
     }
@@ -154,7 +155,7 @@ pub(crate) trait Key: Copy + Ord + Send + Sync + 'static {
     type DMap: PMap<Self, Dest>;
     type OMap: PMap<Self, u64>;
     fn prefix(self) -> Prefix;
-    fn push(ch: &mut Changes, k: Self, a: Option<Arc<PathAttrs>>);
+    fn push(ch: &mut Changes, k: Self, a: Out);
 }
 
 impl Key for Prefix4 {
@@ -163,7 +164,7 @@ impl Key for Prefix4 {
     fn prefix(self) -> Prefix {
         Prefix::V4(self)
     }
-    fn push(ch: &mut Changes, k: Self, a: Option<Arc<PathAttrs>>) {
+    fn push(ch: &mut Changes, k: Self, a: Out) {
         ch.v4.push((k, a))
     }
 }
@@ -174,7 +175,7 @@ impl Key for Prefix6 {
     fn prefix(self) -> Prefix {
         Prefix::V6(self)
     }
-    fn push(ch: &mut Changes, k: Self, a: Option<Arc<PathAttrs>>) {
+    fn push(ch: &mut Changes, k: Self, a: Out) {
         ch.v6.push((k, a))
     }
 }
@@ -228,13 +229,13 @@ fn export_one(
     g: usize,
     src: PeerId,
     prefix: Prefix,
-    a: &Arc<PathAttrs>,
+    a: &Arc<Attrs>,
 ) -> Option<(Arc<PathAttrs>, u64)> {
     let p = &env.groups[g];
     let compute = || {
         let f = env.facts.get(&src)?;
-        export_route(p, f, &prefix, a).map(|o| {
-            let h = hash_attrs(&o);
+        export_route(p, f, &prefix, a.to_path_attrs()).map(|o| {
+            let h = hash_of(&o);
             (Arc::new(o), h)
         })
     };
@@ -356,7 +357,7 @@ impl<K: Key> Tables<K> {
                     }
                     Some((a, h)) => {
                         if out.insert(&k, *h) != Some(*h) {
-                            K::push(&mut res[ti], k, Some(a.clone()));
+                            K::push(&mut res[ti], k, Some((a.clone(), *h)));
                         }
                     }
                 }
@@ -371,6 +372,6 @@ impl<K: Key> Tables<K> {
         if src.peer == peer {
             return None;
         }
-        export_route(p, facts.get(&src.peer)?, &k.prefix(), a)
+        export_route(p, facts.get(&src.peer)?, &k.prefix(), a.to_path_attrs())
     }
 }

@@ -158,7 +158,7 @@ impl Metrics {
     }
 
     pub fn session_state(&self, l: &PeerLabels, from: State, to: State, reason: &str) {
-        tracing::info!(?from, ?to, reason, "state change");
+        tracing::debug!(?from, ?to, reason, "state change");
         self.session_state.get_or_create(l).set(state_code(to));
         self.session_up.get_or_create(l).set(i64::from(to == State::Established));
         let t = TransitionLabels { instance: l.instance.clone(), peer: l.peer.clone(), to: format!("{to:?}") };

@@ -21,7 +21,7 @@ use holdfast_wire::{
     decode_notification, decode_open, decode_route_refresh, encode_keepalive, encode_notification, encode_open,
     msg_type, Notification, HEADER_LEN,
 };
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
@@ -632,7 +632,3 @@ impl PeerTask {
         }
     }
 }
-
-/// Unspecified addresses of both families, for settings without a source.
-pub const UNSPEC4: Ipv4Addr = Ipv4Addr::UNSPECIFIED;
-pub const UNSPEC6: Ipv6Addr = Ipv6Addr::UNSPECIFIED;

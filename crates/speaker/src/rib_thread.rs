@@ -180,8 +180,8 @@ impl RibThread {
                 self.engine.lookup(&prefix).into_iter().map(|(peer, a, best)| (prefix, peer, a, best)).collect(),
             ),
             RibQuery::Counts => {
-                let peers = self.gens.keys().chain(self.mailboxes.read().expect("mailboxes").keys());
-                let peers = peers.map(|p| (*p, self.engine.counts(*p))).collect();
+                let ids: Vec<PeerId> = self.mailboxes.read().expect("mailboxes").keys().copied().collect();
+                let peers = ids.into_iter().map(|p| (p, self.engine.counts(p))).collect();
                 QueryResult::Counts {
                     loc_rib: self.engine.loc_rib_len(),
                     attr_sets: self.engine.attr_sets(),

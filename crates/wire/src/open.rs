@@ -272,7 +272,8 @@ fn encode_capability(c: &Capability, out: &mut Vec<u8>) {
 
 /// Append an OPEN message. Capabilities are packed into as few Capabilities
 /// parameters as fit 255 octets each; if the parameters exceed 255 octets in
-/// total, the RFC 9072 extended form is used with a single parameter.
+/// total (or one capability is longer than 253 octets of value), the RFC 9072
+/// extended form is used with a single parameter.
 pub fn encode_open(open: &Open, out: &mut Vec<u8>) {
     let s = begin_message(out, msg_type::OPEN);
     out.push(open.version);
@@ -294,7 +295,8 @@ pub fn encode_open(open: &Open, out: &mut Vec<u8>) {
         }
     }
     let classic_len: usize = params.iter().map(|p| 2 + p.len()).sum();
-    if classic_len <= 255 {
+    // A capability TLV can be 257 octets, which only the RFC 9072 form holds.
+    if classic_len <= 255 && params.iter().all(|p| p.len() <= 255) {
         out.push(classic_len as u8);
         for p in &params {
             out.extend_from_slice(&[PARAM_CAPABILITIES, p.len() as u8]);
@@ -405,6 +407,14 @@ mod tests {
         assert!(decode_open(&[4, 0, 1, 0, 90, 1, 1, 1, 1, 3, 2, 0]).is_err());
         assert!(decode_open(&[4, 0, 1, 0, 90, 1, 1, 1, 1, 0, 0]).is_err());
         assert!(decode_open(&[4, 0, 1]).is_err());
+    }
+
+    #[test]
+    fn capability_longer_than_a_classic_parameter() {
+        let o = open(vec![Capability::Unknown { code: 200, value: vec![1; 255] }]);
+        let mut v = Vec::new();
+        encode_open(&o, &mut v);
+        assert_eq!(decode_message(&v, &CodecCtx::default()).unwrap(), Message::Open(o));
     }
 
     #[test]

@@ -7,7 +7,9 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::{normalize_prefix, NeighborSpec, Peer, PeerKind, PeerSpec, RouteSpec, RouteView, SessionView};
+use super::{
+    normalize_prefix, NeighborSpec, Peer, PeerKind, PeerSpec, RouteSpec, RouteView, SessionView,
+};
 use crate::error::{io_ctx, LabError, Result};
 use crate::lab::{HostId, Lab, ProcId};
 use crate::wait::wait_for;
@@ -106,7 +108,11 @@ impl Bird {
         s.push_str("debug protocols { states, events };\n");
         s.push_str("protocol device { scan time 2; }\n");
         for (name, v6) in [("hf_static4", false), ("hf_static6", true)] {
-            let _ = writeln!(s, "protocol static {name} {{\n  {};", if v6 { "ipv6" } else { "ipv4" });
+            let _ = writeln!(
+                s,
+                "protocol static {name} {{\n  {};",
+                if v6 { "ipv6" } else { "ipv4" }
+            );
             for r in spec.routes.iter().filter(|r| r.is_v6() == v6) {
                 let _ = writeln!(s, "  route {} unreachable;", r.prefix);
             }
@@ -167,7 +173,9 @@ impl Bird {
         let needle = format!("{proto}: State changed to ");
         let (mut up, mut dropped, mut is_up) = (0, 0, false);
         for line in log.lines() {
-            let Some(idx) = line.find(&needle) else { continue };
+            let Some(idx) = line.find(&needle) else {
+                continue;
+            };
             let state = line[idx + needle.len()..].trim();
             if state == "up" {
                 up += 1;
@@ -185,6 +193,7 @@ impl Bird {
 fn parse_protocols(out: &str, spec: &PeerSpec, log: &str) -> Vec<SessionView> {
     let mut views = Vec::new();
     let mut current: Option<(usize, SessionView)> = None;
+    let mut in_neighbor_caps = false;
     let finish = |cur: Option<(usize, SessionView)>, views: &mut Vec<SessionView>| {
         if let Some((_, v)) = cur {
             views.push(v);
@@ -196,6 +205,7 @@ fn parse_protocols(out: &str, spec: &PeerSpec, log: &str) -> Vec<SessionView> {
         }
         if !line.starts_with(char::is_whitespace) {
             finish(current.take(), &mut views);
+            in_neighbor_caps = false;
             let cols: Vec<&str> = line.split_whitespace().collect();
             let Some(idx) = cols
                 .first()
@@ -205,7 +215,10 @@ fn parse_protocols(out: &str, spec: &PeerSpec, log: &str) -> Vec<SessionView> {
             else {
                 continue;
             };
-            let info = cols.get(5).copied().unwrap_or(cols.get(3).copied().unwrap_or(""));
+            let info = cols
+                .get(5)
+                .copied()
+                .unwrap_or(cols.get(3).copied().unwrap_or(""));
             let mut v = SessionView::new(spec.neighbors[idx].address, info);
             v.remote_as = Some(spec.neighbors[idx].remote_as);
             if v.is_established() {
@@ -220,8 +233,25 @@ fn parse_protocols(out: &str, spec: &PeerSpec, log: &str) -> Vec<SessionView> {
             current = Some((idx, v));
             continue;
         }
-        let Some((_, v)) = current.as_mut() else { continue };
+        let Some((_, v)) = current.as_mut() else {
+            continue;
+        };
         let t = line.trim();
+        if t == "Neighbor capabilities" {
+            in_neighbor_caps = true;
+            v.peer_graceful_restart = Some(false);
+            continue;
+        }
+        if in_neighbor_caps {
+            let indent = line.len() - line.trim_start().len();
+            if indent > 4 {
+                if t == "Graceful restart" {
+                    v.peer_graceful_restart = Some(true);
+                }
+                continue;
+            }
+            in_neighbor_caps = false;
+        }
         if let Some(rest) = t.strip_prefix("BGP state:") {
             v.raw_state = rest.trim().to_string();
             v.state = super::SessionState::parse(rest);
@@ -261,7 +291,9 @@ pub(crate) fn parse_routes(out: &str) -> Vec<RouteView> {
         if line.starts_with('\t') {
             let Some(r) = routes.last_mut() else { continue };
             let t = line.trim();
-            let Some((key, val)) = t.split_once(':') else { continue };
+            let Some((key, val)) = t.split_once(':') else {
+                continue;
+            };
             let val = val.trim();
             match key {
                 "BGP.origin" => r.origin = Some(val.to_ascii_lowercase()),
@@ -359,7 +391,10 @@ impl Peer for Bird {
             &[],
         )?);
         wait_for("bird control socket", Duration::from_secs(10), || {
-            Ok(bird.birdc(lab, &["show", "status"]).ok().filter(|o| o.contains("Daemon is up")))
+            Ok(bird
+                .birdc(lab, &["show", "status"])
+                .ok()
+                .filter(|o| o.contains("Daemon is up")))
         })?;
         Ok(bird)
     }
@@ -383,7 +418,8 @@ impl Peer for Bird {
         let mut routes = Vec::new();
         for (on, table) in [(n.families.0, "master4"), (n.families.1, "master6")] {
             if on {
-                let out = self.birdc(lab, &["show", "route", "table", table, "export", &p, "all"])?;
+                let out =
+                    self.birdc(lab, &["show", "route", "table", table, "export", &p, "all"])?;
                 routes.extend(parse_routes(&out));
             }
         }
@@ -410,12 +446,92 @@ impl Peer for Bird {
     }
 
     fn log_text(&self) -> Result<String> {
-        std::fs::read_to_string(&self.log).map_err(io_ctx(format!("reading {}", self.log.display())))
+        std::fs::read_to_string(&self.log)
+            .map_err(io_ctx(format!("reading {}", self.log.display())))
     }
 
     fn stop(&mut self, lab: &mut Lab) {
         if let Some(p) = self.proc.take() {
             lab.stop_proc(p);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ROUTES: &str = "BIRD 2.0.12 ready.
+Table master4:
+198.51.100.0/24      unicast [hf_n0 03:00:29.303] * (100) [AS64602i]
+\tvia 198.18.1.2 on hfaaaaaal1a
+\tType: BGP univ
+\tBGP.origin: IGP
+\tBGP.as_path: 65002 64602
+\tBGP.next_hop: 198.18.1.2
+\tBGP.med: 9
+\tBGP.local_pref: 100
+\tBGP.community: (65002,2) (65002,1)
+\tBGP.large_community: (65002, 1, 1)
+                     unicast [hf_n1 03:00:30.000] (100) [AS65002i]
+\tvia 198.18.2.2 on hfaaaaaal2a
+\tBGP.as_path: 65002
+\tBGP.next_hop: 198.18.2.2
+
+Table master6:
+2001:db8:2::/48      unicast [hf_n1 03:00:28.926] * (100) [AS65002i]
+\tvia fd00:0:0:1::2 on hfaaaaaal1a
+\tBGP.next_hop: fd00:0:0:1::2 fe80::543c:71ff:feb9:8e0a
+";
+
+    #[test]
+    fn parses_routes_with_attributes_and_continuations() {
+        let r = parse_routes(ROUTES);
+        assert_eq!(r.len(), 3);
+        assert_eq!(r[0].prefix, "198.51.100.0/24");
+        assert_eq!(r[0].as_path, vec![65002, 64602]);
+        assert_eq!(r[0].communities, vec![(65002, 1), (65002, 2)]);
+        assert_eq!(r[0].large_communities, vec![(65002, 1, 1)]);
+        assert_eq!((r[0].med, r[0].local_pref), (Some(9), Some(100)));
+        assert_eq!(r[1].prefix, "198.51.100.0/24");
+        assert_eq!(r[1].next_hop, Some("198.18.2.2".parse().unwrap()));
+        assert_eq!(r[2].next_hop, Some("fd00:0:0:1::2".parse().unwrap()));
+    }
+
+    #[test]
+    fn parses_protocols_and_log_transitions() {
+        let spec = PeerSpec::new(65001, "192.0.2.1".parse().unwrap())
+            .neighbor(NeighborSpec::new("198.18.1.2".parse().unwrap(), 65002));
+        let out = "BIRD 2.0.12 ready.
+Name       Proto      Table      State  Since         Info
+device1    Device     ---        up     1795316389
+hf_n0      BGP        ---        up     1795316389    Established
+  BGP state:          Established
+    Neighbor AS:      65002
+    Neighbor capabilities
+      Multiprotocol
+        AF announced: ipv4
+      Graceful restart
+      4-octet AS numbers
+    Session:          external AS4
+  Channel ipv4
+    Routes:         3 imported, 2 exported, 3 preferred
+";
+        let log = "x <TRACE> hf_n0: State changed to up\nx <TRACE> hf_n0: State changed to stop\n\
+                   x <TRACE> hf_n0: State changed to down\nx <TRACE> hf_n0: State changed to up\n";
+        let v = parse_protocols(out, &spec, log);
+        assert_eq!(v.len(), 1);
+        assert!(v[0].is_established());
+        assert_eq!(v[0].remote_as, Some(65002));
+        assert_eq!(
+            (v[0].prefixes_received, v[0].prefixes_sent),
+            (Some(3), Some(2))
+        );
+        assert_eq!(
+            (v[0].established_count, v[0].dropped_count),
+            (Some(2), Some(1))
+        );
+        assert!(v[0].uptime_secs.is_some());
+        assert_eq!(v[0].peer_graceful_restart, Some(true));
     }
 }

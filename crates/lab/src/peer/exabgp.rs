@@ -13,7 +13,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 
-use super::{normalize_prefix, NeighborSpec, Peer, PeerKind, PeerSpec, RouteSpec, RouteView, SessionView};
+use super::{
+    normalize_prefix, NeighborSpec, Peer, PeerKind, PeerSpec, RouteSpec, RouteView, SessionView,
+};
 use crate::error::{io_ctx, LabError, Result};
 use crate::lab::{HostId, Lab, ProcId};
 use crate::wait::wait_for;
@@ -61,11 +63,26 @@ struct NeighborState {
     up_since: Option<f64>,
     ups: u32,
     downs: u32,
+    peer_gr: Option<bool>,
     rib: BTreeMap<String, RouteView>,
 }
 
-fn announce_line(n: &NeighborSpec, r: &RouteSpec) -> String {
-    let mut s = format!("neighbor {} announce route {} next-hop ", n.address, r.prefix);
+/// The AS path ExaBGP must be told to send: it sends an explicit `as-path` verbatim, so
+/// on eBGP the local AS is put in front to match the other peers' behaviour.
+fn wire_as_path(n: &NeighborSpec, r: &RouteSpec, local_as: u32) -> Vec<u32> {
+    let mut path = Vec::with_capacity(r.as_path.len() + 1);
+    if !r.as_path.is_empty() && n.remote_as != local_as {
+        path.push(local_as);
+    }
+    path.extend(&r.as_path);
+    path
+}
+
+fn announce_line(n: &NeighborSpec, r: &RouteSpec, local_as: u32) -> String {
+    let mut s = format!(
+        "neighbor {} announce route {} next-hop ",
+        n.address, r.prefix
+    );
     match r.next_hop {
         Some(nh) => {
             let _ = write!(s, "{nh}");
@@ -77,7 +94,11 @@ fn announce_line(n: &NeighborSpec, r: &RouteSpec) -> String {
         let _ = write!(s, " med {m}");
     }
     if !r.communities.is_empty() {
-        let c: Vec<String> = r.communities.iter().map(|(a, b)| format!("{a}:{b}")).collect();
+        let c: Vec<String> = r
+            .communities
+            .iter()
+            .map(|(a, b)| format!("{a}:{b}"))
+            .collect();
         let _ = write!(s, " community [ {} ]", c.join(" "));
     }
     if !r.large_communities.is_empty() {
@@ -88,8 +109,9 @@ fn announce_line(n: &NeighborSpec, r: &RouteSpec) -> String {
             .collect();
         let _ = write!(s, " large-community [ {} ]", c.join(" "));
     }
-    if !r.as_path.is_empty() {
-        let p: Vec<String> = r.as_path.iter().map(u32::to_string).collect();
+    let path = wire_as_path(n, r, local_as);
+    if !path.is_empty() {
+        let p: Vec<String> = path.iter().map(u32::to_string).collect();
         let _ = write!(s, " as-path [ {} ]", p.join(" "));
     }
     s
@@ -108,8 +130,16 @@ fn neighbor_conf(n: &NeighborSpec, spec: &PeerSpec) -> Result<String> {
         LabError::Invalid(format!("exabgp neighbor {} needs local_address", n.address))
     })?;
     let mut s = format!("neighbor {} {{\n", n.address);
-    let _ = writeln!(s, "  router-id {};\n  local-address {local};", spec.router_id);
-    let _ = writeln!(s, "  local-as {};\n  peer-as {};", spec.local_as, n.remote_as);
+    let _ = writeln!(
+        s,
+        "  router-id {};\n  local-address {local};",
+        spec.router_id
+    );
+    let _ = writeln!(
+        s,
+        "  local-as {};\n  peer-as {};",
+        spec.local_as, n.remote_as
+    );
     if let Some(h) = n.hold_time {
         let _ = writeln!(s, "  hold-time {h};");
     }
@@ -162,7 +192,10 @@ fn attrs_view(attr: Option<&Value>) -> RouteView {
         .flatten()
         .filter_map(|c| {
             let c = c.as_array()?;
-            Some((u16::try_from(c.first()?.as_u64()?).ok()?, u16::try_from(c.get(1)?.as_u64()?).ok()?))
+            Some((
+                u16::try_from(c.first()?.as_u64()?).ok()?,
+                u16::try_from(c.get(1)?.as_u64()?).ok()?,
+            ))
         })
         .collect();
     r.large_communities = a
@@ -195,7 +228,9 @@ fn nlri_text(v: &Value) -> Option<&str> {
 fn replay(events: &str) -> HashMap<IpAddr, NeighborState> {
     let mut map: HashMap<IpAddr, NeighborState> = HashMap::new();
     for line in events.lines().filter(|l| l.starts_with('{')) {
-        let Ok(ev) = serde_json::from_str::<Value>(line) else { continue };
+        let Ok(ev) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
         let Some(peer) = ev
             .pointer("/neighbor/address/peer")
             .and_then(Value::as_str)
@@ -206,7 +241,10 @@ fn replay(events: &str) -> HashMap<IpAddr, NeighborState> {
         let st = map.entry(peer).or_default();
         match ev.get("type").and_then(Value::as_str) {
             Some("state") => {
-                let s = ev.pointer("/neighbor/state").and_then(Value::as_str).unwrap_or("");
+                let s = ev
+                    .pointer("/neighbor/state")
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
                 st.state = s.to_string();
                 match s {
                     "up" => {
@@ -222,9 +260,27 @@ fn replay(events: &str) -> HashMap<IpAddr, NeighborState> {
                     _ => {}
                 }
             }
+            Some("open")
+                if ev.pointer("/neighbor/direction").and_then(Value::as_str) == Some("receive") =>
+            {
+                let caps = ev
+                    .pointer("/neighbor/open/capabilities")
+                    .and_then(Value::as_object);
+                st.peer_gr = Some(caps.into_iter().flatten().any(|(_, c)| {
+                    c.get("name").and_then(Value::as_str) == Some("graceful restart")
+                }));
+            }
             Some("update") => {
-                let Some(u) = ev.pointer("/neighbor/message/update") else { continue };
-                for fams in u.get("withdraw").and_then(Value::as_object).into_iter().flatten().map(|(_, v)| v) {
+                let Some(u) = ev.pointer("/neighbor/message/update") else {
+                    continue;
+                };
+                for fams in u
+                    .get("withdraw")
+                    .and_then(Value::as_object)
+                    .into_iter()
+                    .flatten()
+                    .map(|(_, v)| v)
+                {
                     for n in fams.as_array().into_iter().flatten().filter_map(nlri_text) {
                         if let Ok(p) = normalize_prefix(n) {
                             st.rib.remove(&p);
@@ -232,7 +288,12 @@ fn replay(events: &str) -> HashMap<IpAddr, NeighborState> {
                     }
                 }
                 let base = attrs_view(u.get("attribute"));
-                for (_, by_nh) in u.get("announce").and_then(Value::as_object).into_iter().flatten() {
+                for (_, by_nh) in u
+                    .get("announce")
+                    .and_then(Value::as_object)
+                    .into_iter()
+                    .flatten()
+                {
                     for (nh, nlris) in by_nh.as_object().into_iter().flatten() {
                         for n in nlris.as_array().into_iter().flatten().filter_map(nlri_text) {
                             let Ok(p) = normalize_prefix(n) else { continue };
@@ -262,7 +323,8 @@ impl Exabgp {
             text.push_str(l);
             text.push('\n');
         }
-        f.write_all(text.as_bytes()).map_err(io_ctx("writing exabgp command file"))
+        f.write_all(text.as_bytes())
+            .map_err(io_ctx("writing exabgp command file"))
     }
 
     fn events_text(&self) -> String {
@@ -331,7 +393,13 @@ impl Peer for Exabgp {
             .spec
             .neighbors
             .iter()
-            .flat_map(|n| ex.spec.routes.iter().filter(|r| carries(n, r)).map(|r| announce_line(n, r)))
+            .flat_map(|n| {
+                ex.spec
+                    .routes
+                    .iter()
+                    .filter(|r| carries(n, r))
+                    .map(|r| announce_line(n, r, ex.spec.local_as))
+            })
             .collect();
         ex.send(&initial)?;
         let binds: Vec<String> = ex
@@ -368,7 +436,9 @@ impl Peer for Exabgp {
 
     fn sessions(&self, _lab: &Lab) -> Result<Vec<SessionView>> {
         let map = replay(&self.events_text());
-        let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
         Ok(self
             .spec
             .neighbors
@@ -393,7 +463,11 @@ impl Peer for Exabgp {
                 v.dropped_count = Some(st.downs);
                 v.prefixes_received = Some(st.rib.len() as u32);
                 if v.is_established() {
-                    v.prefixes_sent = Some(self.spec.routes.iter().filter(|r| carries(n, r)).count() as u32);
+                    v.peer_graceful_restart = st.peer_gr;
+                }
+                if v.is_established() {
+                    v.prefixes_sent =
+                        Some(self.spec.routes.iter().filter(|r| carries(n, r)).count() as u32);
                 }
                 v
             })
@@ -410,7 +484,7 @@ impl Peer for Exabgp {
     }
 
     /// ExaBGP cannot report its Adj-RIB-Out here; this returns the routes the harness told
-    /// it to announce to `neighbor` (as specified, without the local AS prepended).
+    /// it to announce to `neighbor` (AS path as put on the wire when explicit).
     fn advertised_routes(&self, _lab: &Lab, neighbor: IpAddr) -> Result<Vec<RouteView>> {
         let n = self.neighbor(neighbor)?;
         Ok(self
@@ -422,7 +496,7 @@ impl Peer for Exabgp {
                 let mut v = RouteView {
                     prefix: r.prefix.clone(),
                     next_hop: r.next_hop.or(n.local_address),
-                    as_path: r.as_path.clone(),
+                    as_path: wire_as_path(n, r, self.spec.local_as),
                     med: r.med,
                     local_pref: None,
                     communities: r.communities.clone(),
@@ -441,7 +515,7 @@ impl Peer for Exabgp {
             let mut r = r.clone();
             r.prefix = normalize_prefix(&r.prefix)?;
             for n in self.spec.neighbors.iter().filter(|n| carries(n, &r)) {
-                lines.push(announce_line(n, &r));
+                lines.push(announce_line(n, &r, self.spec.local_as));
             }
             self.spec.routes.retain(|x| x.prefix != r.prefix);
             self.spec.routes.push(r);
@@ -473,5 +547,51 @@ impl Peer for Exabgp {
         if let Some(p) = self.proc.take() {
             lab.stop_proc(p);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EVENTS: &str = r#"{ "type": "state", "time": 1.0, "neighbor": { "address": { "local": "198.18.1.2", "peer": "198.18.1.1" }, "state": "up" } }
+done
+{ "type": "update", "neighbor": { "address": { "local": "198.18.1.2", "peer": "198.18.1.1" }, "message": { "update": { "attribute": { "origin": "igp", "as-path": [ 65001, 64512 ], "med": 3, "community": [ [ 65001, 7 ] ], "large-community": [ [ 65001, 5, 6 ] ] }, "announce": { "ipv4 unicast": { "198.18.1.1": [ { "nlri": "198.51.100.0/24" }, { "nlri": "192.0.2.0/25" } ] } } } } } }
+{ "type": "update", "neighbor": { "address": { "local": "198.18.1.2", "peer": "198.18.1.1" }, "message": { "update": { "withdraw": { "ipv4 unicast": [ { "nlri": "192.0.2.0/25" } ] } } } } }
+"#;
+
+    #[test]
+    fn replays_state_and_updates() {
+        let peer: IpAddr = "198.18.1.1".parse().unwrap();
+        let map = replay(EVENTS);
+        let st = &map[&peer];
+        assert_eq!((st.state.as_str(), st.ups, st.downs), ("up", 1, 0));
+        assert_eq!(st.rib.len(), 1);
+        let r = &st.rib["198.51.100.0/24"];
+        assert_eq!(r.as_path, vec![65001, 64512]);
+        assert_eq!(r.next_hop, Some(peer));
+        assert_eq!((r.med, r.communities.clone()), (Some(3), vec![(65001, 7)]));
+
+        let down = format!(
+            "{EVENTS}{}\n",
+            r#"{ "type": "state", "neighbor": { "address": { "peer": "198.18.1.1" }, "state": "down" } }"#
+        );
+        let st = &replay(&down)[&peer];
+        assert_eq!((st.downs, st.rib.len()), (1, 0));
+    }
+
+    #[test]
+    fn prepends_local_as_to_explicit_paths_on_ebgp() {
+        let n = NeighborSpec::new("198.18.1.1".parse().unwrap(), 65001);
+        let r = RouteSpec::new("203.0.113.0/24")
+            .as_path(&[64512])
+            .med(5)
+            .community(1, 2);
+        let line = announce_line(&n, &r, 65002);
+        assert!(line.contains("as-path [ 65002 64512 ]"), "{line}");
+        assert!(line.starts_with("neighbor 198.18.1.1 announce route 203.0.113.0/24 next-hop self"));
+        assert!(announce_line(&n, &RouteSpec::new("203.0.113.0/24"), 65002)
+            .find("as-path")
+            .is_none());
     }
 }

@@ -50,7 +50,11 @@ fn rmap_sets(r: &RouteSpec) -> Vec<String> {
         v.push(format!("set metric {m}"));
     }
     if !r.communities.is_empty() {
-        let c: Vec<String> = r.communities.iter().map(|(a, b)| format!("{a}:{b}")).collect();
+        let c: Vec<String> = r
+            .communities
+            .iter()
+            .map(|(a, b)| format!("{a}:{b}"))
+            .collect();
         v.push(format!("set community {}", c.join(" ")));
     }
     if !r.large_communities.is_empty() {
@@ -139,7 +143,12 @@ impl Frr {
                 }
             }
             for r in spec.routes.iter().filter(|r| r.is_v6() == v6) {
-                let _ = writeln!(s, "  network {} route-map {}", r.prefix, rmap_name(&r.prefix));
+                let _ = writeln!(
+                    s,
+                    "  network {} route-map {}",
+                    r.prefix,
+                    rmap_name(&r.prefix)
+                );
             }
             s.push_str(" exit-address-family\n");
         }
@@ -197,7 +206,10 @@ impl Frr {
                     .and_then(Value::as_str)
                     .unwrap_or("0.0.0.0")
                     .to_string();
-                let best = p.pointer("/bestpath/overall").and_then(Value::as_bool).unwrap_or(false);
+                let best = p
+                    .pointer("/bestpath/overall")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false);
                 out.push((peer, best, path_view(&prefix, p)));
             }
         }
@@ -206,11 +218,19 @@ impl Frr {
 }
 
 fn path_view(prefix: &str, p: &Value) -> RouteView {
-    let u32_of = |k: &str| p.get(k).and_then(Value::as_u64).and_then(|x| u32::try_from(x).ok());
+    let u32_of = |k: &str| {
+        p.get(k)
+            .and_then(Value::as_u64)
+            .and_then(|x| u32::try_from(x).ok())
+    };
     let list = |ptr: &str| -> Vec<String> {
         p.pointer(ptr)
             .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|x| x.as_str().map(str::to_string))
+                    .collect()
+            })
             .unwrap_or_default()
     };
     let as_path = p
@@ -218,7 +238,12 @@ fn path_view(prefix: &str, p: &Value) -> RouteView {
         .and_then(Value::as_array)
         .map(|segs| {
             segs.iter()
-                .flat_map(|s| s.get("list").and_then(Value::as_array).cloned().unwrap_or_default())
+                .flat_map(|s| {
+                    s.get("list")
+                        .and_then(Value::as_array)
+                        .cloned()
+                        .unwrap_or_default()
+                })
                 .filter_map(|x| x.as_u64().and_then(|x| u32::try_from(x).ok()))
                 .collect()
         })
@@ -240,12 +265,18 @@ fn path_view(prefix: &str, p: &Value) -> RouteView {
         as_path,
         med: u32_of("metric"),
         local_pref: u32_of("locPrf").or_else(|| u32_of("localpref")),
-        communities: list("/community/list").iter().filter_map(|c| parse_community(c)).collect(),
+        communities: list("/community/list")
+            .iter()
+            .filter_map(|c| parse_community(c))
+            .collect(),
         large_communities: list("/largeCommunity/list")
             .iter()
             .filter_map(|c| parse_large_community(c))
             .collect(),
-        origin: p.get("origin").and_then(Value::as_str).map(str::to_ascii_lowercase),
+        origin: p
+            .get("origin")
+            .and_then(Value::as_str)
+            .map(str::to_ascii_lowercase),
     };
     r.sort_attrs();
     r
@@ -282,7 +313,10 @@ impl Peer for Frr {
         write("zebra.conf", format!("hostname {host_name}\n"))?;
         write("bgpd.conf", frr.bgpd_config(&host_name))?;
         let dir_s = dir.to_string_lossy().into_owned();
-        run_ok(&argv(&["chown", "-R", "frr:frr", &dir_s]), DEFAULT_CMD_TIMEOUT)?;
+        run_ok(
+            &argv(&["chown", "-R", "frr:frr", &dir_s]),
+            DEFAULT_CMD_TIMEOUT,
+        )?;
         let (zconf, zpid, zlog, zserv) = (
             frr.path("zebra.conf"),
             frr.path("zebra.pid"),
@@ -293,8 +327,21 @@ impl Peer for Frr {
             host,
             &format!("zebra-{host_name}"),
             &[
-                ZEBRA, "-u", "frr", "-g", "frr", "-i", &zpid, "-z", &zserv, "--vty_socket",
-                &dir_s, "-f", &zconf, "--log", &zlog,
+                ZEBRA,
+                "-u",
+                "frr",
+                "-g",
+                "frr",
+                "-i",
+                &zpid,
+                "-z",
+                &zserv,
+                "--vty_socket",
+                &dir_s,
+                "-f",
+                &zconf,
+                "--log",
+                &zlog,
             ],
             &[],
         )?;
@@ -308,8 +355,20 @@ impl Peer for Frr {
             host,
             &format!("bgpd-{host_name}"),
             &[
-                BGPD, "-u", "frr", "-g", "frr", "-n", "-i", &bpid, "-z", &zserv, "--vty_socket",
-                &dir_s, "-f", &bconf,
+                BGPD,
+                "-u",
+                "frr",
+                "-g",
+                "frr",
+                "-n",
+                "-i",
+                &bpid,
+                "-z",
+                &zserv,
+                "--vty_socket",
+                &dir_s,
+                "-f",
+                &bconf,
             ],
             &[],
         )?;
@@ -332,11 +391,25 @@ impl Peer for Frr {
                 continue;
             };
             let num = |k: &str| j.get(k).and_then(Value::as_u64);
-            let state = j.get("bgpState").and_then(Value::as_str).unwrap_or("Unknown");
+            let state = j
+                .get("bgpState")
+                .and_then(Value::as_str)
+                .unwrap_or("Unknown");
             let mut s = SessionView::new(n.address, state);
             s.remote_as = num("remoteAs").and_then(|x| u32::try_from(x).ok());
             if s.is_established() {
                 s.uptime_secs = num("bgpTimerUpMsec").map(|ms| ms / 1000);
+            }
+            if s.is_established() {
+                // FRR 8.4 uses `gracefulRestart` for "advertisedAndReceived" and
+                // `gracefulRestartCapability` for "advertised" / "received".
+                let caps = j.get("neighborCapabilities");
+                s.peer_graceful_restart = Some(
+                    ["gracefulRestart", "gracefulRestartCapability"]
+                        .iter()
+                        .filter_map(|k| caps.and_then(|c| c.get(*k)).and_then(Value::as_str))
+                        .any(|c| c.to_ascii_lowercase().contains("received")),
+                );
             }
             s.established_count = num("connectionsEstablished").and_then(|x| u32::try_from(x).ok());
             s.dropped_count = num("connectionsDropped").and_then(|x| u32::try_from(x).ok());
@@ -385,7 +458,10 @@ impl Peer for Frr {
                 .filter(|(_, best, _)| *best)
                 .map(|(_, _, r)| (r.prefix.clone(), r))
                 .collect();
-            let cmd = format!("show bgp {} unicast neighbors {neighbor} advertised-routes json", afi(v6));
+            let cmd = format!(
+                "show bgp {} unicast neighbors {neighbor} advertised-routes json",
+                afi(v6)
+            );
             let v = self.vtysh_json(lab, &cmd)?;
             let Some(adv) = v.get("advertisedRoutes").and_then(Value::as_object) else {
                 continue;
@@ -399,7 +475,10 @@ impl Peer for Frr {
                     .and_then(Value::as_str)
                     .and_then(|s| s.parse::<IpAddr>().ok())
                     .filter(|ip| !ip.is_unspecified());
-                r.med = e.get("metric").and_then(Value::as_u64).and_then(|x| u32::try_from(x).ok());
+                r.med = e
+                    .get("metric")
+                    .and_then(Value::as_u64)
+                    .and_then(|x| u32::try_from(x).ok());
                 routes.push(r);
             }
         }
@@ -453,5 +532,42 @@ impl Peer for Frr {
         for p in self.procs.drain(..).rev() {
             lab.stop_proc(p);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_detail_path() {
+        let p: Value = serde_json::from_str(r#"{"aspath":{"string":"65001 64512","segments":[{"type":"as-sequence","list":[65001,64512]}],"length":2},"origin":"IGP","metric":7,"community":{"list":["65001:1","noExport"]},"largeCommunity":{"list":["65001:2:3"]},"nexthops":[{"ip":"fd00:0:0:1::1","scope":"global"},{"ip":"fe80::1","scope":"link-local","used":true}],"peer":{"peerId":"fd00:0:0:1::1"}}"#).unwrap();
+        let r = path_view("2001:db8:1::/48", &p);
+        assert_eq!(r.as_path, vec![65001, 64512]);
+        assert_eq!(r.next_hop, Some("fd00:0:0:1::1".parse().unwrap()));
+        assert_eq!(r.communities, vec![(65001, 1)]);
+        assert_eq!(r.large_communities, vec![(65001, 2, 3)]);
+        assert_eq!((r.med, r.origin.as_deref()), (Some(7), Some("igp")));
+    }
+
+    #[test]
+    fn route_map_sets_cover_all_attributes() {
+        let r = RouteSpec::new("2001:db8::/32")
+            .med(1)
+            .community(1, 2)
+            .large_community(1, 2, 3)
+            .as_path(&[64512, 64513])
+            .next_hop("2001:db8::1".parse().unwrap());
+        let sets = rmap_sets(&r);
+        assert_eq!(
+            sets,
+            vec![
+                "set metric 1",
+                "set community 1:2",
+                "set large-community 1:2:3",
+                "set as-path prepend 64512 64513",
+                "set ipv6 next-hop global 2001:db8::1",
+            ]
+        );
     }
 }

@@ -8,7 +8,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 
-use super::{normalize_prefix, NeighborSpec, Peer, PeerKind, PeerSpec, RouteSpec, RouteView, SessionView};
+use super::{
+    normalize_prefix, NeighborSpec, Peer, PeerKind, PeerSpec, RouteSpec, RouteView, SessionView,
+};
 use crate::error::{io_ctx, parse_err, LabError, Result};
 use crate::lab::{HostId, Lab, ProcId};
 use crate::wait::wait_for;
@@ -39,7 +41,11 @@ fn toml_str(s: &str) -> String {
 
 fn neighbor_toml(n: &NeighborSpec) -> String {
     let mut s = String::from("[[neighbors]]\n  [neighbors.config]\n");
-    let _ = writeln!(s, "    neighbor-address = \"{}\"\n    peer-as = {}", n.address, n.remote_as);
+    let _ = writeln!(
+        s,
+        "    neighbor-address = \"{}\"\n    peer-as = {}",
+        n.address, n.remote_as
+    );
     if let Some(pw) = &n.md5 {
         let _ = writeln!(s, "    auth-password = {}", toml_str(pw));
     }
@@ -53,16 +59,26 @@ fn neighbor_toml(n: &NeighborSpec) -> String {
     }
     let _ = writeln!(s, "    passive-mode = {}", n.passive);
     if let Some(ttl) = n.multihop {
-        let _ = writeln!(s, "  [neighbors.ebgp-multihop.config]\n    enabled = true\n    multihop-ttl = {ttl}");
+        let _ = writeln!(
+            s,
+            "  [neighbors.ebgp-multihop.config]\n    enabled = true\n    multihop-ttl = {ttl}"
+        );
     }
     if n.graceful_restart {
-        s.push_str("  [neighbors.graceful-restart.config]\n    enabled = true\n    restart-time = 30\n");
+        s.push_str(
+            "  [neighbors.graceful-restart.config]\n    enabled = true\n    restart-time = 30\n",
+        );
     }
-    for (on, name) in [(n.families.0, "ipv4-unicast"), (n.families.1, "ipv6-unicast")] {
+    for (on, name) in [
+        (n.families.0, "ipv4-unicast"),
+        (n.families.1, "ipv6-unicast"),
+    ] {
         if on {
             let _ = writeln!(s, "  [[neighbors.afi-safis]]\n    [neighbors.afi-safis.config]\n      afi-safi-name = \"{name}\"");
             if n.graceful_restart {
-                s.push_str("    [neighbors.afi-safis.mp-graceful-restart.config]\n      enabled = true\n");
+                s.push_str(
+                    "    [neighbors.afi-safis.mp-graceful-restart.config]\n      enabled = true\n",
+                );
             }
         }
     }
@@ -84,27 +100,40 @@ fn path_view(prefix: &str, path: &Value) -> RouteView {
         ..RouteView::default()
     };
     let as_u32 = |v: &Value| v.as_u64().and_then(|x| u32::try_from(x).ok());
-    for a in path.get("attrs").and_then(Value::as_array).into_iter().flatten() {
+    for a in path
+        .get("attrs")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
         match a.get("type").and_then(Value::as_u64) {
-            Some(1) => r.origin = a.get("value").and_then(Value::as_u64).map(|v| origin_text(v).to_string()),
+            Some(1) => {
+                r.origin = a
+                    .get("value")
+                    .and_then(Value::as_u64)
+                    .map(|v| origin_text(v).to_string())
+            }
             Some(2) => {
                 r.as_path = a
                     .get("as_paths")
                     .and_then(Value::as_array)
                     .into_iter()
                     .flatten()
-                    .flat_map(|seg| seg.get("asns").and_then(Value::as_array).cloned().unwrap_or_default())
+                    .flat_map(|seg| {
+                        seg.get("asns")
+                            .and_then(Value::as_array)
+                            .cloned()
+                            .unwrap_or_default()
+                    })
                     .filter_map(|x| as_u32(&x))
                     .collect()
             }
-            Some(3) | Some(14) => {
-                if r.next_hop.is_none() {
-                    r.next_hop = a
-                        .get("nexthop")
-                        .and_then(Value::as_str)
-                        .and_then(|s| s.parse::<IpAddr>().ok())
-                        .filter(|ip| !ip.is_unspecified());
-                }
+            Some(3) | Some(14) if r.next_hop.is_none() => {
+                r.next_hop = a
+                    .get("nexthop")
+                    .and_then(Value::as_str)
+                    .and_then(|s| s.parse::<IpAddr>().ok())
+                    .filter(|ip| !ip.is_unspecified());
             }
             Some(4) => r.med = a.get("metric").and_then(as_u32),
             Some(5) => r.local_pref = a.get("value").and_then(as_u32),
@@ -182,10 +211,19 @@ impl Gobgp {
     }
 
     fn add_route(&self, lab: &Lab, r: &RouteSpec) -> Result<()> {
-        let mut args: Vec<String> = ["global", "rib", "add", "-a", family(r.is_v6()), &r.prefix, "origin", "igp"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let mut args: Vec<String> = [
+            "global",
+            "rib",
+            "add",
+            "-a",
+            family(r.is_v6()),
+            &r.prefix,
+            "origin",
+            "igp",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
         if let Some(nh) = r.next_hop {
             args.extend(["nexthop".into(), nh.to_string()]);
         }
@@ -193,7 +231,11 @@ impl Gobgp {
             args.extend(["med".into(), m.to_string()]);
         }
         if !r.communities.is_empty() {
-            let c: Vec<String> = r.communities.iter().map(|(a, b)| format!("{a}:{b}")).collect();
+            let c: Vec<String> = r
+                .communities
+                .iter()
+                .map(|(a, b)| format!("{a}:{b}"))
+                .collect();
             args.extend(["community".into(), c.join(",")]);
         }
         if !r.large_communities.is_empty() {
@@ -264,7 +306,12 @@ impl Peer for Gobgp {
         let conf_s = conf_path.to_string_lossy().into_owned();
         let api = format!("--api-hosts={API_HOST}:{API_PORT}");
         let name = format!("gobgpd-{}", lab.host_info(host).name);
-        let proc = lab.spawn(host, &name, &["gobgpd", "-f", &conf_s, "-t", "toml", "-p", &api], &[])?;
+        let proc = lab.spawn(
+            host,
+            &name,
+            &["gobgpd", "-f", &conf_s, "-t", "toml", "-p", &api],
+            &[],
+        )?;
         let (out, err) = lab.proc_logs(proc);
         let mut g = Gobgp {
             host,
@@ -281,18 +328,18 @@ impl Peer for Gobgp {
     }
 
     fn sessions(&self, lab: &Lab) -> Result<Vec<SessionView>> {
-        let out = self.gobgp(lab, &["neighbor", "-j"])?;
-        let v: Value = serde_json::from_str(out.trim()).map_err(|e| parse_err("gobgp neighbor -j", e.to_string()))?;
-        let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
         let mut views = Vec::new();
         for n in &self.spec.neighbors {
-            let j = v.as_array().into_iter().flatten().find(|p| {
-                p.pointer("/conf/neighbor_address")
-                    .and_then(Value::as_str)
-                    .and_then(|s| s.parse::<IpAddr>().ok())
-                    == Some(n.address)
-            });
-            let Some(j) = j else {
+            let addr = n.address.to_string();
+            // The per-neighbour query is the one that fills in advertised counters.
+            let out = self
+                .gobgp(lab, &["neighbor", &addr, "-j"])
+                .unwrap_or_default();
+            let j: Option<Value> = serde_json::from_str(out.trim()).ok();
+            let Some(j) = j.filter(Value::is_object) else {
                 views.push(SessionView::new(n.address, "Idle"));
                 continue;
             };
@@ -306,6 +353,16 @@ impl Peer for Gobgp {
                     .pointer("/timers/state/uptime/seconds")
                     .and_then(Value::as_u64)
                     .map(|t| now.saturating_sub(t));
+            }
+            if s.is_established() {
+                s.peer_graceful_restart = Some(
+                    j.pointer("/state/remote_cap")
+                        .and_then(Value::as_array)
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|c| c.get("type_url").and_then(Value::as_str))
+                        .any(|t| t.ends_with("GracefulRestartCapability")),
+                );
             }
             s.dropped_count = Some(
                 j.pointer("/state/flops")
@@ -342,7 +399,10 @@ impl Peer for Gobgp {
             let mut r = r.clone();
             r.prefix = normalize_prefix(&r.prefix)?;
             if self.spec.routes.iter().any(|x| x.prefix == r.prefix) {
-                self.gobgp(lab, &["global", "rib", "del", "-a", family(r.is_v6()), &r.prefix])?;
+                self.gobgp(
+                    lab,
+                    &["global", "rib", "del", "-a", family(r.is_v6()), &r.prefix],
+                )?;
             }
             self.add_route(lab, &r)?;
             self.spec.routes.retain(|x| x.prefix != r.prefix);
@@ -354,7 +414,10 @@ impl Peer for Gobgp {
     fn withdraw(&mut self, lab: &Lab, prefixes: &[String]) -> Result<()> {
         for p in prefixes {
             let p = normalize_prefix(p)?;
-            self.gobgp(lab, &["global", "rib", "del", "-a", family(p.contains(':')), &p])?;
+            self.gobgp(
+                lab,
+                &["global", "rib", "del", "-a", family(p.contains(':')), &p],
+            )?;
             self.spec.routes.retain(|x| x.prefix != p);
         }
         Ok(())
@@ -363,7 +426,9 @@ impl Peer for Gobgp {
     fn log_text(&self) -> Result<String> {
         let mut text = String::new();
         for p in &self.logs {
-            text.push_str(&std::fs::read_to_string(p).map_err(io_ctx(format!("reading {}", p.display())))?);
+            text.push_str(
+                &std::fs::read_to_string(p).map_err(io_ctx(format!("reading {}", p.display())))?,
+            );
         }
         Ok(text)
     }
@@ -372,5 +437,34 @@ impl Peer for Gobgp {
         if let Some(p) = self.proc.take() {
             lab.stop_proc(p);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_adj_rib_paths() {
+        let out = r#"{"2001:db8:8::/48":[{"nlri":{"prefix":"2001:db8:8::/48"},"attrs":[{"type":1,"value":0},{"type":2,"as_paths":[{"segment_type":2,"num":2,"asns":[65001,64512]}]},{"type":4,"metric":3},{"type":8,"communities":[4259905543]},{"type":32,"value":[{"ASN":65001,"LocalData1":5,"LocalData2":6}]},{"type":14,"nexthop":"fd00:0:0:1::1","afi":2,"safi":1}]}]}"#;
+        let r = parse_table(out, "test").unwrap();
+        assert_eq!(r.len(), 1);
+        assert_eq!(r[0].as_path, vec![65001, 64512]);
+        assert_eq!(r[0].communities, vec![(65001, 7)]);
+        assert_eq!(r[0].large_communities, vec![(65001, 5, 6)]);
+        assert_eq!(r[0].next_hop, Some("fd00:0:0:1::1".parse().unwrap()));
+        assert_eq!((r[0].med, r[0].origin.as_deref()), (Some(3), Some("igp")));
+        assert!(parse_table("Network not in table\n", "test")
+            .unwrap()
+            .is_empty());
+    }
+
+    #[test]
+    fn maps_numeric_and_text_states() {
+        assert_eq!(state_text(Some(&serde_json::json!(6))), "Established");
+        assert_eq!(
+            state_text(Some(&serde_json::json!("SESSION_STATE_ACTIVE"))),
+            "ACTIVE"
+        );
     }
 }

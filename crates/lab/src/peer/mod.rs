@@ -34,7 +34,12 @@ pub enum PeerKind {
 
 impl PeerKind {
     /// All kinds.
-    pub const ALL: [PeerKind; 4] = [PeerKind::Bird, PeerKind::Frr, PeerKind::Gobgp, PeerKind::Exabgp];
+    pub const ALL: [PeerKind; 4] = [
+        PeerKind::Bird,
+        PeerKind::Frr,
+        PeerKind::Gobgp,
+        PeerKind::Exabgp,
+    ];
 
     /// Executables this kind needs.
     pub fn tools(self) -> &'static [&'static str] {
@@ -324,6 +329,9 @@ pub struct SessionView {
     pub prefixes_received: Option<u32>,
     /// Prefixes advertised over the session.
     pub prefixes_sent: Option<u32>,
+    /// Whether the remote side advertised the graceful-restart capability in its OPEN
+    /// (known while Established).
+    pub peer_graceful_restart: Option<bool>,
 }
 
 impl SessionView {
@@ -343,6 +351,7 @@ impl SessionView {
             dropped_count: None,
             prefixes_received: None,
             prefixes_sent: None,
+            peer_graceful_restart: None,
         }
     }
 }
@@ -391,7 +400,10 @@ pub fn normalize_prefix(prefix: &str) -> Result<String> {
         .map_err(|_| parse_err("prefix", format!("bad length in `{prefix}`")))?;
     let max = if addr.is_ipv4() { 32 } else { 128 };
     if len > max {
-        return Err(parse_err("prefix", format!("length too long in `{prefix}`")));
+        return Err(parse_err(
+            "prefix",
+            format!("length too long in `{prefix}`"),
+        ));
     }
     Ok(format!("{addr}/{len}"))
 }
@@ -403,7 +415,11 @@ pub(crate) fn parse_community(s: &str) -> Option<(u16, u16)> {
 
 pub(crate) fn parse_large_community(s: &str) -> Option<(u32, u32, u32)> {
     let mut it = s.trim().split(':');
-    let v = (it.next()?.parse().ok()?, it.next()?.parse().ok()?, it.next()?.parse().ok()?);
+    let v = (
+        it.next()?.parse().ok()?,
+        it.next()?.parse().ok()?,
+        it.next()?.parse().ok()?,
+    );
     it.next().is_none().then_some(v)
 }
 
@@ -448,17 +464,49 @@ pub trait Peer {
 
     /// The session with `neighbor`, if configured.
     fn session(&self, lab: &Lab, neighbor: IpAddr) -> Result<Option<SessionView>> {
-        Ok(self.sessions(lab)?.into_iter().find(|s| s.neighbor == neighbor))
+        Ok(self
+            .sessions(lab)?
+            .into_iter()
+            .find(|s| s.neighbor == neighbor))
     }
 
     /// Wait until the session with `neighbor` is Established.
-    fn wait_established(&self, lab: &Lab, neighbor: IpAddr, timeout: Duration) -> Result<SessionView> {
+    fn wait_established(
+        &self,
+        lab: &Lab,
+        neighbor: IpAddr,
+        timeout: Duration,
+    ) -> Result<SessionView> {
         let desc = format!("{} session with {neighbor} to be Established", self.kind());
         wait_until(
             &desc,
             timeout,
             || self.session(lab, neighbor),
             |s| s.as_ref().is_some_and(SessionView::is_established),
+        )
+        .map(|s| s.expect("predicate guarantees Some"))
+    }
+
+    /// Wait until the session with `neighbor` exists and `pred` accepts it.
+    fn wait_until_session(
+        &self,
+        lab: &Lab,
+        neighbor: IpAddr,
+        timeout: Duration,
+        mut pred: impl FnMut(&SessionView) -> bool,
+    ) -> Result<SessionView>
+    where
+        Self: Sized,
+    {
+        let desc = format!(
+            "{} session with {neighbor} to match the condition",
+            self.kind()
+        );
+        wait_until(
+            &desc,
+            timeout,
+            || self.session(lab, neighbor),
+            |s| s.as_ref().is_some_and(&mut pred),
         )
         .map(|s| s.expect("predicate guarantees Some"))
     }
@@ -494,7 +542,13 @@ pub trait Peer {
     }
 
     /// Wait until `prefix` is no longer received from `neighbor`.
-    fn wait_no_route(&self, lab: &Lab, neighbor: IpAddr, prefix: &str, timeout: Duration) -> Result<()> {
+    fn wait_no_route(
+        &self,
+        lab: &Lab,
+        neighbor: IpAddr,
+        prefix: &str,
+        timeout: Duration,
+    ) -> Result<()> {
         let prefix = normalize_prefix(prefix)?;
         let desc = format!("{} to lose {prefix} from {neighbor}", self.kind());
         wait_until(
@@ -504,5 +558,35 @@ pub trait Peer {
             Option::is_none,
         )
         .map(drop)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalizes_prefixes() {
+        assert_eq!(
+            normalize_prefix("2001:DB8:0::/48").unwrap(),
+            "2001:db8::/48"
+        );
+        assert_eq!(normalize_prefix(" 192.0.2.0/24").unwrap(), "192.0.2.0/24");
+        assert!(normalize_prefix("192.0.2.0").is_err());
+        assert!(normalize_prefix("192.0.2.0/33").is_err());
+    }
+
+    #[test]
+    fn parses_communities_and_states() {
+        assert_eq!(parse_community("65001:7"), Some((65001, 7)));
+        assert_eq!(parse_community("noExport"), None);
+        assert_eq!(parse_large_community("1:2:3"), Some((1, 2, 3)));
+        assert_eq!(parse_large_community("1:2:3:4"), None);
+        assert_eq!(
+            SessionState::parse("Established"),
+            SessionState::Established
+        );
+        assert_eq!(SessionState::parse("OpenSent"), SessionState::OpenSent);
+        assert_eq!(SessionState::parse("weird"), SessionState::Unknown);
     }
 }

@@ -40,7 +40,8 @@ const LISTENER: &str = "import socket\ns = socket.socket(socket.AF_INET6)\ns.set
 /// TCP connect with a 1 s timeout from `host` to `dst`:7.
 fn ping(lab: &Lab, host: holdfast_lab::HostId, dst: IpAddr) -> bool {
     let dst = dst.to_string();
-    let probe = "import socket, sys\nsocket.create_connection((sys.argv[1], 7), timeout=1).close()\n";
+    let probe =
+        "import socket, sys\nsocket.create_connection((sys.argv[1], 7), timeout=1).close()\n";
     lab.exec(host, &["python3", "-c", probe, &dst])
         .map(|o| o.status.success())
         .unwrap_or(false)
@@ -87,11 +88,13 @@ fn lifecycle() {
     assert_eq!(lab.bridge_info(lan).ports.len(), 3);
     assert_eq!(namespaces_of(&run_id).len(), 4, "3 hosts + 1 switch");
     for h in [r1, r2] {
-        lab.spawn(h, "listener", &["python3", "-c", LISTENER], &[]).expect("listener");
+        lab.spawn(h, "listener", &["python3", "-c", LISTENER], &[])
+            .expect("listener");
     }
     wait_for("listeners", Duration::from_secs(10), || {
-        Ok((ping(&lab, r2, "198.18.1.2".parse().unwrap()) && ping(&lab, r1, "192.0.2.1".parse().unwrap()))
-            .then_some(()))
+        Ok((ping(&lab, r2, "198.18.1.2".parse().unwrap())
+            && ping(&lab, r1, "192.0.2.1".parse().unwrap()))
+        .then_some(()))
     })
     .expect("listeners up");
 
@@ -99,7 +102,10 @@ fn lifecycle() {
     let v6 = info.v6.unwrap();
     assert!(ping(&lab, r1, v4.b.into()), "v4 over veth");
     assert!(ping(&lab, r2, v6.a.into()), "v6 over veth (no DAD wait)");
-    assert!(ping(&lab, r3, "192.0.2.1".parse().unwrap()), "v4 over bridge");
+    assert!(
+        ping(&lab, r3, "192.0.2.1".parse().unwrap()),
+        "v4 over bridge"
+    );
 
     lab.set_link_up(link, false).expect("down");
     assert!(!ping(&lab, r1, v4.b.into()), "unreachable with link down");
@@ -109,7 +115,9 @@ fn lifecycle() {
     })
     .expect("v6 address survives down/up");
 
-    let p = lab.spawn(r3, "sleeper", &["sleep", "600"], &[]).expect("spawn");
+    let p = lab
+        .spawn(r3, "sleeper", &["sleep", "600"], &[])
+        .expect("spawn");
     assert!(lab.is_running(p));
     let pcap = lab.pcaps()[0].clone();
     wait_for("pcap to contain packets", Duration::from_secs(5), || {
@@ -132,22 +140,35 @@ fn cleanup_stale_removes_leftovers() {
     let mut live = Lab::new("harness_live").expect("lab");
     live.host("keep").expect("host");
     let fake = format!("hf{:06x}-fake", std::process::id() & 0xff_ffff);
-    let ok = Command::new("ip").args(["netns", "add", &fake]).status().expect("ip");
+    let ok = Command::new("ip")
+        .args(["netns", "add", &fake])
+        .status()
+        .expect("ip");
     assert!(ok.success());
     let mut child = Command::new("ip")
         .args(["netns", "exec", &fake, "sleep", "600"])
         .stdout(Stdio::null())
         .spawn()
         .expect("sleep in fake ns");
-    wait_for("sleep to enter the fake namespace", Duration::from_secs(5), || {
-        let out = Command::new("ip").args(["netns", "pids", &fake]).output().expect("pids");
-        Ok((!out.stdout.is_empty()).then_some(()))
-    })
+    wait_for(
+        "sleep to enter the fake namespace",
+        Duration::from_secs(5),
+        || {
+            let out = Command::new("ip")
+                .args(["netns", "pids", &fake])
+                .output()
+                .expect("pids");
+            Ok((!out.stdout.is_empty()).then_some(()))
+        },
+    )
     .expect("pid visible");
 
     let removed = cleanup_stale().expect("cleanup_stale");
     assert!(removed >= 1, "removed {removed}");
-    assert!(!list_netns().unwrap().contains(&fake), "fake namespace gone");
+    assert!(
+        !list_netns().unwrap().contains(&fake),
+        "fake namespace gone"
+    );
     let deadline = Instant::now() + Duration::from_secs(5);
     let status = loop {
         if let Some(st) = child.try_wait().expect("try_wait") {
@@ -172,13 +193,18 @@ fn teardown_on_panic() {
     let handle = std::thread::spawn(move || {
         let mut lab = Lab::new("harness_panic").expect("lab");
         let h = lab.host("doomed").expect("host");
-        lab.spawn(h, "sleeper", &["sleep", "600"], &[]).expect("spawn");
-        tx.send((lab.netns(h).to_string(), lab.work_dir().to_path_buf())).unwrap();
+        lab.spawn(h, "sleeper", &["sleep", "600"], &[])
+            .expect("spawn");
+        tx.send((lab.netns(h).to_string(), lab.work_dir().to_path_buf()))
+            .unwrap();
         panic!("deliberate panic while holding a lab");
     });
     assert!(handle.join().is_err(), "thread panicked");
     let (ns, work) = rx.recv().expect("names");
-    assert!(!list_netns().unwrap().contains(&ns), "namespace removed during unwinding");
+    assert!(
+        !list_netns().unwrap().contains(&ns),
+        "namespace removed during unwinding"
+    );
     assert!(work.exists(), "work dir kept after a panic");
     std::fs::remove_dir_all(&work).expect("clean kept dir");
 }
@@ -188,7 +214,10 @@ fn wait_for_timeout_is_useful() {
     let err = wait_for::<u32>("the answer", Duration::from_millis(300), || Ok(None)).unwrap_err();
     let text = err.to_string();
     assert!(matches!(err, LabError::WaitTimeout { .. }));
-    assert!(text.contains("the answer") && text.contains("None"), "{text}");
+    assert!(
+        text.contains("the answer") && text.contains("None"),
+        "{text}"
+    );
 
     let mut n = 40;
     let err = wait_until(
@@ -202,5 +231,8 @@ fn wait_for_timeout_is_useful() {
     )
     .unwrap_err()
     .to_string();
-    assert!(err.contains("counter to reach 100") && err.contains("last observed: 4"), "{err}");
+    assert!(
+        err.contains("counter to reach 100") && err.contains("last observed: 4"),
+        "{err}"
+    );
 }

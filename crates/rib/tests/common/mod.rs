@@ -89,7 +89,8 @@ pub fn split(buf: &[u8]) -> Vec<&[u8]> {
 
 /// Decodes every message sent to `id` in `out`.
 pub fn sent(out: &Output, id: PeerId) -> Vec<Update> {
-    let ctx = CodecCtx { four_octet_as: true, ibgp: false };
+    // ibgp: true so that LOCAL_PREF is kept by the decoder (RFC 7606).
+    let ctx = CodecCtx { four_octet_as: true, ibgp: true };
     let mut v = Vec::new();
     for (pid, bytes) in &out.messages {
         if *pid != id {
