@@ -20,6 +20,8 @@ use crate::stale;
 const IFNAMSIZ_MAX: usize = 15;
 /// How long a stopped process gets between SIGTERM and SIGKILL.
 const TERM_GRACE: Duration = Duration::from_secs(3);
+/// Pause between stopping daemons and stopping captures.
+const CAPTURE_DRAIN: Duration = Duration::from_millis(200);
 
 /// Handle to a host (network namespace) of a [`Lab`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -651,8 +653,22 @@ impl Lab {
             .join(format!("{label}-{ifname}.pcap"));
         let file_s = file.to_string_lossy().into_owned();
         let full = argv(&[
-            "ip", "netns", "exec", netns, "tcpdump", "-i", ifname, "-U", "-n", "-s", "0", "-Z",
-            "root", "-w", &file_s,
+            "ip",
+            "netns",
+            "exec",
+            netns,
+            "tcpdump",
+            "--immediate-mode",
+            "-i",
+            ifname,
+            "-U",
+            "-n",
+            "-s",
+            "0",
+            "-Z",
+            "root",
+            "-w",
+            &file_s,
         ]);
         let p = self.spawn_argv(&format!("tcpdump-{label}"), &full, &[], true)?;
         self.captured.push((netns.to_string(), ifname.to_string()));
@@ -746,6 +762,10 @@ impl Lab {
             .map(ProcId)
             .collect();
         self.stop_many(&daemons);
+        // Give tcpdump a moment to write the daemons' last packets (FIN, NOTIFICATION).
+        if !daemons.is_empty() && self.procs.iter().any(|p| p.capture) {
+            thread::sleep(CAPTURE_DRAIN);
+        }
         let captures: Vec<ProcId> = (0..self.procs.len())
             .filter(|&i| self.procs[i].capture)
             .map(ProcId)

@@ -13,22 +13,63 @@
 //!
 //! Environment: `HOLDFAST_LAB_DIR` (work dir parent, default `/tmp`),
 //! `HOLDFAST_LAB_PCAP=0` (no captures), `HOLDFAST_LAB_KEEP=1` (keep work dir on success).
+//! Work dir layout: `logs/` (stdout/stderr of every spawned process), `pcap/` (one file
+//! per link / bridge), `peers/<host>-<kind>/` (generated configs, sockets, daemon logs).
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use holdfast_lab::{Bird, Frr, Lab, NeighborSpec, Peer, PeerSpec, RouteSpec};
+//!
+//! # fn main() -> holdfast_lab::Result<()> {
+//! let mut lab = Lab::new("example")?;
+//! let (a, b) = (lab.host("a")?, lab.host("b")?);
+//! let link = lab.link_auto(a, b)?; // 198.18.1.1/24 <-> .2, fd00:0:0:1::1/64 <-> ::2
+//! let v4 = lab.link_info(link).v4.expect("auto addresses");
+//! let (ip_a, ip_b) = (v4.a.into(), v4.b.into());
+//! let bird = Bird::start(&mut lab, a, &PeerSpec::new(65001, "192.0.2.1".parse().unwrap())
+//!     .neighbor(NeighborSpec::new(ip_b, 65002).local(ip_a))
+//!     .route(RouteSpec::new("203.0.113.0/24").med(7).community(65001, 1)))?;
+//! let frr = Frr::start(&mut lab, b, &PeerSpec::new(65002, "192.0.2.2".parse().unwrap())
+//!     .neighbor(NeighborSpec::new(ip_a, 65001).local(ip_b)))?;
+//! frr.wait_established(&lab, ip_a, Duration::from_secs(30))?;
+//! let route = frr.wait_route(&lab, ip_a, "203.0.113.0/24", Duration::from_secs(30), |r| {
+//!     r.med == Some(7)
+//! })?;
+//! assert_eq!(route.communities, vec![(65001, 1)]);
+//! # drop(bird);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! A process killed with SIGKILL cannot run its teardown; call [`cleanup_stale`] (it only
+//! touches namespaces whose owning process is gone) before or after such runs.
 //!
 //! # Known issues
 //! * BIRD: an IPv6 channel over an IPv4 session (and vice versa) needs an explicit
 //!   `next hop address`, which the generated config does not set; carry each family over
 //!   its own transport. BIRD does not expose session counters, so established/dropped
-//!   counts are derived from its log's state-change lines; `RouteSpec::next_hop` is set in
+//!   counts are derived from its log's state-change lines. `RouteSpec::next_hop` is set in
 //!   the export filter and BIRD may still override it on eBGP.
-//! * ExaBGP: needs `local_address` on every neighbour; its advertised routes are the
-//!   harness's record of what it was told to announce, not read from the daemon.
+//! * FRR always attaches a MED to routes it originates (0 when `RouteSpec::med` is
+//!   `None`). Its advertised-routes JSON lacks communities; they are taken from the local
+//!   best path of the same prefix.
+//! * ExaBGP: needs `local_address` on every neighbour (passive neighbours listen there);
+//!   `ttl_security` only works on active sessions (its listening socket answers with TTL
+//!   64, so the harness rejects passive + TTL security); advertised routes are the
+//!   harness's record of what it told ExaBGP to announce, not read from the daemon.
 //! * GoBGP: the JSON exposes no established counter (`established_count` is `None`);
 //!   `dropped_count` comes from `flops`.
-//! * FRR's advertised-routes JSON lacks communities; they are taken from the local best
-//!   path of the same prefix.
+//! * Multi-family sessions (IPv4 and IPv6 unicast over one transport) are generated for
+//!   all peers but only single-family sessions are covered by the tests.
+//! * FRR as the passive side occasionally resets a session a few milliseconds after it
+//!   reached Established (TCP close, no NOTIFICATION, seen once in ~20 runs); it
+//!   re-establishes within a second. Assert counters as deltas, not absolute values.
+//! * Peers send routes back to the neighbour they were learned from (no eBGP split
+//!   horizon), so `prefixes_sent` counts include reflected routes.
 
 mod cmd;
 mod error;
+pub mod holdfast;
 mod lab;
 pub mod peer;
 mod stale;
@@ -44,6 +85,7 @@ pub use peer::{
     normalize_prefix, preflight, Bird, Exabgp, Frr, Gobgp, NeighborSpec, Peer, PeerKind, PeerSpec,
     RouteSpec, RouteView, SessionState, SessionView,
 };
+pub use holdfast::{find_binary, Holdfastd};
 pub use stale::{cleanup_stale, list_netns, run_id_of, NAME_PREFIX};
 pub use wait::{wait_for, wait_for_every, wait_until, DEFAULT_POLL_INTERVAL};
 

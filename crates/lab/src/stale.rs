@@ -101,8 +101,9 @@ pub(crate) fn destroy_namespaces(names: &[String]) {
 }
 
 /// Remove everything left by earlier crashed runs: namespaces named `hf<6 hex>-...` whose
-/// owning process is gone, killing the processes inside them first. Namespaces of live
-/// labs (in this or another process) are left alone. Returns how many were removed.
+/// owning process is gone, killing the processes inside them first, and registry entries
+/// of dead owners. Namespaces of live labs (in this or another process) are left alone.
+/// Work directories are not touched. Returns how many namespaces were removed.
 pub fn cleanup_stale() -> Result<usize> {
     let stale: Vec<String> = list_netns()?
         .into_iter()
@@ -113,6 +114,14 @@ pub fn cleanup_stale() -> Result<usize> {
     ids.dedup();
     for id in ids {
         unregister(id);
+    }
+    if let Ok(entries) = std::fs::read_dir(REGISTRY_DIR) {
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if !owner_alive(&name) {
+                unregister(&name);
+            }
+        }
     }
     let remaining = list_netns()?;
     Ok(stale.iter().filter(|n| !remaining.contains(n)).count())

@@ -9,9 +9,7 @@
 
 use std::net::Ipv4Addr;
 
-use holdfast_wire::{
-    AsPath, AsSegment, LargeCommunity, MpNextHop, Origin, PathAttrs, RawAttr,
-};
+use holdfast_wire::{AsPath, AsSegment, LargeCommunity, MpNextHop, Origin, PathAttrs, RawAttr};
 
 /// Rarely present attributes.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
@@ -43,20 +41,26 @@ pub(crate) struct Attrs {
 
 impl Attrs {
     pub(crate) fn from_path_attrs(a: &PathAttrs) -> Attrs {
-        let (seq, path): (Box<[u32]>, Option<AsPath>) = match a.as_path.segments.as_slice() {
-            [] => (Box::default(), None),
-            [AsSegment::Sequence(v)] if !v.is_empty() => (v.clone().into_boxed_slice(), None),
-            _ => (Box::default(), Some(a.as_path.clone())),
-        };
+        Attrs::from_owned(a.clone())
+    }
+
+    /// Converts without copying the vectors.
+    pub(crate) fn from_owned(mut a: PathAttrs) -> Attrs {
+        let mut seq = Vec::new();
+        if let [AsSegment::Sequence(v)] = a.as_path.segments.as_mut_slice() {
+            seq = std::mem::take(v);
+        }
+        let path = (seq.is_empty() && !a.as_path.segments.is_empty())
+            .then(|| std::mem::take(&mut a.as_path));
         let rare = Rare {
             as_path: path,
             mp_next_hop: a.mp_next_hop,
             aggregator: a.aggregator,
-            ext_communities: a.ext_communities.clone().into_boxed_slice(),
-            large_communities: a.large_communities.clone().into_boxed_slice(),
+            ext_communities: std::mem::take(&mut a.ext_communities).into_boxed_slice(),
+            large_communities: std::mem::take(&mut a.large_communities).into_boxed_slice(),
             originator_id: a.originator_id,
-            cluster_list: a.cluster_list.clone().into_boxed_slice(),
-            unknown: a.unknown.clone().into_boxed_slice(),
+            cluster_list: std::mem::take(&mut a.cluster_list).into_boxed_slice(),
+            unknown: std::mem::take(&mut a.unknown).into_boxed_slice(),
         };
         Attrs {
             origin: a.origin,
@@ -64,8 +68,8 @@ impl Attrs {
             next_hop: a.next_hop,
             med: a.med,
             local_pref: a.local_pref,
-            seq,
-            communities: a.communities.clone().into_boxed_slice(),
+            seq: seq.into_boxed_slice(),
+            communities: std::mem::take(&mut a.communities).into_boxed_slice(),
             rare: (rare != Rare::default()).then(|| Box::new(rare)),
         }
     }
@@ -75,7 +79,14 @@ impl Attrs {
         let as_path = match r.and_then(|r| r.as_path.clone()) {
             Some(p) => p,
             None if self.seq.is_empty() => AsPath::default(),
-            None => AsPath { segments: vec![AsSegment::Sequence(self.seq.to_vec())] },
+            None => {
+                // One spare slot: eBGP export prepends our AS.
+                let mut v = Vec::with_capacity(self.seq.len() + 1);
+                v.extend_from_slice(&self.seq);
+                AsPath {
+                    segments: vec![AsSegment::Sequence(v)],
+                }
+            }
         };
         PathAttrs {
             origin: self.origin,
@@ -132,7 +143,9 @@ mod tests {
     fn roundtrip_is_lossless() {
         let mut a = PathAttrs {
             origin: Some(Origin::Egp),
-            as_path: AsPath { segments: vec![AsSegment::Sequence(vec![1, 2, 3])] },
+            as_path: AsPath {
+                segments: vec![AsSegment::Sequence(vec![1, 2, 3])],
+            },
             next_hop: Some(Ipv4Addr::new(1, 2, 3, 4)),
             med: Some(5),
             communities: vec![7, 8],
@@ -145,7 +158,11 @@ mod tests {
         a.as_path.segments.push(AsSegment::Set(vec![9, 10]));
         a.cluster_list = vec![Ipv4Addr::new(9, 9, 9, 9)];
         a.originator_id = Some(Ipv4Addr::new(8, 8, 8, 8));
-        a.large_communities = vec![LargeCommunity { global: 1, local1: 2, local2: 3 }];
+        a.large_communities = vec![LargeCommunity {
+            global: 1,
+            local1: 2,
+            local2: 3,
+        }];
         let c = Attrs::from_path_attrs(&a);
         assert_eq!(c.to_path_attrs(), a);
         assert_eq!((c.decision_len(), c.cluster_list().len()), (4, 1));

@@ -26,7 +26,13 @@ pub(crate) struct SrcFacts {
 
 impl SrcFacts {
     pub(crate) fn local(router_id: Ipv4Addr) -> Self {
-        SrcFacts { ebgp: false, local: true, rr_client: false, router_id, addr: IpAddr::V4(Ipv4Addr::UNSPECIFIED) }
+        SrcFacts {
+            ebgp: false,
+            local: true,
+            rr_client: false,
+            router_id,
+            addr: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        }
     }
 }
 
@@ -37,8 +43,13 @@ pub(crate) struct DecisionCtx<'a> {
     pub default_lp: u32,
 }
 
-const UNKNOWN: SrcFacts =
-    SrcFacts { ebgp: false, local: false, rr_client: false, router_id: Ipv4Addr::BROADCAST, addr: IpAddr::V4(Ipv4Addr::BROADCAST) };
+const UNKNOWN: SrcFacts = SrcFacts {
+    ebgp: false,
+    local: false,
+    rr_client: false,
+    router_id: Ipv4Addr::BROADCAST,
+    addr: IpAddr::V4(Ipv4Addr::BROADCAST),
+};
 
 fn origin_rank(a: &Attrs) -> u8 {
     match a.origin {
@@ -53,7 +64,9 @@ fn keep_min<T, K: Ord>(c: &mut SmallVec<[T; 8]>, key: impl Fn(&T) -> K) {
     if c.len() < 2 {
         return;
     }
-    let Some(min) = c.iter().map(&key).min() else { return };
+    let Some(min) = c.iter().map(&key).min() else {
+        return;
+    };
     c.retain(|x| key(x) == min);
 }
 
@@ -74,7 +87,9 @@ pub(crate) fn best_index(paths: &[Path], ctx: &DecisionCtx<'_>) -> Option<usize>
     // Locally originated routes first (acts like a weight).
     keep_min(&mut c, |x| !x.2.local);
     // 1. Highest LOCAL_PREF.
-    keep_min(&mut c, |x| std::cmp::Reverse(x.1.local_pref.unwrap_or(ctx.default_lp)));
+    keep_min(&mut c, |x| {
+        std::cmp::Reverse(x.1.local_pref.unwrap_or(ctx.default_lp))
+    });
     // 2. Shortest AS_PATH.
     keep_min(&mut c, |x| x.1.decision_len());
     // 3. Lowest ORIGIN.
@@ -82,13 +97,16 @@ pub(crate) fn best_index(paths: &[Path], ctx: &DecisionCtx<'_>) -> Option<usize>
     // 4. Lowest MED among routes from the same neighbouring AS.
     if c.len() > 1 {
         let nas = |a: &Attrs| a.first_as().unwrap_or(ctx.local_as);
-        let snapshot: SmallVec<[(u32, u32); 8]> = c.iter().map(|x| (nas(x.1), x.1.med.unwrap_or(0))).collect();
+        let snapshot: SmallVec<[(u32, u32); 8]> =
+            c.iter().map(|x| (nas(x.1), x.1.med.unwrap_or(0))).collect();
         let acm = ctx.always_compare_med;
         let mut k = 0;
         c.retain(|_| {
             let (na, med) = snapshot[k];
             k += 1;
-            !snapshot.iter().any(|(nb, mb)| (acm || *nb == na) && *mb < med)
+            !snapshot
+                .iter()
+                .any(|(nb, mb)| (acm || *nb == na) && *mb < med)
         });
     }
     // 5. eBGP over iBGP.
@@ -96,7 +114,9 @@ pub(crate) fn best_index(paths: &[Path], ctx: &DecisionCtx<'_>) -> Option<usize>
     // 6. (IGP cost: not available.) RFC 4456 §9: shortest CLUSTER_LIST.
     keep_min(&mut c, |x| x.1.cluster_list().len());
     // 7. Lowest BGP identifier; ORIGINATOR_ID replaces it when present.
-    keep_min(&mut c, |x| u32::from(x.1.originator_id().unwrap_or(x.2.router_id)));
+    keep_min(&mut c, |x| {
+        u32::from(x.1.originator_id().unwrap_or(x.2.router_id))
+    });
     // 8. Lowest peer address.
     keep_min(&mut c, |x| x.2.addr);
     // Deterministic final tie-break: lowest peer id.

@@ -5,19 +5,30 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
-use holdfast_wire::{Afi, AsPath, Family, Notification, Origin, PathAttrs, Prefix, Prefix4, Prefix6, Update};
+use holdfast_wire::{
+    Afi, AsPath, Family, Notification, Origin, PathAttrs, Prefix, Prefix4, Prefix6, Update,
+};
 use rayon::prelude::*;
 
 use crate::attrs::Attrs;
 use crate::codec::{self, CodecCtx, Rfc7606Action};
 use crate::decision::{DecisionCtx, SrcFacts};
-use crate::export::{encode_changes, Changes, ExportParams};
+use crate::export::{encode_changes, Changes, ExportParams, OutAttrs};
 use crate::intern::{FxMap, Interner};
 use crate::policy::{PolicyCtx, PolicyRef, PolicyVerdict};
 use crate::rib::{shard_of4, shard_of6, Counts, Key, Path, Shard, Tables, STALE};
 use crate::{EngineConfig, Output, PeerCounts, PeerId, PeerSpec, LOCAL_PEER};
 
 const WITHDRAW: u32 = u32::MAX;
+
+/// Largest number of UPDATEs processed as one unit by `apply_raw`.
+const SUB_BATCH: usize = 2048;
+
+/// Batches smaller than this run on the calling thread (same results).
+const PAR_MIN_MSGS: usize = 512;
+
+/// UPDATEs of one peer decoded as one parallel task.
+const DECODE_CHUNK: usize = 64;
 
 struct PeerState {
     spec: PeerSpec,
@@ -31,13 +42,15 @@ pub struct Engine {
     shards: Vec<Shard>,
     interner: Interner,
     pool: Option<rayon::ThreadPool>,
+    /// False while handling a batch too small to be worth parallel dispatch.
+    par: bool,
     sweep_base: usize,
 }
 
 /// An UPDATE as handed to the engine.
 enum Input {
     Raw(Vec<u8>),
-    Decoded(Update),
+    Decoded(Box<Update>),
 }
 
 /// Result of the per-peer decode + import phase.
@@ -59,24 +72,35 @@ struct ImportEnv<'a> {
     shards: &'a [Shard],
 }
 
-fn run<R: Send>(pool: &Option<rayon::ThreadPool>, f: impl FnOnce() -> R + Send) -> R {
-    match pool {
-        Some(p) => p.install(f),
-        None => f(),
-    }
-}
-
 /// Runs `f` on every shard (in parallel when a pool exists); results are
 /// returned in shard order.
-fn for_shards<R: Send>(pool: &Option<rayon::ThreadPool>, shards: &mut [Shard], f: impl Fn(usize, &mut Shard) -> R + Sync + Send) -> Vec<R> {
+fn for_shards<R: Send>(
+    pool: Option<&rayon::ThreadPool>,
+    shards: &mut [Shard],
+    f: impl Fn(usize, &mut Shard) -> R + Sync + Send,
+) -> Vec<R> {
     match pool {
-        Some(p) => p.install(|| shards.par_iter_mut().enumerate().map(|(i, s)| f(i, s)).collect()),
-        None => shards.iter_mut().enumerate().map(|(i, s)| f(i, s)).collect(),
+        Some(p) => p.install(|| {
+            shards
+                .par_iter_mut()
+                .enumerate()
+                .map(|(i, s)| f(i, s))
+                .collect()
+        }),
+        None => shards
+            .iter_mut()
+            .enumerate()
+            .map(|(i, s)| f(i, s))
+            .collect(),
     }
 }
 
 fn import_ctx(spec: &PeerSpec) -> PolicyCtx {
-    PolicyCtx { local_as: spec.local_as, next_hop_v4: spec.local_addr_v4, next_hop_v6: spec.local_addr_v6 }
+    PolicyCtx {
+        local_as: spec.local_as,
+        next_hop_v4: spec.local_addr_v4,
+        next_hop_v6: spec.local_addr_v6,
+    }
 }
 
 fn has_family(spec: &PeerSpec, afi: Afi) -> bool {
@@ -90,8 +114,14 @@ impl ImportEnv<'_> {
 
     /// Route-independent import checks (AS loop, RFC 4456 loops) and the
     /// eBGP LOCAL_PREF rule (ignored when received from an external peer).
-    fn sanitize<'a>(&self, spec: &PeerSpec, pre: &'a PathAttrs) -> Result<Cow<'a, PathAttrs>, &'static str> {
-        if pre.as_path.contains(spec.local_as) || (self.cfg.local_as != spec.local_as && pre.as_path.contains(self.cfg.local_as)) {
+    fn sanitize<'a>(
+        &self,
+        spec: &PeerSpec,
+        pre: &'a PathAttrs,
+    ) -> Result<Cow<'a, PathAttrs>, &'static str> {
+        if pre.as_path.contains(spec.local_as)
+            || (self.cfg.local_as != spec.local_as && pre.as_path.contains(self.cfg.local_as))
+        {
             return Err("AS loop");
         }
         if pre.originator_id == Some(self.cfg.router_id) {
@@ -110,10 +140,17 @@ impl ImportEnv<'_> {
 
     /// Import policy over the sanitized attributes; `pre` is the interned
     /// Adj-RIB-In form, reused when nothing changed.
-    fn policy(&self, spec: &PeerSpec, prefix: &Prefix, base: &Cow<'_, PathAttrs>, pre: &Arc<Attrs>) -> Option<Arc<Attrs>> {
+    fn policy(
+        &self,
+        spec: &PeerSpec,
+        prefix: &Prefix,
+        base: &PathAttrs,
+        unchanged: bool,
+        pre: &Arc<Attrs>,
+    ) -> Option<Arc<Attrs>> {
         match spec.import.evaluate_ext(prefix, base, &import_ctx(spec)).0 {
             PolicyVerdict::Reject => None,
-            PolicyVerdict::Accept(Cow::Borrowed(_)) if matches!(base, Cow::Borrowed(_)) => Some(pre.clone()),
+            PolicyVerdict::Accept(Cow::Borrowed(_)) if unchanged => Some(pre.clone()),
             PolicyVerdict::Accept(a) => Some(self.interner.intern(Attrs::from_path_attrs(&a))),
         }
     }
@@ -122,7 +159,104 @@ impl ImportEnv<'_> {
     fn import(&self, spec: &PeerSpec, prefix: &Prefix, pre: &Arc<Attrs>) -> Option<Arc<Attrs>> {
         let full = pre.to_path_attrs();
         let base = self.sanitize(spec, &full).ok()?;
-        self.policy(spec, prefix, &base, pre)
+        self.policy(spec, prefix, &base, matches!(base, Cow::Borrowed(_)), pre)
+    }
+
+    /// Import of an UPDATE whose policy does not depend on the prefix: one
+    /// evaluation for all its prefixes, attributes moved, not copied.
+    fn import_shared(
+        &self,
+        spec: &PeerSpec,
+        attrs: PathAttrs,
+        announced: &[Prefix],
+        b: &mut PeerBatch,
+        ops: &mut Vec<(Prefix, u32)>,
+        rejected: &mut [usize; 4],
+    ) {
+        let verdict = match self.sanitize(spec, &attrs) {
+            Err(why) => Err(why),
+            Ok(base) => {
+                let unchanged = matches!(base, Cow::Borrowed(_));
+                Ok(
+                    match spec
+                        .import
+                        .evaluate_ext(&announced[0], &base, &import_ctx(spec))
+                        .0
+                    {
+                        PolicyVerdict::Reject => None,
+                        PolicyVerdict::Accept(Cow::Borrowed(_)) if unchanged => Some(None),
+                        PolicyVerdict::Accept(a) => Some(Some(Attrs::from_owned(a.into_owned()))),
+                    },
+                )
+            }
+        };
+        let pre = self.interner.intern(Attrs::from_owned(attrs));
+        let post = match verdict {
+            Err(why) => {
+                rejected[reject_index(why)] += announced.len();
+                None
+            }
+            Ok(None) => None,
+            Ok(Some(None)) => Some(pre.clone()),
+            Ok(Some(Some(a))) => Some(self.interner.intern(a)),
+        };
+        b.sets.push((pre, post));
+        let idx = (b.sets.len() - 1) as u32;
+        for p in announced {
+            if has_family(spec, p.afi()) {
+                ops.push((*p, idx));
+            } else {
+                rejected[3] += 1;
+            }
+        }
+    }
+
+    /// Import with a prefix-dependent policy: one evaluation per prefix.
+    fn import_per_prefix(
+        &self,
+        spec: &PeerSpec,
+        attrs: PathAttrs,
+        announced: &[Prefix],
+        b: &mut PeerBatch,
+        ops: &mut Vec<(Prefix, u32)>,
+        rejected: &mut [usize; 4],
+    ) {
+        let pre = self.interner.intern(Attrs::from_path_attrs(&attrs));
+        let base = match self.sanitize(spec, &attrs) {
+            Ok(base) => base,
+            Err(why) => {
+                rejected[reject_index(why)] += announced.len();
+                b.sets.push((pre, None));
+                let idx = (b.sets.len() - 1) as u32;
+                ops.extend(
+                    announced
+                        .iter()
+                        .filter(|p| has_family(spec, p.afi()))
+                        .map(|p| (*p, idx)),
+                );
+                return;
+            }
+        };
+        let unchanged = matches!(base, Cow::Borrowed(_));
+        for p in announced {
+            if !has_family(spec, p.afi()) {
+                rejected[3] += 1;
+                continue;
+            }
+            let post = self.policy(spec, p, &base, unchanged, &pre);
+            let same_as_last = b.sets.last().is_some_and(|(lp, lpost)| {
+                Arc::ptr_eq(lp, &pre)
+                    && match (lpost, &post) {
+                        (None, None) => true,
+                        (Some(x), Some(y)) => Arc::ptr_eq(x, y),
+                        _ => false,
+                    }
+            });
+            if !same_as_last {
+                b.sets.push((pre.clone(), post));
+            }
+            ops.push((*p, (b.sets.len() - 1) as u32));
+        }
     }
 
     /// Was `peer`'s path for `p` accepted before this batch?
@@ -132,11 +266,16 @@ impl ImportEnv<'_> {
             Prefix::V4(k) => crate::rib::PMap::get(&self.shards[shard_of4(k, n)].v4.dests, k),
             Prefix::V6(k) => crate::rib::PMap::get(&self.shards[shard_of6(k, n)].v6.dests, k),
         };
-        d.and_then(|d| d.paths.iter().find(|x| x.peer == peer)).is_some_and(|x| x.post.is_some())
+        d.and_then(|d| d.paths.iter().find(|x| x.peer == peer))
+            .is_some_and(|x| x.post.is_some())
     }
 
     fn accepted_total(&self, peer: PeerId) -> i64 {
-        self.shards.iter().filter_map(|s| s.counts.get(&peer)).map(|c| c.accepted).sum()
+        self.shards
+            .iter()
+            .filter_map(|s| s.counts.get(&peer))
+            .map(|c| c.accepted)
+            .sum()
     }
 
     /// Decode + Adj-RIB-In + import policy for one peer's updates.
@@ -151,13 +290,22 @@ impl ImportEnv<'_> {
             reset: None,
             warnings: Vec::new(),
         };
-        let ctx = CodecCtx { four_octet_as: spec.four_octet_as, ibgp: !spec.is_ebgp() };
-        let mut limit = spec.max_prefix.map(|l| (l, self.accepted_total(spec.id), FxMap::<Prefix, bool>::default()));
+        let ctx = CodecCtx {
+            four_octet_as: spec.four_octet_as,
+            ibgp: !spec.is_ebgp(),
+        };
+        let mut limit = spec.max_prefix.map(|l| {
+            (
+                l,
+                self.accepted_total(spec.id),
+                FxMap::<Prefix, bool>::default(),
+            )
+        });
         let mut rejected: [usize; 4] = [0; 4];
         let per_prefix = spec.import.prefix_dependent();
         'msgs: for input in inputs {
             let u = match input {
-                Input::Decoded(u) => u,
+                Input::Decoded(u) => *u,
                 Input::Raw(body) => match codec::decode_update(&body, &ctx) {
                     Ok(o) => {
                         if o.action != Rfc7606Action::None {
@@ -178,49 +326,17 @@ impl ImportEnv<'_> {
             }
             let mut ops: Vec<(Prefix, u32)> = u.withdrawn.iter().map(|p| (*p, WITHDRAW)).collect();
             if let (Some(attrs), false) = (u.attrs, u.announced.is_empty()) {
-                let pre = self.interner.intern(Attrs::from_path_attrs(&attrs));
-                let base = self.sanitize(spec, &attrs);
-                if let Err(why) = base {
-                    let i = match why {
-                        "AS loop" => 0,
-                        "ORIGINATOR_ID loop" => 1,
-                        _ => 2,
-                    };
-                    rejected[i] += u.announced.len();
-                }
-                let shared = match (&base, per_prefix) {
-                    (Ok(_), true) => None,
-                    (Ok(base), false) => Some(self.policy(spec, &u.announced[0], base, &pre)),
-                    (Err(_), _) => Some(None),
-                };
-                let shared_idx = shared.map(|post| {
-                    b.sets.push((pre.clone(), post));
-                    (b.sets.len() - 1) as u32
-                });
-                for p in &u.announced {
-                    if !has_family(spec, p.afi()) {
-                        rejected[3] += 1;
-                        continue;
-                    }
-                    let idx = match (shared_idx, &base) {
-                        (Some(i), _) => i,
-                        (None, Err(_)) => continue,
-                        (None, Ok(base)) => {
-                            let post = self.policy(spec, p, base, &pre);
-                            match b.sets.last() {
-                                Some((lp, lpost))
-                                    if Arc::ptr_eq(lp, &pre)
-                                        && match (lpost, &post) {
-                                            (None, None) => true,
-                                            (Some(x), Some(y)) => Arc::ptr_eq(x, y),
-                                            _ => false,
-                                        } => {}
-                                _ => b.sets.push((pre.clone(), post)),
-                            }
-                            (b.sets.len() - 1) as u32
-                        }
-                    };
-                    ops.push((*p, idx));
+                if per_prefix {
+                    self.import_per_prefix(
+                        spec,
+                        attrs,
+                        &u.announced,
+                        &mut b,
+                        &mut ops,
+                        &mut rejected,
+                    );
+                } else {
+                    self.import_shared(spec, attrs, &u.announced, &mut b, &mut ops, &mut rejected);
                 }
             }
             for (p, idx) in ops {
@@ -235,8 +351,13 @@ impl ImportEnv<'_> {
                         let mut data = p.afi().code().to_be_bytes().to_vec();
                         data.push(1);
                         data.extend_from_slice(&lim.to_be_bytes());
-                        b.reset = Some(Notification { code: 6, subcode: 1, data });
-                        b.warnings.push(format!("maximum prefix limit {lim} exceeded"));
+                        b.reset = Some(Notification {
+                            code: 6,
+                            subcode: 1,
+                            data,
+                        });
+                        b.warnings
+                            .push(format!("maximum prefix limit {lim} exceeded"));
                         break 'msgs;
                     }
                     *count = next;
@@ -248,42 +369,99 @@ impl ImportEnv<'_> {
                 }
             }
         }
-        let names = ["AS loop", "ORIGINATOR_ID loop", "CLUSTER_LIST loop", "family not negotiated"];
+        let names = [
+            "AS loop",
+            "ORIGINATOR_ID loop",
+            "CLUSTER_LIST loop",
+            "family not negotiated",
+        ];
         for (i, c) in rejected.iter().enumerate() {
             if *c > 0 {
-                b.warnings.push(format!("{c} prefixes rejected: {}", names[i]));
+                b.warnings
+                    .push(format!("{c} prefixes rejected: {}", names[i]));
             }
         }
         b
     }
 }
 
-fn apply_ops<K: Key>(t: &mut Tables<K>, counts: &mut FxMap<PeerId, Counts>, b: &PeerBatch, ops: &[(K, u32)], ctx: &DecisionCtx<'_>) {
+/// Index into the per-batch rejection counters for a sanitize failure.
+fn reject_index(why: &str) -> usize {
+    match why {
+        "AS loop" => 0,
+        "ORIGINATOR_ID loop" => 1,
+        _ => 2,
+    }
+}
+
+fn apply_ops<K: Key>(
+    t: &mut Tables<K>,
+    counts: &mut FxMap<PeerId, Counts>,
+    b: &PeerBatch,
+    ops: &[(K, u32)],
+    ctx: &DecisionCtx<'_>,
+) {
     for (k, idx) in ops {
         let new = if *idx == WITHDRAW {
             None
         } else {
             let (pre, post) = &b.sets[*idx as usize];
-            Some(Path { peer: b.peer, flags: 0, pre: pre.clone(), post: post.clone() })
+            Some(Path {
+                peer: b.peer,
+                flags: 0,
+                pre: pre.clone(),
+                post: post.clone(),
+            })
         };
         t.change(counts, *k, b.peer, new, ctx);
     }
 }
 
 fn mark_stale<K>(_: K, p: &Path) -> Option<Option<Path>> {
-    (p.flags & STALE == 0).then(|| Some(Path { flags: p.flags | STALE, ..p.clone() }))
+    (p.flags & STALE == 0).then(|| {
+        Some(Path {
+            flags: p.flags | STALE,
+            ..p.clone()
+        })
+    })
 }
 
-fn sweep_stale<K: Key>(t: &mut Tables<K>, counts: &mut FxMap<PeerId, Counts>, peer: PeerId, ctx: &DecisionCtx<'_>) {
-    t.map_peer(counts, peer, ctx, |_, p| if p.flags & STALE != 0 { Some(None) } else { None });
+fn sweep_stale<K: Key>(
+    t: &mut Tables<K>,
+    counts: &mut FxMap<PeerId, Counts>,
+    peer: PeerId,
+    ctx: &DecisionCtx<'_>,
+) {
+    t.map_peer(counts, peer, ctx, |_, p| {
+        if p.flags & STALE != 0 {
+            Some(None)
+        } else {
+            None
+        }
+    });
 }
 
 impl Engine {
     pub fn new(cfg: EngineConfig) -> Self {
         let threads = cfg.threads.max(1);
-        let pool = if threads > 1 { rayon::ThreadPoolBuilder::new().num_threads(threads).build().ok() } else { None };
+        let pool = if threads > 1 {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .ok()
+        } else {
+            None
+        };
         let shards = (0..cfg.shards.max(1)).map(|_| Shard::default()).collect();
-        Engine { cfg, peers: BTreeMap::new(), shards, interner: Interner::default(), pool, sweep_base: 0 }
+        Engine {
+            cfg,
+            peers: BTreeMap::new(),
+            shards,
+            interner: Interner::default(),
+            pool,
+            par: true,
+            sweep_base: 0,
+        }
     }
 
     /// Register a configured neighbour (down). Idempotent.
@@ -323,7 +501,16 @@ impl Engine {
             .iter()
             .map(|(id, p)| {
                 let s = &p.spec;
-                (*id, SrcFacts { ebgp: s.is_ebgp(), local: false, rr_client: s.rr_client, router_id: s.router_id, addr: s.address })
+                (
+                    *id,
+                    SrcFacts {
+                        ebgp: s.is_ebgp(),
+                        local: false,
+                        rr_client: s.rr_client,
+                        router_id: s.router_id,
+                        addr: s.address,
+                    },
+                )
             })
             .collect();
         m.insert(LOCAL_PEER, SrcFacts::local(self.cfg.router_id));
@@ -356,7 +543,12 @@ impl Engine {
 
     /// Runs `mutate` on every shard, then exports (dirty prefixes, or all
     /// with `full`) to `only` or every Established peer, and encodes.
-    fn pass(&mut self, only: Option<PeerId>, full: bool, mutate: impl Fn(usize, &mut Shard, &DecisionCtx<'_>) + Sync + Send) -> Output {
+    fn pass(
+        &mut self,
+        only: Option<PeerId>,
+        full: bool,
+        mutate: impl Fn(usize, &mut Shard, &DecisionCtx<'_>) + Sync + Send,
+    ) -> Output {
         let facts = self.facts();
         let (groups, targets) = self.targets(only);
         let ctx = DecisionCtx {
@@ -365,24 +557,32 @@ impl Engine {
             always_compare_med: self.cfg.always_compare_med,
             default_lp: self.cfg.default_local_pref,
         };
-        let env = crate::rib::ExportEnv { groups: &groups, targets: &targets, facts: &facts };
-        let per_shard = for_shards(&self.pool, &mut self.shards, |i, s| {
+        let env = crate::rib::ExportEnv {
+            groups: &groups,
+            targets: &targets,
+            facts: &facts,
+        };
+        let pool = self.pool.as_ref().filter(|_| self.par);
+        let per_shard = for_shards(pool, &mut self.shards, |i, s| {
             mutate(i, s, &ctx);
             let mut a = s.v4.export(&env, full);
             let b = s.v6.export(&env, full);
+            if a.is_empty() {
+                return b;
+            }
             for (x, y) in a.iter_mut().zip(b) {
                 x.append(y);
             }
             a
         });
-        let out = self.encode(&groups, &targets, per_shard, &[]);
+        let out = self.encode(&targets, per_shard);
         self.maybe_sweep();
         out
     }
 
     /// Concatenates per-shard changes per target and encodes them, sharing
     /// the bytes between peers of one update group with equal changes.
-    fn encode(&self, groups: &[ExportParams], targets: &[(PeerId, usize)], per_shard: Vec<Vec<Changes>>, eor: &[Family]) -> Output {
+    fn encode(&self, targets: &[(PeerId, usize)], per_shard: Vec<Vec<Changes>>) -> Output {
         let mut per_target: Vec<Changes> = targets.iter().map(|_| Changes::default()).collect();
         for shard in per_shard {
             for (t, c) in per_target.iter_mut().zip(shard) {
@@ -393,7 +593,9 @@ impl Engine {
         let mut reps: Vec<usize> = Vec::new();
         let mut rep_of: Vec<usize> = Vec::with_capacity(targets.len());
         for (i, (_, g)) in targets.iter().enumerate() {
-            let found = reps.iter().position(|&r| targets[r].1 == *g && per_target[r].same_as(&per_target[i]));
+            let found = reps
+                .iter()
+                .position(|&r| targets[r].1 == *g && per_target[r].same_as(&per_target[i]));
             match found {
                 Some(j) => rep_of.push(j),
                 None => {
@@ -402,21 +604,16 @@ impl Engine {
                 }
             }
         }
-        let encoded: Vec<Arc<Vec<u8>>> = run(&self.pool, || {
-            reps.par_iter()
-                .map(|&r| {
-                    let p = &groups[targets[r].1];
-                    let mut buf = Vec::new();
-                    encode_changes(&per_target[r], &p.codec_ctx(), &mut buf);
-                    for f in eor {
-                        if p.families.contains(f) {
-                            codec::encode_end_of_rib(*f, &mut buf);
-                        }
-                    }
-                    Arc::new(buf)
-                })
-                .collect()
-        });
+        let pool = self.pool();
+        let enc = |&r: &usize| {
+            let mut buf = Vec::new();
+            encode_changes(&per_target[r], pool.is_some(), &mut buf);
+            Arc::new(buf)
+        };
+        let encoded: Vec<Arc<Vec<u8>>> = match pool {
+            Some(p) => p.install(|| reps.par_iter().map(enc).collect()),
+            None => reps.iter().map(enc).collect(),
+        };
         let mut out = Output::default();
         for (i, (peer, _)) in targets.iter().enumerate() {
             let bytes = &encoded[rep_of[i]];
@@ -442,32 +639,29 @@ impl Engine {
             s.v4.out.remove(&id);
             s.v6.out.remove(&id);
         }
-        let (groups, targets) = self.targets(Some(id));
-        let facts = self.facts();
-        let env = crate::rib::ExportEnv { groups: &groups, targets: &targets, facts: &facts };
-        let per_shard = for_shards(&self.pool, &mut self.shards, |_, s| {
-            let dirty4 = std::mem::take(&mut s.v4.dirty);
-            let dirty6 = std::mem::take(&mut s.v6.dirty);
-            let mut a = s.v4.export(&env, true);
-            let b = s.v6.export(&env, true);
-            s.v4.dirty = dirty4;
-            s.v6.dirty = dirty6;
-            for (x, y) in a.iter_mut().zip(b) {
-                x.append(y);
-            }
-            a
-        });
+        let mut out = self.pass(Some(id), true, |_, _, _| {});
         let mut fams = self.peers[&id].spec.families.clone();
         fams.sort();
         fams.dedup();
-        self.encode(&groups, &targets, per_shard, &fams)
+        let mut eor = Vec::new();
+        for f in fams {
+            codec::encode_end_of_rib(f, &mut eor);
+        }
+        match out.messages.iter_mut().find(|(p, _)| *p == id) {
+            Some((_, m)) => Arc::make_mut(m).extend_from_slice(&eor),
+            None if !eor.is_empty() => out.messages.push((id, Arc::new(eor))),
+            None => {}
+        }
+        out
     }
 
     /// Session went down. `graceful` (RFC 4724 helper): keep its routes as
     /// stale until End-of-RIB or [`Self::stale_timeout`]; otherwise withdraw
     /// them everywhere.
     pub fn peer_down(&mut self, id: PeerId, graceful: bool) -> Output {
-        let Some(p) = self.peers.get_mut(&id) else { return Output::default() };
+        let Some(p) = self.peers.get_mut(&id) else {
+            return Output::default();
+        };
         p.up = false;
         for s in &mut self.shards {
             s.v4.out.remove(&id);
@@ -510,7 +704,9 @@ impl Engine {
     /// Policy change: re-evaluate import from the stored Adj-RIB-In and
     /// re-export; only differences are sent.
     pub fn set_policies(&mut self, id: PeerId, import: PolicyRef, export: PolicyRef) -> Output {
-        let Some(p) = self.peers.get_mut(&id) else { return Output::default() };
+        let Some(p) = self.peers.get_mut(&id) else {
+            return Output::default();
+        };
         p.spec.import = import;
         p.spec.export = export;
         let spec = p.spec.clone();
@@ -518,7 +714,11 @@ impl Engine {
         let interner = std::mem::take(&mut self.interner);
         let mut out = {
             let cfg = self.cfg.clone();
-            let env = ImportEnv { cfg: &cfg, interner: &interner, shards: &[] };
+            let env = ImportEnv {
+                cfg: &cfg,
+                interner: &interner,
+                shards: &[],
+            };
             let reimport = |k: Prefix, p: &Path| {
                 let post = env.import(&spec, &k, &p.pre);
                 let same = match (&post, &p.post) {
@@ -549,10 +749,50 @@ impl Engine {
 
     /// Decoded form of [`Self::apply_raw`].
     pub fn apply(&mut self, batch: Vec<(PeerId, Update)>) -> Output {
-        self.apply_inputs(batch.into_iter().map(|(p, u)| (p, Input::Decoded(u))).collect())
+        self.apply_inputs(
+            batch
+                .into_iter()
+                .map(|(p, u)| (p, Input::Decoded(Box::new(u))))
+                .collect(),
+        )
     }
 
+    /// Splits very large batches into consecutive sub-batches of
+    /// [`SUB_BATCH`] UPDATEs, bounding transient memory. Each sub-batch's
+    /// output is complete and ordered, so the concatenation leaves every
+    /// prefix in its final state; a peer reset in one sub-batch drops its
+    /// UPDATEs from the following ones.
     fn apply_inputs(&mut self, batch: Vec<(PeerId, Input)>) -> Output {
+        if batch.len() <= SUB_BATCH {
+            return self.apply_chunk(batch);
+        }
+        let mut out = Output::default();
+        let mut it = batch.into_iter().peekable();
+        while it.peek().is_some() {
+            let chunk: Vec<(PeerId, Input)> = it
+                .by_ref()
+                .take(SUB_BATCH)
+                .filter(|(p, _)| !out.resets.iter().any(|(r, _)| r == p))
+                .collect();
+            let o = self.apply_chunk(chunk);
+            out.merge(o);
+        }
+        out
+    }
+
+    fn apply_chunk(&mut self, batch: Vec<(PeerId, Input)>) -> Output {
+        self.par = batch.len() >= PAR_MIN_MSGS;
+        let out = self.apply_chunk_inner(batch);
+        self.par = true;
+        out
+    }
+
+    /// The pool to use for the current call, if any.
+    fn pool(&self) -> Option<&rayon::ThreadPool> {
+        self.pool.as_ref().filter(|_| self.par)
+    }
+
+    fn apply_chunk_inner(&mut self, batch: Vec<(PeerId, Input)>) -> Output {
         let mut order: Vec<(PeerId, Vec<Input>)> = Vec::new();
         let mut idx: FxMap<PeerId, usize> = FxMap::default();
         let mut out = Output::default();
@@ -560,7 +800,12 @@ impl Engine {
             match self.peers.get(&peer) {
                 Some(p) if p.up => {}
                 _ => {
-                    out.warnings.push((peer, "UPDATE from a peer that is not established ignored".into()));
+                    if !out.warnings.iter().any(|(p, _)| *p == peer) {
+                        out.warnings.push((
+                            peer,
+                            "UPDATEs from a peer that is not established ignored".into(),
+                        ));
+                    }
                     continue;
                 }
             }
@@ -570,20 +815,59 @@ impl Engine {
             });
             order[k].1.push(i);
         }
+        // Work items: a peer's messages, split in ordered chunks when the
+        // pool can use them (not with max-prefix, whose count is sequential).
+        let mut work_items: Vec<(PeerId, Vec<Input>)> = Vec::new();
+        // Chunking never depends on the thread count, so neither do results.
+        for (peer, inputs) in order {
+            let chunk = if self.peers[&peer].spec.max_prefix.is_none() {
+                DECODE_CHUNK
+            } else {
+                usize::MAX
+            };
+            if inputs.len() <= chunk {
+                work_items.push((peer, inputs));
+                continue;
+            }
+            let mut it = inputs.into_iter().peekable();
+            while it.peek().is_some() {
+                work_items.push((peer, it.by_ref().take(chunk).collect()));
+            }
+        }
         let batches: Vec<PeerBatch> = {
-            let env = ImportEnv { cfg: &self.cfg, interner: &self.interner, shards: &self.shards };
+            let env = ImportEnv {
+                cfg: &self.cfg,
+                interner: &self.interner,
+                shards: &self.shards,
+            };
             let peers = &self.peers;
-            let work = |(peer, inputs): (PeerId, Vec<Input>)| env.peer_batch(&peers[&peer].spec, inputs);
-            match &self.pool {
-                Some(p) => p.install(|| order.into_par_iter().map(work).collect()),
-                None => order.into_iter().map(work).collect(),
+            let work =
+                |(peer, inputs): (PeerId, Vec<Input>)| env.peer_batch(&peers[&peer].spec, inputs);
+            match self.pool() {
+                Some(p) => p.install(|| work_items.into_par_iter().map(work).collect()),
+                None => work_items.into_iter().map(work).collect(),
             }
         };
+        // A session reset drops that peer's later chunks.
+        let mut dead: Vec<PeerId> = Vec::new();
+        let batches: Vec<PeerBatch> = batches
+            .into_iter()
+            .filter(|b| {
+                if dead.contains(&b.peer) {
+                    return false;
+                }
+                if b.reset.is_some() {
+                    dead.push(b.peer);
+                }
+                true
+            })
+            .collect();
         for b in &batches {
             if let Some(n) = &b.reset {
                 out.resets.push((b.peer, n.clone()));
             }
-            out.warnings.extend(b.warnings.iter().map(|w| (b.peer, w.clone())));
+            out.warnings
+                .extend(b.warnings.iter().map(|w| (b.peer, w.clone())));
         }
         let batches = &batches;
         let res = self.pass(None, false, |si, s, ctx| {
@@ -606,7 +890,9 @@ impl Engine {
     /// ROUTE-REFRESH: re-send the peer's whole Adj-RIB-Out for `family`,
     /// followed by End-of-RIB.
     pub fn route_refresh(&mut self, id: PeerId, family: Family) -> Output {
-        let Some(p) = self.peers.get(&id) else { return Output::default() };
+        let Some(p) = self.peers.get(&id) else {
+            return Output::default();
+        };
         if !p.up {
             return Output::default();
         }
@@ -619,12 +905,15 @@ impl Engine {
                 Afi::Ipv6 => refresh_table(&s.v6, id, &params, &facts, &mut ch),
             }
         }
-        ch.v4.sort_by(|a, b| a.0.cmp(&b.0));
-        ch.v6.sort_by(|a, b| a.0.cmp(&b.0));
+        ch.v4.sort_by_key(|a| a.0);
+        ch.v6.sort_by_key(|a| a.0);
         let mut buf = Vec::new();
-        encode_changes(&ch, &params.codec_ctx(), &mut buf);
+        encode_changes(&ch, false, &mut buf);
         codec::encode_end_of_rib(family, &mut buf);
-        Output { messages: vec![(id, Arc::new(buf))], ..Output::default() }
+        Output {
+            messages: vec![(id, Arc::new(buf))],
+            ..Output::default()
+        }
     }
 
     /// Locally originated routes: ORIGIN IGP, empty AS_PATH, next hop self
@@ -660,7 +949,11 @@ impl Engine {
     }
 
     fn local_ops(&mut self, ops: Vec<Vec<(Prefix, Arc<Attrs>)>>) -> Output {
-        self.local_changes(ops.into_iter().map(|v| v.into_iter().map(|(p, a)| (p, Some(a))).collect()).collect())
+        self.local_changes(
+            ops.into_iter()
+                .map(|v| v.into_iter().map(|(p, a)| (p, Some(a))).collect())
+                .collect(),
+        )
     }
 
     fn local_changes(&mut self, ops: Vec<Vec<(Prefix, Option<Arc<Attrs>>)>>) -> Output {
@@ -668,7 +961,12 @@ impl Engine {
         self.pass(None, false, move |si, s, ctx| {
             let Shard { v4, v6, counts } = s;
             for (p, a) in &ops[si] {
-                let new = a.as_ref().map(|a| Path { peer: LOCAL_PEER, flags: 0, pre: a.clone(), post: Some(a.clone()) });
+                let new = a.as_ref().map(|a| Path {
+                    peer: LOCAL_PEER,
+                    flags: 0,
+                    pre: a.clone(),
+                    post: Some(a.clone()),
+                });
                 match p {
                     Prefix::V4(k) => v4.change(counts, *k, LOCAL_PEER, new, ctx),
                     Prefix::V6(k) => v6.change(counts, *k, LOCAL_PEER, new, ctx),
@@ -684,27 +982,27 @@ impl Engine {
             collect_in(&s.v4, id, &mut v);
             collect_in(&s.v6, id, &mut v);
         }
-        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v.sort_by_key(|a| a.0);
         v
     }
 
     /// What the peer was last sent, sorted by prefix.
     pub fn adj_rib_out(&self, id: PeerId) -> Vec<(Prefix, Arc<PathAttrs>)> {
-        let Some(p) = self.peers.get(&id) else { return Vec::new() };
+        let Some(p) = self.peers.get(&id) else {
+            return Vec::new();
+        };
         let params = self.params(&p.spec);
         let facts = self.facts();
-        let mut ch = Changes::default();
+        let mut v: Vec<(Prefix, Arc<PathAttrs>)> = Vec::new();
         for s in &self.shards {
-            refresh_table(&s.v4, id, &params, &facts, &mut ch);
-            refresh_table(&s.v6, id, &params, &facts, &mut ch);
+            collect_out(&s.v4, id, &params, &facts, |k, a| {
+                v.push((Prefix::V4(k), Arc::new(a)))
+            });
+            collect_out(&s.v6, id, &params, &facts, |k, a| {
+                v.push((Prefix::V6(k), Arc::new(a)))
+            });
         }
-        let mut v: Vec<(Prefix, Arc<PathAttrs>)> = ch
-            .v4
-            .into_iter()
-            .filter_map(|(k, a)| a.map(|a| (Prefix::V4(k), a.0)))
-            .chain(ch.v6.into_iter().filter_map(|(k, a)| a.map(|a| (Prefix::V6(k), a.0))))
-            .collect();
-        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v.sort_by_key(|a| a.0);
         v
     }
 
@@ -730,7 +1028,7 @@ impl Engine {
                 }
             });
         }
-        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v.sort_by_key(|a| a.0);
         v
     }
 
@@ -758,10 +1056,15 @@ impl Engine {
                 c.accepted += x.accepted;
                 c.stale += x.stale;
             }
-            adv += s.v4.out.get(&id).map_or(0, |m| crate::rib::PMap::size(m));
-            adv += s.v6.out.get(&id).map_or(0, |m| crate::rib::PMap::size(m));
+            adv += s.v4.out.get(&id).map_or(0, crate::rib::PMap::size);
+            adv += s.v6.out.get(&id).map_or(0, crate::rib::PMap::size);
         }
-        PeerCounts { received: c.received as u64, accepted: c.accepted as u64, advertised: adv as u64, stale: c.stale as u64 }
+        PeerCounts {
+            received: c.received as u64,
+            accepted: c.accepted as u64,
+            advertised: adv as u64,
+            stale: c.stale as u64,
+        }
     }
 
     /// Prefixes with a best path.
@@ -803,12 +1106,31 @@ fn collect_in<K: Key>(t: &Tables<K>, id: PeerId, v: &mut Vec<(Prefix, Arc<PathAt
     });
 }
 
-fn refresh_table<K: Key>(t: &Tables<K>, id: PeerId, params: &ExportParams, facts: &FxMap<PeerId, SrcFacts>, ch: &mut Changes) {
+fn refresh_table<K: Key>(
+    t: &Tables<K>,
+    id: PeerId,
+    params: &ExportParams,
+    facts: &FxMap<PeerId, SrcFacts>,
+    ch: &mut Changes,
+) {
+    collect_out(t, id, params, facts, |k, a| {
+        let o = OutAttrs::encode(params, k.prefix().afi(), a);
+        K::push(ch, k, Some(Arc::new(o)));
+    });
+}
+
+/// Current export of every prefix in the peer's Adj-RIB-Out.
+fn collect_out<K: Key>(
+    t: &Tables<K>,
+    id: PeerId,
+    params: &ExportParams,
+    facts: &FxMap<PeerId, SrcFacts>,
+    mut f: impl FnMut(K, PathAttrs),
+) {
     if let Some(o) = t.out.get(&id) {
         crate::rib::PMap::visit(o, |k, _| {
             if let Some(a) = t.current_export(k, id, params, facts) {
-                let h = crate::intern::hash_of(&a);
-                K::push(ch, k, Some((Arc::new(a), h)));
+                f(k, a);
             }
         });
     }

@@ -3,14 +3,18 @@
 //! outgoing attribute set, prefixes packed behind it.
 
 use std::borrow::Cow;
+
+use rayon::prelude::*;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
-use holdfast_wire::{attr_flags, well_known, Afi, Family, MpNextHop, PathAttrs, Prefix, Prefix4, Prefix6};
+use holdfast_wire::{
+    attr_flags, well_known, Afi, Family, MpNextHop, PathAttrs, Prefix, Prefix4, Prefix6,
+};
 
 use crate::codec::{self, CodecCtx};
 use crate::decision::SrcFacts;
-use crate::intern::FxMap;
+use crate::intern::{hash_of, FxMap};
 use crate::policy::{PolicyCtx, PolicyRef, PolicyVerdict};
 
 /// Everything about a target peer that influences what it is sent. Peers
@@ -31,22 +35,49 @@ pub(crate) struct ExportParams {
     pub default_lp: u32,
 }
 
-pub(crate) type GroupKey = (bool, u32, Option<Ipv4Addr>, Option<Ipv6Addr>, Option<Ipv6Addr>, bool, Vec<Family>, bool, bool, usize);
+pub(crate) type GroupKey = (
+    bool,
+    u32,
+    Option<Ipv4Addr>,
+    Option<Ipv6Addr>,
+    Option<Ipv6Addr>,
+    bool,
+    Vec<Family>,
+    bool,
+    bool,
+    usize,
+);
 
 impl ExportParams {
     pub(crate) fn key(&self) -> GroupKey {
         let mut f = self.families.clone();
         f.sort();
         f.dedup();
-        (self.ebgp, self.local_as, self.nh4, self.nh6, self.nh6_ll, self.four_octet_as, f, self.rr_client, self.next_hop_self, self.policy.ident())
+        (
+            self.ebgp,
+            self.local_as,
+            self.nh4,
+            self.nh6,
+            self.nh6_ll,
+            self.four_octet_as,
+            f,
+            self.rr_client,
+            self.next_hop_self,
+            self.policy.ident(),
+        )
     }
 
     pub(crate) fn has_family(&self, afi: Afi) -> bool {
-        self.families.iter().any(|f| f.afi == afi && f.safi == holdfast_wire::Safi::Unicast)
+        self.families
+            .iter()
+            .any(|f| f.afi == afi && f.safi == holdfast_wire::Safi::Unicast)
     }
 
     pub(crate) fn codec_ctx(&self) -> CodecCtx {
-        CodecCtx { four_octet_as: self.four_octet_as, ibgp: !self.ebgp }
+        CodecCtx {
+            four_octet_as: self.four_octet_as,
+            ibgp: !self.ebgp,
+        }
     }
 
     fn set_next_hop_self(&self, afi: Afi, a: &mut PathAttrs) {
@@ -58,7 +89,10 @@ impl ExportParams {
             }
             Afi::Ipv6 => {
                 if let Some(nh) = self.nh6 {
-                    a.mp_next_hop = Some(MpNextHop { global: nh.into(), link_local: self.nh6_ll });
+                    a.mp_next_hop = Some(MpNextHop {
+                        global: nh.into(),
+                        link_local: self.nh6_ll,
+                    });
                 }
             }
         }
@@ -68,7 +102,12 @@ impl ExportParams {
 /// Computes the attributes sent to a peer with parameters `p` for a route
 /// learned from `src`, or None when the route must not be advertised.
 /// The caller has already excluded the source peer itself.
-pub(crate) fn export_route(p: &ExportParams, src: &SrcFacts, prefix: &Prefix, attrs: PathAttrs) -> Option<PathAttrs> {
+pub(crate) fn export_route(
+    p: &ExportParams,
+    src: &SrcFacts,
+    prefix: &Prefix,
+    attrs: PathAttrs,
+) -> Option<PathAttrs> {
     let afi = prefix.afi();
     if !p.has_family(afi) {
         return None;
@@ -76,7 +115,12 @@ pub(crate) fn export_route(p: &ExportParams, src: &SrcFacts, prefix: &Prefix, at
     if attrs.communities.contains(&well_known::NO_ADVERTISE) {
         return None;
     }
-    if p.ebgp && attrs.communities.iter().any(|c| *c == well_known::NO_EXPORT || *c == well_known::NO_EXPORT_SUBCONFED) {
+    if p.ebgp
+        && attrs
+            .communities
+            .iter()
+            .any(|c| *c == well_known::NO_EXPORT || *c == well_known::NO_EXPORT_SUBCONFED)
+    {
         return None;
     }
     let ibgp_learned = !src.local && !src.ebgp;
@@ -84,7 +128,11 @@ pub(crate) fn export_route(p: &ExportParams, src: &SrcFacts, prefix: &Prefix, at
     if reflect && !(src.rr_client || p.rr_client) {
         return None;
     }
-    let ctx = PolicyCtx { local_as: p.local_as, next_hop_v4: p.nh4, next_hop_v6: p.nh6 };
+    let ctx = PolicyCtx {
+        local_as: p.local_as,
+        next_hop_v4: p.nh4,
+        next_hop_v6: p.nh6,
+    };
     let (verdict, med_set) = p.policy.evaluate_ext(prefix, &attrs, &ctx);
     let changed = match verdict {
         PolicyVerdict::Reject => return None,
@@ -95,12 +143,15 @@ pub(crate) fn export_route(p: &ExportParams, src: &SrcFacts, prefix: &Prefix, at
     if p.ebgp {
         out.as_path.prepend(p.local_as, 1);
         out.local_pref = None;
-        if !med_set {
+        // A MED learned from another AS is not passed on (RFC 4271
+        // §5.1.4); one set by export policy or on a local route is.
+        if !med_set && !src.local {
             out.med = None;
         }
         out.originator_id = None;
         out.cluster_list.clear();
-        out.unknown.retain(|u| u.flags & attr_flags::TRANSITIVE != 0);
+        out.unknown
+            .retain(|u| u.flags & attr_flags::TRANSITIVE != 0);
         p.set_next_hop_self(afi, &mut out);
     } else {
         out.local_pref = Some(out.local_pref.unwrap_or(p.default_lp));
@@ -121,8 +172,32 @@ pub(crate) fn export_route(p: &ExportParams, src: &SrcFacts, prefix: &Prefix, at
     Some(out)
 }
 
-/// Outgoing attributes with their fingerprint; None = withdraw.
-pub(crate) type Out = Option<(Arc<PathAttrs>, u64)>;
+/// An outgoing attribute set, encoded once for its update group: the
+/// attribute block (without MP_REACH_NLRI), the IPv6 next hop carried in
+/// MP_REACH_NLRI, and a fingerprint of both.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct OutAttrs {
+    pub block: Vec<u8>,
+    pub nh: Option<MpNextHop>,
+    pub hash: u64,
+}
+
+impl OutAttrs {
+    /// Encodes the exported attributes of a route of family `afi`.
+    pub(crate) fn encode(p: &ExportParams, afi: Afi, mut a: PathAttrs) -> OutAttrs {
+        let nh = match afi {
+            Afi::Ipv4 => None,
+            Afi::Ipv6 => a.mp_next_hop.take(),
+        };
+        a.mp_next_hop = None;
+        let block = codec::encode_attrs(&a, &p.codec_ctx());
+        let hash = hash_of(&(&block, &nh));
+        OutAttrs { block, nh, hash }
+    }
+}
+
+/// Outgoing attributes; None = withdraw.
+pub(crate) type Out = Option<Arc<OutAttrs>>;
 
 /// One peer's changes of a batch: final state per prefix.
 #[derive(Default, Clone)]
@@ -137,7 +212,7 @@ impl Changes {
         self.v6.append(&mut o.v6);
     }
 
-    /// Same prefixes and same attribute allocations in the same order.
+    /// Same prefixes and same outgoing attributes in the same order.
     pub(crate) fn same_as(&self, o: &Changes) -> bool {
         fn eq<P: PartialEq>(a: &[(P, Out)], b: &[(P, Out)]) -> bool {
             a.len() == b.len()
@@ -145,7 +220,7 @@ impl Changes {
                     x.0 == y.0
                         && match (&x.1, &y.1) {
                             (None, None) => true,
-                            (Some(p), Some(q)) => Arc::ptr_eq(&p.0, &q.0) || (p.1 == q.1 && *p.0 == *q.0),
+                            (Some(p), Some(q)) => Arc::ptr_eq(p, q) || **p == **q,
                             _ => false,
                         }
                 })
@@ -155,7 +230,7 @@ impl Changes {
 }
 
 /// Prefixes announced with one attribute set.
-type Group<P> = (Arc<PathAttrs>, Vec<P>);
+type Group<P> = (Arc<OutAttrs>, Vec<P>);
 
 /// Groups announcements by attribute set (first appearance order).
 fn group_by_attrs<P: Copy>(list: &[(P, Out)]) -> (Vec<P>, Vec<Group<P>>) {
@@ -166,12 +241,12 @@ fn group_by_attrs<P: Copy>(list: &[(P, Out)]) -> (Vec<P>, Vec<Group<P>>) {
     for (p, a) in list {
         match a {
             None => withdrawn.push(*p),
-            Some((a, h)) => {
+            Some(a) => {
                 let ptr = Arc::as_ptr(a) as usize;
                 let gi = match by_ptr.get(&ptr) {
                     Some(g) => *g,
                     None => {
-                        let cands = by_hash.entry(*h).or_default();
+                        let cands = by_hash.entry(a.hash).or_default();
                         let g = match cands.iter().find(|&&g| *groups[g].0 == **a) {
                             Some(g) => *g,
                             None => {
@@ -191,8 +266,64 @@ fn group_by_attrs<P: Copy>(list: &[(P, Out)]) -> (Vec<P>, Vec<Group<P>>) {
     (withdrawn, groups)
 }
 
-/// Encodes a peer's changes as complete UPDATE messages.
-pub(crate) fn encode_changes(ch: &Changes, ctx: &CodecCtx, out: &mut Vec<u8>) {
+fn encode_v4(groups: &[Group<Prefix4>]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut buf: Vec<Prefix> = Vec::new();
+    for (a, ps) in groups {
+        buf.clear();
+        buf.extend(ps.iter().copied().map(Prefix::V4));
+        codec::pack_announce(&a.block, Afi::Ipv4, None, &buf, &mut out);
+    }
+    out
+}
+
+fn encode_v6(groups: &[Group<Prefix6>]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut buf: Vec<Prefix> = Vec::new();
+    for (a, ps) in groups {
+        buf.clear();
+        buf.extend(ps.iter().copied().map(Prefix::V6));
+        codec::pack_announce(&a.block, Afi::Ipv6, a.nh.as_ref(), &buf, &mut out);
+    }
+    out
+}
+
+/// Announcements per parallel encoding task.
+const ENCODE_CHUNK: usize = 4096;
+
+/// Packs groups in order; with `parallel`, chunks of groups are packed on
+/// the current rayon pool and concatenated in order (same bytes).
+fn encode_groups<P: Send + Sync>(
+    groups: &[Group<P>],
+    parallel: bool,
+    f: impl Fn(&[Group<P>]) -> Vec<u8> + Sync + Send,
+) -> Vec<u8> {
+    let total: usize = groups.iter().map(|g| g.1.len()).sum();
+    if !parallel || total < 2 * ENCODE_CHUNK {
+        return f(groups);
+    }
+    let mut cuts = vec![0];
+    let mut acc = 0;
+    for (i, g) in groups.iter().enumerate() {
+        acc += g.1.len();
+        if acc >= ENCODE_CHUNK {
+            cuts.push(i + 1);
+            acc = 0;
+        }
+    }
+    if *cuts.last().unwrap_or(&0) != groups.len() {
+        cuts.push(groups.len());
+    }
+    let parts: Vec<Vec<u8>> = cuts
+        .par_windows(2)
+        .map(|w| f(&groups[w[0]..w[1]]))
+        .collect();
+    parts.concat()
+}
+
+/// Encodes a peer's changes as complete UPDATE messages: withdrawals first,
+/// then each distinct attribute block with its prefixes packed behind it.
+pub(crate) fn encode_changes(ch: &Changes, parallel: bool, out: &mut Vec<u8>) {
     let (w4, g4) = group_by_attrs(&ch.v4);
     let (w6, g6) = group_by_attrs(&ch.v6);
     if !w4.is_empty() {
@@ -203,20 +334,6 @@ pub(crate) fn encode_changes(ch: &Changes, ctx: &CodecCtx, out: &mut Vec<u8>) {
         let w: Vec<Prefix> = w6.into_iter().map(Prefix::V6).collect();
         codec::pack_withdraw(&w, out);
     }
-    let mut buf: Vec<Prefix> = Vec::new();
-    for (a, ps) in g4 {
-        let block = codec::encode_attrs(&a, ctx);
-        buf.clear();
-        buf.extend(ps.into_iter().map(Prefix::V4));
-        codec::pack_announce(&block, Afi::Ipv4, None, &buf, out);
-    }
-    for (a, ps) in g6 {
-        let mut v6 = (*a).clone();
-        let nh = v6.mp_next_hop.take();
-        v6.next_hop = None;
-        let block = codec::encode_attrs(&v6, ctx);
-        buf.clear();
-        buf.extend(ps.into_iter().map(Prefix::V6));
-        codec::pack_announce(&block, Afi::Ipv6, nh.as_ref(), &buf, out);
-    }
+    out.extend_from_slice(&encode_groups(&g4, parallel, encode_v4));
+    out.extend_from_slice(&encode_groups(&g6, parallel, encode_v6));
 }

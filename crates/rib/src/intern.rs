@@ -5,14 +5,19 @@
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex};
 
-use hashbrown::HashTable;
 use crate::attrs::Attrs;
+use hashbrown::HashTable;
 
 const SHARDS: usize = 16;
 
 /// Fixed-seed hasher state so that hashing never depends on the process.
 pub(crate) fn hasher() -> ahash::RandomState {
-    ahash::RandomState::with_seeds(0x243f_6a88_85a3_08d3, 0x1319_8a2e_0370_7344, 0xa409_3822_299f_31d0, 0x082e_fa98_ec4e_6c89)
+    ahash::RandomState::with_seeds(
+        0x243f_6a88_85a3_08d3,
+        0x1319_8a2e_0370_7344,
+        0xa409_3822_299f_31d0,
+        0x082e_fa98_ec4e_6c89,
+    )
 }
 
 pub(crate) fn hash_of<T: Hash>(a: &T) -> u64 {
@@ -21,12 +26,17 @@ pub(crate) fn hash_of<T: Hash>(a: &T) -> u64 {
 
 /// Sharded intern table; safe to use from several rayon workers at once.
 pub(crate) struct Interner {
-    shards: Vec<Mutex<HashTable<(u64, Arc<Attrs>)>>>,
+    shards: Vec<Mutex<Table>>,
 }
+
+/// One intern shard: (hash, set).
+type Table = HashTable<(u64, Arc<Attrs>)>;
 
 impl Default for Interner {
     fn default() -> Self {
-        Interner { shards: (0..SHARDS).map(|_| Mutex::new(HashTable::new())).collect() }
+        Interner {
+            shards: (0..SHARDS).map(|_| Mutex::new(HashTable::new())).collect(),
+        }
     }
 }
 
@@ -49,7 +59,15 @@ impl Interner {
 
     /// Number of sets referenced from outside the table.
     pub(crate) fn live(&self) -> usize {
-        self.shards.iter().map(|s| lock(s).iter().filter(|(_, a)| Arc::strong_count(a) > 1).count()).sum()
+        self.shards
+            .iter()
+            .map(|s| {
+                lock(s)
+                    .iter()
+                    .filter(|(_, a)| Arc::strong_count(a) > 1)
+                    .count()
+            })
+            .sum()
     }
 
     pub(crate) fn table_len(&self) -> usize {

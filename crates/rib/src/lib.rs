@@ -7,31 +7,43 @@
 //! output whatever the thread count.
 //!
 //! # Design
-//! - Attributes are interned (hash-consed) into `Arc<PathAttrs>`; a route
-//!   holds pointers only. Unused sets are swept when the table doubles.
-//! - The prefix space is split into `shards` (IPv4 by /16-sized buckets of
-//!   256 siblings, so neighbouring /24s share a shard). Each shard holds, per
-//!   prefix, the paths of every peer: the pre-policy Adj-RIB-In attributes
-//!   and the post-policy Loc-RIB attributes, best path first, in a
-//!   `SmallVec` (no heap allocation for a single path). IPv4 maps store one
-//!   key byte per prefix (see `prefix_map`).
+//! - Attributes are interned (hash-consed) in a compact stored form
+//!   (`attrs::Attrs`: decision fields inline, AS_SEQUENCE and communities as
+//!   boxed slices, rare attributes behind one box) shared through `Arc`; a
+//!   route holds pointers only. Unused sets are swept when the intern table
+//!   has doubled since the last sweep. Queries convert back to `PathAttrs`.
+//! - The prefix space is split into `shards` (IPv4 by buckets of 256 sibling
+//!   prefixes, so neighbouring /24s share a shard). Each shard holds, per
+//!   prefix, every peer's path: the pre-policy Adj-RIB-In attributes and the
+//!   post-policy Loc-RIB attributes (the same `Arc` when policy changed
+//!   nothing), best path first, in a `SmallVec` with one inline slot. IPv4
+//!   maps store one key byte per prefix (see `prefix_map`).
 //! - Adj-RIB-Out stores, per peer and prefix, a 64-bit fingerprint of the
-//!   attributes last sent: enough to suppress duplicates, and the query API
-//!   re-derives the attributes from the Loc-RIB (they are equal by
-//!   construction after every call).
-//! - `apply_raw` runs in three parallel phases: decode + Adj-RIB-In import
-//!   policy per peer; Loc-RIB decision + export diff per shard; encoding per
-//!   distinct change list. Peers with equal export parameters (an update
-//!   group) and equal changes share one encoded `Arc<Vec<u8>>`.
+//!   attributes last sent: enough to suppress duplicates and to send
+//!   withdrawals only for advertised prefixes. [`Engine::adj_rib_out`]
+//!   re-derives the attributes from the Loc-RIB (equal by construction after
+//!   every call).
+//! - `apply_raw` runs in three parallel phases: (1) decode + Adj-RIB-In +
+//!   import policy per peer, a busy peer's messages split into ordered
+//!   chunks (peers with max-prefix stay sequential); (2) Loc-RIB decision +
+//!   export diff per shard, with the export computed once per update group
+//!   and distinct (source, attribute set); (3) encoding per distinct change
+//!   list, in parallel chunks of attribute sets. Peers of one update group
+//!   with equal changes share one encoded `Arc<Vec<u8>>`.
+//! - Determinism: work is always partitioned the same way (shards, chunk
+//!   order) and results are concatenated in a fixed order; hash maps use
+//!   fixed seeds and are never iterated to produce output without sorting.
 //!
 //! # RFCs covered
 //! - RFC 4271 §9: decision process §9.1.2.2 (elimination steps in order,
-//!   MED per neighbouring AS), implicit withdraw, §9.1.3 export, §9.2 packing.
+//!   MED per neighbouring AS), implicit withdraw, AS loop detection, §9.1.3
+//!   export, §9.2 update packing.
 //! - RFC 4456 route reflection: §6 reflection rules, §8 ORIGINATOR_ID /
 //!   CLUSTER_LIST, loop rejection, §9 cluster-list length tie-break.
 //! - RFC 1997 communities (NO_EXPORT, NO_ADVERTISE, NO_EXPORT_SUBCONFED),
 //!   RFC 4360 extended and RFC 8092 large community matching and setting.
-//! - RFC 4724 graceful restart, helper side: stale marking, End-of-RIB sweep.
+//! - RFC 4724 graceful restart, helper side: stale marking, End-of-RIB sweep,
+//!   restart-timer flush.
 //! - RFC 4486 max-prefix Cease subcode 1 with AFI/SAFI/limit data.
 //! - RFC 8212 default reject: the daemon passes `PolicyRef::None`.
 //! - RFC 7606: treat-as-withdraw and attribute-discard outcomes of the codec
@@ -44,8 +56,19 @@
 //!   routes keep the old ORIGINATOR_ID until the path changes.
 //! - The Adj-RIB-Out fingerprint is a 64-bit hash; a collision would
 //!   suppress one update.
-//! - Policies whose matches depend on the prefix are evaluated per prefix
-//!   without caching on export.
+//! - Policies whose matches depend on the prefix (prefix lists, family) are
+//!   evaluated per prefix without caching.
+//! - An IPv6 route exported to an eBGP peer without `local_addr_v6` keeps
+//!   the received next hop; one without any IPv6 next hop cannot be encoded
+//!   and is recorded as advertised although nothing was sent.
+//! - `apply_raw` processes at most 2048 UPDATEs as one unit; a bigger
+//!   batch is split, so its output may hold several message blocks per peer
+//!   (in order) and pack slightly less tightly.
+//! - With glibc malloc, parallel runs with many distinct attribute sets lose
+//!   much of their speedup to cross-thread frees (`malloc_consolidate`);
+//!   the daemon binary should use a thread-caching allocator.
+//! - Batches under 512 UPDATEs run on the calling thread: below that, waking
+//!   the pool costs more than it saves.
 
 mod attrs;
 mod codec;
@@ -63,7 +86,8 @@ use std::sync::Arc;
 pub use engine::Engine;
 pub use holdfast_wire::{Family, Notification, PathAttrs, Prefix};
 pub use policy::{
-    as_path_string, Match, Policy, PolicyCtx, PolicyRef, PolicyVerdict, PrefixList, PrefixListEntry, SetAction, Term,
+    as_path_string, Match, Policy, PolicyCtx, PolicyRef, PolicyVerdict, PrefixList,
+    PrefixListEntry, SetAction, Term,
 };
 
 /// Identifies a neighbour within an [`Engine`].

@@ -49,7 +49,11 @@ impl PrefixListEntry {
 impl PrefixList {
     /// True if the first matching entry permits `p`; false when none match.
     pub fn permits(&self, p: &Prefix) -> bool {
-        self.entries.iter().find(|e| e.matches(p)).map(|e| e.permit).unwrap_or(false)
+        self.entries
+            .iter()
+            .find(|e| e.matches(p))
+            .map(|e| e.permit)
+            .unwrap_or(false)
     }
 }
 
@@ -136,7 +140,10 @@ pub enum SetAction {
     AddLargeCommunity(LargeCommunity),
     RemoveLargeCommunity(LargeCommunity),
     /// Prepend `asn` (None = the local AS) `count` times.
-    Prepend { asn: Option<u32>, count: u8 },
+    Prepend {
+        asn: Option<u32>,
+        count: u8,
+    },
     NextHopSelf,
     StripCommunities,
 }
@@ -184,7 +191,12 @@ impl PolicyRef {
         }
     }
 
-    pub(crate) fn evaluate_ext<'a>(&self, prefix: &Prefix, attrs: &'a PathAttrs, ctx: &PolicyCtx) -> (PolicyVerdict<'a>, bool) {
+    pub(crate) fn evaluate_ext<'a>(
+        &self,
+        prefix: &Prefix,
+        attrs: &'a PathAttrs,
+        ctx: &PolicyCtx,
+    ) -> (PolicyVerdict<'a>, bool) {
         match self {
             PolicyRef::All => (PolicyVerdict::Accept(Cow::Borrowed(attrs)), false),
             PolicyRef::None => (PolicyVerdict::Reject, false),
@@ -204,6 +216,9 @@ pub struct PolicyCtx {
 }
 
 /// Result of a policy evaluation; `Accept` borrows when nothing changed.
+/// The owned variant is large on purpose: boxing it would cost an extra
+/// allocation for every modified route.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum PolicyVerdict<'a> {
     Accept(Cow<'a, PathAttrs>),
@@ -214,16 +229,28 @@ impl Policy {
     /// True if any term looks at the prefix (otherwise the result of one
     /// evaluation holds for every prefix sharing the attributes).
     pub fn prefix_dependent(&self) -> bool {
-        self.terms.iter().any(|t| t.matches.iter().any(Match::prefix_dependent))
+        self.terms
+            .iter()
+            .any(|t| t.matches.iter().any(Match::prefix_dependent))
     }
 
     /// Evaluates the terms in order.
-    pub fn evaluate<'a>(&self, prefix: &Prefix, attrs: &'a PathAttrs, ctx: &PolicyCtx) -> PolicyVerdict<'a> {
+    pub fn evaluate<'a>(
+        &self,
+        prefix: &Prefix,
+        attrs: &'a PathAttrs,
+        ctx: &PolicyCtx,
+    ) -> PolicyVerdict<'a> {
         self.evaluate_ext(prefix, attrs, ctx).0
     }
 
     /// Also reports whether MED was set by an action (kept on eBGP export).
-    pub(crate) fn evaluate_ext<'a>(&self, prefix: &Prefix, attrs: &'a PathAttrs, ctx: &PolicyCtx) -> (PolicyVerdict<'a>, bool) {
+    pub(crate) fn evaluate_ext<'a>(
+        &self,
+        prefix: &Prefix,
+        attrs: &'a PathAttrs,
+        ctx: &PolicyCtx,
+    ) -> (PolicyVerdict<'a>, bool) {
         let mut cur: Cow<'a, PathAttrs> = Cow::Borrowed(attrs);
         let mut med_set = false;
         for t in &self.terms {
@@ -267,7 +294,9 @@ fn apply_action(a: &SetAction, prefix: &Prefix, attrs: &mut PathAttrs, ctx: &Pol
             }
         }
         SetAction::RemoveLargeCommunity(c) => attrs.large_communities.retain(|x| x != c),
-        SetAction::Prepend { asn, count } => attrs.as_path.prepend(asn.unwrap_or(ctx.local_as), *count as usize),
+        SetAction::Prepend { asn, count } => attrs
+            .as_path
+            .prepend(asn.unwrap_or(ctx.local_as), *count as usize),
         SetAction::NextHopSelf => match prefix {
             Prefix::V4(_) => {
                 if let Some(nh) = ctx.next_hop_v4 {
@@ -276,7 +305,10 @@ fn apply_action(a: &SetAction, prefix: &Prefix, attrs: &mut PathAttrs, ctx: &Pol
             }
             Prefix::V6(_) => {
                 if let Some(nh) = ctx.next_hop_v6 {
-                    attrs.mp_next_hop = Some(holdfast_wire::MpNextHop { global: nh.into(), link_local: None });
+                    attrs.mp_next_hop = Some(holdfast_wire::MpNextHop {
+                        global: nh.into(),
+                        link_local: None,
+                    });
                 }
             }
         },

@@ -22,14 +22,21 @@ pub(crate) struct PrefixMap4<V> {
 
 impl<V> Default for PrefixMap4<V> {
     fn default() -> Self {
-        PrefixMap4 { buckets: FxMap::default(), len: 0 }
+        PrefixMap4 {
+            buckets: FxMap::default(),
+            len: 0,
+        }
     }
 }
 
 /// Splits a prefix into (bucket id, position in bucket).
 #[inline]
 pub(crate) fn split4(p: &Prefix4) -> (u32, u8) {
-    let k = if p.len == 0 { 0 } else { p.addr >> (32 - p.len as u32) };
+    let k = if p.len == 0 {
+        0
+    } else {
+        p.addr >> (32 - p.len as u32)
+    };
     (((p.len as u32) << 24) | (k >> 8), (k & 0xff) as u8)
 }
 
@@ -64,7 +71,10 @@ impl<V> PrefixMap4<V> {
     /// Returns the entry for `p`, inserting `make()` if absent.
     pub(crate) fn entry_or_insert_with(&mut self, p: &Prefix4, make: impl FnOnce() -> V) -> &mut V {
         let (b, l) = split4(p);
-        let c = self.buckets.entry(b).or_insert_with(|| Chunk { keys: Vec::new(), vals: Vec::new() });
+        let c = self.buckets.entry(b).or_insert_with(|| Chunk {
+            keys: Vec::new(),
+            vals: Vec::new(),
+        });
         let i = match c.keys.last() {
             Some(&last) if last < l => {
                 c.keys.push(l);
@@ -105,9 +115,13 @@ impl<V> PrefixMap4<V> {
     }
 
     pub(crate) fn iter(&self) -> impl Iterator<Item = (Prefix4, &V)> {
-        self.buckets.iter().flat_map(|(b, c)| c.keys.iter().zip(c.vals.iter()).map(move |(k, v)| (join4(*b, *k), v)))
+        self.buckets.iter().flat_map(|(b, c)| {
+            c.keys
+                .iter()
+                .zip(c.vals.iter())
+                .map(move |(k, v)| (join4(*b, *k), v))
+        })
     }
-
 }
 
 #[cfg(test)]
@@ -119,10 +133,22 @@ mod tests {
         let mut m = PrefixMap4::default();
         let ps = [
             Prefix4 { addr: 0, len: 0 },
-            Prefix4 { addr: 0x0a00_0000, len: 8 },
-            Prefix4 { addr: 0x0a01_0200, len: 24 },
-            Prefix4 { addr: 0x0a01_0100, len: 24 },
-            Prefix4 { addr: 0xffff_ffff, len: 32 },
+            Prefix4 {
+                addr: 0x0a00_0000,
+                len: 8,
+            },
+            Prefix4 {
+                addr: 0x0a01_0200,
+                len: 24,
+            },
+            Prefix4 {
+                addr: 0x0a01_0100,
+                len: 24,
+            },
+            Prefix4 {
+                addr: 0xffff_ffff,
+                len: 32,
+            },
         ];
         for (i, p) in ps.iter().enumerate() {
             let (b, l) = split4(p);

@@ -9,8 +9,8 @@ use smallvec::SmallVec;
 
 use crate::attrs::Attrs;
 use crate::decision::{best_index, DecisionCtx, SrcFacts};
-use crate::export::{export_route, Changes, ExportParams, Out};
-use crate::intern::{hash_of, FxMap};
+use crate::export::{export_route, Changes, ExportParams, Out, OutAttrs};
+use crate::intern::FxMap;
 use crate::prefix_map::{split4, PrefixMap4};
 use crate::PeerId;
 
@@ -191,7 +191,11 @@ pub(crate) struct Tables<K: Key> {
 
 impl<K: Key> Default for Tables<K> {
     fn default() -> Self {
-        Tables { dests: K::DMap::default(), out: FxMap::default(), dirty: Vec::new() }
+        Tables {
+            dests: K::DMap::default(),
+            out: FxMap::default(),
+            dirty: Vec::new(),
+        }
     }
 }
 
@@ -221,7 +225,7 @@ pub(crate) struct ExportEnv<'a> {
     pub facts: &'a FxMap<PeerId, SrcFacts>,
 }
 
-type OutCache = FxMap<(usize, PeerId, usize), Option<(Arc<PathAttrs>, u64)>>;
+type OutCache = FxMap<(usize, PeerId, usize), Out>;
 
 fn export_one(
     env: &ExportEnv<'_>,
@@ -230,26 +234,35 @@ fn export_one(
     src: PeerId,
     prefix: Prefix,
     a: &Arc<Attrs>,
-) -> Option<(Arc<PathAttrs>, u64)> {
+) -> Out {
     let p = &env.groups[g];
     let compute = || {
         let f = env.facts.get(&src)?;
-        export_route(p, f, &prefix, a.to_path_attrs()).map(|o| {
-            let h = hash_of(&o);
-            (Arc::new(o), h)
-        })
+        export_route(p, f, &prefix, a.to_path_attrs())
+            .map(|o| Arc::new(OutAttrs::encode(p, prefix.afi(), o)))
     };
     if p.policy.prefix_dependent() {
         return compute();
     }
-    let key = (g * 2 + (prefix.afi() == holdfast_wire::Afi::Ipv6) as usize, src, Arc::as_ptr(a) as usize);
+    let key = (
+        g * 2 + (prefix.afi() == holdfast_wire::Afi::Ipv6) as usize,
+        src,
+        Arc::as_ptr(a) as usize,
+    );
     cache.entry(key).or_insert_with(compute).clone()
 }
 
 impl<K: Key> Tables<K> {
     /// Sets (`new` = Some) or removes `peer`'s path for `k`, re-running the
     /// decision and marking the prefix dirty if the best path changed.
-    pub(crate) fn change(&mut self, counts: &mut FxMap<PeerId, Counts>, k: K, peer: PeerId, new: Option<Path>, ctx: &DecisionCtx<'_>) {
+    pub(crate) fn change(
+        &mut self,
+        counts: &mut FxMap<PeerId, Counts>,
+        k: K,
+        peer: PeerId,
+        new: Option<Path>,
+        ctx: &DecisionCtx<'_>,
+    ) {
         let d = match &new {
             Some(_) => self.dests.entry(&k),
             None => match self.dests.get_mut(&k) {
@@ -306,7 +319,7 @@ impl<K: Key> Tables<K> {
                 }
             }
         });
-        todo.sort_by(|a, b| a.0.cmp(&b.0));
+        todo.sort_by_key(|a| a.0);
         for (k, r) in todo {
             self.change(counts, k, peer, r, ctx);
         }
@@ -316,7 +329,7 @@ impl<K: Key> Tables<K> {
     /// Loc-RIB or to the targets' Adj-RIB-Out) to the targets; returns each
     /// target's changes and updates its Adj-RIB-Out fingerprints.
     pub(crate) fn export(&mut self, env: &ExportEnv<'_>, all: bool) -> Vec<Changes> {
-        let keys: Vec<K> = if all {
+        let mut keys: Vec<K> = if all {
             let mut ks = self.dests.keys();
             for (peer, _) in env.targets {
                 if let Some(o) = self.out.get(peer) {
@@ -330,14 +343,20 @@ impl<K: Key> Tables<K> {
         } else {
             std::mem::take(&mut self.dirty)
         };
-        let mut res: Vec<Changes> = env.targets.iter().map(|_| Changes::default()).collect();
-        if env.targets.is_empty() {
-            return res;
+        if env.targets.is_empty() || keys.is_empty() {
+            keys.clear();
+            self.dirty = keys;
+            return Vec::new();
         }
+        let mut res: Vec<Changes> = env.targets.iter().map(|_| Changes::default()).collect();
         let mut cache = OutCache::default();
-        let mut per_group: Vec<Option<(Arc<PathAttrs>, u64)>> = vec![None; env.groups.len()];
-        for k in keys {
-            let best = self.dests.get(&k).and_then(|d| d.best()).map(|(p, a)| (p.peer, a.clone()));
+        let mut per_group: Vec<Out> = vec![None; env.groups.len()];
+        for &k in &keys {
+            let best = self
+                .dests
+                .get(&k)
+                .and_then(|d| d.best())
+                .map(|(p, a)| (p.peer, a.clone()));
             if let Some((src, a)) = &best {
                 for (g, slot) in per_group.iter_mut().enumerate() {
                     *slot = export_one(env, &mut cache, g, *src, k.prefix(), a);
@@ -355,19 +374,29 @@ impl<K: Key> Tables<K> {
                             K::push(&mut res[ti], k, None);
                         }
                     }
-                    Some((a, h)) => {
-                        if out.insert(&k, *h) != Some(*h) {
-                            K::push(&mut res[ti], k, Some((a.clone(), *h)));
+                    Some(a) => {
+                        if out.insert(&k, a.hash) != Some(a.hash) {
+                            K::push(&mut res[ti], k, Some(a.clone()));
                         }
                     }
                 }
             }
         }
+        if !all {
+            keys.clear();
+            self.dirty = keys;
+        }
         res
     }
 
     /// Current export of `k` for one target (for queries and refresh).
-    pub(crate) fn current_export(&self, k: K, peer: PeerId, p: &ExportParams, facts: &FxMap<PeerId, SrcFacts>) -> Option<PathAttrs> {
+    pub(crate) fn current_export(
+        &self,
+        k: K,
+        peer: PeerId,
+        p: &ExportParams,
+        facts: &FxMap<PeerId, SrcFacts>,
+    ) -> Option<PathAttrs> {
         let (src, a) = self.dests.get(&k)?.best()?;
         if src.peer == peer {
             return None;

@@ -9,7 +9,14 @@ use std::net::{IpAddr, Ipv4Addr};
 /// an eBGP receiver 9.
 fn setup() -> Engine {
     let mut e = Engine::new(cfg(1));
-    for (id, asn) in [(1, 65001), (2, 65002), (3, LOCAL_AS), (4, LOCAL_AS), (5, 65001), (9, 65009)] {
+    for (id, asn) in [
+        (1, 65001),
+        (2, 65002),
+        (3, LOCAL_AS),
+        (4, LOCAL_AS),
+        (5, 65001),
+        (9, 65009),
+    ] {
         e.add_peer(peer(id, asn));
         e.peer_up(peer(id, asn));
     }
@@ -85,41 +92,37 @@ fn missing_med_is_zero() {
     assert_eq!(best(&e, "10.0.0.0/24"), Some(5));
 }
 
+/// RFC 4271 §9.1.2.2 (c): MED only compares routes from the same
+/// neighbouring AS, which makes pairwise comparison intransitive.
+/// A: AS 65001, MED 100, id .30; B: AS 65002, MED 150, id .20;
+/// C: AS 65001, MED 200, id .10. Elimination: C loses to A on MED, then B
+/// beats A on router id, so B is best. A pairwise walk A,B,C would end with C
+/// (B vs C compares router ids: .10 < .20). Every arrival order must give B.
 #[test]
 fn med_non_transitivity_rfc4271() {
-    // A (AS 65001, MED 100, router id 1.1.1.1), B (AS 65002, MED 50,
-    // router id 1.1.1.2), C (AS 65001 via peer 5, MED 10? no: MED 200,
-    // router id 1.1.1.5). Pairwise: A<C by MED, B vs A by id (A), B vs C by
-    // id... Correct elimination: MED step removes C (A has lower MED in the
-    // same AS); then A vs B by router id: A (peer 1).
-    // With C present, a pairwise comparator fed in the order C, B, A can
-    // pick B (C vs B: id -> B? no, C id 1.1.1.5 > B 1.1.1.2 so B; B vs A: A).
-    // Use ids so that a sequential pairwise walk goes wrong: A id high.
-    let mut e = Engine::new(cfg(1));
     let mk = |id: u32, asn: u32, rid: u8| {
         let mut s = peer(id, asn);
         s.router_id = Ipv4Addr::new(1, 1, 1, rid);
         s
     };
-    for s in [mk(1, 65001, 30), mk(2, 65002, 20), mk(5, 65001, 10), mk(9, 65009, 99)] {
-        e.add_peer(s.clone());
-        e.peer_up(s);
-    }
     let mut a = attrs(&[65001, 7], [192, 0, 2, 1]);
     a.med = Some(100);
     let mut b = attrs(&[65002, 7], [192, 0, 2, 2]);
-    b.med = Some(50);
+    b.med = Some(150);
     let mut c = attrs(&[65001, 7], [192, 0, 2, 5]);
     c.med = Some(200);
-    // RFC: C eliminated by A (same AS, lower MED); then lowest router id
-    // among A (30) and B (20) -> B. A pairwise walk C,A,B gives: C vs A ->
-    // A (MED), A vs B -> B; walk A,B,C: A vs B -> B (id), B vs C -> C (id
-    // 10 < 20) which is wrong. Every arrival order must give B.
-    for order in [[1u32, 2, 5], [5, 1, 2], [2, 5, 1], [1, 5, 2]] {
-        let mut e2 = Engine::new(cfg(1));
+    for order in [
+        [1u32, 2, 5],
+        [5, 1, 2],
+        [2, 5, 1],
+        [1, 5, 2],
+        [5, 2, 1],
+        [2, 1, 5],
+    ] {
+        let mut e = Engine::new(cfg(1));
         for s in [mk(1, 65001, 30), mk(2, 65002, 20), mk(5, 65001, 10)] {
-            e2.add_peer(s.clone());
-            e2.peer_up(s);
+            e.add_peer(s.clone());
+            e.peer_up(s);
         }
         for id in order {
             let x = match id {
@@ -127,23 +130,23 @@ fn med_non_transitivity_rfc4271() {
                 2 => b.clone(),
                 _ => c.clone(),
             };
-            announce(&mut e2, id, x);
+            announce(&mut e, id, x);
         }
-        assert_eq!(best(&e2, "10.0.0.0/24"), Some(2), "order {order:?}");
+        assert_eq!(best(&e, "10.0.0.0/24"), Some(2), "order {order:?}");
     }
-    // always-compare-med: lowest MED overall wins (B, 50).
+    // always-compare-med: MED compared across ASes, lowest (A, 100) wins
+    // despite the higher router id.
     let mut c2 = cfg(1);
     c2.always_compare_med = true;
-    let mut e3 = Engine::new(c2);
-    for s in [mk(1, 65001, 1), mk(2, 65002, 20), mk(5, 65001, 10)] {
-        e3.add_peer(s.clone());
-        e3.peer_up(s);
+    let mut e = Engine::new(c2);
+    for s in [mk(1, 65001, 30), mk(2, 65002, 20), mk(5, 65001, 10)] {
+        e.add_peer(s.clone());
+        e.peer_up(s);
     }
-    announce(&mut e3, 1, a);
-    announce(&mut e3, 5, c);
-    announce(&mut e3, 2, b);
-    assert_eq!(best(&e3, "10.0.0.0/24"), Some(2));
-    drop(e);
+    announce(&mut e, 1, a);
+    announce(&mut e, 5, c);
+    announce(&mut e, 2, b);
+    assert_eq!(best(&e, "10.0.0.0/24"), Some(1));
 }
 
 #[test]

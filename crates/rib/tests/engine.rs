@@ -18,13 +18,22 @@ fn engine(peers: &[(u32, u32)]) -> Engine {
 #[test]
 fn implicit_withdraw_and_unknown_withdraw() {
     let mut e = engine(&[(1, 65001), (2, 65002)]);
-    e.apply(vec![(1, ann(&["10.0.0.0/24"], attrs(&[65001, 1], [192, 0, 2, 1])))]);
-    let out = e.apply(vec![(1, ann(&["10.0.0.0/24"], attrs(&[65001, 2], [192, 0, 2, 1])))]);
+    e.apply(vec![(
+        1,
+        ann(&["10.0.0.0/24"], attrs(&[65001, 1], [192, 0, 2, 1])),
+    )]);
+    let out = e.apply(vec![(
+        1,
+        ann(&["10.0.0.0/24"], attrs(&[65001, 2], [192, 0, 2, 1])),
+    )]);
     assert_eq!(e.adj_rib_in(1).len(), 1);
     assert_eq!(e.adj_rib_in(1)[0].1.as_path.first_as(), Some(65001));
     let a = announced(&out, 2);
     assert_eq!(a.len(), 1);
-    assert_eq!(a[0].1.as_path.iter_asns().collect::<Vec<_>>(), vec![65000, 65001, 2]);
+    assert_eq!(
+        a[0].1.as_path.iter_asns().collect::<Vec<_>>(),
+        vec![65000, 65001, 2]
+    );
     let out = e.apply(vec![(1, wd(&["10.9.9.0/24"]))]);
     assert!(out.messages.is_empty());
     assert_eq!(e.loc_rib_len(), 1);
@@ -37,13 +46,22 @@ fn implicit_withdraw_and_unknown_withdraw() {
 #[test]
 fn as_loop_rejected_but_kept_pre_policy() {
     let mut e = engine(&[(1, 65001), (2, 65002)]);
-    let out = e.apply(vec![(1, ann(&["10.0.0.0/24"], attrs(&[65001, LOCAL_AS, 7], [192, 0, 2, 1])))]);
+    let out = e.apply(vec![(
+        1,
+        ann(
+            &["10.0.0.0/24"],
+            attrs(&[65001, LOCAL_AS, 7], [192, 0, 2, 1]),
+        ),
+    )]);
     assert!(out.messages.is_empty());
     assert_eq!(e.loc_rib_len(), 0);
     assert_eq!(e.adj_rib_in(1).len(), 1);
     let c = e.counts(1);
     assert_eq!((c.received, c.accepted), (1, 0));
-    assert!(out.warnings.iter().any(|(id, w)| *id == 1 && w.contains("AS loop")));
+    assert!(out
+        .warnings
+        .iter()
+        .any(|(id, w)| *id == 1 && w.contains("AS loop")));
 }
 
 #[test]
@@ -66,18 +84,32 @@ fn ebgp_export_transforms() {
     a.med = Some(33);
     a.local_pref = Some(300);
     a.unknown = vec![
-        holdfast_wire::RawAttr { flags: 0x80, type_code: 99, value: vec![1] },
-        holdfast_wire::RawAttr { flags: 0xc0, type_code: 98, value: vec![2] },
+        holdfast_wire::RawAttr {
+            flags: 0x80,
+            type_code: 99,
+            value: vec![1],
+        },
+        holdfast_wire::RawAttr {
+            flags: 0xc0,
+            type_code: 98,
+            value: vec![2],
+        },
     ];
     let out = e.apply(vec![(1, ann(&["10.0.0.0/24"], a))]);
     let to2 = announced(&out, 2);
     assert_eq!(to2.len(), 1);
     let x = &to2[0].1;
-    assert_eq!(x.as_path.iter_asns().collect::<Vec<_>>(), vec![LOCAL_AS, 65001, 7]);
+    assert_eq!(
+        x.as_path.iter_asns().collect::<Vec<_>>(),
+        vec![LOCAL_AS, 65001, 7]
+    );
     assert_eq!(x.next_hop, Some(Ipv4Addr::new(192, 0, 2, 254)));
     assert_eq!(x.local_pref, None);
     assert_eq!(x.med, None);
-    assert_eq!(x.unknown.iter().map(|u| u.type_code).collect::<Vec<_>>(), vec![98]);
+    assert_eq!(
+        x.unknown.iter().map(|u| u.type_code).collect::<Vec<_>>(),
+        vec![98]
+    );
     // iBGP: next hop kept, LOCAL_PREF set (eBGP-received LP ignored), MED kept.
     let to3 = announced(&out, 3);
     let y = &to3[0].1;
@@ -94,11 +126,19 @@ fn export_policy_med_survives_ebgp() {
     let mut e = engine(&[(1, 65001), (2, 65002)]);
     let pol = Policy {
         name: "med".into(),
-        terms: vec![Term { name: "t".into(), matches: vec![], actions: vec![SetAction::Med(77)], verdict: Some(true) }],
+        terms: vec![Term {
+            name: "t".into(),
+            matches: vec![],
+            actions: vec![SetAction::Med(77)],
+            verdict: Some(true),
+        }],
         default_accept: false,
     };
     e.set_policies(2, PolicyRef::All, PolicyRef::Policy(Arc::new(pol)));
-    let out = e.apply(vec![(1, ann(&["10.0.0.0/24"], attrs(&[65001], [192, 0, 2, 1])))]);
+    let out = e.apply(vec![(
+        1,
+        ann(&["10.0.0.0/24"], attrs(&[65001], [192, 0, 2, 1])),
+    )]);
     assert_eq!(announced(&out, 2)[0].1.med, Some(77));
 }
 
@@ -132,7 +172,10 @@ fn route_reflection_rules() {
         e.peer_up(s);
     }
     // client -> everyone (clients and non-clients) but itself.
-    let out = e.apply(vec![(3, ann(&["10.0.3.0/24"], attrs(&[65001], [10, 0, 0, 3])))]);
+    let out = e.apply(vec![(
+        3,
+        ann(&["10.0.3.0/24"], attrs(&[65001], [10, 0, 0, 3])),
+    )]);
     for id in [4, 5, 6] {
         let a = announced(&out, id);
         assert_eq!(a.len(), 1, "to {id}");
@@ -141,7 +184,10 @@ fn route_reflection_rules() {
     }
     assert!(sent(&out, 3).is_empty());
     // non-client -> clients only.
-    let out = e.apply(vec![(5, ann(&["10.0.5.0/24"], attrs(&[65001], [10, 0, 0, 5])))]);
+    let out = e.apply(vec![(
+        5,
+        ann(&["10.0.5.0/24"], attrs(&[65001], [10, 0, 0, 5])),
+    )]);
     assert_eq!(announced(&out, 3).len(), 1);
     assert_eq!(announced(&out, 4).len(), 1);
     assert!(announced(&out, 6).is_empty());
@@ -152,13 +198,19 @@ fn route_reflection_rules() {
     let out = e.apply(vec![(4, ann(&["10.0.4.0/24"], a))]);
     let x = &announced(&out, 5)[0].1;
     assert_eq!(x.originator_id, Some(Ipv4Addr::new(4, 4, 4, 4)));
-    assert_eq!(x.cluster_list, vec![Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(7, 7, 7, 7)]);
+    assert_eq!(
+        x.cluster_list,
+        vec![Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(7, 7, 7, 7)]
+    );
 }
 
 #[test]
 fn ibgp_not_reflected_without_clients() {
     let mut e = engine(&[(3, LOCAL_AS), (4, LOCAL_AS), (1, 65001)]);
-    let out = e.apply(vec![(3, ann(&["10.0.0.0/24"], attrs(&[65009], [10, 0, 0, 3])))]);
+    let out = e.apply(vec![(
+        3,
+        ann(&["10.0.0.0/24"], attrs(&[65009], [10, 0, 0, 3])),
+    )]);
     assert!(announced(&out, 4).is_empty());
     let to1 = announced(&out, 1);
     assert_eq!(to1.len(), 1);
@@ -168,20 +220,34 @@ fn ibgp_not_reflected_without_clients() {
 fn plist(entries: Vec<(&str, Option<u8>, Option<u8>, bool)>) -> Arc<PrefixList> {
     Arc::new(PrefixList {
         name: "pl".into(),
-        entries: entries.into_iter().map(|(s, ge, le, permit)| PrefixListEntry { prefix: p(s), ge, le, permit }).collect(),
+        entries: entries
+            .into_iter()
+            .map(|(s, ge, le, permit)| PrefixListEntry {
+                prefix: p(s),
+                ge,
+                le,
+                permit,
+            })
+            .collect(),
     })
 }
 
 #[test]
 fn prefix_list_ge_le() {
-    let l = plist(vec![("10.0.0.0/8", Some(16), Some(24), true), ("192.168.0.0/16", None, None, true)]);
+    let l = plist(vec![
+        ("10.0.0.0/8", Some(16), Some(24), true),
+        ("192.168.0.0/16", None, None, true),
+    ]);
     assert!(l.permits(&p("10.1.0.0/16")));
     assert!(l.permits(&p("10.1.2.0/24")));
     assert!(!l.permits(&p("10.0.0.0/8")));
     assert!(!l.permits(&p("10.1.2.0/25")));
     assert!(l.permits(&p("192.168.0.0/16")));
     assert!(!l.permits(&p("192.168.1.0/24")));
-    let deny_first = plist(vec![("10.1.0.0/16", None, Some(32), false), ("10.0.0.0/8", None, Some(32), true)]);
+    let deny_first = plist(vec![
+        ("10.1.0.0/16", None, Some(32), false),
+        ("10.0.0.0/8", None, Some(32), true),
+    ]);
     assert!(!deny_first.permits(&p("10.1.5.0/24")));
     assert!(deny_first.permits(&p("10.2.5.0/24")));
     let only_le = plist(vec![("2001:db8::/32", None, Some(48), true)]);
@@ -192,7 +258,11 @@ fn prefix_list_ge_le() {
 
 #[test]
 fn policy_matches_and_actions() {
-    let lc = LargeCommunity { global: 65000, local1: 1, local2: 2 };
+    let lc = LargeCommunity {
+        global: 65000,
+        local1: 1,
+        local2: 2,
+    };
     let pol = Policy {
         name: "imp".into(),
         terms: vec![
@@ -204,14 +274,28 @@ fn policy_matches_and_actions() {
             },
             Term {
                 name: "regex".into(),
-                matches: vec![Match::AsPathRegex(regex::Regex::new("^65001 .* 65003$").unwrap())],
-                actions: vec![SetAction::LocalPref(250), SetAction::AddCommunity(0xfde8_0001)],
+                matches: vec![Match::AsPathRegex(
+                    regex::Regex::new("^65001 .* 65003$").unwrap(),
+                )],
+                actions: vec![
+                    SetAction::LocalPref(250),
+                    SetAction::AddCommunity(0xfde8_0001),
+                ],
                 verdict: None,
             },
             Term {
                 name: "comm".into(),
-                matches: vec![Match::Community(0xfde8_0001), Match::Not(Box::new(Match::LargeCommunity(lc)))],
-                actions: vec![SetAction::AddLargeCommunity(lc), SetAction::Prepend { asn: None, count: 2 }],
+                matches: vec![
+                    Match::Community(0xfde8_0001),
+                    Match::Not(Box::new(Match::LargeCommunity(lc))),
+                ],
+                actions: vec![
+                    SetAction::AddLargeCommunity(lc),
+                    SetAction::Prepend {
+                        asn: None,
+                        count: 2,
+                    },
+                ],
                 verdict: Some(true),
             },
             Term {
@@ -222,14 +306,20 @@ fn policy_matches_and_actions() {
             },
             Term {
                 name: "pl".into(),
-                matches: vec![Match::PrefixList(plist(vec![("10.0.0.0/8", None, Some(24), true)])), Match::OriginAs(7)],
+                matches: vec![
+                    Match::PrefixList(plist(vec![("10.0.0.0/8", None, Some(24), true)])),
+                    Match::OriginAs(7),
+                ],
                 actions: vec![SetAction::RemoveCommunity(1)],
                 verdict: Some(true),
             },
         ],
         default_accept: false,
     };
-    let ctx = PolicyCtx { local_as: LOCAL_AS, ..PolicyCtx::default() };
+    let ctx = PolicyCtx {
+        local_as: LOCAL_AS,
+        ..PolicyCtx::default()
+    };
     let eval = |path: &[u32], comms: Vec<u32>, large: Vec<LargeCommunity>, pfx: &str| {
         let mut a = attrs(path, [1, 1, 1, 1]);
         a.communities = comms;
@@ -244,7 +334,10 @@ fn policy_matches_and_actions() {
     assert_eq!(r.local_pref, Some(250));
     assert_eq!(r.communities, vec![0xfde8_0001]);
     assert_eq!(r.large_communities, vec![lc]);
-    assert_eq!(r.as_path.iter_asns().collect::<Vec<_>>(), vec![LOCAL_AS, LOCAL_AS, 65001, 2, 65003]);
+    assert_eq!(
+        r.as_path.iter_asns().collect::<Vec<_>>(),
+        vec![LOCAL_AS, LOCAL_AS, 65001, 2, 65003]
+    );
     let r = eval(&[65009], vec![0xfde8_0001, 9], vec![lc], "10.0.0.0/24").unwrap();
     assert!(r.communities.is_empty() && r.large_communities.is_empty());
     assert_eq!(r.med, Some(5));
@@ -255,21 +348,48 @@ fn policy_matches_and_actions() {
     let n = Match::NeighborAs(5);
     let pol2 = Policy {
         name: "n".into(),
-        terms: vec![Term { name: "n".into(), matches: vec![n, Match::AsPathContains(8), Match::PathLenLe(2), Match::Family(holdfast_wire::Afi::Ipv4)], actions: vec![], verdict: Some(true) }],
+        terms: vec![Term {
+            name: "n".into(),
+            matches: vec![
+                n,
+                Match::AsPathContains(8),
+                Match::PathLenLe(2),
+                Match::Family(holdfast_wire::Afi::Ipv4),
+            ],
+            actions: vec![],
+            verdict: Some(true),
+        }],
         default_accept: false,
     };
     let a = attrs(&[5, 8], [1, 1, 1, 1]);
-    assert!(matches!(pol2.evaluate(&p("10.0.0.0/8"), &a, &ctx), PolicyVerdict::Accept(_)));
-    assert!(matches!(pol2.evaluate(&p("2001:db8::/32"), &a, &ctx), PolicyVerdict::Reject));
+    assert!(matches!(
+        pol2.evaluate(&p("10.0.0.0/8"), &a, &ctx),
+        PolicyVerdict::Accept(_)
+    ));
+    assert!(matches!(
+        pol2.evaluate(&p("2001:db8::/32"), &a, &ctx),
+        PolicyVerdict::Reject
+    ));
     let mut x = attrs(&[5, 8], [1, 1, 1, 1]);
     x.ext_communities = vec![[0, 2, 0, 1, 0, 0, 0, 5]];
     let pol3 = Policy {
         name: "x".into(),
-        terms: vec![Term { name: "x".into(), matches: vec![Match::ExtCommunity([0, 2, 0, 1, 0, 0, 0, 5])], actions: vec![], verdict: Some(true) }],
+        terms: vec![Term {
+            name: "x".into(),
+            matches: vec![Match::ExtCommunity([0, 2, 0, 1, 0, 0, 0, 5])],
+            actions: vec![],
+            verdict: Some(true),
+        }],
         default_accept: false,
     };
-    assert!(matches!(pol3.evaluate(&p("10.0.0.0/8"), &x, &ctx), PolicyVerdict::Accept(_)));
-    assert!(matches!(pol3.evaluate(&p("10.0.0.0/8"), &a, &ctx), PolicyVerdict::Reject));
+    assert!(matches!(
+        pol3.evaluate(&p("10.0.0.0/8"), &x, &ctx),
+        PolicyVerdict::Accept(_)
+    ));
+    assert!(matches!(
+        pol3.evaluate(&p("10.0.0.0/8"), &a, &ctx),
+        PolicyVerdict::Reject
+    ));
 }
 
 #[test]
@@ -279,18 +399,37 @@ fn import_policy_applied_and_none_rejects() {
         name: "lp".into(),
         terms: vec![Term {
             name: "pl".into(),
-            matches: vec![Match::PrefixList(plist(vec![("10.0.0.0/8", None, Some(24), true)]))],
+            matches: vec![Match::PrefixList(plist(vec![(
+                "10.0.0.0/8",
+                None,
+                Some(24),
+                true,
+            )]))],
             actions: vec![SetAction::LocalPref(222)],
             verdict: Some(true),
         }],
         default_accept: false,
     };
     e.set_policies(1, PolicyRef::Policy(Arc::new(pol)), PolicyRef::All);
-    e.apply(vec![(1, ann(&["10.0.0.0/24", "10.0.0.0/25", "11.0.0.0/24"], attrs(&[65001], [192, 0, 2, 1])))]);
+    e.apply(vec![(
+        1,
+        ann(
+            &["10.0.0.0/24", "10.0.0.0/25", "11.0.0.0/24"],
+            attrs(&[65001], [192, 0, 2, 1]),
+        ),
+    )]);
     let l = e.loc_rib();
     assert_eq!(l.len(), 1);
     assert_eq!(l[0].2.local_pref, Some(222));
-    assert_eq!(e.counts(1), PeerCounts { received: 3, accepted: 1, advertised: 0, stale: 0 });
+    assert_eq!(
+        e.counts(1),
+        PeerCounts {
+            received: 3,
+            accepted: 1,
+            advertised: 0,
+            stale: 0
+        }
+    );
     e.set_policies(1, PolicyRef::None, PolicyRef::All);
     assert_eq!(e.loc_rib_len(), 0);
     assert_eq!(e.counts(1).received, 3);
@@ -299,12 +438,23 @@ fn import_policy_applied_and_none_rejects() {
 #[test]
 fn set_policies_sends_only_the_diff() {
     let mut e = engine(&[(1, 65001), (2, 65002)]);
-    e.apply(vec![(1, ann(&["10.0.0.0/24", "10.0.1.0/24", "10.0.2.0/24"], attrs(&[65001], [192, 0, 2, 1])))]);
+    e.apply(vec![(
+        1,
+        ann(
+            &["10.0.0.0/24", "10.0.1.0/24", "10.0.2.0/24"],
+            attrs(&[65001], [192, 0, 2, 1]),
+        ),
+    )]);
     let deny1 = Policy {
         name: "deny1".into(),
         terms: vec![Term {
             name: "d".into(),
-            matches: vec![Match::PrefixList(plist(vec![("10.0.1.0/24", None, None, true)]))],
+            matches: vec![Match::PrefixList(plist(vec![(
+                "10.0.1.0/24",
+                None,
+                None,
+                true,
+            )]))],
             actions: vec![],
             verdict: Some(false),
         }],
@@ -315,13 +465,24 @@ fn set_policies_sends_only_the_diff() {
     assert!(announced(&out, 2).is_empty());
     let out = e.set_policies(2, PolicyRef::All, PolicyRef::All);
     assert!(withdrawn(&out, 2).is_empty());
-    assert_eq!(announced(&out, 2).into_iter().map(|x| x.0).collect::<Vec<_>>(), vec![p("10.0.1.0/24")]);
+    assert_eq!(
+        announced(&out, 2)
+            .into_iter()
+            .map(|x| x.0)
+            .collect::<Vec<_>>(),
+        vec![p("10.0.1.0/24")]
+    );
     // Import side: newly rejected prefix withdrawn from peer 2.
     let deny0 = Policy {
         name: "deny0".into(),
         terms: vec![Term {
             name: "d".into(),
-            matches: vec![Match::PrefixList(plist(vec![("10.0.0.0/24", None, None, true)]))],
+            matches: vec![Match::PrefixList(plist(vec![(
+                "10.0.0.0/24",
+                None,
+                None,
+                true,
+            )]))],
             actions: vec![],
             verdict: Some(false),
         }],
@@ -331,7 +492,13 @@ fn set_policies_sends_only_the_diff() {
     assert_eq!(withdrawn(&out, 2), vec![p("10.0.0.0/24")]);
     assert!(announced(&out, 2).is_empty());
     let out = e.set_policies(1, PolicyRef::All, PolicyRef::All);
-    assert_eq!(announced(&out, 2).into_iter().map(|x| x.0).collect::<Vec<_>>(), vec![p("10.0.0.0/24")]);
+    assert_eq!(
+        announced(&out, 2)
+            .into_iter()
+            .map(|x| x.0)
+            .collect::<Vec<_>>(),
+        vec![p("10.0.0.0/24")]
+    );
 }
 
 #[test]
@@ -339,12 +506,21 @@ fn identical_peers_share_one_arc_and_packing() {
     let mut e = engine(&[(1, 65001), (2, 65002), (3, 65002), (4, 65003)]);
     let out = e.apply(vec![
         (1, ann(&["10.0.0.0/24"], attrs(&[65001, 5], [192, 0, 2, 1]))),
-        (1, ann(&["10.0.1.0/24", "10.0.2.0/24"], attrs(&[65001, 6], [192, 0, 2, 1]))),
+        (
+            1,
+            ann(
+                &["10.0.1.0/24", "10.0.2.0/24"],
+                attrs(&[65001, 6], [192, 0, 2, 1]),
+            ),
+        ),
         (1, ann(&["10.0.3.0/24"], attrs(&[65001, 5], [192, 0, 2, 1]))),
     ]);
     let m: Vec<_> = out.messages.iter().filter(|(id, _)| *id != 1).collect();
     assert_eq!(m.len(), 3);
-    assert!(arc_eq(&m[0].1, &m[1].1) && arc_eq(&m[1].1, &m[2].1), "same group and same changes share bytes");
+    assert!(
+        arc_eq(&m[0].1, &m[1].1) && arc_eq(&m[1].1, &m[2].1),
+        "same group and same changes share bytes"
+    );
     // Two attribute sets -> two UPDATE messages, prefixes grouped by set.
     let u = sent(&out, 2);
     assert_eq!(u.len(), 2);
@@ -363,9 +539,21 @@ fn max_prefix_reset() {
     e.add_peer(peer(2, 65002));
     e.peer_up(peer(2, 65002));
     let out = e.apply(vec![
-        (1, ann(&["10.0.0.0/24", "10.0.1.0/24"], attrs(&[65001], [192, 0, 2, 1]))),
+        (
+            1,
+            ann(
+                &["10.0.0.0/24", "10.0.1.0/24"],
+                attrs(&[65001], [192, 0, 2, 1]),
+            ),
+        ),
         (1, ann(&["10.0.0.0/24"], attrs(&[65001, 9], [192, 0, 2, 1]))),
-        (1, ann(&["10.0.2.0/24", "10.0.3.0/24"], attrs(&[65001], [192, 0, 2, 1]))),
+        (
+            1,
+            ann(
+                &["10.0.2.0/24", "10.0.3.0/24"],
+                attrs(&[65001], [192, 0, 2, 1]),
+            ),
+        ),
     ]);
     assert_eq!(out.resets.len(), 1);
     let (id, n) = &out.resets[0];
@@ -375,22 +563,42 @@ fn max_prefix_reset() {
     assert_eq!(e.counts(1).accepted, 2);
     assert_eq!(best(&e, "10.0.2.0/24"), None);
     // Re-announcing a counted prefix stays within the limit.
-    let out = e.apply(vec![(1, ann(&["10.0.1.0/24"], attrs(&[65001, 3], [192, 0, 2, 1])))]);
+    let out = e.apply(vec![(
+        1,
+        ann(&["10.0.1.0/24"], attrs(&[65001, 3], [192, 0, 2, 1])),
+    )]);
     assert!(out.resets.is_empty());
 }
 
 #[test]
 fn graceful_restart_stale_eor_and_timeout() {
     let mut e = engine(&[(1, 65001), (2, 65002)]);
-    e.apply(vec![(1, ann(&["10.0.0.0/24", "10.0.1.0/24", "10.0.2.0/24"], attrs(&[65001], [192, 0, 2, 1])))]);
-    e.apply(vec![(1, ann(&["2001:db8:1::/48"], { let mut a = attrs(&[65001], [192, 0, 2, 1]); a.next_hop = None; a.mp_next_hop = Some(v6nh("2001:db8::1")); a }))]);
+    e.apply(vec![(
+        1,
+        ann(
+            &["10.0.0.0/24", "10.0.1.0/24", "10.0.2.0/24"],
+            attrs(&[65001], [192, 0, 2, 1]),
+        ),
+    )]);
+    e.apply(vec![(
+        1,
+        ann(&["2001:db8:1::/48"], {
+            let mut a = attrs(&[65001], [192, 0, 2, 1]);
+            a.next_hop = None;
+            a.mp_next_hop = Some(v6nh("2001:db8::1"));
+            a
+        }),
+    )]);
     let out = e.peer_down(1, true);
     assert!(out.messages.is_empty(), "stale routes stay advertised");
     assert_eq!(e.counts(1).stale, 4);
     assert_eq!(e.loc_rib_len(), 4);
     e.peer_up(peer(1, 65001));
     // Re-announced clears stale (same attributes: nothing sent to peer 2).
-    let out = e.apply(vec![(1, ann(&["10.0.0.0/24"], attrs(&[65001], [192, 0, 2, 1])))]);
+    let out = e.apply(vec![(
+        1,
+        ann(&["10.0.0.0/24"], attrs(&[65001], [192, 0, 2, 1])),
+    )]);
     assert!(sent(&out, 2).is_empty());
     assert_eq!(e.counts(1).stale, 3);
     let out = e.apply(vec![(1, eor(Family::IPV4_UNICAST))]);
@@ -405,11 +613,20 @@ fn graceful_restart_stale_eor_and_timeout() {
 #[test]
 fn non_graceful_down_withdraws_and_up_sends_table_with_eor() {
     let mut e = engine(&[(1, 65001), (2, 65002)]);
-    e.apply(vec![(1, ann(&["10.0.0.0/24", "10.0.1.0/24"], attrs(&[65001], [192, 0, 2, 1])))]);
+    e.apply(vec![(
+        1,
+        ann(
+            &["10.0.0.0/24", "10.0.1.0/24"],
+            attrs(&[65001], [192, 0, 2, 1]),
+        ),
+    )]);
     let out = e.peer_up(peer(3, 65003));
     let u = sent(&out, 3);
     assert_eq!(u.iter().map(|x| x.announced.len()).sum::<usize>(), 2);
-    assert_eq!(u.iter().filter_map(|x| x.end_of_rib).collect::<Vec<_>>(), vec![Family::IPV4_UNICAST, Family::IPV6_UNICAST]);
+    assert_eq!(
+        u.iter().filter_map(|x| x.end_of_rib).collect::<Vec<_>>(),
+        vec![Family::IPV4_UNICAST, Family::IPV6_UNICAST]
+    );
     let out = e.route_refresh(3, Family::IPV4_UNICAST);
     let u = sent(&out, 3);
     assert_eq!(u.iter().map(|x| x.announced.len()).sum::<usize>(), 2);
@@ -428,7 +645,10 @@ fn ipv6_routes_with_mp_next_hop() {
     let mut e = engine(&[(1, 65001), (2, 65002), (3, LOCAL_AS)]);
     let mut a = attrs(&[65001], [0, 0, 0, 0]);
     a.next_hop = None;
-    a.mp_next_hop = Some(holdfast_wire::MpNextHop { global: IpAddr::V6("2001:db8::1".parse().unwrap()), link_local: Some("fe80::1".parse().unwrap()) });
+    a.mp_next_hop = Some(holdfast_wire::MpNextHop {
+        global: IpAddr::V6("2001:db8::1".parse().unwrap()),
+        link_local: Some("fe80::1".parse().unwrap()),
+    });
     let u = ann(&["2001:db8:100::/48"], a);
     let bodies = raw(&u);
     let out = e.apply_raw(bodies.into_iter().map(|b| (1, b)).collect());
@@ -436,10 +656,16 @@ fn ipv6_routes_with_mp_next_hop() {
     assert_eq!(to2.len(), 1);
     assert_eq!(to2[0].0, p("2001:db8:100::/48"));
     let nh = to2[0].1.mp_next_hop.unwrap();
-    assert_eq!(nh.global, IpAddr::V6("2001:db8::fe".parse::<Ipv6Addr>().unwrap()));
+    assert_eq!(
+        nh.global,
+        IpAddr::V6("2001:db8::fe".parse::<Ipv6Addr>().unwrap())
+    );
     assert_eq!(nh.link_local, Some("fe80::fe".parse().unwrap()));
     let to3 = announced(&out, 3);
-    assert_eq!(to3[0].1.mp_next_hop.unwrap().global, IpAddr::V6("2001:db8::1".parse::<Ipv6Addr>().unwrap()));
+    assert_eq!(
+        to3[0].1.mp_next_hop.unwrap().global,
+        IpAddr::V6("2001:db8::1".parse::<Ipv6Addr>().unwrap())
+    );
     // A peer without the IPv6 family gets nothing.
     let mut s = peer(4, 65004);
     s.families = vec![Family::IPV4_UNICAST];
@@ -479,10 +705,19 @@ fn raw_decode_error_resets_session() {
 #[test]
 fn adj_rib_out_and_queries() {
     let mut e = engine(&[(1, 65001), (2, 65002)]);
-    e.apply(vec![(1, ann(&["10.0.0.0/24", "10.0.1.0/24"], attrs(&[65001], [192, 0, 2, 1])))]);
+    e.apply(vec![(
+        1,
+        ann(
+            &["10.0.0.0/24", "10.0.1.0/24"],
+            attrs(&[65001], [192, 0, 2, 1]),
+        ),
+    )]);
     let out = e.adj_rib_out(2);
     assert_eq!(out.len(), 2);
-    assert_eq!(out[0].1.as_path.iter_asns().collect::<Vec<_>>(), vec![LOCAL_AS, 65001]);
+    assert_eq!(
+        out[0].1.as_path.iter_asns().collect::<Vec<_>>(),
+        vec![LOCAL_AS, 65001]
+    );
     assert!(e.adj_rib_out(1).is_empty());
     assert_eq!(e.counts(2).advertised, 2);
     assert_eq!(e.attr_sets(), 1);
@@ -497,7 +732,13 @@ fn deterministic_across_thread_counts() {
         let mut c = cfg(threads);
         c.shards = 16;
         let mut e = Engine::new(c);
-        for (id, asn) in [(1, 65001), (2, 65002), (3, LOCAL_AS), (4, 65004), (5, 65005)] {
+        for (id, asn) in [
+            (1, 65001),
+            (2, 65002),
+            (3, LOCAL_AS),
+            (4, 65004),
+            (5, 65005),
+        ] {
             e.add_peer(peer(id, asn));
             e.peer_up(peer(id, asn));
         }
@@ -511,7 +752,11 @@ fn deterministic_across_thread_counts() {
                 batch.push((src, b));
             }
             if i % 17 == 0 {
-                for b in raw(&wd(&[&format!("10.{}.{}.0/24", (i / 5) % 256, (i + 3) % 256)])) {
+                for b in raw(&wd(&[&format!(
+                    "10.{}.{}.0/24",
+                    (i / 5) % 256,
+                    (i + 3) % 256
+                )])) {
                     batch.push((1, b));
                 }
             }
@@ -530,4 +775,74 @@ fn deterministic_across_thread_counts() {
     assert!(a.iter().map(|x| x.1.len()).sum::<usize>() > 10_000);
     assert_eq!(a, b);
     assert_eq!(a, run(2));
+}
+
+/// Large single-peer batch: exercises chunked parallel decode and parallel
+/// encoding; output must not depend on the thread count.
+#[test]
+fn deterministic_large_single_peer() {
+    let run = |threads: usize| {
+        let mut c = cfg(threads);
+        c.shards = 16;
+        let mut e = Engine::new(c);
+        for (id, asn) in [(1, 65001), (2, 65002), (3, 65003)] {
+            e.add_peer(peer(id, asn));
+            e.peer_up(peer(id, asn));
+        }
+        let mut batch = Vec::new();
+        for set in 0..60u32 {
+            let pfx: Vec<String> = (0..400u32)
+                .map(|i| {
+                    format!(
+                        "{}.{}.{}.0/24",
+                        20 + set / 8,
+                        (set % 8) * 32 + i / 256,
+                        i % 256
+                    )
+                })
+                .collect();
+            let refs: Vec<&str> = pfx.iter().map(|s| s.as_str()).collect();
+            for b in raw(&ann(&refs, attrs(&[65001, 100 + set % 13], [192, 0, 2, 1]))) {
+                batch.push((1, b));
+            }
+        }
+        let out = e.apply_raw(batch);
+        assert_eq!(e.counts(1).accepted, 24_000);
+        assert_eq!(announced(&out, 2).len(), 24_000);
+        out.messages
+            .iter()
+            .map(|(id, m)| (*id, m.to_vec()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(run(1), run(2));
+}
+
+/// RFC 7606: a bad ORIGIN value makes the codec treat the UPDATE as a
+/// withdrawal; the engine applies it and reports a warning.
+#[test]
+fn rfc7606_treat_as_withdraw_applied() {
+    let mut e = engine(&[(1, 65001), (2, 65002)]);
+    e.apply(vec![(
+        1,
+        ann(&["10.0.0.0/24"], attrs(&[65001], [192, 0, 2, 1])),
+    )]);
+    assert_eq!(e.loc_rib_len(), 1);
+    let mut body = raw(&ann(&["10.0.0.0/24"], attrs(&[65001, 5], [192, 0, 2, 1]))).remove(0);
+    assert_eq!(&body[4..7], &[0x40, 1, 1], "ORIGIN is the first attribute");
+    body[7] = 9;
+    let out = e.apply_raw(vec![(1, body)]);
+    assert!(out.resets.is_empty());
+    assert!(out
+        .warnings
+        .iter()
+        .any(|(id, w)| *id == 1 && w.contains("7606")));
+    assert_eq!(withdrawn(&out, 2), vec![p("10.0.0.0/24")]);
+    assert_eq!(e.loc_rib_len(), 0);
+}
+
+#[test]
+fn engine_is_send() {
+    fn send<T: Send>() {}
+    send::<Engine>();
+    send::<Output>();
 }

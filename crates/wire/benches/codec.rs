@@ -5,16 +5,27 @@ use holdfast_wire::*;
 use std::net::Ipv4Addr;
 
 fn setup() -> (Vec<Prefix>, Vec<u8>, CodecCtx) {
-    let prefixes: Vec<Prefix> =
-        (0..1_000_000u32).map(|i| Prefix::V4(Prefix4 { addr: (1 << 24) + (i << 8), len: 24 })).collect();
+    let prefixes: Vec<Prefix> = (0..1_000_000u32)
+        .map(|i| {
+            Prefix::V4(Prefix4 {
+                addr: (1 << 24) + (i << 8),
+                len: 24,
+            })
+        })
+        .collect();
     let attrs = PathAttrs {
         origin: Some(Origin::Igp),
-        as_path: AsPath { segments: vec![AsSegment::Sequence(vec![65001, 65002, 4_200_000_001])] },
+        as_path: AsPath {
+            segments: vec![AsSegment::Sequence(vec![65001, 65002, 4_200_000_001])],
+        },
         next_hop: Some(Ipv4Addr::new(192, 0, 2, 1)),
         communities: vec![(65001 << 16) | 1],
         ..Default::default()
     };
-    let ctx = CodecCtx { four_octet_as: true, ibgp: false };
+    let ctx = CodecCtx {
+        four_octet_as: true,
+        ibgp: false,
+    };
     (prefixes, encode_attrs(&attrs, &ctx), ctx)
 }
 
@@ -30,7 +41,11 @@ fn bench(c: &mut Criterion) {
             let mut buf = &stream[..];
             let mut n = 0;
             while let Some((_, len)) = frame(buf).unwrap() {
-                n += decode_update(&buf[HEADER_LEN..len], &ctx).unwrap().update.announced.len();
+                n += decode_update(&buf[HEADER_LEN..len], &ctx)
+                    .unwrap()
+                    .update
+                    .announced
+                    .len();
                 buf = &buf[len..];
             }
             black_box(n)

@@ -21,8 +21,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use crate::error::{update_subcode, DecodeError, DecodeErrorKind, Rfc7606Action};
 use crate::nlri::decode_prefixes;
 use crate::types::{
-    attr_flags, attr_type, Afi, AsPath, AsSegment, LargeCommunity, MpNextHop, Origin, PathAttrs, Prefix,
-    RawAttr, AS_TRANS,
+    attr_flags, attr_type, Afi, AsPath, AsSegment, LargeCommunity, MpNextHop, Origin, PathAttrs,
+    Prefix, RawAttr, AS_TRANS,
 };
 use crate::CodecCtx;
 
@@ -42,10 +42,11 @@ pub(crate) fn expected_flags(t: u8) -> Option<u8> {
     const OPT_T: u8 = attr_flags::OPTIONAL | attr_flags::TRANSITIVE;
     match t {
         ORIGIN | AS_PATH | NEXT_HOP | LOCAL_PREF | ATOMIC_AGGREGATE => Some(WK),
-        MULTI_EXIT_DISC | ORIGINATOR_ID | CLUSTER_LIST | MP_REACH_NLRI | MP_UNREACH_NLRI => Some(OPT),
-        AGGREGATOR | COMMUNITIES | EXTENDED_COMMUNITIES | AS4_PATH | AS4_AGGREGATOR | LARGE_COMMUNITIES => {
-            Some(OPT_T)
+        MULTI_EXIT_DISC | ORIGINATOR_ID | CLUSTER_LIST | MP_REACH_NLRI | MP_UNREACH_NLRI => {
+            Some(OPT)
         }
+        AGGREGATOR | COMMUNITIES | EXTENDED_COMMUNITIES | AS4_PATH | AS4_AGGREGATOR
+        | LARGE_COMMUNITIES => Some(OPT_T),
         _ => None,
     }
 }
@@ -103,7 +104,10 @@ fn mp_error(t: u8, raw: &[u8], reason: &'static str) -> DecodeError {
     DecodeError::update(
         update_subcode::OPTIONAL_ATTRIBUTE,
         raw.to_vec(),
-        DecodeErrorKind::MalformedMpAttribute { type_code: t, reason },
+        DecodeErrorKind::MalformedMpAttribute {
+            type_code: t,
+            reason,
+        },
     )
 }
 
@@ -117,7 +121,11 @@ fn ip4(v: &[u8]) -> Ipv4Addr {
 
 /// Parse the Path Attributes field. `Err` means session reset; softer
 /// outcomes are accumulated in `verdict`.
-pub(crate) fn parse_attrs(block: &[u8], ctx: &CodecCtx, verdict: &mut Verdict) -> Result<Parsed, DecodeError> {
+pub(crate) fn parse_attrs(
+    block: &[u8],
+    ctx: &CodecCtx,
+    verdict: &mut Verdict,
+) -> Result<Parsed, DecodeError> {
     let mut p = Parsed::default();
     let mut seen = [false; 256];
     let mut count = 0usize;
@@ -129,18 +137,30 @@ pub(crate) fn parse_attrs(block: &[u8], ctx: &CodecCtx, verdict: &mut Verdict) -
         // RFC 7606 §4: too few octets for an attribute header, or an
         // attribute overrunning the field: treat-as-withdraw, and rely on the
         // Total Path Attribute Length to find the NLRI.
-        let hlen = if rem[0] & attr_flags::EXTENDED_LENGTH != 0 { 4 } else { 3 };
+        let hlen = if rem[0] & attr_flags::EXTENDED_LENGTH != 0 {
+            4
+        } else {
+            3
+        };
         if rem.len() < hlen {
             verdict.withdraw(0, "truncated attribute header");
             break;
         }
         let flags = rem[0];
         let t = rem[1];
-        let len = if hlen == 4 { u16::from_be_bytes([rem[2], rem[3]]) as usize } else { rem[2] as usize };
+        let len = if hlen == 4 {
+            u16::from_be_bytes([rem[2], rem[3]]) as usize
+        } else {
+            rem[2] as usize
+        };
         let is_mp = t == attr_type::MP_REACH_NLRI || t == attr_type::MP_UNREACH_NLRI;
         if rem.len() - hlen < len {
             if is_mp {
-                return Err(mp_error(t, rem, "attribute overruns the path attributes field"));
+                return Err(mp_error(
+                    t,
+                    rem,
+                    "attribute overruns the path attributes field",
+                ));
             }
             verdict.withdraw(t, "attribute length overruns the path attributes field");
             break;
@@ -158,7 +178,9 @@ pub(crate) fn parse_attrs(block: &[u8], ctx: &CodecCtx, verdict: &mut Verdict) -
                 return Err(DecodeError::update(
                     update_subcode::MALFORMED_ATTRIBUTE_LIST,
                     Vec::new(),
-                    DecodeErrorKind::MalformedAttributeList("MP_REACH_NLRI or MP_UNREACH_NLRI appears twice"),
+                    DecodeErrorKind::MalformedAttributeList(
+                        "MP_REACH_NLRI or MP_UNREACH_NLRI appears twice",
+                    ),
                 ));
             }
             verdict.discard(t, "duplicate attribute");
@@ -181,7 +203,10 @@ pub(crate) fn parse_attrs(block: &[u8], ctx: &CodecCtx, verdict: &mut Verdict) -
                     return Err(DecodeError::update(
                         update_subcode::ATTRIBUTE_FLAGS,
                         raw.to_vec(),
-                        DecodeErrorKind::MalformedMpAttribute { type_code: t, reason: "attribute flags" },
+                        DecodeErrorKind::MalformedMpAttribute {
+                            type_code: t,
+                            reason: "attribute flags",
+                        },
                     ));
                 }
                 verdict.withdraw(t, "attribute flags conflict with the type code");
@@ -210,7 +235,8 @@ pub(crate) fn parse_attrs(block: &[u8], ctx: &CodecCtx, verdict: &mut Verdict) -
             attr_type::NEXT_HOP => {
                 if v.len() == 4 {
                     let nh = ip4(v);
-                    p.martian_next_hop = nh.is_unspecified() || nh.is_multicast() || nh.is_broadcast();
+                    p.martian_next_hop =
+                        nh.is_unspecified() || nh.is_multicast() || nh.is_broadcast();
                     a.next_hop = Some(nh);
                     p.has_next_hop = true;
                 } else {
@@ -254,18 +280,23 @@ pub(crate) fn parse_attrs(block: &[u8], ctx: &CodecCtx, verdict: &mut Verdict) -
             attr_type::CLUSTER_LIST => verdict.withdraw(t, "CLUSTER_LIST length"),
             // RFC 7606 §7.11, RFC 4760 §3
             attr_type::MP_REACH_NLRI => {
-                a.mp_next_hop = parse_mp_reach(v, &mut p.mp_announced).map_err(|r| mp_error(t, raw, r))?;
+                a.mp_next_hop =
+                    parse_mp_reach(v, &mut p.mp_announced).map_err(|r| mp_error(t, raw, r))?;
             }
             // RFC 4760 §4
             attr_type::MP_UNREACH_NLRI => {
-                let (afi, safi) = parse_mp_unreach(v, &mut p.mp_withdrawn).map_err(|r| mp_error(t, raw, r))?;
+                let (afi, safi) =
+                    parse_mp_unreach(v, &mut p.mp_withdrawn).map_err(|r| mp_error(t, raw, r))?;
                 if v.len() == 3 {
                     p.eor = Some((afi, safi));
                 }
             }
             // RFC 7606 §7.14
             attr_type::EXTENDED_COMMUNITIES if !v.is_empty() && v.len() % 8 == 0 => {
-                a.ext_communities = v.chunks_exact(8).map(|c| c.try_into().unwrap_or([0; 8])).collect();
+                a.ext_communities = v
+                    .chunks_exact(8)
+                    .map(|c| c.try_into().unwrap_or([0; 8]))
+                    .collect();
             }
             attr_type::EXTENDED_COMMUNITIES => verdict.withdraw(t, "EXTENDED_COMMUNITIES length"),
             // RFC 6793 §6: a malformed AS4_PATH / AS4_AGGREGATOR is discarded.
@@ -289,7 +320,11 @@ pub(crate) fn parse_attrs(block: &[u8], ctx: &CodecCtx, verdict: &mut Verdict) -
             attr_type::LARGE_COMMUNITIES if !v.is_empty() && v.len() % 12 == 0 => {
                 a.large_communities = v
                     .chunks_exact(12)
-                    .map(|c| LargeCommunity { global: be32(c), local1: be32(&c[4..]), local2: be32(&c[8..]) })
+                    .map(|c| LargeCommunity {
+                        global: be32(c),
+                        local1: be32(&c[4..]),
+                        local2: be32(&c[8..]),
+                    })
                     .collect();
             }
             attr_type::LARGE_COMMUNITIES => verdict.withdraw(t, "LARGE_COMMUNITIES length"),
@@ -303,11 +338,16 @@ pub(crate) fn parse_attrs(block: &[u8], ctx: &CodecCtx, verdict: &mut Verdict) -
             _ => {
                 // RFC 4271 §5: keep unrecognised optional attributes; mark
                 // transitive ones Partial for pass-through.
-                let mut f = flags & (attr_flags::OPTIONAL | attr_flags::TRANSITIVE | attr_flags::PARTIAL);
+                let mut f =
+                    flags & (attr_flags::OPTIONAL | attr_flags::TRANSITIVE | attr_flags::PARTIAL);
                 if f & attr_flags::TRANSITIVE != 0 {
                     f |= attr_flags::PARTIAL;
                 }
-                a.unknown.push(RawAttr { flags: f, type_code: t, value: v.to_vec() });
+                a.unknown.push(RawAttr {
+                    flags: f,
+                    type_code: t,
+                    value: v.to_vec(),
+                });
             }
         }
     }
@@ -338,7 +378,9 @@ pub(crate) fn decode_as_path(mut v: &[u8], four_octet: bool) -> Option<AsPath> {
         let asns: Vec<u32> = if four_octet {
             body.chunks_exact(4).map(be32).collect()
         } else {
-            body.chunks_exact(2).map(|c| u16::from_be_bytes([c[0], c[1]]) as u32).collect()
+            body.chunks_exact(2)
+                .map(|c| u16::from_be_bytes([c[0], c[1]]) as u32)
+                .collect()
         };
         segments.push(match v[0] {
             seg_type::AS_SET => AsSegment::Set(asns),
@@ -359,7 +401,11 @@ fn as_count(p: &AsPath) -> usize {
 
 /// RFC 6793 §4.2.3: reconstruct the 4-octet path and aggregator from a
 /// 2-octet speaker's attributes.
-pub(crate) fn merge_as4(a: &mut PathAttrs, as4_path: Option<AsPath>, as4_agg: Option<(u32, Ipv4Addr)>) {
+pub(crate) fn merge_as4(
+    a: &mut PathAttrs,
+    as4_path: Option<AsPath>,
+    as4_agg: Option<(u32, Ipv4Addr)>,
+) {
     if let Some((asn, _)) = a.aggregator {
         if asn != AS_TRANS as u32 {
             return;
@@ -400,12 +446,14 @@ pub(crate) fn merge_as4(a: &mut PathAttrs, as4_path: Option<AsPath>, as4_agg: Op
             }
         }
     }
-    for seg in as4.segments {
-        match (out.last_mut(), seg) {
-            (Some(AsSegment::Sequence(prev)), AsSegment::Sequence(next)) => prev.extend(next),
-            (_, seg) => out.push(seg),
-        }
+    // Join the two SEQUENCEs meeting at the junction; keep the rest as sent.
+    let mut rest = as4.segments.into_iter();
+    match (out.last_mut(), rest.next()) {
+        (Some(AsSegment::Sequence(prev)), Some(AsSegment::Sequence(next))) => prev.extend(next),
+        (_, Some(seg)) => out.push(seg),
+        (_, None) => {}
     }
+    out.extend(rest);
     a.as_path = AsPath { segments: out };
 }
 
@@ -441,23 +489,39 @@ fn ip6(v: &[u8]) -> Ipv6Addr {
 
 /// Parse MP_REACH_NLRI, appending unicast prefixes. Returns the next hop for
 /// IPv4/IPv6 unicast, `None` for families that are ignored.
-pub(crate) fn parse_mp_reach(v: &[u8], out: &mut Vec<Prefix>) -> Result<Option<MpNextHop>, &'static str> {
+pub(crate) fn parse_mp_reach(
+    v: &[u8],
+    out: &mut Vec<Prefix>,
+) -> Result<Option<MpNextHop>, &'static str> {
     if v.len() < 5 {
         return Err("MP_REACH_NLRI too short");
     }
     let afi = u16::from_be_bytes([v[0], v[1]]);
     let nhl = v[3] as usize;
-    let Some(nh) = v.get(4..4 + nhl) else { return Err("next hop overruns MP_REACH_NLRI") };
+    let Some(nh) = v.get(4..4 + nhl) else {
+        return Err("next hop overruns MP_REACH_NLRI");
+    };
     if v.len() < 5 + nhl {
         return Err("MP_REACH_NLRI has no reserved octet");
     }
-    let Some(fam) = unicast_afi(afi, v[2]) else { return Ok(None) };
+    let Some(fam) = unicast_afi(afi, v[2]) else {
+        return Ok(None);
+    };
     // RFC 2545 §3 (16 or 32 octets for IPv6), RFC 8950 (IPv6 next hop for
     // IPv4 NLRI).
     let hop = match (fam, nhl) {
-        (Afi::Ipv4, 4) => MpNextHop { global: IpAddr::V4(ip4(nh)), link_local: None },
-        (_, 16) => MpNextHop { global: IpAddr::V6(ip6(nh)), link_local: None },
-        (_, 32) => MpNextHop { global: IpAddr::V6(ip6(nh)), link_local: Some(ip6(&nh[16..])) },
+        (Afi::Ipv4, 4) => MpNextHop {
+            global: IpAddr::V4(ip4(nh)),
+            link_local: None,
+        },
+        (_, 16) => MpNextHop {
+            global: IpAddr::V6(ip6(nh)),
+            link_local: None,
+        },
+        (_, 32) => MpNextHop {
+            global: IpAddr::V6(ip6(nh)),
+            link_local: Some(ip6(&nh[16..])),
+        },
         _ => return Err("next hop length inconsistent with the AFI"),
     };
     decode_prefixes(fam, &v[5 + nhl..], out)?;
@@ -497,42 +561,106 @@ mod tests {
     fn as_path_two_and_four_octet() {
         let v2 = [2, 3, 0, 1, 0, 2, 0x5b, 0xa0, 1, 1, 0, 9];
         let p = decode_as_path(&v2, false).unwrap();
-        assert_eq!(p.segments, vec![seq(&[1, 2, 23456]), AsSegment::Set(vec![9])]);
+        assert_eq!(
+            p.segments,
+            vec![seq(&[1, 2, 23456]), AsSegment::Set(vec![9])]
+        );
         let v4 = [3, 1, 0, 1, 0, 0];
-        assert_eq!(decode_as_path(&v4, true).unwrap().segments, vec![AsSegment::ConfedSequence(vec![65536])]);
+        assert_eq!(
+            decode_as_path(&v4, true).unwrap().segments,
+            vec![AsSegment::ConfedSequence(vec![65536])]
+        );
         assert!(decode_as_path(&[], true).unwrap().segments.is_empty());
     }
 
     #[test]
     fn as_path_malformations() {
-        assert!(decode_as_path(&[2, 0], true).is_none(), "zero segment length");
-        assert!(decode_as_path(&[2, 2, 0, 0, 0, 1], true).is_none(), "overrun");
-        assert!(decode_as_path(&[2, 1, 0, 1, 0], false).is_none(), "single trailing octet");
-        assert!(decode_as_path(&[5, 1, 0, 1], false).is_none(), "unknown type");
+        assert!(
+            decode_as_path(&[2, 0], true).is_none(),
+            "zero segment length"
+        );
+        assert!(
+            decode_as_path(&[2, 2, 0, 0, 0, 1], true).is_none(),
+            "overrun"
+        );
+        assert!(
+            decode_as_path(&[2, 1, 0, 1, 0], false).is_none(),
+            "single trailing octet"
+        );
+        assert!(
+            decode_as_path(&[5, 1, 0, 1], false).is_none(),
+            "unknown type"
+        );
     }
 
     #[test]
     fn as4_merge_rfc6793() {
         let t = AS_TRANS as u32;
         let mut a = PathAttrs {
-            as_path: AsPath { segments: vec![seq(&[100, t, 200, t])] },
+            as_path: AsPath {
+                segments: vec![seq(&[100, t, 200, t])],
+            },
             ..Default::default()
         };
-        merge_as4(&mut a, Some(AsPath { segments: vec![seq(&[70000, 200, 80000])] }), None);
+        merge_as4(
+            &mut a,
+            Some(AsPath {
+                segments: vec![seq(&[70000, 200, 80000])],
+            }),
+            None,
+        );
         assert_eq!(a.as_path.segments, vec![seq(&[100, 70000, 200, 80000])]);
 
         // AS4_PATH longer than AS_PATH is ignored.
-        let mut a = PathAttrs { as_path: AsPath { segments: vec![seq(&[t])] }, ..Default::default() };
-        merge_as4(&mut a, Some(AsPath { segments: vec![seq(&[1, 70000])] }), None);
+        let mut a = PathAttrs {
+            as_path: AsPath {
+                segments: vec![seq(&[t])],
+            },
+            ..Default::default()
+        };
+        merge_as4(
+            &mut a,
+            Some(AsPath {
+                segments: vec![seq(&[1, 70000])],
+            }),
+            None,
+        );
         assert_eq!(a.as_path.segments, vec![seq(&[t])]);
+
+        // Only the junction is joined; AS4_PATH segment boundaries stay.
+        let mut a = PathAttrs {
+            as_path: AsPath {
+                segments: vec![seq(&[1, t, t])],
+            },
+            ..Default::default()
+        };
+        merge_as4(
+            &mut a,
+            Some(AsPath {
+                segments: vec![seq(&[70000]), seq(&[70001])],
+            }),
+            None,
+        );
+        assert_eq!(a.as_path.segments, vec![seq(&[1, 70000]), seq(&[70001])]);
 
         // Leading confederation segment is kept.
         let mut a = PathAttrs {
-            as_path: AsPath { segments: vec![AsSegment::ConfedSequence(vec![65001]), seq(&[t])] },
+            as_path: AsPath {
+                segments: vec![AsSegment::ConfedSequence(vec![65001]), seq(&[t])],
+            },
             ..Default::default()
         };
-        merge_as4(&mut a, Some(AsPath { segments: vec![seq(&[70000])] }), None);
-        assert_eq!(a.as_path.segments, vec![AsSegment::ConfedSequence(vec![65001]), seq(&[70000])]);
+        merge_as4(
+            &mut a,
+            Some(AsPath {
+                segments: vec![seq(&[70000])],
+            }),
+            None,
+        );
+        assert_eq!(
+            a.as_path.segments,
+            vec![AsSegment::ConfedSequence(vec![65001]), seq(&[70000])]
+        );
     }
 
     #[test]
@@ -541,19 +669,35 @@ mod tests {
         let t = AS_TRANS as u32;
         let mut a = PathAttrs {
             aggregator: Some((t, ip)),
-            as_path: AsPath { segments: vec![seq(&[t])] },
+            as_path: AsPath {
+                segments: vec![seq(&[t])],
+            },
             ..Default::default()
         };
-        merge_as4(&mut a, Some(AsPath { segments: vec![seq(&[70000])] }), Some((70000, ip)));
+        merge_as4(
+            &mut a,
+            Some(AsPath {
+                segments: vec![seq(&[70000])],
+            }),
+            Some((70000, ip)),
+        );
         assert_eq!(a.aggregator, Some((70000, ip)));
         assert_eq!(a.as_path.segments, vec![seq(&[70000])]);
         // AGGREGATOR not AS_TRANS: AS4_AGGREGATOR and AS4_PATH ignored.
         let mut a = PathAttrs {
             aggregator: Some((65000, ip)),
-            as_path: AsPath { segments: vec![seq(&[t])] },
+            as_path: AsPath {
+                segments: vec![seq(&[t])],
+            },
             ..Default::default()
         };
-        merge_as4(&mut a, Some(AsPath { segments: vec![seq(&[70000])] }), Some((70000, ip)));
+        merge_as4(
+            &mut a,
+            Some(AsPath {
+                segments: vec![seq(&[70000])],
+            }),
+            Some((70000, ip)),
+        );
         assert_eq!(a.aggregator, Some((65000, ip)));
         assert_eq!(a.as_path.segments, vec![seq(&[t])]);
     }
@@ -573,7 +717,10 @@ mod tests {
         assert!(parse_mp_reach(&[0, 2, 1, 16, 1, 2], &mut out).is_err());
         // Unknown SAFI: skipped, no error, no prefixes.
         let n = out.len();
-        assert_eq!(parse_mp_reach(&[0, 1, 128, 4, 1, 2, 3, 4, 0, 0xff, 0xff], &mut out).unwrap(), None);
+        assert_eq!(
+            parse_mp_reach(&[0, 1, 128, 4, 1, 2, 3, 4, 0, 0xff, 0xff], &mut out).unwrap(),
+            None
+        );
         assert_eq!(out.len(), n);
     }
 }

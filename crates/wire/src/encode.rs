@@ -12,8 +12,8 @@ use std::net::{IpAddr, Ipv6Addr};
 use crate::header::{begin_message, finish_header, HEADER_LEN, MAX_MESSAGE_LEN};
 use crate::nlri::{encode_prefix, prefix_wire_len};
 use crate::types::{
-    attr_flags, attr_type, msg_type, Afi, AsPath, AsSegment, Family, Message, MpNextHop, PathAttrs, Prefix,
-    RawAttr, AS_TRANS,
+    attr_flags, attr_type, msg_type, Afi, AsPath, AsSegment, Family, Message, MpNextHop, PathAttrs,
+    Prefix, RawAttr, AS_TRANS,
 };
 use crate::{encode_keepalive, encode_notification, encode_open, encode_route_refresh, CodecCtx};
 
@@ -123,7 +123,11 @@ pub fn encode_attrs(attrs: &PathAttrs, ctx: &CodecCtx) -> Vec<u8> {
             + attrs.ext_communities.len() * 8
             + attrs.large_communities.len() * 12
             + attrs.cluster_list.len() * 4
-            + attrs.unknown.iter().map(|r| r.value.len() + 4).sum::<usize>(),
+            + attrs
+                .unknown
+                .iter()
+                .map(|r| r.value.len() + 4)
+                .sum::<usize>(),
     );
     let out = &mut out;
     let u = &unknown[..];
@@ -254,7 +258,12 @@ fn nh_octets(afi: Afi, nh: &MpNextHop) -> ([u8; 32], usize) {
 /// octets; calls `emit(run, bytes)` for each run (runs may contain
 /// prefixes of the other family, which writers skip). Stops early if a
 /// prefix cannot fit at all. Returns the number of runs.
-fn batches(prefixes: &[Prefix], afi: Afi, room: usize, mut emit: impl FnMut(&[Prefix], usize)) -> usize {
+fn batches(
+    prefixes: &[Prefix],
+    afi: Afi,
+    room: usize,
+    mut emit: impl FnMut(&[Prefix], usize),
+) -> usize {
     let mut i = 0;
     let mut n = 0;
     while i < prefixes.len() {
@@ -337,12 +346,22 @@ fn write_announce(
     finish_header(out, s);
 }
 
-fn pack_inner(block: &[u8], afi: Afi, mp: Option<&MpNextHop>, prefixes: &[Prefix], out: &mut Vec<u8>) -> usize {
+fn pack_inner(
+    block: &[u8],
+    afi: Afi,
+    mp: Option<&MpNextHop>,
+    prefixes: &[Prefix],
+    out: &mut Vec<u8>,
+) -> usize {
     let nh = mp.map(|nh| nh_octets(afi, nh));
     let overhead = UPDATE_FIXED + block.len() + nh.map_or(0, |(_, l)| MP_ATTR_HDR + 5 + l);
-    let Some(room) = MAX_MESSAGE_LEN.checked_sub(overhead) else { return 0 };
+    let Some(room) = MAX_MESSAGE_LEN.checked_sub(overhead) else {
+        return 0;
+    };
     out.reserve(prefixes.len() * 4 + (prefixes.len() / 800 + 1) * overhead);
-    batches(prefixes, afi, room, |run, bytes| write_announce(out, block, afi, nh, run, bytes))
+    batches(prefixes, afi, room, |run, bytes| {
+        write_announce(out, block, afi, nh, run, bytes)
+    })
 }
 
 /// Append as many complete UPDATE messages as needed (each <= 4096 bytes)
@@ -354,7 +373,13 @@ fn pack_inner(block: &[u8], afi: Afi, mp: Option<&MpNextHop>, prefixes: &[Prefix
 /// (global, plus link-local in the 32-octet form), placed first as RFC 7606
 /// §5.1 requires. Returns the number of messages written: 0 for IPv6
 /// without `nh`, or when the block leaves no room for a prefix.
-pub fn pack_announce(attr_block: &[u8], afi: Afi, nh: Option<&MpNextHop>, prefixes: &[Prefix], out: &mut Vec<u8>) -> usize {
+pub fn pack_announce(
+    attr_block: &[u8],
+    afi: Afi,
+    nh: Option<&MpNextHop>,
+    prefixes: &[Prefix],
+    out: &mut Vec<u8>,
+) -> usize {
     match afi {
         Afi::Ipv4 => pack_inner(attr_block, afi, None, prefixes, out),
         Afi::Ipv6 => match nh {
@@ -374,24 +399,34 @@ pub fn pack_announce(attr_block: &[u8], afi: Afi, nh: Option<&MpNextHop>, prefix
 /// Withdrawals: IPv4 via the Withdrawn Routes field, IPv6 via
 /// MP_UNREACH_NLRI; as many messages as needed. Returns the message count.
 pub fn pack_withdraw(prefixes: &[Prefix], out: &mut Vec<u8>) -> usize {
-    let v4 = batches(prefixes, Afi::Ipv4, MAX_MESSAGE_LEN - UPDATE_FIXED, |run, bytes| {
-        let s = begin_message(out, msg_type::UPDATE);
-        out.extend_from_slice(&(bytes as u16).to_be_bytes());
-        put_prefixes(out, run, Afi::Ipv4);
-        out.extend_from_slice(&[0, 0]);
-        finish_header(out, s);
-    });
-    let v6 = batches(prefixes, Afi::Ipv6, MAX_MESSAGE_LEN - UPDATE_FIXED - MP_ATTR_HDR - 3, |run, bytes| {
-        let s = begin_message(out, msg_type::UPDATE);
-        out.extend_from_slice(&[0, 0]);
-        let hdr = if 3 + bytes > 255 { 4 } else { 3 };
-        out.extend_from_slice(&((hdr + 3 + bytes) as u16).to_be_bytes());
-        put_mp_header(out, attr_type::MP_UNREACH_NLRI, 3 + bytes);
-        out.extend_from_slice(&Afi::Ipv6.code().to_be_bytes());
-        out.push(1);
-        put_prefixes(out, run, Afi::Ipv6);
-        finish_header(out, s);
-    });
+    let v4 = batches(
+        prefixes,
+        Afi::Ipv4,
+        MAX_MESSAGE_LEN - UPDATE_FIXED,
+        |run, bytes| {
+            let s = begin_message(out, msg_type::UPDATE);
+            out.extend_from_slice(&(bytes as u16).to_be_bytes());
+            put_prefixes(out, run, Afi::Ipv4);
+            out.extend_from_slice(&[0, 0]);
+            finish_header(out, s);
+        },
+    );
+    let v6 = batches(
+        prefixes,
+        Afi::Ipv6,
+        MAX_MESSAGE_LEN - UPDATE_FIXED - MP_ATTR_HDR - 3,
+        |run, bytes| {
+            let s = begin_message(out, msg_type::UPDATE);
+            out.extend_from_slice(&[0, 0]);
+            let hdr = if 3 + bytes > 255 { 4 } else { 3 };
+            out.extend_from_slice(&((hdr + 3 + bytes) as u16).to_be_bytes());
+            put_mp_header(out, attr_type::MP_UNREACH_NLRI, 3 + bytes);
+            out.extend_from_slice(&Afi::Ipv6.code().to_be_bytes());
+            out.push(1);
+            put_prefixes(out, run, Afi::Ipv6);
+            finish_header(out, s);
+        },
+    );
     v4 + v6
 }
 
@@ -402,7 +437,15 @@ pub fn encode_end_of_rib(family: Family, out: &mut Vec<u8>) {
     if family == Family::IPV4_UNICAST {
         out.extend_from_slice(&[0, 0, 0, 0]);
     } else {
-        out.extend_from_slice(&[0, 0, 0, 6, attr_flags::OPTIONAL, attr_type::MP_UNREACH_NLRI, 3]);
+        out.extend_from_slice(&[
+            0,
+            0,
+            0,
+            6,
+            attr_flags::OPTIONAL,
+            attr_type::MP_UNREACH_NLRI,
+            3,
+        ]);
         out.extend_from_slice(&family.afi.code().to_be_bytes());
         out.push(family.safi.code());
     }
@@ -430,19 +473,43 @@ pub fn encode_update(u: &crate::Update, ctx: &CodecCtx, out: &mut Vec<u8>) -> us
         None => (Vec::new(), &empty),
     };
     if v4 {
-        let mp = if attrs.next_hop.is_none() { attrs.mp_next_hop.as_ref() } else { None };
+        let mp = if attrs.next_hop.is_none() {
+            attrs.mp_next_hop.as_ref()
+        } else {
+            None
+        };
         n += pack_inner(&block, Afi::Ipv4, mp, &u.announced, out);
     }
     if v6 {
-        let unspec = MpNextHop { global: IpAddr::V6(Ipv6Addr::UNSPECIFIED), link_local: None };
-        n += pack_inner(&block, Afi::Ipv6, Some(attrs.mp_next_hop.as_ref().unwrap_or(&unspec)), &u.announced, out);
+        let unspec = MpNextHop {
+            global: IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+            link_local: None,
+        };
+        n += pack_inner(
+            &block,
+            Afi::Ipv6,
+            Some(attrs.mp_next_hop.as_ref().unwrap_or(&unspec)),
+            &u.announced,
+            out,
+        );
     }
     if !v4 && !v6 && u.attrs.is_some() {
         let mp = attrs.mp_next_hop.map(|nh| {
-            let afi = if nh.global.is_ipv4() { Afi::Ipv4 } else { Afi::Ipv6 };
+            let afi = if nh.global.is_ipv4() {
+                Afi::Ipv4
+            } else {
+                Afi::Ipv6
+            };
             (afi, nh_octets(afi, &nh))
         });
-        write_announce(out, &block, mp.map_or(Afi::Ipv4, |m| m.0), mp.map(|m| m.1), &[], 0);
+        write_announce(
+            out,
+            &block,
+            mp.map_or(Afi::Ipv4, |m| m.0),
+            mp.map(|m| m.1),
+            &[],
+            0,
+        );
         n += 1;
     }
     if n == 0 {
@@ -463,5 +530,85 @@ pub fn encode_message(m: &Message, ctx: &CodecCtx, out: &mut Vec<u8>) {
         Message::Notification(n) => encode_notification(n, out),
         Message::Keepalive => encode_keepalive(out),
         Message::RouteRefresh(r) => encode_route_refresh(r, out),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+
+    #[test]
+    fn attr_switches_to_extended_length() {
+        let mut out = Vec::new();
+        put_attr(&mut out, 0xd0, 8, &[7; 255]);
+        assert_eq!(&out[..3], &[0xc0, 8, 255]);
+        let mut out = Vec::new();
+        put_attr(&mut out, 0xc0, 8, &[7; 256]);
+        assert_eq!(&out[..4], &[0xd0, 8, 1, 0]);
+        assert_eq!(out.len(), 260);
+    }
+
+    #[test]
+    fn long_segments_split_and_as_trans() {
+        let path = AsPath {
+            segments: vec![
+                AsSegment::Sequence((1..=300).collect()),
+                AsSegment::Set(vec![70000]),
+            ],
+        };
+        let mut out = Vec::new();
+        put_as_path(&mut out, &path, false, false);
+        assert_eq!(&out[..2], &[2, 255]);
+        assert_eq!(&out[512..514], &[2, 45]);
+        assert_eq!(&out[604..], &[1, 1, 0x5b, 0xa0]);
+        assert!(needs_as4_path(&path));
+        let confed = AsPath {
+            segments: vec![AsSegment::ConfedSequence(vec![70000])],
+        };
+        assert!(!needs_as4_path(&confed));
+        let mut out = Vec::new();
+        put_as_path(&mut out, &confed, true, true);
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn next_hop_forms() {
+        let v4 = MpNextHop {
+            global: IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)),
+            link_local: None,
+        };
+        assert_eq!(nh_octets(Afi::Ipv4, &v4).1, 4);
+        let (b, l) = nh_octets(Afi::Ipv6, &v4);
+        assert_eq!((l, &b[10..16]), (16, &[0xff, 0xff, 192, 0, 2, 1][..]));
+        let ll = MpNextHop {
+            global: IpAddr::V6(Ipv6Addr::LOCALHOST),
+            link_local: Some(Ipv6Addr::LOCALHOST),
+        };
+        assert_eq!(nh_octets(Afi::Ipv6, &ll).1, 32);
+    }
+
+    #[test]
+    fn end_of_rib_bytes() {
+        let mut out = Vec::new();
+        encode_end_of_rib(Family::IPV6_UNICAST, &mut out);
+        assert_eq!(&out[16..], &[0, 29, 2, 0, 0, 0, 6, 0x80, 15, 3, 0, 2, 1]);
+        out.clear();
+        encode_end_of_rib(Family::IPV4_UNICAST, &mut out);
+        assert_eq!(&out[16..], &[0, 23, 2, 0, 0, 0, 0]);
+    }
+
+    #[test]
+    fn oversized_attribute_block_writes_nothing() {
+        let p = [Prefix::V4(crate::Prefix4 {
+            addr: 0x0a00_0000,
+            len: 8,
+        })];
+        let mut out = Vec::new();
+        assert_eq!(pack_announce(&[0; 4072], Afi::Ipv4, None, &p, &mut out), 0);
+        assert!(out.is_empty());
+        assert_eq!(pack_announce(&[0; 4071], Afi::Ipv4, None, &p, &mut out), 1);
+        assert_eq!(out.len(), MAX_MESSAGE_LEN);
+        assert_eq!(pack_announce(&[], Afi::Ipv4, None, &[], &mut out), 0);
     }
 }

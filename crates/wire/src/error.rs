@@ -58,7 +58,9 @@ pub mod route_refresh_subcode {
 /// `decode_update` reports the first three through
 /// [`crate::UpdateOutcome::action`]; a session reset is always an `Err`
 /// whose [`DecodeError::action`] is `SessionReset`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub enum Rfc7606Action {
     /// The UPDATE was well formed.
     None,
@@ -118,7 +120,12 @@ pub struct DecodeError {
 
 impl DecodeError {
     pub(crate) fn new(code: u8, subcode: u8, data: Vec<u8>, kind: DecodeErrorKind) -> Self {
-        DecodeError { code, subcode, data, kind }
+        DecodeError {
+            code,
+            subcode,
+            data,
+            kind,
+        }
     }
 
     pub(crate) fn bad_length(len: u16) -> Self {
@@ -140,7 +147,11 @@ impl DecodeError {
 
     /// The NOTIFICATION to send before closing the session.
     pub fn to_notification(&self) -> Notification {
-        Notification { code: self.code, subcode: self.subcode, data: self.data.clone() }
+        Notification {
+            code: self.code,
+            subcode: self.subcode,
+            data: self.data.clone(),
+        }
     }
 
     /// Every decode error means "session reset" (RFC 7606 §2), except a

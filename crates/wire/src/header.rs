@@ -84,7 +84,11 @@ pub fn frame(buf: &[u8]) -> Result<Option<(u8, usize)>, DecodeError> {
 pub fn decode_message(msg: &[u8], ctx: &CodecCtx) -> Result<Message, DecodeError> {
     let (t, total) = match frame(msg)? {
         Some(f) => f,
-        None => return Err(DecodeError::bad_length(msg.len().min(u16::MAX as usize) as u16)),
+        None => {
+            return Err(DecodeError::bad_length(
+                msg.len().min(u16::MAX as usize) as u16
+            ))
+        }
     };
     if total != msg.len() {
         return Err(DecodeError::bad_length(total as u16));
@@ -137,7 +141,10 @@ mod tests {
         encode_keepalive(&mut v);
         assert_eq!(v, hdr(19, 4));
         assert_eq!(frame(&v).unwrap(), Some((4, 19)));
-        assert_eq!(decode_message(&v, &CodecCtx::default()).unwrap(), Message::Keepalive);
+        assert_eq!(
+            decode_message(&v, &CodecCtx::default()).unwrap(),
+            Message::Keepalive
+        );
     }
 
     #[test]
@@ -159,9 +166,21 @@ mod tests {
 
     #[test]
     fn bad_lengths() {
-        for (len, t) in [(18u16, 4u8), (4097, 2), (20, 4), (28, 1), (22, 2), (20, 3), (22, 5)] {
+        for (len, t) in [
+            (18u16, 4u8),
+            (4097, 2),
+            (20, 4),
+            (28, 1),
+            (22, 2),
+            (20, 3),
+            (22, 5),
+        ] {
             let e = frame(&hdr(len, t)).unwrap_err();
-            assert_eq!((e.code, e.subcode, e.data.clone()), (1, 2, len.to_be_bytes().to_vec()), "{len} {t}");
+            assert_eq!(
+                (e.code, e.subcode, e.data.clone()),
+                (1, 2, len.to_be_bytes().to_vec()),
+                "{len} {t}"
+            );
         }
     }
 

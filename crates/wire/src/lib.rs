@@ -18,16 +18,30 @@
 //!   communities, RFC 4456 ORIGINATOR_ID / CLUSTER_LIST, RFC 7911 ADD-PATH
 //!   capability (capability only), draft-walton-bgp-hostname FQDN capability.
 //!
+//! UPDATEs produced by the packers put MP_REACH_NLRI / MP_UNREACH_NLRI first
+//! and carry one kind of NLRI per message, as RFC 7606 §5.1 requires (BIRD
+//! and FRR do the same); the other attributes are in ascending type order.
+//!
 //! # Known issues
-//! - ADD-PATH NLRI encoding (RFC 7911) is not supported; only the capability
+//! - ADD-PATH NLRI (RFC 7911) is not decoded or encoded; only the capability
 //!   is parsed. RFC 8654 extended messages are not supported.
 //! - ORF entries (RFC 5291) in ROUTE-REFRESH are ignored.
 //! - `pack_announce` writes nothing (returns 0) when the attribute block alone
 //!   leaves no room for a prefix, or for IPv6 without a next hop.
 //! - Only IPv4/IPv6 unicast NLRI are decoded; NLRI of other AFI/SAFIs in
 //!   MP_REACH/MP_UNREACH are skipped without error.
-//! - Semantic NEXT_HOP checks that need local state (own address, shared
-//!   subnet for eBGP) are left to the caller.
+//! - NEXT_HOP checks needing local state (own address, shared subnet for
+//!   eBGP) are the caller's; 0.0.0.0, multicast and broadcast NEXT_HOPs with
+//!   NLRI are treated as withdraw.
+//! - `encode_attrs` emits LOCAL_PREF whenever set; stripping it towards
+//!   external peers is the caller's policy.
+//! - On 2-octet AS sessions, 4-octet ASes inside confederation segments go
+//!   out as AS_TRANS (AS4_PATH carries no confederation segments, RFC 6793
+//!   §3), so decode → encode → decode is exact only for 4-octet sessions.
+//! - `DecodeError::action` is always `SessionReset`; ROUTE-REFRESH errors that
+//!   must only be ignored are flagged by `DecodeError::is_ignorable`.
+//! - `encode_update` of an `Update` with nothing in it writes an empty UPDATE,
+//!   which is the IPv4 End-of-RIB marker.
 
 pub mod types;
 pub use types::*;

@@ -40,7 +40,10 @@ fn decode_v4(buf: &[u8], out: &mut Vec<Prefix>) -> Result<(), &'static str> {
         let mut raw = [0u8; 4];
         raw[..n].copy_from_slice(bytes);
         let mask = if len == 0 { 0 } else { u32::MAX << (32 - len) };
-        out.push(Prefix::V4(Prefix4 { addr: u32::from_be_bytes(raw) & mask, len }));
+        out.push(Prefix::V4(Prefix4 {
+            addr: u32::from_be_bytes(raw) & mask,
+            len,
+        }));
         i = end;
     }
     Ok(())
@@ -61,8 +64,15 @@ fn decode_v6(buf: &[u8], out: &mut Vec<Prefix>) -> Result<(), &'static str> {
         };
         let mut raw = [0u8; 16];
         raw[..n].copy_from_slice(bytes);
-        let mask = if len == 0 { 0 } else { u128::MAX << (128 - len) };
-        out.push(Prefix::V6(Prefix6 { addr: u128::from_be_bytes(raw) & mask, len }));
+        let mask = if len == 0 {
+            0
+        } else {
+            u128::MAX << (128 - len)
+        };
+        out.push(Prefix::V6(Prefix6 {
+            addr: u128::from_be_bytes(raw) & mask,
+            len,
+        }));
         i = end;
     }
     Ok(())

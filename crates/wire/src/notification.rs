@@ -14,7 +14,11 @@ use crate::types::{msg_type, Afi, Family, Notification, RouteRefresh, Safi};
 /// Decode a NOTIFICATION body (after the 19-byte header).
 pub fn decode_notification(body: &[u8]) -> Result<Notification, DecodeError> {
     match body {
-        [code, subcode, data @ ..] => Ok(Notification { code: *code, subcode: *subcode, data: data.to_vec() }),
+        [code, subcode, data @ ..] => Ok(Notification {
+            code: *code,
+            subcode: *subcode,
+            data: data.to_vec(),
+        }),
         _ => Err(DecodeError::new(
             error_code::MESSAGE_HEADER,
             crate::error::header_subcode::BAD_MESSAGE_LENGTH,
@@ -74,7 +78,13 @@ pub fn decode_route_refresh(body: &[u8]) -> Result<RouteRefresh, DecodeError> {
         return Err(ignorable());
     }
     let afi_v = Afi::from_code(afi).ok_or_else(ignorable)?;
-    Ok(RouteRefresh { family: Family { afi: afi_v, safi: Safi::from_code(body[3]) }, subtype })
+    Ok(RouteRefresh {
+        family: Family {
+            afi: afi_v,
+            safi: Safi::from_code(body[3]),
+        },
+        subtype,
+    })
 }
 
 /// Append a ROUTE-REFRESH.
@@ -93,11 +103,18 @@ mod tests {
 
     #[test]
     fn notification_round_trip() {
-        let n = Notification { code: 6, subcode: 2, data: b"shutdown".to_vec() };
+        let n = Notification {
+            code: 6,
+            subcode: 2,
+            data: b"shutdown".to_vec(),
+        };
         let mut v = Vec::new();
         encode_notification(&n, &mut v);
         assert_eq!(v.len(), 19 + 2 + 8);
-        assert_eq!(decode_message(&v, &CodecCtx::default()).unwrap(), Message::Notification(n));
+        assert_eq!(
+            decode_message(&v, &CodecCtx::default()).unwrap(),
+            Message::Notification(n)
+        );
     }
 
     #[test]
@@ -107,7 +124,11 @@ mod tests {
 
     #[test]
     fn oversized_notification_data_is_cut() {
-        let n = Notification { code: 3, subcode: 1, data: vec![7; 5000] };
+        let n = Notification {
+            code: 3,
+            subcode: 1,
+            data: vec![7; 5000],
+        };
         let mut v = Vec::new();
         encode_notification(&n, &mut v);
         assert_eq!(v.len(), MAX_MESSAGE_LEN);
@@ -116,12 +137,19 @@ mod tests {
 
     #[test]
     fn route_refresh_round_trip() {
-        for (family, subtype) in [(Family::IPV4_UNICAST, 0), (Family::IPV6_UNICAST, 1), (Family::IPV6_UNICAST, 2)] {
+        for (family, subtype) in [
+            (Family::IPV4_UNICAST, 0),
+            (Family::IPV6_UNICAST, 1),
+            (Family::IPV6_UNICAST, 2),
+        ] {
             let r = RouteRefresh { family, subtype };
             let mut v = Vec::new();
             encode_route_refresh(&r, &mut v);
             assert_eq!(v.len(), 23);
-            assert_eq!(decode_message(&v, &CodecCtx::default()).unwrap(), Message::RouteRefresh(r));
+            assert_eq!(
+                decode_message(&v, &CodecCtx::default()).unwrap(),
+                Message::RouteRefresh(r)
+            );
         }
     }
 
@@ -130,10 +158,17 @@ mod tests {
         let e = decode_route_refresh(&[0, 2, 1, 1, 0]).unwrap_err();
         assert_eq!((e.code, e.subcode), (7, 1));
         assert!(!e.is_ignorable());
-        assert!(decode_route_refresh(&[0, 25, 0, 65]).unwrap_err().is_ignorable());
-        assert!(decode_route_refresh(&[0, 1, 3, 1]).unwrap_err().is_ignorable());
+        assert!(decode_route_refresh(&[0, 25, 0, 65])
+            .unwrap_err()
+            .is_ignorable());
+        assert!(decode_route_refresh(&[0, 1, 3, 1])
+            .unwrap_err()
+            .is_ignorable());
         assert!(decode_route_refresh(&[0, 1, 0]).is_err());
         // ORF entries after a normal request are tolerated.
-        assert_eq!(decode_route_refresh(&[0, 1, 0, 1, 1, 0, 0]).unwrap().family, Family::IPV4_UNICAST);
+        assert_eq!(
+            decode_route_refresh(&[0, 1, 0, 1, 1, 0, 0]).unwrap().family,
+            Family::IPV4_UNICAST
+        );
     }
 }

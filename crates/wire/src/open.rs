@@ -41,7 +41,11 @@ pub mod cap_code {
 }
 
 fn malformed(what: &'static str) -> DecodeError {
-    DecodeError::open(open_subcode::UNSPECIFIC, Vec::new(), DecodeErrorKind::MalformedOptionalParameters(what))
+    DecodeError::open(
+        open_subcode::UNSPECIFIC,
+        Vec::new(),
+        DecodeErrorKind::MalformedOptionalParameters(what),
+    )
 }
 
 /// Decode an OPEN body (after the 19-byte header).
@@ -84,11 +88,24 @@ pub fn decode_open(body: &[u8]) -> Result<Open, DecodeError> {
             return Err(malformed("truncated extended optional parameters length"));
         }
         let ext_len = u16::from_be_bytes([rest[1], rest[2]]) as usize;
-        (rest[3..].get(..ext_len).ok_or_else(|| malformed("optional parameters overrun"))?, 2)
+        (
+            rest[3..]
+                .get(..ext_len)
+                .ok_or_else(|| malformed("optional parameters overrun"))?,
+            2,
+        )
     } else {
-        (rest.get(..opt_len).ok_or_else(|| malformed("optional parameters overrun"))?, 1)
+        (
+            rest.get(..opt_len)
+                .ok_or_else(|| malformed("optional parameters overrun"))?,
+            1,
+        )
     };
-    let consumed = if extended { 3 + params.len() } else { params.len() };
+    let consumed = if extended {
+        3 + params.len()
+    } else {
+        params.len()
+    };
     if consumed != rest.len() {
         return Err(malformed("trailing bytes after optional parameters"));
     }
@@ -104,7 +121,9 @@ pub fn decode_open(body: &[u8]) -> Result<Open, DecodeError> {
             params[i + 1] as usize
         };
         let start = i + 1 + len_size;
-        let value = params.get(start..start + plen).ok_or_else(|| malformed("optional parameter overrun"))?;
+        let value = params
+            .get(start..start + plen)
+            .ok_or_else(|| malformed("optional parameter overrun"))?;
         if ptype != PARAM_CAPABILITIES {
             return Err(DecodeError::open(
                 open_subcode::UNSUPPORTED_OPTIONAL_PARAMETER,
@@ -115,7 +134,13 @@ pub fn decode_open(body: &[u8]) -> Result<Open, DecodeError> {
         decode_capabilities(value, &mut capabilities)?;
         i = start + plen;
     }
-    Ok(Open { version, my_as, hold_time, bgp_id, capabilities })
+    Ok(Open {
+        version,
+        my_as,
+        hold_time,
+        bgp_id,
+        capabilities,
+    })
 }
 
 // Capability TLV (RFC 5492 §4):
@@ -135,15 +160,25 @@ fn decode_capabilities(mut v: &[u8], out: &mut Vec<Capability>) -> Result<(), De
         }
         let code = v[0];
         let len = v[1] as usize;
-        let value = v.get(2..2 + len).ok_or_else(|| malformed("capability overrun"))?;
-        out.push(decode_capability(code, value).unwrap_or_else(|| Capability::Unknown { code, value: value.to_vec() }));
+        let value = v
+            .get(2..2 + len)
+            .ok_or_else(|| malformed("capability overrun"))?;
+        out.push(
+            decode_capability(code, value).unwrap_or_else(|| Capability::Unknown {
+                code,
+                value: value.to_vec(),
+            }),
+        );
         v = &v[2 + len..];
     }
     Ok(())
 }
 
 fn family(afi: u16, safi: u16) -> Option<Family> {
-    Some(Family { afi: Afi::from_code(afi)?, safi: Safi::from_code(u8::try_from(safi).ok()?) })
+    Some(Family {
+        afi: Afi::from_code(afi)?,
+        safi: Safi::from_code(u8::try_from(safi).ok()?),
+    })
 }
 
 fn be16(b: &[u8]) -> u16 {
@@ -161,7 +196,12 @@ fn decode_capability(code: u8, v: &[u8]) -> Option<Capability> {
         // (NLRI AFI(2), NLRI SAFI(2), Next Hop AFI(2))*
         EXTENDED_NEXT_HOP if v.len() % 6 == 0 => Capability::ExtendedNextHop(
             v.chunks_exact(6)
-                .map(|c| Some((family(be16(c), be16(&c[2..]))?, Afi::from_code(be16(&c[4..]))?)))
+                .map(|c| {
+                    Some((
+                        family(be16(c), be16(&c[2..]))?,
+                        Afi::from_code(be16(&c[4..]))?,
+                    ))
+                })
                 .collect::<Option<_>>()?,
         ),
         // Restart Flags(4 bits) Restart Time(12 bits) (AFI(2) SAFI(1) Flags(1))*
@@ -177,10 +217,14 @@ fn decode_capability(code: u8, v: &[u8]) -> Option<Capability> {
                     .collect::<Option<_>>()?,
             })
         }
-        FOUR_OCTET_AS if v.len() == 4 => Capability::FourOctetAs(u32::from_be_bytes([v[0], v[1], v[2], v[3]])),
+        FOUR_OCTET_AS if v.len() == 4 => {
+            Capability::FourOctetAs(u32::from_be_bytes([v[0], v[1], v[2], v[3]]))
+        }
         // (AFI(2) SAFI(1) Send/Receive(1))*
         ADD_PATH if v.len() % 4 == 0 => Capability::AddPath(
-            v.chunks_exact(4).map(|c| Some((family(be16(c), c[2] as u16)?, c[3]))).collect::<Option<_>>()?,
+            v.chunks_exact(4)
+                .map(|c| Some((family(be16(c), c[2] as u16)?, c[3])))
+                .collect::<Option<_>>()?,
         ),
         ENHANCED_ROUTE_REFRESH if v.is_empty() => Capability::EnhancedRouteRefresh,
         // Hostname Len(1) Hostname Domain Len(1) Domain
@@ -232,7 +276,9 @@ fn encode_capability(c: &Capability, out: &mut Vec<u8>) {
             EXTENDED_NEXT_HOP
         }
         Capability::GracefulRestart(gr) => {
-            let hdr = (gr.restart_state as u16) << 15 | (gr.notification as u16) << 14 | (gr.restart_time & 0x0fff);
+            let hdr = (gr.restart_state as u16) << 15
+                | (gr.notification as u16) << 14
+                | (gr.restart_time & 0x0fff);
             out.extend_from_slice(&hdr.to_be_bytes());
             for (f, fwd) in gr.families.iter().take(63) {
                 out.extend_from_slice(&f.afi.code().to_be_bytes());
@@ -322,7 +368,10 @@ mod tests {
         vec![
             Capability::Multiprotocol(Family::IPV4_UNICAST),
             Capability::Multiprotocol(Family::IPV6_UNICAST),
-            Capability::Multiprotocol(Family { afi: Afi::Ipv4, safi: Safi::Other(128) }),
+            Capability::Multiprotocol(Family {
+                afi: Afi::Ipv4,
+                safi: Safi::Other(128),
+            }),
             Capability::RouteRefresh,
             Capability::ExtendedNextHop(vec![(Family::IPV4_UNICAST, Afi::Ipv6)]),
             Capability::GracefulRestart(GracefulRestartCap {
@@ -334,14 +383,29 @@ mod tests {
             Capability::FourOctetAs(4_200_000_001),
             Capability::AddPath(vec![(Family::IPV6_UNICAST, 3)]),
             Capability::EnhancedRouteRefresh,
-            Capability::Fqdn { hostname: "r1".into(), domain: "example.net".into() },
-            Capability::Unknown { code: 71, value: vec![1, 2, 3] },
-            Capability::Unknown { code: 128, value: vec![] },
+            Capability::Fqdn {
+                hostname: "r1".into(),
+                domain: "example.net".into(),
+            },
+            Capability::Unknown {
+                code: 71,
+                value: vec![1, 2, 3],
+            },
+            Capability::Unknown {
+                code: 128,
+                value: vec![],
+            },
         ]
     }
 
     fn open(caps: Vec<Capability>) -> Open {
-        Open { version: 4, my_as: 23456, hold_time: 90, bgp_id: Ipv4Addr::new(192, 0, 2, 1), capabilities: caps }
+        Open {
+            version: 4,
+            my_as: 23456,
+            hold_time: 90,
+            bgp_id: Ipv4Addr::new(192, 0, 2, 1),
+            capabilities: caps,
+        }
     }
 
     #[test]
@@ -349,28 +413,46 @@ mod tests {
         let o = open(every_capability());
         let mut v = Vec::new();
         encode_open(&o, &mut v);
-        assert_eq!(decode_message(&v, &CodecCtx::default()).unwrap(), Message::Open(o.clone()));
+        assert_eq!(
+            decode_message(&v, &CodecCtx::default()).unwrap(),
+            Message::Open(o.clone())
+        );
         assert_eq!(o.asn(), 4_200_000_001);
     }
 
     #[test]
     fn round_trip_extended_optional_parameters() {
-        let caps: Vec<Capability> = (0..40).map(|i| Capability::Unknown { code: 200, value: vec![i; 10] }).collect();
+        let caps: Vec<Capability> = (0..40)
+            .map(|i| Capability::Unknown {
+                code: 200,
+                value: vec![i; 10],
+            })
+            .collect();
         let o = open(caps);
         let mut v = Vec::new();
         encode_open(&o, &mut v);
         assert_eq!((v[28], v[29]), (255, 255), "RFC 9072 form used");
-        assert_eq!(decode_message(&v, &CodecCtx::default()).unwrap(), Message::Open(o));
+        assert_eq!(
+            decode_message(&v, &CodecCtx::default()).unwrap(),
+            Message::Open(o)
+        );
     }
 
     #[test]
     fn several_capability_parameters() {
         // Two parameters (one cap each) as old Cisco/Junos send them.
         let body = [
-            4, 0xfd, 0xe8, 0, 180, 10, 0, 0, 1, 16, 2, 6, 1, 4, 0, 1, 0, 1, 2, 6, 65, 4, 0, 0, 0xfd, 0xe8,
+            4, 0xfd, 0xe8, 0, 180, 10, 0, 0, 1, 16, 2, 6, 1, 4, 0, 1, 0, 1, 2, 6, 65, 4, 0, 0,
+            0xfd, 0xe8,
         ];
         let o = decode_open(&body).unwrap();
-        assert_eq!(o.capabilities, vec![Capability::Multiprotocol(Family::IPV4_UNICAST), Capability::FourOctetAs(65000)]);
+        assert_eq!(
+            o.capabilities,
+            vec![
+                Capability::Multiprotocol(Family::IPV4_UNICAST),
+                Capability::FourOctetAs(65000)
+            ]
+        );
         assert_eq!(o.asn(), 65000);
     }
 
@@ -381,7 +463,13 @@ mod tests {
         assert_eq!(o.code, 2);
         let body = [4, 0, 1, 0, 0, 1, 1, 1, 1, 7, 2, 5, 1, 3, 0, 1, 0];
         let o = decode_open(&body).unwrap();
-        assert_eq!(o.capabilities, vec![Capability::Unknown { code: 1, value: vec![0, 1, 0] }]);
+        assert_eq!(
+            o.capabilities,
+            vec![Capability::Unknown {
+                code: 1,
+                value: vec![0, 1, 0]
+            }]
+        );
         assert_eq!(o.hold_time, 0);
     }
 
@@ -411,19 +499,32 @@ mod tests {
 
     #[test]
     fn capability_longer_than_a_classic_parameter() {
-        let o = open(vec![Capability::Unknown { code: 200, value: vec![1; 255] }]);
+        let o = open(vec![Capability::Unknown {
+            code: 200,
+            value: vec![1; 255],
+        }]);
         let mut v = Vec::new();
         encode_open(&o, &mut v);
-        assert_eq!(decode_message(&v, &CodecCtx::default()).unwrap(), Message::Open(o));
+        assert_eq!(
+            decode_message(&v, &CodecCtx::default()).unwrap(),
+            Message::Open(o)
+        );
     }
 
     #[test]
     fn oversized_strings_are_cut_to_valid_utf8() {
-        let o = open(vec![Capability::Fqdn { hostname: "é".repeat(200), domain: "x".repeat(300) }]);
+        let o = open(vec![Capability::Fqdn {
+            hostname: "é".repeat(200),
+            domain: "x".repeat(300),
+        }]);
         let mut v = Vec::new();
         encode_open(&o, &mut v);
-        let Message::Open(d) = decode_message(&v, &CodecCtx::default()).unwrap() else { panic!() };
-        let Capability::Fqdn { hostname, domain } = &d.capabilities[0] else { panic!("{:?}", d.capabilities) };
+        let Message::Open(d) = decode_message(&v, &CodecCtx::default()).unwrap() else {
+            panic!()
+        };
+        let Capability::Fqdn { hostname, domain } = &d.capabilities[0] else {
+            panic!("{:?}", d.capabilities)
+        };
         assert!(hostname.len() + domain.len() <= 253 && hostname.starts_with('é'));
     }
 }

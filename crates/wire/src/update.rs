@@ -45,7 +45,11 @@ fn malformed_list(what: &'static str) -> DecodeError {
 }
 
 fn invalid_network(what: &'static str) -> DecodeError {
-    DecodeError::update(update_subcode::INVALID_NETWORK_FIELD, Vec::new(), DecodeErrorKind::InvalidNetworkField(what))
+    DecodeError::update(
+        update_subcode::INVALID_NETWORK_FIELD,
+        Vec::new(),
+        DecodeErrorKind::InvalidNetworkField(what),
+    )
 }
 
 /// Decode an UPDATE body (after the 19-byte header). `Err` means session
@@ -56,13 +60,17 @@ pub fn decode_update(body: &[u8], ctx: &CodecCtx) -> Result<UpdateOutcome, Decod
     }
     let wlen = u16::from_be_bytes([body[0], body[1]]) as usize;
     if 4 + wlen > body.len() {
-        return Err(malformed_list("Withdrawn Routes Length exceeds the message"));
+        return Err(malformed_list(
+            "Withdrawn Routes Length exceeds the message",
+        ));
     }
     let withdrawn_field = &body[2..2 + wlen];
     let tal = u16::from_be_bytes([body[2 + wlen], body[3 + wlen]]) as usize;
     let attr_start = 4 + wlen;
     if attr_start + tal > body.len() {
-        return Err(malformed_list("Total Path Attribute Length exceeds the message"));
+        return Err(malformed_list(
+            "Total Path Attribute Length exceeds the message",
+        ));
     }
     let attr_block = &body[attr_start..attr_start + tal];
     let nlri_field = &body[attr_start + tal..];
@@ -77,12 +85,25 @@ pub fn decode_update(body: &[u8], ctx: &CodecCtx) -> Result<UpdateOutcome, Decod
     // RFC 4724 §2: End-of-RIB markers.
     if body.len() == 4 {
         update.end_of_rib = Some(Family::IPV4_UNICAST);
-        return Ok(UpdateOutcome { update, action: Rfc7606Action::None, discarded: Vec::new(), reason: None });
+        return Ok(UpdateOutcome {
+            update,
+            action: Rfc7606Action::None,
+            discarded: Vec::new(),
+            reason: None,
+        });
     }
     if let (Some((afi, safi)), true, true) = (parsed.eor, wlen == 0, nlri_field.is_empty()) {
         if let Some(afi) = Afi::from_code(afi) {
-            update.end_of_rib = Some(Family { afi, safi: Safi::from_code(safi) });
-            return Ok(UpdateOutcome { update, action: Rfc7606Action::None, discarded: Vec::new(), reason: None });
+            update.end_of_rib = Some(Family {
+                afi,
+                safi: Safi::from_code(safi),
+            });
+            return Ok(UpdateOutcome {
+                update,
+                action: Rfc7606Action::None,
+                discarded: Vec::new(),
+                reason: None,
+            });
         }
     }
 
@@ -105,7 +126,10 @@ pub fn decode_update(body: &[u8], ctx: &CodecCtx) -> Result<UpdateOutcome, Decod
             verdict.withdraw(attr_type::NEXT_HOP, "missing well-known attribute NEXT_HOP");
         }
         if classic_nlri && parsed.martian_next_hop {
-            verdict.withdraw(attr_type::NEXT_HOP, "NEXT_HOP is not a unicast host address");
+            verdict.withdraw(
+                attr_type::NEXT_HOP,
+                "NEXT_HOP is not a unicast host address",
+            );
         }
     }
 
@@ -116,5 +140,80 @@ pub fn decode_update(body: &[u8], ctx: &CodecCtx) -> Result<UpdateOutcome, Decod
     } else if parsed.any_path_attr {
         update.attrs = Some(parsed.attrs);
     }
-    Ok(UpdateOutcome { update, action, discarded: verdict.discarded, reason: verdict.reason })
+    Ok(UpdateOutcome {
+        update,
+        action,
+        discarded: verdict.discarded,
+        reason: verdict.reason,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::{Prefix, Prefix4};
+
+    const CTX: CodecCtx = CodecCtx {
+        four_octet_as: true,
+        ibgp: false,
+    };
+
+    fn v4(a: [u8; 4], len: u8) -> Prefix {
+        Prefix::V4(Prefix4 {
+            addr: u32::from_be_bytes(a),
+            len,
+        })
+    }
+
+    #[test]
+    fn classic_update_fields() {
+        let body = [
+            0, 3, 16, 10, 1, // withdrawn 10.1.0.0/16
+            0, 20, // attrs
+            0x40, 1, 1, 2, // ORIGIN incomplete
+            0x40, 2, 6, 2, 1, 0, 0, 0xfd, 0xe9, // AS_PATH 65001
+            0x40, 3, 4, 192, 0, 2, 1, // NEXT_HOP
+            24, 198, 51, 100, // NLRI
+        ];
+        let o = decode_update(&body, &CTX).unwrap();
+        assert_eq!(o.action, Rfc7606Action::None);
+        assert_eq!(o.update.withdrawn, vec![v4([10, 1, 0, 0], 16)]);
+        assert_eq!(o.update.announced, vec![v4([198, 51, 100, 0], 24)]);
+        let a = o.update.attrs.unwrap();
+        assert_eq!(a.as_path.first_as(), Some(65001));
+        assert_eq!(a.next_hop, Some(std::net::Ipv4Addr::new(192, 0, 2, 1)));
+    }
+
+    #[test]
+    fn pure_withdrawal_has_no_attrs() {
+        let o = decode_update(&[0, 2, 8, 10, 0, 0], &CTX).unwrap();
+        assert_eq!(o.update.withdrawn, vec![v4([10, 0, 0, 0], 8)]);
+        assert!(o.update.attrs.is_none() && o.update.end_of_rib.is_none());
+        // MP_UNREACH only: still no attributes, and not an End-of-RIB.
+        let o = decode_update(&[0, 0, 0, 6, 0x80, 15, 3, 0, 1, 1, 0, 0, 0], &CTX);
+        assert!(o.is_ok());
+        let o = decode_update(&[0, 0, 0, 7, 0x80, 15, 4, 0, 2, 1, 0], &CTX).unwrap();
+        assert_eq!(o.update.withdrawn.len(), 1);
+        assert!(o.update.attrs.is_none() && o.update.end_of_rib.is_none());
+    }
+
+    #[test]
+    fn treat_as_withdraw_moves_everything() {
+        // ORIGIN missing, classic NLRI and IPv4 MP_REACH NLRI.
+        let body = [
+            0, 0, 0, 24, //
+            0x80, 14, 11, 0, 1, 1, 4, 192, 0, 2, 1, 0, 8, 11, // MP_REACH 11.0.0.0/8
+            0x40, 2, 0, // empty AS_PATH
+            0x40, 3, 4, 192, 0, 2, 1, // NEXT_HOP
+            8, 12,
+        ];
+        let o = decode_update(&body, &CTX).unwrap();
+        assert_eq!(o.action, Rfc7606Action::TreatAsWithdraw);
+        assert_eq!(
+            o.update.withdrawn,
+            vec![v4([12, 0, 0, 0], 8), v4([11, 0, 0, 0], 8)]
+        );
+        assert!(o.update.announced.is_empty() && o.update.attrs.is_none());
+        assert!(o.reason.unwrap().contains("ORIGIN"));
+    }
 }

@@ -88,6 +88,9 @@ fn neighbor_block(i: usize, n: &NeighborSpec, local_as: u32) -> String {
     if let Some(ttl) = n.multihop {
         let _ = writeln!(s, "  multihop {ttl};");
     }
+    if n.ttl_security {
+        s.push_str("  ttl security on;\n");
+    }
     if n.families.0 {
         s.push_str("  ipv4 { import all; export filter hf_export; };\n");
     }

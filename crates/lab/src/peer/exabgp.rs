@@ -129,6 +129,13 @@ fn neighbor_conf(n: &NeighborSpec, spec: &PeerSpec) -> Result<String> {
     let local = n.local_address.ok_or_else(|| {
         LabError::Invalid(format!("exabgp neighbor {} needs local_address", n.address))
     })?;
+    if n.ttl_security && n.passive {
+        return Err(LabError::Invalid(format!(
+            "exabgp neighbor {}: ttl_security needs an active session (its listening socket \
+             answers with TTL 64)",
+            n.address
+        )));
+    }
     let mut s = format!("neighbor {} {{\n", n.address);
     let _ = writeln!(
         s,
@@ -149,7 +156,9 @@ fn neighbor_conf(n: &NeighborSpec, spec: &PeerSpec) -> Result<String> {
     if n.passive {
         s.push_str("  passive true;\n");
     }
-    if let Some(ttl) = n.multihop {
+    if n.ttl_security {
+        s.push_str("  outgoing-ttl 255;\n  incoming-ttl 255;\n");
+    } else if let Some(ttl) = n.multihop {
         let _ = writeln!(s, "  outgoing-ttl {ttl};");
     }
     if n.graceful_restart {

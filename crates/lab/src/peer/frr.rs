@@ -1,6 +1,9 @@
 //! FRR 8.4: `zebra` + `bgpd -n` (no FIB install) per host, all sockets, pid files and logs
 //! in the peer's work dir (`--vty_socket`, `-z`, `-i`), run as the `frr` user so the
 //! `frrvty` group check passes; queried with `vtysh --vty_socket DIR -d bgpd`.
+//! Neighbours start administratively shut down and are enabled once bgpd has registered
+//! with zebra: a connection accepted before bgpd knows the interfaces is reset with a
+//! NOTIFICATION ("nexthop_set failed").
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -99,11 +102,17 @@ fn neighbor_lines(n: &NeighborSpec) -> Vec<String> {
     if let Some(ttl) = n.multihop {
         v.push(format!("neighbor {a} ebgp-multihop {ttl}"));
     }
+    if n.ttl_security {
+        v.push(format!("neighbor {a} ttl-security hops 1"));
+    }
     v.push(if n.graceful_restart {
         format!("neighbor {a} graceful-restart")
     } else {
         format!("neighbor {a} graceful-restart-disable")
     });
+    // Started shut down; `start` enables it once bgpd has zebra's interface list, else an
+    // early incoming connection fails with "nexthop_set failed" and a NOTIFICATION.
+    v.push(format!("neighbor {a} shutdown"));
     v
 }
 
@@ -157,8 +166,12 @@ impl Frr {
     }
 
     fn vtysh(&self, lab: &Lab, cmds: &[String]) -> Result<String> {
+        self.vtysh_daemon(lab, "bgpd", cmds)
+    }
+
+    fn vtysh_daemon(&self, lab: &Lab, daemon: &str, cmds: &[String]) -> Result<String> {
         let sock = self.dir.to_string_lossy().into_owned();
-        let mut cmd: Vec<&str> = vec!["vtysh", "--vty_socket", &sock, "-d", "bgpd"];
+        let mut cmd: Vec<&str> = vec!["vtysh", "--vty_socket", &sock, "-d", daemon];
         for c in cmds {
             cmd.push("-c");
             cmd.push(c);
@@ -375,10 +388,31 @@ impl Peer for Frr {
         frr.procs.push(bgpd);
         wait_for("bgpd vty", Duration::from_secs(10), || {
             Ok(frr
-                .vtysh(lab, &["show bgp summary json".to_string()])
+                .vtysh(lab, &["show running-config".to_string()])
                 .ok()
-                .filter(|o| o.contains("Unicast")))
+                .filter(|o| o.contains("router bgp")))
         })?;
+        wait_for(
+            "bgpd registered with zebra",
+            Duration::from_secs(10),
+            || {
+                Ok(frr
+                    .vtysh_daemon(lab, "zebra", &["show zebra client summary".to_string()])
+                    .ok()
+                    .filter(|o| o.lines().any(|l| l.starts_with("bgp "))))
+            },
+        )?;
+        let mut cmds = vec![
+            "configure terminal".to_string(),
+            format!("router bgp {}", frr.spec.local_as),
+        ];
+        cmds.extend(
+            frr.spec
+                .neighbors
+                .iter()
+                .map(|n| format!("no neighbor {} shutdown", n.address)),
+        );
+        frr.vtysh(lab, &cmds)?;
         Ok(frr)
     }
 

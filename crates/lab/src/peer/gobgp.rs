@@ -64,6 +64,9 @@ fn neighbor_toml(n: &NeighborSpec) -> String {
             "  [neighbors.ebgp-multihop.config]\n    enabled = true\n    multihop-ttl = {ttl}"
         );
     }
+    if n.ttl_security {
+        s.push_str("  [neighbors.ttl-security.config]\n    enabled = true\n    ttl-min = 255\n");
+    }
     if n.graceful_restart {
         s.push_str(
             "  [neighbors.graceful-restart.config]\n    enabled = true\n    restart-time = 30\n",

@@ -142,6 +142,8 @@ pub struct NeighborSpec {
     pub graceful_restart: bool,
     /// eBGP multihop TTL.
     pub multihop: Option<u8>,
+    /// GTSM (RFC 5082): send with TTL 255 and accept only TTL 255 (directly connected).
+    pub ttl_security: bool,
 }
 
 impl NeighborSpec {
@@ -157,6 +159,7 @@ impl NeighborSpec {
             families: (address.is_ipv4(), address.is_ipv6()),
             graceful_restart: false,
             multihop: None,
+            ttl_security: false,
         }
     }
 
@@ -199,6 +202,12 @@ impl NeighborSpec {
     /// Set eBGP multihop TTL.
     pub fn multihop(mut self, ttl: u8) -> Self {
         self.multihop = Some(ttl);
+        self
+    }
+
+    /// Enable GTSM / TTL security.
+    pub fn ttl_security(mut self) -> Self {
+        self.ttl_security = true;
         self
     }
 

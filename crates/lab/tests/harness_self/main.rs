@@ -119,6 +119,8 @@ fn lifecycle() {
         .spawn(r3, "sleeper", &["sleep", "600"], &[])
         .expect("spawn");
     assert!(lab.is_running(p));
+    lab.capture_start()
+        .expect("captures (no-op when already running)");
     let pcap = lab.pcaps()[0].clone();
     wait_for("pcap to contain packets", Duration::from_secs(5), || {
         Ok((std::fs::metadata(&pcap).map(|m| m.len()).unwrap_or(0) > 100).then_some(()))

@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use holdfast_rib::*;
 use holdfast_wire::{
-    decode_message, encode_update, frame, AsPath, AsSegment, CodecCtx, Message, Origin, PathAttrs, Prefix, Update,
+    decode_message, encode_update, frame, AsPath, AsSegment, CodecCtx, Message, Origin, PathAttrs,
+    Prefix, Update,
 };
 
 pub const LOCAL_AS: u32 = 65000;
@@ -51,28 +52,54 @@ pub fn p(s: &str) -> Prefix {
 pub fn attrs(path: &[u32], nh: [u8; 4]) -> PathAttrs {
     PathAttrs {
         origin: Some(Origin::Igp),
-        as_path: AsPath { segments: if path.is_empty() { vec![] } else { vec![AsSegment::Sequence(path.to_vec())] } },
+        as_path: AsPath {
+            segments: if path.is_empty() {
+                vec![]
+            } else {
+                vec![AsSegment::Sequence(path.to_vec())]
+            },
+        },
         next_hop: Some(Ipv4Addr::from(nh)),
         ..PathAttrs::default()
     }
 }
 
 pub fn ann(prefixes: &[&str], a: PathAttrs) -> Update {
-    Update { withdrawn: vec![], attrs: Some(a), announced: prefixes.iter().map(|s| p(s)).collect(), end_of_rib: None }
+    Update {
+        withdrawn: vec![],
+        attrs: Some(a),
+        announced: prefixes.iter().map(|s| p(s)).collect(),
+        end_of_rib: None,
+    }
 }
 
 pub fn wd(prefixes: &[&str]) -> Update {
-    Update { withdrawn: prefixes.iter().map(|s| p(s)).collect(), attrs: None, announced: vec![], end_of_rib: None }
+    Update {
+        withdrawn: prefixes.iter().map(|s| p(s)).collect(),
+        attrs: None,
+        announced: vec![],
+        end_of_rib: None,
+    }
 }
 
 pub fn eor(f: Family) -> Update {
-    Update { end_of_rib: Some(f), ..Update::default() }
+    Update {
+        end_of_rib: Some(f),
+        ..Update::default()
+    }
 }
 
 /// UPDATE bodies (after the header) for `u`.
 pub fn raw(u: &Update) -> Vec<Vec<u8>> {
     let mut buf = Vec::new();
-    encode_update(u, &CodecCtx { four_octet_as: true, ibgp: false }, &mut buf);
+    encode_update(
+        u,
+        &CodecCtx {
+            four_octet_as: true,
+            ibgp: false,
+        },
+        &mut buf,
+    );
     split(&buf).into_iter().map(|m| m[19..].to_vec()).collect()
 }
 
@@ -90,7 +117,10 @@ pub fn split(buf: &[u8]) -> Vec<&[u8]> {
 /// Decodes every message sent to `id` in `out`.
 pub fn sent(out: &Output, id: PeerId) -> Vec<Update> {
     // ibgp: true so that LOCAL_PREF is kept by the decoder (RFC 7606).
-    let ctx = CodecCtx { four_octet_as: true, ibgp: true };
+    let ctx = CodecCtx {
+        four_octet_as: true,
+        ibgp: true,
+    };
     let mut v = Vec::new();
     for (pid, bytes) in &out.messages {
         if *pid != id {
@@ -114,12 +144,15 @@ pub fn announced(out: &Output, id: PeerId) -> Vec<(Prefix, PathAttrs)> {
             v.push((*pr, u.attrs.clone().unwrap()));
         }
     }
-    v.sort_by(|a, b| a.0.cmp(&b.0));
+    v.sort_by_key(|a| a.0);
     v
 }
 
 pub fn withdrawn(out: &Output, id: PeerId) -> Vec<Prefix> {
-    let mut v: Vec<Prefix> = sent(out, id).into_iter().flat_map(|u| u.withdrawn).collect();
+    let mut v: Vec<Prefix> = sent(out, id)
+        .into_iter()
+        .flat_map(|u| u.withdrawn)
+        .collect();
     v.sort();
     v
 }
@@ -130,7 +163,10 @@ pub fn best(e: &Engine, prefix: &str) -> Option<PeerId> {
 }
 
 pub fn v6nh(g: &str) -> holdfast_wire::MpNextHop {
-    holdfast_wire::MpNextHop { global: IpAddr::V6(g.parse::<Ipv6Addr>().unwrap()), link_local: None }
+    holdfast_wire::MpNextHop {
+        global: IpAddr::V6(g.parse::<Ipv6Addr>().unwrap()),
+        link_local: None,
+    }
 }
 
 pub fn arc_eq(a: &Arc<Vec<u8>>, b: &Arc<Vec<u8>>) -> bool {

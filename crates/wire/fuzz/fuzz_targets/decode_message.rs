@@ -6,7 +6,10 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     for four_octet_as in [true, false] {
-        let ctx = CodecCtx { four_octet_as, ibgp: !four_octet_as };
+        let ctx = CodecCtx {
+            four_octet_as,
+            ibgp: !four_octet_as,
+        };
         if let Err(e) = decode_message(data, &ctx) {
             let mut out = Vec::new();
             encode_notification(&e.to_notification(), &mut out);

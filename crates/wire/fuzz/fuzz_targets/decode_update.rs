@@ -6,7 +6,10 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     for (four_octet_as, ibgp) in [(true, false), (false, true)] {
-        let ctx = CodecCtx { four_octet_as, ibgp };
+        let ctx = CodecCtx {
+            four_octet_as,
+            ibgp,
+        };
         if let Ok(o) = decode_update(data, &ctx) {
             match o.action {
                 Rfc7606Action::TreatAsWithdraw => {
@@ -17,7 +20,11 @@ fuzz_target!(|data: &[u8]| {
                 Rfc7606Action::SessionReset => panic!("reset must be an Err"),
             }
             if !o.update.announced.is_empty() {
-                let a = o.update.attrs.as_ref().expect("announcements carry attributes");
+                let a = o
+                    .update
+                    .attrs
+                    .as_ref()
+                    .expect("announcements carry attributes");
                 assert!(a.origin.is_some());
             }
         }

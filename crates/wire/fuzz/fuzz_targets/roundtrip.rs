@@ -12,8 +12,13 @@ fn norm(mut u: Update) -> Update {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let ctx = CodecCtx { four_octet_as: true, ibgp: true };
-    let Ok(first) = decode_message(data, &ctx) else { return };
+    let ctx = CodecCtx {
+        four_octet_as: true,
+        ibgp: true,
+    };
+    let Ok(first) = decode_message(data, &ctx) else {
+        return;
+    };
     let mut out = Vec::new();
     encode_message(&first, &ctx, &mut out);
     let mut again = Vec::new();
@@ -34,7 +39,9 @@ fuzz_target!(|data: &[u8]| {
     }
     let mut merged = Update::default();
     for m in again {
-        let Message::Update(x) = m else { panic!("not an update") };
+        let Message::Update(x) = m else {
+            panic!("not an update")
+        };
         assert!(x.end_of_rib.is_none());
         merged.withdrawn.extend(x.withdrawn);
         merged.announced.extend(x.announced);

@@ -4,7 +4,10 @@ use holdfast_wire::*;
 use std::path::Path;
 
 pub fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
 }
 
 /// Every fixture: (file name, 4-octet session?, messages).
@@ -17,7 +20,11 @@ pub fn fixtures() -> Vec<(String, bool, Vec<Vec<u8>>)> {
             continue;
         }
         let name = p.file_name().unwrap().to_str().unwrap().to_string();
-        let msgs = std::fs::read_to_string(&p).unwrap().lines().map(unhex).collect();
+        let msgs = std::fs::read_to_string(&p)
+            .unwrap()
+            .lines()
+            .map(unhex)
+            .collect();
         out.push((name.clone(), name.contains("4oct"), msgs));
     }
     out.sort();
@@ -79,12 +86,24 @@ pub fn p(s: &str) -> Prefix {
 
 /// `n` distinct IPv4 /24s starting at 1.0.0.0.
 pub fn v4_24s(n: usize) -> Vec<Prefix> {
-    (0..n as u32).map(|i| Prefix::V4(Prefix4 { addr: (1 << 24) + (i << 8), len: 24 })).collect()
+    (0..n as u32)
+        .map(|i| {
+            Prefix::V4(Prefix4 {
+                addr: (1 << 24) + (i << 8),
+                len: 24,
+            })
+        })
+        .collect()
 }
 
 /// `n` distinct IPv6 /48s under 2001:db8::/32.
 pub fn v6_48s(n: usize) -> Vec<Prefix> {
     (0..n as u128)
-        .map(|i| Prefix::V6(Prefix6 { addr: (0x2001_0db8u128 << 96) | (i << 80), len: 48 }))
+        .map(|i| {
+            Prefix::V6(Prefix6 {
+                addr: (0x2001_0db8u128 << 96) | (i << 80),
+                len: 48,
+            })
+        })
         .collect()
 }

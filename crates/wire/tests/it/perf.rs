@@ -9,11 +9,16 @@ fn one_million_prefixes() {
     let prefixes = v4_24s(1_000_000);
     let attrs = PathAttrs {
         origin: Some(Origin::Igp),
-        as_path: AsPath { segments: vec![AsSegment::Sequence(vec![65001, 65002])] },
+        as_path: AsPath {
+            segments: vec![AsSegment::Sequence(vec![65001, 65002])],
+        },
         next_hop: Some(Ipv4Addr::new(192, 0, 2, 1)),
         ..Default::default()
     };
-    let ctx = CodecCtx { four_octet_as: true, ibgp: false };
+    let ctx = CodecCtx {
+        four_octet_as: true,
+        ibgp: false,
+    };
     let block = encode_attrs(&attrs, &ctx);
     let mut stream = Vec::new();
     let n = pack_announce(&block, Afi::Ipv4, None, &prefixes, &mut stream);

@@ -4,8 +4,14 @@ use crate::common::*;
 use holdfast_wire::*;
 use std::net::{IpAddr, Ipv4Addr};
 
-const CTX4: CodecCtx = CodecCtx { four_octet_as: true, ibgp: true };
-const CTX2: CodecCtx = CodecCtx { four_octet_as: false, ibgp: true };
+const CTX4: CodecCtx = CodecCtx {
+    four_octet_as: true,
+    ibgp: true,
+};
+const CTX2: CodecCtx = CodecCtx {
+    four_octet_as: false,
+    ibgp: true,
+};
 
 pub fn rich_attrs() -> PathAttrs {
     PathAttrs {
@@ -24,23 +30,44 @@ pub fn rich_attrs() -> PathAttrs {
         aggregator: Some((4_200_000_003, Ipv4Addr::new(10, 1, 1, 1))),
         communities: vec![(65001 << 16) | 5, well_known::NO_EXPORT],
         ext_communities: vec![[0, 2, 0xfd, 0xe9, 0, 0, 0, 9]],
-        large_communities: vec![LargeCommunity { global: 4_200_000_001, local1: 7, local2: 8 }],
+        large_communities: vec![LargeCommunity {
+            global: 4_200_000_001,
+            local1: 7,
+            local2: 8,
+        }],
         originator_id: Some(Ipv4Addr::new(10, 0, 0, 9)),
         cluster_list: vec![Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2)],
         unknown: vec![
-            RawAttr { flags: 0xe0, type_code: 35, value: vec![0, 0, 0xfd, 0xe9] },
-            RawAttr { flags: 0x80, type_code: 11, value: vec![1] },
+            RawAttr {
+                flags: 0xe0,
+                type_code: 35,
+                value: vec![0, 0, 0xfd, 0xe9],
+            },
+            RawAttr {
+                flags: 0x80,
+                type_code: 11,
+                value: vec![1],
+            },
         ],
     }
 }
 
 fn nh6() -> MpNextHop {
-    MpNextHop { global: IpAddr::V6("2001:db8::1".parse().unwrap()), link_local: Some("fe80::1".parse().unwrap()) }
+    MpNextHop {
+        global: IpAddr::V6("2001:db8::1".parse().unwrap()),
+        link_local: Some("fe80::1".parse().unwrap()),
+    }
 }
 
 fn merged(us: &[Update]) -> (Vec<Prefix>, Vec<Prefix>) {
-    let a = us.iter().flat_map(|u| u.announced.iter().copied()).collect();
-    let w = us.iter().flat_map(|u| u.withdrawn.iter().copied()).collect();
+    let a = us
+        .iter()
+        .flat_map(|u| u.announced.iter().copied())
+        .collect();
+    let w = us
+        .iter()
+        .flat_map(|u| u.withdrawn.iter().copied())
+        .collect();
     (a, w)
 }
 
@@ -50,7 +77,10 @@ fn attrs_round_trip_both_as_widths() {
         let a = rich_attrs();
         let block = encode_attrs(&a, &ctx);
         let mut out = Vec::new();
-        assert_eq!(pack_announce(&block, Afi::Ipv4, None, &[p("10.0.0.0/8")], &mut out), 1);
+        assert_eq!(
+            pack_announce(&block, Afi::Ipv4, None, &[p("10.0.0.0/8")], &mut out),
+            1
+        );
         let o = decode_update(&out[19..], &ctx).unwrap();
         assert_eq!(o.action, Rfc7606Action::None, "{ctx:?}");
         let mut want = a.clone();
@@ -68,20 +98,37 @@ fn two_octet_encoding_uses_as_trans_and_as4_attrs() {
         let mut i = 0;
         while i < block.len() {
             let ext = block[i] & 0x10 != 0;
-            let len = if ext { u16::from_be_bytes([block[i + 2], block[i + 3]]) as usize } else { block[i + 2] as usize };
+            let len = if ext {
+                u16::from_be_bytes([block[i + 2], block[i + 3]]) as usize
+            } else {
+                block[i + 2] as usize
+            };
             v.push(block[i + 1]);
             i += if ext { 4 } else { 3 } + len;
         }
         v
     };
-    assert_eq!(types, vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 16, 17, 18, 32, 35], "ascending type order");
+    assert_eq!(
+        types,
+        vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 16, 17, 18, 32, 35],
+        "ascending type order"
+    );
     // AS_PATH: SEQUENCE of 4 two-octet ASes, the 4-octet one as AS_TRANS.
-    assert_eq!(&block[4..23], &[0x40, 2, 16, 2, 4, 0xfd, 0xe9, 0x5b, 0xa0, 0x5b, 0xa0, 0, 7, 1, 2, 0xfc, 0x00, 0x5b, 0xa0]);
+    assert_eq!(
+        &block[4..23],
+        &[
+            0x40, 2, 16, 2, 4, 0xfd, 0xe9, 0x5b, 0xa0, 0x5b, 0xa0, 0, 7, 1, 2, 0xfc, 0x00, 0x5b,
+            0xa0
+        ]
+    );
 }
 
 #[test]
 fn extended_length_only_when_needed() {
-    let mut a = PathAttrs { origin: Some(Origin::Igp), ..Default::default() };
+    let mut a = PathAttrs {
+        origin: Some(Origin::Igp),
+        ..Default::default()
+    };
     a.communities = (0..63).collect();
     let block = encode_attrs(&a, &CTX4);
     assert_eq!(block[7..10], [0xc0, 8, 252]);
@@ -89,8 +136,23 @@ fn extended_length_only_when_needed() {
     let block = encode_attrs(&a, &CTX4);
     assert_eq!(block[7..11], [0xd0, 8, 1, 0]);
     let mut out = Vec::new();
-    pack_announce(&block, Afi::Ipv6, Some(&nh6()), &[p("2001:db8::/32")], &mut out);
-    assert_eq!(decode_update(&out[19..], &CTX4).unwrap().update.attrs.unwrap().communities.len(), 64);
+    pack_announce(
+        &block,
+        Afi::Ipv6,
+        Some(&nh6()),
+        &[p("2001:db8::/32")],
+        &mut out,
+    );
+    assert_eq!(
+        decode_update(&out[19..], &CTX4)
+            .unwrap()
+            .update
+            .attrs
+            .unwrap()
+            .communities
+            .len(),
+        64
+    );
 }
 
 #[test]
@@ -134,7 +196,13 @@ fn pack_v6_mp_reach_first() {
 fn pack_skips_other_family_and_small_mp_uses_short_length() {
     let mixed = vec![p("10.0.0.0/8"), p("2001:db8::/32"), p("10.1.0.0/16")];
     let mut out = Vec::new();
-    let block = encode_attrs(&PathAttrs { origin: Some(Origin::Igp), ..Default::default() }, &CTX4);
+    let block = encode_attrs(
+        &PathAttrs {
+            origin: Some(Origin::Igp),
+            ..Default::default()
+        },
+        &CTX4,
+    );
     pack_announce(&block, Afi::Ipv6, Some(&nh6()), &mixed, &mut out);
     assert_eq!(out[23], 0x80, "short MP_REACH header for a small value");
     let us = decode_stream(&out, &CTX4);
@@ -152,7 +220,9 @@ fn withdraw_both_families() {
     let (a, w) = merged(&us);
     assert!(a.is_empty());
     assert_eq!(w, prefixes);
-    assert!(us.iter().all(|u| u.attrs.is_none() && u.end_of_rib.is_none()));
+    assert!(us
+        .iter()
+        .all(|u| u.attrs.is_none() && u.end_of_rib.is_none()));
 }
 
 #[test]
@@ -160,13 +230,25 @@ fn end_of_rib_every_family() {
     for f in [
         Family::IPV4_UNICAST,
         Family::IPV6_UNICAST,
-        Family { afi: Afi::Ipv4, safi: Safi::Multicast },
-        Family { afi: Afi::Ipv6, safi: Safi::Other(128) },
+        Family {
+            afi: Afi::Ipv4,
+            safi: Safi::Multicast,
+        },
+        Family {
+            afi: Afi::Ipv6,
+            safi: Safi::Other(128),
+        },
     ] {
         let mut out = Vec::new();
         encode_end_of_rib(f, &mut out);
         let us = decode_stream(&out, &CTX4);
-        assert_eq!(us, vec![Update { end_of_rib: Some(f), ..Default::default() }]);
+        assert_eq!(
+            us,
+            vec![Update {
+                end_of_rib: Some(f),
+                ..Default::default()
+            }]
+        );
     }
 }
 
@@ -207,16 +289,34 @@ fn open_every_capability_both_forms() {
         Capability::FourOctetAs(65_536),
         Capability::AddPath(vec![(Family::IPV4_UNICAST, 1)]),
         Capability::EnhancedRouteRefresh,
-        Capability::Fqdn { hostname: "holdfast".into(), domain: "lab".into() },
-        Capability::Unknown { code: 250, value: vec![9; 40] },
+        Capability::Fqdn {
+            hostname: "holdfast".into(),
+            domain: "lab".into(),
+        },
+        Capability::Unknown {
+            code: 250,
+            value: vec![9; 40],
+        },
     ];
     for extra in [0usize, 30] {
         let mut caps = caps.clone();
-        caps.extend((0..extra).map(|i| Capability::Unknown { code: 251, value: vec![i as u8; 8] }));
-        let o = Open { version: 4, my_as: AS_TRANS, hold_time: 3, bgp_id: Ipv4Addr::new(1, 2, 3, 4), capabilities: caps };
+        caps.extend((0..extra).map(|i| Capability::Unknown {
+            code: 251,
+            value: vec![i as u8; 8],
+        }));
+        let o = Open {
+            version: 4,
+            my_as: AS_TRANS,
+            hold_time: 3,
+            bgp_id: Ipv4Addr::new(1, 2, 3, 4),
+            capabilities: caps,
+        };
         let mut out = Vec::new();
         encode_open(&o, &mut out);
-        assert_eq!(decode_message(&out, &CTX4).unwrap(), Message::Open(o.clone()));
+        assert_eq!(
+            decode_message(&out, &CTX4).unwrap(),
+            Message::Open(o.clone())
+        );
         assert_eq!(o.asn(), 65_536);
     }
 }
@@ -225,10 +325,24 @@ fn open_every_capability_both_forms() {
 fn notification_and_route_refresh() {
     let ctx = CodecCtx::default();
     let msgs = [
-        Message::Notification(Notification { code: 2, subcode: 2, data: vec![0xfd, 0xe8] }),
-        Message::Notification(Notification { code: 4, subcode: 0, data: vec![] }),
-        Message::RouteRefresh(RouteRefresh { family: Family::IPV6_UNICAST, subtype: 0 }),
-        Message::RouteRefresh(RouteRefresh { family: Family::IPV4_UNICAST, subtype: 2 }),
+        Message::Notification(Notification {
+            code: 2,
+            subcode: 2,
+            data: vec![0xfd, 0xe8],
+        }),
+        Message::Notification(Notification {
+            code: 4,
+            subcode: 0,
+            data: vec![],
+        }),
+        Message::RouteRefresh(RouteRefresh {
+            family: Family::IPV6_UNICAST,
+            subtype: 0,
+        }),
+        Message::RouteRefresh(RouteRefresh {
+            family: Family::IPV4_UNICAST,
+            subtype: 2,
+        }),
         Message::Keepalive,
     ];
     for m in msgs {
@@ -236,9 +350,21 @@ fn notification_and_route_refresh() {
         encode_message(&m, &ctx, &mut out);
         assert_eq!(decode_message(&out, &ctx).unwrap(), m);
     }
-    let e = DecodeError { code: 6, subcode: 4, data: vec![], kind: DecodeErrorKind::MalformedNotification };
+    let e = DecodeError {
+        code: 6,
+        subcode: 4,
+        data: vec![],
+        kind: DecodeErrorKind::MalformedNotification,
+    };
     let mut out = Vec::new();
     encode_notification(&e.to_notification(), &mut out);
     assert_eq!(out.len(), 21);
-    assert_eq!(decode_message(&out, &ctx).unwrap(), Message::Notification(Notification { code: 6, subcode: 4, data: vec![] }));
+    assert_eq!(
+        decode_message(&out, &ctx).unwrap(),
+        Message::Notification(Notification {
+            code: 6,
+            subcode: 4,
+            data: vec![]
+        })
+    );
 }
