@@ -24,8 +24,9 @@ const WITHDRAW: u32 = u32::MAX;
 /// Largest number of UPDATEs processed as one unit by `apply_raw`.
 const SUB_BATCH: usize = 2048;
 
-/// Batches smaller than this run on the calling thread (same results).
-const PAR_MIN_MSGS: usize = 512;
+/// Batches carrying fewer UPDATE bytes than this run on the calling thread
+/// (same results): below it, waking the pool costs more than it saves.
+const PAR_MIN_BYTES: usize = 64 * 1024;
 
 /// UPDATEs of one peer decoded as one parallel task.
 const DECODE_CHUNK: usize = 64;
@@ -781,7 +782,14 @@ impl Engine {
     }
 
     fn apply_chunk(&mut self, batch: Vec<(PeerId, Input)>) -> Output {
-        self.par = batch.len() >= PAR_MIN_MSGS;
+        let work: usize = batch
+            .iter()
+            .map(|(_, i)| match i {
+                Input::Raw(b) => b.len(),
+                Input::Decoded(u) => 4 * (u.announced.len() + u.withdrawn.len()) + 32,
+            })
+            .sum();
+        self.par = work >= PAR_MIN_BYTES;
         let out = self.apply_chunk_inner(batch);
         self.par = true;
         out

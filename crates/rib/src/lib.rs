@@ -19,17 +19,18 @@
 //!   nothing), best path first, in a `SmallVec` with one inline slot. IPv4
 //!   maps store one key byte per prefix (see `prefix_map`).
 //! - Adj-RIB-Out stores, per peer and prefix, a 64-bit fingerprint of the
-//!   attributes last sent: enough to suppress duplicates and to send
+//!   encoded attributes last sent: enough to suppress duplicates and to send
 //!   withdrawals only for advertised prefixes. [`Engine::adj_rib_out`]
 //!   re-derives the attributes from the Loc-RIB (equal by construction after
 //!   every call).
 //! - `apply_raw` runs in three parallel phases: (1) decode + Adj-RIB-In +
 //!   import policy per peer, a busy peer's messages split into ordered
 //!   chunks (peers with max-prefix stay sequential); (2) Loc-RIB decision +
-//!   export diff per shard, with the export computed once per update group
-//!   and distinct (source, attribute set); (3) encoding per distinct change
-//!   list, in parallel chunks of attribute sets. Peers of one update group
-//!   with equal changes share one encoded `Arc<Vec<u8>>`.
+//!   export diff per shard, the export computed and its attribute block
+//!   encoded once per update group and distinct (source, attribute set);
+//!   (3) packing of prefixes behind those blocks per distinct change list,
+//!   in parallel chunks. Peers of one update group with equal changes share
+//!   one encoded `Arc<Vec<u8>>`.
 //! - Determinism: work is always partitioned the same way (shards, chunk
 //!   order) and results are concatenated in a fixed order; hash maps use
 //!   fixed seeds and are never iterated to produce output without sorting.
@@ -67,8 +68,8 @@
 //! - With glibc malloc, parallel runs with many distinct attribute sets lose
 //!   much of their speedup to cross-thread frees (`malloc_consolidate`);
 //!   the daemon binary should use a thread-caching allocator.
-//! - Batches under 512 UPDATEs run on the calling thread: below that, waking
-//!   the pool costs more than it saves.
+//! - Batches under 64 KiB of UPDATE bodies run on the calling thread: below
+//!   that, waking the pool costs more than it saves.
 
 mod attrs;
 mod codec;

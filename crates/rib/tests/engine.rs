@@ -846,3 +846,23 @@ fn engine_is_send() {
     send::<Engine>();
     send::<Output>();
 }
+
+/// Two peers of one update group: the source of a route must not receive
+/// it, so their outputs differ and must not share bytes.
+#[test]
+fn update_group_member_that_is_the_source_is_excluded() {
+    let mut e = engine(&[(2, 65002), (3, 65002)]);
+    let out = e.apply(vec![(
+        2,
+        ann(&["10.0.0.0/24"], attrs(&[65002], [192, 0, 2, 2])),
+    )]);
+    assert!(sent(&out, 2).is_empty());
+    assert_eq!(announced(&out, 3).len(), 1);
+    // Route refresh re-sends the Adj-RIB-Out (+ End-of-RIB).
+    let out = e.route_refresh(3, Family::IPV4_UNICAST);
+    let u = sent(&out, 3);
+    assert_eq!(u[0].announced, vec![p("10.0.0.0/24")]);
+    assert_eq!(u.last().unwrap().end_of_rib, Some(Family::IPV4_UNICAST));
+    assert_eq!(e.counts(2).advertised, 0);
+    assert_eq!(e.counts(3).advertised, 1);
+}

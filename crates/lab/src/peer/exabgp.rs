@@ -552,6 +552,10 @@ impl Peer for Exabgp {
         Ok(text)
     }
 
+    fn pids(&self, lab: &Lab) -> Vec<u32> {
+        self.proc.iter().map(|p| lab.pid(*p)).collect()
+    }
+
     fn stop(&mut self, lab: &mut Lab) {
         if let Some(p) = self.proc.take() {
             lab.stop_proc(p);

@@ -562,6 +562,10 @@ impl Peer for Frr {
         std::fs::read_to_string(&path).map_err(io_ctx(format!("reading {}", path.display())))
     }
 
+    fn pids(&self, lab: &Lab) -> Vec<u32> {
+        self.procs.iter().map(|p| lab.pid(*p)).collect()
+    }
+
     fn stop(&mut self, lab: &mut Lab) {
         for p in self.procs.drain(..).rev() {
             lab.stop_proc(p);

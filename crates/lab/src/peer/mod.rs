@@ -471,6 +471,13 @@ pub trait Peer {
     /// Stop the daemon(s).
     fn stop(&mut self, lab: &mut Lab);
 
+    /// Process ids of the running daemon(s) (for resource accounting, e.g. peak RSS
+    /// from `/proc/PID/status`); empty once stopped.
+    fn pids(&self, lab: &Lab) -> Vec<u32> {
+        let _ = lab;
+        Vec::new()
+    }
+
     /// The session with `neighbor`, if configured.
     fn session(&self, lab: &Lab, neighbor: IpAddr) -> Result<Option<SessionView>> {
         Ok(self
