@@ -842,6 +842,7 @@ impl Engine {
                 work_items.push((peer, it.by_ref().take(chunk).collect()));
             }
         }
+        let import_started = std::time::Instant::now();
         let batches: Vec<PeerBatch> = {
             let env = ImportEnv {
                 cfg: &self.cfg,
@@ -877,6 +878,8 @@ impl Engine {
             out.warnings
                 .extend(b.warnings.iter().map(|w| (b.peer, w.clone())));
         }
+        out.timing.import += import_started.elapsed();
+        let decision_started = std::time::Instant::now();
         let batches = &batches;
         let res = self.pass(None, false, |si, s, ctx| {
             let Shard { v4, v6, counts } = s;
@@ -892,6 +895,7 @@ impl Engine {
             }
         });
         out.merge(res);
+        out.timing.decision += decision_started.elapsed();
         out
     }
 

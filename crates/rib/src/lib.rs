@@ -165,6 +165,18 @@ pub struct Output {
     pub resets: Vec<(PeerId, Notification)>,
     /// Non-fatal events worth logging, as (peer, text).
     pub warnings: Vec<(PeerId, String)>,
+    /// Where `apply_raw` spent its time, for metrics only: it never
+    /// influences results, which stay deterministic.
+    pub timing: PhaseTiming,
+}
+
+/// Wall time of the phases of [`Engine::apply_raw`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PhaseTiming {
+    /// Decoding and Adj-RIB-In / import policy (per peer, in parallel).
+    pub import: std::time::Duration,
+    /// Loc-RIB decision, export and encoding (per shard, in parallel).
+    pub decision: std::time::Duration,
 }
 
 impl Output {
@@ -173,6 +185,8 @@ impl Output {
         self.messages.append(&mut o.messages);
         self.resets.append(&mut o.resets);
         self.warnings.append(&mut o.warnings);
+        self.timing.import += o.timing.import;
+        self.timing.decision += o.timing.decision;
     }
 }
 

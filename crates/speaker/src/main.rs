@@ -20,6 +20,11 @@ mod rib_thread;
 mod socket;
 
 use anyhow::Context;
+
+/// A thread-caching allocator: route processing allocates on one worker and
+/// frees on another, where glibc's malloc contends.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use clap::Parser;
 use std::path::PathBuf;
 

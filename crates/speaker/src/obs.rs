@@ -78,8 +78,8 @@ pub struct Metrics {
     pub attr_sets: Family<InstanceLabels, Gauge>,
     batch_seconds: Family<InstanceLabels, Histogram>,
     updates_processed: Family<InstanceLabels, Counter>,
-    pub parse_seconds: Family<InstanceLabels, Counter<f64, AtomicU64>>,
-    pub decision_seconds: Family<InstanceLabels, Counter<f64, AtomicU64>>,
+    parse_seconds: Family<InstanceLabels, Counter<f64, AtomicU64>>,
+    decision_seconds: Family<InstanceLabels, Counter<f64, AtomicU64>>,
 }
 
 fn state_code(s: State) -> i64 {
@@ -138,7 +138,7 @@ impl Metrics {
         r.register("attribute_sets", "Distinct interned attribute sets", m.attr_sets.clone());
         r.register("rib_batch_seconds", "Time to process one batch of UPDATEs", m.batch_seconds.clone());
         r.register("updates_processed", "UPDATE messages processed by the RIB", m.updates_processed.clone());
-        r.register("parse_seconds", "Time spent decoding UPDATEs", m.parse_seconds.clone());
+        r.register("parse_seconds", "Time spent decoding UPDATEs and applying import policy", m.parse_seconds.clone());
         r.register("decision_seconds", "Time spent in the decision process and export", m.decision_seconds.clone());
         *m.registry.lock().expect("registry") = r;
         m
@@ -185,9 +185,18 @@ impl Metrics {
         self.bytes_out.get_or_create(l).inc_by(n as u64);
     }
 
-    pub fn rib_batch(&self, instance: &str, msgs: usize, took: Duration) {
+    pub fn rib_batch(&self, instance: &str, msgs: usize, took: Duration, phases: holdfast_rib::PhaseTiming) {
         let l = InstanceLabels { instance: instance.to_string() };
-        tracing::debug!(instance, msgs, took_us = took.as_micros() as u64, "RIB batch");
+        tracing::debug!(
+            instance,
+            msgs,
+            took_us = took.as_micros() as u64,
+            import_us = phases.import.as_micros() as u64,
+            decision_us = phases.decision.as_micros() as u64,
+            "RIB batch"
+        );
+        self.parse_seconds.get_or_create(&l).inc_by(phases.import.as_secs_f64());
+        self.decision_seconds.get_or_create(&l).inc_by(phases.decision.as_secs_f64());
         self.batch_seconds.get_or_create(&l).observe(took.as_secs_f64());
         self.updates_processed.get_or_create(&l).inc_by(msgs as u64);
     }

@@ -129,7 +129,7 @@ impl RibThread {
                     let n = batch.len();
                     let started = Instant::now();
                     let out = self.engine.apply_raw(batch);
-                    self.metrics.rib_batch(&self.name, n, started.elapsed());
+                    self.metrics.rib_batch(&self.name, n, started.elapsed(), out.timing);
                     self.dispatch(out);
                 }
                 other => self.handle(other),
