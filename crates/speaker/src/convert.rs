@@ -227,6 +227,7 @@ pub fn peer_settings(cfg: &Config, compiled: &Compiled, n: &Neighbor, id: PeerId
         sock,
         spec,
         graceful_restart: n.graceful_restart,
+        max_prefix_restart: n.max_prefix_restart,
     })
 }
 

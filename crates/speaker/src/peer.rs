@@ -34,6 +34,7 @@ const STALE_PATH_TIME: Duration = Duration::from_secs(360);
 
 /// Cease subcodes (RFC 4486).
 const CEASE: u8 = 6;
+const CEASE_MAX_PREFIX: u8 = 1;
 const CEASE_ADMIN_RESET: u8 = 4;
 const CEASE_CONFIG_CHANGE: u8 = 6;
 const CEASE_COLLISION: u8 = 7;
@@ -63,6 +64,9 @@ pub struct PeerSettings {
     pub spec: PeerSpec,
     /// Keep the peer's routes stale when it restarts (RFC 4724 helper).
     pub graceful_restart: bool,
+    /// After a max-prefix Cease: restart automatically (`Some`) or stay
+    /// down until an operator resets the session (`None`).
+    pub max_prefix_restart: Option<u32>,
 }
 
 /// Commands to a peer task.
@@ -588,13 +592,24 @@ impl PeerTask {
             }
             PeerCmd::Rib(ToPeer::Reset { gen, notification }) => {
                 if self.up && gen == self.gen {
+                    let max_prefix = notification.code == CEASE && notification.subcode == CEASE_MAX_PREFIX;
                     self.fsm(Which::Main, Event::Stop(notification));
+                    if max_prefix && self.s.max_prefix_restart.is_none() {
+                        tracing::warn!("maximum prefix count exceeded: session stays down until reset");
+                        self.fsm(Which::Main, Event::ManualStop);
+                    }
                 }
             }
             PeerCmd::Reconfigure(new) => self.reconfigure(*new),
             PeerCmd::AdminReset => {
-                let n = Notification { code: CEASE, subcode: CEASE_ADMIN_RESET, data: vec![] };
-                self.fsm(Which::Main, Event::Stop(n));
+                if self.main.fsm.state() == State::Idle {
+                    if self.s.enabled {
+                        self.fsm(Which::Main, Event::ManualStart);
+                    }
+                } else {
+                    let n = Notification { code: CEASE, subcode: CEASE_ADMIN_RESET, data: vec![] };
+                    self.fsm(Which::Main, Event::Stop(n));
+                }
             }
             PeerCmd::Shutdown => {
                 self.fsm(Which::Main, Event::ManualStop);
