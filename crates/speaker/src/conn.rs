@@ -12,7 +12,7 @@
 //!   while we apply back-pressure, so that our own slowness never expires
 //!   the session.
 
-use holdfast_wire::{frame, DecodeError};
+use holdfast_wire::{frame, DecodeError, HEADER_LEN};
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -39,10 +39,11 @@ pub struct Conn {
     pub bytes_in: u64,
 }
 
-/// One framed message: its type and the whole message (header included).
+/// One framed message: its type and its body (the bytes after the
+/// 19-byte header, whose checks `frame` has already done).
 pub struct Frame {
     pub msg_type: u8,
-    pub bytes: Vec<u8>,
+    pub body: Vec<u8>,
 }
 
 impl Conn {
@@ -89,9 +90,9 @@ impl Conn {
         match frame(rest)? {
             None => Ok(None),
             Some((msg_type, len)) => {
-                let bytes = rest[..len].to_vec();
+                let body = rest[HEADER_LEN..len].to_vec();
                 self.pos += len;
-                Ok(Some(Frame { msg_type, bytes }))
+                Ok(Some(Frame { msg_type, body }))
             }
         }
     }

@@ -165,9 +165,13 @@ impl Metrics {
         self.transitions.get_or_create(&t).inc();
     }
 
-    pub fn message_in(&self, l: &PeerLabels, t: u8) {
-        let m = MsgLabels { instance: l.instance.clone(), peer: l.peer.clone(), r#type: msg_type(t) };
-        self.messages_in.get_or_create(&m).inc();
+    /// Adds received-message counts, indexed by message type code (0 and
+    /// anything above 5 count as "other").
+    pub fn messages_in(&self, l: &PeerLabels, counts: &[u64; 6]) {
+        for (t, n) in counts.iter().enumerate().filter(|(_, n)| **n > 0) {
+            let m = MsgLabels { instance: l.instance.clone(), peer: l.peer.clone(), r#type: msg_type(t as u8) };
+            self.messages_in.get_or_create(&m).inc_by(*n);
+        }
     }
 
     pub fn notification(&self, l: &PeerLabels, direction: &str, n: &Notification) {

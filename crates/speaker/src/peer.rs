@@ -394,6 +394,7 @@ impl PeerTask {
 
     fn drain_frames(&mut self, w: Which) {
         let mut updates: Vec<Vec<u8>> = Vec::new();
+        let mut counts = [0u64; 6];
         loop {
             let Some(conn) = self.slot(w).and_then(|s| s.conn.as_mut()) else { break };
             let frame = match conn.next_frame() {
@@ -405,16 +406,16 @@ impl PeerTask {
                     break;
                 }
             };
-            self.metrics.message_in(&self.labels, frame.msg_type);
-            let body = &frame.bytes[HEADER_LEN..];
+            counts[usize::from(frame.msg_type).min(5)] += 1;
             if frame.msg_type == msg_type::UPDATE {
                 let established = self.slot(w).map(|s| s.fsm.state()) == Some(State::Established);
                 if w == Which::Main && established && self.up {
-                    updates.push(body.to_vec());
+                    updates.push(frame.body);
                 }
                 self.fsm(w, Event::UpdateMsg);
                 continue;
             }
+            let body = frame.body.as_slice();
             self.flush_updates(&mut updates);
             let ev = match frame.msg_type {
                 msg_type::OPEN => match decode_open(body) {
@@ -447,6 +448,7 @@ impl PeerTask {
             }
         }
         self.flush_updates(&mut updates);
+        self.metrics.messages_in(&self.labels, &counts);
     }
 
     fn flush_updates(&mut self, updates: &mut Vec<Vec<u8>>) {

@@ -25,10 +25,10 @@
 //!   `NeighborReset` → bird logs the Administrative Reset and the session comes
 //!   back (established count 2).
 
-#[path = "../common/mod.rs"]
-mod common;
+#[path = "../robust_common/mod.rs"]
+mod robust_common;
 
-use common::*;
+use robust_common::*;
 use holdfast_api::{Body, Request};
 use holdfast_lab::{skip_unless_ready, wait_until, Bird, NeighborSpec, Peer as _, PeerKind, PeerSpec};
 use holdfast_wire::{decode_notification, encode_keepalive, encode_open, frame, msg_type, Notification, HEADER_LEN};
@@ -168,7 +168,8 @@ fn collide(side: &Side, id: Ipv4Addr) -> (Raw, bool) {
 fn stays_up(d: &holdfast_lab::Holdfastd, r: &mut Raw, addr: IpAddr, secs: u64) {
     let until = Instant::now() + Duration::from_secs(secs);
     while Instant::now() < until {
-        match r.next(Duration::from_millis(1500)) {
+        // holdfastd keeps alive every hold/3 = 3 s.
+        match r.next(Duration::from_secs(5)) {
             Some((msg_type::KEEPALIVE, _)) | Some((msg_type::UPDATE, _)) => r.send(&ka()),
             Some((t, b)) if t == msg_type::NOTIFICATION => panic!("survivor got NOTIFICATION {:?}", decode_notification(&b)),
             Some(_) => {}

@@ -20,10 +20,10 @@
 //! * negative: C (no GR capability) announces 5 and drops TCP → the monitor
 //!   sees the 5 withdrawn.
 
-#[path = "../common/mod.rs"]
-mod common;
+#[path = "../robust_common/mod.rs"]
+mod robust_common;
 
-use common::*;
+use robust_common::*;
 use holdfast_api::RibTable;
 use holdfast_lab::{skip_unless_ready, wait_until};
 use std::collections::HashSet;

@@ -20,10 +20,10 @@
 //!
 //! Bounded by HOLDFAST_LOAD_DEADLINE seconds (default 120 in release, 600 in dev).
 
-#[path = "../common/mod.rs"]
-mod common;
+#[path = "../robust_common/mod.rs"]
+mod robust_common;
 
-use common::*;
+use robust_common::*;
 use holdfast_lab::{skip_unless_ready, wait_until};
 use holdfast_tester::workload::{generate, prefix_count, Kind};
 use std::net::IpAddr;

@@ -19,10 +19,10 @@
 //! * holdfastd's Loc-RIB of `default` has A's and default's prefixes only, and
 //!   that of `blue` has B's and blue's only.
 
-#[path = "../common/mod.rs"]
-mod common;
+#[path = "../robust_common/mod.rs"]
+mod robust_common;
 
-use common::*;
+use robust_common::*;
 use holdfast_api::{Body, Request, RibTable};
 use holdfast_lab::skip_unless_ready;
 use holdfast_tester::Peer;

@@ -11,10 +11,10 @@
 //! * the 101st → the tester receives NOTIFICATION 6/1 whose data is
 //!   AFI 1, SAFI 1, limit 100 (RFC 4486 §4), and the connection is closed.
 
-#[path = "../common/mod.rs"]
-mod common;
+#[path = "../robust_common/mod.rs"]
+mod robust_common;
 
-use common::*;
+use robust_common::*;
 use holdfast_lab::{skip_unless_ready, wait_until};
 use std::net::Ipv4Addr;
 use std::time::Duration;

@@ -22,10 +22,10 @@
 //! * header errors: bad marker → 1/1; message length 4097 → 1/2 (data = the
 //!   length), connection closed.
 
-#[path = "../common/mod.rs"]
-mod common;
+#[path = "../robust_common/mod.rs"]
+mod robust_common;
 
-use common::*;
+use robust_common::*;
 use holdfast_api::RibTable;
 use holdfast_lab::{skip_unless_ready, wait_until};
 use holdfast_tester::Peer;
