@@ -165,8 +165,8 @@ impl Metrics {
         self.transitions.get_or_create(&t).inc();
     }
 
-    /// Adds received-message counts, indexed by message type code (0 and
-    /// anything above 5 count as "other").
+    /// Adds received-message counts, indexed by message type code (1..=5;
+    /// framing has already rejected any other type).
     pub fn messages_in(&self, l: &PeerLabels, counts: &[u64; 6]) {
         for (t, n) in counts.iter().enumerate().filter(|(_, n)| **n > 0) {
             let m = MsgLabels { instance: l.instance.clone(), peer: l.peer.clone(), r#type: msg_type(t as u8) };
