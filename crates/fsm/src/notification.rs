@@ -3,43 +3,13 @@
 
 use holdfast_wire::Notification;
 
-pub const MESSAGE_HEADER_ERROR: u8 = 1;
-pub const OPEN_MESSAGE_ERROR: u8 = 2;
-pub const UPDATE_MESSAGE_ERROR: u8 = 3;
-pub const HOLD_TIMER_EXPIRED: u8 = 4;
-pub const FSM_ERROR: u8 = 5;
-pub const CEASE: u8 = 6;
-
-/// OPEN Message Error subcodes (RFC 4271 §6.2).
-pub mod open {
-    pub const UNSUPPORTED_VERSION: u8 = 1;
-    pub const BAD_PEER_AS: u8 = 2;
-    pub const BAD_BGP_IDENTIFIER: u8 = 3;
-    pub const UNSUPPORTED_OPTIONAL_PARAMETER: u8 = 4;
-    pub const UNACCEPTABLE_HOLD_TIME: u8 = 6;
-    pub const UNSUPPORTED_CAPABILITY: u8 = 7;
-}
-
-/// FSM Error subcodes (RFC 6608).
-pub mod fsm {
-    pub const UNSPECIFIED: u8 = 0;
-    pub const UNEXPECTED_IN_OPENSENT: u8 = 1;
-    pub const UNEXPECTED_IN_OPENCONFIRM: u8 = 2;
-    pub const UNEXPECTED_IN_ESTABLISHED: u8 = 3;
-}
-
-/// Cease subcodes (RFC 4486, RFC 8538).
-pub mod cease {
-    pub const MAX_PREFIXES: u8 = 1;
-    pub const ADMINISTRATIVE_SHUTDOWN: u8 = 2;
-    pub const PEER_DECONFIGURED: u8 = 3;
-    pub const ADMINISTRATIVE_RESET: u8 = 4;
-    pub const CONNECTION_REJECTED: u8 = 5;
-    pub const OTHER_CONFIGURATION_CHANGE: u8 = 6;
-    pub const CONNECTION_COLLISION_RESOLUTION: u8 = 7;
-    pub const OUT_OF_RESOURCES: u8 = 8;
-    pub const HARD_RESET: u8 = 9;
-}
+pub use holdfast_wire::error::cease_subcode as cease;
+pub use holdfast_wire::error::error_code::{
+    CEASE, FSM as FSM_ERROR, HOLD_TIMER_EXPIRED, MESSAGE_HEADER as MESSAGE_HEADER_ERROR,
+    OPEN_MESSAGE as OPEN_MESSAGE_ERROR, UPDATE_MESSAGE as UPDATE_MESSAGE_ERROR,
+};
+pub use holdfast_wire::error::fsm_subcode as fsm;
+pub use holdfast_wire::error::open_subcode as open;
 
 /// A NOTIFICATION with no data.
 pub fn new(code: u8, subcode: u8) -> Notification {

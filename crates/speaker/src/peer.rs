@@ -32,12 +32,11 @@ use tracing::Instrument;
 /// waiting for End-of-RIB (FRR's default stale-path time).
 const STALE_PATH_TIME: Duration = Duration::from_secs(360);
 
-/// Cease subcodes (RFC 4486).
-const CEASE: u8 = 6;
-const CEASE_MAX_PREFIX: u8 = 1;
-const CEASE_ADMIN_RESET: u8 = 4;
-const CEASE_CONFIG_CHANGE: u8 = 6;
-const CEASE_COLLISION: u8 = 7;
+use holdfast_wire::error::cease_subcode::{
+    ADMINISTRATIVE_RESET as CEASE_ADMIN_RESET, CONNECTION_COLLISION_RESOLUTION as CEASE_COLLISION,
+    MAX_PREFIXES as CEASE_MAX_PREFIX, OTHER_CONFIGURATION_CHANGE as CEASE_CONFIG_CHANGE,
+};
+use holdfast_wire::error::error_code::CEASE;
 
 /// Monotonic time since the daemon started: the FSM's time input.
 pub fn now() -> Time {

@@ -48,6 +48,27 @@ pub mod update_subcode {
     pub const MALFORMED_AS_PATH: u8 = 11;
 }
 
+/// Finite State Machine Error subcodes (RFC 6608).
+pub mod fsm_subcode {
+    pub const UNSPECIFIED: u8 = 0;
+    pub const UNEXPECTED_IN_OPENSENT: u8 = 1;
+    pub const UNEXPECTED_IN_OPENCONFIRM: u8 = 2;
+    pub const UNEXPECTED_IN_ESTABLISHED: u8 = 3;
+}
+
+/// Cease subcodes (RFC 4486, RFC 8538).
+pub mod cease_subcode {
+    pub const MAX_PREFIXES: u8 = 1;
+    pub const ADMINISTRATIVE_SHUTDOWN: u8 = 2;
+    pub const PEER_DECONFIGURED: u8 = 3;
+    pub const ADMINISTRATIVE_RESET: u8 = 4;
+    pub const CONNECTION_REJECTED: u8 = 5;
+    pub const OTHER_CONFIGURATION_CHANGE: u8 = 6;
+    pub const CONNECTION_COLLISION_RESOLUTION: u8 = 7;
+    pub const OUT_OF_RESOURCES: u8 = 8;
+    pub const HARD_RESET: u8 = 9;
+}
+
 /// ROUTE-REFRESH Message Error subcodes (RFC 7313 §5).
 pub mod route_refresh_subcode {
     pub const INVALID_MESSAGE_LENGTH: u8 = 1;

@@ -297,6 +297,9 @@ fn replay(events: &str) -> HashMap<IpAddr, NeighborState> {
                     }
                 }
                 let base = attrs_view(u.get("attribute"));
+                // ExaBGP 4.0 lists a 32-byte IPv6 next hop (global + link-local) as two
+                // next-hop keys with the same NLRI; keep the global one.
+                let mut global_nh = std::collections::HashSet::new();
                 for (_, by_nh) in u
                     .get("announce")
                     .and_then(Value::as_object)
@@ -306,9 +309,17 @@ fn replay(events: &str) -> HashMap<IpAddr, NeighborState> {
                     for (nh, nlris) in by_nh.as_object().into_iter().flatten() {
                         for n in nlris.as_array().into_iter().flatten().filter_map(nlri_text) {
                             let Ok(p) = normalize_prefix(n) else { continue };
+                            let next_hop: Option<IpAddr> = nh.parse().ok();
+                            let link_local = matches!(next_hop, Some(IpAddr::V6(a)) if a.segments()[0] & 0xffc0 == 0xfe80);
+                            if link_local && global_nh.contains(&p) {
+                                continue;
+                            }
+                            if !link_local {
+                                global_nh.insert(p.clone());
+                            }
                             let mut r = base.clone();
                             r.prefix = p.clone();
-                            r.next_hop = nh.parse().ok();
+                            r.next_hop = next_hop;
                             st.rib.insert(p, r);
                         }
                     }
@@ -591,6 +602,15 @@ done
         );
         let st = &replay(&down)[&peer];
         assert_eq!((st.downs, st.rib.len()), (1, 0));
+    }
+
+    #[test]
+    fn ipv6_global_next_hop_wins_over_link_local() {
+        // As ExaBGP 4.0.1 prints a 32-byte next hop: both addresses as keys.
+        let ev = r#"{ "type": "update", "neighbor": { "address": { "local": "fd00:0:0:1::2", "peer": "fd00:0:0:1::1" }, "message": { "update": { "attribute": { "origin": "igp", "as-path": [ 65000 ] }, "announce": { "ipv6 unicast": { "fe80::1": [ { "nlri": "2001:db8:a0::/48" } ], "2001:db8:ffff::1": [ { "nlri": "2001:db8:a0::/48" } ] } } } } } }"#;
+        let peer: IpAddr = "fd00:0:0:1::1".parse().unwrap();
+        let r = &replay(ev)[&peer].rib["2001:db8:a0::/48"];
+        assert_eq!(r.next_hop, Some("2001:db8:ffff::1".parse().unwrap()));
     }
 
     #[test]
