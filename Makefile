@@ -18,7 +18,7 @@ build: deps
 ## make test: every unit test, every integration test against real peers in
 ## network namespaces (needs root), and the fuzz targets' build.
 test: build
-	$(CARGO) test --release --workspace --no-fail-fast
+	$(CARGO) test --release --workspace --no-fail-fast -- --test-threads=1
 	bash crates/wire/fuzz/build.sh
 
 ## make demo: holdfastd between a bird2 and an frr peer, routes flowing.

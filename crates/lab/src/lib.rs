@@ -57,10 +57,14 @@
 //!   `ttl_security` only works on active sessions (its listening socket answers with TTL
 //!   64, so the harness rejects passive + TTL security); advertised routes are the
 //!   harness's record of what it told ExaBGP to announce, not read from the daemon.
-//! * GoBGP: the JSON exposes no established counter (`established_count` is `None`);
-//!   `dropped_count` comes from `flops`.
+//! * GoBGP: the JSON exposes no session counters (GoBGP 3.10 omits `flops`, which only
+//!   counts sessions dropped within 30 s anyway); established/dropped counts come from
+//!   gobgpd's "Peer Up"/"Peer Down" log lines.
 //! * Multi-family sessions (IPv4 and IPv6 unicast over one transport) are generated for
-//!   all peers but only single-family sessions are covered by the tests.
+//!   all peers; the `interop_frr`/`interop_gobgp`/`interop_exabgp` tests cover IPv6 over
+//!   an IPv4 transport (not BIRD, see above). ExaBGP's `next-hop self` would put a
+//!   4-byte next hop on IPv6 routes there (a session reset, RFC 7606 §7.11), so the
+//!   driver announces them with the IPv4-mapped IPv6 address of `local_address`.
 //! * FRR as the passive side occasionally resets a session a few milliseconds after it
 //!   reached Established (TCP close, no NOTIFICATION, seen once in ~20 runs); it
 //!   re-establishes within a second. Assert counters as deltas, not absolute values.

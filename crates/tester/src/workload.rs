@@ -118,6 +118,7 @@ fn realistic(n: usize, local_as: u32, next_hop: Ipv4Addr) -> Workload {
     let mut cursor: u64 = BASE as u64;
     let mut out = Vec::with_capacity(n / 2);
     let mut made = 0usize;
+    let mut seen = std::collections::HashSet::with_capacity(n);
     while made < n {
         let size = (1 + rng.below(4) as usize).min(n - made);
         let mut attrs = base_attrs(local_as, next_hop);
@@ -134,15 +135,22 @@ fn realistic(n: usize, local_as: u32, next_hop: Ipv4Addr) -> Workload {
             attrs.communities.push(((local_as & 0xffff) << 16) | rng.below(1000) as u32);
         }
         let mut prefixes = Vec::with_capacity(size);
-        for _ in 0..size {
+        while prefixes.len() < size {
             let len = realistic_len(&mut rng);
             let block = 1u64 << (32 - len);
             cursor = cursor.div_ceil(block) * block;
             if cursor + block > 0xDF00_0000 {
+                // Past about 490k prefixes the space is used up and the
+                // cursor starts over: later prefixes overlap earlier ones
+                // (more or less specific), but an exact repeat is skipped
+                // so that the workload holds `n` distinct prefixes.
                 cursor = BASE as u64;
             }
-            prefixes.push(Prefix::V4(Prefix4 { addr: cursor as u32, len }));
+            let p = Prefix::V4(Prefix4 { addr: cursor as u32, len });
             cursor += block;
+            if seen.insert(p) {
+                prefixes.push(p);
+            }
         }
         made += prefixes.len();
         out.push((attrs, prefixes));
@@ -182,5 +190,13 @@ mod tests {
         assert!((2.0..3.0).contains(&per_set), "prefixes per attribute set {per_set}");
         let slash24 = set.iter().filter(|p| p.len() == 24).count() as f64 / 50_000.0;
         assert!((0.5..0.7).contains(&slash24), "share of /24s {slash24}");
+    }
+
+    #[test]
+    fn realistic_million_is_unique() {
+        let w = generate(Kind::Realistic, 1_000_000, 65001, Ipv4Addr::new(198, 18, 0, 1));
+        assert_eq!(prefix_count(&w), 1_000_000);
+        let set: HashSet<_> = w.iter().flat_map(|(_, p)| p.iter().copied()).collect();
+        assert_eq!(set.len(), 1_000_000, "prefixes must be unique past the address-space wrap");
     }
 }

@@ -83,11 +83,17 @@ fn announce_line(n: &NeighborSpec, r: &RouteSpec, local_as: u32) -> String {
         "neighbor {} announce route {} next-hop ",
         n.address, r.prefix
     );
-    match r.next_hop {
-        Some(nh) => {
+    match (r.next_hop, n.local_address) {
+        (Some(nh), _) => {
             let _ = write!(s, "{nh}");
         }
-        None => s.push_str("self"),
+        // `self` on an IPv4 transport gives an IPv6 route a 4-byte next hop, which
+        // receivers must treat as a session reset (RFC 7606 §7.11); use the IPv4-mapped
+        // address instead.
+        (None, Some(IpAddr::V4(l))) if r.is_v6() => {
+            let _ = write!(s, "{}", l.to_ipv6_mapped());
+        }
+        (None, _) => s.push_str("self"),
     }
     s.push_str(" origin igp");
     if let Some(m) = r.med {
@@ -626,5 +632,16 @@ done
         assert!(announce_line(&n, &RouteSpec::new("203.0.113.0/24"), 65002)
             .find("as-path")
             .is_none());
+    }
+
+    #[test]
+    fn ipv6_route_over_ipv4_transport_gets_a_mapped_next_hop() {
+        let n = NeighborSpec::new("198.18.1.1".parse().unwrap(), 65001)
+            .local("198.18.1.2".parse().unwrap())
+            .families(true, true);
+        let line = announce_line(&n, &RouteSpec::new("2001:db8::/32"), 65002);
+        assert!(line.contains("next-hop ::ffff:198.18.1.2 "), "{line}");
+        let line = announce_line(&n, &RouteSpec::new("203.0.113.0/24"), 65002);
+        assert!(line.contains("next-hop self "), "{line}");
     }
 }

@@ -279,6 +279,21 @@ impl Gobgp {
     }
 }
 
+/// (established, dropped) transitions of the session with `addr`, from gobgpd's log
+/// (`level=info msg="Peer Up" Key=198.18.1.1 ...`).
+fn peer_transitions(log: &str, addr: &str) -> (u32, u32) {
+    let key = format!("Key={addr} ");
+    let (mut up, mut down) = (0, 0);
+    for l in log.lines().filter(|l| l.contains(&key)) {
+        if l.contains("msg=\"Peer Up\"") {
+            up += 1;
+        } else if l.contains("msg=\"Peer Down\"") {
+            down += 1;
+        }
+    }
+    (up, down)
+}
+
 impl Peer for Gobgp {
     fn kind(&self) -> PeerKind {
         PeerKind::Gobgp
@@ -335,6 +350,7 @@ impl Peer for Gobgp {
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
         let mut views = Vec::new();
+        let log = self.log_text().unwrap_or_default();
         for n in &self.spec.neighbors {
             let addr = n.address.to_string();
             // The per-neighbour query is the one that fills in advertised counters.
@@ -367,12 +383,11 @@ impl Peer for Gobgp {
                         .any(|t| t.ends_with("GracefulRestartCapability")),
                 );
             }
-            s.dropped_count = Some(
-                j.pointer("/state/flops")
-                    .and_then(Value::as_u64)
-                    .and_then(|x| u32::try_from(x).ok())
-                    .unwrap_or(0),
-            );
+            // GoBGP 3's JSON has no session counters (`flops` is absent, and only counts
+            // short-lived sessions anyway): count gobgpd's "Peer Up" / "Peer Down" log lines.
+            let (up, down) = peer_transitions(&log, &addr);
+            s.established_count = Some(up);
+            s.dropped_count = Some(down);
             let sum = |k: &str| -> u32 {
                 j.get("afi_safis")
                     .and_then(Value::as_array)
@@ -473,5 +488,15 @@ mod tests {
             state_text(Some(&serde_json::json!("SESSION_STATE_ACTIVE"))),
             "ACTIVE"
         );
+    }
+
+    #[test]
+    fn counts_transitions_from_the_log() {
+        let log = "time=\"t\" level=info msg=\"Peer Up\" Key=198.18.1.1 State=BGP_FSM_OPENCONFIRM Topic=Peer\n\
+                   time=\"t\" level=info msg=\"Peer Down\" Key=198.18.1.1 Reason=\"x\" State=BGP_FSM_ESTABLISHED Topic=Peer\n\
+                   time=\"t\" level=info msg=\"Peer Up\" Key=198.18.1.11 State=BGP_FSM_OPENCONFIRM Topic=Peer\n\
+                   time=\"t\" level=info msg=\"Peer Up\" Key=198.18.1.1 State=BGP_FSM_OPENCONFIRM Topic=Peer\n";
+        assert_eq!(peer_transitions(log, "198.18.1.1"), (2, 1));
+        assert_eq!(peer_transitions(log, "198.18.1.11"), (1, 0));
     }
 }

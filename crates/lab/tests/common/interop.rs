@@ -26,9 +26,12 @@
 //!    Adj-RIB-In of every session of their family with AS path `65001` and exact MED,
 //!    communities and large communities;
 //! 3. a withdrawal by the peer empties holdfastd's Adj-RIB-In; a reload that removes a
-//!    `[[network]]` withdraws it at the peer;
-//! 4. a reload to an export policy accepting only some prefixes withdraws the others at
-//!    the peer, a reload back to `export = "all"` re-announces them;
+//!    `[[network]]` withdraws it at the peer, and one that changes a network's MED,
+//!    communities and large communities replaces the route at the peer;
+//! 4. a reload to an export policy accepting only some prefixes (and setting MED,
+//!    prepending 65000 twice, adding a community and a large community) withdraws the
+//!    others at the peer and rewrites the accepted ones; a reload back to
+//!    `export = "all"` re-announces the others and restores the original attributes;
 //! 5. through 3 and 4 no session was reset: the peer's uptime kept growing, its
 //!    established/dropped counters (where the tool exposes them) and holdfastd's are
 //!    unchanged, and neither the peer's log nor holdfastd's shows a NOTIFICATION.
@@ -63,11 +66,51 @@ pub struct Sess {
     pub peer_md5: Option<String>,
     /// Whether the session is expected to come up (false: mismatched MD5 passwords).
     pub expect_up: bool,
+    /// Address families carried (IPv4 unicast, IPv6 unicast); default: the transport's.
+    pub families: (bool, bool),
+    /// For the family other than the transport's: the next hop the peer must see on
+    /// holdfastd's routes, and the one holdfastd must see on the peer's routes.
+    pub other_nh: Option<(IpAddr, IpAddr)>,
 }
 
 impl Sess {
+    pub fn new(name: &str, (hf, peer): (IpAddr, IpAddr), hf_passive: bool) -> Self {
+        Sess {
+            name: name.to_string(),
+            hf,
+            peer,
+            hf_passive,
+            hf_md5: None,
+            peer_md5: None,
+            expect_up: true,
+            families: (hf.is_ipv4(), hf.is_ipv6()),
+            other_nh: None,
+        }
+    }
+    /// Both unicast families over this transport; `other_nh` as in the field doc.
+    pub fn multi_family(mut self, hf_nh: IpAddr, peer_nh: IpAddr) -> Self {
+        self.families = (true, true);
+        self.other_nh = Some((hf_nh, peer_nh));
+        self
+    }
     pub fn v6(&self) -> bool {
         self.hf.is_ipv6()
+    }
+    pub fn carries(&self, v6: bool) -> bool {
+        if v6 { self.families.1 } else { self.families.0 }
+    }
+    /// Families carried, as `v6` flags.
+    pub fn fams(&self) -> Vec<bool> {
+        [false, true].into_iter().filter(|v6| self.carries(*v6)).collect()
+    }
+    fn family_names(&self) -> Vec<String> {
+        self.fams().iter().map(|v6| if *v6 { "ipv6-unicast" } else { "ipv4-unicast" }.to_string()).collect()
+    }
+    fn hf_nh(&self, v6: bool) -> IpAddr {
+        if v6 == self.v6() { self.hf } else { self.other_nh.expect("other_nh").0 }
+    }
+    fn peer_nh(&self, v6: bool) -> IpAddr {
+        if v6 == self.v6() { self.peer } else { self.other_nh.expect("other_nh").1 }
     }
 }
 
@@ -114,15 +157,7 @@ pub fn topology(lab: &mut Lab, links: usize) -> (HostId, HostId, Vec<Sess>, Vec<
         let (v4, v6) = (info.v4.unwrap(), info.v6.unwrap());
         addrs.push([(v4.a.into(), v4.b.into()), (v6.a.into(), v6.b.into())]);
     }
-    let mk = |name: &str, (hf, peer): (IpAddr, IpAddr), hf_passive: bool| Sess {
-        name: name.to_string(),
-        hf,
-        peer,
-        hf_passive,
-        hf_md5: None,
-        peer_md5: None,
-        expect_up: true,
-    };
+    let mk = Sess::new;
     let sessions = vec![
         mk("s1-v4-hf-active", addrs[0][0], false),
         mk("s2-v6-hf-passive", addrs[0][1], true),
@@ -166,12 +201,12 @@ pub fn hf_config(sessions: &[Sess], nets: &[Net], export: &str) -> String {
     );
     for x in sessions {
         s += &format!(
-            "[[neighbor]]\naddress = \"{}\"\nremote_asn = {PEER_AS}\nlocal_address = \"{}\"\ndescription = \"{}\"\nimport = \"all\"\nexport = \"{export}\"\npassive = {}\nfamilies = [\"{}\"]\n",
+            "[[neighbor]]\naddress = \"{}\"\nremote_asn = {PEER_AS}\nlocal_address = \"{}\"\ndescription = \"{}\"\nimport = \"all\"\nexport = \"{export}\"\npassive = {}\nfamilies = {:?}\n",
             x.peer,
             x.hf,
             x.name,
             x.hf_passive,
-            if x.v6() { "ipv6-unicast" } else { "ipv4-unicast" }
+            x.family_names()
         );
         if let Some(pw) = &x.hf_md5 {
             s += &format!("md5_password = \"{pw}\"\n");
@@ -184,6 +219,7 @@ pub fn hf_config(sessions: &[Sess], nets: &[Net], export: &str) -> String {
     }
     s += "[[policy]]\nname = \"only-a\"\ndefault = \"reject\"\n[[policy.term]]\nname = \"a\"\naction = \"accept\"\n";
     s += &format!("match = {{ prefix = [\"{}\", \"{}\"] }}\n", NET_A[0], NET_A[1]);
+    s += "set = { med = 5, prepend = 2, add_community = \"65000:777\", add_large_community = \"65000:77:77\" }\n";
     s
 }
 
@@ -191,7 +227,7 @@ pub fn hf_config(sessions: &[Sess], nets: &[Net], export: &str) -> String {
 pub fn peer_spec(sessions: &[Sess], routes: &[RouteSpec]) -> PeerSpec {
     let mut spec = PeerSpec::new(PEER_AS, "192.0.2.200".parse().unwrap());
     for x in sessions {
-        let mut n = NeighborSpec::new(x.hf, HF_AS).local(x.peer);
+        let mut n = NeighborSpec::new(x.hf, HF_AS).local(x.peer).families(x.families.0, x.families.1);
         if !x.hf_passive {
             n = n.passive();
         }
@@ -214,8 +250,12 @@ fn sorted<T: Ord + Clone>(v: &[T]) -> Vec<T> {
 
 /// Whether the peer's view `got` of holdfastd's network `n` sent over `s` is exact.
 fn peer_view_ok(got: &RouteView, n: &Net, s: &Sess) -> bool {
-    got.as_path == vec![HF_AS]
-        && got.next_hop == Some(s.hf)
+    peer_view_is(got, n, s, &[HF_AS])
+}
+
+fn peer_view_is(got: &RouteView, n: &Net, s: &Sess, as_path: &[u32]) -> bool {
+    got.as_path == as_path
+        && got.next_hop == Some(s.hf_nh(n.v6()))
         && got.med == n.med
         && got.communities == sorted(&n.communities)
         && got.large_communities == sorted(&n.large)
@@ -229,7 +269,7 @@ fn rib_in_ok(e: &RibEntry, r: &RouteSpec, s: &Sess) -> bool {
         && e.med == r.med
         && sorted(&e.communities) == comms
         && sorted(&e.large_communities) == large
-        && e.next_hop.as_deref() == Some(s.peer.to_string().as_str())
+        && e.next_hop.as_deref() == Some(s.peer_nh(r.is_v6()).to_string().as_str())
 }
 
 fn norm(p: &str) -> String {
@@ -313,18 +353,17 @@ pub fn run<P: Peer>(lab: &mut Lab, h: HostId, p: HostId, sessions: &[Sess], star
             .wait_established(s.peer, SESSION_TIMEOUT)
             .unwrap_or_else(|e| panic!("{}: holdfastd side: {e}", s.name));
         assert_eq!(n.remote_as, PEER_AS);
-        let fam = if s.v6() { "ipv6-unicast" } else { "ipv4-unicast" };
-        assert_eq!(n.families, vec![fam.to_string()], "{}: {n:?}", s.name);
+        assert_eq!(n.families, s.family_names(), "{}: {n:?}", s.name);
     }
     eprintln!("[{:>5.1}s] all sessions Established", t0.elapsed().as_secs_f64());
 
     // 2. Routes, both ways, exact attributes.
     for s in &up {
-        for n in nets.iter().filter(|n| n.v6() == s.v6()) {
+        for n in nets.iter().filter(|n| s.carries(n.v6())) {
             peer.wait_route(lab, s.hf, n.prefix, ROUTE_TIMEOUT, |r| peer_view_ok(r, n, s))
                 .unwrap_or_else(|e| panic!("{}: {} did not get {} as originated: {e}", s.name, peer.kind(), n.prefix));
         }
-        for r in routes.iter().filter(|r| r.is_v6() == s.v6()) {
+        for r in routes.iter().filter(|r| s.carries(r.is_v6())) {
             wait_until(
                 &format!("{}: {} in holdfastd's Adj-RIB-In", s.name, r.prefix),
                 ROUTE_TIMEOUT,
@@ -343,7 +382,7 @@ pub fn run<P: Peer>(lab: &mut Lab, h: HostId, p: HostId, sessions: &[Sess], star
     let prefixes: Vec<String> = routes.iter().map(|r| r.prefix.clone()).collect();
     peer.withdraw(lab, &prefixes).expect("peer withdraw");
     for s in &up {
-        for r in routes.iter().filter(|r| r.is_v6() == s.v6()) {
+        for r in routes.iter().filter(|r| s.carries(r.is_v6())) {
             wait_until(
                 &format!("{}: {} gone from holdfastd's Adj-RIB-In", s.name, r.prefix),
                 ROUTE_TIMEOUT,
@@ -353,31 +392,46 @@ pub fn run<P: Peer>(lab: &mut Lab, h: HostId, p: HostId, sessions: &[Sess], star
             .unwrap_or_else(|e| panic!("{e}"));
         }
     }
-    // 3b. Withdrawal by holdfastd: a reload without the C networks.
-    let nets_ab: Vec<Net> = nets.iter().filter(|n| !NET_C.contains(&n.prefix)).cloned().collect();
+    // 3b. Withdrawal by holdfastd: a reload without the C networks, which also changes
+    // the attributes of the A networks (implicit replacement at the peer).
+    let mut nets_ab: Vec<Net> = nets.iter().filter(|n| !NET_C.contains(&n.prefix)).cloned().collect();
+    for n in nets_ab.iter_mut().filter(|n| NET_A.contains(&n.prefix)) {
+        n.med = n.med.map(|m| m + 1000);
+        n.communities.push((65000, 999));
+        n.large.remove(0);
+    }
     hf.reload(lab, &hf_config(sessions, &nets_ab, "all")).expect("reload");
-    for s in &up {
-        let c = NET_C[s.v6() as usize];
+    for (s, v6) in up.iter().flat_map(|s| s.fams().into_iter().map(move |v6| (s, v6))) {
+        let c = NET_C[v6 as usize];
         peer.wait_no_route(lab, s.hf, c, ROUTE_TIMEOUT)
             .unwrap_or_else(|e| panic!("{}: network removed by reload: {e}", s.name));
+        let a = nets_ab.iter().find(|n| n.prefix == NET_A[v6 as usize]).unwrap();
+        peer.wait_route(lab, s.hf, a.prefix, ROUTE_TIMEOUT, |r| peer_view_ok(r, a, s))
+            .unwrap_or_else(|e| panic!("{}: network attributes changed by reload: {e}", s.name));
     }
     eprintln!("[{:>5.1}s] withdrawals propagate both ways", t0.elapsed().as_secs_f64());
 
     // 4. Export policy change by reload: only A, then all again.
     hf.reload(lab, &hf_config(sessions, &nets_ab, "only-a")).expect("reload");
-    for s in &up {
-        let (a, b) = (NET_A[s.v6() as usize], NET_B[s.v6() as usize]);
+    for (s, v6) in up.iter().flat_map(|s| s.fams().into_iter().map(move |v6| (s, v6))) {
+        let (a, b) = (NET_A[v6 as usize], NET_B[v6 as usize]);
         peer.wait_no_route(lab, s.hf, b, ROUTE_TIMEOUT)
             .unwrap_or_else(|e| panic!("{}: export policy only-a: {e}", s.name));
-        let got = peer.received_routes(lab, s.hf).expect("received");
-        assert!(got.iter().any(|r| r.prefix == norm(a)), "{}: {a} must stay: {got:?}", s.name);
+        // A stays, rewritten by the policy's `set`.
+        let mut want = nets_ab.iter().find(|n| n.prefix == a).unwrap().clone();
+        want.med = Some(5);
+        want.communities.push((65000, 777));
+        want.large.push((65000, 77, 77));
+        peer.wait_route(lab, s.hf, a, ROUTE_TIMEOUT, |r| peer_view_is(r, &want, s, &[HF_AS; 3]))
+            .unwrap_or_else(|e| panic!("{}: export policy only-a must rewrite {a}: {e}", s.name));
     }
     hf.reload(lab, &hf_config(sessions, &nets_ab, "all")).expect("reload");
-    for s in &up {
-        let b = NET_B[s.v6() as usize];
-        let n = nets.iter().find(|n| n.prefix == b).unwrap();
-        peer.wait_route(lab, s.hf, b, ROUTE_TIMEOUT, |r| peer_view_ok(r, n, s))
-            .unwrap_or_else(|e| panic!("{}: export policy back to all: {e}", s.name));
+    for (s, v6) in up.iter().flat_map(|s| s.fams().into_iter().map(move |v6| (s, v6))) {
+        for p in [NET_A[v6 as usize], NET_B[v6 as usize]] {
+            let n = nets_ab.iter().find(|n| n.prefix == p).unwrap();
+            peer.wait_route(lab, s.hf, p, ROUTE_TIMEOUT, |r| peer_view_ok(r, n, s))
+                .unwrap_or_else(|e| panic!("{}: export policy back to all: {e}", s.name));
+        }
     }
     eprintln!("[{:>5.1}s] export policy reloads took effect", t0.elapsed().as_secs_f64());
 

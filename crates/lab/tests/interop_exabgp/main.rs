@@ -5,14 +5,17 @@
 //!                            fd00:0:0:1::1                    fd00:0:0:1::2
 //!                            198.18.2.1    ===== link 2 ===== 198.18.2.2
 //!                            fd00:0:0:2::1                    fd00:0:0:2::2
+//!                            198.18.3.1    ===== link 3 ===== 198.18.3.2
+//!                            fd00:0:0:3::1                    fd00:0:0:3::2
 //!   s1 v4 link 1: holdfastd active,  exabgp passive   s2 v6 link 1: holdfastd passive, exabgp active
 //!   s3 v4 link 2: holdfastd passive, exabgp active    s4 v6 link 2: holdfastd active,  exabgp passive
+//!   s5 v4 link 3: holdfastd active, exabgp passive, IPv4 and IPv6 unicast over the IPv4 transport
 //!   every ExaBGP neighbour has local_address set (passive ones listen there)
 //! ```
 //!
 //! Checked (details in `common/interop.rs`), ExaBGP's view read from the JSON events its
 //! API process records (parsed UPDATEs, state changes, NOTIFICATIONs):
-//! * all four sessions Established on both sides;
+//! * all five sessions Established on both sides, s5 with both families negotiated;
 //! * holdfastd's `[[network]]` routes reach ExaBGP with AS path 65000, next hop, MED,
 //!   communities, large communities; ExaBGP's routes (MED, communities, large
 //!   communities) are in holdfastd's Adj-RIB-In;
@@ -31,7 +34,16 @@ fn interop_exabgp() {
         return;
     }
     let mut lab = Lab::new("interop_exabgp").expect("lab");
-    let (h, p, sessions, _) = common::topology(&mut lab, 2);
+    let (h, p, mut sessions, extra) = common::topology(&mut lab, 3);
+    // IPv4 and IPv6 unicast over one IPv4 transport: the ExaBGP driver announces the
+    // IPv4-mapped address of its end as IPv6 next hop; holdfastd uses its global IPv6
+    // address on the link.
+    let [(hf4, p4), (hf6, _)] = extra[0];
+    let mapped = match p4 {
+        std::net::IpAddr::V4(a) => std::net::IpAddr::V6(a.to_ipv6_mapped()),
+        _ => unreachable!(),
+    };
+    sessions.push(common::Sess::new("s5-v4-hf-active-multi-family", (hf4, p4), false).multi_family(hf6, mapped));
     let (hf, mut exa) = common::run(
         &mut lab,
         h,

@@ -9,22 +9,29 @@
 //!                            fd00:0:0:3::1                    fd00:0:0:3::2
 //!   s1 v4 link 1: holdfastd active,  frr passive      s2 v6 link 1: holdfastd passive, frr active
 //!   s3 v4 link 2: holdfastd passive, frr active       s4 v6 link 2: holdfastd active,  frr passive
-//!   s5 v4 link 3: holdfastd passive, frr active, MD5 "hf-md5-ok" on both sides
-//!   s6 v6 link 3: holdfastd passive, frr active, MD5 "hf-md5-ok" on holdfastd,
-//!                 "hf-md5-WRONG" on frr
+//!                            198.18.4.1    ===== link 4 ===== 198.18.4.2
+//!                            fd00:0:0:4::1                    fd00:0:0:4::2
+//!   s5 v4 link 3: holdfastd passive, frr active,  MD5 "hf-md5-ok" on both sides
+//!   s6 v6 link 3: holdfastd passive, frr active,  MD5 "hf-md5-ok" on holdfastd, "hf-md5-WRONG" on frr
+//!   s7 v6 link 4: holdfastd active,  frr passive, MD5 "hf-md5-ok" on both sides
+//!   s8 v4 link 4: holdfastd active,  frr passive, MD5 "hf-md5-ok" on holdfastd, "hf-md5-WRONG" on frr
+//!   s9 v4 link 5 (198.18.5.0/24, fd00:0:0:5::/64): holdfastd passive, frr active,
+//!                 IPv4 and IPv6 unicast over the IPv4 transport
 //! ```
 //!
 //! Checked (details in `common/interop.rs`), FRR's view read with `vtysh ... json`:
-//! * s1-s4 and the MD5 session s5 Established on both sides; routes flow over s5 too;
+//! * s1-s4, the multi-family session s9 and the MD5 sessions s5 (holdfastd listening) and s7 (holdfastd connecting)
+//!   Established on both sides; the whole scenario (routes, withdrawals, reloads) runs
+//!   over them too;
 //! * holdfastd's `[[network]]` routes reach FRR with AS path 65000, next hop, MED,
 //!   communities, large communities; FRR's routes (MED, communities, large communities)
 //!   are in holdfastd's Adj-RIB-In;
 //! * withdrawal both ways (FRR `no network`; holdfastd reload removing a network);
 //! * an export-policy reload withdraws / re-adds routes at FRR without a session reset
 //!   (uptime grows, established/dropped counters unchanged, no NOTIFICATION in bgpd.log);
-//! * s6 (mismatched MD5) never reaches Established on either side, and never gets as
-//!   far as an OPEN on holdfastd (msgs_in = 0): the kernel drops the unsigned/badly
-//!   signed segments.
+//! * s6 and s8 (mismatched MD5, each role of holdfastd) never reach Established on
+//!   either side, and no message ever reaches holdfastd (msgs_in = 0): the kernel drops
+//!   the badly signed segments. Checked after at least 10 s of connect attempts.
 
 #[path = "../common/interop.rs"]
 mod common;
@@ -38,28 +45,24 @@ fn interop_frr() {
         return;
     }
     let mut lab = Lab::new("interop_frr").expect("lab");
-    let (h, p, mut sessions, extra) = common::topology(&mut lab, 3);
-    let [(hf4, frr4), (hf6, frr6)] = extra[0];
-    let base = sessions[0].clone();
-    sessions.push(common::Sess {
-        name: "s5-v4-md5".into(),
-        hf: hf4,
-        peer: frr4,
-        hf_passive: true,
+    let (h, p, mut sessions, extra) = common::topology(&mut lab, 5);
+    let md5 = |name: &str, addrs, hf_passive, peer_pw: &str| common::Sess {
         hf_md5: Some("hf-md5-ok".into()),
-        peer_md5: Some("hf-md5-ok".into()),
-        ..base.clone()
-    });
-    let bad = common::Sess {
-        name: "s6-v6-md5-mismatch".into(),
-        hf: hf6,
-        peer: frr6,
-        hf_passive: true,
-        hf_md5: Some("hf-md5-ok".into()),
-        peer_md5: Some("hf-md5-WRONG".into()),
-        expect_up: false,
+        peer_md5: Some(peer_pw.into()),
+        expect_up: peer_pw == "hf-md5-ok",
+        ..common::Sess::new(name, addrs, hf_passive)
     };
-    sessions.push(bad.clone());
+    let bad = [
+        md5("s6-v6-hf-passive-md5-mismatch", extra[0][1], true, "hf-md5-WRONG"),
+        md5("s8-v4-hf-active-md5-mismatch", extra[1][0], false, "hf-md5-WRONG"),
+    ];
+    sessions.push(md5("s5-v4-hf-passive-md5", extra[0][0], true, "hf-md5-ok"));
+    sessions.push(md5("s7-v6-hf-active-md5", extra[1][1], false, "hf-md5-ok"));
+    sessions.extend(bad.iter().cloned());
+    // IPv4 and IPv6 unicast over one IPv4 transport: FRR uses its global IPv6 address
+    // on the link as next hop, holdfastd its own.
+    let [(hf4, p4), (hf6, p6)] = extra[2];
+    sessions.push(common::Sess::new("s9-v4-hf-passive-multi-family", (hf4, p4), true).multi_family(hf6, p6));
     let t0 = Instant::now();
     let (hf, mut frr) = common::run(
         &mut lab,
@@ -70,18 +73,20 @@ fn interop_frr() {
         &["%NOTIFICATION"],
     );
 
-    // The mismatched-MD5 session: FRR has been trying to connect (connect retry) for the
-    // whole scenario; give it at least 10 s in total, then it must still be down.
+    // The mismatched-MD5 sessions: the connecting side has been retrying for the whole
+    // scenario; give it at least 10 s in total, then they must still be down.
     let min = Duration::from_secs(10);
     if t0.elapsed() < min {
         std::thread::sleep(min - t0.elapsed());
     }
-    let v = frr.session(&lab, bad.hf).expect("frr").expect("configured");
-    assert_ne!(v.state, SessionState::Established, "MD5 mismatch came up at FRR: {v:?}");
-    assert_eq!(v.established_count.unwrap_or(0), 0, "{v:?}");
-    let n = hf.neighbor(bad.peer).expect("hf").expect("configured");
-    assert_ne!(n.state, "Established", "MD5 mismatch came up at holdfastd: {n:?}");
-    assert_eq!((n.established_count, n.msgs_in), (0, 0), "{n:?}");
+    for bad in &bad {
+        let v = frr.session(&lab, bad.hf).expect("frr").expect("configured");
+        assert_ne!(v.state, SessionState::Established, "{}: came up at FRR: {v:?}", bad.name);
+        assert_eq!(v.established_count.unwrap_or(0), 0, "{}: {v:?}", bad.name);
+        let n = hf.neighbor(bad.peer).expect("hf").expect("configured");
+        assert_ne!(n.state, "Established", "{}: came up at holdfastd: {n:?}", bad.name);
+        assert_eq!((n.established_count, n.msgs_in), (0, 0), "{}: {n:?}", bad.name);
+    }
 
     frr.stop(&mut lab);
     hf.stop(&mut lab);
