@@ -1,7 +1,7 @@
 //! `holdfast-bench` (what `make bench` runs): TENSOR Fig. 6(a) side by side.
 //!
 //! ```text
-//!   injector (tester, AS 4200000001) ── veth ── DUT (AS 4200000000) ── veth ── monitor (tester, AS 4200000002)
+//!   injector (tester, AS 4250000001) ── veth ── DUT (AS 4250000000) ── veth ── monitor (tester, AS 4250000002)
 //! ```
 //!
 //! Each host is its own lab namespace. For every workload (packed, realistic),
@@ -33,9 +33,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-const DUT_AS: u32 = 4_200_000_000;
-const INJ_AS: u32 = 4_200_000_001;
-const MON_AS: u32 = 4_200_000_002;
+const DUT_AS: u32 = 4_250_000_000;
+const INJ_AS: u32 = 4_250_000_001;
+const MON_AS: u32 = 4_250_000_002;
 const SETUP: Duration = Duration::from_secs(60);
 
 #[derive(Parser, Debug)]

@@ -189,8 +189,8 @@ impl Session {
                     self.teardown(now, Some(n), reason, graceful, true, &mut out);
                 }
             }
-            Event::UpdateSent => {
-                if self.state == State::Established {
+            Event::UpdatesSent(n) => {
+                if self.state == State::Established && n > 0 {
                     self.arm_keepalive(now);
                 }
             }
@@ -511,7 +511,7 @@ impl Session {
                 s.notifications_in += 1;
                 s.last_notification_received = Some(n.clone());
             }
-            Event::UpdateSent => s.updates_out += 1,
+            Event::UpdatesSent(n) => s.updates_out += n,
             Event::RouteRefreshSent => s.route_refresh_out += 1,
             _ => {}
         }
@@ -554,7 +554,7 @@ fn event_name(ev: &Event) -> &'static str {
         Event::UpdateMsgErr(_) => "UPDATE error",
         Event::RouteRefreshMsg => "ROUTE-REFRESH",
         Event::Stop(_) => "Stop",
-        Event::UpdateSent => "UpdateSent",
+        Event::UpdatesSent(_) => "UpdatesSent",
         Event::RouteRefreshSent => "RouteRefreshSent",
     }
 }

@@ -245,7 +245,7 @@ fn keepalives_over_ten_minutes() {
 fn update_sent_restarts_keepalive_timer() {
     let mut s = established();
     assert_eq!(s.timer(Timer::Keepalive), Some(t(31)));
-    s.handle(t(20), Event::UpdateSent);
+    s.handle(t(20), Event::UpdatesSent(1));
     assert_eq!(s.timer(Timer::Keepalive), Some(t(50)));
     assert!(s.poll(t(31)).is_empty());
     assert_eq!(s.stats().updates_out, 1);
@@ -770,7 +770,7 @@ fn counters() {
     s.handle(t(3), Event::UpdateMsg);
     s.handle(t(4), Event::RouteRefreshMsg);
     s.handle(t(4), Event::RouteRefreshSent);
-    s.handle(t(4), Event::UpdateSent);
+    s.handle(t(4), Event::UpdatesSent(1));
     let st = s.stats();
     assert_eq!(
         (
@@ -888,7 +888,7 @@ fn random_event(r: &mut XorShift) -> Event {
         18 => Event::UpdateMsgErr(n),
         19 => Event::RouteRefreshMsg,
         20 => Event::Stop(n),
-        _ => Event::UpdateSent,
+        _ => Event::UpdatesSent(1),
     }
 }
 

@@ -151,9 +151,9 @@ pub enum Event {
     /// change). The session restarts after the idle hold time; follow with
     /// `ManualStop` to keep it down.
     Stop(Notification),
-    /// The daemon sent an UPDATE: counted, and restarts the keepalive timer
-    /// in Established (RFC 4271 §4.4). No RFC event number.
-    UpdateSent,
+    /// The daemon sent this many UPDATEs: counted, and restarts the
+    /// keepalive timer in Established (RFC 4271 §4.4). No RFC event number.
+    UpdatesSent(u64),
     /// The daemon sent a ROUTE-REFRESH: counted only. No RFC event number.
     RouteRefreshSent,
 }

@@ -586,8 +586,13 @@ impl PeerTask {
             PeerCmd::Rib(ToPeer::Send { gen, bytes }) => {
                 if self.up && gen == self.gen {
                     self.metrics.bytes_out(&self.labels, bytes.len());
+                    let updates = count_messages(&bytes);
                     if let Some(conn) = self.main.conn.as_mut() {
                         conn.send(bytes);
+                        // RIB output (UPDATEs, End-of-RIB) bypasses the FSM: tell it, so
+                        // updates_out / msgs_out count it and the KeepaliveTimer restarts
+                        // (RFC 4271 §4.4). One publish per batch, not per message.
+                        self.fsm(Which::Main, Event::UpdatesSent(updates as u64));
                     }
                 }
             }
@@ -646,5 +651,35 @@ impl PeerTask {
             st.negotiated = self.main.fsm.negotiated().cloned();
             st.stats = self.main.fsm.stats().clone();
         }
+    }
+}
+
+/// BGP messages in a buffer of whole, framed messages (length at header octets 16..18).
+fn count_messages(mut buf: &[u8]) -> usize {
+    let mut n = 0;
+    while buf.len() >= 19 {
+        let len = usize::from(u16::from_be_bytes([buf[16], buf[17]]));
+        if len < 19 || len > buf.len() {
+            break;
+        }
+        buf = &buf[len..];
+        n += 1;
+    }
+    n
+}
+
+#[cfg(test)]
+mod count_tests {
+    #[test]
+    fn counts_framed_messages() {
+        let msg = |len: u16| {
+            let mut m = vec![0xff; 16];
+            m.extend_from_slice(&len.to_be_bytes());
+            m.push(2);
+            m.resize(usize::from(len), 0);
+            m
+        };
+        assert_eq!(super::count_messages(&[]), 0);
+        assert_eq!(super::count_messages(&[msg(23), msg(54), msg(4096)].concat()), 3);
     }
 }

@@ -86,7 +86,10 @@ fn packed(n: usize, local_as: u32, next_hop: Ipv4Addr) -> Workload {
     while i < n {
         let take = (n - i).min(500);
         let mut attrs = base_attrs(local_as, next_hop);
-        attrs.as_path = AsPath { segments: vec![AsSegment::Sequence(vec![local_as, 64_512 + group % 1000, 100_000 + group])] };
+        // The middle hop is a 4-octet private AS (RFC 6996): a 16-bit private
+        // one (64512..65535) would match the AS of the device under test in
+        // some sets, which then rejects them as AS loops.
+        attrs.as_path = AsPath { segments: vec![AsSegment::Sequence(vec![local_as, 4_200_000_000 + group % 1000, 100_000 + group])] };
         let prefixes = (i..i + take)
             .map(|k| Prefix::V4(Prefix4 { addr: BASE + ((k as u32) << 8), len: 24 }))
             .collect();
@@ -125,7 +128,10 @@ fn realistic(n: usize, local_as: u32, next_hop: Ipv4Addr) -> Workload {
         let hops = 1 + rng.below(5) as usize;
         let mut path = vec![local_as];
         for _ in 0..hops {
-            path.push(1 + rng.below(400_000) as u32);
+            let hop = 1 + rng.below(400_000) as u32;
+            // Keep clear of the 16-bit private range, where the lab's devices
+            // under test live (an AS loop would reject the route there).
+            path.push(if (64_512..=65_535).contains(&hop) { hop + 70_000 } else { hop });
         }
         attrs.as_path = AsPath { segments: vec![AsSegment::Sequence(path)] };
         if rng.below(4) == 0 {
@@ -145,6 +151,14 @@ fn realistic(n: usize, local_as: u32, next_hop: Ipv4Addr) -> Workload {
                 // (more or less specific), but an exact repeat is skipped
                 // so that the workload holds `n` distinct prefixes.
                 cursor = BASE as u64;
+            }
+            // Skip what BGP speakers discard as martians (host and link
+            // scope): 127.0.0.0/8 and 169.254.0.0/16.
+            if (0x7F00_0000..0x8000_0000).contains(&cursor) {
+                cursor = 0x8000_0000;
+            }
+            if cursor < 0xA9FF_0000 && cursor + block > 0xA9FE_0000 {
+                cursor = 0xA9FF_0000u64.div_ceil(block) * block;
             }
             let p = Prefix::V4(Prefix4 { addr: cursor as u32, len });
             cursor += block;
@@ -192,11 +206,42 @@ mod tests {
         assert!((0.5..0.7).contains(&slash24), "share of /24s {slash24}");
     }
 
+    /// A DUT in AS 64512..65535 (the lab uses 65000) must not see its own AS
+    /// in a workload path, or it rejects those routes as AS loops.
+    #[test]
+    fn paths_avoid_the_16_bit_private_range() {
+        for kind in [Kind::Packed, Kind::Realistic] {
+            let w = generate(kind, 1_000_000, 65001, Ipv4Addr::new(198, 18, 0, 1));
+            for (a, _) in &w {
+                let hops: Vec<u32> = a
+                    .as_path
+                    .segments
+                    .iter()
+                    .flat_map(|s| match s {
+                        AsSegment::Sequence(v) | AsSegment::Set(v) => v.clone(),
+                        _ => vec![],
+                    })
+                    .collect();
+                assert!(hops[1..].iter().all(|h| !(64_512..=65_535).contains(h)), "{kind}: {hops:?}");
+            }
+        }
+    }
+
     #[test]
     fn realistic_million_is_unique() {
         let w = generate(Kind::Realistic, 1_000_000, 65001, Ipv4Addr::new(198, 18, 0, 1));
         assert_eq!(prefix_count(&w), 1_000_000);
         let set: HashSet<_> = w.iter().flat_map(|(_, p)| p.iter().copied()).collect();
         assert_eq!(set.len(), 1_000_000, "prefixes must be unique past the address-space wrap");
+        let martian = |p: &Prefix| match p {
+            Prefix::V4(p) => {
+                let (lo, hi) = (p.addr as u64, p.addr as u64 + (1u64 << (32 - p.len)) - 1);
+                [(0x7F00_0000u64, 0x7FFF_FFFFu64), (0xA9FE_0000, 0xA9FE_FFFF), (0, 0x00FF_FFFF), (0xE000_0000, 0xFFFF_FFFF)]
+                    .iter()
+                    .any(|(a, b)| lo <= *b && hi >= *a)
+            }
+            Prefix::V6(_) => true,
+        };
+        assert!(!set.iter().any(martian), "no prefix may overlap 0/8, 127/8, 169.254/16 or 224/3");
     }
 }

@@ -34,7 +34,8 @@
 //!    `export = "all"` re-announces the others and restores the original attributes;
 //! 5. through 3 and 4 no session was reset: the peer's uptime kept growing, its
 //!    established/dropped counters (where the tool exposes them) and holdfastd's are
-//!    unchanged, and neither the peer's log nor holdfastd's shows a NOTIFICATION.
+//!    unchanged, and neither the peer's log nor holdfastd's shows a NOTIFICATION;
+//!    holdfastd's `msgs_out` counted the UPDATEs the reloads sent.
 
 #![allow(dead_code)]
 
@@ -147,7 +148,10 @@ impl Net {
 /// Creates hosts `h` (holdfastd) and `p` (peer) and `links` links between them; returns
 /// the four standard sessions over links 1 and 2 (see the module doc) plus, per extra
 /// link, its (v4, v6) address pairs as (hf, peer).
-pub fn topology(lab: &mut Lab, links: usize) -> (HostId, HostId, Vec<Sess>, Vec<[(IpAddr, IpAddr); 2]>) {
+/// Per extra link: [(holdfastd v4, peer v4), (holdfastd v6, peer v6)].
+pub type LinkAddrs = [(IpAddr, IpAddr); 2];
+
+pub fn topology(lab: &mut Lab, links: usize) -> (HostId, HostId, Vec<Sess>, Vec<LinkAddrs>) {
     let h = lab.host("h").expect("host h");
     let p = lab.host("p").expect("host p");
     let mut addrs = Vec::new();
@@ -292,13 +296,14 @@ pub struct Snapshot {
     pub at: Instant,
     pub peer: SessionView,
     pub hf_counts: (u64, u64),
+    pub hf_msgs_out: u64,
 }
 
 pub fn snapshot<P: Peer>(lab: &Lab, hf: &Holdfastd, peer: &P, s: &Sess) -> Snapshot {
     let view = peer.session(lab, s.hf).expect("peer session").expect("session configured");
     let n = hf.neighbor(s.peer).expect("hf neighbor").expect("hf neighbor configured");
     assert!(view.is_established() && n.state == "Established", "{}: {view:?} / {n:?}", s.name);
-    Snapshot { at: Instant::now(), peer: view, hf_counts: (n.established_count, n.dropped_count) }
+    Snapshot { at: Instant::now(), peer: view, hf_counts: (n.established_count, n.dropped_count), hf_msgs_out: n.msgs_out }
 }
 
 /// No reset since `before`: still Established, counters unchanged, uptime grew.
@@ -313,6 +318,15 @@ pub fn assert_not_reset<P: Peer>(lab: &Lab, hf: &Holdfastd, peer: &P, s: &Sess, 
         s.name
     );
     assert_eq!(now.hf_counts, before.hf_counts, "{}: holdfastd's session counters changed", s.name);
+    // The reloads sent at least three UPDATEs on every session (C withdrawn, B withdrawn,
+    // B re-announced); holdfastd's message counter must show them.
+    assert!(
+        now.hf_msgs_out >= before.hf_msgs_out + 3,
+        "{}: holdfastd's msgs_out went from {} to {} across the reloads",
+        s.name,
+        before.hf_msgs_out,
+        now.hf_msgs_out
+    );
     let elapsed = now.at.duration_since(before.at).as_secs();
     let (u0, u1) = (b.uptime_secs.expect("uptime before"), a.uptime_secs.expect("uptime after"));
     // Tools round uptimes to whole seconds; allow 2 s of slack, never a restart from 0.

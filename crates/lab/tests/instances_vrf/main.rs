@@ -25,10 +25,10 @@
 #[path = "../robust_common/mod.rs"]
 mod robust_common;
 
-use robust_common::*;
 use holdfast_api::{Body, Request, RibTable};
 use holdfast_lab::skip_unless_ready;
 use holdfast_tester::Peer;
+use robust_common::*;
 use std::collections::BTreeSet;
 use std::net::{SocketAddr, TcpListener};
 use std::time::Duration;
@@ -36,7 +36,13 @@ use std::time::Duration;
 const T: Duration = Duration::from_secs(20);
 
 fn loc(d: &holdfast_lab::Holdfastd, instance: &str) -> BTreeSet<String> {
-    let req = Request::ShowRib { instance: Some(instance.into()), prefix: None, peer: None, table: RibTable::Loc, limit: None };
+    let req = Request::ShowRib {
+        instance: Some(instance.into()),
+        prefix: None,
+        peer: None,
+        table: RibTable::Loc,
+        limit: None,
+    };
     match d.request(&req).unwrap() {
         Body::Rib(r) => r.into_iter().map(|e| e.prefix).collect(),
         other => panic!("unexpected {other:?}"),
@@ -53,22 +59,48 @@ fn instances_and_vrf() {
     // The VRF; kernels without CONFIG_NET_VRF (e.g. some VM kernels) cannot
     // create it: then the instance's sockets are bound to the link device
     // itself (the same SO_BINDTODEVICE path) and the table checks are skipped.
-    let vrf_ok = s.lab.exec(s.hf, &["ip", "link", "add", "vrf-blue", "type", "vrf", "table", "10"]).map(|o| o.status.success()).unwrap_or(false);
+    let vrf_ok = s
+        .lab
+        .exec(
+            s.hf,
+            &[
+                "ip", "link", "add", "vrf-blue", "type", "vrf", "table", "10",
+            ],
+        )
+        .map(|o| o.status.success())
+        .unwrap_or(false);
     let dev = if vrf_ok {
         for cmd in [
             vec!["ip", "link", "set", "vrf-blue", "up"],
             vec!["ip", "link", "set", sb.if_hf.as_str(), "master", "vrf-blue"],
             vec!["ip", "link", "set", sb.if_hf.as_str(), "up"],
         ] {
-            s.lab.exec_ok(s.hf, &cmd).unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+            s.lab
+                .exec_ok(s.hf, &cmd)
+                .unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
         }
-        let main_route = s.lab.exec_ok(s.hf, &["ip", "-4", "route", "show", "table", "main"]).unwrap();
-        assert!(!main_route.contains("198.18.2."), "B still routable in the main table:\n{main_route}");
-        let vrf_route = s.lab.exec_ok(s.hf, &["ip", "-4", "route", "show", "vrf", "vrf-blue"]).unwrap();
-        assert!(vrf_route.contains("198.18.2."), "B not routable in vrf-blue:\n{vrf_route}");
+        let main_route = s
+            .lab
+            .exec_ok(s.hf, &["ip", "-4", "route", "show", "table", "main"])
+            .unwrap();
+        assert!(
+            !main_route.contains("198.18.2."),
+            "B still routable in the main table:\n{main_route}"
+        );
+        let vrf_route = s
+            .lab
+            .exec_ok(s.hf, &["ip", "-4", "route", "show", "vrf", "vrf-blue"])
+            .unwrap();
+        assert!(
+            vrf_route.contains("198.18.2."),
+            "B not routable in vrf-blue:\n{vrf_route}"
+        );
         "vrf-blue".to_string()
     } else {
-        println!("instances_vrf: kernel has no VRF support; binding instance blue to {} instead", sb.if_hf);
+        println!(
+            "instances_vrf: kernel has no VRF support; binding instance blue to {} instead",
+            sb.if_hf
+        );
         sb.if_hf.clone()
     };
 
@@ -94,38 +126,90 @@ fn instances_and_vrf() {
     let nb = d.neighbor(sb.ip).unwrap().unwrap();
     assert_eq!(nb.instance, "blue");
     // The session's socket is bound to the device: ss shows ADDR%DEV.
-    let ss = s.lab.exec_ok(s.hf, &["ss", "-Htn", "state", "established", "dst", &sb.ip.to_string()]).unwrap();
-    assert!(ss.contains(&format!("%{dev}:")), "B's connection is not bound to {dev}:\n{ss}");
+    let ss = s
+        .lab
+        .exec_ok(
+            s.hf,
+            &[
+                "ss",
+                "-Htn",
+                "state",
+                "established",
+                "dst",
+                &sb.ip.to_string(),
+            ],
+        )
+        .unwrap();
+    assert!(
+        ss.contains(&format!("%{dev}:")),
+        "B's connection is not bound to {dev}:\n{ss}"
+    );
     // A listener of the VRF next to the unbound one (only possible with a
     // real l3mdev: the kernel keys bind buckets by VRF, not by plain device).
     if vrf_ok {
-        let ss = s.lab.exec_ok(s.hf, &["ss", "-Htln", "sport", "= :179"]).unwrap();
-        assert!(ss.contains(&format!("%{dev}:179")), "no listener bound to {dev}:\n{ss}");
+        let ss = s
+            .lab
+            .exec_ok(s.hf, &["ss", "-Htln", "sport", "= :179"])
+            .unwrap();
+        assert!(
+            ss.contains(&format!("%{dev}:179")),
+            "no listener bound to {dev}:\n{ss}"
+        );
     }
 
-    a.announce(&attrs(65001, sa.ip), &[p4("10.1.0.0/24")]).unwrap();
-    b.announce(&attrs(65002, sb.ip), &[p4("10.2.0.0/24")]).unwrap();
-    a.wait("A receives default's network", T, |v| v.routes.contains_key(&p4("10.100.0.0/24"))).unwrap();
-    b.wait("B receives blue's static", T, |v| v.routes.contains_key(&p4("10.200.0.0/24"))).unwrap();
-    holdfast_lab::wait_until("both Loc-RIBs have their peer's route", T, || Ok((loc(&d, "default"), loc(&d, "blue"))), |(x, y)| {
-        x.contains("10.1.0.0/24") && y.contains("10.2.0.0/24")
+    a.announce(&attrs(65001, sa.ip), &[p4("10.1.0.0/24")])
+        .unwrap();
+    b.announce(&attrs(65002, sb.ip), &[p4("10.2.0.0/24")])
+        .unwrap();
+    a.wait("A receives default's network", T, |v| {
+        v.routes.contains_key(&p4("10.100.0.0/24"))
     })
+    .unwrap();
+    b.wait("B receives blue's static", T, |v| {
+        v.routes.contains_key(&p4("10.200.0.0/24"))
+    })
+    .unwrap();
+    holdfast_lab::wait_until(
+        "both Loc-RIBs have their peer's route",
+        T,
+        || Ok((loc(&d, "default"), loc(&d, "blue"))),
+        |(x, y)| x.contains("10.1.0.0/24") && y.contains("10.2.0.0/24"),
+    )
     .unwrap();
     // Give a leak the chance to show: one more export round on both sessions.
     std::thread::sleep(Duration::from_secs(1));
     let want = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>();
-    assert_eq!(loc(&d, "default"), want(&["10.1.0.0/24", "10.100.0.0/24"]), "Loc-RIB of default");
-    assert_eq!(loc(&d, "blue"), want(&["10.2.0.0/24", "10.200.0.0/24"]), "Loc-RIB of blue");
+    assert_eq!(
+        loc(&d, "default"),
+        want(&["10.1.0.0/24", "10.100.0.0/24"]),
+        "Loc-RIB of default"
+    );
+    assert_eq!(
+        loc(&d, "blue"),
+        want(&["10.2.0.0/24", "10.200.0.0/24"]),
+        "Loc-RIB of blue"
+    );
     a.view(|v| {
         let got: BTreeSet<String> = v.routes.keys().map(|p| p.to_string()).collect();
-        assert!(!got.contains("10.2.0.0/24") && !got.contains("10.200.0.0/24"), "blue leaked into default: {got:?}");
+        assert!(
+            !got.contains("10.2.0.0/24") && !got.contains("10.200.0.0/24"),
+            "blue leaked into default: {got:?}"
+        );
     });
     b.view(|v| {
         let got: BTreeSet<String> = v.routes.keys().map(|p| p.to_string()).collect();
-        assert!(!got.contains("10.1.0.0/24") && !got.contains("10.100.0.0/24"), "default leaked into blue: {got:?}");
+        assert!(
+            !got.contains("10.1.0.0/24") && !got.contains("10.100.0.0/24"),
+            "default leaked into blue: {got:?}"
+        );
     });
     for (p, who) in [(&a, "A"), (&b, "B")] {
-        p.view(|v| assert!(v.notifications.is_empty() && !v.closed, "{who}'s session disturbed"));
+        p.view(|v| {
+            assert!(
+                v.notifications.is_empty() && !v.closed,
+                "{who}'s session disturbed"
+            )
+        });
     }
     drop(a);
     drop(b);

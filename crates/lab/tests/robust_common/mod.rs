@@ -61,7 +61,9 @@ pub fn neighbor_block(side: &Side, asn: u32, extra: &str) -> String {
 }
 
 pub fn global_block(extra: &str) -> String {
-    format!("[global]\nasn = {HF_AS}\nrouter_id = \"192.0.2.1\"\nlisten = \"0.0.0.0:179\"\n{extra}\n")
+    format!(
+        "[global]\nasn = {HF_AS}\nrouter_id = \"192.0.2.1\"\nlisten = \"0.0.0.0:179\"\n{extra}\n"
+    )
 }
 
 /// IPv4-unicast-only tester settings, BGP id 192.0.2.(100+id).
@@ -79,7 +81,12 @@ pub fn connect(side: &Side, cfg: &Config, timeout: Duration) -> Peer {
     while std::time::Instant::now() < deadline {
         let (ns, hf, ip, c) = (side.netns.clone(), side.hf_ip, side.ip, cfg.clone());
         match holdfast_tester::netns::in_netns(&ns, move || {
-            Peer::connect(SocketAddr::new(hf, 179), Some(ip), &c, Duration::from_secs(5))
+            Peer::connect(
+                SocketAddr::new(hf, 179),
+                Some(ip),
+                &c,
+                Duration::from_secs(5),
+            )
         }) {
             Ok(Ok(p)) => return p,
             Ok(Err(e)) => last = e.to_string(),
@@ -87,7 +94,10 @@ pub fn connect(side: &Side, cfg: &Config, timeout: Duration) -> Peer {
         }
         std::thread::sleep(Duration::from_millis(200));
     }
-    panic!("tester {} could not establish with holdfastd {}: {last}", side.ip, side.hf_ip);
+    panic!(
+        "tester {} could not establish with holdfastd {}: {last}",
+        side.ip, side.hf_ip
+    );
 }
 
 pub fn p4(s: &str) -> Prefix {
@@ -97,7 +107,9 @@ pub fn p4(s: &str) -> Prefix {
 /// `n` consecutive /24s from `first` (a.b.c.0).
 pub fn prefixes(first: Ipv4Addr, n: u32) -> Vec<Prefix> {
     let base = u32::from(first);
-    (0..n).map(|i| Prefix::V4(Prefix4::new(Ipv4Addr::from(base + (i << 8)), 24).expect("p"))).collect()
+    (0..n)
+        .map(|i| Prefix::V4(Prefix4::new(Ipv4Addr::from(base + (i << 8)), 24).expect("p")))
+        .collect()
 }
 
 pub fn attrs(asn: u32, next_hop: IpAddr) -> PathAttrs {
@@ -107,15 +119,25 @@ pub fn attrs(asn: u32, next_hop: IpAddr) -> PathAttrs {
     };
     PathAttrs {
         origin: Some(Origin::Igp),
-        as_path: AsPath { segments: vec![AsSegment::Sequence(vec![asn])] },
+        as_path: AsPath {
+            segments: vec![AsSegment::Sequence(vec![asn])],
+        },
         next_hop: Some(nh),
         ..PathAttrs::default()
     }
 }
 
 /// Prefixes holdfastd has in a table (for `peer`, if given).
-pub fn rib_prefixes(d: &Holdfastd, table: holdfast_api::RibTable, peer: Option<IpAddr>) -> Vec<String> {
-    d.rib(table, peer).expect("rib").into_iter().map(|e| e.prefix).collect()
+pub fn rib_prefixes(
+    d: &Holdfastd,
+    table: holdfast_api::RibTable,
+    peer: Option<IpAddr>,
+) -> Vec<String> {
+    d.rib(table, peer)
+        .expect("rib")
+        .into_iter()
+        .map(|e| e.prefix)
+        .collect()
 }
 
 /// Starts holdfastd in host `hf`.
