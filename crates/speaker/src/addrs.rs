@@ -8,7 +8,9 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// (IPv4, global IPv6, link-local IPv6) on the interface holding `local`.
 pub fn local_addresses(local: IpAddr) -> (Option<Ipv4Addr>, Option<Ipv6Addr>, Option<Ipv6Addr>) {
-    let Ok(addrs) = nix::ifaddrs::getifaddrs() else { return from_ip(local) };
+    let Ok(addrs) = nix::ifaddrs::getifaddrs() else {
+        return from_ip(local);
+    };
     let addrs: Vec<(String, IpAddr)> = addrs
         .filter_map(|a| {
             let sa = a.address?;
@@ -22,7 +24,11 @@ pub fn local_addresses(local: IpAddr) -> (Option<Ipv4Addr>, Option<Ipv6Addr>, Op
             Some((a.interface_name, ip))
         })
         .collect();
-    let Some(ifname) = addrs.iter().find(|(_, ip)| *ip == local).map(|(n, _)| n.clone()) else {
+    let Some(ifname) = addrs
+        .iter()
+        .find(|(_, ip)| *ip == local)
+        .map(|(n, _)| n.clone())
+    else {
         return from_ip(local);
     };
     let (mut v4, mut v6, mut ll) = from_ip(local);

@@ -29,7 +29,9 @@ pub fn serve_control(path: &Path, tx: DaemonTx) -> std::io::Result<()> {
     let listener = UnixListener::bind(path)?;
     tokio::spawn(async move {
         loop {
-            let Ok((stream, _)) = listener.accept().await else { continue };
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
             let tx = tx.clone();
             tokio::spawn(async move {
                 let (rd, mut wr) = stream.into_split();
@@ -66,7 +68,9 @@ pub async fn serve_metrics(addr: std::net::SocketAddr, tx: DaemonTx) -> std::io:
     let tx = Arc::new(tx);
     tokio::spawn(async move {
         loop {
-            let Ok((mut stream, _)) = listener.accept().await else { continue };
+            let Ok((mut stream, _)) = listener.accept().await else {
+                continue;
+            };
             let tx = tx.clone();
             tokio::spawn(async move {
                 let mut req = Vec::with_capacity(1024);
@@ -77,7 +81,11 @@ pub async fn serve_metrics(addr: std::net::SocketAddr, tx: DaemonTx) -> std::io:
                         Ok(n) => req.extend_from_slice(&buf[..n]),
                     }
                 }
-                let first = String::from_utf8_lossy(&req).lines().next().unwrap_or_default().to_string();
+                let first = String::from_utf8_lossy(&req)
+                    .lines()
+                    .next()
+                    .unwrap_or_default()
+                    .to_string();
                 let (status, body) = if first.starts_with("GET /metrics") {
                     let (rtx, rrx) = oneshot::channel();
                     if tx.send(DaemonReq::Metrics(rtx)).is_err() {

@@ -7,9 +7,12 @@
 use crate::peer::{PeerSettings, PeerStatus, SharedStatus};
 use crate::socket::SockOpts;
 use anyhow::{anyhow, Context};
-use holdfast_api::{format_community, format_ext_community, format_large_community, NeighborInfo, RibEntry};
+use holdfast_api::{
+    format_community, format_ext_community, format_large_community, NeighborInfo, RibEntry,
+};
 use holdfast_config::{
-    Config, Instance, MatchFamily, Neighbor, PolicyDef, PolicyDefault, PolicyRef as CfgRef, TermAction,
+    Config, Instance, MatchFamily, Neighbor, PolicyDef, PolicyDefault, PolicyRef as CfgRef,
+    TermAction,
 };
 use holdfast_fsm::SessionConfig;
 use holdfast_rib::policy::{Match, Policy, PrefixList, PrefixListEntry, SetAction, Term};
@@ -41,7 +44,13 @@ pub fn compile(cfg: &Config) -> anyhow::Result<Compiled> {
                     permit: e.action == holdfast_config::ListAction::Permit,
                 })
                 .collect();
-            (l.name.as_str(), Arc::new(PrefixList { name: l.name.clone(), entries }))
+            (
+                l.name.as_str(),
+                Arc::new(PrefixList {
+                    name: l.name.clone(),
+                    entries,
+                }),
+            )
         })
         .collect();
     let mut policies = HashMap::new();
@@ -74,27 +83,61 @@ fn compile_policy(p: &PolicyDef, lists: &HashMap<&str, Arc<PrefixList>>) -> anyh
         let m = &t.matches;
         let mut matches = Vec::new();
         if let Some(name) = &m.prefix_list {
-            let l = lists.get(name.as_str()).ok_or_else(|| anyhow!("unknown prefix list {name:?}"))?;
+            let l = lists
+                .get(name.as_str())
+                .ok_or_else(|| anyhow!("unknown prefix list {name:?}"))?;
             matches.push(Match::PrefixList(l.clone()));
         }
         if !m.prefix.is_empty() {
             let entries = m
                 .prefix
                 .iter()
-                .map(|pm| PrefixListEntry { prefix: pm.prefix, ge: Some(pm.min_len), le: Some(pm.max_len), permit: true })
+                .map(|pm| PrefixListEntry {
+                    prefix: pm.prefix,
+                    ge: Some(pm.min_len),
+                    le: Some(pm.max_len),
+                    permit: true,
+                })
                 .collect();
-            matches.push(Match::PrefixList(Arc::new(PrefixList { name: format!("{}:{}", p.name, t.name), entries })));
+            matches.push(Match::PrefixList(Arc::new(PrefixList {
+                name: format!("{}:{}", p.name, t.name),
+                entries,
+            })));
         }
         if let Some(re) = &m.as_path {
             let re = regex::Regex::new(re.as_str()).map_err(|e| anyhow!("as_path: {e}"))?;
             matches.push(Match::AsPathRegex(re));
         }
-        matches.extend(any(m.as_path_contains.iter().map(|a| Match::AsPathContains(*a)).collect()));
-        matches.extend(any(m.origin_as.iter().map(|a| Match::OriginAs(*a)).collect()));
-        matches.extend(any(m.neighbor_as.iter().map(|a| Match::NeighborAs(*a)).collect()));
-        matches.extend(any(m.community.iter().map(|c| Match::Community(c.0)).collect()));
-        matches.extend(any(m.large_community.iter().map(|c| Match::LargeCommunity(c.0)).collect()));
-        matches.extend(any(m.ext_community.iter().map(|c| Match::ExtCommunity(c.0)).collect()));
+        matches.extend(any(m
+            .as_path_contains
+            .iter()
+            .map(|a| Match::AsPathContains(*a))
+            .collect()));
+        matches.extend(any(m
+            .origin_as
+            .iter()
+            .map(|a| Match::OriginAs(*a))
+            .collect()));
+        matches.extend(any(m
+            .neighbor_as
+            .iter()
+            .map(|a| Match::NeighborAs(*a))
+            .collect()));
+        matches.extend(any(m
+            .community
+            .iter()
+            .map(|c| Match::Community(c.0))
+            .collect()));
+        matches.extend(any(m
+            .large_community
+            .iter()
+            .map(|c| Match::LargeCommunity(c.0))
+            .collect()));
+        matches.extend(any(m
+            .ext_community
+            .iter()
+            .map(|c| Match::ExtCommunity(c.0))
+            .collect()));
         if let Some(n) = m.path_len_le {
             matches.push(Match::PathLenLe(n as usize));
         }
@@ -115,15 +158,33 @@ fn compile_policy(p: &PolicyDef, lists: &HashMap<&str, Arc<PrefixList>>) -> anyh
         if let Some(v) = s.med {
             actions.push(SetAction::Med(v));
         }
-        actions.extend(s.remove_community.iter().map(|c| SetAction::RemoveCommunity(c.0)));
+        actions.extend(
+            s.remove_community
+                .iter()
+                .map(|c| SetAction::RemoveCommunity(c.0)),
+        );
         actions.extend(s.add_community.iter().map(|c| SetAction::AddCommunity(c.0)));
-        actions.extend(s.remove_large_community.iter().map(|c| SetAction::RemoveLargeCommunity(c.0)));
-        actions.extend(s.add_large_community.iter().map(|c| SetAction::AddLargeCommunity(c.0)));
+        actions.extend(
+            s.remove_large_community
+                .iter()
+                .map(|c| SetAction::RemoveLargeCommunity(c.0)),
+        );
+        actions.extend(
+            s.add_large_community
+                .iter()
+                .map(|c| SetAction::AddLargeCommunity(c.0)),
+        );
         if !s.add_ext_community.is_empty() {
-            return Err(anyhow!("term {:?}: set.add_ext_community is not supported yet", t.name));
+            return Err(anyhow!(
+                "term {:?}: set.add_ext_community is not supported yet",
+                t.name
+            ));
         }
         if let Some(pp) = &s.prepend {
-            actions.push(SetAction::Prepend { asn: pp.asn, count: pp.count });
+            actions.push(SetAction::Prepend {
+                asn: pp.asn,
+                count: pp.count,
+            });
         }
         if s.next_hop_self {
             actions.push(SetAction::NextHopSelf);
@@ -133,16 +194,34 @@ fn compile_policy(p: &PolicyDef, lists: &HashMap<&str, Arc<PrefixList>>) -> anyh
             TermAction::Reject => Some(false),
             TermAction::Next => None,
         };
-        terms.push(Term { name: t.name.clone(), matches, actions, verdict });
+        terms.push(Term {
+            name: t.name.clone(),
+            matches,
+            actions,
+            verdict,
+        });
     }
-    Ok(Policy { name: p.name.clone(), terms, default_accept: p.default == PolicyDefault::Accept })
+    Ok(Policy {
+        name: p.name.clone(),
+        terms,
+        default_accept: p.default == PolicyDefault::Accept,
+    })
 }
 
 fn network_attrs(n: &holdfast_config::Network) -> PathAttrs {
-    let mut a = PathAttrs { origin: Some(Origin::Igp), as_path: AsPath::default(), ..PathAttrs::default() };
+    let mut a = PathAttrs {
+        origin: Some(Origin::Igp),
+        as_path: AsPath::default(),
+        ..PathAttrs::default()
+    };
     match n.next_hop {
         Some(IpAddr::V4(v4)) => a.next_hop = Some(v4),
-        Some(IpAddr::V6(v6)) => a.mp_next_hop = Some(MpNextHop { global: IpAddr::V6(v6), link_local: None }),
+        Some(IpAddr::V6(v6)) => {
+            a.mp_next_hop = Some(MpNextHop {
+                global: IpAddr::V6(v6),
+                link_local: None,
+            })
+        }
         None => {}
     }
     a.med = n.med;
@@ -170,15 +249,26 @@ fn policy_ref(r: &CfgRef, compiled: &Compiled) -> anyhow::Result<PolicyRef> {
     Ok(match r {
         CfgRef::All => PolicyRef::All,
         CfgRef::None => PolicyRef::None,
-        CfgRef::Named(n) => {
-            PolicyRef::Policy(compiled.policies.get(n).cloned().ok_or_else(|| anyhow!("unknown policy {n:?}"))?)
-        }
+        CfgRef::Named(n) => PolicyRef::Policy(
+            compiled
+                .policies
+                .get(n)
+                .cloned()
+                .ok_or_else(|| anyhow!("unknown policy {n:?}"))?,
+        ),
     })
 }
 
-pub fn peer_settings(cfg: &Config, compiled: &Compiled, n: &Neighbor, id: PeerId) -> anyhow::Result<PeerSettings> {
+pub fn peer_settings(
+    cfg: &Config,
+    compiled: &Compiled,
+    n: &Neighbor,
+    id: PeerId,
+) -> anyhow::Result<PeerSettings> {
     let g = &cfg.global;
-    let inst = cfg.instance(&n.instance).ok_or_else(|| anyhow!("neighbor {}: unknown instance", n.address))?;
+    let inst = cfg
+        .instance(&n.instance)
+        .ok_or_else(|| anyhow!("neighbor {}: unknown instance", n.address))?;
     let local_as = n.local_as(g);
     let router_id = inst.effective_router_id(g);
     let mut session = SessionConfig::new(local_as, n.remote_asn, router_id);
@@ -187,7 +277,11 @@ pub fn peer_settings(cfg: &Config, compiled: &Compiled, n: &Neighbor, id: PeerId
     session.connect_retry = n.effective_connect_retry(g);
     session.passive = n.passive;
     session.families = n.families.iter().map(|f| f.family()).collect();
-    session.graceful_restart = if n.advertise_graceful_restart(g) { g.graceful_restart_time } else { None };
+    session.graceful_restart = if n.advertise_graceful_restart(g) {
+        g.graceful_restart_time
+    } else {
+        None
+    };
     let sock = SockOpts {
         md5: n.md5_password.as_ref().map(|k| k.0.clone()),
         ttl_security: n.ttl_security,
@@ -209,8 +303,10 @@ pub fn peer_settings(cfg: &Config, compiled: &Compiled, n: &Neighbor, id: PeerId
         local_addr_v4: v4,
         local_addr_v6: v6,
         local_addr_v6_ll: None,
-        import: policy_ref(&n.import, compiled).with_context(|| format!("neighbor {}: import", n.address))?,
-        export: policy_ref(&n.export, compiled).with_context(|| format!("neighbor {}: export", n.address))?,
+        import: policy_ref(&n.import, compiled)
+            .with_context(|| format!("neighbor {}: import", n.address))?,
+        export: policy_ref(&n.export, compiled)
+            .with_context(|| format!("neighbor {}: export", n.address))?,
         rr_client: n.route_reflector_client,
         next_hop_self: n.next_hop_self,
         max_prefix: n.max_prefix,
@@ -238,7 +334,10 @@ pub fn neighbor_info(
     status: &SharedStatus,
     counts: Option<PeerCounts>,
 ) -> NeighborInfo {
-    let st: PeerStatus = status.lock().map(|s| s.clone()).unwrap_or_else(|p| p.into_inner().clone());
+    let st: PeerStatus = status
+        .lock()
+        .map(|s| s.clone())
+        .unwrap_or_else(|p| p.into_inner().clone());
     let c = counts.unwrap_or_default();
     let neg = st.negotiated.as_ref();
     NeighborInfo {
@@ -249,7 +348,9 @@ pub fn neighbor_info(
         state: st.state.to_string(),
         uptime_secs: st.established_at.map(|t| t.elapsed().as_secs()),
         remote_id: neg.map(|n| n.remote_id.to_string()),
-        hold_time: neg.map(|n| n.hold_time).unwrap_or(n.effective_hold_time(&cfg.global)),
+        hold_time: neg
+            .map(|n| n.hold_time)
+            .unwrap_or(n.effective_hold_time(&cfg.global)),
         keepalive: neg.map(|n| n.keepalive).unwrap_or(0),
         prefixes_received: c.received,
         prefixes_accepted: c.accepted,
@@ -260,7 +361,12 @@ pub fn neighbor_info(
         dropped_count: st.stats.dropped_count,
         last_error: st.stats.last_error.clone(),
         families: neg
-            .map(|n| n.families.iter().map(|f| format!("{:?}-{:?}", f.afi, f.safi).to_lowercase()).collect())
+            .map(|n| {
+                n.families
+                    .iter()
+                    .map(|f| format!("{:?}-{:?}", f.afi, f.safi).to_lowercase())
+                    .collect()
+            })
             .unwrap_or_default(),
     }
 }

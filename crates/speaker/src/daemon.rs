@@ -84,7 +84,9 @@ pub async fn run(
     control::serve_control(&d.cfg.global.control_socket, tx.clone())
         .with_context(|| format!("control socket {}", d.cfg.global.control_socket.display()))?;
     if let Some(addr) = d.cfg.global.metrics_listen {
-        control::serve_metrics(addr, tx.clone()).await.with_context(|| format!("metrics listener {addr}"))?;
+        control::serve_metrics(addr, tx.clone())
+            .await
+            .with_context(|| format!("metrics listener {addr}"))?;
     }
     let mut hup = signal(SignalKind::hangup())?;
     let mut term = signal(SignalKind::terminate())?;
@@ -135,24 +137,41 @@ impl Daemon {
         let compiled = convert::compile(&cfg).context("compiling policies")?;
         let diff = holdfast_config::diff(&self.cfg, &cfg);
         if !initial && diff.global_changed {
-            tracing::warn!("[global] changed: asn, router_id and listen take effect for new sessions only");
+            tracing::warn!(
+                "[global] changed: asn, router_id and listen take effect for new sessions only"
+            );
         }
         for inst in &cfg.instances {
             if !self.instances.contains_key(&inst.name) {
                 let engine = holdfast_rib::Engine::new(convert::engine_config(&cfg, inst));
                 let mailboxes: Mailboxes = Arc::new(RwLock::new(HashMap::new()));
-                let rib = rib_thread::spawn(inst.name.clone(), engine, mailboxes.clone(), self.metrics.clone());
+                let rib = rib_thread::spawn(
+                    inst.name.clone(),
+                    engine,
+                    mailboxes.clone(),
+                    self.metrics.clone(),
+                );
                 self.instances.insert(
                     inst.name.clone(),
-                    Instance { rib, mailboxes, originated: BTreeMap::new() },
+                    Instance {
+                        rib,
+                        mailboxes,
+                        originated: BTreeMap::new(),
+                    },
                 );
             }
         }
         let mut added = 0;
         let mut changed = 0;
         let mut removed = 0;
-        let wanted: HashMap<NeighborKey, &Neighbor> = cfg.neighbors.iter().map(|n| (n.key(), n)).collect();
-        let gone: Vec<NeighborKey> = self.peers.keys().filter(|k| !wanted.contains_key(*k)).cloned().collect();
+        let wanted: HashMap<NeighborKey, &Neighbor> =
+            cfg.neighbors.iter().map(|n| (n.key(), n)).collect();
+        let gone: Vec<NeighborKey> = self
+            .peers
+            .keys()
+            .filter(|k| !wanted.contains_key(*k))
+            .cloned()
+            .collect();
         for key in gone {
             self.remove_peer(&key);
             removed += 1;
@@ -170,11 +189,13 @@ impl Daemon {
                     if policy_changed || settings_changed {
                         let settings = convert::peer_settings(&cfg, &compiled, n, entry.id)?;
                         if policy_changed {
-                            self.instance(&settings.instance)?.rib.send(RibCmd::SetPolicies {
-                                peer: entry.id,
-                                import: settings.spec.import.clone(),
-                                export: settings.spec.export.clone(),
-                            });
+                            self.instance(&settings.instance)?
+                                .rib
+                                .send(RibCmd::SetPolicies {
+                                    peer: entry.id,
+                                    import: settings.spec.import.clone(),
+                                    export: settings.spec.export.clone(),
+                                });
                         }
                         let _ = entry.tx.send(PeerCmd::Reconfigure(Box::new(settings)));
                         if let Some(e) = self.peers.get_mut(&key) {
@@ -188,11 +209,15 @@ impl Daemon {
         self.sync_listeners(&cfg)?;
         self.sync_networks(&cfg, &compiled)?;
         self.cfg = cfg;
-        Ok(format!("{added} neighbour(s) added, {changed} changed, {removed} removed"))
+        Ok(format!(
+            "{added} neighbour(s) added, {changed} changed, {removed} removed"
+        ))
     }
 
     fn instance(&self, name: &str) -> anyhow::Result<&Instance> {
-        self.instances.get(name).with_context(|| format!("unknown instance {name:?}"))
+        self.instances
+            .get(name)
+            .with_context(|| format!("unknown instance {name:?}"))
     }
 
     fn add_peer(&mut self, cfg: &Config, compiled: &Compiled, n: &Neighbor) -> anyhow::Result<()> {
@@ -207,19 +232,36 @@ impl Daemon {
         let address = settings.address;
         let (tx, status) = peer::spawn(settings, rib, self.metrics.clone());
         mailboxes.write().expect("mailboxes").insert(id, tx.clone());
-        self.lookup.write().expect("lookup").insert((vrf.clone(), address), tx.clone());
-        self.peers.insert(n.key(), PeerEntry { id, tx, status, neighbor: n.clone(), vrf });
+        self.lookup
+            .write()
+            .expect("lookup")
+            .insert((vrf.clone(), address), tx.clone());
+        self.peers.insert(
+            n.key(),
+            PeerEntry {
+                id,
+                tx,
+                status,
+                neighbor: n.clone(),
+                vrf,
+            },
+        );
         Ok(())
     }
 
     fn remove_peer(&mut self, key: &NeighborKey) {
-        let Some(entry) = self.peers.remove(key) else { return };
+        let Some(entry) = self.peers.remove(key) else {
+            return;
+        };
         let _ = entry.tx.send(PeerCmd::Shutdown);
         if let Some(inst) = self.instances.get(&entry.neighbor.instance) {
             inst.mailboxes.write().expect("mailboxes").remove(&entry.id);
             inst.rib.send(RibCmd::RemovePeer(entry.id));
         }
-        self.lookup.write().expect("lookup").remove(&(entry.vrf, entry.neighbor.address));
+        self.lookup
+            .write()
+            .expect("lookup")
+            .remove(&(entry.vrf, entry.neighbor.address));
     }
 
     /// One listener per configured listen address and VRF in use, with the
@@ -256,8 +298,19 @@ impl Daemon {
                 }
             };
             tracing::info!(addr = %key.1, vrf = ?key.0, "listening");
-            let task = tokio::spawn(accept_loop(listener.clone(), key.0.clone(), self.lookup.clone()));
-            self.listeners.insert(key, ListenerEntry { listener, task, md5: HashMap::new() });
+            let task = tokio::spawn(accept_loop(
+                listener.clone(),
+                key.0.clone(),
+                self.lookup.clone(),
+            ));
+            self.listeners.insert(
+                key,
+                ListenerEntry {
+                    listener,
+                    task,
+                    md5: HashMap::new(),
+                },
+            );
         }
         for ((vrf, addr), l) in self.listeners.iter_mut() {
             let mut want: HashMap<IpAddr, String> = HashMap::new();
@@ -268,7 +321,12 @@ impl Daemon {
                     }
                 }
             }
-            let stale: Vec<IpAddr> = l.md5.keys().filter(|ip| !want.contains_key(ip)).copied().collect();
+            let stale: Vec<IpAddr> = l
+                .md5
+                .keys()
+                .filter(|ip| !want.contains_key(ip))
+                .copied()
+                .collect();
             for ip in stale {
                 if let Err(e) = socket::listener_md5(&l.listener, ip, None) {
                     tracing::warn!(peer = %ip, "removing MD5 key: {e}");
@@ -289,7 +347,12 @@ impl Daemon {
     fn sync_networks(&mut self, cfg: &Config, compiled: &Compiled) -> anyhow::Result<()> {
         for (name, inst) in self.instances.iter_mut() {
             let wanted = compiled.networks.get(name).cloned().unwrap_or_default();
-            let withdraw: Vec<Prefix> = inst.originated.keys().filter(|p| !wanted.contains_key(*p)).copied().collect();
+            let withdraw: Vec<Prefix> = inst
+                .originated
+                .keys()
+                .filter(|p| !wanted.contains_key(*p))
+                .copied()
+                .collect();
             let announce: Vec<(Prefix, PathAttrs)> = wanted
                 .iter()
                 .filter(|(p, a)| inst.originated.get(*p) != Some(*a))
@@ -332,10 +395,17 @@ impl Daemon {
         }
     }
 
-    async fn counts(&self) -> HashMap<String, (usize, usize, HashMap<PeerId, holdfast_rib::PeerCounts>)> {
+    async fn counts(
+        &self,
+    ) -> HashMap<String, (usize, usize, HashMap<PeerId, holdfast_rib::PeerCounts>)> {
         let mut out = HashMap::new();
         for (name, inst) in &self.instances {
-            if let Some(QueryResult::Counts { loc_rib, attr_sets, peers }) = inst.rib.query(RibQuery::Counts).await {
+            if let Some(QueryResult::Counts {
+                loc_rib,
+                attr_sets,
+                peers,
+            }) = inst.rib.query(RibQuery::Counts).await
+            {
                 out.insert(name.clone(), (loc_rib, attr_sets, peers));
             }
         }
@@ -345,15 +415,32 @@ impl Daemon {
     async fn refresh_gauges(&self) {
         let counts = self.counts().await;
         for (name, (loc, attrs, peers)) in &counts {
-            let l = InstanceLabels { instance: name.clone() };
-            self.metrics.loc_rib_routes.get_or_create(&l).set(*loc as i64);
+            let l = InstanceLabels {
+                instance: name.clone(),
+            };
+            self.metrics
+                .loc_rib_routes
+                .get_or_create(&l)
+                .set(*loc as i64);
             self.metrics.attr_sets.get_or_create(&l).set(*attrs as i64);
             for e in self.peers.values().filter(|e| &e.neighbor.instance == name) {
                 if let Some(c) = peers.get(&e.id) {
-                    let pl = PeerLabels { instance: name.clone(), peer: e.neighbor.address.to_string() };
-                    self.metrics.prefixes_received.get_or_create(&pl).set(c.received as i64);
-                    self.metrics.prefixes_accepted.get_or_create(&pl).set(c.accepted as i64);
-                    self.metrics.prefixes_advertised.get_or_create(&pl).set(c.advertised as i64);
+                    let pl = PeerLabels {
+                        instance: name.clone(),
+                        peer: e.neighbor.address.to_string(),
+                    };
+                    self.metrics
+                        .prefixes_received
+                        .get_or_create(&pl)
+                        .set(c.received as i64);
+                    self.metrics
+                        .prefixes_accepted
+                        .get_or_create(&pl)
+                        .set(c.accepted as i64);
+                    self.metrics
+                        .prefixes_advertised
+                        .get_or_create(&pl)
+                        .set(c.advertised as i64);
                 }
             }
         }
@@ -367,7 +454,10 @@ impl Daemon {
                     .peers
                     .values()
                     .map(|e| {
-                        let c = counts.get(&e.neighbor.instance).and_then(|(_, _, p)| p.get(&e.id)).cloned();
+                        let c = counts
+                            .get(&e.neighbor.instance)
+                            .and_then(|(_, _, p)| p.get(&e.id))
+                            .cloned();
                         convert::neighbor_info(&self.cfg, e.id, &e.neighbor, &e.status, c)
                     })
                     .collect();
@@ -379,7 +469,12 @@ impl Daemon {
                 let established = self
                     .peers
                     .values()
-                    .filter(|e| e.status.lock().map(|s| s.state == holdfast_fsm::State::Established).unwrap_or(false))
+                    .filter(|e| {
+                        e.status
+                            .lock()
+                            .map(|s| s.state == holdfast_fsm::State::Established)
+                            .unwrap_or(false)
+                    })
                     .count();
                 Response::summary(Summary {
                     router_id: self.cfg.global.router_id.to_string(),
@@ -387,19 +482,28 @@ impl Daemon {
                     instances: self.instances.len(),
                     neighbors_total: self.peers.len(),
                     neighbors_established: established,
-                    loc_rib_routes: counts.iter().map(|(k, v)| (k.clone(), v.0 as u64)).collect(),
+                    loc_rib_routes: counts
+                        .iter()
+                        .map(|(k, v)| (k.clone(), v.0 as u64))
+                        .collect(),
                     uptime_secs: self.started.elapsed().as_secs(),
                 })
             }
-            Request::ShowRib { instance, prefix, peer, table, limit } => {
-                match self.show_rib(instance, prefix, peer, table, limit).await {
-                    Ok(v) => Response::rib(v),
-                    Err(e) => Response::error(format!("{e:#}")),
-                }
-            }
+            Request::ShowRib {
+                instance,
+                prefix,
+                peer,
+                table,
+                limit,
+            } => match self.show_rib(instance, prefix, peer, table, limit).await {
+                Ok(v) => Response::rib(v),
+                Err(e) => Response::error(format!("{e:#}")),
+            },
             Request::Reload => match self.reload() {
                 Ok(s) => Response::message(s),
-                Err(e) => Response::error(format!("reload failed, running configuration kept: {e:#}")),
+                Err(e) => {
+                    Response::error(format!("reload failed, running configuration kept: {e:#}"))
+                }
             },
             Request::NeighborReset { address } => {
                 let Ok(ip) = address.parse::<IpAddr>() else {
@@ -432,7 +536,9 @@ impl Daemon {
         let peer_entry = match &peer {
             None => None,
             Some(p) => {
-                let ip: IpAddr = p.parse().with_context(|| format!("{p}: not an IP address"))?;
+                let ip: IpAddr = p
+                    .parse()
+                    .with_context(|| format!("{p}: not an IP address"))?;
                 Some(
                     self.peers
                         .values()
@@ -448,7 +554,9 @@ impl Daemon {
         let q = match (&table, peer_entry, prefix) {
             (RibTable::In, Some(e), _) => RibQuery::AdjIn(e.id),
             (RibTable::Out, Some(e), _) => RibQuery::AdjOut(e.id),
-            (RibTable::In | RibTable::Out, None, _) => anyhow::bail!("--peer is required for the in and out tables"),
+            (RibTable::In | RibTable::Out, None, _) => {
+                anyhow::bail!("--peer is required for the in and out tables")
+            }
             (RibTable::Loc, _, Some(p)) => RibQuery::Lookup(p),
             (RibTable::Loc, _, None) => RibQuery::Loc,
         };
@@ -461,13 +569,19 @@ impl Daemon {
         if let (RibTable::Loc, Some(e)) = (&table, peer_entry) {
             routes.retain(|r| r.1 == e.id);
         }
-        routes.sort_by(|a, b| a.0.cmp(&b.0));
+        routes.sort_by_key(|r| r.0);
         if let Some(l) = limit {
             routes.truncate(l);
         }
-        let names: HashMap<PeerId, String> =
-            self.peers.values().map(|e| (e.id, e.neighbor.address.to_string())).collect();
-        Ok(routes.into_iter().map(|(p, peer, a, best)| convert::rib_entry(p, names.get(&peer), &a, best)).collect())
+        let names: HashMap<PeerId, String> = self
+            .peers
+            .values()
+            .map(|e| (e.id, e.neighbor.address.to_string()))
+            .collect();
+        Ok(routes
+            .into_iter()
+            .map(|(p, peer, a, best)| convert::rib_entry(p, names.get(&peer), &a, best))
+            .collect())
     }
 }
 
@@ -482,10 +596,17 @@ async fn accept_loop(listener: Arc<TcpListener>, vrf: Option<String>, lookup: Lo
             }
         };
         let ip = match remote.ip() {
-            IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(IpAddr::V6(v6)),
+            IpAddr::V6(v6) => v6
+                .to_ipv4_mapped()
+                .map(IpAddr::V4)
+                .unwrap_or(IpAddr::V6(v6)),
             v4 => v4,
         };
-        let tx = lookup.read().expect("lookup").get(&(vrf.clone(), ip)).cloned();
+        let tx = lookup
+            .read()
+            .expect("lookup")
+            .get(&(vrf.clone(), ip))
+            .cloned();
         match tx {
             Some(tx) => {
                 let _ = tx.send(PeerCmd::Inbound(stream));

@@ -48,8 +48,8 @@ struct Args {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let (mut cfg, warnings) =
-        holdfast_config::load(&args.config).with_context(|| format!("loading {}", args.config.display()))?;
+    let (mut cfg, warnings) = holdfast_config::load(&args.config)
+        .with_context(|| format!("loading {}", args.config.display()))?;
     if let Some(w) = args.workers {
         cfg.global.workers = Some(w);
     }
@@ -69,13 +69,20 @@ fn main() -> anyhow::Result<()> {
         .thread_name("holdfast-io")
         .build()
         .context("starting the I/O runtime")?;
-    rt.block_on(daemon::run(args.config, cfg, args.workers, args.control_socket))
+    rt.block_on(daemon::run(
+        args.config,
+        cfg,
+        args.workers,
+        args.control_socket,
+    ))
 }
 
 fn init_tracing(cfg: &holdfast_config::Config) {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_env("HOLDFAST_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     if cfg.global.log_format == holdfast_config::LogFormat::Json {
         builder.json().init();
     } else {

@@ -120,32 +120,96 @@ impl Metrics {
             prefixes_advertised: Family::default(),
             loc_rib_routes: Family::default(),
             attr_sets: Family::default(),
-            batch_seconds: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.0001, 4.0, 10))),
+            batch_seconds: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.0001, 4.0, 10))
+            }),
             updates_processed: Family::default(),
             parse_seconds: Family::default(),
             decision_seconds: Family::default(),
         };
-        r.register("session_state", "FSM state (1 Idle .. 6 Established)", m.session_state.clone());
-        r.register("session_established", "1 when the session is Established", m.session_up.clone());
-        r.register("session_transitions", "FSM state changes by target state", m.transitions.clone());
-        r.register("messages_received", "BGP messages received by type", m.messages_in.clone());
-        r.register("notifications", "NOTIFICATIONs sent and received", m.notifications.clone());
-        r.register("bytes_sent", "Bytes queued to the peer", m.bytes_out.clone());
-        r.register("prefixes_received", "Prefixes in the Adj-RIB-In", m.prefixes_received.clone());
-        r.register("prefixes_accepted", "Prefixes accepted by import policy", m.prefixes_accepted.clone());
-        r.register("prefixes_advertised", "Prefixes in the Adj-RIB-Out", m.prefixes_advertised.clone());
-        r.register("loc_rib_routes", "Prefixes in the Loc-RIB", m.loc_rib_routes.clone());
-        r.register("attribute_sets", "Distinct interned attribute sets", m.attr_sets.clone());
-        r.register("rib_batch_seconds", "Time to process one batch of UPDATEs", m.batch_seconds.clone());
-        r.register("updates_processed", "UPDATE messages processed by the RIB", m.updates_processed.clone());
-        r.register("parse_seconds", "Time spent decoding UPDATEs and applying import policy", m.parse_seconds.clone());
-        r.register("decision_seconds", "Time spent in the decision process and export", m.decision_seconds.clone());
+        r.register(
+            "session_state",
+            "FSM state (1 Idle .. 6 Established)",
+            m.session_state.clone(),
+        );
+        r.register(
+            "session_established",
+            "1 when the session is Established",
+            m.session_up.clone(),
+        );
+        r.register(
+            "session_transitions",
+            "FSM state changes by target state",
+            m.transitions.clone(),
+        );
+        r.register(
+            "messages_received",
+            "BGP messages received by type",
+            m.messages_in.clone(),
+        );
+        r.register(
+            "notifications",
+            "NOTIFICATIONs sent and received",
+            m.notifications.clone(),
+        );
+        r.register(
+            "bytes_sent",
+            "Bytes queued to the peer",
+            m.bytes_out.clone(),
+        );
+        r.register(
+            "prefixes_received",
+            "Prefixes in the Adj-RIB-In",
+            m.prefixes_received.clone(),
+        );
+        r.register(
+            "prefixes_accepted",
+            "Prefixes accepted by import policy",
+            m.prefixes_accepted.clone(),
+        );
+        r.register(
+            "prefixes_advertised",
+            "Prefixes in the Adj-RIB-Out",
+            m.prefixes_advertised.clone(),
+        );
+        r.register(
+            "loc_rib_routes",
+            "Prefixes in the Loc-RIB",
+            m.loc_rib_routes.clone(),
+        );
+        r.register(
+            "attribute_sets",
+            "Distinct interned attribute sets",
+            m.attr_sets.clone(),
+        );
+        r.register(
+            "rib_batch_seconds",
+            "Time to process one batch of UPDATEs",
+            m.batch_seconds.clone(),
+        );
+        r.register(
+            "updates_processed",
+            "UPDATE messages processed by the RIB",
+            m.updates_processed.clone(),
+        );
+        r.register(
+            "parse_seconds",
+            "Time spent decoding UPDATEs and applying import policy",
+            m.parse_seconds.clone(),
+        );
+        r.register(
+            "decision_seconds",
+            "Time spent in the decision process and export",
+            m.decision_seconds.clone(),
+        );
         *m.registry.lock().expect("registry") = r;
         m
     }
 
     pub fn peer_configured(&self, l: &PeerLabels) {
-        self.session_state.get_or_create(l).set(state_code(State::Idle));
+        self.session_state
+            .get_or_create(l)
+            .set(state_code(State::Idle));
         self.session_up.get_or_create(l).set(0);
     }
 
@@ -160,8 +224,14 @@ impl Metrics {
     pub fn session_state(&self, l: &PeerLabels, from: State, to: State, reason: &str) {
         tracing::debug!(?from, ?to, reason, "state change");
         self.session_state.get_or_create(l).set(state_code(to));
-        self.session_up.get_or_create(l).set(i64::from(to == State::Established));
-        let t = TransitionLabels { instance: l.instance.clone(), peer: l.peer.clone(), to: format!("{to:?}") };
+        self.session_up
+            .get_or_create(l)
+            .set(i64::from(to == State::Established));
+        let t = TransitionLabels {
+            instance: l.instance.clone(),
+            peer: l.peer.clone(),
+            to: format!("{to:?}"),
+        };
         self.transitions.get_or_create(&t).inc();
     }
 
@@ -169,7 +239,11 @@ impl Metrics {
     /// framing has already rejected any other type).
     pub fn messages_in(&self, l: &PeerLabels, counts: &[u64; 6]) {
         for (t, n) in counts.iter().enumerate().filter(|(_, n)| **n > 0) {
-            let m = MsgLabels { instance: l.instance.clone(), peer: l.peer.clone(), r#type: msg_type(t as u8) };
+            let m = MsgLabels {
+                instance: l.instance.clone(),
+                peer: l.peer.clone(),
+                r#type: msg_type(t as u8),
+            };
             self.messages_in.get_or_create(&m).inc_by(*n);
         }
     }
@@ -189,8 +263,16 @@ impl Metrics {
         self.bytes_out.get_or_create(l).inc_by(n as u64);
     }
 
-    pub fn rib_batch(&self, instance: &str, msgs: usize, took: Duration, phases: holdfast_rib::PhaseTiming) {
-        let l = InstanceLabels { instance: instance.to_string() };
+    pub fn rib_batch(
+        &self,
+        instance: &str,
+        msgs: usize,
+        took: Duration,
+        phases: holdfast_rib::PhaseTiming,
+    ) {
+        let l = InstanceLabels {
+            instance: instance.to_string(),
+        };
         tracing::debug!(
             instance,
             msgs,
@@ -199,9 +281,15 @@ impl Metrics {
             decision_us = phases.decision.as_micros() as u64,
             "RIB batch"
         );
-        self.parse_seconds.get_or_create(&l).inc_by(phases.import.as_secs_f64());
-        self.decision_seconds.get_or_create(&l).inc_by(phases.decision.as_secs_f64());
-        self.batch_seconds.get_or_create(&l).observe(took.as_secs_f64());
+        self.parse_seconds
+            .get_or_create(&l)
+            .inc_by(phases.import.as_secs_f64());
+        self.decision_seconds
+            .get_or_create(&l)
+            .inc_by(phases.decision.as_secs_f64());
+        self.batch_seconds
+            .get_or_create(&l)
+            .observe(took.as_secs_f64());
         self.updates_processed.get_or_create(&l).inc_by(msgs as u64);
     }
 

@@ -15,11 +15,14 @@ use crate::conn::Conn;
 use crate::obs::{Metrics, PeerLabels};
 use crate::rib_thread::{RibCmd, RibHandle, ToPeer};
 use crate::socket::{self, SockOpts};
-use holdfast_fsm::{resolve_collision, Action, CollisionWinner, Event, Negotiated, Session, SessionConfig, State, Time};
+use holdfast_fsm::{
+    resolve_collision, Action, CollisionWinner, Event, Negotiated, Session, SessionConfig, State,
+    Time,
+};
 use holdfast_rib::{PeerId, PeerSpec};
 use holdfast_wire::{
-    decode_notification, decode_open, decode_route_refresh, encode_keepalive, encode_notification, encode_open,
-    msg_type, Notification, HEADER_LEN,
+    decode_notification, decode_open, decode_route_refresh, encode_keepalive, encode_notification,
+    encode_open, msg_type, Notification, HEADER_LEN,
 };
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -134,10 +137,17 @@ pub fn spawn(
         stats: fsm.stats().clone(),
         local: None,
     }));
-    let labels = PeerLabels { instance: s.instance.clone(), peer: s.address.to_string() };
+    let labels = PeerLabels {
+        instance: s.instance.clone(),
+        peer: s.address.to_string(),
+    };
     let span = tracing::info_span!("peer", instance = %s.instance, peer = %s.address, asn = s.session.remote_as);
     let task = PeerTask {
-        main: Slot { fsm, conn: None, connecting: None },
+        main: Slot {
+            fsm,
+            conn: None,
+            connecting: None,
+        },
         extra: None,
         gen: 0,
         up: false,
@@ -165,7 +175,9 @@ async fn connected(
     rx: Option<&mut oneshot::Receiver<std::io::Result<TcpStream>>>,
 ) -> std::io::Result<TcpStream> {
     match rx {
-        Some(rx) => rx.await.unwrap_or_else(|_| Err(std::io::ErrorKind::Interrupted.into())),
+        Some(rx) => rx
+            .await
+            .unwrap_or_else(|_| Err(std::io::ErrorKind::Interrupted.into())),
         None => std::future::pending().await,
     }
 }
@@ -336,12 +348,21 @@ impl PeerTask {
             State::OpenSent | State::OpenConfirm => {
                 if self.extra.is_none() {
                     let fsm = Session::new(self.s.session.clone());
-                    self.extra = Some(Slot { fsm, conn: None, connecting: None });
+                    self.extra = Some(Slot {
+                        fsm,
+                        conn: None,
+                        connecting: None,
+                    });
                     self.attach_inbound(Which::Extra, conn);
                 }
             }
             State::Established => {
-                let peer_gr = self.main.fsm.negotiated().and_then(|n| n.peer_graceful_restart.as_ref()).is_some();
+                let peer_gr = self
+                    .main
+                    .fsm
+                    .negotiated()
+                    .and_then(|n| n.peer_graceful_restart.as_ref())
+                    .is_some();
                 if peer_gr && self.s.graceful_restart {
                     tracing::info!("new connection from an established graceful-restart peer: treating it as a restart");
                     self.fsm(Which::Main, Event::TcpConnectionFails);
@@ -394,8 +415,7 @@ impl PeerTask {
     fn drain_frames(&mut self, w: Which) {
         let mut updates: Vec<Vec<u8>> = Vec::new();
         let mut counts = [0u64; 6];
-        loop {
-            let Some(conn) = self.slot(w).and_then(|s| s.conn.as_mut()) else { break };
+        while let Some(conn) = self.slot(w).and_then(|s| s.conn.as_mut()) {
             let frame = match conn.next_frame() {
                 Ok(Some(f)) => f,
                 Ok(None) => break,
@@ -423,7 +443,11 @@ impl PeerTask {
                 },
                 msg_type::KEEPALIVE => Event::KeepAliveMsg,
                 msg_type::NOTIFICATION => {
-                    let n = decode_notification(body).unwrap_or(Notification { code: 0, subcode: 0, data: body.to_vec() });
+                    let n = decode_notification(body).unwrap_or(Notification {
+                        code: 0,
+                        subcode: 0,
+                        data: body.to_vec(),
+                    });
                     tracing::warn!(code = n.code, subcode = n.subcode, "received NOTIFICATION");
                     self.metrics.notification(&self.labels, "received", &n);
                     Event::NotifMsg(n)
@@ -431,7 +455,10 @@ impl PeerTask {
                 msg_type::ROUTE_REFRESH => {
                     match decode_route_refresh(body) {
                         Ok(rr) if self.up && w == Which::Main && rr.subtype == 0 => {
-                            self.rib.send(RibCmd::RouteRefresh { peer: self.s.id, family: rr.family })
+                            self.rib.send(RibCmd::RouteRefresh {
+                                peer: self.s.id,
+                                family: rr.family,
+                            })
                         }
                         Ok(_) => {}
                         Err(e) => tracing::warn!(error = %e, "malformed ROUTE-REFRESH ignored"),
@@ -453,7 +480,10 @@ impl PeerTask {
     fn flush_updates(&mut self, updates: &mut Vec<Vec<u8>>) {
         if !updates.is_empty() {
             let bodies = std::mem::take(updates);
-            self.rib.send(RibCmd::Updates { peer: self.s.id, bodies });
+            self.rib.send(RibCmd::Updates {
+                peer: self.s.id,
+                bodies,
+            });
         }
     }
 
@@ -461,11 +491,14 @@ impl PeerTask {
     /// one opened by the speaker with the higher identifier survives.
     fn check_collision(&mut self) {
         let Some(extra) = &self.extra else { return };
-        let both_open = matches!(self.main.fsm.state(), State::OpenConfirm) && extra.fsm.state() == State::OpenConfirm;
+        let both_open = matches!(self.main.fsm.state(), State::OpenConfirm)
+            && extra.fsm.state() == State::OpenConfirm;
         if !both_open {
             return;
         }
-        let Some(remote_id) = extra.fsm.negotiated().map(|n| n.remote_id) else { return };
+        let Some(remote_id) = extra.fsm.negotiated().map(|n| n.remote_id) else {
+            return;
+        };
         let existing_outbound = self.main.conn.as_ref().map(|c| c.outbound).unwrap_or(false);
         let winner = resolve_collision(self.s.session.local_id, remote_id, existing_outbound);
         tracing::info!(?winner, "connection collision resolved");
@@ -476,7 +509,11 @@ impl PeerTask {
     }
 
     fn collision_cease() -> Notification {
-        Notification { code: CEASE, subcode: CEASE_COLLISION, data: vec![] }
+        Notification {
+            code: CEASE,
+            subcode: CEASE_COLLISION,
+            data: vec![],
+        }
     }
 
     fn drop_extra(&mut self) {
@@ -485,9 +522,14 @@ impl PeerTask {
     }
 
     fn promote_extra(&mut self) {
-        let Some(extra) = self.extra.take() else { return };
+        let Some(extra) = self.extra.take() else {
+            return;
+        };
         let t = now();
-        let actions = self.main.fsm.handle(t, Event::Stop(Self::collision_cease()));
+        let actions = self
+            .main
+            .fsm
+            .handle(t, Event::Stop(Self::collision_cease()));
         for a in actions {
             if matches!(a, Action::SendNotification(_) | Action::CloseConnection) {
                 self.action(Which::Main, a);
@@ -529,7 +571,10 @@ impl PeerTask {
             self.stale_deadline = Some(now() + STALE_PATH_TIME);
         }
         self.last_negotiated = Some(neg);
-        self.rib.send(RibCmd::PeerUp { spec, gen: self.gen });
+        self.rib.send(RibCmd::PeerUp {
+            spec,
+            gen: self.gen,
+        });
         if let Ok(mut st) = self.status.lock() {
             st.established_at = Some(Instant::now());
             st.local = local;
@@ -548,7 +593,10 @@ impl PeerTask {
             .map(|gr| gr.restart_time);
         let graceful = graceful && self.s.graceful_restart && restart_time.is_some();
         tracing::warn!(graceful, reason, "session down");
-        self.rib.send(RibCmd::PeerDown { peer: self.s.id, graceful });
+        self.rib.send(RibCmd::PeerDown {
+            peer: self.s.id,
+            graceful,
+        });
         self.stale_deadline = if graceful {
             Some(now() + Duration::from_secs(restart_time.unwrap_or(0) as u64))
         } else {
@@ -598,10 +646,13 @@ impl PeerTask {
             }
             PeerCmd::Rib(ToPeer::Reset { gen, notification }) => {
                 if self.up && gen == self.gen {
-                    let max_prefix = notification.code == CEASE && notification.subcode == CEASE_MAX_PREFIX;
+                    let max_prefix =
+                        notification.code == CEASE && notification.subcode == CEASE_MAX_PREFIX;
                     self.fsm(Which::Main, Event::Stop(notification));
                     if max_prefix && self.s.max_prefix_restart.is_none() {
-                        tracing::warn!("maximum prefix count exceeded: session stays down until reset");
+                        tracing::warn!(
+                            "maximum prefix count exceeded: session stays down until reset"
+                        );
                         self.fsm(Which::Main, Event::ManualStop);
                     }
                 }
@@ -613,7 +664,11 @@ impl PeerTask {
                         self.fsm(Which::Main, Event::ManualStart);
                     }
                 } else {
-                    let n = Notification { code: CEASE, subcode: CEASE_ADMIN_RESET, data: vec![] };
+                    let n = Notification {
+                        code: CEASE,
+                        subcode: CEASE_ADMIN_RESET,
+                        data: vec![],
+                    };
                     self.fsm(Which::Main, Event::Stop(n));
                 }
             }
@@ -640,7 +695,11 @@ impl PeerTask {
             self.fsm(Which::Main, Event::ManualStart);
         } else if reset {
             tracing::info!("session settings changed: resetting");
-            let n = Notification { code: CEASE, subcode: CEASE_CONFIG_CHANGE, data: vec![] };
+            let n = Notification {
+                code: CEASE,
+                subcode: CEASE_CONFIG_CHANGE,
+                data: vec![],
+            };
             self.fsm(Which::Main, Event::Stop(n));
         }
     }
@@ -680,6 +739,9 @@ mod count_tests {
             m
         };
         assert_eq!(super::count_messages(&[]), 0);
-        assert_eq!(super::count_messages(&[msg(23), msg(54), msg(4096)].concat()), 3);
+        assert_eq!(
+            super::count_messages(&[msg(23), msg(54), msg(4096)].concat()),
+            3
+        );
     }
 }

@@ -25,12 +25,28 @@ const MAX_BATCH_MSGS: usize = 4096;
 pub enum RibCmd {
     AddPeer(PeerSpec),
     RemovePeer(PeerId),
-    PeerUp { spec: PeerSpec, gen: u64 },
-    PeerDown { peer: PeerId, graceful: bool },
+    PeerUp {
+        spec: PeerSpec,
+        gen: u64,
+    },
+    PeerDown {
+        peer: PeerId,
+        graceful: bool,
+    },
     StaleTimeout(PeerId),
-    Updates { peer: PeerId, bodies: Vec<Vec<u8>> },
-    RouteRefresh { peer: PeerId, family: Family },
-    SetPolicies { peer: PeerId, import: PolicyRef, export: PolicyRef },
+    Updates {
+        peer: PeerId,
+        bodies: Vec<Vec<u8>>,
+    },
+    RouteRefresh {
+        peer: PeerId,
+        family: Family,
+    },
+    SetPolicies {
+        peer: PeerId,
+        import: PolicyRef,
+        export: PolicyRef,
+    },
     Originate(Vec<(Prefix, PathAttrs)>),
     WithdrawOriginated(Vec<Prefix>),
     Query(RibQuery, oneshot::Sender<QueryResult>),
@@ -47,7 +63,11 @@ pub enum RibQuery {
 
 pub enum QueryResult {
     Routes(Vec<(Prefix, PeerId, Arc<PathAttrs>, bool)>),
-    Counts { loc_rib: usize, attr_sets: usize, peers: HashMap<PeerId, holdfast_rib::PeerCounts> },
+    Counts {
+        loc_rib: usize,
+        attr_sets: usize,
+        peers: HashMap<PeerId, holdfast_rib::PeerCounts>,
+    },
 }
 
 /// What the RIB thread sends back to a peer task.
@@ -55,7 +75,10 @@ pub enum ToPeer {
     /// Encoded messages for the session generation `gen`.
     Send { gen: u64, bytes: Arc<Vec<u8>> },
     /// The session must be reset with this NOTIFICATION.
-    Reset { gen: u64, notification: Notification },
+    Reset {
+        gen: u64,
+        notification: Notification,
+    },
 }
 
 /// Peer task mailboxes, by engine peer id.
@@ -81,12 +104,27 @@ impl RibHandle {
 }
 
 /// Starts the RIB thread of instance `name`.
-pub fn spawn(name: String, engine: Engine, mailboxes: Mailboxes, metrics: Arc<Metrics>) -> RibHandle {
+pub fn spawn(
+    name: String,
+    engine: Engine,
+    mailboxes: Mailboxes,
+    metrics: Arc<Metrics>,
+) -> RibHandle {
     let (tx, rx) = mpsc::unbounded_channel();
     let thread_name = format!("rib-{name}");
     std::thread::Builder::new()
         .name(thread_name)
-        .spawn(move || RibThread { name, engine, rx, mailboxes, metrics, gens: HashMap::new() }.run())
+        .spawn(move || {
+            RibThread {
+                name,
+                engine,
+                rx,
+                mailboxes,
+                metrics,
+                gens: HashMap::new(),
+            }
+            .run()
+        })
         .expect("spawning the RIB thread");
     RibHandle { tx }
 }
@@ -115,10 +153,13 @@ impl RibThread {
             };
             match cmd {
                 RibCmd::Updates { peer, bodies } => {
-                    let mut batch: Vec<(PeerId, Vec<u8>)> = bodies.into_iter().map(|b| (peer, b)).collect();
+                    let mut batch: Vec<(PeerId, Vec<u8>)> =
+                        bodies.into_iter().map(|b| (peer, b)).collect();
                     while batch.len() < MAX_BATCH_MSGS {
                         match self.rx.try_recv() {
-                            Ok(RibCmd::Updates { peer, bodies }) => batch.extend(bodies.into_iter().map(|b| (peer, b))),
+                            Ok(RibCmd::Updates { peer, bodies }) => {
+                                batch.extend(bodies.into_iter().map(|b| (peer, b)))
+                            }
                             Ok(other) => {
                                 pending = Some(other);
                                 break;
@@ -129,7 +170,8 @@ impl RibThread {
                     let n = batch.len();
                     let started = Instant::now();
                     let out = self.engine.apply_raw(batch);
-                    self.metrics.rib_batch(&self.name, n, started.elapsed(), out.timing);
+                    self.metrics
+                        .rib_batch(&self.name, n, started.elapsed(), out.timing);
                     self.dispatch(out);
                 }
                 other => self.handle(other),
@@ -155,7 +197,11 @@ impl RibThread {
             RibCmd::StaleTimeout(p) => self.engine.stale_timeout(p),
             RibCmd::Updates { .. } => unreachable!("batched in run()"),
             RibCmd::RouteRefresh { peer, family } => self.engine.route_refresh(peer, family),
-            RibCmd::SetPolicies { peer, import, export } => self.engine.set_policies(peer, import, export),
+            RibCmd::SetPolicies {
+                peer,
+                import,
+                export,
+            } => self.engine.set_policies(peer, import, export),
             RibCmd::Originate(routes) => self.engine.originate(routes),
             RibCmd::WithdrawOriginated(p) => self.engine.withdraw_originated(p),
             RibCmd::Query(q, reply) => {
@@ -168,20 +214,39 @@ impl RibThread {
 
     fn query(&self, q: RibQuery) -> QueryResult {
         let tag = |peer: PeerId, v: Vec<(Prefix, Arc<PathAttrs>)>| {
-            v.into_iter().map(|(p, a)| (p, peer, a, false)).collect::<Vec<_>>()
+            v.into_iter()
+                .map(|(p, a)| (p, peer, a, false))
+                .collect::<Vec<_>>()
         };
         match q {
             RibQuery::AdjIn(p) => QueryResult::Routes(tag(p, self.engine.adj_rib_in(p))),
             RibQuery::AdjOut(p) => QueryResult::Routes(tag(p, self.engine.adj_rib_out(p))),
             RibQuery::Loc => QueryResult::Routes(
-                self.engine.loc_rib().into_iter().map(|(p, peer, a)| (p, peer, a, true)).collect(),
+                self.engine
+                    .loc_rib()
+                    .into_iter()
+                    .map(|(p, peer, a)| (p, peer, a, true))
+                    .collect(),
             ),
             RibQuery::Lookup(prefix) => QueryResult::Routes(
-                self.engine.lookup(&prefix).into_iter().map(|(peer, a, best)| (prefix, peer, a, best)).collect(),
+                self.engine
+                    .lookup(&prefix)
+                    .into_iter()
+                    .map(|(peer, a, best)| (prefix, peer, a, best))
+                    .collect(),
             ),
             RibQuery::Counts => {
-                let ids: Vec<PeerId> = self.mailboxes.read().expect("mailboxes").keys().copied().collect();
-                let peers = ids.into_iter().map(|p| (p, self.engine.counts(p))).collect();
+                let ids: Vec<PeerId> = self
+                    .mailboxes
+                    .read()
+                    .expect("mailboxes")
+                    .keys()
+                    .copied()
+                    .collect();
+                let peers = ids
+                    .into_iter()
+                    .map(|p| (p, self.engine.counts(p)))
+                    .collect();
                 QueryResult::Counts {
                     loc_rib: self.engine.loc_rib_len(),
                     attr_sets: self.engine.attr_sets(),
@@ -206,7 +271,10 @@ impl RibThread {
         }
         for (peer, notification) in out.resets {
             if let (Some(tx), Some(gen)) = (boxes.get(&peer), self.gens.get(&peer)) {
-                let _ = tx.send(crate::peer::PeerCmd::Rib(ToPeer::Reset { gen: *gen, notification }));
+                let _ = tx.send(crate::peer::PeerCmd::Rib(ToPeer::Reset {
+                    gen: *gen,
+                    notification,
+                }));
             }
         }
     }

@@ -23,7 +23,11 @@ pub struct SockOpts {
 fn apply<F: AsFd>(sock: &F, remote: IpAddr, opts: &SockOpts) -> io::Result<()> {
     let v6 = remote.is_ipv6();
     if let Some(key) = &opts.md5 {
-        holdfast_linux::set_tcp_md5(sock.as_fd(), SocketAddr::new(remote, 0), Some(key.as_bytes()))?;
+        holdfast_linux::set_tcp_md5(
+            sock.as_fd(),
+            SocketAddr::new(remote, 0),
+            Some(key.as_bytes()),
+        )?;
     }
     if let Some(hops) = opts.ttl_security {
         holdfast_linux::set_gtsm(sock.as_fd(), v6, hops)?;
@@ -35,7 +39,11 @@ fn apply<F: AsFd>(sock: &F, remote: IpAddr, opts: &SockOpts) -> io::Result<()> {
 
 /// Connects to `remote` with the neighbour's options.
 pub async fn connect(remote: SocketAddr, opts: &SockOpts) -> io::Result<TcpStream> {
-    let sock = if remote.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
+    let sock = if remote.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
     if let Some(dev) = &opts.vrf {
         holdfast_linux::bind_to_device(sock.as_fd(), dev)?;
     }
@@ -62,7 +70,11 @@ pub fn accepted(stream: &TcpStream, opts: &SockOpts) -> io::Result<()> {
 
 /// Binds a listener, optionally inside a VRF device.
 pub fn listen(addr: SocketAddr, vrf: Option<&str>) -> io::Result<TcpListener> {
-    let sock = if addr.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
+    let sock = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
     if addr.is_ipv6() {
         socket2::SockRef::from(&sock).set_only_v6(true)?;
     }
@@ -76,5 +88,9 @@ pub fn listen(addr: SocketAddr, vrf: Option<&str>) -> io::Result<TcpListener> {
 
 /// Installs (or with `None` removes) a neighbour's MD5 key on a listener.
 pub fn listener_md5(l: &TcpListener, remote: IpAddr, key: Option<&str>) -> io::Result<()> {
-    holdfast_linux::set_tcp_md5(l.as_fd(), SocketAddr::new(remote, 0), key.map(str::as_bytes))
+    holdfast_linux::set_tcp_md5(
+        l.as_fd(),
+        SocketAddr::new(remote, 0),
+        key.map(str::as_bytes),
+    )
 }

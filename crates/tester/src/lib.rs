@@ -20,9 +20,10 @@ pub mod netns;
 pub mod workload;
 
 use holdfast_wire::{
-    decode_notification, decode_open, decode_update, encode_attrs, encode_end_of_rib, encode_keepalive,
-    encode_notification, encode_open, frame, msg_type, pack_announce, pack_withdraw, Afi, Capability, CodecCtx,
-    Family, GracefulRestartCap, Notification, Open, PathAttrs, Prefix, HEADER_LEN,
+    decode_notification, decode_open, decode_update, encode_attrs, encode_end_of_rib,
+    encode_keepalive, encode_notification, encode_open, frame, msg_type, pack_announce,
+    pack_withdraw, Afi, Capability, CodecCtx, Family, GracefulRestartCap, Notification, Open,
+    PathAttrs, Prefix, HEADER_LEN,
 };
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -72,7 +73,11 @@ impl Config {
     }
 
     pub fn open(&self) -> Open {
-        let mut caps: Vec<Capability> = self.families.iter().map(|f| Capability::Multiprotocol(*f)).collect();
+        let mut caps: Vec<Capability> = self
+            .families
+            .iter()
+            .map(|f| Capability::Multiprotocol(*f))
+            .collect();
         caps.push(Capability::RouteRefresh);
         caps.push(Capability::FourOctetAs(self.local_as));
         if let Some(t) = self.graceful_restart {
@@ -162,11 +167,20 @@ fn read_message(s: &mut TcpStream, buf: &mut Vec<u8>) -> Result<Vec<u8>> {
 
 impl Peer {
     /// Connects to `remote` (optionally from `local`) and establishes.
-    pub fn connect(remote: SocketAddr, local: Option<IpAddr>, cfg: &Config, timeout: Duration) -> Result<Peer> {
+    pub fn connect(
+        remote: SocketAddr,
+        local: Option<IpAddr>,
+        cfg: &Config,
+        timeout: Duration,
+    ) -> Result<Peer> {
         let stream = match local {
             None => TcpStream::connect_timeout(&remote, timeout)?,
             Some(ip) => {
-                let sock = socket2::Socket::new(socket2::Domain::for_address(remote), socket2::Type::STREAM, None)?;
+                let sock = socket2::Socket::new(
+                    socket2::Domain::for_address(remote),
+                    socket2::Type::STREAM,
+                    None,
+                )?;
                 sock.bind(&SocketAddr::new(ip, 0).into())?;
                 sock.connect_timeout(&remote.into(), timeout)?;
                 sock.into()
@@ -204,13 +218,20 @@ impl Peer {
         let mut buf = Vec::new();
         let msg = read_message(&mut stream, &mut buf)?;
         let remote_open = match msg[18] {
-            msg_type::OPEN => decode_open(&msg[HEADER_LEN..]).map_err(|e| TesterError::Protocol(e.to_string()))?,
+            msg_type::OPEN => {
+                decode_open(&msg[HEADER_LEN..]).map_err(|e| TesterError::Protocol(e.to_string()))?
+            }
             msg_type::NOTIFICATION => {
                 return Err(TesterError::Notification(
-                    decode_notification(&msg[HEADER_LEN..]).map_err(|e| TesterError::Protocol(e.to_string()))?,
+                    decode_notification(&msg[HEADER_LEN..])
+                        .map_err(|e| TesterError::Protocol(e.to_string()))?,
                 ))
             }
-            t => return Err(TesterError::Protocol(format!("expected OPEN, got type {t}"))),
+            t => {
+                return Err(TesterError::Protocol(format!(
+                    "expected OPEN, got type {t}"
+                )))
+            }
         };
         out.clear();
         encode_keepalive(&mut out);
@@ -220,16 +241,31 @@ impl Peer {
             msg_type::KEEPALIVE => {}
             msg_type::NOTIFICATION => {
                 return Err(TesterError::Notification(
-                    decode_notification(&msg[HEADER_LEN..]).map_err(|e| TesterError::Protocol(e.to_string()))?,
+                    decode_notification(&msg[HEADER_LEN..])
+                        .map_err(|e| TesterError::Protocol(e.to_string()))?,
                 ))
             }
-            t => return Err(TesterError::Protocol(format!("expected KEEPALIVE, got type {t}"))),
+            t => {
+                return Err(TesterError::Protocol(format!(
+                    "expected KEEPALIVE, got type {t}"
+                )))
+            }
         }
         stream.set_read_timeout(None)?;
-        let four = remote_open.capabilities.iter().any(|c| matches!(c, Capability::FourOctetAs(_)));
-        let ctx = CodecCtx { four_octet_as: four, ibgp: remote_open.asn() == cfg.local_as };
+        let four = remote_open
+            .capabilities
+            .iter()
+            .any(|c| matches!(c, Capability::FourOctetAs(_)));
+        let ctx = CodecCtx {
+            four_octet_as: four,
+            ibgp: remote_open.asn() == cfg.local_as,
+        };
         let hold = cfg.hold_time.min(remote_open.hold_time);
-        let shared = Arc::new(Shared { view: Mutex::new(View::default()), changed: Condvar::new(), stop: AtomicBool::new(false) });
+        let shared = Arc::new(Shared {
+            view: Mutex::new(View::default()),
+            changed: Condvar::new(),
+            stop: AtomicBool::new(false),
+        });
         shared.view.lock().expect("view").last_message = Some(Instant::now());
         let writer = Arc::new(Mutex::new(stream.try_clone()?));
         let local = stream.local_addr()?;
@@ -243,9 +279,19 @@ impl Peer {
             let shared = shared.clone();
             let writer = writer.clone();
             let every = Duration::from_millis(hold as u64 * 1000 / 3);
-            threads.push(std::thread::spawn(move || keepalives(writer, shared, every)));
+            threads.push(std::thread::spawn(move || {
+                keepalives(writer, shared, every)
+            }));
         }
-        Ok(Peer { writer, shared, remote_open, local, remote, ctx, threads })
+        Ok(Peer {
+            writer,
+            shared,
+            remote_open,
+            local,
+            remote,
+            ctx,
+            threads,
+        })
     }
 
     /// Writes raw bytes (one or more whole messages) atomically.
@@ -306,7 +352,12 @@ impl Peer {
     }
 
     /// Waits until `cond` holds on the view, or `timeout` passes.
-    pub fn wait(&self, what: &str, timeout: Duration, mut cond: impl FnMut(&View) -> bool) -> Result<()> {
+    pub fn wait(
+        &self,
+        what: &str,
+        timeout: Duration,
+        mut cond: impl FnMut(&View) -> bool,
+    ) -> Result<()> {
         let deadline = Instant::now() + timeout;
         let mut v = self.shared.view.lock().expect("view");
         loop {
@@ -324,7 +375,12 @@ impl Peer {
                     v.errors.first()
                 )));
             }
-            v = self.shared.changed.wait_timeout(v, (deadline - now).min(Duration::from_millis(200))).expect("view").0;
+            v = self
+                .shared
+                .changed
+                .wait_timeout(v, (deadline - now).min(Duration::from_millis(200)))
+                .expect("view")
+                .0;
         }
     }
 
@@ -352,7 +408,8 @@ impl Drop for Peer {
 pub fn encode_routes(routes: &[(PathAttrs, Vec<Prefix>)], ctx: &CodecCtx, out: &mut Vec<u8>) {
     for (attrs, prefixes) in routes {
         let block = encode_attrs(attrs, ctx);
-        let (v4, v6): (Vec<Prefix>, Vec<Prefix>) = prefixes.iter().partition(|p| matches!(p, Prefix::V4(_)));
+        let (v4, v6): (Vec<Prefix>, Vec<Prefix>) =
+            prefixes.iter().partition(|p| matches!(p, Prefix::V4(_)));
         if !v4.is_empty() {
             pack_announce(&block, Afi::Ipv4, None, &v4, out);
         }

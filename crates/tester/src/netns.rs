@@ -13,10 +13,15 @@ pub fn in_netns<T: Send + 'static>(
     name: &str,
     f: impl FnOnce() -> T + Send + 'static,
 ) -> std::io::Result<T> {
-    let path = if name.contains('/') { Path::new(name).to_path_buf() } else { Path::new("/run/netns").join(name) };
+    let path = if name.contains('/') {
+        Path::new(name).to_path_buf()
+    } else {
+        Path::new("/run/netns").join(name)
+    };
     let ns = File::open(&path)?;
     std::thread::spawn(move || -> std::io::Result<T> {
-        nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET).map_err(std::io::Error::from)?;
+        nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET)
+            .map_err(std::io::Error::from)?;
         Ok(f())
     })
     .join()

@@ -48,14 +48,14 @@ impl Rng {
     pub fn new(seed: u64) -> Rng {
         Rng(seed.max(1))
     }
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
     }
     pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
+        self.next_u64() % n
     }
 }
 
@@ -65,7 +65,9 @@ const BASE: u32 = 0x0100_0000;
 fn base_attrs(local_as: u32, next_hop: Ipv4Addr) -> PathAttrs {
     PathAttrs {
         origin: Some(Origin::Igp),
-        as_path: AsPath { segments: vec![AsSegment::Sequence(vec![local_as])] },
+        as_path: AsPath {
+            segments: vec![AsSegment::Sequence(vec![local_as])],
+        },
         next_hop: Some(next_hop),
         ..PathAttrs::default()
     }
@@ -89,9 +91,20 @@ fn packed(n: usize, local_as: u32, next_hop: Ipv4Addr) -> Workload {
         // The middle hop is a 4-octet private AS (RFC 6996): a 16-bit private
         // one (64512..65535) would match the AS of the device under test in
         // some sets, which then rejects them as AS loops.
-        attrs.as_path = AsPath { segments: vec![AsSegment::Sequence(vec![local_as, 4_200_000_000 + group % 1000, 100_000 + group])] };
+        attrs.as_path = AsPath {
+            segments: vec![AsSegment::Sequence(vec![
+                local_as,
+                4_200_000_000 + group % 1000,
+                100_000 + group,
+            ])],
+        };
         let prefixes = (i..i + take)
-            .map(|k| Prefix::V4(Prefix4 { addr: BASE + ((k as u32) << 8), len: 24 }))
+            .map(|k| {
+                Prefix::V4(Prefix4 {
+                    addr: BASE + ((k as u32) << 8),
+                    len: 24,
+                })
+            })
             .collect();
         out.push((attrs, prefixes));
         i += take;
@@ -131,14 +144,22 @@ fn realistic(n: usize, local_as: u32, next_hop: Ipv4Addr) -> Workload {
             let hop = 1 + rng.below(400_000) as u32;
             // Keep clear of the 16-bit private range, where the lab's devices
             // under test live (an AS loop would reject the route there).
-            path.push(if (64_512..=65_535).contains(&hop) { hop + 70_000 } else { hop });
+            path.push(if (64_512..=65_535).contains(&hop) {
+                hop + 70_000
+            } else {
+                hop
+            });
         }
-        attrs.as_path = AsPath { segments: vec![AsSegment::Sequence(path)] };
+        attrs.as_path = AsPath {
+            segments: vec![AsSegment::Sequence(path)],
+        };
         if rng.below(4) == 0 {
             attrs.med = Some(rng.below(1000) as u32);
         }
         for _ in 0..rng.below(4) {
-            attrs.communities.push(((local_as & 0xffff) << 16) | rng.below(1000) as u32);
+            attrs
+                .communities
+                .push(((local_as & 0xffff) << 16) | rng.below(1000) as u32);
         }
         let mut prefixes = Vec::with_capacity(size);
         while prefixes.len() < size {
@@ -160,7 +181,10 @@ fn realistic(n: usize, local_as: u32, next_hop: Ipv4Addr) -> Workload {
             if cursor < 0xA9FF_0000 && cursor + block > 0xA9FE_0000 {
                 cursor = 0xA9FF_0000u64.div_ceil(block) * block;
             }
-            let p = Prefix::V4(Prefix4 { addr: cursor as u32, len });
+            let p = Prefix::V4(Prefix4 {
+                addr: cursor as u32,
+                len,
+            });
             cursor += block;
             if seen.insert(p) {
                 prefixes.push(p);
@@ -201,7 +225,10 @@ mod tests {
         let set: HashSet<_> = a.iter().flat_map(|(_, p)| p.iter().copied()).collect();
         assert_eq!(set.len(), 50_000, "prefixes must be unique");
         let per_set = 50_000.0 / a.len() as f64;
-        assert!((2.0..3.0).contains(&per_set), "prefixes per attribute set {per_set}");
+        assert!(
+            (2.0..3.0).contains(&per_set),
+            "prefixes per attribute set {per_set}"
+        );
         let slash24 = set.iter().filter(|p| p.len() == 24).count() as f64 / 50_000.0;
         assert!((0.5..0.7).contains(&slash24), "share of /24s {slash24}");
     }
@@ -222,26 +249,46 @@ mod tests {
                         _ => vec![],
                     })
                     .collect();
-                assert!(hops[1..].iter().all(|h| !(64_512..=65_535).contains(h)), "{kind}: {hops:?}");
+                assert!(
+                    hops[1..].iter().all(|h| !(64_512..=65_535).contains(h)),
+                    "{kind}: {hops:?}"
+                );
             }
         }
     }
 
     #[test]
     fn realistic_million_is_unique() {
-        let w = generate(Kind::Realistic, 1_000_000, 65001, Ipv4Addr::new(198, 18, 0, 1));
+        let w = generate(
+            Kind::Realistic,
+            1_000_000,
+            65001,
+            Ipv4Addr::new(198, 18, 0, 1),
+        );
         assert_eq!(prefix_count(&w), 1_000_000);
         let set: HashSet<_> = w.iter().flat_map(|(_, p)| p.iter().copied()).collect();
-        assert_eq!(set.len(), 1_000_000, "prefixes must be unique past the address-space wrap");
+        assert_eq!(
+            set.len(),
+            1_000_000,
+            "prefixes must be unique past the address-space wrap"
+        );
         let martian = |p: &Prefix| match p {
             Prefix::V4(p) => {
                 let (lo, hi) = (p.addr as u64, p.addr as u64 + (1u64 << (32 - p.len)) - 1);
-                [(0x7F00_0000u64, 0x7FFF_FFFFu64), (0xA9FE_0000, 0xA9FE_FFFF), (0, 0x00FF_FFFF), (0xE000_0000, 0xFFFF_FFFF)]
-                    .iter()
-                    .any(|(a, b)| lo <= *b && hi >= *a)
+                [
+                    (0x7F00_0000u64, 0x7FFF_FFFFu64),
+                    (0xA9FE_0000, 0xA9FE_FFFF),
+                    (0, 0x00FF_FFFF),
+                    (0xE000_0000, 0xFFFF_FFFF),
+                ]
+                .iter()
+                .any(|(a, b)| lo <= *b && hi >= *a)
             }
             Prefix::V6(_) => true,
         };
-        assert!(!set.iter().any(martian), "no prefix may overlap 0/8, 127/8, 169.254/16 or 224/3");
+        assert!(
+            !set.iter().any(martian),
+            "no prefix may overlap 0/8, 127/8, 169.254/16 or 224/3"
+        );
     }
 }

@@ -72,8 +72,14 @@ pub struct Family {
 }
 
 impl Family {
-    pub const IPV4_UNICAST: Family = Family { afi: Afi::Ipv4, safi: Safi::Unicast };
-    pub const IPV6_UNICAST: Family = Family { afi: Afi::Ipv6, safi: Safi::Unicast };
+    pub const IPV4_UNICAST: Family = Family {
+        afi: Afi::Ipv4,
+        safi: Safi::Unicast,
+    };
+    pub const IPV6_UNICAST: Family = Family {
+        afi: Afi::Ipv6,
+        safi: Safi::Unicast,
+    };
 }
 
 /// An IPv4 prefix. `addr` is host-order with bits beyond `len` zeroed.
@@ -98,7 +104,10 @@ impl Prefix4 {
         }
         let raw = u32::from(addr);
         let mask = if len == 0 { 0 } else { u32::MAX << (32 - len) };
-        Some(Prefix4 { addr: raw & mask, len })
+        Some(Prefix4 {
+            addr: raw & mask,
+            len,
+        })
     }
     pub fn ip(&self) -> Ipv4Addr {
         Ipv4Addr::from(self.addr)
@@ -108,7 +117,11 @@ impl Prefix4 {
         if other.len < self.len {
             return false;
         }
-        let mask = if self.len == 0 { 0 } else { u32::MAX << (32 - self.len) };
+        let mask = if self.len == 0 {
+            0
+        } else {
+            u32::MAX << (32 - self.len)
+        };
         other.addr & mask == self.addr
     }
 }
@@ -120,8 +133,15 @@ impl Prefix6 {
             return None;
         }
         let raw = u128::from(addr);
-        let mask = if len == 0 { 0 } else { u128::MAX << (128 - len) };
-        Some(Prefix6 { addr: raw & mask, len })
+        let mask = if len == 0 {
+            0
+        } else {
+            u128::MAX << (128 - len)
+        };
+        Some(Prefix6 {
+            addr: raw & mask,
+            len,
+        })
     }
     pub fn ip(&self) -> Ipv6Addr {
         Ipv6Addr::from(self.addr)
@@ -131,7 +151,11 @@ impl Prefix6 {
         if other.len < self.len {
             return false;
         }
-        let mask = if self.len == 0 { 0 } else { u128::MAX << (128 - self.len) };
+        let mask = if self.len == 0 {
+            0
+        } else {
+            u128::MAX << (128 - self.len)
+        };
         other.addr & mask == self.addr
     }
 }
@@ -150,6 +174,9 @@ impl Prefix {
             Prefix::V6(_) => Afi::Ipv6,
         }
     }
+    /// The prefix length in bits (a prefix is never "empty": /0 is the
+    /// default route).
+    #[allow(clippy::len_without_is_empty)]
     pub fn len(&self) -> u8 {
         match self {
             Prefix::V4(p) => p.len,
@@ -180,7 +207,9 @@ impl fmt::Display for Prefix {
 impl std::str::FromStr for Prefix {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let (a, l) = s.split_once('/').ok_or_else(|| format!("{s}: missing /len"))?;
+        let (a, l) = s
+            .split_once('/')
+            .ok_or_else(|| format!("{s}: missing /len"))?;
         let len: u8 = l.parse().map_err(|_| format!("{s}: bad length"))?;
         match a.parse::<IpAddr>().map_err(|e| format!("{s}: {e}"))? {
             IpAddr::V4(v4) => Prefix4::new(v4, len).map(Prefix::V4),
@@ -468,8 +497,10 @@ pub mod msg_type {
     pub const ROUTE_REFRESH: u8 = 5;
 }
 
-/// Any BGP message.
+/// Any BGP message. Messages are transient (decoded, used, dropped), so
+/// the size difference between variants costs nothing worth a box.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[allow(clippy::large_enum_variant)]
 pub enum Message {
     Open(Open),
     Update(Update),
