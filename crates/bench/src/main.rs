@@ -24,7 +24,9 @@
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
-use holdfast_lab::{cleanup_stale, Bird, Frr, Gobgp, Holdfastd, HostId, Lab, NeighborSpec, Peer, PeerKind, PeerSpec};
+use holdfast_lab::{
+    cleanup_stale, Bird, Frr, Gobgp, Holdfastd, HostId, Lab, NeighborSpec, Peer, PeerKind, PeerSpec,
+};
 use holdfast_tester::workload::{generate, prefix_count, Kind, Workload};
 use holdfast_tester::{encode_routes, netns::in_netns, Config, Peer as Tester};
 use std::fmt::Write as _;
@@ -39,7 +41,10 @@ const MON_AS: u32 = 4_250_000_002;
 const SETUP: Duration = Duration::from_secs(60);
 
 #[derive(Parser, Debug)]
-#[command(name = "holdfast-bench", about = "TENSOR Fig. 6(a) side by side with bird2, frr and gobgpd, plus worker scaling")]
+#[command(
+    name = "holdfast-bench",
+    about = "TENSOR Fig. 6(a) side by side with bird2, frr and gobgpd, plus worker scaling"
+)]
 struct Args {
     /// Daemons under test, comma-separated: holdfastd,bird,frr,gobgp.
     #[arg(long, default_value = "holdfastd,bird,frr,gobgp")]
@@ -111,7 +116,10 @@ fn parse_size(s: &str) -> Result<usize> {
         Some('m' | 'M') => (&s[..s.len() - 1], 1_000_000),
         _ => (s, 1),
     };
-    Ok(num.parse::<usize>().with_context(|| format!("size {s:?}"))? * mul)
+    Ok(num
+        .parse::<usize>()
+        .with_context(|| format!("size {s:?}"))?
+        * mul)
 }
 
 fn size_label(n: usize) -> String {
@@ -146,7 +154,9 @@ fn rib_stats(log: &str) -> RibStats {
     let field = |line: &str, key: &str| -> Option<u64> {
         let i = line.find(key)? + key.len();
         let rest = &line[i..];
-        let end = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+        let end = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
         rest[..end].parse().ok()
     };
     for l in strip_ansi(log).lines().filter(|l| l.contains("RIB batch")) {
@@ -185,13 +195,20 @@ fn peak_rss_kb(pids: &[u32]) -> u64 {
         let mut added = false;
         if let Ok(rd) = std::fs::read_dir("/proc") {
             for e in rd.flatten() {
-                let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+                let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+                    continue;
+                };
                 if all.contains(&pid) {
                     continue;
                 }
-                let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+                let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                    continue;
+                };
                 let Some(rp) = stat.rfind(')') else { continue };
-                let ppid = stat[rp + 2..].split_whitespace().nth(1).and_then(|x| x.parse::<u32>().ok());
+                let ppid = stat[rp + 2..]
+                    .split_whitespace()
+                    .nth(1)
+                    .and_then(|x| x.parse::<u32>().ok());
                 if ppid.is_some_and(|pp| all.contains(&pp)) {
                     all.push(pid);
                     added = true;
@@ -228,13 +245,22 @@ impl Running {
 }
 
 /// holdfastd's configuration; with `feed_only`, nothing is exported to the injectors.
-fn holdfastd_config(injectors: &[IpAddr], monitor: IpAddr, workers: Option<usize>, feed_only: bool) -> String {
-    let mut c = format!("[global]\nasn = {DUT_AS}\nrouter_id = \"192.0.2.100\"\nlisten = \"0.0.0.0:179\"\n");
+fn holdfastd_config(
+    injectors: &[IpAddr],
+    monitor: IpAddr,
+    workers: Option<usize>,
+    feed_only: bool,
+) -> String {
+    let mut c = format!(
+        "[global]\nasn = {DUT_AS}\nrouter_id = \"192.0.2.100\"\nlisten = \"0.0.0.0:179\"\n"
+    );
     if let Some(w) = workers {
         let _ = writeln!(c, "workers = {w}");
     }
-    for (ip, asn, export) in
-        injectors.iter().map(|i| (*i, INJ_AS, if feed_only { "none" } else { "all" })).chain([(monitor, MON_AS, "all")])
+    for (ip, asn, export) in injectors
+        .iter()
+        .map(|i| (*i, INJ_AS, if feed_only { "none" } else { "all" }))
+        .chain([(monitor, MON_AS, "all")])
     {
         let _ = write!(
             c,
@@ -244,7 +270,14 @@ fn holdfastd_config(injectors: &[IpAddr], monitor: IpAddr, workers: Option<usize
     c
 }
 
-fn start_dut(lab: &mut Lab, host: HostId, dut: Dut, injectors: &[IpAddr], monitor: IpAddr, workers: Option<usize>) -> Result<Running> {
+fn start_dut(
+    lab: &mut Lab,
+    host: HostId,
+    dut: Dut,
+    injectors: &[IpAddr],
+    monitor: IpAddr,
+    workers: Option<usize>,
+) -> Result<Running> {
     if dut == Dut::Holdfastd {
         let cfg = holdfastd_config(injectors, monitor, workers, injectors.len() > 1);
         return Ok(Running::Hf(Holdfastd::start(lab, host, "holdfastd", &cfg)?));
@@ -274,7 +307,14 @@ fn connect(netns: &str, dut: IpAddr, local: IpAddr, asn: u32, id: Ipv4Addr) -> R
         let mut cfg = Config::new(asn, id);
         cfg.families = vec![holdfast_wire::Family::IPV4_UNICAST];
         cfg.hold_time = 240;
-        let r = in_netns(netns, move || Tester::connect(SocketAddr::new(dut, 179), Some(local), &cfg, Duration::from_secs(10)))?;
+        let r = in_netns(netns, move || {
+            Tester::connect(
+                SocketAddr::new(dut, 179),
+                Some(local),
+                &cfg,
+                Duration::from_secs(10),
+            )
+        })?;
         match r {
             Ok(p) => return Ok(p),
             Err(e) => last = e.to_string(),
@@ -302,7 +342,12 @@ struct RunResult {
 }
 
 /// One measurement: `feeds.len()` injector peers (each with its workload) → DUT → monitor.
-fn measure(dut: Dut, feeds: &[Workload], workers: Option<usize>, timeout: Duration) -> Result<RunResult> {
+fn measure(
+    dut: Dut,
+    feeds: &[Workload],
+    workers: Option<usize>,
+    timeout: Duration,
+) -> Result<RunResult> {
     let n: usize = feeds.iter().map(prefix_count).sum();
     let mut lab = Lab::new(&format!("bench-{}", dut.name()))?;
     let inj_h = lab.host("inj")?;
@@ -322,19 +367,46 @@ fn measure(dut: Dut, feeds: &[Workload], workers: Option<usize>, timeout: Durati
     let if_a = lab.link_info(l1).if_a.clone();
     let mut inj_ips = vec![inj0];
     for i in 1..feeds.len() {
-        let ip = Ipv4Addr::new(inj0.octets()[0], inj0.octets()[1], inj0.octets()[2], 10 + i as u8);
-        lab.exec_ok(inj_h, &["ip", "addr", "add", &format!("{ip}/24"), "dev", &if_a])?;
+        let ip = Ipv4Addr::new(
+            inj0.octets()[0],
+            inj0.octets()[1],
+            inj0.octets()[2],
+            10 + i as u8,
+        );
+        lab.exec_ok(
+            inj_h,
+            &["ip", "addr", "add", &format!("{ip}/24"), "dev", &if_a],
+        )?;
         inj_ips.push(ip);
     }
     let inj_addrs: Vec<IpAddr> = inj_ips.iter().map(|i| IpAddr::V4(*i)).collect();
-    let running = start_dut(&mut lab, dut_h, dut, &inj_addrs, IpAddr::V4(mon_ip), workers)?;
+    let running = start_dut(
+        &mut lab,
+        dut_h,
+        dut,
+        &inj_addrs,
+        IpAddr::V4(mon_ip),
+        workers,
+    )?;
     let inj_ns = lab.netns(inj_h).to_string();
     let mon_ns = lab.netns(mon_h).to_string();
 
-    let monitor = connect(&mon_ns, IpAddr::V4(dut2), IpAddr::V4(mon_ip), MON_AS, Ipv4Addr::new(192, 0, 2, 3))?;
+    let monitor = connect(
+        &mon_ns,
+        IpAddr::V4(dut2),
+        IpAddr::V4(mon_ip),
+        MON_AS,
+        Ipv4Addr::new(192, 0, 2, 3),
+    )?;
     let mut injectors = Vec::new();
     for (i, ip) in inj_ips.iter().enumerate() {
-        injectors.push(Arc::new(connect(&inj_ns, IpAddr::V4(dut1), IpAddr::V4(*ip), INJ_AS, Ipv4Addr::new(192, 0, 2, 10 + i as u8))?));
+        injectors.push(Arc::new(connect(
+            &inj_ns,
+            IpAddr::V4(dut1),
+            IpAddr::V4(*ip),
+            INJ_AS,
+            Ipv4Addr::new(192, 0, 2, 10 + i as u8),
+        )?));
     }
     // Pre-encode every stream before the clock starts.
     let streams: Vec<Vec<u8>> = feeds
@@ -367,9 +439,14 @@ fn measure(dut: Dut, feeds: &[Workload], workers: Option<usize>, timeout: Durati
     let reflected: usize = injectors.iter().map(|p| p.route_count()).sum();
     let outcome = if held >= n {
         let t1 = t1.expect("routes were received");
-        Outcome::Done { secs: t1.saturating_duration_since(t0).as_secs_f64(), rss_kb }
+        Outcome::Done {
+            secs: t1.saturating_duration_since(t0).as_secs_f64(),
+            rss_kb,
+        }
     } else if closed {
-        Outcome::Failed(format!("DUT closed the monitor session holding {held}/{n} routes"))
+        Outcome::Failed(format!(
+            "DUT closed the monitor session holding {held}/{n} routes"
+        ))
     } else {
         Outcome::Timeout { held, rss_kb }
     };
@@ -395,14 +472,22 @@ fn measure(dut: Dut, feeds: &[Workload], workers: Option<usize>, timeout: Durati
         Running::Peer(mut p) => p.stop(&mut lab),
     }
     lab.teardown();
-    Ok(RunResult { outcome, rib, reflected })
+    Ok(RunResult {
+        outcome,
+        rib,
+        reflected,
+    })
 }
 
 /// Median, min and max of a slice (sorted copy).
 fn stats(v: &[f64]) -> (f64, f64, f64) {
     let mut s = v.to_vec();
     s.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));
-    let med = if s.len() % 2 == 1 { s[s.len() / 2] } else { (s[s.len() / 2 - 1] + s[s.len() / 2]) / 2.0 };
+    let med = if s.len() % 2 == 1 {
+        s[s.len() / 2]
+    } else {
+        (s[s.len() / 2 - 1] + s[s.len() / 2]) / 2.0
+    };
     (med, s[0], s[s.len() - 1])
 }
 
@@ -416,18 +501,37 @@ struct Cell {
 }
 
 fn summarize(runs: &[RunResult], timeout: u64) -> Cell {
-    let secs: Vec<f64> = runs.iter().filter_map(|r| if let Outcome::Done { secs, .. } = r.outcome { Some(secs) } else { None }).collect();
+    let secs: Vec<f64> = runs
+        .iter()
+        .filter_map(|r| {
+            if let Outcome::Done { secs, .. } = r.outcome {
+                Some(secs)
+            } else {
+                None
+            }
+        })
+        .collect();
     let rss: Vec<f64> = runs
         .iter()
         .filter_map(|r| match r.outcome {
-            Outcome::Done { rss_kb, .. } | Outcome::Timeout { rss_kb, .. } => Some(rss_kb as f64 / 1024.0),
+            Outcome::Done { rss_kb, .. } | Outcome::Timeout { rss_kb, .. } => {
+                Some(rss_kb as f64 / 1024.0)
+            }
             Outcome::Failed(_) => None,
         })
         .collect();
     let rss_mb = (!rss.is_empty()).then(|| stats(&rss).0);
     if secs.len() == runs.len() && !runs.is_empty() {
-        let note = if runs.len() == 1 { " (1 run)".to_string() } else { String::new() };
-        return Cell { time: Some(stats(&secs)), rss_mb, note };
+        let note = if runs.len() == 1 {
+            " (1 run)".to_string()
+        } else {
+            String::new()
+        };
+        return Cell {
+            time: Some(stats(&secs)),
+            rss_mb,
+            note,
+        };
     }
     let note = runs
         .iter()
@@ -437,7 +541,11 @@ fn summarize(runs: &[RunResult], timeout: u64) -> Cell {
             Outcome::Done { .. } => None,
         })
         .unwrap_or_default();
-    Cell { time: None, rss_mb, note }
+    Cell {
+        time: None,
+        rss_mb,
+        note,
+    }
 }
 
 fn fmt_time(c: &Cell) -> String {
@@ -457,8 +565,17 @@ fn cmd_line(cmd: &str, args: &[&str]) -> String {
         .args(args)
         .output()
         .map(|o| {
-            let s = if o.stdout.is_empty() { o.stderr } else { o.stdout };
-            String::from_utf8_lossy(&s).lines().next().unwrap_or("").trim().to_string()
+            let s = if o.stdout.is_empty() {
+                o.stderr
+            } else {
+                o.stdout
+            };
+            String::from_utf8_lossy(&s)
+                .lines()
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_string()
         })
         .unwrap_or_else(|_| "?".into())
 }
@@ -466,19 +583,51 @@ fn cmd_line(cmd: &str, args: &[&str]) -> String {
 fn machine() -> Vec<(String, String)> {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
-        .and_then(|c| c.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string()))
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
         .unwrap_or_else(|| "?".into());
     let mem = std::fs::read_to_string("/proc/meminfo")
         .ok()
-        .and_then(|m| m.lines().next().map(|l| l.split_whitespace().nth(1).unwrap_or("0").parse::<u64>().unwrap_or(0)))
+        .and_then(|m| {
+            m.lines().next().map(|l| {
+                l.split_whitespace()
+                    .nth(1)
+                    .unwrap_or("0")
+                    .parse::<u64>()
+                    .unwrap_or(0)
+            })
+        })
         .unwrap_or(0);
-    let hf = holdfast_lab::find_binary("holdfastd", "HOLDFASTD_BIN").map(|p| cmd_line(&p.to_string_lossy(), &["--version"])).unwrap_or_else(|_| "?".into());
-    let rev = cmd_line("git", &["-C", env!("CARGO_MANIFEST_DIR"), "describe", "--always", "--dirty"]);
+    let hf = holdfast_lab::find_binary("holdfastd", "HOLDFASTD_BIN")
+        .map(|p| cmd_line(&p.to_string_lossy(), &["--version"]))
+        .unwrap_or_else(|_| "?".into());
+    let rev = cmd_line(
+        "git",
+        &[
+            "-C",
+            env!("CARGO_MANIFEST_DIR"),
+            "describe",
+            "--always",
+            "--dirty",
+        ],
+    );
     vec![
-        ("CPU".into(), format!("{cpu}, {} cores (nproc)", cmd_line("nproc", &[]))),
-        ("memory".into(), format!("{:.1} GB", mem as f64 / 1024.0 / 1024.0)),
+        (
+            "CPU".into(),
+            format!("{cpu}, {} cores (nproc)", cmd_line("nproc", &[])),
+        ),
+        (
+            "memory".into(),
+            format!("{:.1} GB", mem as f64 / 1024.0 / 1024.0),
+        ),
         ("kernel".into(), cmd_line("uname", &["-sr"])),
-        ("holdfastd".into(), format!("{hf} (release build, git {rev})")),
+        (
+            "holdfastd".into(),
+            format!("{hf} (release build, git {rev})"),
+        ),
         ("bird2".into(), cmd_line("bird", &["--version"])),
         ("frr".into(), cmd_line("/usr/lib/frr/bgpd", &["--version"])),
         ("gobgpd".into(), cmd_line("gobgpd", &["--version"])),
@@ -493,9 +642,22 @@ fn main() -> Result<()> {
     }
     // No packet captures: they would distort the timing. Set before any lab exists.
     std::env::set_var("HOLDFAST_LAB_PCAP", "0");
-    let daemons: Vec<Dut> = args.daemons.split(',').filter(|s| !s.trim().is_empty()).map(Dut::parse).collect::<Result<_>>()?;
-    let sizes: Vec<usize> = args.sizes.split(',').map(parse_size).collect::<Result<_>>()?;
-    let kinds: Vec<Kind> = args.workloads.split(',').map(|s| s.trim().parse::<Kind>().map_err(anyhow::Error::msg)).collect::<Result<_>>()?;
+    let daemons: Vec<Dut> = args
+        .daemons
+        .split(',')
+        .filter(|s| !s.trim().is_empty())
+        .map(Dut::parse)
+        .collect::<Result<_>>()?;
+    let sizes: Vec<usize> = args
+        .sizes
+        .split(',')
+        .map(parse_size)
+        .collect::<Result<_>>()?;
+    let kinds: Vec<Kind> = args
+        .workloads
+        .split(',')
+        .map(|s| s.trim().parse::<Kind>().map_err(anyhow::Error::msg))
+        .collect::<Result<_>>()?;
     let runs = args.runs.max(1);
     let timeout = Duration::from_secs(args.timeout);
     let mut need: Vec<PeerKind> = Vec::new();
@@ -510,7 +672,10 @@ fn main() -> Result<()> {
     holdfast_lab::preflight(&need)?;
     let hf_bin = holdfast_lab::find_binary("holdfastd", "HOLDFASTD_BIN")?;
     if !hf_bin.to_string_lossy().contains("/release/") {
-        eprintln!("warning: {} is not a release build (run `cargo build --release --bins`)", hf_bin.display());
+        eprintln!(
+            "warning: {} is not a release build (run `cargo build --release --bins`)",
+            hf_bin.display()
+        );
     }
     cleanup_stale()?;
     let started = Instant::now();
@@ -559,11 +724,12 @@ communities, ≈2.5 prefixes per attribute set.\n",
                     }
                     let mut rs = Vec::new();
                     for r in 0..runs {
-                        let res = measure(d, std::slice::from_ref(&w), None, timeout).unwrap_or_else(|e| RunResult {
-                            outcome: Outcome::Failed(format!("{e:#}")),
-                            rib: None,
-                            reflected: 0,
-                        });
+                        let res = measure(d, std::slice::from_ref(&w), None, timeout)
+                            .unwrap_or_else(|e| RunResult {
+                                outcome: Outcome::Failed(format!("{e:#}")),
+                                rib: None,
+                                reflected: 0,
+                            });
                         println!(
                             "[{:>7.1}s] {kind} {} {} run {}: {:?} (sent back to injector: {})",
                             started.elapsed().as_secs_f64(),
@@ -609,7 +775,12 @@ communities, ≈2.5 prefixes per attribute set.\n",
                 let hf = hf_idx.and_then(|i| cells[si][i].clone());
                 for (di, d) in daemons.iter().enumerate() {
                     let Some(c) = &cells[si][di] else {
-                        let _ = writeln!(t, "| {} | {} | skipped (timed out at a smaller N) | – | – | – |", size_label(n), d.name());
+                        let _ = writeln!(
+                            t,
+                            "| {} | {} | skipped (timed out at a smaller N) | – | – | – |",
+                            size_label(n),
+                            d.name()
+                        );
                         continue;
                     };
                     let rt = match (c.time, hf.as_ref().and_then(|h| h.time)) {
@@ -617,14 +788,25 @@ communities, ≈2.5 prefixes per attribute set.\n",
                         _ => "–".into(),
                     };
                     let rr = match (c.rss_mb, hf.as_ref().and_then(|h| h.rss_mb)) {
-                        (Some(a), Some(b)) if b > 0.0 && c.time.is_some() => format!("{:.2}", a / b),
+                        (Some(a), Some(b)) if b > 0.0 && c.time.is_some() => {
+                            format!("{:.2}", a / b)
+                        }
                         _ => "–".into(),
                     };
-                    let _ = writeln!(t, "| {} | {} | {} | {} | {rt} | {rr} |", size_label(n), d.name(), fmt_time(c), fmt_rss(c));
+                    let _ = writeln!(
+                        t,
+                        "| {} | {} | {} | {} | {rt} | {rr} |",
+                        size_label(n),
+                        d.name(),
+                        fmt_time(c),
+                        fmt_rss(c)
+                    );
                 }
             }
             if !rib_notes.is_empty() {
-                t.push_str("\nholdfastd's RIB thread per run (from its `RIB batch` debug log lines):\n\n");
+                t.push_str(
+                    "\nholdfastd's RIB thread per run (from its `RIB batch` debug log lines):\n\n",
+                );
                 for l in &rib_notes {
                     let _ = writeln!(t, "- {l}");
                 }
@@ -660,8 +842,13 @@ communities, ≈2.5 prefixes per attribute set.\n",
         for (label, workers, f) in configs {
             let mut rs = Vec::new();
             for r in 0..runs {
-                let res = measure(Dut::Holdfastd, f, Some(workers), timeout)
-                    .unwrap_or_else(|e| RunResult { outcome: Outcome::Failed(format!("{e:#}")), rib: None, reflected: 0 });
+                let res = measure(Dut::Holdfastd, f, Some(workers), timeout).unwrap_or_else(|e| {
+                    RunResult {
+                        outcome: Outcome::Failed(format!("{e:#}")),
+                        rib: None,
+                        reflected: 0,
+                    }
+                });
                 println!(
                     "[{:>7.1}s] scaling {label} workers={workers} run {}: {:?} {:?}",
                     started.elapsed().as_secs_f64(),
@@ -675,8 +862,16 @@ communities, ≈2.5 prefixes per attribute set.\n",
                     break;
                 }
             }
-            let busy: Vec<f64> = rs.iter().filter_map(|r| r.rib.as_ref().map(|s| s.busy_us as f64 / 1e6)).collect();
-            rows.push((label, workers, summarize(&rs, args.timeout), (!busy.is_empty()).then(|| stats(&busy).0)));
+            let busy: Vec<f64> = rs
+                .iter()
+                .filter_map(|r| r.rib.as_ref().map(|s| s.busy_us as f64 / 1e6))
+                .collect();
+            rows.push((
+                label,
+                workers,
+                summarize(&rs, args.timeout),
+                (!busy.is_empty()).then(|| stats(&busy).0),
+            ));
         }
         let mut t = format!(
             "\n## Scaling (PBTS/DTS)\n\nholdfastd learning {} packed routes (distinct prefixes per peer) from 8 injector peers ({} each) or from 1 peer, \
@@ -688,9 +883,14 @@ for the same peers.\n\n| peers | workers | time (s) | peak RSS (MB) | RIB busy (
             size_label(per)
         );
         for (label, workers, c, busy) in &rows {
-            let base = rows.iter().find(|(l, w, _, _)| l == label && *w == 1).and_then(|(_, _, c, _)| c.time);
+            let base = rows
+                .iter()
+                .find(|(l, w, _, _)| l == label && *w == 1)
+                .and_then(|(_, _, c, _)| c.time);
             let sp = match (base, c.time) {
-                (Some((a, _, _)), Some((b, _, _))) if *workers != 1 && b > 0.0 => format!("{:.2}×", a / b),
+                (Some((a, _, _)), Some((b, _, _))) if *workers != 1 && b > 0.0 => {
+                    format!("{:.2}×", a / b)
+                }
                 _ => "–".into(),
             };
             let _ = writeln!(
@@ -705,7 +905,11 @@ for the same peers.\n\n| peers | workers | time (s) | peak RSS (MB) | RIB busy (
         summary_tables.push_str(&t);
     }
     md.push_str(&summary_tables);
-    let _ = writeln!(md, "\nTotal bench time: {:.0} s.", started.elapsed().as_secs_f64());
+    let _ = writeln!(
+        md,
+        "\nTotal bench time: {:.0} s.",
+        started.elapsed().as_secs_f64()
+    );
     if let Some(out) = &args.out {
         std::fs::write(out, &md).with_context(|| format!("writing {}", out.display()))?;
         println!("wrote {}", out.display());

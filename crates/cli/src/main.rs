@@ -16,7 +16,13 @@ use std::time::Duration;
 #[command(name = "holdfast", version, about = "Control and inspect holdfastd")]
 struct Cli {
     /// The daemon's control socket.
-    #[arg(long, short = 's', global = true, default_value = "/run/holdfast/holdfastd.sock", env = "HOLDFAST_SOCKET")]
+    #[arg(
+        long,
+        short = 's',
+        global = true,
+        default_value = "/run/holdfast/holdfastd.sock",
+        env = "HOLDFAST_SOCKET"
+    )]
     socket: PathBuf,
     /// Print the daemon's answer as JSON.
     #[arg(long, global = true)]
@@ -82,13 +88,16 @@ fn main() {
 }
 
 fn request(socket: &PathBuf, req: &Request) -> anyhow::Result<Response> {
-    let mut s = UnixStream::connect(socket).with_context(|| format!("connecting to {}", socket.display()))?;
+    let mut s = UnixStream::connect(socket)
+        .with_context(|| format!("connecting to {}", socket.display()))?;
     s.set_read_timeout(Some(Duration::from_secs(60)))?;
     let mut line = req.to_line();
     line.push('\n');
     s.write_all(line.as_bytes())?;
     let mut answer = String::new();
-    BufReader::new(s).read_line(&mut answer).context("reading the answer")?;
+    BufReader::new(s)
+        .read_line(&mut answer)
+        .context("reading the answer")?;
     if answer.is_empty() {
         bail!("the daemon closed the connection without answering");
     }
@@ -97,9 +106,22 @@ fn request(socket: &PathBuf, req: &Request) -> anyhow::Result<Response> {
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     let req = match &cli.cmd {
-        Cmd::Show { what: Show::Neighbors } => Request::ShowNeighbors,
-        Cmd::Show { what: Show::Summary } => Request::ShowSummary,
-        Cmd::Show { what: Show::Rib { table, instance, peer, prefix, limit } } => Request::ShowRib {
+        Cmd::Show {
+            what: Show::Neighbors,
+        } => Request::ShowNeighbors,
+        Cmd::Show {
+            what: Show::Summary,
+        } => Request::ShowSummary,
+        Cmd::Show {
+            what:
+                Show::Rib {
+                    table,
+                    instance,
+                    peer,
+                    prefix,
+                    limit,
+                },
+        } => Request::ShowRib {
             instance: instance.clone(),
             prefix: prefix.clone(),
             peer: peer.clone(),
@@ -107,7 +129,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             limit: *limit,
         },
         Cmd::Reload => Request::Reload,
-        Cmd::Neighbor { op: NeighborOp::Reset { address } } => Request::NeighborReset { address: address.clone() },
+        Cmd::Neighbor {
+            op: NeighborOp::Reset { address },
+        } => Request::NeighborReset {
+            address: address.clone(),
+        },
     };
     let resp = request(&cli.socket, &req)?;
     if cli.json {
@@ -160,15 +186,26 @@ fn print_neighbors(list: &[NeighborInfo]) {
 }
 
 fn print_summary(s: &Summary) {
-    println!("router id {}, AS {}, up {}", s.router_id, s.asn, duration(Some(s.uptime_secs)));
-    println!("neighbours: {} established of {}", s.neighbors_established, s.neighbors_total);
+    println!(
+        "router id {}, AS {}, up {}",
+        s.router_id,
+        s.asn,
+        duration(Some(s.uptime_secs))
+    );
+    println!(
+        "neighbours: {} established of {}",
+        s.neighbors_established, s.neighbors_total
+    );
     for (inst, n) in &s.loc_rib_routes {
         println!("instance {inst}: {n} prefixes in the Loc-RIB");
     }
 }
 
 fn print_rib(routes: &[RibEntry]) {
-    println!("{:<2} {:<20} {:<26} {:<26} {:>6} {:>6}  path", "", "prefix", "from", "next hop", "lpref", "med");
+    println!(
+        "{:<2} {:<20} {:<26} {:<26} {:>6} {:>6}  path",
+        "", "prefix", "from", "next hop", "lpref", "med"
+    );
     for r in routes {
         let opt = |v: Option<u32>| v.map(|x| x.to_string()).unwrap_or_else(|| "-".into());
         println!(
@@ -181,7 +218,11 @@ fn print_rib(routes: &[RibEntry]) {
             opt(r.med),
             r.as_path,
             r.origin,
-            if r.communities.is_empty() { String::new() } else { format!("  c[{}]", r.communities.join(" ")) },
+            if r.communities.is_empty() {
+                String::new()
+            } else {
+                format!("  c[{}]", r.communities.join(" "))
+            },
             if r.large_communities.is_empty() {
                 String::new()
             } else {

@@ -22,7 +22,9 @@ pub fn find_binary(name: &str, env: &str) -> Result<PathBuf> {
         return Ok(PathBuf::from(p));
     }
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let target = std::env::var("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|_| root.join("target"));
+    let target = std::env::var("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| root.join("target"));
     let mut best: Option<(std::time::SystemTime, PathBuf)> = None;
     for profile in ["release", "debug"] {
         let p = target.join(profile).join(name);
@@ -54,11 +56,26 @@ impl Holdfastd {
         std::fs::create_dir_all(&dir).map_err(io_ctx(format!("creating {}", dir.display())))?;
         let socket = dir.join("holdfastd.sock");
         let config_path = dir.join("holdfast.toml");
-        let d = Holdfastd { host, proc: ProcId(usize::MAX), config_path, socket, name: name.to_string() };
+        let d = Holdfastd {
+            host,
+            proc: ProcId(usize::MAX),
+            config_path,
+            socket,
+            name: name.to_string(),
+        };
         d.write_config(config)?;
-        let args = [bin.to_string_lossy().into_owned(), "--config".into(), d.config_path.to_string_lossy().into_owned()];
+        let args = [
+            bin.to_string_lossy().into_owned(),
+            "--config".into(),
+            d.config_path.to_string_lossy().into_owned(),
+        ];
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
-        let proc = lab.spawn(host, name, &argv, &[("HOLDFAST_LOG", "info,holdfastd=debug")])?;
+        let proc = lab.spawn(
+            host,
+            name,
+            &argv,
+            &[("HOLDFAST_LOG", "info,holdfastd=debug")],
+        )?;
         let d = Holdfastd { proc, ..d };
         wait_until(
             &format!("{name}: control socket to answer"),
@@ -79,27 +96,38 @@ impl Holdfastd {
     pub fn request(&self, req: &Request) -> Result<Body> {
         let ctx = || format!("control socket {}", self.socket.display());
         let mut s = UnixStream::connect(&self.socket).map_err(io_ctx(ctx()))?;
-        s.set_read_timeout(Some(Duration::from_secs(30))).map_err(io_ctx(ctx()))?;
+        s.set_read_timeout(Some(Duration::from_secs(30)))
+            .map_err(io_ctx(ctx()))?;
         let mut line = req.to_line();
         line.push('\n');
         s.write_all(line.as_bytes()).map_err(io_ctx(ctx()))?;
         let mut answer = String::new();
-        BufReader::new(s).read_line(&mut answer).map_err(io_ctx(ctx()))?;
-        let resp = Response::from_line(&answer).map_err(|e| parse_err("holdfastd control answer", format!("{answer:?}: {e}")))?;
-        resp.into_result().map_err(|m| LabError::Invalid(format!("holdfastd refused the request: {m}")))
+        BufReader::new(s)
+            .read_line(&mut answer)
+            .map_err(io_ctx(ctx()))?;
+        let resp = Response::from_line(&answer)
+            .map_err(|e| parse_err("holdfastd control answer", format!("{answer:?}: {e}")))?;
+        resp.into_result()
+            .map_err(|m| LabError::Invalid(format!("holdfastd refused the request: {m}")))
     }
 
     pub fn summary(&self) -> Result<Summary> {
         match self.request(&Request::ShowSummary)? {
             Body::Summary(s) => Ok(s),
-            other => Err(parse_err("holdfastd control answer", format!("unexpected {other:?}"))),
+            other => Err(parse_err(
+                "holdfastd control answer",
+                format!("unexpected {other:?}"),
+            )),
         }
     }
 
     pub fn neighbors(&self) -> Result<Vec<NeighborInfo>> {
         match self.request(&Request::ShowNeighbors)? {
             Body::Neighbors(n) => Ok(n),
-            other => Err(parse_err("holdfastd control answer", format!("unexpected {other:?}"))),
+            other => Err(parse_err(
+                "holdfastd control answer",
+                format!("unexpected {other:?}"),
+            )),
         }
     }
 
@@ -119,7 +147,10 @@ impl Holdfastd {
         };
         match self.request(&req)? {
             Body::Rib(r) => Ok(r),
-            other => Err(parse_err("holdfastd control answer", format!("unexpected {other:?}"))),
+            other => Err(parse_err(
+                "holdfastd control answer",
+                format!("unexpected {other:?}"),
+            )),
         }
     }
 
@@ -180,7 +211,8 @@ mod tests {
 
     #[test]
     fn control_socket_goes_into_global() {
-        let c = "[global]\nasn = 1\ncontrol_socket = \"/x\"\n[[neighbor]]\naddress = \"192.0.2.1\"\n";
+        let c =
+            "[global]\nasn = 1\ncontrol_socket = \"/x\"\n[[neighbor]]\naddress = \"192.0.2.1\"\n";
         let out = inject_control_socket(c, Path::new("/tmp/s.sock"));
         assert!(out.starts_with("[global]\ncontrol_socket = \"/tmp/s.sock\"\nasn = 1\n"));
         assert!(!out.contains("\"/x\""));

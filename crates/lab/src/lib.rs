@@ -81,6 +81,7 @@ mod wait;
 
 pub use cmd::{find_tool, is_root, Signal, DEFAULT_CMD_TIMEOUT};
 pub use error::{LabError, Result};
+pub use holdfast::{find_binary, Holdfastd};
 pub use lab::{
     AddrPair, BridgeId, BridgeInfo, BridgePort, HostId, HostInfo, IfAddr, Lab, LinkId, LinkInfo,
     ProcId,
@@ -89,7 +90,6 @@ pub use peer::{
     normalize_prefix, preflight, Bird, Exabgp, Frr, Gobgp, NeighborSpec, Peer, PeerKind, PeerSpec,
     RouteSpec, RouteView, SessionState, SessionView,
 };
-pub use holdfast::{find_binary, Holdfastd};
 pub use stale::{cleanup_stale, list_netns, run_id_of, NAME_PREFIX};
 pub use wait::{wait_for, wait_for_every, wait_until, DEFAULT_POLL_INTERVAL};
 

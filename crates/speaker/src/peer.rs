@@ -368,6 +368,14 @@ impl PeerTask {
                     self.fsm(Which::Main, Event::TcpConnectionFails);
                     self.main.conn = None;
                     self.attach_inbound(Which::Main, conn);
+                } else {
+                    // RFC 4271 §6.8: the new connection loses to the
+                    // Established one; say why before closing it.
+                    let mut conn = conn;
+                    let mut buf = Vec::new();
+                    encode_notification(&Self::collision_cease(), &mut buf);
+                    conn.send_vec(buf);
+                    tracing::info!("second connection while Established: closed with Cease/7");
                 }
             }
         }

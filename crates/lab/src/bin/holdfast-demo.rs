@@ -13,7 +13,9 @@
 
 use anyhow::{bail, Context};
 use holdfast_api::RibTable;
-use holdfast_lab::{cleanup_stale, Bird, Frr, Holdfastd, Lab, NeighborSpec, Peer, PeerKind, PeerSpec, RouteSpec};
+use holdfast_lab::{
+    cleanup_stale, Bird, Frr, Holdfastd, Lab, NeighborSpec, Peer, PeerKind, PeerSpec, RouteSpec,
+};
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
@@ -31,7 +33,11 @@ fn main() -> anyhow::Result<()> {
         return Ok(());
     }
     let routes: u32 = match args.iter().position(|a| a == "--routes") {
-        Some(i) => args.get(i + 1).context("--routes N")?.parse().context("--routes N")?,
+        Some(i) => args
+            .get(i + 1)
+            .context("--routes N")?
+            .parse()
+            .context("--routes N")?,
         None => 1000,
     };
     holdfast_lab::preflight(&[PeerKind::Bird, PeerKind::Frr])?;
@@ -50,7 +56,10 @@ fn main() -> anyhow::Result<()> {
     };
     let (bird_ip, hf_ip1) = v4(l1);
     let (hf_ip2, frr_ip) = v4(l2);
-    step(start, &format!("namespaces up: bird {bird_ip} — holdfastd {hf_ip1} / {hf_ip2} — frr {frr_ip}"));
+    step(
+        start,
+        &format!("namespaces up: bird {bird_ip} — holdfastd {hf_ip1} / {hf_ip2} — frr {frr_ip}"),
+    );
 
     let config = format!(
         r#"[global]
@@ -83,7 +92,12 @@ export = "all"
 
     let bird_spec = PeerSpec::new(65001, Ipv4Addr::new(192, 0, 2, 1))
         .neighbor(NeighborSpec::new(hf_ip1, 65000).passive())
-        .route(RouteSpec::new("20.0.0.0/24").community(65001, 7).large_community(65001, 8, 9).med(10))
+        .route(
+            RouteSpec::new("20.0.0.0/24")
+                .community(65001, 7)
+                .large_community(65001, 8, 9)
+                .med(10),
+        )
         .route(RouteSpec::new("20.0.1.0/24"));
     let bird = Bird::start(&mut lab, bird_h, &bird_spec)?;
     let frr_spec = PeerSpec::new(65002, Ipv4Addr::new(192, 0, 2, 2))
@@ -101,15 +115,26 @@ export = "all"
 
     let want = routes as usize + 2;
     let count = |p: &dyn Peer, n: IpAddr| p.received_routes(&lab, n).map(|r| r.len()).unwrap_or(0);
-    holdfast_lab::wait_for(&format!("bird to hold {want} routes from holdfastd"), WAIT, || {
-        let n = count(&bird, hf_ip1);
-        Ok((n >= want).then_some(n))
-    })?;
-    holdfast_lab::wait_for(&format!("frr to hold {want} routes from holdfastd"), WAIT, || {
-        let n = count(&frr, hf_ip2);
-        Ok((n >= want).then_some(n))
-    })?;
-    step(start, &format!("routes flowed: bird and frr each hold {want} routes via holdfastd"));
+    holdfast_lab::wait_for(
+        &format!("bird to hold {want} routes from holdfastd"),
+        WAIT,
+        || {
+            let n = count(&bird, hf_ip1);
+            Ok((n >= want).then_some(n))
+        },
+    )?;
+    holdfast_lab::wait_for(
+        &format!("frr to hold {want} routes from holdfastd"),
+        WAIT,
+        || {
+            let n = count(&frr, hf_ip2);
+            Ok((n >= want).then_some(n))
+        },
+    )?;
+    step(
+        start,
+        &format!("routes flowed: bird and frr each hold {want} routes via holdfastd"),
+    );
 
     println!("\n--- holdfast show neighbors ---");
     for n in hf.neighbors()? {
@@ -119,15 +144,26 @@ export = "all"
         );
     }
     println!("\n--- frr (vtysh) sees bird's routes through holdfastd ---");
-    for r in frr.received_routes(&lab, hf_ip2)?.into_iter().filter(|r| r.prefix.starts_with("20.")) {
+    for r in frr
+        .received_routes(&lab, hf_ip2)?
+        .into_iter()
+        .filter(|r| r.prefix.starts_with("20."))
+    {
         println!(
             "  {:<16} path {:?} med {:?} communities {:?} large {:?}",
             r.prefix, r.as_path, r.med, r.communities, r.large_communities
         );
     }
     println!("\n--- bird (birdc) sees frr's routes through holdfastd ---");
-    for r in bird.received_routes(&lab, hf_ip1)?.into_iter().filter(|r| r.prefix.starts_with("30.")) {
-        println!("  {:<16} path {:?} communities {:?}", r.prefix, r.as_path, r.communities);
+    for r in bird
+        .received_routes(&lab, hf_ip1)?
+        .into_iter()
+        .filter(|r| r.prefix.starts_with("30."))
+    {
+        println!(
+            "  {:<16} path {:?} communities {:?}",
+            r.prefix, r.as_path, r.communities
+        );
     }
     let loc = hf.rib(RibTable::Loc, None)?;
     println!("\nholdfastd Loc-RIB: {} prefixes\n", loc.len());
@@ -135,9 +171,15 @@ export = "all"
     frr.withdraw(&lab, &["30.0.1.0/24".to_string()])?;
     step(start, "frr withdrew 30.0.1.0/24");
     bird.wait_no_route(&lab, hf_ip1, "30.0.1.0/24", WAIT)?;
-    step(start, "bird no longer has 30.0.1.0/24: the withdrawal propagated through holdfastd");
+    step(
+        start,
+        "bird no longer has 30.0.1.0/24: the withdrawal propagated through holdfastd",
+    );
 
-    for (name, p, n) in [("bird", &bird as &dyn Peer, hf_ip1), ("frr", &frr as &dyn Peer, hf_ip2)] {
+    for (name, p, n) in [
+        ("bird", &bird as &dyn Peer, hf_ip1),
+        ("frr", &frr as &dyn Peer, hf_ip2),
+    ] {
         let s = p.session(&lab, n)?.context("session vanished")?;
         if !s.is_established() {
             bail!("{name}'s session is {:?}", s.state);

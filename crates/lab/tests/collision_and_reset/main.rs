@@ -127,7 +127,7 @@ fn notification(m: (u8, Vec<u8>)) -> Notification {
 /// outbound one.
 fn collide(side: &Side, id: Ipv4Addr) -> (Raw, bool) {
     let (ns, ip, hf) = (side.netns.clone(), side.ip, side.hf_ip);
-    let (mut inbound, mut outbound) = holdfast_tester::netns::in_netns(&ns, move || {
+    let accepted = holdfast_tester::netns::in_netns(&ns, move || {
         let l = TcpListener::bind(SocketAddr::new(ip, 179)).unwrap();
         l.set_nonblocking(true).unwrap();
         let deadline = Instant::now() + T;
@@ -139,15 +139,14 @@ fn collide(side: &Side, id: Ipv4Addr) -> (Raw, bool) {
             }
         };
         accepted.set_nonblocking(false).unwrap();
-        let sock =
-            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-        sock.bind(&SocketAddr::new(ip, 0).into()).unwrap();
-        sock.connect_timeout(&SocketAddr::new(hf, 179).into(), Duration::from_secs(5))
-            .unwrap();
-        (Raw::new(accepted), Raw::new(sock.into()))
+        accepted
     })
     .unwrap();
-    // holdfastd's connection: its OPEN comes first.
+    let mut inbound = Raw::new(accepted);
+    // holdfastd's connection: its OPEN first, which shows that holdfastd has
+    // taken up its own connection (OpenSent). Connecting back before that
+    // races with its connect completion: in Connect state it would take our
+    // connection and drop its own (legal, but no collision).
     assert_eq!(
         inbound
             .next(T)
@@ -155,6 +154,16 @@ fn collide(side: &Side, id: Ipv4Addr) -> (Raw, bool) {
             .0,
         msg_type::OPEN
     );
+    let out = holdfast_tester::netns::in_netns(&ns, move || {
+        let sock =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        sock.bind(&SocketAddr::new(ip, 0).into()).unwrap();
+        sock.connect_timeout(&SocketAddr::new(hf, 179).into(), Duration::from_secs(5))
+            .unwrap();
+        TcpStream::from(sock)
+    })
+    .unwrap();
+    let mut outbound = Raw::new(out);
     // Our connection: holdfastd answers with its OPEN (second FSM in OpenSent).
     assert_eq!(
         outbound

@@ -98,20 +98,38 @@ impl Sess {
         self.hf.is_ipv6()
     }
     pub fn carries(&self, v6: bool) -> bool {
-        if v6 { self.families.1 } else { self.families.0 }
+        if v6 {
+            self.families.1
+        } else {
+            self.families.0
+        }
     }
     /// Families carried, as `v6` flags.
     pub fn fams(&self) -> Vec<bool> {
-        [false, true].into_iter().filter(|v6| self.carries(*v6)).collect()
+        [false, true]
+            .into_iter()
+            .filter(|v6| self.carries(*v6))
+            .collect()
     }
     fn family_names(&self) -> Vec<String> {
-        self.fams().iter().map(|v6| if *v6 { "ipv6-unicast" } else { "ipv4-unicast" }.to_string()).collect()
+        self.fams()
+            .iter()
+            .map(|v6| if *v6 { "ipv6-unicast" } else { "ipv4-unicast" }.to_string())
+            .collect()
     }
     fn hf_nh(&self, v6: bool) -> IpAddr {
-        if v6 == self.v6() { self.hf } else { self.other_nh.expect("other_nh").0 }
+        if v6 == self.v6() {
+            self.hf
+        } else {
+            self.other_nh.expect("other_nh").0
+        }
     }
     fn peer_nh(&self, v6: bool) -> IpAddr {
-        if v6 == self.v6() { self.peer } else { self.other_nh.expect("other_nh").1 }
+        if v6 == self.v6() {
+            self.peer
+        } else {
+            self.other_nh.expect("other_nh").1
+        }
     }
 }
 
@@ -128,11 +146,19 @@ impl Net {
     fn toml(&self) -> String {
         let mut s = format!("[[network]]\nprefix = \"{}\"\n", self.prefix);
         if !self.communities.is_empty() {
-            let c: Vec<String> = self.communities.iter().map(|(a, b)| format!("\"{a}:{b}\"")).collect();
+            let c: Vec<String> = self
+                .communities
+                .iter()
+                .map(|(a, b)| format!("\"{a}:{b}\""))
+                .collect();
             s += &format!("communities = [{}]\n", c.join(", "));
         }
         if !self.large.is_empty() {
-            let c: Vec<String> = self.large.iter().map(|(a, b, c)| format!("\"{a}:{b}:{c}\"")).collect();
+            let c: Vec<String> = self
+                .large
+                .iter()
+                .map(|(a, b, c)| format!("\"{a}:{b}:{c}\""))
+                .collect();
             s += &format!("large_communities = [{}]\n", c.join(", "));
         }
         if let Some(m) = self.med {
@@ -175,12 +201,27 @@ pub fn topology(lab: &mut Lab, links: usize) -> (HostId, HostId, Vec<Sess>, Vec<
 /// holdfastd's networks: A (all attributes), B (filtered by the partial policy),
 /// C (removed by a reload), per family.
 pub fn networks() -> Vec<Net> {
-    let n = |prefix, communities: Vec<(u16, u16)>, large: Vec<(u32, u32, u32)>, med| Net { prefix, communities, large, med };
+    let n = |prefix, communities: Vec<(u16, u16)>, large: Vec<(u32, u32, u32)>, med| Net {
+        prefix,
+        communities,
+        large,
+        med,
+    };
     vec![
-        n("10.10.0.0/24", vec![(65000, 100), (65000, 200)], vec![(65000, 1, 2)], Some(50)),
+        n(
+            "10.10.0.0/24",
+            vec![(65000, 100), (65000, 200)],
+            vec![(65000, 1, 2)],
+            Some(50),
+        ),
         n("10.10.1.0/24", vec![(65000, 101)], vec![], None),
         n("10.10.2.0/24", vec![], vec![(65000, 3, 3)], Some(7)),
-        n("2001:db8:a0::/48", vec![(65000, 600)], vec![(65000, 6, 0), (65000, 6, 1)], Some(60)),
+        n(
+            "2001:db8:a0::/48",
+            vec![(65000, 600)],
+            vec![(65000, 6, 0), (65000, 6, 1)],
+            Some(60),
+        ),
         n("2001:db8:a1::/48", vec![], vec![], Some(61)),
         n("2001:db8:a2::/48", vec![(65000, 602)], vec![], None),
     ]
@@ -193,8 +234,15 @@ pub const NET_C: [&str; 2] = ["10.10.2.0/24", "2001:db8:a2::/48"];
 /// The peer's routes.
 pub fn peer_routes() -> Vec<RouteSpec> {
     vec![
-        RouteSpec::new("203.0.113.0/24").med(7).community(65001, 1).community(65001, 2).large_community(65001, 2, 3),
-        RouteSpec::new("2001:db8:f0::/48").med(8).community(65001, 6).large_community(65001, 6, 6),
+        RouteSpec::new("203.0.113.0/24")
+            .med(7)
+            .community(65001, 1)
+            .community(65001, 2)
+            .large_community(65001, 2, 3),
+        RouteSpec::new("2001:db8:f0::/48")
+            .med(8)
+            .community(65001, 6)
+            .large_community(65001, 6, 6),
     ]
 }
 
@@ -222,7 +270,10 @@ pub fn hf_config(sessions: &[Sess], nets: &[Net], export: &str) -> String {
         s.push('\n');
     }
     s += "[[policy]]\nname = \"only-a\"\ndefault = \"reject\"\n[[policy.term]]\nname = \"a\"\naction = \"accept\"\n";
-    s += &format!("match = {{ prefix = [\"{}\", \"{}\"] }}\n", NET_A[0], NET_A[1]);
+    s += &format!(
+        "match = {{ prefix = [\"{}\", \"{}\"] }}\n",
+        NET_A[0], NET_A[1]
+    );
     s += "set = { med = 5, prepend = 2, add_community = \"65000:777\", add_large_community = \"65000:77:77\" }\n";
     s
 }
@@ -231,7 +282,9 @@ pub fn hf_config(sessions: &[Sess], nets: &[Net], export: &str) -> String {
 pub fn peer_spec(sessions: &[Sess], routes: &[RouteSpec]) -> PeerSpec {
     let mut spec = PeerSpec::new(PEER_AS, "192.0.2.200".parse().unwrap());
     for x in sessions {
-        let mut n = NeighborSpec::new(x.hf, HF_AS).local(x.peer).families(x.families.0, x.families.1);
+        let mut n = NeighborSpec::new(x.hf, HF_AS)
+            .local(x.peer)
+            .families(x.families.0, x.families.1);
         if !x.hf_passive {
             n = n.passive();
         }
@@ -267,8 +320,14 @@ fn peer_view_is(got: &RouteView, n: &Net, s: &Sess, as_path: &[u32]) -> bool {
 
 /// Whether holdfastd's Adj-RIB-In entry `e` is the peer's route `r`.
 fn rib_in_ok(e: &RibEntry, r: &RouteSpec, s: &Sess) -> bool {
-    let comms: Vec<String> = sorted(&r.communities).iter().map(|(a, b)| format!("{a}:{b}")).collect();
-    let large: Vec<String> = sorted(&r.large_communities).iter().map(|(a, b, c)| format!("{a}:{b}:{c}")).collect();
+    let comms: Vec<String> = sorted(&r.communities)
+        .iter()
+        .map(|(a, b)| format!("{a}:{b}"))
+        .collect();
+    let large: Vec<String> = sorted(&r.large_communities)
+        .iter()
+        .map(|(a, b, c)| format!("{a}:{b}:{c}"))
+        .collect();
     e.as_path == PEER_AS.to_string()
         && e.med == r.med
         && sorted(&e.communities) == comms
@@ -300,10 +359,25 @@ pub struct Snapshot {
 }
 
 pub fn snapshot<P: Peer>(lab: &Lab, hf: &Holdfastd, peer: &P, s: &Sess) -> Snapshot {
-    let view = peer.session(lab, s.hf).expect("peer session").expect("session configured");
-    let n = hf.neighbor(s.peer).expect("hf neighbor").expect("hf neighbor configured");
-    assert!(view.is_established() && n.state == "Established", "{}: {view:?} / {n:?}", s.name);
-    Snapshot { at: Instant::now(), peer: view, hf_counts: (n.established_count, n.dropped_count), hf_msgs_out: n.msgs_out }
+    let view = peer
+        .session(lab, s.hf)
+        .expect("peer session")
+        .expect("session configured");
+    let n = hf
+        .neighbor(s.peer)
+        .expect("hf neighbor")
+        .expect("hf neighbor configured");
+    assert!(
+        view.is_established() && n.state == "Established",
+        "{}: {view:?} / {n:?}",
+        s.name
+    );
+    Snapshot {
+        at: Instant::now(),
+        peer: view,
+        hf_counts: (n.established_count, n.dropped_count),
+        hf_msgs_out: n.msgs_out,
+    }
 }
 
 /// No reset since `before`: still Established, counters unchanged, uptime grew.
@@ -317,7 +391,11 @@ pub fn assert_not_reset<P: Peer>(lab: &Lab, hf: &Holdfastd, peer: &P, s: &Sess, 
         "{}: the peer's session counters changed across reloads: before {b:?}, after {a:?}",
         s.name
     );
-    assert_eq!(now.hf_counts, before.hf_counts, "{}: holdfastd's session counters changed", s.name);
+    assert_eq!(
+        now.hf_counts, before.hf_counts,
+        "{}: holdfastd's session counters changed",
+        s.name
+    );
     // The reloads sent at least three UPDATEs on every session (C withdrawn, B withdrawn,
     // B re-announced); holdfastd's message counter must show them.
     assert!(
@@ -328,7 +406,10 @@ pub fn assert_not_reset<P: Peer>(lab: &Lab, hf: &Holdfastd, peer: &P, s: &Sess, 
         now.hf_msgs_out
     );
     let elapsed = now.at.duration_since(before.at).as_secs();
-    let (u0, u1) = (b.uptime_secs.expect("uptime before"), a.uptime_secs.expect("uptime after"));
+    let (u0, u1) = (
+        b.uptime_secs.expect("uptime before"),
+        a.uptime_secs.expect("uptime after"),
+    );
     // Tools round uptimes to whole seconds; allow 2 s of slack, never a restart from 0.
     assert!(
         u1 + 2 >= u0 + elapsed,
@@ -349,11 +430,19 @@ pub fn assert_log_clean(what: &str, log: &str, needles: &[&str]) {
 /// The whole scenario (see the module doc). `needles` are the peer's log markers of a
 /// NOTIFICATION. `sessions` may contain extra sessions; routes are checked on every
 /// session with `expect_up`.
-pub fn run<P: Peer>(lab: &mut Lab, h: HostId, p: HostId, sessions: &[Sess], start: impl FnOnce(&mut Lab, HostId, &PeerSpec) -> P, needles: &[&str]) -> (Holdfastd, P) {
+pub fn run<P: Peer>(
+    lab: &mut Lab,
+    h: HostId,
+    p: HostId,
+    sessions: &[Sess],
+    start: impl FnOnce(&mut Lab, HostId, &PeerSpec) -> P,
+    needles: &[&str],
+) -> (Holdfastd, P) {
     let t0 = Instant::now();
     let nets = networks();
     let routes = peer_routes();
-    let hf = Holdfastd::start(lab, h, "holdfastd", &hf_config(sessions, &nets, "all")).expect("holdfastd");
+    let hf = Holdfastd::start(lab, h, "holdfastd", &hf_config(sessions, &nets, "all"))
+        .expect("holdfastd");
     let mut peer = start(lab, p, &peer_spec(sessions, &routes));
     let up: Vec<&Sess> = sessions.iter().filter(|s| s.expect_up).collect();
 
@@ -369,13 +458,25 @@ pub fn run<P: Peer>(lab: &mut Lab, h: HostId, p: HostId, sessions: &[Sess], star
         assert_eq!(n.remote_as, PEER_AS);
         assert_eq!(n.families, s.family_names(), "{}: {n:?}", s.name);
     }
-    eprintln!("[{:>5.1}s] all sessions Established", t0.elapsed().as_secs_f64());
+    eprintln!(
+        "[{:>5.1}s] all sessions Established",
+        t0.elapsed().as_secs_f64()
+    );
 
     // 2. Routes, both ways, exact attributes.
     for s in &up {
         for n in nets.iter().filter(|n| s.carries(n.v6())) {
-            peer.wait_route(lab, s.hf, n.prefix, ROUTE_TIMEOUT, |r| peer_view_ok(r, n, s))
-                .unwrap_or_else(|e| panic!("{}: {} did not get {} as originated: {e}", s.name, peer.kind(), n.prefix));
+            peer.wait_route(lab, s.hf, n.prefix, ROUTE_TIMEOUT, |r| {
+                peer_view_ok(r, n, s)
+            })
+            .unwrap_or_else(|e| {
+                panic!(
+                    "{}: {} did not get {} as originated: {e}",
+                    s.name,
+                    peer.kind(),
+                    n.prefix
+                )
+            });
         }
         for r in routes.iter().filter(|r| s.carries(r.is_v6())) {
             wait_until(
@@ -387,7 +488,10 @@ pub fn run<P: Peer>(lab: &mut Lab, h: HostId, p: HostId, sessions: &[Sess], star
             .unwrap_or_else(|e| panic!("{e}"));
         }
     }
-    eprintln!("[{:>5.1}s] routes flow both ways", t0.elapsed().as_secs_f64());
+    eprintln!(
+        "[{:>5.1}s] routes flow both ways",
+        t0.elapsed().as_secs_f64()
+    );
 
     let before: Vec<Snapshot> = up.iter().map(|s| snapshot(lab, &hf, &peer, s)).collect();
     let peer_log_len = peer.log_text().expect("peer log").len();
@@ -408,26 +512,46 @@ pub fn run<P: Peer>(lab: &mut Lab, h: HostId, p: HostId, sessions: &[Sess], star
     }
     // 3b. Withdrawal by holdfastd: a reload without the C networks, which also changes
     // the attributes of the A networks (implicit replacement at the peer).
-    let mut nets_ab: Vec<Net> = nets.iter().filter(|n| !NET_C.contains(&n.prefix)).cloned().collect();
+    let mut nets_ab: Vec<Net> = nets
+        .iter()
+        .filter(|n| !NET_C.contains(&n.prefix))
+        .cloned()
+        .collect();
     for n in nets_ab.iter_mut().filter(|n| NET_A.contains(&n.prefix)) {
         n.med = n.med.map(|m| m + 1000);
         n.communities.push((65000, 999));
         n.large.remove(0);
     }
-    hf.reload(lab, &hf_config(sessions, &nets_ab, "all")).expect("reload");
-    for (s, v6) in up.iter().flat_map(|s| s.fams().into_iter().map(move |v6| (s, v6))) {
+    hf.reload(lab, &hf_config(sessions, &nets_ab, "all"))
+        .expect("reload");
+    for (s, v6) in up
+        .iter()
+        .flat_map(|s| s.fams().into_iter().map(move |v6| (s, v6)))
+    {
         let c = NET_C[v6 as usize];
         peer.wait_no_route(lab, s.hf, c, ROUTE_TIMEOUT)
             .unwrap_or_else(|e| panic!("{}: network removed by reload: {e}", s.name));
-        let a = nets_ab.iter().find(|n| n.prefix == NET_A[v6 as usize]).unwrap();
-        peer.wait_route(lab, s.hf, a.prefix, ROUTE_TIMEOUT, |r| peer_view_ok(r, a, s))
-            .unwrap_or_else(|e| panic!("{}: network attributes changed by reload: {e}", s.name));
+        let a = nets_ab
+            .iter()
+            .find(|n| n.prefix == NET_A[v6 as usize])
+            .unwrap();
+        peer.wait_route(lab, s.hf, a.prefix, ROUTE_TIMEOUT, |r| {
+            peer_view_ok(r, a, s)
+        })
+        .unwrap_or_else(|e| panic!("{}: network attributes changed by reload: {e}", s.name));
     }
-    eprintln!("[{:>5.1}s] withdrawals propagate both ways", t0.elapsed().as_secs_f64());
+    eprintln!(
+        "[{:>5.1}s] withdrawals propagate both ways",
+        t0.elapsed().as_secs_f64()
+    );
 
     // 4. Export policy change by reload: only A, then all again.
-    hf.reload(lab, &hf_config(sessions, &nets_ab, "only-a")).expect("reload");
-    for (s, v6) in up.iter().flat_map(|s| s.fams().into_iter().map(move |v6| (s, v6))) {
+    hf.reload(lab, &hf_config(sessions, &nets_ab, "only-a"))
+        .expect("reload");
+    for (s, v6) in up
+        .iter()
+        .flat_map(|s| s.fams().into_iter().map(move |v6| (s, v6)))
+    {
         let (a, b) = (NET_A[v6 as usize], NET_B[v6 as usize]);
         peer.wait_no_route(lab, s.hf, b, ROUTE_TIMEOUT)
             .unwrap_or_else(|e| panic!("{}: export policy only-a: {e}", s.name));
@@ -436,25 +560,38 @@ pub fn run<P: Peer>(lab: &mut Lab, h: HostId, p: HostId, sessions: &[Sess], star
         want.med = Some(5);
         want.communities.push((65000, 777));
         want.large.push((65000, 77, 77));
-        peer.wait_route(lab, s.hf, a, ROUTE_TIMEOUT, |r| peer_view_is(r, &want, s, &[HF_AS; 3]))
-            .unwrap_or_else(|e| panic!("{}: export policy only-a must rewrite {a}: {e}", s.name));
+        peer.wait_route(lab, s.hf, a, ROUTE_TIMEOUT, |r| {
+            peer_view_is(r, &want, s, &[HF_AS; 3])
+        })
+        .unwrap_or_else(|e| panic!("{}: export policy only-a must rewrite {a}: {e}", s.name));
     }
-    hf.reload(lab, &hf_config(sessions, &nets_ab, "all")).expect("reload");
-    for (s, v6) in up.iter().flat_map(|s| s.fams().into_iter().map(move |v6| (s, v6))) {
+    hf.reload(lab, &hf_config(sessions, &nets_ab, "all"))
+        .expect("reload");
+    for (s, v6) in up
+        .iter()
+        .flat_map(|s| s.fams().into_iter().map(move |v6| (s, v6)))
+    {
         for p in [NET_A[v6 as usize], NET_B[v6 as usize]] {
             let n = nets_ab.iter().find(|n| n.prefix == p).unwrap();
             peer.wait_route(lab, s.hf, p, ROUTE_TIMEOUT, |r| peer_view_ok(r, n, s))
                 .unwrap_or_else(|e| panic!("{}: export policy back to all: {e}", s.name));
         }
     }
-    eprintln!("[{:>5.1}s] export policy reloads took effect", t0.elapsed().as_secs_f64());
+    eprintln!(
+        "[{:>5.1}s] export policy reloads took effect",
+        t0.elapsed().as_secs_f64()
+    );
 
     // 5. No session was reset by any of this.
     for (s, b) in up.iter().zip(&before) {
         assert_not_reset(lab, &hf, &peer, s, b);
     }
     let log = peer.log_text().expect("peer log");
-    assert_log_clean(&format!("{} (after the reloads)", peer.kind()), &log[peer_log_len.min(log.len())..], needles);
+    assert_log_clean(
+        &format!("{} (after the reloads)", peer.kind()),
+        &log[peer_log_len.min(log.len())..],
+        needles,
+    );
     assert_log_clean(&peer.kind().to_string(), &log, needles);
     assert_log_clean("holdfastd", &hf.log_text(lab), &["NOTIFICATION"]);
     (hf, peer)

@@ -43,7 +43,10 @@ fn interop_exabgp() {
         std::net::IpAddr::V4(a) => std::net::IpAddr::V6(a.to_ipv6_mapped()),
         _ => unreachable!(),
     };
-    sessions.push(common::Sess::new("s5-v4-hf-active-multi-family", (hf4, p4), false).multi_family(hf6, mapped));
+    sessions.push(
+        common::Sess::new("s5-v4-hf-active-multi-family", (hf4, p4), false)
+            .multi_family(hf6, mapped),
+    );
     let (hf, mut exa) = common::run(
         &mut lab,
         h,

@@ -53,8 +53,18 @@ fn interop_frr() {
         ..common::Sess::new(name, addrs, hf_passive)
     };
     let bad = [
-        md5("s6-v6-hf-passive-md5-mismatch", extra[0][1], true, "hf-md5-WRONG"),
-        md5("s8-v4-hf-active-md5-mismatch", extra[1][0], false, "hf-md5-WRONG"),
+        md5(
+            "s6-v6-hf-passive-md5-mismatch",
+            extra[0][1],
+            true,
+            "hf-md5-WRONG",
+        ),
+        md5(
+            "s8-v4-hf-active-md5-mismatch",
+            extra[1][0],
+            false,
+            "hf-md5-WRONG",
+        ),
     ];
     sessions.push(md5("s5-v4-hf-passive-md5", extra[0][0], true, "hf-md5-ok"));
     sessions.push(md5("s7-v6-hf-active-md5", extra[1][1], false, "hf-md5-ok"));
@@ -62,7 +72,9 @@ fn interop_frr() {
     // IPv4 and IPv6 unicast over one IPv4 transport: FRR uses its global IPv6 address
     // on the link as next hop, holdfastd its own.
     let [(hf4, p4), (hf6, p6)] = extra[2];
-    sessions.push(common::Sess::new("s9-v4-hf-passive-multi-family", (hf4, p4), true).multi_family(hf6, p6));
+    sessions.push(
+        common::Sess::new("s9-v4-hf-passive-multi-family", (hf4, p4), true).multi_family(hf6, p6),
+    );
     let t0 = Instant::now();
     let (hf, mut frr) = common::run(
         &mut lab,
@@ -81,11 +93,25 @@ fn interop_frr() {
     }
     for bad in &bad {
         let v = frr.session(&lab, bad.hf).expect("frr").expect("configured");
-        assert_ne!(v.state, SessionState::Established, "{}: came up at FRR: {v:?}", bad.name);
+        assert_ne!(
+            v.state,
+            SessionState::Established,
+            "{}: came up at FRR: {v:?}",
+            bad.name
+        );
         assert_eq!(v.established_count.unwrap_or(0), 0, "{}: {v:?}", bad.name);
         let n = hf.neighbor(bad.peer).expect("hf").expect("configured");
-        assert_ne!(n.state, "Established", "{}: came up at holdfastd: {n:?}", bad.name);
-        assert_eq!((n.established_count, n.msgs_in), (0, 0), "{}: {n:?}", bad.name);
+        assert_ne!(
+            n.state, "Established",
+            "{}: came up at holdfastd: {n:?}",
+            bad.name
+        );
+        assert_eq!(
+            (n.established_count, n.msgs_in),
+            (0, 0),
+            "{}: {n:?}",
+            bad.name
+        );
     }
 
     frr.stop(&mut lab);

@@ -40,7 +40,10 @@ fn interop_gobgp() {
         std::net::IpAddr::V4(a) => std::net::IpAddr::V6(a.to_ipv6_mapped()),
         _ => unreachable!(),
     };
-    sessions.push(common::Sess::new("s5-v4-hf-active-multi-family", (hf4, p4), false).multi_family(hf6, mapped));
+    sessions.push(
+        common::Sess::new("s5-v4-hf-active-multi-family", (hf4, p4), false)
+            .multi_family(hf6, mapped),
+    );
     let (hf, mut gobgp) = common::run(
         &mut lab,
         h,
