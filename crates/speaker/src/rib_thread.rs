@@ -20,6 +20,11 @@ use tokio::sync::{mpsc, oneshot};
 
 /// Most UPDATE bodies merged into one engine batch.
 const MAX_BATCH_MSGS: usize = 4096;
+/// Most UPDATE bytes merged into one engine batch: small enough that the
+/// first routes go out while later ones are still arriving (a bulk load is
+/// pipelined instead of processed as one block), large enough to amortise
+/// the per-batch work and keep the worker pool busy.
+const MAX_BATCH_BYTES: usize = 512 * 1024;
 
 /// Commands from the I/O side.
 pub enum RibCmd {
@@ -153,11 +158,13 @@ impl RibThread {
             };
             match cmd {
                 RibCmd::Updates { peer, bodies } => {
+                    let mut bytes: usize = bodies.iter().map(Vec::len).sum();
                     let mut batch: Vec<(PeerId, Vec<u8>)> =
                         bodies.into_iter().map(|b| (peer, b)).collect();
-                    while batch.len() < MAX_BATCH_MSGS {
+                    while batch.len() < MAX_BATCH_MSGS && bytes < MAX_BATCH_BYTES {
                         match self.rx.try_recv() {
                             Ok(RibCmd::Updates { peer, bodies }) => {
+                                bytes += bodies.iter().map(Vec::len).sum::<usize>();
                                 batch.extend(bodies.into_iter().map(|b| (peer, b)))
                             }
                             Ok(other) => {
