@@ -367,14 +367,7 @@ impl Peer for Bird {
     }
 
     fn start(lab: &mut Lab, host: HostId, spec: &PeerSpec) -> Result<Self> {
-        for t in PeerKind::Bird.tools() {
-            crate::cmd::require_tool(t)?;
-        }
-        let dir = lab.peer_dir(host, "bird")?;
-        let mut spec = spec.clone();
-        for r in &mut spec.routes {
-            r.prefix = normalize_prefix(&r.prefix)?;
-        }
+        let (dir, spec) = super::prepare(lab, host, PeerKind::Bird, spec)?;
         let mut bird = Bird {
             host,
             conf: dir.join("bird.conf"),

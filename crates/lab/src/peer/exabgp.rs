@@ -385,14 +385,7 @@ impl Peer for Exabgp {
     }
 
     fn start(lab: &mut Lab, host: HostId, spec: &PeerSpec) -> Result<Self> {
-        for t in PeerKind::Exabgp.tools() {
-            crate::cmd::require_tool(t)?;
-        }
-        let dir = lab.peer_dir(host, "exabgp")?;
-        let mut spec = spec.clone();
-        for r in &mut spec.routes {
-            r.prefix = normalize_prefix(&r.prefix)?;
-        }
+        let (dir, spec) = super::prepare(lab, host, PeerKind::Exabgp, spec)?;
         let ex = Exabgp {
             host,
             commands: dir.join("commands.txt"),

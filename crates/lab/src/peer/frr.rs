@@ -305,14 +305,7 @@ impl Peer for Frr {
     }
 
     fn start(lab: &mut Lab, host: HostId, spec: &PeerSpec) -> Result<Self> {
-        for t in PeerKind::Frr.tools() {
-            crate::cmd::require_tool(t)?;
-        }
-        let dir = lab.peer_dir(host, "frr")?;
-        let mut spec = spec.clone();
-        for r in &mut spec.routes {
-            r.prefix = normalize_prefix(&r.prefix)?;
-        }
+        let (dir, spec) = super::prepare(lab, host, PeerKind::Frr, spec)?;
         let mut frr = Frr {
             host,
             dir: dir.clone(),

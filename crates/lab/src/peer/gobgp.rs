@@ -304,14 +304,7 @@ impl Peer for Gobgp {
     }
 
     fn start(lab: &mut Lab, host: HostId, spec: &PeerSpec) -> Result<Self> {
-        for t in PeerKind::Gobgp.tools() {
-            crate::cmd::require_tool(t)?;
-        }
-        let dir = lab.peer_dir(host, "gobgp")?;
-        let mut spec = spec.clone();
-        for r in &mut spec.routes {
-            r.prefix = normalize_prefix(&r.prefix)?;
-        }
+        let (dir, spec) = super::prepare(lab, host, PeerKind::Gobgp, spec)?;
         let mut conf = format!(
             "[global.config]\n  as = {}\n  router-id = \"{}\"\n  port = 179\n",
             spec.local_as, spec.router_id

@@ -6,6 +6,7 @@ mod frr;
 mod gobgp;
 
 use std::fmt;
+use std::path::PathBuf;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
@@ -434,6 +435,21 @@ pub(crate) fn parse_large_community(s: &str) -> Option<(u32, u32, u32)> {
 
 fn find_route(routes: Vec<RouteView>, prefix: &str) -> Option<RouteView> {
     routes.into_iter().find(|r| r.prefix == prefix)
+}
+
+/// What every driver does before starting its daemon: check its tools are
+/// installed, create its directory in the work dir, and normalise the
+/// prefixes of the routes it will originate.
+pub(crate) fn prepare(lab: &Lab, host: HostId, kind: PeerKind, spec: &PeerSpec) -> Result<(PathBuf, PeerSpec)> {
+    for t in kind.tools() {
+        crate::cmd::require_tool(t)?;
+    }
+    let dir = lab.peer_dir(host, kind.name())?;
+    let mut spec = spec.clone();
+    for r in &mut spec.routes {
+        r.prefix = normalize_prefix(&r.prefix)?;
+    }
+    Ok((dir, spec))
 }
 
 /// A running BGP implementation inside a lab host, read back with its own tools.
