@@ -701,7 +701,7 @@ Peak RSS = `VmHWM` from `/proc/PID/status` of the DUT's processes and their chil
 monitor holds all routes (frr: bgpd + zebra). Median of {runs} run(s), min–max in parentheses; \
 ratio = daemon / holdfastd (time, RSS). Per-run limit {} s: a run over it reports \"timeout\" and larger sizes of that \
 daemon and workload are skipped; a run slower than {} s is not repeated (marked \"1 run\").\n\nDUT configuration: import and export everything on eBGP, no kernel FIB: holdfastd \
-`import = \"all\"`, `export = \"all\"`, `passive = true` (workers: one per core); bird2 `import all` / export filter \
+`import = \"all\"`, `export = \"all\"`, `passive = true`, `workers` left at its default; bird2 `import all` / export filter \
 accepting all, no kernel protocol; frr `bgpd -n` (no FIB install) with zebra, `no bgp ebgp-requires-policy`, \
 `advertisement-interval 0`; gobgpd default (accept-all) policies, no zebra. No packet captures.\n\nWorkloads \
 (`holdfast_tester::workload`, deterministic): **packed** = 500 consecutive /24s per attribute set (TENSOR's bulk \

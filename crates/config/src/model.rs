@@ -98,10 +98,12 @@ pub struct Global {
 }
 
 impl Global {
-    /// `workers`, or the number of CPU cores when unset.
+    /// `workers`, or when unset one per CPU core but one, which is left to
+    /// the I/O thread that runs sessions and timers (at least one worker).
     pub fn effective_workers(&self) -> usize {
-        self.workers
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        self.workers.unwrap_or_else(|| {
+            std::thread::available_parallelism().map_or(1, |n| n.get().saturating_sub(1).max(1))
+        })
     }
     /// The cluster id used when reflecting (RFC 4456 §7).
     pub fn effective_cluster_id(&self) -> Ipv4Addr {
