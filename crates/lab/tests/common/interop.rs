@@ -198,6 +198,18 @@ pub fn topology(lab: &mut Lab, links: usize) -> (HostId, HostId, Vec<Sess>, Vec<
     (h, p, sessions, extra)
 }
 
+/// s5: holdfastd active over the IPv4 addresses of `link`, carrying IPv4 and IPv6
+/// unicast; the peer's IPv6 next hop is the IPv4-mapped address of its end, holdfastd's
+/// its global IPv6 address on the link.
+pub fn mapped_multi_family(link: LinkAddrs) -> Sess {
+    let [(hf4, p4), (hf6, _)] = link;
+    let IpAddr::V4(p4v4) = p4 else {
+        panic!("link's first pair must be IPv4: {p4}")
+    };
+    Sess::new("s5-v4-hf-active-multi-family", (hf4, p4), false)
+        .multi_family(hf6, IpAddr::V6(p4v4.to_ipv6_mapped()))
+}
+
 /// holdfastd's networks: A (all attributes), B (filtered by the partial policy),
 /// C (removed by a reload), per family.
 pub fn networks() -> Vec<Net> {

@@ -38,15 +38,7 @@ fn interop_exabgp() {
     // IPv4 and IPv6 unicast over one IPv4 transport: the ExaBGP driver announces the
     // IPv4-mapped address of its end as IPv6 next hop; holdfastd uses its global IPv6
     // address on the link.
-    let [(hf4, p4), (hf6, _)] = extra[0];
-    let mapped = match p4 {
-        std::net::IpAddr::V4(a) => std::net::IpAddr::V6(a.to_ipv6_mapped()),
-        _ => unreachable!(),
-    };
-    sessions.push(
-        common::Sess::new("s5-v4-hf-active-multi-family", (hf4, p4), false)
-            .multi_family(hf6, mapped),
-    );
+    sessions.push(common::mapped_multi_family(extra[0]));
     let (hf, mut exa) = common::run(
         &mut lab,
         h,
