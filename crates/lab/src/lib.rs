@@ -91,7 +91,7 @@ pub use peer::{
     RouteSpec, RouteView, SessionState, SessionView,
 };
 pub use stale::{cleanup_stale, list_netns, run_id_of, NAME_PREFIX};
-pub use wait::{wait_for, wait_for_every, wait_until, DEFAULT_POLL_INTERVAL};
+pub use wait::{hold_for, wait_for, wait_for_every, wait_until, DEFAULT_POLL_INTERVAL};
 
 /// The line tests print when they cannot run here.
 pub const SKIP_MESSAGE: &str = "SKIP: needs root and bird/frr/gobgpd/exabgp";

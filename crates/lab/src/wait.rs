@@ -28,24 +28,11 @@ pub fn wait_for_every<T: Debug>(
     interval: Duration,
     mut f: impl FnMut() -> Result<Option<T>>,
 ) -> Result<T> {
-    let start = Instant::now();
-    let deadline = start + timeout;
-    loop {
-        let last = match f() {
-            Ok(Some(v)) => return Ok(v),
-            Ok(None) => "None".to_string(),
-            Err(e) => format!("error: {e}"),
-        };
-        let now = Instant::now();
-        if now >= deadline {
-            return Err(LabError::WaitTimeout {
-                desc: desc.to_string(),
-                elapsed: now - start,
-                last,
-            });
-        }
-        thread::sleep(interval.min(deadline - now));
-    }
+    poll(desc, timeout, interval, || match f() {
+        Ok(Some(v)) => Ok(v),
+        Ok(None) => Err("None".to_string()),
+        Err(e) => Err(format!("error: {e}")),
+    })
 }
 
 /// Poll `observe` until `pred` accepts the observed value or `timeout` passes.
@@ -58,13 +45,43 @@ pub fn wait_until<T: Debug>(
     mut observe: impl FnMut() -> Result<T>,
     mut pred: impl FnMut(&T) -> bool,
 ) -> Result<T> {
+    poll(desc, timeout, DEFAULT_POLL_INTERVAL, || match observe() {
+        Ok(v) if pred(&v) => Ok(v),
+        Ok(v) => Err(format!("{v:?}")),
+        Err(e) => Err(format!("error: {e}")),
+    })
+}
+
+/// Run `check` every [`DEFAULT_POLL_INTERVAL`] for the whole of `window` (at least
+/// once), for conditions that must keep holding: "the session stays up", "no route is
+/// withdrawn while the peer restarts". `check` asserts, so the test fails at the first
+/// observation that breaks the condition.
+pub fn hold_for(window: Duration, mut check: impl FnMut()) {
+    let until = Instant::now() + window;
+    loop {
+        check();
+        let now = Instant::now();
+        if now >= until {
+            return;
+        }
+        thread::sleep(DEFAULT_POLL_INTERVAL.min(until - now));
+    }
+}
+
+/// The one polling loop: `step` returns the value when done, or a rendering of what it
+/// observed, which the timeout error carries.
+fn poll<T>(
+    desc: &str,
+    timeout: Duration,
+    interval: Duration,
+    mut step: impl FnMut() -> std::result::Result<T, String>,
+) -> Result<T> {
     let start = Instant::now();
     let deadline = start + timeout;
     loop {
-        let last = match observe() {
-            Ok(v) if pred(&v) => return Ok(v),
-            Ok(v) => format!("{v:?}"),
-            Err(e) => format!("error: {e}"),
+        let last = match step() {
+            Ok(v) => return Ok(v),
+            Err(last) => last,
         };
         let now = Instant::now();
         if now >= deadline {
@@ -74,6 +91,6 @@ pub fn wait_until<T: Debug>(
                 last,
             });
         }
-        thread::sleep(DEFAULT_POLL_INTERVAL.min(deadline - now));
+        thread::sleep(interval.min(deadline - now));
     }
 }

@@ -6,8 +6,8 @@ mod frr;
 mod gobgp;
 
 use std::fmt;
-use std::path::PathBuf;
 use std::net::{IpAddr, Ipv4Addr};
+use std::path::PathBuf;
 use std::time::Duration;
 
 pub use bird::Bird;
@@ -440,7 +440,12 @@ fn find_route(routes: Vec<RouteView>, prefix: &str) -> Option<RouteView> {
 /// What every driver does before starting its daemon: check its tools are
 /// installed, create its directory in the work dir, and normalise the
 /// prefixes of the routes it will originate.
-pub(crate) fn prepare(lab: &Lab, host: HostId, kind: PeerKind, spec: &PeerSpec) -> Result<(PathBuf, PeerSpec)> {
+pub(crate) fn prepare(
+    lab: &Lab,
+    host: HostId,
+    kind: PeerKind,
+    spec: &PeerSpec,
+) -> Result<(PathBuf, PeerSpec)> {
     for t in kind.tools() {
         crate::cmd::require_tool(t)?;
     }

@@ -33,7 +33,7 @@ mod robust_common;
 
 use holdfast_api::{Body, Request};
 use holdfast_lab::{
-    skip_unless_ready, wait_until, Bird, NeighborSpec, Peer as _, PeerKind, PeerSpec,
+    hold_for, skip_unless_ready, wait_until, Bird, NeighborSpec, Peer as _, PeerKind, PeerSpec,
 };
 use holdfast_wire::{
     decode_notification, encode_keepalive, encode_open, frame, msg_type, Notification, HEADER_LEN,
@@ -341,8 +341,7 @@ fn bird_both_active() {
     bird.wait_established(&s.lab, side.hf_ip, Duration::from_secs(40))
         .unwrap();
     d.wait_established(side.ip, T).unwrap();
-    let until = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < until {
+    hold_for(Duration::from_secs(5), || {
         let n = d.neighbor(side.ip).unwrap().unwrap();
         assert_eq!(
             (n.state.as_str(), n.established_count),
@@ -356,8 +355,7 @@ fn bird_both_active() {
                 .is_established(),
             "bird's session dropped"
         );
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    });
     let ss = s
         .lab
         .exec_ok(

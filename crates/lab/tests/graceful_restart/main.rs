@@ -32,12 +32,13 @@ mod robust_common;
 
 use holdfast_api::RibTable;
 use holdfast_lab::{
-    skip_unless_ready, wait_until, Bird, NeighborSpec, Peer as _, PeerKind, PeerSpec, RouteSpec,
+    hold_for, skip_unless_ready, wait_until, Bird, NeighborSpec, Peer as _, PeerKind, PeerSpec,
+    RouteSpec,
 };
 use robust_common::*;
 use std::collections::HashSet;
 use std::net::Ipv4Addr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const T: Duration = Duration::from_secs(20);
 
@@ -77,8 +78,7 @@ fn graceful_restart_helper() {
         |n| n.as_ref().is_some_and(|n| n.state != "Established"),
     )
     .unwrap();
-    let until = Instant::now() + Duration::from_secs(3);
-    while Instant::now() < until {
+    hold_for(Duration::from_secs(3), || {
         let (w, have) = mon.view(|v| {
             (
                 v.withdrawn,
@@ -95,8 +95,7 @@ fn graceful_restart_helper() {
             pa.iter().all(|p| loc.contains(&p.to_string())),
             "Loc-RIB lost A's routes during the restart"
         );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    });
 
     // A comes back, re-announces half, End-of-RIB.
     ca.restarting = true;
@@ -207,8 +206,7 @@ fn bird_restart() {
         |n| n.as_ref().is_some_and(|n| n.state != "Established"),
     )
     .unwrap();
-    let until = Instant::now() + Duration::from_secs(3);
-    while Instant::now() < until {
+    hold_for(Duration::from_secs(3), || {
         let (w, have) = mon.view(|v| {
             (
                 v.withdrawn,
@@ -220,8 +218,7 @@ fn bird_restart() {
             (0, 4),
             "monitor lost bird's routes while bird restarts"
         );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    });
     let bird = Bird::start(&mut s.lab, sb.host, &spec(2)).unwrap();
     d.wait_established(sb.ip, T).unwrap();
     mon.wait("monitor sees bird's 2 dropped prefixes withdrawn", T, |v| {

@@ -15,7 +15,9 @@
 //!   from it: frr's TTL-1 segments are below holdfastd's minimum TTL of 255 and the
 //!   kernel drops them. Checked after at least 8 s of connect attempts.
 
-use holdfast_lab::{skip_unless_ready, Frr, Holdfastd, Lab, NeighborSpec, Peer, PeerKind, PeerSpec};
+use holdfast_lab::{
+    hold_for, skip_unless_ready, Frr, Holdfastd, Lab, NeighborSpec, Peer, PeerKind, PeerSpec,
+};
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
@@ -63,19 +65,34 @@ ttl_security = 1
     let frr = Frr::start(&mut lab, p, &spec).expect("frr");
     let started = Instant::now();
 
-    hf.wait_established(frr1, Duration::from_secs(60)).expect("g1 up on holdfastd");
-    frr.wait_established(&lab, hf1, Duration::from_secs(30)).expect("g1 up on frr");
+    hf.wait_established(frr1, Duration::from_secs(60))
+        .expect("g1 up on holdfastd");
+    frr.wait_established(&lab, hf1, Duration::from_secs(30))
+        .expect("g1 up on frr");
 
-    let watch_until = started + Duration::from_secs(8);
-    while Instant::now() < watch_until {
-        let n = hf.neighbor(frr2).expect("control socket").expect("g2 configured");
-        assert_ne!(n.state, "Established", "g2 came up although frr sends TTL 1: {n:?}");
-        assert_eq!(n.msgs_in, 0, "a message from a TTL-1 peer got through GTSM: {n:?}");
-        let s = frr.session(&lab, hf2).expect("vtysh").expect("g2 on frr");
-        assert!(!s.is_established(), "frr reports g2 Established: {s:?}");
-        std::thread::sleep(Duration::from_millis(500));
-    }
-    let n = hf.neighbor(frr1).expect("control socket").expect("g1 configured");
+    hold_for(
+        (started + Duration::from_secs(8)).saturating_duration_since(Instant::now()),
+        || {
+            let n = hf
+                .neighbor(frr2)
+                .expect("control socket")
+                .expect("g2 configured");
+            assert_ne!(
+                n.state, "Established",
+                "g2 came up although frr sends TTL 1: {n:?}"
+            );
+            assert_eq!(
+                n.msgs_in, 0,
+                "a message from a TTL-1 peer got through GTSM: {n:?}"
+            );
+            let s = frr.session(&lab, hf2).expect("vtysh").expect("g2 on frr");
+            assert!(!s.is_established(), "frr reports g2 Established: {s:?}");
+        },
+    );
+    let n = hf
+        .neighbor(frr1)
+        .expect("control socket")
+        .expect("g1 configured");
     assert_eq!(n.state, "Established", "g1 dropped: {n:?}");
     lab.teardown();
 }
