@@ -232,7 +232,13 @@ impl PeerTask {
         self.execute(w, actions);
     }
 
+    /// Carries out FSM actions. The shared status is refreshed when the main
+    /// FSM acted; inputs that only move counters (an UPDATE or KEEPALIVE in
+    /// Established) are published once per read instead of once per message.
     fn execute(&mut self, w: Which, actions: Vec<Action>) {
+        if actions.is_empty() {
+            return;
+        }
         for a in actions {
             self.action(w, a);
         }
@@ -483,6 +489,9 @@ impl PeerTask {
         }
         self.flush_updates(&mut updates);
         self.metrics.messages_in(&self.labels, &counts);
+        if w == Which::Main {
+            self.publish();
+        }
     }
 
     fn flush_updates(&mut self, updates: &mut Vec<Vec<u8>>) {
@@ -649,6 +658,7 @@ impl PeerTask {
                         // updates_out / msgs_out count it and the KeepaliveTimer restarts
                         // (RFC 4271 §4.4). One publish per batch, not per message.
                         self.fsm(Which::Main, Event::UpdatesSent(updates as u64));
+                        self.publish();
                     }
                 }
             }
