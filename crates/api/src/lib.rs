@@ -51,6 +51,15 @@ pub enum Request {
     NeighborReset {
         address: String,
     },
+    /// Non-stop routing state: protection, replication lag, epoch, store latency.
+    ShowNsr,
+    /// Planned handover: the primary stops taking new input, flushes its
+    /// replication and exits once a backup has claimed the instance.
+    NsrSwitchover {
+        /// Seconds to wait for the backup before resuming normal service.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        timeout_secs: Option<u64>,
+    },
 }
 
 impl Request {
@@ -122,6 +131,76 @@ pub enum Body {
     Rib(Vec<RibEntry>),
     /// Free-text outcome of `reload` and `neighbor_reset`.
     Message(String),
+    Nsr(NsrStatus),
+}
+
+/// `show nsr`: the non-stop-routing state of the daemon.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NsrStatus {
+    /// NSR configured (`[nsr]` present and enabled).
+    pub enabled: bool,
+    pub instance: String,
+    /// `primary`, `takeover` (restoring), `fenced`, or `switchover`.
+    pub role: String,
+    /// The epoch this process writes with, and the store's last known one.
+    pub epoch: u64,
+    pub store_epoch: u64,
+    /// The store is reachable and every session is replicated.
+    pub protected: bool,
+    pub store: String,
+    /// Store write round trip (µs) over the recent window.
+    pub store_latency_p50_us: u64,
+    pub store_latency_p99_us: u64,
+    /// Added ACK delay (µs): how long an ACK waited for replication.
+    pub ack_delay_p50_us: u64,
+    pub ack_delay_p99_us: u64,
+    pub ack_packets_held: u64,
+    pub ack_packets_clamped: u64,
+    pub writes: u64,
+    pub write_errors: u64,
+    pub sessions: Vec<NsrSession>,
+    /// Phases of the takeover that started this process, if it was one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub takeover: Option<TakeoverTimes>,
+}
+
+/// One replicated session.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NsrSession {
+    pub key: String,
+    pub peer: String,
+    pub protected: bool,
+    /// Replication operations queued and not yet confirmed by the store.
+    pub lag_ops: u64,
+    /// Age (µs) of the oldest unconfirmed operation; 0 when none.
+    pub lag_us: u64,
+    /// Highest receive sequence number confirmed (the ACK that may leave).
+    pub rcv_confirmed: u32,
+    /// Next send sequence number handed to the store.
+    pub snd_next: u32,
+    /// Bytes in the Adj-RIB-In and Adj-RIB-Out logs since the last snapshot.
+    pub log_bytes: u64,
+}
+
+/// Phases of a takeover (TENSOR Table 1), in microseconds.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TakeoverTimes {
+    pub sessions: u64,
+    pub routes: u64,
+    /// Claiming the epoch and guarding the namespace.
+    pub claim_us: u64,
+    /// Reading the store.
+    pub load_us: u64,
+    /// Waiting for the service address (orchestrator's part).
+    pub address_wait_us: u64,
+    /// TCP_REPAIR restore, all sessions.
+    pub tcp_restore_us: u64,
+    /// Per-session TCP restore, worst case.
+    pub tcp_restore_max_us: u64,
+    /// From start to the sessions resumed (first KEEPALIVE queued).
+    pub resumed_us: u64,
+    /// Until the tables are rebuilt and the Adj-RIB-Out diff is sent.
+    pub tables_us: u64,
 }
 
 impl Response {
@@ -141,6 +220,9 @@ impl Response {
     }
     pub fn rib(entries: Vec<RibEntry>) -> Self {
         Response::Ok(Body::Rib(entries))
+    }
+    pub fn nsr(s: NsrStatus) -> Self {
+        Response::Ok(Body::Nsr(s))
     }
 
     /// `Ok(body)` or `Err(message)`.

@@ -6,7 +6,9 @@
 
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
-use holdfast_api::{Body, NeighborInfo, Request, Response, RibEntry, RibTable, Summary};
+use holdfast_api::{
+    Body, NeighborInfo, NsrStatus, Request, Response, RibEntry, RibTable, Summary,
+};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
@@ -45,6 +47,23 @@ enum Cmd {
         #[command(subcommand)]
         op: NeighborOp,
     },
+    /// Non-stop routing operations.
+    Nsr {
+        #[command(subcommand)]
+        op: NsrOp,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum NsrOp {
+    /// Planned handover to a backup (upgrade, maintenance): this daemon
+    /// waits for `holdfastd --takeover` to claim the instance, then exits
+    /// without disturbing any session.
+    Switchover {
+        /// Give up and stay primary after this many seconds.
+        #[arg(long)]
+        timeout: Option<u64>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -53,6 +72,8 @@ enum Show {
     Neighbors,
     /// One line per daemon: identity, sessions, table sizes.
     Summary,
+    /// Non-stop routing: protection per session, replication lag, epoch, store latency.
+    Nsr,
     /// Routes.
     Rib {
         /// loc (best paths and candidates), in (Adj-RIB-In, pre-policy), out (Adj-RIB-Out).
@@ -128,6 +149,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             table: *table,
             limit: *limit,
         },
+        Cmd::Show { what: Show::Nsr } => Request::ShowNsr,
+        Cmd::Nsr {
+            op: NsrOp::Switchover { timeout },
+        } => Request::NsrSwitchover {
+            timeout_secs: *timeout,
+        },
         Cmd::Reload => Request::Reload,
         Cmd::Neighbor {
             op: NeighborOp::Reset { address },
@@ -148,6 +175,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Body::Summary(s) => print_summary(&s),
         Body::Rib(routes) => print_rib(&routes),
         Body::Message(m) => println!("{m}"),
+        Body::Nsr(n) => print_nsr(&n),
     }
     Ok(())
 }
@@ -182,6 +210,51 @@ fn print_neighbors(list: &[NeighborInfo]) {
         if let Some(e) = &n.last_error {
             println!("{:<10} {:<26} last error: {e}", "", "");
         }
+    }
+}
+
+fn print_nsr(n: &NsrStatus) {
+    if !n.enabled {
+        println!("non-stop routing is not enabled");
+        return;
+    }
+    println!(
+        "instance {}  role {}  epoch {} (store {})  {}",
+        n.instance,
+        n.role,
+        n.epoch,
+        n.store_epoch,
+        if n.protected { "PROTECTED" } else { "UNPROTECTED" }
+    );
+    println!(
+        "store {}  write p50 {} us p99 {} us  writes {}  errors {}",
+        n.store, n.store_latency_p50_us, n.store_latency_p99_us, n.writes, n.write_errors
+    );
+    println!(
+        "added ACK delay p50 {} us p99 {} us  (held {} packets, clamped {})",
+        n.ack_delay_p50_us, n.ack_delay_p99_us, n.ack_packets_held, n.ack_packets_clamped
+    );
+    if let Some(t) = &n.takeover {
+        println!(
+            "takeover: {} sessions, {} routes; claim {} us, load {} us, address wait {} us, TCP restore {} us (max {} us/session), resumed at {} us, tables at {} us",
+            t.sessions, t.routes, t.claim_us, t.load_us, t.address_wait_us, t.tcp_restore_us, t.tcp_restore_max_us, t.resumed_us, t.tables_us
+        );
+    }
+    println!(
+        "{:<32} {:<10} {:>8} {:>10} {:>12} {:>12} {:>12}",
+        "session", "protected", "lag ops", "lag us", "rcv acked", "snd next", "log bytes"
+    );
+    for s in &n.sessions {
+        println!(
+            "{:<32} {:<10} {:>8} {:>10} {:>12} {:>12} {:>12}",
+            s.key,
+            if s.protected { "yes" } else { "NO" },
+            s.lag_ops,
+            s.lag_us,
+            s.rcv_confirmed,
+            s.snd_next,
+            s.log_bytes
+        );
     }
 }
 

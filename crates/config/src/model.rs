@@ -327,8 +327,7 @@ impl Network {
     }
 }
 
-/// `[nsr]`: non-stop routing state replication (parsed and validated now,
-/// used by a later release).
+/// `[nsr]`: non-stop routing (docs/nsr.md).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Nsr {
@@ -342,4 +341,11 @@ pub struct Nsr {
     /// Service address moved to the active speaker when `manage_address`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub address: Option<IpAddr>,
+    /// Netfilter queue number of the ACK gate (iptables NFQUEUE target).
+    #[serde(default = "default_nfqueue")]
+    pub queue: u16,
+}
+
+fn default_nfqueue() -> u16 {
+    1707
 }

@@ -59,6 +59,32 @@ impl Session {
         }
     }
 
+    /// Non-stop routing: a session taken over from a failed primary, put
+    /// straight into Established from the two OPENs it exchanged (the
+    /// negotiated parameters are re-derived with [`negotiate`], never
+    /// copied). Returns the session and its first actions: a KEEPALIVE at
+    /// once, so the peer hears from the new speaker without waiting a
+    /// keepalive interval. Fails with the NOTIFICATION the OPENs would have
+    /// caused if they no longer negotiate under `cfg`.
+    pub fn resume(
+        cfg: SessionConfig,
+        local_open: Open,
+        remote_open: Open,
+        now: Time,
+    ) -> Result<(Self, Vec<Action>), Notification> {
+        let neg = negotiate(&local_open, &remote_open, &cfg)?;
+        let mut s = Session::new(cfg);
+        s.sent_open = Some(local_open);
+        s.negotiated = Some(neg);
+        s.state = State::Established;
+        s.stats.established_count = 1;
+        s.established_at = Some(now);
+        s.arm_hold(now);
+        s.arm_keepalive(now);
+        s.stats.keepalives_out += 1;
+        Ok((s, vec![Action::SendKeepalive]))
+    }
+
     pub fn state(&self) -> State {
         self.state
     }

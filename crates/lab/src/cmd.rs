@@ -92,6 +92,15 @@ pub(crate) fn run_ok(argv: &[String], timeout: Duration) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// Run `cmd` inside the network namespace `netns` (`ip netns exec`), fail on a non-zero
+/// exit, return stdout as text. Needs no [`crate::Lab`], so it can run on any thread
+/// (session probes, watches).
+pub(crate) fn ns_exec_ok(netns: &str, cmd: &[&str]) -> Result<String> {
+    let mut full = argv(&["ip", "netns", "exec", netns]);
+    full.extend(cmd.iter().map(|s| s.to_string()));
+    run_ok(&full, DEFAULT_CMD_TIMEOUT)
+}
+
 /// Turn a non-zero exit status into [`LabError::CommandFailed`].
 pub(crate) fn check_output(argv: &[String], out: &Output) -> Result<()> {
     if out.status.success() {

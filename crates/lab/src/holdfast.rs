@@ -5,16 +5,16 @@
 //! Binaries are found through `HOLDFASTD_BIN` / `HOLDFAST_BIN`, else in the
 //! workspace's `target/release` or `target/debug` (whichever is newer).
 
-use crate::cmd::Signal;
+use crate::cmd::{pid_alive, Signal};
 use crate::error::{io_ctx, parse_err, LabError, Result};
 use crate::lab::{HostId, Lab, ProcId};
-use crate::wait::wait_until;
+use crate::wait::{wait_until, DEFAULT_POLL_INTERVAL};
 use holdfast_api::{Body, NeighborInfo, Request, Response, RibEntry, RibTable, Summary};
 use std::io::{BufRead, BufReader, Write};
 use std::net::IpAddr;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Finds a workspace binary: `$ENV`, else the newest of target/{release,debug}/NAME.
 pub fn find_binary(name: &str, env: &str) -> Result<PathBuf> {
@@ -38,6 +38,31 @@ pub fn find_binary(name: &str, env: &str) -> Result<PathBuf> {
         .ok_or_else(|| LabError::MissingTool(format!("{name} (build it, or set {env})")))
 }
 
+/// How to start holdfastd, beyond host, name and configuration.
+#[derive(Debug, Clone, Default)]
+pub struct StartOpts {
+    /// Start as the backup taking over the `[nsr]` instance of the configuration
+    /// (`--takeover`): the control socket answers before any session is restored.
+    pub takeover: bool,
+    /// `--takeover-ready-file PATH`: created by holdfastd once its state is loaded and it
+    /// waits for the service address (see [`Holdfastd::wait_ready_file`]).
+    pub ready_file: Option<PathBuf>,
+    /// Extra environment (after the default `HOLDFAST_LOG=info,holdfastd=debug`, which
+    /// an entry here overrides).
+    pub env: Vec<(String, String)>,
+}
+
+impl StartOpts {
+    /// Options for a takeover with a ready file.
+    pub fn takeover(ready_file: PathBuf) -> Self {
+        StartOpts {
+            takeover: true,
+            ready_file: Some(ready_file),
+            env: Vec::new(),
+        }
+    }
+}
+
 /// A running holdfastd.
 pub struct Holdfastd {
     pub host: HostId,
@@ -45,45 +70,174 @@ pub struct Holdfastd {
     pub config_path: PathBuf,
     pub socket: PathBuf,
     pub name: String,
+    /// The `--takeover-ready-file`, if any.
+    pub ready_file: Option<PathBuf>,
+    /// Process id (holdfastd itself: `ip netns exec` execs it).
+    pub os_pid: u32,
+    stderr: PathBuf,
 }
 
 impl Holdfastd {
     /// Writes `config` (a TOML text without `control_socket`; one is added)
     /// and starts holdfastd in `host`; returns once the control socket answers.
     pub fn start(lab: &mut Lab, host: HostId, name: &str, config: &str) -> Result<Holdfastd> {
+        Self::start_with(lab, host, name, config, &StartOpts::default())
+    }
+
+    /// [`Holdfastd::start`] with options (takeover, ready file, environment). Returns
+    /// once the control socket answers (any answer, even a refusal, counts: a unit
+    /// taking over answers before its sessions are restored). Fails early, with the
+    /// log's tail, if the process exits first.
+    pub fn start_with(
+        lab: &mut Lab,
+        host: HostId,
+        name: &str,
+        config: &str,
+        opts: &StartOpts,
+    ) -> Result<Holdfastd> {
         let bin = find_binary("holdfastd", "HOLDFASTD_BIN")?;
         let dir = lab.work_dir().join(name);
         std::fs::create_dir_all(&dir).map_err(io_ctx(format!("creating {}", dir.display())))?;
         let socket = dir.join("holdfastd.sock");
         let config_path = dir.join("holdfast.toml");
-        let d = Holdfastd {
+        if let Some(f) = &opts.ready_file {
+            match std::fs::remove_file(f) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io_ctx(format!("removing {}", f.display()))(e)),
+            }
+        }
+        let mut d = Holdfastd {
             host,
             proc: ProcId(usize::MAX),
             config_path,
             socket,
             name: name.to_string(),
+            ready_file: opts.ready_file.clone(),
+            os_pid: 0,
+            stderr: PathBuf::new(),
         };
         d.write_config(config)?;
-        let args = [
+        let mut args = vec![
             bin.to_string_lossy().into_owned(),
             "--config".into(),
             d.config_path.to_string_lossy().into_owned(),
         ];
+        if opts.takeover {
+            args.push("--takeover".into());
+        }
+        if let Some(f) = &opts.ready_file {
+            args.push("--takeover-ready-file".into());
+            args.push(f.to_string_lossy().into_owned());
+        }
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
-        let proc = lab.spawn(
-            host,
-            name,
-            &argv,
-            &[("HOLDFAST_LOG", "info,holdfastd=debug")],
-        )?;
-        let d = Holdfastd { proc, ..d };
-        wait_until(
-            &format!("{name}: control socket to answer"),
+        let mut env: Vec<(&str, &str)> = vec![("HOLDFAST_LOG", "info,holdfastd=debug")];
+        env.extend(opts.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        d.proc = lab.spawn(host, name, &argv, &env)?;
+        d.os_pid = lab.pid(d.proc);
+        d.stderr = lab.proc_logs(d.proc).1.to_path_buf();
+        d.wait_alive(
+            "control socket to answer",
+            "before its control socket answered",
             Duration::from_secs(20),
-            || Ok(d.summary().ok()),
-            |s| s.is_some(),
+            Duration::from_millis(5),
+            || match d.summary() {
+                Ok(_) | Err(LabError::Invalid(_)) => Ok(()),
+                Err(e) => Err(e.to_string()),
+            },
         )?;
         Ok(d)
+    }
+
+    /// Polls `f` until it returns `Ok`; fails at once (with the log's tail) when the
+    /// process is gone, or after `timeout` with `f`'s last error.
+    fn wait_alive<T>(
+        &self,
+        desc: &str,
+        when: &str,
+        timeout: Duration,
+        interval: Duration,
+        mut f: impl FnMut() -> std::result::Result<T, String>,
+    ) -> Result<T> {
+        let start = Instant::now();
+        loop {
+            let last = match f() {
+                Ok(v) => return Ok(v),
+                Err(last) => last,
+            };
+            if !pid_alive(self.os_pid) {
+                return Err(self.exited_error(when));
+            }
+            if start.elapsed() >= timeout {
+                return Err(LabError::WaitTimeout {
+                    desc: format!("{}: {desc}", self.name),
+                    elapsed: start.elapsed(),
+                    last,
+                });
+            }
+            std::thread::sleep(interval);
+        }
+    }
+
+    /// The error for a daemon that exited, with the tail of its log.
+    fn exited_error(&self, when: &str) -> LabError {
+        LabError::Invalid(format!(
+            "{}: holdfastd (pid {}) exited {when}; log tail:\n{}",
+            self.name,
+            self.os_pid,
+            tail(
+                &std::fs::read_to_string(&self.stderr).unwrap_or_default(),
+                20
+            )
+        ))
+    }
+
+    /// Wait until the `--takeover-ready-file` exists; fails early if the process exits.
+    pub fn wait_ready_file(&self, timeout: Duration) -> Result<()> {
+        let f = self.ready_file.as_ref().ok_or_else(|| {
+            LabError::Invalid(format!("{}: started without a ready file", self.name))
+        })?;
+        self.wait_alive(
+            &format!("ready file {}", f.display()),
+            "before creating its ready file",
+            timeout,
+            Duration::from_millis(10),
+            || {
+                if f.exists() {
+                    Ok(())
+                } else {
+                    Err("absent".to_string())
+                }
+            },
+        )
+    }
+
+    /// Whether the process still exists (a SIGSTOPped one does; zombies do not).
+    pub fn is_alive(&self) -> bool {
+        pid_alive(self.os_pid)
+    }
+
+    /// Runs the `holdfast` CLI (`$HOLDFAST_BIN`, else the workspace's build) inside this
+    /// unit's host against its control socket: `holdfast --socket SOCK ARGS...`; fails
+    /// on a non-zero exit, returns stdout. E.g. `cli(lab, &["nsr", "switchover"])`.
+    pub fn cli(&self, lab: &Lab, args: &[&str]) -> Result<String> {
+        let bin = find_binary("holdfast", "HOLDFAST_BIN")?;
+        let (bin, sock) = (
+            bin.to_string_lossy().into_owned(),
+            self.socket.to_string_lossy().into_owned(),
+        );
+        let mut cmd = vec![bin.as_str(), "--socket", sock.as_str()];
+        cmd.extend_from_slice(args);
+        lab.exec_ok(self.host, &cmd)
+    }
+
+    /// [`Holdfastd::cli`] with `--json`, parsed: e.g. `cli_json(lab, &["show", "nsr"])`.
+    pub fn cli_json(&self, lab: &Lab, args: &[&str]) -> Result<serde_json::Value> {
+        let mut a = args.to_vec();
+        a.push("--json");
+        let out = self.cli(lab, &a)?;
+        serde_json::from_str(&out)
+            .map_err(|e| parse_err(format!("holdfast {}", a.join(" ")), format!("{e}: {out}")))
     }
 
     fn write_config(&self, config: &str) -> Result<()> {
@@ -154,6 +308,21 @@ impl Holdfastd {
         }
     }
 
+    /// Wait until every configured session (at least one) is Established.
+    pub fn wait_all_established(&self, timeout: Duration) -> Result<Vec<NeighborInfo>> {
+        self.wait_alive(
+            "every session Established",
+            "before every session was Established",
+            timeout,
+            DEFAULT_POLL_INTERVAL,
+            || match self.neighbors() {
+                Ok(ns) if !ns.is_empty() && ns.iter().all(|n| n.state == "Established") => Ok(ns),
+                Ok(ns) => Err(format!("{ns:?}")),
+                Err(e) => Err(format!("error: {e}")),
+            },
+        )
+    }
+
     pub fn wait_established(&self, addr: IpAddr, timeout: Duration) -> Result<NeighborInfo> {
         wait_until(
             &format!("{}: session with {addr} Established", self.name),
@@ -183,6 +352,12 @@ impl Holdfastd {
     pub fn stop(&self, lab: &mut Lab) {
         lab.stop_proc(self.proc);
     }
+}
+
+/// The last `n` lines of `text`.
+fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
 /// Puts `control_socket = PATH` into the `[global]` table of `config`.

@@ -10,6 +10,10 @@
 //!   [`PeerSpec`] and reads their view back with their own tools via the [`Peer`] trait.
 //! * [`wait_for`] / [`wait_until`] poll with deadlines and report the last observation.
 //! * [`cleanup_stale`] removes namespaces left behind by crashed runs.
+//! * [`nsr`]: the non-stop-routing topology ([`NsrTopo`]), the takeover orchestrator
+//!   ([`Orchestrator`], [`LabOrchestrator`]) and [`nsr_config`]; [`Redis`] is the state
+//!   store unit; [`PeerWatch`] samples a real peer's session in the background to show
+//!   it never left Established during a failover.
 //!
 //! Environment: `HOLDFAST_LAB_DIR` (work dir parent, default `/tmp`),
 //! `HOLDFAST_LAB_PCAP=0` (no captures), `HOLDFAST_LAB_KEEP=1` (keep work dir on success).
@@ -48,7 +52,9 @@
 //! * BIRD: an IPv6 channel over an IPv4 session (and vice versa) needs an explicit
 //!   `next hop address`, which the generated config does not set; carry each family over
 //!   its own transport. BIRD does not expose session counters, so established/dropped
-//!   counts are derived from its log's state-change lines. `RouteSpec::next_hop` is set in
+//!   counts are derived from its log's state-change lines. BIRD logs the NOTIFICATIONs it
+//!   receives and those it sends for errors, not the Cease it sends on an administrative
+//!   `restart`/`disable`, so [`Peer::notifications_since`] cannot see those. `RouteSpec::next_hop` is set in
 //!   the export filter and BIRD may still override it on eBGP.
 //! * FRR always attaches a MED to routes it originates (0 when `RouteSpec::med` is
 //!   `None`). Its advertised-routes JSON lacks communities; they are taken from the local
@@ -75,23 +81,32 @@ mod cmd;
 mod error;
 pub mod holdfast;
 mod lab;
+pub mod nsr;
 pub mod peer;
+mod redis;
 mod stale;
 mod wait;
+mod watch;
 
 pub use cmd::{find_tool, is_root, Signal, DEFAULT_CMD_TIMEOUT};
 pub use error::{LabError, Result};
-pub use holdfast::{find_binary, Holdfastd};
+pub use holdfast::{find_binary, Holdfastd, StartOpts};
 pub use lab::{
     AddrPair, BridgeId, BridgeInfo, BridgePort, HostId, HostInfo, IfAddr, Lab, LinkId, LinkInfo,
     ProcId,
 };
-pub use peer::{
-    normalize_prefix, preflight, Bird, Exabgp, Frr, Gobgp, NeighborSpec, Peer, PeerKind, PeerSpec,
-    RouteSpec, RouteView, SessionState, SessionView,
+pub use nsr::{
+    nsr_config, run_takeover, Fence, LabOrchestrator, NsrHost, NsrTopo, Orchestrator,
+    TakeoverDeadlines, TakeoverTimes,
 };
+pub use peer::{
+    normalize_prefix, preflight, Bird, Exabgp, Frr, Gobgp, LogMark, NeighborSpec, Peer, PeerKind,
+    PeerSpec, RouteSpec, RouteView, SessionProbe, SessionState, SessionView,
+};
+pub use redis::Redis;
 pub use stale::{cleanup_stale, list_netns, run_id_of, NAME_PREFIX};
-pub use wait::{hold_for, wait_for, wait_for_every, wait_until, DEFAULT_POLL_INTERVAL};
+pub use wait::{hold_for, wait_for, wait_for_every, wait_ok, wait_until, DEFAULT_POLL_INTERVAL};
+pub use watch::{PeerWatch, WatchReport, WATCH_INTERVAL, WATCH_MAX};
 
 /// The line tests print when they cannot run here.
 pub const SKIP_MESSAGE: &str = "SKIP: needs root and bird/frr/gobgpd/exabgp";

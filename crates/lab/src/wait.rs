@@ -52,6 +52,16 @@ pub fn wait_until<T: Debug>(
     })
 }
 
+/// Poll `f` until it returns `Ok` or `timeout` passes; on timeout the error
+/// carries the last `Err` text (say in it what was seen instead).
+pub fn wait_ok<T: Debug>(
+    desc: &str,
+    timeout: Duration,
+    mut f: impl FnMut() -> std::result::Result<T, String>,
+) -> Result<T> {
+    poll(desc, timeout, DEFAULT_POLL_INTERVAL, || f())
+}
+
 /// Run `check` every [`DEFAULT_POLL_INTERVAL`] for the whole of `window` (at least
 /// once), for conditions that must keep holding: "the session stays up", "no route is
 /// withdrawn while the peer restarts". `check` asserts, so the test fails at the first

@@ -11,6 +11,11 @@
 //! | [`ttl`](mod@ttl) | RFC 5082 GTSM; eBGP multihop TTL | `IP_TTL`, `IP_MINTTL`, `IPV6_UNICAST_HOPS`, `IPV6_MINHOPCOUNT` |
 //! | [`device`] | Linux VRF (l3mdev) binding | `SO_BINDTODEVICE`, `if_nametoindex(3)` |
 //! | [`info`] | session diagnostics | `getsockopt(IPPROTO_TCP, TCP_INFO, struct tcp_info)` |
+//! | [`repair`] | non-stop routing: TCP connection capture and restore (CRIU libsoccr) | `TCP_REPAIR`, `TCP_REPAIR_QUEUE`, `TCP_QUEUE_SEQ`, `TCP_REPAIR_OPTIONS`, `TCP_REPAIR_WINDOW`, `TCP_TIMESTAMP`, `SIOCINQ`/`SIOCOUTQ` |
+//! | [`announce`] | address take-over: RFC 5227 gratuitous ARP, RFC 4861 unsolicited NA | `AF_PACKET` raw socket, ICMPv6 raw socket |
+//! | [`nfq`] | non-stop routing: the ACK gate (TENSOR §3.1, TCPR §II-C) | NFQUEUE over `NETLINK_NETFILTER`, eventfd, `IPPROTO_RAW` sockets |
+//! | [`packet`] | IPv4/IPv6 + TCP header parsing and rewriting, RFC 1624 checksum update | none (pure) |
+//! | [`rules`] | the gate's NFQUEUE rules and the rebuild guard | `iptables`/`ip6tables` (xtables `NFQUEUE`, `comment`) |
 //!
 //! Later additions (TCP_REPAIR for non-stop routing, NFQUEUE) get modules of
 //! their own beside these, using the helpers in `sockopt`.
@@ -21,13 +26,21 @@
 //! - On an IPv6 socket, [`set_gtsm`] and [`set_ttl`] also set the IPv4
 //!   options for IPv4-mapped peers on a best-effort basis.
 
+pub mod announce;
 pub mod device;
 pub mod info;
 pub mod md5;
+pub mod nfq;
+pub mod packet;
+pub mod repair;
+pub mod rules;
 mod sockopt;
 pub mod ttl;
 
+pub use announce::{address_is_local, announce_address};
 pub use device::{bind_to_device, bound_device, ifindex};
 pub use info::{tcp_info, TcpInfoLite};
 pub use md5::{set_tcp_md5, TCP_MD5_MAX_KEY_LEN};
+pub use nfq::{AckGate, ConnKey, GateMode, GateStats};
+pub use repair::{capture, close_silently, outq, restore, Restore, TcpRepairState};
 pub use ttl::{min_ttl, set_gtsm, set_ttl, ttl};

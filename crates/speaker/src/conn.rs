@@ -12,8 +12,16 @@
 //!   while we apply back-pressure, so that our own slowness never expires
 //!   the session.
 
+use crate::nsr::{Nsr, Then};
+use bytes::Bytes;
+use holdfast_linux::nfq::ConnKey;
+use holdfast_linux::repair::{self, TcpRepairState};
+use holdfast_nsr::{Op, TcpParams};
 use holdfast_wire::{frame, DecodeError, HEADER_LEN};
 use std::io;
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -23,6 +31,63 @@ use tokio::sync::mpsc;
 
 /// Largest single write the writer task assembles from queued items.
 const COALESCE_BYTES: usize = 256 * 1024;
+
+/// Non-stop-routing state of a connection: where its byte streams stand in
+/// TCP sequence space, so that every replicated message carries the ACK
+/// number it implies (TENSOR §3.1.2) and every sent one its end sequence.
+pub struct ConnRepl {
+    pub nsr: Nsr,
+    pub ckey: ConnKey,
+    /// TCP parameters captured at establishment (or restored).
+    pub tcp: TcpParams,
+    /// Sequence number of the first byte counted by `consumed`.
+    pub rcv_base: u32,
+    /// Bytes of whole messages taken out of the receive buffer.
+    pub consumed: u64,
+    /// Sequence number of the first byte counted by `queued`.
+    pub snd_base: u32,
+    /// Bytes handed to the replicator for writing.
+    pub queued: u64,
+    /// Session key in the store, once the session is replicated.
+    pub key: Option<String>,
+    /// Store generation this session last synchronised at.
+    pub synced_gen: u64,
+    /// OPEN bodies sent and received on this connection.
+    pub open_tx: Option<Vec<u8>>,
+    pub open_rx: Option<Vec<u8>>,
+    /// While a snapshot is being taken: UPDATEs received and bytes sent
+    /// meanwhile, appended to the snapshot when it arrives.
+    pub during_snapshot: Option<(Vec<u8>, Vec<u8>)>,
+    /// Log bytes stored since the last snapshot.
+    pub log_bytes: u64,
+    pub last_acked: Instant,
+}
+
+impl ConnRepl {
+    pub fn rcv_next(&self) -> u32 {
+        self.rcv_base.wrapping_add(self.consumed as u32)
+    }
+    pub fn snd_next(&self) -> u32 {
+        self.snd_base.wrapping_add(self.queued as u32)
+    }
+    /// Whether operations of this session are stored now.
+    pub fn replicating(&self) -> Option<&str> {
+        match &self.key {
+            Some(k) if self.synced_gen == self.nsr.gen() => Some(k),
+            _ => None,
+        }
+    }
+}
+
+/// An `Arc<Vec<u8>>` as the owner of a `Bytes`, so a message is shared by
+/// the writer and the store without a copy.
+struct Shared(Arc<Vec<u8>>);
+
+impl AsRef<[u8]> for Shared {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
 
 /// An open connection, owned by a peer task.
 pub struct Conn {
@@ -37,6 +102,9 @@ pub struct Conn {
     /// Bytes handed to the writer, for metrics.
     pub bytes_out: u64,
     pub bytes_in: u64,
+    /// Bytes the writer has handed to the kernel.
+    written: Arc<AtomicU64>,
+    pub repl: Option<ConnRepl>,
 }
 
 /// One framed message: its type and its body (the bytes after the
@@ -47,13 +115,51 @@ pub struct Frame {
 }
 
 impl Conn {
-    pub fn new(stream: TcpStream, outbound: bool) -> io::Result<Conn> {
+    /// A new connection. With NSR, its sequence numbers are captured now,
+    /// before a byte is read or written, and its packets are gated from now
+    /// on (so no ACK for an UPDATE that follows the peer's KEEPALIVE can
+    /// leave before it is replicated).
+    pub fn new(stream: TcpStream, outbound: bool, nsr: Option<&Nsr>) -> io::Result<Conn> {
+        stream.set_nodelay(true)?;
+        let repl = match nsr {
+            Some(nsr) => {
+                let st = repair::capture(stream.as_fd())?;
+                let ckey = ConnKey {
+                    local: st.local,
+                    remote: st.remote,
+                };
+                nsr.gate.register(ckey, st.rcv_seq, st.rcv_wscale);
+                Some(ConnRepl {
+                    nsr: nsr.clone(),
+                    ckey,
+                    tcp: tcp_params(&st),
+                    rcv_base: st.rcv_seq,
+                    consumed: 0,
+                    snd_base: st.snd_seq,
+                    queued: 0,
+                    key: None,
+                    synced_gen: 0,
+                    open_tx: None,
+                    open_rx: None,
+                    during_snapshot: None,
+                    log_bytes: 0,
+                    last_acked: Instant::now(),
+                })
+            }
+            None => None,
+        };
+        Self::with_repl(stream, outbound, repl)
+    }
+
+    /// A connection rebuilt by TCP_REPAIR on a backup, already replicated.
+    pub fn with_repl(stream: TcpStream, outbound: bool, repl: Option<ConnRepl>) -> io::Result<Conn> {
         stream.set_nodelay(true)?;
         let local = stream.local_addr()?;
         let remote = stream.peer_addr()?;
         let (rd, wr) = stream.into_split();
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(writer(wr, rx));
+        let written = Arc::new(AtomicU64::new(0));
+        tokio::spawn(writer(wr, rx, written.clone()));
         Ok(Conn {
             rd,
             buf: Vec::with_capacity(64 * 1024),
@@ -64,7 +170,23 @@ impl Conn {
             outbound,
             bytes_out: 0,
             bytes_in: 0,
+            written,
+            repl,
         })
+    }
+
+    /// Lower bound of the peer's cumulative ACK: bytes the writer handed to
+    /// the kernel minus what the kernel still holds unacknowledged. Read in
+    /// that order, a concurrent write can only make it lower.
+    pub fn snd_una(&self) -> Option<u32> {
+        let r = self.repl.as_ref()?;
+        let written = self.written.load(Ordering::Acquire);
+        let outq = repair::outq(self.rd.as_ref().as_fd()).ok()?;
+        Some(
+            r.snd_base
+                .wrapping_add(written as u32)
+                .wrapping_sub(outq),
+        )
     }
 
     /// Reads more bytes. `Ok(0)` means the peer closed. Cancel-safe.
@@ -84,6 +206,17 @@ impl Conn {
         Ok(n)
     }
 
+    /// Bytes read from the socket that do not yet form a whole message.
+    pub fn unconsumed(&self) -> &[u8] {
+        &self.buf[self.pos..]
+    }
+
+    /// A restored connection continues a message the old primary had
+    /// started to receive: those bytes come first.
+    pub fn prefill(&mut self, bytes: &[u8]) {
+        self.buf.extend_from_slice(bytes);
+    }
+
     /// Next complete message in the buffer, if any.
     pub fn next_frame(&mut self) -> Result<Option<Frame>, DecodeError> {
         let rest = &self.buf[self.pos..];
@@ -92,15 +225,44 @@ impl Conn {
             Some((msg_type, len)) => {
                 let body = rest[HEADER_LEN..len].to_vec();
                 self.pos += len;
+                if let Some(r) = self.repl.as_mut() {
+                    r.consumed += len as u64;
+                }
                 Ok(Some(Frame { msg_type, body }))
             }
         }
     }
 
     /// Queues bytes for writing. Returns false if the writer has stopped.
+    ///
+    /// With NSR every byte goes through the replicator, in order: once the
+    /// session is replicated, the bytes reach the writer only after the
+    /// store has them (so a backup can rebuild the send queue).
     pub fn send(&mut self, bytes: Arc<Vec<u8>>) -> bool {
         self.bytes_out += bytes.len() as u64;
-        self.tx.send(bytes).is_ok()
+        let Some(r) = self.repl.as_mut() else {
+            return self.tx.send(bytes).is_ok();
+        };
+        r.queued += bytes.len() as u64;
+        let seq_end = r.snd_next();
+        if let Some((_, out)) = r.during_snapshot.as_mut() {
+            out.extend_from_slice(&bytes);
+        }
+        let then = Then::Write(self.tx.clone(), bytes.clone());
+        match r.replicating() {
+            Some(key) => {
+                let key = key.to_string();
+                r.log_bytes += bytes.len() as u64;
+                let op = Op::Sent {
+                    key: key.clone(),
+                    seq_end,
+                    bytes: Bytes::from_owner(Shared(bytes)),
+                };
+                r.nsr.submit(&key, Some(op), r.synced_gen, then);
+            }
+            None => r.nsr.submit("", None, 0, then),
+        }
+        !self.tx.is_closed()
     }
 
     pub fn send_vec(&mut self, bytes: Vec<u8>) -> bool {
@@ -108,14 +270,35 @@ impl Conn {
     }
 }
 
+/// A connection closed by the application (TCPR's done_writing): the store
+/// forgets the session and the gate stops holding its packets, so the FIN
+/// that follows the last queued bytes may leave.
+impl Drop for Conn {
+    fn drop(&mut self) {
+        if let Some(r) = self.repl.take() {
+            let key = r.key.clone().unwrap_or_default();
+            let op = r.key.clone().map(|key| Op::Remove { key });
+            if !key.is_empty() {
+                r.nsr.forget(&key);
+            }
+            r.nsr
+                .submit(&key, op, r.nsr.gen(), Then::Unregister(r.ckey));
+        }
+    }
+}
+
 /// Writes queued items in order, gathering small ones into one write, and
 /// shuts the write side down once the connection is dropped and the queue
 /// drained (so a NOTIFICATION queued before close still leaves).
-async fn writer(mut wr: OwnedWriteHalf, mut rx: mpsc::UnboundedReceiver<Arc<Vec<u8>>>) {
+async fn writer(
+    mut wr: OwnedWriteHalf,
+    mut rx: mpsc::UnboundedReceiver<Arc<Vec<u8>>>,
+    written: Arc<AtomicU64>,
+) {
     let mut gather: Vec<u8> = Vec::new();
     while let Some(first) = rx.recv().await {
-        let result = match rx.try_recv() {
-            Err(_) => wr.write_all(&first).await,
+        let (result, n) = match rx.try_recv() {
+            Err(_) => (wr.write_all(&first).await, first.len()),
             Ok(second) => {
                 gather.clear();
                 gather.extend_from_slice(&first);
@@ -126,12 +309,36 @@ async fn writer(mut wr: OwnedWriteHalf, mut rx: mpsc::UnboundedReceiver<Arc<Vec<
                         Err(_) => break,
                     }
                 }
-                wr.write_all(&gather).await
+                (wr.write_all(&gather).await, gather.len())
             }
         };
         if result.is_err() {
             return;
         }
+        written.fetch_add(n as u64, Ordering::Release);
     }
     let _ = wr.shutdown().await;
+}
+
+/// Wall clock in ms since the Unix epoch (TCP timestamps are carried over
+/// a takeover by wall time).
+pub fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+pub fn tcp_params(st: &TcpRepairState) -> TcpParams {
+    TcpParams {
+        mss: st.mss,
+        snd_wscale: st.snd_wscale,
+        rcv_wscale: st.rcv_wscale,
+        sack: st.sack,
+        timestamps: st.timestamps,
+        ts_val: st.ts_val,
+        ts_unix_ms: unix_ms(),
+        snd_wnd: st.snd_wnd,
+        rcv_wnd: st.rcv_wnd,
+    }
 }

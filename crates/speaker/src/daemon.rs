@@ -2,11 +2,16 @@
 //! tasks and the listeners; applies configuration (at start and on SIGHUP,
 //! touching only what changed) and answers control and metrics requests.
 
+mod takeover;
+
 use crate::control::{self, DaemonReq};
 use crate::convert::{self, Compiled};
 use crate::obs::{InstanceLabels, Metrics, PeerLabels};
 use crate::peer::{self, PeerCmd, PeerSettings, SharedStatus};
 use crate::rib_thread::{self, Mailboxes, QueryResult, RibCmd, RibHandle, RibQuery};
+use crate::nsr::Nsr;
+use crate::resume::{self, Takeover};
+use crate::rib_thread::ResumePeer;
 use crate::socket;
 use anyhow::Context;
 use holdfast_api::{NeighborInfo, Request, Response, RibEntry, RibTable, Summary};
@@ -57,6 +62,25 @@ struct Daemon {
     metrics: Arc<Metrics>,
     next_id: PeerId,
     started: Instant,
+    nsr: Option<Nsr>,
+    /// While taking over: the stored sessions, and for each neighbour that
+    /// has one, what is needed to hand it its restored connection.
+    takeover: Option<Takeover>,
+    resume_peers: HashMap<String, Vec<ResumePeer>>,
+    resume_targets: Vec<ResumeTarget>,
+}
+
+struct ResumeTarget {
+    instance: String,
+    address: IpAddr,
+    id: PeerId,
+    sock: crate::socket::SockOpts,
+    tx: mpsc::UnboundedSender<PeerCmd>,
+}
+
+/// `--takeover`: start as the backup of the `[nsr]` instance.
+pub struct TakeoverOpts {
+    pub ready_file: Option<PathBuf>,
 }
 
 pub async fn run(
@@ -64,8 +88,18 @@ pub async fn run(
     cfg: Config,
     workers: Option<usize>,
     control_override: Option<PathBuf>,
+    takeover: Option<TakeoverOpts>,
 ) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::new());
+    let nsr_on = cfg.nsr.as_ref().is_some_and(|n| n.enabled);
+    let (nsr, takeover) = match (&takeover, nsr_on) {
+        (Some(opts), _) => {
+            let t = Takeover::begin(&cfg, opts.ready_file.clone())?;
+            (Some(t.nsr.clone()), Some(t))
+        }
+        (None, true) => (Some(resume::start_primary(&cfg)?), None),
+        (None, false) => (None, None),
+    };
     let (tx, mut rx) = mpsc::unbounded_channel();
     let mut d = Daemon {
         path,
@@ -79,8 +113,15 @@ pub async fn run(
         metrics,
         next_id: 1,
         started: Instant::now(),
+        nsr,
+        takeover,
+        resume_peers: HashMap::new(),
+        resume_targets: Vec::new(),
     };
     d.apply(cfg, true)?;
+    if d.takeover.is_some() {
+        d.complete_takeover()?;
+    }
     control::serve_control(&d.cfg.global.control_socket, tx.clone())
         .with_context(|| format!("control socket {}", d.cfg.global.control_socket.display()))?;
     if let Some(addr) = d.cfg.global.metrics_listen {
@@ -230,7 +271,25 @@ impl Daemon {
         let mailboxes = inst.mailboxes.clone();
         let vrf = settings.sock.vrf.clone();
         let address = settings.address;
-        let (tx, status) = peer::spawn(settings, rib, self.metrics.clone());
+        let resuming = self.plan_resume(&settings);
+        let sock = settings.sock.clone();
+        let instance = settings.instance.clone();
+        let (tx, status) = peer::spawn(
+            settings,
+            rib,
+            self.metrics.clone(),
+            self.nsr.clone(),
+            resuming,
+        );
+        if resuming {
+            self.resume_targets.push(ResumeTarget {
+                instance,
+                address,
+                id,
+                sock,
+                tx: tx.clone(),
+            });
+        }
         mailboxes.write().expect("mailboxes").insert(id, tx.clone());
         self.lookup
             .write()
@@ -379,6 +438,14 @@ impl Daemon {
         }
         // Give the writer tasks a bounded moment to put the Cease on the wire.
         tokio::time::sleep(Duration::from_millis(200)).await;
+        if let (Some(n), Some(nsr)) = (&self.cfg.nsr, &self.nsr) {
+            // A deliberate stop: let everything through, then take the
+            // rules away (without a gate bound they would drop it all).
+            nsr.gate.set_mode(holdfast_linux::nfq::GateMode::Bypass);
+            if let Err(e) = holdfast_linux::rules::remove_all(&resume::tag(&n.instance)) {
+                tracing::warn!(error = %e, "removing the NSR packet rules");
+            }
+        }
         let _ = std::fs::remove_file(&self.cfg.global.control_socket);
     }
 
@@ -413,6 +480,9 @@ impl Daemon {
     }
 
     async fn refresh_gauges(&self) {
+        if let Some(n) = &self.nsr {
+            self.metrics.nsr(&n.status("primary"));
+        }
         let counts = self.counts().await;
         for (name, (loc, attrs, peers)) in &counts {
             let l = InstanceLabels {
@@ -505,6 +575,8 @@ impl Daemon {
                     Response::error(format!("reload failed, running configuration kept: {e:#}"))
                 }
             },
+            Request::ShowNsr => Response::nsr(self.nsr_status()),
+            Request::NsrSwitchover { timeout_secs } => self.switchover(timeout_secs),
             Request::NeighborReset { address } => {
                 let Ok(ip) = address.parse::<IpAddr>() else {
                     return Response::error(format!("{address}: not an IP address"));

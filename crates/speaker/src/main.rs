@@ -15,9 +15,12 @@ mod control;
 mod convert;
 mod daemon;
 mod obs;
+mod nsr;
 mod peer;
+mod resume;
 mod rib_thread;
 mod socket;
+mod tables;
 
 use anyhow::Context;
 
@@ -44,6 +47,14 @@ struct Args {
     /// Validate the configuration and exit.
     #[arg(long)]
     check: bool,
+    /// Start as the backup taking over the `[nsr]` instance: guard the
+    /// namespace, load the replicated state, wait for the service address,
+    /// restore every session with TCP_REPAIR and resume (docs/nsr.md).
+    #[arg(long)]
+    takeover: bool,
+    /// With --takeover: create this file once ready for the service address.
+    #[arg(long, requires = "takeover")]
+    takeover_ready_file: Option<PathBuf>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -69,11 +80,15 @@ fn main() -> anyhow::Result<()> {
         .thread_name("holdfast-io")
         .build()
         .context("starting the I/O runtime")?;
+    let takeover = args.takeover.then(|| daemon::TakeoverOpts {
+        ready_file: args.takeover_ready_file.clone(),
+    });
     rt.block_on(daemon::run(
         args.config,
         cfg,
         args.workers,
         args.control_socket,
+        takeover,
     ))
 }
 

@@ -80,6 +80,61 @@ pub struct Metrics {
     updates_processed: Family<InstanceLabels, Counter>,
     parse_seconds: Family<InstanceLabels, Counter<f64, AtomicU64>>,
     decision_seconds: Family<InstanceLabels, Counter<f64, AtomicU64>>,
+    nsr: Family<NsrLabels, Gauge>,
+    nsr_session: Family<NsrSessionLabels, Gauge>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NsrLabels {
+    instance: String,
+    figure: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NsrSessionLabels {
+    instance: String,
+    session: String,
+    figure: String,
+}
+
+impl Metrics {
+    /// Publishes `show nsr` as gauges (the same figures the CLI shows).
+    pub fn nsr(&self, st: &holdfast_api::NsrStatus) {
+        let set = |figure: &str, v: u64| {
+            self.nsr
+                .get_or_create(&NsrLabels {
+                    instance: st.instance.clone(),
+                    figure: figure.to_string(),
+                })
+                .set(v as i64);
+        };
+        set("protected", u64::from(st.protected));
+        set("epoch", st.epoch);
+        set("store_epoch", st.store_epoch);
+        set("store_latency_p50_us", st.store_latency_p50_us);
+        set("store_latency_p99_us", st.store_latency_p99_us);
+        set("ack_delay_p50_us", st.ack_delay_p50_us);
+        set("ack_delay_p99_us", st.ack_delay_p99_us);
+        set("ack_packets_held", st.ack_packets_held);
+        set("ack_packets_clamped", st.ack_packets_clamped);
+        set("writes", st.writes);
+        set("write_errors", st.write_errors);
+        for s in &st.sessions {
+            let set = |figure: &str, v: u64| {
+                self.nsr_session
+                    .get_or_create(&NsrSessionLabels {
+                        instance: st.instance.clone(),
+                        session: s.key.clone(),
+                        figure: figure.to_string(),
+                    })
+                    .set(v as i64);
+            };
+            set("protected", u64::from(s.protected));
+            set("lag_ops", s.lag_ops);
+            set("lag_us", s.lag_us);
+            set("log_bytes", s.log_bytes);
+        }
+    }
 }
 
 fn state_code(s: State) -> i64 {
@@ -126,7 +181,19 @@ impl Metrics {
             updates_processed: Family::default(),
             parse_seconds: Family::default(),
             decision_seconds: Family::default(),
+            nsr: Family::default(),
+            nsr_session: Family::default(),
         };
+        r.register(
+            "nsr",
+            "Non-stop routing, by figure: protected (0/1), epoch, store_epoch, store_latency_p50_us, store_latency_p99_us, ack_delay_p50_us, ack_delay_p99_us, ack_packets_held, ack_packets_clamped, writes, write_errors",
+            m.nsr.clone(),
+        );
+        r.register(
+            "nsr_session",
+            "Non-stop routing per session, by figure: protected (0/1), lag_ops, lag_us, log_bytes",
+            m.nsr_session.clone(),
+        );
         r.register(
             "session_state",
             "FSM state (1 Idle .. 6 Established)",

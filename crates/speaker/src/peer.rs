@@ -11,7 +11,10 @@
 //! Every event passes through [`PeerTask::fsm`], the one choke point where
 //! it is traced; session state is changed only by the FSM.
 
+mod nsr_ops;
+
 use crate::conn::Conn;
+use crate::tables::append_message;
 use crate::obs::{Metrics, PeerLabels};
 use crate::rib_thread::{RibCmd, RibHandle, ToPeer};
 use crate::socket::{self, SockOpts};
@@ -28,12 +31,16 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
+use crate::nsr::Nsr;
 use tracing::Instrument;
 
 /// How long a graceful-restart peer's routes stay stale after it comes back,
 /// waiting for End-of-RIB (FRR's default stale-path time).
 const STALE_PATH_TIME: Duration = Duration::from_secs(360);
+/// A session's store logs are compacted into a snapshot once they exceed
+/// this, or twice the last snapshot, whichever is larger.
+const MIN_COMPACT_BYTES: u64 = 16 * 1024 * 1024;
 
 use holdfast_wire::error::cease_subcode::{
     ADMINISTRATIVE_RESET as CEASE_ADMIN_RESET, CONNECTION_COLLISION_RESOLUTION as CEASE_COLLISION,
@@ -74,6 +81,10 @@ pub struct PeerSettings {
 /// Commands to a peer task.
 pub enum PeerCmd {
     Inbound(TcpStream),
+    /// NSR takeover: the session's connection, rebuilt with TCP_REPAIR.
+    Resume(Box<crate::resume::Resumed>),
+    /// NSR takeover: the connection could not be restored; start afresh.
+    AbortResume,
     Rib(ToPeer),
     Reconfigure(Box<PeerSettings>),
     AdminReset,
@@ -120,6 +131,16 @@ pub struct PeerTask {
     status: SharedStatus,
     metrics: Arc<Metrics>,
     labels: PeerLabels,
+    nsr: Option<Nsr>,
+    /// Waiting for a restored connection (NSR takeover): RIB output is
+    /// kept until the session resumes.
+    resuming: Option<Vec<ToPeer>>,
+    resync: Option<watch::Receiver<u64>>,
+    /// A table snapshot being taken: (reply, whether it re-synchronises
+    /// the session after a store outage or only compacts its logs).
+    snapshot: Option<(oneshot::Receiver<(Vec<u8>, Vec<u8>)>, bool)>,
+    /// Log bytes after which the session's logs are compacted.
+    compact_at: u64,
 }
 
 /// Starts a peer task on the current (I/O) runtime.
@@ -127,6 +148,8 @@ pub fn spawn(
     s: PeerSettings,
     rib: RibHandle,
     metrics: Arc<Metrics>,
+    nsr: Option<Nsr>,
+    resuming: bool,
 ) -> (mpsc::UnboundedSender<PeerCmd>, SharedStatus) {
     let (tx, rx) = mpsc::unbounded_channel();
     let fsm = Session::new(s.session.clone());
@@ -158,6 +181,11 @@ pub fn spawn(
         status: status.clone(),
         metrics,
         labels,
+        resync: nsr.as_ref().map(|n| n.shared.resync.subscribe()),
+        nsr,
+        resuming: resuming.then(Vec::new),
+        snapshot: None,
+        compact_at: MIN_COMPACT_BYTES,
         s,
     };
     tokio::spawn(task.run().instrument(span));
@@ -167,6 +195,22 @@ pub fn spawn(
 async fn read_from(conn: Option<&mut Conn>) -> std::io::Result<usize> {
     match conn {
         Some(c) => c.read_more().await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn changed(rx: Option<&mut watch::Receiver<u64>>) -> Result<(), watch::error::RecvError> {
+    match rx {
+        Some(rx) => rx.changed().await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn snapshot_done(
+    s: Option<&mut (oneshot::Receiver<(Vec<u8>, Vec<u8>)>, bool)>,
+) -> Option<(Vec<u8>, Vec<u8>)> {
+    match s {
+        Some((rx, _)) => rx.await.ok(),
         None => std::future::pending().await,
     }
 }
@@ -185,7 +229,7 @@ async fn connected(
 impl PeerTask {
     async fn run(mut self) {
         self.metrics.peer_configured(&self.labels);
-        if self.s.enabled {
+        if self.s.enabled && self.resuming.is_none() {
             self.fsm(Which::Main, Event::ManualStart);
         }
         loop {
@@ -211,6 +255,8 @@ impl PeerTask {
                     self.on_connected(r);
                 }
                 _ = tokio::time::sleep_until(sleep_to) => self.on_timer(),
+                Ok(()) = changed(self.resync.as_mut()) => self.start_snapshot(true),
+                r = snapshot_done(self.snapshot.as_mut()) => self.on_snapshot(r),
             }
         }
         self.metrics.peer_removed(&self.labels);
@@ -263,6 +309,13 @@ impl PeerTask {
             Action::SendOpen(open) => {
                 let mut buf = Vec::with_capacity(64);
                 encode_open(&open, &mut buf);
+                if let Some(r) = self
+                    .slot(w)
+                    .and_then(|s| s.conn.as_mut())
+                    .and_then(|c| c.repl.as_mut())
+                {
+                    r.open_tx = Some(buf[HEADER_LEN..].to_vec());
+                }
                 self.send(w, buf);
             }
             Action::SendKeepalive => {
@@ -313,7 +366,7 @@ impl PeerTask {
     }
 
     fn on_connected(&mut self, r: std::io::Result<TcpStream>) {
-        match r.and_then(|s| Conn::new(s, true)) {
+        match r.and_then(|s| Conn::new(s, true, self.nsr.as_ref())) {
             Ok(conn) => {
                 if self.main.conn.is_some() {
                     return;
@@ -337,7 +390,7 @@ impl PeerTask {
             tracing::warn!(error = %e, "socket options on accepted connection");
             return;
         }
-        let conn = match Conn::new(stream, false) {
+        let conn = match Conn::new(stream, false, self.nsr.as_ref()) {
             Ok(c) => c,
             Err(e) => {
                 tracing::debug!(error = %e, "inbound connection vanished");
@@ -429,6 +482,8 @@ impl PeerTask {
     fn drain_frames(&mut self, w: Which) {
         let mut updates: Vec<Vec<u8>> = Vec::new();
         let mut counts = [0u64; 6];
+        let replicated = self.main_replicated(w);
+        let mut raw: Vec<u8> = Vec::new();
         while let Some(conn) = self.slot(w).and_then(|s| s.conn.as_mut()) {
             let frame = match conn.next_frame() {
                 Ok(Some(f)) => f,
@@ -443,6 +498,9 @@ impl PeerTask {
             if frame.msg_type == msg_type::UPDATE {
                 let established = self.slot(w).map(|s| s.fsm.state()) == Some(State::Established);
                 if w == Which::Main && established && self.up {
+                    if replicated {
+                        append_message(&mut raw, msg_type::UPDATE, &frame.body);
+                    }
                     updates.push(frame.body);
                 }
                 self.fsm(w, Event::UpdateMsg);
@@ -452,7 +510,16 @@ impl PeerTask {
             self.flush_updates(&mut updates);
             let ev = match frame.msg_type {
                 msg_type::OPEN => match decode_open(body) {
-                    Ok(open) => Event::BgpOpen(open),
+                    Ok(open) => {
+                        if let Some(r) = self
+                            .slot(w)
+                            .and_then(|s| s.conn.as_mut())
+                            .and_then(|c| c.repl.as_mut())
+                        {
+                            r.open_rx = Some(body.to_vec());
+                        }
+                        Event::BgpOpen(open)
+                    }
                     Err(e) => Event::BgpOpenMsgErr(e.to_notification()),
                 },
                 msg_type::KEEPALIVE => Event::KeepAliveMsg,
@@ -488,6 +555,7 @@ impl PeerTask {
             }
         }
         self.flush_updates(&mut updates);
+        self.replicate_received(w, raw);
         self.metrics.messages_in(&self.labels, &counts);
         if w == Which::Main {
             self.publish();
@@ -567,16 +635,7 @@ impl PeerTask {
         self.gen += 1;
         self.up = true;
         let local = self.main.conn.as_ref().map(|c| c.local);
-        let mut spec = self.s.spec.clone();
-        spec.router_id = neg.remote_id;
-        spec.families = neg.families.clone();
-        spec.four_octet_as = neg.four_octet_as;
-        if let Some(local) = local {
-            let (v4, v6, ll) = crate::addrs::local_addresses(local.ip());
-            spec.local_addr_v4 = spec.local_addr_v4.or(v4);
-            spec.local_addr_v6 = spec.local_addr_v6.or(v6);
-            spec.local_addr_v6_ll = spec.local_addr_v6_ll.or(ll);
-        }
+        let spec = session_spec(&self.s, &neg, local);
         tracing::info!(
             remote_id = %neg.remote_id,
             hold = neg.hold_time,
@@ -592,6 +651,7 @@ impl PeerTask {
             spec,
             gen: self.gen,
         });
+        self.replicate_session();
         if let Ok(mut st) = self.status.lock() {
             st.established_at = Some(Instant::now());
             st.local = local;
@@ -625,6 +685,7 @@ impl PeerTask {
     }
 
     fn on_timer(&mut self) {
+        self.replicate_acked();
         let t = now();
         let actions = self.main.fsm.poll(t);
         self.execute(Which::Main, actions);
@@ -648,6 +709,18 @@ impl PeerTask {
     fn on_cmd(&mut self, cmd: PeerCmd) -> bool {
         match cmd {
             PeerCmd::Inbound(stream) => self.on_inbound(stream),
+            PeerCmd::Resume(r) => self.resume(*r),
+            PeerCmd::AbortResume => {
+                self.resuming = None;
+                if self.s.enabled {
+                    self.fsm(Which::Main, Event::ManualStart);
+                }
+            }
+            PeerCmd::Rib(out) if self.resuming.is_some() => {
+                if let Some(q) = self.resuming.as_mut() {
+                    q.push(out);
+                }
+            }
             PeerCmd::Rib(ToPeer::Send { gen, bytes }) => {
                 if self.up && gen == self.gen {
                     self.metrics.bytes_out(&self.labels, bytes.len());
@@ -659,6 +732,7 @@ impl PeerTask {
                         // (RFC 4271 §4.4). One publish per batch, not per message.
                         self.fsm(Which::Main, Event::UpdatesSent(updates as u64));
                         self.publish();
+                        self.replicate_acked();
                     }
                 }
             }
@@ -729,6 +803,22 @@ impl PeerTask {
             st.stats = self.main.fsm.stats().clone();
         }
     }
+}
+
+/// The engine's view of an established session: the neighbour's spec
+/// completed with what the OPENs negotiated and our local addresses.
+pub fn session_spec(s: &PeerSettings, neg: &Negotiated, local: Option<SocketAddr>) -> PeerSpec {
+    let mut spec = s.spec.clone();
+    spec.router_id = neg.remote_id;
+    spec.families = neg.families.clone();
+    spec.four_octet_as = neg.four_octet_as;
+    if let Some(local) = local {
+        let (v4, v6, ll) = crate::addrs::local_addresses(local.ip());
+        spec.local_addr_v4 = spec.local_addr_v4.or(v4);
+        spec.local_addr_v6 = spec.local_addr_v6.or(v6);
+        spec.local_addr_v6_ll = spec.local_addr_v6_ll.or(ll);
+    }
+    spec
 }
 
 /// BGP messages in a buffer of whole, framed messages (length at header octets 16..18).

@@ -12,7 +12,8 @@
 
 use crate::obs::Metrics;
 use holdfast_rib::{Engine, Output, PeerId, PeerSpec, PolicyRef};
-use holdfast_wire::{Family, Notification, PathAttrs, Prefix};
+use crate::tables;
+use holdfast_wire::{CodecCtx, Family, Notification, PathAttrs, Prefix};
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
@@ -55,6 +56,38 @@ pub enum RibCmd {
     Originate(Vec<(Prefix, PathAttrs)>),
     WithdrawOriginated(Vec<Prefix>),
     Query(RibQuery, oneshot::Sender<QueryResult>),
+    /// NSR: the peer's Adj-RIB-In and Adj-RIB-Out encoded as UPDATEs.
+    Snapshot {
+        peer: PeerId,
+        ctx: CodecCtx,
+        reply: oneshot::Sender<(Vec<u8>, Vec<u8>)>,
+    },
+    /// NSR takeover: rebuild the tables of sessions taken over and send
+    /// each peer only what differs from what it already holds.
+    Resume {
+        peers: Vec<ResumePeer>,
+        reply: oneshot::Sender<ResumeReport>,
+    },
+}
+
+/// One session taken over, as the RIB thread needs it.
+pub struct ResumePeer {
+    pub spec: PeerSpec,
+    pub gen: u64,
+    pub ctx: CodecCtx,
+    /// Adj-RIB-In log (whole UPDATE messages).
+    pub adj_in: Vec<bytes::Bytes>,
+    /// Adj-RIB-Out log (every message written to the peer).
+    pub adj_out: Vec<bytes::Bytes>,
+}
+
+/// What rebuilding the tables took.
+#[derive(Debug, Default, Clone)]
+pub struct ResumeReport {
+    pub routes_in: usize,
+    pub announced: usize,
+    pub withdrawn: usize,
+    pub micros: u64,
 }
 
 /// Read-only questions for the CLI and metrics.
@@ -215,8 +248,77 @@ impl RibThread {
                 let _ = reply.send(self.query(q));
                 return;
             }
+            RibCmd::Snapshot { peer, ctx, reply } => {
+                let adj_in = tables::encode_table(&self.engine.adj_rib_in(peer), &ctx);
+                let adj_out = tables::encode_table(&self.engine.adj_rib_out(peer), &ctx);
+                let _ = reply.send((adj_in, adj_out));
+                return;
+            }
+            RibCmd::Resume { peers, reply } => {
+                let report = self.resume(peers);
+                let _ = reply.send(report);
+                return;
+            }
         };
         self.dispatch(out);
+    }
+
+    /// Takeover: the sessions are up again in the engine, their received
+    /// routes applied, and the decision process run; output computed on
+    /// the way is not sent (the peers already have it or something close).
+    /// Then each peer gets exactly the difference between what it holds
+    /// from us (the replayed Adj-RIB-Out log) and what we now advertise.
+    fn resume(&mut self, peers: Vec<ResumePeer>) -> ResumeReport {
+        let started = Instant::now();
+        let mut report = ResumeReport::default();
+        for p in &peers {
+            self.gens.insert(p.spec.id, p.gen);
+            drop(self.engine.peer_up(p.spec.clone()));
+        }
+        let mut batch: Vec<(PeerId, Vec<u8>)> = Vec::new();
+        let mut bytes = 0;
+        for p in &peers {
+            for chunk in &p.adj_in {
+                for (ty, body) in tables::messages(chunk) {
+                    if ty != holdfast_wire::msg_type::UPDATE {
+                        continue;
+                    }
+                    bytes += body.len();
+                    batch.push((p.spec.id, body.to_vec()));
+                    if batch.len() >= MAX_BATCH_MSGS || bytes >= MAX_BATCH_BYTES {
+                        drop(self.engine.apply_raw(std::mem::take(&mut batch)));
+                        bytes = 0;
+                    }
+                }
+            }
+        }
+        if !batch.is_empty() {
+            drop(self.engine.apply_raw(batch));
+        }
+        let mut out = Output::default();
+        for p in &peers {
+            let held = tables::replay(&p.adj_out, &p.ctx);
+            let wanted = self.engine.adj_rib_out(p.spec.id);
+            let (msgs, ann, wd) = tables::diff(&held, &wanted, &p.ctx);
+            report.announced += ann;
+            report.withdrawn += wd;
+            report.routes_in += self.engine.counts(p.spec.id).received as usize;
+            tracing::info!(
+                instance = %self.name,
+                peer = %p.spec.address,
+                held = held.len(),
+                wanted = wanted.len(),
+                announced = ann,
+                withdrawn = wd,
+                "NSR: tables rebuilt; sending the peer only the difference"
+            );
+            if !msgs.is_empty() {
+                out.messages.push((p.spec.id, Arc::new(msgs)));
+            }
+        }
+        self.dispatch(out);
+        report.micros = started.elapsed().as_micros() as u64;
+        report
     }
 
     fn query(&self, q: RibQuery) -> QueryResult {

@@ -4,12 +4,14 @@
 
 use std::fmt::Write as _;
 use std::net::IpAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::{
-    normalize_prefix, NeighborSpec, Peer, PeerKind, PeerSpec, RouteSpec, RouteView, SessionView,
+    normalize_prefix, NeighborSpec, Peer, PeerKind, PeerSpec, RouteSpec, RouteView, SessionProbe,
+    SessionView,
 };
+use crate::cmd::ns_exec_ok;
 use crate::error::{io_ctx, LabError, Result};
 use crate::lab::{HostId, Lab, ProcId};
 use crate::wait::wait_for;
@@ -190,6 +192,19 @@ impl Bird {
         }
         (up, dropped)
     }
+}
+
+/// Every session of a BIRD with control socket `sock` in `netns`: `birdc show protocols
+/// all`, with counters from the log. Needs no lab (see [`Peer::session_probe`]).
+fn query_sessions(
+    netns: &str,
+    sock: &str,
+    log: &Path,
+    spec: &PeerSpec,
+) -> Result<Vec<SessionView>> {
+    let out = ns_exec_ok(netns, &["birdc", "-s", sock, "show", "protocols", "all"])?;
+    let log = std::fs::read_to_string(log).unwrap_or_default();
+    Ok(parse_protocols(&out, spec, &log))
 }
 
 /// Parse `birdc show protocols all` output into per-protocol views.
@@ -396,9 +411,31 @@ impl Peer for Bird {
     }
 
     fn sessions(&self, lab: &Lab) -> Result<Vec<SessionView>> {
-        let out = self.birdc(lab, &["show", "protocols", "all"])?;
-        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-        Ok(parse_protocols(&out, &self.spec, &log))
+        query_sessions(lab.netns(self.host), &self.sock, &self.log, &self.spec)
+    }
+
+    fn session_probe(&self, lab: &Lab) -> SessionProbe {
+        let netns = lab.netns(self.host).to_string();
+        let (sock, log) = (self.sock.clone(), self.log.clone());
+        let spec = PeerSpec {
+            routes: Vec::new(),
+            ..self.spec.clone()
+        };
+        Box::new(move || query_sessions(&netns, &sock, &log, &spec))
+    }
+
+    fn reset_session(&self, lab: &Lab, neighbor: IpAddr) -> Result<()> {
+        let p = proto_name(self.neighbor_index(neighbor)?);
+        let out = self.birdc(lab, &["restart", &p])?;
+        if out.contains("restarted") {
+            Ok(())
+        } else {
+            Err(LabError::CommandFailed {
+                command: format!("birdc restart {p}"),
+                status: "rejected".into(),
+                output: out,
+            })
+        }
     }
 
     fn received_routes(&self, lab: &Lab, neighbor: IpAddr) -> Result<Vec<RouteView>> {
@@ -444,6 +481,16 @@ impl Peer for Bird {
     fn log_text(&self) -> Result<String> {
         std::fs::read_to_string(&self.log)
             .map_err(io_ctx(format!("reading {}", self.log.display())))
+    }
+
+    fn log_files(&self) -> Vec<PathBuf> {
+        vec![self.log.clone()]
+    }
+
+    fn notification_markers(&self) -> &'static [&'static str] {
+        // "<proto>: Received: <reason>" for a received NOTIFICATION, "<proto>: Error:
+        // <reason>" for one it sends.
+        &["Received: ", "Error: "]
     }
 
     fn pids(&self, lab: &Lab) -> Vec<u32> {

@@ -14,7 +14,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde_json::Value;
 
 use super::{
-    normalize_prefix, NeighborSpec, Peer, PeerKind, PeerSpec, RouteSpec, RouteView, SessionView,
+    normalize_prefix, NeighborSpec, Peer, PeerKind, PeerSpec, RouteSpec, RouteView, SessionProbe,
+    SessionView,
 };
 use crate::error::{io_ctx, LabError, Result};
 use crate::lab::{HostId, Lab, ProcId};
@@ -337,6 +338,42 @@ fn replay(events: &str) -> HashMap<IpAddr, NeighborState> {
     map
 }
 
+/// Every configured session, reconstructed from the API events (`events.jsonl`).
+fn sessions_of(events: &str, spec: &PeerSpec) -> Vec<SessionView> {
+    let map = replay(events);
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    spec.neighbors
+        .iter()
+        .map(|n| {
+            let Some(st) = map.get(&n.address) else {
+                let mut v = SessionView::new(n.address, "idle");
+                v.remote_as = Some(n.remote_as);
+                return v;
+            };
+            let raw = match st.state.as_str() {
+                "up" => "established",
+                "connected" => "opensent",
+                "" | "down" => "idle",
+                other => other,
+            };
+            let mut v = SessionView::new(n.address, raw);
+            v.raw_state = st.state.clone();
+            v.remote_as = Some(n.remote_as);
+            v.uptime_secs = st.up_since.map(|t| (now - t).max(0.0) as u64);
+            v.established_count = Some(st.ups);
+            v.dropped_count = Some(st.downs);
+            v.prefixes_received = Some(st.rib.len() as u32);
+            if v.is_established() {
+                v.peer_graceful_restart = st.peer_gr;
+                v.prefixes_sent = Some(spec.routes.iter().filter(|r| carries(n, r)).count() as u32);
+            }
+            v
+        })
+        .collect()
+}
+
 impl Exabgp {
     fn send(&self, lines: &[String]) -> Result<()> {
         let mut f = std::fs::OpenOptions::new()
@@ -454,43 +491,17 @@ impl Peer for Exabgp {
     }
 
     fn sessions(&self, _lab: &Lab) -> Result<Vec<SessionView>> {
-        let map = replay(&self.events_text());
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0.0, |d| d.as_secs_f64());
-        Ok(self
-            .spec
-            .neighbors
-            .iter()
-            .map(|n| {
-                let Some(st) = map.get(&n.address) else {
-                    let mut v = SessionView::new(n.address, "idle");
-                    v.remote_as = Some(n.remote_as);
-                    return v;
-                };
-                let raw = match st.state.as_str() {
-                    "up" => "established",
-                    "connected" => "opensent",
-                    "" | "down" => "idle",
-                    other => other,
-                };
-                let mut v = SessionView::new(n.address, raw);
-                v.raw_state = st.state.clone();
-                v.remote_as = Some(n.remote_as);
-                v.uptime_secs = st.up_since.map(|t| (now - t).max(0.0) as u64);
-                v.established_count = Some(st.ups);
-                v.dropped_count = Some(st.downs);
-                v.prefixes_received = Some(st.rib.len() as u32);
-                if v.is_established() {
-                    v.peer_graceful_restart = st.peer_gr;
-                }
-                if v.is_established() {
-                    v.prefixes_sent =
-                        Some(self.spec.routes.iter().filter(|r| carries(n, r)).count() as u32);
-                }
-                v
-            })
-            .collect())
+        Ok(sessions_of(&self.events_text(), &self.spec))
+    }
+
+    /// The probe replays the events file; its `prefixes_sent` counts the routes announced
+    /// when the probe was made.
+    fn session_probe(&self, _lab: &Lab) -> SessionProbe {
+        let (events, spec) = (self.events.clone(), self.spec.clone());
+        Box::new(move || {
+            let text = std::fs::read_to_string(&events).unwrap_or_default();
+            Ok(sessions_of(&text, &spec))
+        })
     }
 
     fn received_routes(&self, _lab: &Lab, neighbor: IpAddr) -> Result<Vec<RouteView>> {
@@ -560,6 +571,14 @@ impl Peer for Exabgp {
         let mut text = std::fs::read_to_string(&self.log).unwrap_or_default();
         text.push_str(&self.events_text());
         Ok(text)
+    }
+
+    fn log_files(&self) -> Vec<PathBuf> {
+        vec![self.log.clone(), self.events.clone()]
+    }
+
+    fn notification_markers(&self) -> &'static [&'static str] {
+        &["\"type\": \"notification\""]
     }
 
     fn pids(&self, lab: &Lab) -> Vec<u32> {

@@ -15,9 +15,9 @@ use serde_json::Value;
 
 use super::{
     normalize_prefix, parse_community, parse_large_community, NeighborSpec, Peer, PeerKind,
-    PeerSpec, RouteSpec, RouteView, SessionView,
+    PeerSpec, RouteSpec, RouteView, SessionProbe, SessionView,
 };
-use crate::cmd::{argv, run_ok, DEFAULT_CMD_TIMEOUT};
+use crate::cmd::{argv, ns_exec_ok, run_ok, DEFAULT_CMD_TIMEOUT};
 use crate::error::{io_ctx, parse_err, LabError, Result};
 use crate::lab::{HostId, Lab, ProcId};
 use crate::wait::wait_for;
@@ -29,9 +29,90 @@ const BGPD: &str = "/usr/lib/frr/bgpd";
 #[derive(Debug)]
 pub struct Frr {
     host: HostId,
-    dir: PathBuf,
+    vty: Vty,
     procs: Vec<ProcId>,
     spec: PeerSpec,
+}
+
+/// How to reach the daemons' vty sockets: what `vtysh` needs, nothing from the lab, so
+/// a [`SessionProbe`] can carry it to another thread.
+#[derive(Debug, Clone)]
+struct Vty {
+    netns: String,
+    dir: PathBuf,
+}
+
+impl Vty {
+    fn run(&self, daemon: &str, cmds: &[String]) -> Result<String> {
+        let sock = self.dir.to_string_lossy().into_owned();
+        let mut cmd: Vec<&str> = vec!["vtysh", "--vty_socket", &sock, "-d", daemon];
+        for c in cmds {
+            cmd.push("-c");
+            cmd.push(c);
+        }
+        let out = ns_exec_ok(&self.netns, &cmd)?;
+        if let Some(bad) = out.lines().find(|l| l.starts_with('%')) {
+            return Err(LabError::CommandFailed {
+                command: format!("vtysh {}", cmds.join(" ; ")),
+                status: "error".into(),
+                output: bad.to_string(),
+            });
+        }
+        Ok(out)
+    }
+
+    fn json(&self, cmd: &str) -> Result<Value> {
+        let out = self.run("bgpd", &[cmd.to_string()])?;
+        serde_json::from_str(&out).map_err(|e| parse_err(format!("vtysh `{cmd}`"), e.to_string()))
+    }
+
+    /// Every configured session, from `show bgp neighbors json`.
+    fn sessions(&self, neighbors: &[NeighborSpec]) -> Result<Vec<SessionView>> {
+        let v = self.json("show bgp neighbors json")?;
+        Ok(neighbors
+            .iter()
+            .map(|n| session_view(n.address, v.get(n.address.to_string())))
+            .collect())
+    }
+}
+
+/// One neighbour of `show bgp neighbors json` (`None`: not listed, i.e. Idle).
+fn session_view(address: IpAddr, j: Option<&Value>) -> SessionView {
+    let Some(j) = j else {
+        return SessionView::new(address, "Idle");
+    };
+    let num = |k: &str| j.get(k).and_then(Value::as_u64);
+    let state = j
+        .get("bgpState")
+        .and_then(Value::as_str)
+        .unwrap_or("Unknown");
+    let mut s = SessionView::new(address, state);
+    s.remote_as = num("remoteAs").and_then(|x| u32::try_from(x).ok());
+    if s.is_established() {
+        s.uptime_secs = num("bgpTimerUpMsec").map(|ms| ms / 1000);
+        // FRR 8.4 uses `gracefulRestart` for "advertisedAndReceived" and
+        // `gracefulRestartCapability` for "advertised" / "received".
+        let caps = j.get("neighborCapabilities");
+        s.peer_graceful_restart = Some(
+            ["gracefulRestart", "gracefulRestartCapability"]
+                .iter()
+                .filter_map(|k| caps.and_then(|c| c.get(*k)).and_then(Value::as_str))
+                .any(|c| c.to_ascii_lowercase().contains("received")),
+        );
+    }
+    s.established_count = num("connectionsEstablished").and_then(|x| u32::try_from(x).ok());
+    s.dropped_count = num("connectionsDropped").and_then(|x| u32::try_from(x).ok());
+    if let Some(afs) = j.get("addressFamilyInfo").and_then(Value::as_object) {
+        let sum = |k: &str| -> u32 {
+            afs.values()
+                .filter_map(|a| a.get(k).and_then(Value::as_u64))
+                .map(|x| u32::try_from(x).unwrap_or(u32::MAX))
+                .sum()
+        };
+        s.prefixes_received = Some(sum("acceptedPrefixCounter"));
+        s.prefixes_sent = Some(sum("sentPrefixCounter"));
+    }
+    s
 }
 
 fn rmap_name(prefix: &str) -> String {
@@ -118,7 +199,7 @@ fn neighbor_lines(n: &NeighborSpec) -> Vec<String> {
 
 impl Frr {
     fn path(&self, file: &str) -> String {
-        self.dir.join(file).to_string_lossy().into_owned()
+        self.vty.dir.join(file).to_string_lossy().into_owned()
     }
 
     fn bgpd_config(&self, host_name: &str) -> String {
@@ -169,27 +250,12 @@ impl Frr {
         self.vtysh_daemon(lab, "bgpd", cmds)
     }
 
-    fn vtysh_daemon(&self, lab: &Lab, daemon: &str, cmds: &[String]) -> Result<String> {
-        let sock = self.dir.to_string_lossy().into_owned();
-        let mut cmd: Vec<&str> = vec!["vtysh", "--vty_socket", &sock, "-d", daemon];
-        for c in cmds {
-            cmd.push("-c");
-            cmd.push(c);
-        }
-        let out = lab.exec_ok(self.host, &cmd)?;
-        if let Some(bad) = out.lines().find(|l| l.starts_with('%')) {
-            return Err(LabError::CommandFailed {
-                command: format!("vtysh {}", cmds.join(" ; ")),
-                status: "error".into(),
-                output: bad.to_string(),
-            });
-        }
-        Ok(out)
+    fn vtysh_daemon(&self, _lab: &Lab, daemon: &str, cmds: &[String]) -> Result<String> {
+        self.vty.run(daemon, cmds)
     }
 
-    fn vtysh_json(&self, lab: &Lab, cmd: &str) -> Result<Value> {
-        let out = self.vtysh(lab, &[cmd.to_string()])?;
-        serde_json::from_str(&out).map_err(|e| parse_err(format!("vtysh `{cmd}`"), e.to_string()))
+    fn vtysh_json(&self, _lab: &Lab, cmd: &str) -> Result<Value> {
+        self.vty.json(cmd)
     }
 
     fn neighbor(&self, neighbor: IpAddr) -> Result<&NeighborSpec> {
@@ -308,7 +374,10 @@ impl Peer for Frr {
         let (dir, spec) = super::prepare(lab, host, PeerKind::Frr, spec)?;
         let mut frr = Frr {
             host,
-            dir: dir.clone(),
+            vty: Vty {
+                netns: lab.netns(host).to_string(),
+                dir: dir.clone(),
+            },
             procs: Vec::new(),
             spec,
         };
@@ -409,50 +478,19 @@ impl Peer for Frr {
         Ok(frr)
     }
 
-    fn sessions(&self, lab: &Lab) -> Result<Vec<SessionView>> {
-        let v = self.vtysh_json(lab, "show bgp neighbors json")?;
-        let mut views = Vec::new();
-        for n in &self.spec.neighbors {
-            let Some(j) = v.get(n.address.to_string()) else {
-                views.push(SessionView::new(n.address, "Idle"));
-                continue;
-            };
-            let num = |k: &str| j.get(k).and_then(Value::as_u64);
-            let state = j
-                .get("bgpState")
-                .and_then(Value::as_str)
-                .unwrap_or("Unknown");
-            let mut s = SessionView::new(n.address, state);
-            s.remote_as = num("remoteAs").and_then(|x| u32::try_from(x).ok());
-            if s.is_established() {
-                s.uptime_secs = num("bgpTimerUpMsec").map(|ms| ms / 1000);
-            }
-            if s.is_established() {
-                // FRR 8.4 uses `gracefulRestart` for "advertisedAndReceived" and
-                // `gracefulRestartCapability` for "advertised" / "received".
-                let caps = j.get("neighborCapabilities");
-                s.peer_graceful_restart = Some(
-                    ["gracefulRestart", "gracefulRestartCapability"]
-                        .iter()
-                        .filter_map(|k| caps.and_then(|c| c.get(*k)).and_then(Value::as_str))
-                        .any(|c| c.to_ascii_lowercase().contains("received")),
-                );
-            }
-            s.established_count = num("connectionsEstablished").and_then(|x| u32::try_from(x).ok());
-            s.dropped_count = num("connectionsDropped").and_then(|x| u32::try_from(x).ok());
-            if let Some(afs) = j.get("addressFamilyInfo").and_then(Value::as_object) {
-                let sum = |k: &str| -> u32 {
-                    afs.values()
-                        .filter_map(|a| a.get(k).and_then(Value::as_u64))
-                        .map(|x| u32::try_from(x).unwrap_or(u32::MAX))
-                        .sum()
-                };
-                s.prefixes_received = Some(sum("acceptedPrefixCounter"));
-                s.prefixes_sent = Some(sum("sentPrefixCounter"));
-            }
-            views.push(s);
-        }
-        Ok(views)
+    fn sessions(&self, _lab: &Lab) -> Result<Vec<SessionView>> {
+        self.vty.sessions(&self.spec.neighbors)
+    }
+
+    fn session_probe(&self, _lab: &Lab) -> SessionProbe {
+        let (vty, neighbors) = (self.vty.clone(), self.spec.neighbors.clone());
+        Box::new(move || vty.sessions(&neighbors))
+    }
+
+    fn reset_session(&self, lab: &Lab, neighbor: IpAddr) -> Result<()> {
+        self.neighbor(neighbor)?;
+        self.vtysh(lab, &[format!("clear bgp {neighbor}")])
+            .map(drop)
     }
 
     fn received_routes(&self, lab: &Lab, neighbor: IpAddr) -> Result<Vec<RouteView>> {
@@ -551,8 +589,17 @@ impl Peer for Frr {
     }
 
     fn log_text(&self) -> Result<String> {
-        let path = self.dir.join("bgpd.log");
+        let path = self.vty.dir.join("bgpd.log");
         std::fs::read_to_string(&path).map_err(io_ctx(format!("reading {}", path.display())))
+    }
+
+    fn log_files(&self) -> Vec<PathBuf> {
+        vec![self.vty.dir.join("bgpd.log")]
+    }
+
+    fn notification_markers(&self) -> &'static [&'static str] {
+        // bgpd: "%NOTIFICATION: sent to neighbor ..." / "%NOTIFICATION: received from ...".
+        &["%NOTIFICATION"]
     }
 
     fn pids(&self, lab: &Lab) -> Vec<u32> {

@@ -9,8 +9,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde_json::Value;
 
 use super::{
-    normalize_prefix, NeighborSpec, Peer, PeerKind, PeerSpec, RouteSpec, RouteView, SessionView,
+    normalize_prefix, NeighborSpec, Peer, PeerKind, PeerSpec, RouteSpec, RouteView, SessionProbe,
+    SessionView,
 };
+use crate::cmd::ns_exec_ok;
 use crate::error::{io_ctx, parse_err, LabError, Result};
 use crate::lab::{HostId, Lab, ProcId};
 use crate::wait::wait_for;
@@ -294,6 +296,76 @@ fn peer_transitions(log: &str, addr: &str) -> (u32, u32) {
     (up, down)
 }
 
+/// Every session of the gobgpd in `netns` (per-neighbour `gobgp neighbor ADDR -j`, the
+/// query that fills in advertised counters), with counters from its logs. Needs no lab
+/// (see [`Peer::session_probe`]).
+fn query_sessions(
+    netns: &str,
+    logs: &[PathBuf],
+    neighbors: &[NeighborSpec],
+) -> Result<Vec<SessionView>> {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let log: String = logs
+        .iter()
+        .map(|p| std::fs::read_to_string(p).unwrap_or_default())
+        .collect();
+    let mut views = Vec::new();
+    for n in neighbors {
+        let addr = n.address.to_string();
+        let out = ns_exec_ok(
+            netns,
+            &[
+                "gobgp", "-u", API_HOST, "-p", API_PORT, "neighbor", &addr, "-j",
+            ],
+        )
+        .unwrap_or_default();
+        let j: Option<Value> = serde_json::from_str(out.trim()).ok();
+        let Some(j) = j.filter(Value::is_object) else {
+            views.push(SessionView::new(n.address, "Idle"));
+            continue;
+        };
+        let mut s = SessionView::new(n.address, &state_text(j.pointer("/state/session_state")));
+        s.remote_as = j
+            .pointer("/conf/peer_asn")
+            .and_then(Value::as_u64)
+            .and_then(|x| u32::try_from(x).ok());
+        if s.is_established() {
+            s.uptime_secs = j
+                .pointer("/timers/state/uptime/seconds")
+                .and_then(Value::as_u64)
+                .map(|t| now.saturating_sub(t));
+            s.peer_graceful_restart = Some(
+                j.pointer("/state/remote_cap")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|c| c.get("type_url").and_then(Value::as_str))
+                    .any(|t| t.ends_with("GracefulRestartCapability")),
+            );
+        }
+        // GoBGP 3's JSON has no session counters (`flops` is absent, and only counts
+        // short-lived sessions anyway): count gobgpd's "Peer Up" / "Peer Down" log lines.
+        let (up, down) = peer_transitions(&log, &addr);
+        s.established_count = Some(up);
+        s.dropped_count = Some(down);
+        let sum = |k: &str| -> u32 {
+            j.get("afi_safis")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|a| a.pointer(&format!("/state/{k}")).and_then(Value::as_u64))
+                .map(|x| u32::try_from(x).unwrap_or(u32::MAX))
+                .sum()
+        };
+        s.prefixes_received = Some(sum("accepted"));
+        s.prefixes_sent = Some(sum("advertised"));
+        views.push(s);
+    }
+    Ok(views)
+}
+
 impl Peer for Gobgp {
     fn kind(&self) -> PeerKind {
         PeerKind::Gobgp
@@ -339,62 +411,19 @@ impl Peer for Gobgp {
     }
 
     fn sessions(&self, lab: &Lab) -> Result<Vec<SessionView>> {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        let mut views = Vec::new();
-        let log = self.log_text().unwrap_or_default();
-        for n in &self.spec.neighbors {
-            let addr = n.address.to_string();
-            // The per-neighbour query is the one that fills in advertised counters.
-            let out = self
-                .gobgp(lab, &["neighbor", &addr, "-j"])
-                .unwrap_or_default();
-            let j: Option<Value> = serde_json::from_str(out.trim()).ok();
-            let Some(j) = j.filter(Value::is_object) else {
-                views.push(SessionView::new(n.address, "Idle"));
-                continue;
-            };
-            let mut s = SessionView::new(n.address, &state_text(j.pointer("/state/session_state")));
-            s.remote_as = j
-                .pointer("/conf/peer_asn")
-                .and_then(Value::as_u64)
-                .and_then(|x| u32::try_from(x).ok());
-            if s.is_established() {
-                s.uptime_secs = j
-                    .pointer("/timers/state/uptime/seconds")
-                    .and_then(Value::as_u64)
-                    .map(|t| now.saturating_sub(t));
-            }
-            if s.is_established() {
-                s.peer_graceful_restart = Some(
-                    j.pointer("/state/remote_cap")
-                        .and_then(Value::as_array)
-                        .into_iter()
-                        .flatten()
-                        .filter_map(|c| c.get("type_url").and_then(Value::as_str))
-                        .any(|t| t.ends_with("GracefulRestartCapability")),
-                );
-            }
-            // GoBGP 3's JSON has no session counters (`flops` is absent, and only counts
-            // short-lived sessions anyway): count gobgpd's "Peer Up" / "Peer Down" log lines.
-            let (up, down) = peer_transitions(&log, &addr);
-            s.established_count = Some(up);
-            s.dropped_count = Some(down);
-            let sum = |k: &str| -> u32 {
-                j.get("afi_safis")
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|a| a.pointer(&format!("/state/{k}")).and_then(Value::as_u64))
-                    .map(|x| u32::try_from(x).unwrap_or(u32::MAX))
-                    .sum()
-            };
-            s.prefixes_received = Some(sum("accepted"));
-            s.prefixes_sent = Some(sum("advertised"));
-            views.push(s);
-        }
-        Ok(views)
+        query_sessions(lab.netns(self.host), &self.logs, &self.spec.neighbors)
+    }
+
+    fn session_probe(&self, lab: &Lab) -> SessionProbe {
+        let netns = lab.netns(self.host).to_string();
+        let (logs, neighbors) = (self.logs.clone(), self.spec.neighbors.clone());
+        Box::new(move || query_sessions(&netns, &logs, &neighbors))
+    }
+
+    fn reset_session(&self, lab: &Lab, neighbor: IpAddr) -> Result<()> {
+        self.neighbor(neighbor)?;
+        self.gobgp(lab, &["neighbor", &neighbor.to_string(), "reset"])
+            .map(drop)
     }
 
     fn received_routes(&self, lab: &Lab, neighbor: IpAddr) -> Result<Vec<RouteView>> {
@@ -442,6 +471,14 @@ impl Peer for Gobgp {
             );
         }
         Ok(text)
+    }
+
+    fn log_files(&self) -> Vec<PathBuf> {
+        self.logs.clone()
+    }
+
+    fn notification_markers(&self) -> &'static [&'static str] {
+        &["notification", "Notification", "NOTIFICATION"]
     }
 
     fn pids(&self, lab: &Lab) -> Vec<u32> {

@@ -6,8 +6,9 @@ mod frr;
 mod gobgp;
 
 use std::fmt;
+use std::io::{Read, Seek, SeekFrom};
 use std::net::{IpAddr, Ipv4Addr};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use bird::Bird;
@@ -16,7 +17,7 @@ pub use frr::Frr;
 pub use gobgp::Gobgp;
 
 use crate::cmd::find_tool;
-use crate::error::{parse_err, LabError, Result};
+use crate::error::{io_ctx, parse_err, LabError, Result};
 use crate::lab::{HostId, Lab};
 use crate::wait::{wait_for, wait_until};
 
@@ -437,6 +438,61 @@ fn find_route(routes: Vec<RouteView>, prefix: &str) -> Option<RouteView> {
     routes.into_iter().find(|r| r.prefix == prefix)
 }
 
+/// A `Send` closure that reads a peer's sessions like [`Peer::sessions`], without a
+/// [`Lab`]: it only holds the namespace name, tool paths and the peer's neighbour list,
+/// so it can run on a background thread (see [`crate::PeerWatch`]).
+pub type SessionProbe = Box<dyn Fn() -> Result<Vec<SessionView>> + Send>;
+
+/// A position in a peer's log files (one offset per file), taken with
+/// [`Peer::log_mark`]; [`LogMark::default`] is the beginning of every file.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LogMark(Vec<(PathBuf, u64)>);
+
+impl LogMark {
+    /// The beginning of every log.
+    pub fn start() -> Self {
+        LogMark::default()
+    }
+
+    /// Current sizes of `files` (0 for one that does not exist yet).
+    pub fn of_files(files: &[PathBuf]) -> Self {
+        LogMark(
+            files
+                .iter()
+                .map(|f| (f.clone(), std::fs::metadata(f).map_or(0, |m| m.len())))
+                .collect(),
+        )
+    }
+
+    /// Offset recorded for `file` (0 when the mark does not know it).
+    pub fn offset(&self, file: &Path) -> u64 {
+        self.0
+            .iter()
+            .find(|(f, _)| f == file)
+            .map_or(0, |(_, o)| *o)
+    }
+}
+
+/// Text appended to `file` since `offset` (the whole file if it shrank, e.g. rotated).
+fn read_from(file: &Path, offset: u64) -> Result<String> {
+    let mut f = match std::fs::File::open(file) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(String::new()),
+        Err(e) => return Err(io_ctx(format!("opening {}", file.display()))(e)),
+    };
+    let len = f
+        .metadata()
+        .map_err(io_ctx(format!("stat {}", file.display())))?
+        .len();
+    let start = if offset <= len { offset } else { 0 };
+    f.seek(SeekFrom::Start(start))
+        .map_err(io_ctx(format!("seeking {}", file.display())))?;
+    let mut buf = Vec::new();
+    f.read_to_end(&mut buf)
+        .map_err(io_ctx(format!("reading {}", file.display())))?;
+    Ok(String::from_utf8_lossy(&buf).into_owned())
+}
+
 /// What every driver does before starting its daemon: check its tools are
 /// installed, create its directory in the work dir, and normalise the
 /// prefixes of the routes it will originate.
@@ -491,6 +547,51 @@ pub trait Peer {
 
     /// Stop the daemon(s).
     fn stop(&mut self, lab: &mut Lab);
+
+    /// A probe reading the same view as [`Peer::sessions`] that can be moved to another
+    /// thread (used by [`crate::PeerWatch`] to sample a session while the test thread
+    /// drives a failover).
+    fn session_probe(&self, lab: &Lab) -> SessionProbe;
+
+    /// The files [`Peer::log_text`] is made of, for [`Peer::log_mark`].
+    fn log_files(&self) -> Vec<PathBuf>;
+
+    /// Substrings of a log line that mean a NOTIFICATION was sent or received:
+    /// bird `Received: ` / `Error: `, FRR `%NOTIFICATION`, gobgpd `notification` (any
+    /// case), ExaBGP a `"type": "notification"` API event.
+    fn notification_markers(&self) -> &'static [&'static str];
+
+    /// The current end of the peer's logs, for [`Peer::notifications_since`].
+    fn log_mark(&self) -> LogMark {
+        LogMark::of_files(&self.log_files())
+    }
+
+    /// Log lines written after `mark` that show a NOTIFICATION sent or received (see
+    /// [`Peer::notification_markers`]); `&LogMark::start()` searches the whole logs.
+    fn notifications_since(&self, mark: &LogMark) -> Result<Vec<String>> {
+        let markers = self.notification_markers();
+        let mut out = Vec::new();
+        for f in self.log_files() {
+            let text = read_from(&f, mark.offset(&f))?;
+            out.extend(
+                text.lines()
+                    .filter(|l| markers.iter().any(|m| l.contains(m)))
+                    .map(str::to_string),
+            );
+        }
+        Ok(out)
+    }
+
+    /// Reset the session with `neighbor` from this side (a NOTIFICATION Cease and a new
+    /// session): FRR `clear bgp`, BIRD `restart`, GoBGP `neighbor reset`. ExaBGP: not
+    /// supported.
+    fn reset_session(&self, lab: &Lab, neighbor: IpAddr) -> Result<()> {
+        let _ = (lab, neighbor);
+        Err(LabError::Invalid(format!(
+            "{}: reset_session is not supported",
+            self.kind()
+        )))
+    }
 
     /// Process ids of the running daemon(s) (for resource accounting, e.g. peak RSS
     /// from `/proc/PID/status`); empty once stopped.

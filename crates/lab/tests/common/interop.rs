@@ -44,8 +44,8 @@ use std::time::{Duration, Instant};
 
 use holdfast_api::{RibEntry, RibTable};
 use holdfast_lab::{
-    wait_until, Holdfastd, HostId, Lab, NeighborSpec, Peer, PeerSpec, RouteSpec, RouteView,
-    SessionView,
+    wait_until, Holdfastd, HostId, Lab, LogMark, NeighborSpec, Peer, PeerSpec, RouteSpec,
+    RouteView, SessionView,
 };
 
 pub const HF_AS: u32 = 65000;
@@ -430,25 +430,24 @@ pub fn assert_not_reset<P: Peer>(lab: &Lab, hf: &Holdfastd, peer: &P, s: &Sess, 
     );
 }
 
-/// Log needles that mean a NOTIFICATION was sent or received, per peer kind.
-pub fn assert_log_clean(what: &str, log: &str, needles: &[&str]) {
-    for n in needles {
-        if let Some(line) = log.lines().find(|l| l.contains(n)) {
-            panic!("{what} log shows a NOTIFICATION ({n:?}): {line}");
-        }
-    }
+/// No NOTIFICATION in the peer's logs after `mark` (`Peer::notifications_since`).
+pub fn assert_peer_log_clean<P: Peer>(what: &str, peer: &P, mark: &LogMark) {
+    let lines = peer.notifications_since(mark).expect("peer log");
+    assert!(
+        lines.is_empty(),
+        "{what} log shows a NOTIFICATION: {}",
+        lines.join(" | ")
+    );
 }
 
-/// The whole scenario (see the module doc). `needles` are the peer's log markers of a
-/// NOTIFICATION. `sessions` may contain extra sessions; routes are checked on every
-/// session with `expect_up`.
+/// The whole scenario (see the module doc). `sessions` may contain extra sessions;
+/// routes are checked on every session with `expect_up`.
 pub fn run<P: Peer>(
     lab: &mut Lab,
     h: HostId,
     p: HostId,
     sessions: &[Sess],
     start: impl FnOnce(&mut Lab, HostId, &PeerSpec) -> P,
-    needles: &[&str],
 ) -> (Holdfastd, P) {
     let t0 = Instant::now();
     let nets = networks();
@@ -506,7 +505,7 @@ pub fn run<P: Peer>(
     );
 
     let before: Vec<Snapshot> = up.iter().map(|s| snapshot(lab, &hf, &peer, s)).collect();
-    let peer_log_len = peer.log_text().expect("peer log").len();
+    let peer_log_mark = peer.log_mark();
 
     // 3a. Withdrawal by the peer.
     let prefixes: Vec<String> = routes.iter().map(|r| r.prefix.clone()).collect();
@@ -598,13 +597,18 @@ pub fn run<P: Peer>(
     for (s, b) in up.iter().zip(&before) {
         assert_not_reset(lab, &hf, &peer, s, b);
     }
-    let log = peer.log_text().expect("peer log");
-    assert_log_clean(
+    assert_peer_log_clean(
         &format!("{} (after the reloads)", peer.kind()),
-        &log[peer_log_len.min(log.len())..],
-        needles,
+        &peer,
+        &peer_log_mark,
     );
-    assert_log_clean(&peer.kind().to_string(), &log, needles);
-    assert_log_clean("holdfastd", &hf.log_text(lab), &["NOTIFICATION"]);
+    assert_peer_log_clean(&peer.kind().to_string(), &peer, &LogMark::start());
+    if let Some(line) = hf
+        .log_text(lab)
+        .lines()
+        .find(|l| l.contains("NOTIFICATION"))
+    {
+        panic!("holdfastd log shows a NOTIFICATION: {line}");
+    }
     (hf, peer)
 }

@@ -32,16 +32,9 @@ fn interop_bird() {
     }
     let mut lab = Lab::new("interop_bird").expect("lab");
     let (h, p, sessions, _) = common::topology(&mut lab, 2);
-    let (hf, mut bird) = common::run(
-        &mut lab,
-        h,
-        p,
-        &sessions,
-        |lab, host, spec| Bird::start(lab, host, spec).expect("bird"),
-        // BIRD logs "<proto>: Received: <reason>" for a received NOTIFICATION and
-        // "<proto>: Error: <reason>" for one it sends.
-        &["Received: ", "Error: "],
-    );
+    let (hf, mut bird) = common::run(&mut lab, h, p, &sessions, |lab, host, spec| {
+        Bird::start(lab, host, spec).expect("bird")
+    });
     bird.stop(&mut lab);
     hf.stop(&mut lab);
     lab.teardown();

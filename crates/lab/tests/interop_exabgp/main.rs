@@ -39,14 +39,9 @@ fn interop_exabgp() {
     // IPv4-mapped address of its end as IPv6 next hop; holdfastd uses its global IPv6
     // address on the link.
     sessions.push(common::mapped_multi_family(extra[0]));
-    let (hf, mut exa) = common::run(
-        &mut lab,
-        h,
-        p,
-        &sessions,
-        |lab, host, spec| Exabgp::start(lab, host, spec).expect("exabgp"),
-        &["\"type\": \"notification\""],
-    );
+    let (hf, mut exa) = common::run(&mut lab, h, p, &sessions, |lab, host, spec| {
+        Exabgp::start(lab, host, spec).expect("exabgp")
+    });
     assert!(exa.notifications().is_empty(), "{:?}", exa.notifications());
     exa.stop(&mut lab);
     hf.stop(&mut lab);

@@ -76,14 +76,9 @@ fn interop_frr() {
         common::Sess::new("s9-v4-hf-passive-multi-family", (hf4, p4), true).multi_family(hf6, p6),
     );
     let t0 = Instant::now();
-    let (hf, mut frr) = common::run(
-        &mut lab,
-        h,
-        p,
-        &sessions,
-        |lab, host, spec| Frr::start(lab, host, spec).expect("frr"),
-        &["%NOTIFICATION"],
-    );
+    let (hf, mut frr) = common::run(&mut lab, h, p, &sessions, |lab, host, spec| {
+        Frr::start(lab, host, spec).expect("frr")
+    });
 
     // The mismatched-MD5 sessions: the connecting side has been retrying for the whole
     // scenario; give it at least 10 s in total, then they must still be down.

@@ -36,14 +36,9 @@ fn interop_gobgp() {
     // IPv4 and IPv6 unicast over one IPv4 transport: GoBGP uses the IPv4-mapped
     // address of its end as IPv6 next hop; holdfastd uses its global IPv6 address on the link.
     sessions.push(common::mapped_multi_family(extra[0]));
-    let (hf, mut gobgp) = common::run(
-        &mut lab,
-        h,
-        p,
-        &sessions,
-        |lab, host, spec| Gobgp::start(lab, host, spec).expect("gobgp"),
-        &["notification", "Notification", "NOTIFICATION"],
-    );
+    let (hf, mut gobgp) = common::run(&mut lab, h, p, &sessions, |lab, host, spec| {
+        Gobgp::start(lab, host, spec).expect("gobgp")
+    });
     gobgp.stop(&mut lab);
     hf.stop(&mut lab);
     lab.teardown();

@@ -1,0 +1,692 @@
+//! Non-stop routing in the lab: the standard NSR topology ([`NsrTopo`]), the takeover
+//! orchestration contract ([`Orchestrator`], implemented for the lab by
+//! [`LabOrchestrator`]) and a holdfastd configuration for it ([`nsr_config`]).
+//!
+//! ```text
+//!                         bridge `lan` (198.18.0.0/24, fd00::/64)
+//!   [ peer ] .1 ----+
+//!   [ redis ] .2 ---+---- switch
+//!   [ a ] .3 -------+      service address .10 / fd00::10: on `a` at first,
+//!   [ b ] .4 -------+      moved to the host that takes over
+//!   [ feed ] .5 ----+      route feeds (raw test peers)
+//! ```
+//!
+//! The takeover order ([`run_takeover`]): 1. fence the old primary; 2. start
+//! `holdfastd --takeover --takeover-ready-file F` on the new host and wait for `F`;
+//! 3. move the service address (delete on the other host when reachable, add on the new
+//! one, announce it with a gratuitous ARP / unsolicited NA); 4. wait until the new unit
+//! reports every session Established.
+
+use std::fs::File;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::cmd::{pid_alive, Signal};
+use crate::error::{LabError, Result};
+use crate::holdfast::{Holdfastd, StartOpts};
+use crate::lab::{BridgeId, HostId, IfAddr, Lab};
+use crate::wait::wait_for_every;
+
+/// IPv4 prefix length of the NSR bridge subnet (198.18.0.0/24: `Lab::link_auto` uses
+/// 198.18.1-255.0/24 and 198.19.0.0/16, never 198.18.0.0/24).
+pub const NSR_V4_LEN: u8 = 24;
+/// IPv6 prefix length of the NSR bridge subnet (fd00::/64: `link_auto` uses
+/// fd00:0:0:n::/64 with n ≥ 1).
+pub const NSR_V6_LEN: u8 = 64;
+/// Local AS of [`nsr_config`] (override with `asn = ...` in its `extra`).
+pub const NSR_LOCAL_AS: u32 = 65000;
+
+fn v4(last: u8) -> Ipv4Addr {
+    Ipv4Addr::new(198, 18, 0, last)
+}
+
+fn v6(last: u16) -> Ipv6Addr {
+    Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, last)
+}
+
+/// One host of the NSR topology.
+#[derive(Debug, Clone)]
+pub struct NsrHost {
+    /// The lab host.
+    pub id: HostId,
+    /// Its interface on the bridge.
+    pub ifname: String,
+    /// Its own IPv4 address on the bridge.
+    pub v4: Ipv4Addr,
+    /// Its own IPv6 address on the bridge.
+    pub v6: Ipv6Addr,
+}
+
+/// The NSR topology: hosts `peer` (.1), `redis` (.2), `a` (.3), `b` (.4) and `feed` (.5) on one
+/// bridge `lan` (198.18.0.0/24, fd00::/64); the service address .10 / fd00::10 is on
+/// `a` after [`NsrTopo::build`].
+#[derive(Debug, Clone)]
+pub struct NsrTopo {
+    /// The bridge.
+    pub bridge: BridgeId,
+    /// Where the real BGP peer(s) run.
+    pub peer: NsrHost,
+    /// Where the Redis store runs.
+    pub redis: NsrHost,
+    /// First holdfastd host (holds the service address at first).
+    pub a: NsrHost,
+    /// Second holdfastd host.
+    pub b: NsrHost,
+    /// A host for test peers (route feeds) on the same bridge.
+    pub feed: NsrHost,
+    /// IPv4 service address (the speaker's router id and session address).
+    pub service_v4: Ipv4Addr,
+    /// IPv6 service address.
+    pub service_v6: Ipv6Addr,
+}
+
+impl NsrTopo {
+    /// Creates the hosts and the bridge, and puts the service addresses on `a`.
+    pub fn build(lab: &mut Lab) -> Result<NsrTopo> {
+        let names = [("peer", 1u8), ("redis", 2), ("a", 3), ("b", 4), ("feed", 5)];
+        let mut members = Vec::new();
+        for (name, last) in names {
+            let id = lab.host(name)?;
+            members.push((
+                id,
+                vec![
+                    IfAddr::new(v4(last), NSR_V4_LEN),
+                    IfAddr::new(v6(u16::from(last)), NSR_V6_LEN),
+                ],
+            ));
+        }
+        let bridge = lab.bridge("lan", &members)?;
+        let info = lab.bridge_info(bridge).clone();
+        let host = |i: usize| {
+            let p = &info.ports[i];
+            NsrHost {
+                id: p.host,
+                ifname: p.host_if.clone(),
+                v4: v4(names[i].1),
+                v6: v6(u16::from(names[i].1)),
+            }
+        };
+        let topo = NsrTopo {
+            bridge,
+            peer: host(0),
+            redis: host(1),
+            a: host(2),
+            b: host(3),
+            feed: host(4),
+            service_v4: v4(10),
+            service_v6: v6(0x10),
+        };
+        topo.add_service(lab, topo.a.id)?;
+        Ok(topo)
+    }
+
+    /// The service addresses (IPv4, IPv6).
+    pub fn service_addrs(&self) -> [IpAddr; 2] {
+        [self.service_v4.into(), self.service_v6.into()]
+    }
+
+    /// The service address of the family of `addr`.
+    pub fn service_for(&self, addr: IpAddr) -> IpAddr {
+        if addr.is_ipv4() {
+            self.service_v4.into()
+        } else {
+            self.service_v6.into()
+        }
+    }
+
+    /// The topology host `id`.
+    pub fn host(&self, id: HostId) -> Result<&NsrHost> {
+        [&self.peer, &self.redis, &self.a, &self.b]
+            .into_iter()
+            .find(|h| h.id == id)
+            .ok_or_else(|| LabError::Invalid(format!("{id:?} is not in the NSR topology")))
+    }
+
+    /// The bridge interface of host `id`.
+    pub fn ifname(&self, id: HostId) -> Result<&str> {
+        Ok(&self.host(id)?.ifname)
+    }
+
+    /// The other speaker host (`a` ↔ `b`).
+    pub fn other(&self, id: HostId) -> HostId {
+        if id == self.a.id {
+            self.b.id
+        } else {
+            self.a.id
+        }
+    }
+
+    /// Which of the service addresses (v4, v6) `host` has right now (`ip addr`).
+    pub fn service_addrs_on(&self, lab: &Lab, host: HostId) -> Result<(bool, bool)> {
+        let out = lab.exec_ok(
+            host,
+            &["ip", "-o", "addr", "show", "dev", self.ifname(host)?],
+        )?;
+        let has = |a: IpAddr| {
+            let needle = format!(" {a}/");
+            out.lines().any(|l| l.contains(&needle))
+        };
+        Ok((has(self.service_v4.into()), has(self.service_v6.into())))
+    }
+
+    /// The speaker host (`a` or `b`) holding both service addresses now; an error if
+    /// none or both do, or if an address is split between them.
+    pub fn service_host(&self, lab: &Lab) -> Result<HostId> {
+        let on_a = self.service_addrs_on(lab, self.a.id)?;
+        let on_b = self.service_addrs_on(lab, self.b.id)?;
+        match (on_a, on_b) {
+            ((true, true), (false, false)) => Ok(self.a.id),
+            ((false, false), (true, true)) => Ok(self.b.id),
+            _ => Err(LabError::Invalid(format!(
+                "service addresses not on exactly one host: a has (v4, v6) = {on_a:?}, b has {on_b:?}"
+            ))),
+        }
+    }
+
+    /// MAC address of `host`'s bridge interface.
+    pub fn mac(&self, lab: &Lab, host: HostId) -> Result<String> {
+        let out = lab.exec_ok(
+            host,
+            &["ip", "-o", "link", "show", "dev", self.ifname(host)?],
+        )?;
+        out.split_whitespace()
+            .skip_while(|w| *w != "link/ether")
+            .nth(1)
+            .map(str::to_ascii_lowercase)
+            .ok_or_else(|| crate::error::parse_err("ip link", out.clone()))
+    }
+
+    /// The link-layer address `on`'s neighbour table (`ip neigh`) has for `addr`, if any
+    /// entry with one exists (FAILED/INCOMPLETE entries have none).
+    pub fn neighbour_mac(&self, lab: &Lab, on: HostId, addr: IpAddr) -> Result<Option<String>> {
+        let a = addr.to_string();
+        let out = lab.exec_ok(
+            on,
+            &["ip", "neigh", "show", "to", &a, "dev", self.ifname(on)?],
+        )?;
+        Ok(out.lines().find_map(|l| {
+            l.split_whitespace()
+                .skip_while(|w| *w != "lladdr")
+                .nth(1)
+                .map(str::to_ascii_lowercase)
+        }))
+    }
+
+    fn addr_cmd(&self, verb: &str, addr: IpAddr, ifname: &str) -> Vec<String> {
+        let len = if addr.is_ipv4() {
+            NSR_V4_LEN
+        } else {
+            NSR_V6_LEN
+        };
+        let mut v: Vec<String> = ["ip", "addr", verb, &format!("{addr}/{len}"), "dev", ifname]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        if addr.is_ipv6() && verb == "add" {
+            v.push("nodad".into());
+        }
+        v
+    }
+
+    fn add_service(&self, lab: &Lab, host: HostId) -> Result<()> {
+        let have = self.service_addrs_on(lab, host)?;
+        let ifname = self.ifname(host)?;
+        for (addr, present) in [
+            (IpAddr::from(self.service_v4), have.0),
+            (self.service_v6.into(), have.1),
+        ] {
+            if !present {
+                let cmd = self.addr_cmd("add", addr, ifname);
+                let cmd: Vec<&str> = cmd.iter().map(String::as_str).collect();
+                lab.exec_ok(host, &cmd)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes the service addresses present on `host`.
+    fn del_service(&self, lab: &Lab, host: HostId) -> Result<()> {
+        let have = self.service_addrs_on(lab, host)?;
+        let ifname = self.ifname(host)?;
+        for (addr, present) in [
+            (IpAddr::from(self.service_v4), have.0),
+            (self.service_v6.into(), have.1),
+        ] {
+            if present {
+                let cmd = self.addr_cmd("del", addr, ifname);
+                let cmd: Vec<&str> = cmd.iter().map(String::as_str).collect();
+                lab.exec_ok(host, &cmd)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// How the orchestrator fences the old primary before a takeover.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fence {
+    /// SIGKILL, and wait until the pid is gone.
+    Kill,
+    /// SIGSTOP (a hung primary that still holds its sockets), and wait until stopped.
+    Stop,
+    /// Leave it as it is (already dead, or SIGSTOPped by the test).
+    None,
+}
+
+/// Wall-clock phases of a takeover.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TakeoverTimes {
+    /// Fencing the old primary.
+    pub fence: Duration,
+    /// From the end of fencing until the new unit created its ready file.
+    pub ready: Duration,
+    /// Moving and announcing the service address.
+    pub address: Duration,
+    /// From the address move until the new unit reports every session Established.
+    pub established: Duration,
+    /// From the start of fencing until every session is Established at the new unit.
+    pub total: Duration,
+}
+
+/// Deadlines of [`run_takeover`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TakeoverDeadlines {
+    /// For fencing (the old process to be gone or stopped).
+    pub fence: Duration,
+    /// For the ready file, from the start of the new unit.
+    pub ready: Duration,
+    /// For every session to be Established at the new unit, after the address moved.
+    pub established: Duration,
+}
+
+impl Default for TakeoverDeadlines {
+    fn default() -> Self {
+        TakeoverDeadlines {
+            fence: Duration::from_secs(5),
+            ready: Duration::from_secs(30),
+            established: Duration::from_secs(30),
+        }
+    }
+}
+
+/// The controller of a pair of speakers. The lab's is [`LabOrchestrator`]; a production
+/// controller implements the same contract (see the module doc for the order).
+pub trait Orchestrator {
+    /// Fence the old primary `old` (see [`Fence`]).
+    fn fence(&mut self, lab: &mut Lab, old: &Holdfastd, how: Fence) -> Result<()>;
+
+    /// Move the service address to `to`: delete it on the other speaker host if that
+    /// host is reachable and has it, add it on `to`, and announce it there (gratuitous
+    /// ARP, unsolicited NA).
+    fn move_address(&mut self, lab: &mut Lab, to: HostId) -> Result<()>;
+
+    /// Take over from `old` on `new_host`: fence, start `holdfastd --takeover` with
+    /// `config` as unit `name`, wait for its ready file, move the address, wait until
+    /// every session is Established at the new unit. Returns the new unit and the
+    /// phase times.
+    fn takeover(
+        &mut self,
+        lab: &mut Lab,
+        old: &Holdfastd,
+        new_host: HostId,
+        name: &str,
+        config: &str,
+        fence: Fence,
+    ) -> Result<(Holdfastd, TakeoverTimes)>;
+}
+
+/// The takeover sequence of the contract, on top of an orchestrator's
+/// [`Orchestrator::fence`] and [`Orchestrator::move_address`]. The ready file is
+/// `<work dir>/<name>/takeover.ready`.
+#[allow(clippy::too_many_arguments)]
+pub fn run_takeover<O: Orchestrator + ?Sized>(
+    orch: &mut O,
+    lab: &mut Lab,
+    old: &Holdfastd,
+    new_host: HostId,
+    name: &str,
+    config: &str,
+    fence: Fence,
+    deadlines: &TakeoverDeadlines,
+) -> Result<(Holdfastd, TakeoverTimes)> {
+    let t0 = Instant::now();
+    orch.fence(lab, old, fence)?;
+    let t_fenced = Instant::now();
+    let ready_file = lab.work_dir().join(name).join("takeover.ready");
+    let new = Holdfastd::start_with(
+        lab,
+        new_host,
+        name,
+        config,
+        &StartOpts::takeover(ready_file),
+    )?;
+    new.wait_ready_file(deadlines.ready)?;
+    let t_ready = Instant::now();
+    orch.move_address(lab, new_host)?;
+    let t_moved = Instant::now();
+    new.wait_all_established(deadlines.established)?;
+    let t_up = Instant::now();
+    let times = TakeoverTimes {
+        fence: t_fenced - t0,
+        ready: t_ready - t_fenced,
+        address: t_moved - t_ready,
+        established: t_up - t_moved,
+        total: t_up - t0,
+    };
+    Ok((new, times))
+}
+
+/// The lab's orchestrator: fences by signal, moves the service addresses of an
+/// [`NsrTopo`] with `ip addr` and announces them with
+/// `holdfast_linux::announce_address` inside the new host's namespace.
+#[derive(Debug, Clone)]
+pub struct LabOrchestrator {
+    /// The topology whose service addresses it moves.
+    pub topo: NsrTopo,
+    /// Deadlines of [`Orchestrator::takeover`].
+    pub deadlines: TakeoverDeadlines,
+    /// Hosts the orchestrator pretends it cannot reach (e.g. after a host-network
+    /// failure): it leaves their addresses alone.
+    pub unreachable: Vec<HostId>,
+    /// What it did, one line per action, with the time since it was created.
+    pub actions: Vec<String>,
+    created: Instant,
+}
+
+impl LabOrchestrator {
+    /// An orchestrator for `topo` with default deadlines.
+    pub fn new(topo: &NsrTopo) -> Self {
+        LabOrchestrator {
+            topo: topo.clone(),
+            deadlines: TakeoverDeadlines::default(),
+            unreachable: Vec::new(),
+            actions: Vec::new(),
+            created: Instant::now(),
+        }
+    }
+
+    /// Treat `host` as unreachable (or reachable again) for address deletion.
+    pub fn set_reachable(&mut self, host: HostId, reachable: bool) {
+        self.unreachable.retain(|h| *h != host);
+        if !reachable {
+            self.unreachable.push(host);
+        }
+    }
+
+    fn note(&mut self, what: String) {
+        let t = self.created.elapsed().as_secs_f64();
+        self.actions.push(format!("[{t:>7.3}s] {what}"));
+    }
+}
+
+impl Orchestrator for LabOrchestrator {
+    fn fence(&mut self, lab: &mut Lab, old: &Holdfastd, how: Fence) -> Result<()> {
+        let pid = old.os_pid;
+        match how {
+            Fence::None => {
+                self.note(format!("fence {}: none", old.name));
+                Ok(())
+            }
+            Fence::Kill => {
+                lab.kill(old.proc, Signal::Kill);
+                let p = old.proc;
+                wait_for_every(
+                    &format!("{} (pid {pid}) to be gone after SIGKILL", old.name),
+                    self.deadlines.fence,
+                    Duration::from_millis(5),
+                    || Ok((!lab.is_running(p) && !pid_alive(pid)).then_some(())),
+                )?;
+                self.note(format!("fence {}: SIGKILL pid {pid}, gone", old.name));
+                Ok(())
+            }
+            Fence::Stop => {
+                lab.kill(old.proc, Signal::Stop);
+                wait_for_every(
+                    &format!("{} (pid {pid}) to be stopped", old.name),
+                    self.deadlines.fence,
+                    Duration::from_millis(5),
+                    || Ok(proc_state(pid).is_some_and(|s| s == 'T').then_some(())),
+                )?;
+                self.note(format!("fence {}: SIGSTOP pid {pid}", old.name));
+                Ok(())
+            }
+        }
+    }
+
+    fn move_address(&mut self, lab: &mut Lab, to: HostId) -> Result<()> {
+        let topo = self.topo.clone();
+        let to_host = topo.host(to)?.clone();
+        let from = topo.other(to);
+        if from != to && !self.unreachable.contains(&from) {
+            match topo.del_service(lab, from) {
+                Ok(()) => self.note(format!("address: deleted on {}", lab.host_info(from).name)),
+                // Unreachable after a host failure is fine: the new host takes over.
+                Err(e) => self.note(format!(
+                    "address: delete on {} failed ({e})",
+                    lab.host_info(from).name
+                )),
+            }
+        }
+        topo.add_service(lab, to)?;
+        self.note(format!("address: added on {}", lab.host_info(to).name));
+        let netns = lab.netns(to).to_string();
+        for addr in topo.service_addrs() {
+            let ifname = to_host.ifname.clone();
+            in_netns(&netns, move || {
+                holdfast_linux::announce_address(&ifname, addr)
+            })
+            .and_then(|r| r)
+            .map_err(|e| LabError::Io {
+                context: format!("announcing {addr} on {} in {netns}", to_host.ifname),
+                source: e,
+            })?;
+            self.note(format!("address: announced {addr}"));
+        }
+        Ok(())
+    }
+
+    fn takeover(
+        &mut self,
+        lab: &mut Lab,
+        old: &Holdfastd,
+        new_host: HostId,
+        name: &str,
+        config: &str,
+        fence: Fence,
+    ) -> Result<(Holdfastd, TakeoverTimes)> {
+        let deadlines = self.deadlines;
+        let r = run_takeover(self, lab, old, new_host, name, config, fence, &deadlines);
+        match &r {
+            Ok((_, t)) => self.note(format!("takeover by {name}: {t:?}")),
+            Err(e) => self.note(format!("takeover by {name} failed: {e}")),
+        }
+        r
+    }
+}
+
+/// The state letter of a process (`/proc/PID/stat`), if it exists.
+fn proc_state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .next()?
+        .chars()
+        .next()
+}
+
+/// Runs `f` on a new thread that has joined the network namespace `netns`
+/// (`/run/netns/<netns>`), and returns its result. Sockets made there stay there.
+pub fn in_netns<T: Send + 'static>(
+    netns: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::io::Result<T> {
+    let ns = File::open(Path::new("/run/netns").join(netns))?;
+    std::thread::spawn(move || -> std::io::Result<T> {
+        nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET)
+            .map_err(std::io::Error::from)?;
+        Ok(f())
+    })
+    .join()
+    .map_err(|_| std::io::Error::other("namespace thread panicked"))?
+}
+
+/// A holdfastd configuration for the NSR topology: AS [`NSR_LOCAL_AS`], router id and
+/// every session's local address = the service address (of the session's family),
+/// listening on the wildcard addresses (so the same file works on `a` and `b`),
+/// `connect_retry = 1`, import/export `all`, and
+/// `[nsr] store = redis_url, instance, address = <IPv4 service address>`.
+///
+/// `extra` is TOML added to it: key lines before any table header, or under a
+/// `[global]` / `[nsr]` header, are merged into those tables (replacing a generated key
+/// of the same name, e.g. `asn = 65010` or `[nsr]\nmanage_address = true`); other
+/// tables (`[[network]]`, `[[policy]]`, more `[[neighbor]]`s) are appended.
+pub fn nsr_config(
+    topo: &NsrTopo,
+    redis_url: &str,
+    instance: &str,
+    neighbors: &[(IpAddr, u32)],
+    extra: &str,
+) -> String {
+    let mut global = vec![
+        format!("asn = {NSR_LOCAL_AS}"),
+        format!("router_id = \"{}\"", topo.service_v4),
+        "listen = [\"0.0.0.0:179\", \"[::]:179\"]".to_string(),
+        "connect_retry = 1".to_string(),
+    ];
+    let mut nsr = vec![
+        format!("store = \"{redis_url}\""),
+        format!("instance = \"{instance}\""),
+        format!("address = \"{}\"", topo.service_v4),
+    ];
+    let mut rest = String::new();
+    // Which table the current extra line belongs to: 0 global, 1 nsr, 2 other.
+    let mut section = 0;
+    for line in extra.lines() {
+        let t = line.trim();
+        if t.starts_with('[') {
+            section = match t {
+                "[global]" => 0,
+                "[nsr]" => 1,
+                _ => 2,
+            };
+            if section == 2 {
+                rest.push_str(line);
+                rest.push('\n');
+            }
+            continue;
+        }
+        match section {
+            0 | 1 => {
+                let table = if section == 0 { &mut global } else { &mut nsr };
+                if let Some(k) = toml_key(t) {
+                    table.retain(|l| toml_key(l) != Some(k));
+                }
+                if !t.is_empty() {
+                    table.push(t.to_string());
+                }
+            }
+            _ => {
+                rest.push_str(line);
+                rest.push('\n');
+            }
+        }
+    }
+    let mut s = String::from("[global]\n");
+    for l in &global {
+        s.push_str(l);
+        s.push('\n');
+    }
+    s.push_str("\n[nsr]\n");
+    for l in &nsr {
+        s.push_str(l);
+        s.push('\n');
+    }
+    for (addr, remote_as) in neighbors {
+        s.push_str(&format!(
+            "\n[[neighbor]]\naddress = \"{addr}\"\nremote_asn = {remote_as}\nlocal_address = \"{}\"\nimport = \"all\"\nexport = \"all\"\n",
+            topo.service_for(*addr)
+        ));
+    }
+    if !rest.is_empty() {
+        s.push('\n');
+        s.push_str(&rest);
+    }
+    s
+}
+
+/// The key of a `key = value` line.
+fn toml_key(line: &str) -> Option<&str> {
+    let (k, _) = line.split_once('=')?;
+    let k = k.trim();
+    (!k.is_empty() && !k.starts_with('#')).then_some(k)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn topo() -> NsrTopo {
+        let h = |i: usize, last: u8| NsrHost {
+            id: HostId(i),
+            ifname: format!("if{i}"),
+            v4: v4(last),
+            v6: v6(u16::from(last)),
+        };
+        NsrTopo {
+            bridge: BridgeId(0),
+            peer: h(0, 1),
+            redis: h(1, 2),
+            a: h(2, 3),
+            b: h(3, 4),
+            service_v4: v4(10),
+            service_v6: v6(0x10),
+        }
+    }
+
+    #[test]
+    fn config_has_service_address_and_merges_extra() {
+        let t = topo();
+        let c = nsr_config(
+            &t,
+            "redis://198.18.0.2:6379",
+            "edge-1",
+            &[
+                ("198.18.0.1".parse().unwrap(), 65001),
+                ("fd00::1".parse().unwrap(), 65001),
+            ],
+            "hold_time = 9\nasn = 65010\n[nsr]\nmanage_address = true\n[[network]]\nprefix = \"10.0.0.0/24\"\n",
+        );
+        assert!(
+            c.starts_with("[global]\nrouter_id = \"198.18.0.10\"\n"),
+            "{c}"
+        );
+        assert!(
+            c.contains("asn = 65010\n") && !c.contains("asn = 65000"),
+            "{c}"
+        );
+        assert!(c.contains("hold_time = 9\n"), "{c}");
+        assert!(
+            c.contains("[nsr]\nstore = \"redis://198.18.0.2:6379\"\ninstance = \"edge-1\"\naddress = \"198.18.0.10\"\nmanage_address = true\n"),
+            "{c}"
+        );
+        assert!(
+            c.contains("address = \"fd00::1\"\nremote_asn = 65001\nlocal_address = \"fd00::10\"\n"),
+            "{c}"
+        );
+        assert!(
+            c.ends_with("[[network]]\nprefix = \"10.0.0.0/24\"\n"),
+            "{c}"
+        );
+    }
+
+    #[test]
+    fn addresses_do_not_collide_with_link_auto() {
+        let t = topo();
+        assert_eq!(t.service_v4.octets()[..3], [198, 18, 0]);
+        assert_eq!(t.service_v6.segments()[..4], [0xfd00, 0, 0, 0]);
+        assert_eq!(t.other(t.a.id), t.b.id);
+        assert_eq!(t.other(t.b.id), t.a.id);
+    }
+}

@@ -1,0 +1,178 @@
+//! A Redis server as a lab unit (the NSR state store): `redis-server` without
+//! persistence (`--save '' --appendonly no`), bound to one address of a host, its log
+//! in the work dir (`redis/<host>-<port>/redis.log`), checked with `redis-cli ping`
+//! from inside the host; killed with SIGKILL and restarted on the same address/port to
+//! test store failures.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::cmd::{pid_alive, require_tool, Signal};
+use crate::error::{io_ctx, LabError, Result};
+use crate::lab::{HostId, Lab, ProcId};
+use crate::wait::{wait_for, wait_for_every};
+
+/// How long `redis-server` gets to answer `ping` after a (re)start.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A running (or killed) redis-server.
+#[derive(Debug)]
+pub struct Redis {
+    host: HostId,
+    bind: IpAddr,
+    port: u16,
+    dir: PathBuf,
+    proc: ProcId,
+    pid: u32,
+    starts: u32,
+}
+
+impl Redis {
+    /// Starts `redis-server` in `host`, listening on `bind:port`; returns once
+    /// `redis-cli -h BIND -p PORT ping` answers `PONG` inside the host.
+    pub fn start(lab: &mut Lab, host: HostId, bind: IpAddr, port: u16) -> Result<Redis> {
+        require_tool("redis-server")?;
+        require_tool("redis-cli")?;
+        let dir = lab
+            .work_dir()
+            .join("redis")
+            .join(format!("{}-{port}", lab.host_info(host).name));
+        std::fs::create_dir_all(&dir).map_err(io_ctx(format!("creating {}", dir.display())))?;
+        let mut r = Redis {
+            host,
+            bind,
+            port,
+            dir,
+            proc: ProcId(usize::MAX),
+            pid: 0,
+            starts: 0,
+        };
+        r.spawn(lab)?;
+        Ok(r)
+    }
+
+    fn spawn(&mut self, lab: &mut Lab) -> Result<()> {
+        self.starts += 1;
+        let (bind, port) = (self.bind.to_string(), self.port.to_string());
+        let dir = self.dir.to_string_lossy().into_owned();
+        let log = self.log_path().to_string_lossy().into_owned();
+        let name = format!("redis-{}-{}", lab.host_info(self.host).name, self.starts);
+        self.proc = lab.spawn(
+            self.host,
+            &name,
+            &[
+                "redis-server",
+                "--bind",
+                &bind,
+                "--port",
+                &port,
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--protected-mode",
+                "no",
+                "--daemonize",
+                "no",
+                "--dir",
+                &dir,
+                "--logfile",
+                &log,
+            ],
+            &[],
+        )?;
+        self.pid = lab.pid(self.proc);
+        let pid = self.pid;
+        wait_for(
+            &format!("redis on {} to answer ping", self.addr_text()),
+            START_TIMEOUT,
+            || {
+                if !pid_alive(pid) {
+                    return Err(LabError::Invalid(format!(
+                        "redis-server exited; log tail: {}",
+                        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+                    )));
+                }
+                Ok(self.ping(lab).then_some(()))
+            },
+        )
+    }
+
+    fn addr_text(&self) -> String {
+        match self.bind {
+            IpAddr::V4(a) => format!("{a}:{}", self.port),
+            IpAddr::V6(a) => format!("[{a}]:{}", self.port),
+        }
+    }
+
+    /// `redis://ADDR:PORT` (IPv6 in brackets), the `[nsr] store` of holdfastd.
+    pub fn url(&self) -> String {
+        format!("redis://{}", self.addr_text())
+    }
+
+    /// The address it listens on.
+    pub fn addr(&self) -> IpAddr {
+        self.bind
+    }
+
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The host it runs in.
+    pub fn host(&self) -> HostId {
+        self.host
+    }
+
+    /// Pid of the current redis-server process.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Path of the server's log file.
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.join("redis.log")
+    }
+
+    /// Whether `redis-cli ping` answers `PONG` (from inside the server's host).
+    pub fn ping(&self, lab: &Lab) -> bool {
+        self.cli(lab, &["ping"])
+            .is_ok_and(|out| out.trim() == "PONG")
+    }
+
+    /// Runs `redis-cli -h ADDR -p PORT ARGS...` inside the server's host; returns stdout.
+    pub fn cli(&self, lab: &Lab, args: &[&str]) -> Result<String> {
+        let (bind, port) = (self.bind.to_string(), self.port.to_string());
+        let mut cmd = vec!["redis-cli", "-h", bind.as_str(), "-p", port.as_str()];
+        cmd.extend_from_slice(args);
+        lab.exec_ok(self.host, &cmd)
+    }
+
+    /// SIGKILL the server by pid and wait until the process is gone.
+    pub fn kill(&mut self, lab: &mut Lab) -> Result<()> {
+        lab.kill(self.proc, Signal::Kill);
+        let p = self.proc;
+        wait_for_every(
+            &format!("redis-server pid {} to be gone", self.pid),
+            Duration::from_secs(5),
+            Duration::from_millis(10),
+            || Ok((!lab.is_running(p)).then_some(())),
+        )
+    }
+
+    /// Start the server again on the same address and port (kill it first if it runs);
+    /// returns once it answers `ping`. Its data is gone (no persistence).
+    pub fn restart(&mut self, lab: &mut Lab) -> Result<()> {
+        if lab.is_running(self.proc) {
+            self.kill(lab)?;
+        }
+        self.spawn(lab)
+    }
+
+    /// Stop the server (SIGTERM, then SIGKILL).
+    pub fn stop(&self, lab: &mut Lab) {
+        lab.stop_proc(self.proc);
+    }
+}

@@ -1,0 +1,530 @@
+//! The non-stop-routing failover sequence, run against one kind of real
+//! peer (bird2, frr or gobgpd) by the `nsr_<peer>` scenarios.
+//!
+//! ```text
+//!                 bridge `lan` 198.18.0.0/24
+//!   [ peer ] .1   real BGP daemon AS 65001 --- session under test --- service .10 (holdfastd AS 65000)
+//!   [ redis ] .2  redis-server (the state store)
+//!   [ a ] .3      holdfastd primary, then backup, then primary ...   } the service address .10
+//!   [ b ] .4      holdfastd backup,  then primary ...               } moves with the role
+//!   [ feed ] .5   raw test peers: AS 65100 -> peer (inbound burst), AS 65200 -> holdfastd (outbound burst)
+//! ```
+//!
+//! One lab, one run of the peer daemon, many takeovers in a row
+//! (A→B→A→B→…): SIGKILL while idle, SIGKILL in the middle of a 100k-route
+//! inbound burst (feed → peer → holdfastd), SIGKILL in the middle of a
+//! 100k-route outbound burst (feed → holdfastd → peer), a planned
+//! switchover, a frozen primary (SIGSTOP, takeover, SIGCONT: it stays
+//! fenced), and a Redis kill/restart (unprotected, protected again, then a
+//! takeover). After each one:
+//! * the peer's session never left Established: a watch samples the peer's
+//!   own CLI every 200 ms for the whole run (state, uptime never going back,
+//!   established/dropped counters unchanged);
+//! * the peer logged no NOTIFICATION, and the feed peers got none;
+//! * the number of routes the peer holds from us never went down (never
+//!   withdrawn), and ends at exactly what we advertise;
+//! * every route the peer advertises to us is in the new primary's
+//!   Adj-RIB-In from it, and nothing else is;
+//! * new UPDATEs flow both ways (a fresh route from the peer reaches
+//!   holdfastd; a fresh route from the feed reaches the peer).
+
+use holdfast_api::RibTable;
+use holdfast_lab::{
+    skip_unless_ready, wait_for_every, wait_ok, Fence, Holdfastd, HostId, Lab, LabOrchestrator, LogMark,
+    NeighborSpec, NsrTopo, Orchestrator, Peer, PeerKind, PeerSpec, PeerWatch, Redis, RouteSpec,
+    Signal,
+};
+use holdfast_tester::workload::{generate, Kind};
+use holdfast_tester::{encode_routes, netns::in_netns, Config as TesterConfig, Peer as Tester};
+use holdfast_wire::{AsPath, AsSegment, Family, Origin, PathAttrs, Prefix, Prefix4};
+use std::collections::BTreeSet;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub const HF_AS: u32 = 65000;
+pub const PEER_AS: u32 = 65001;
+pub const FEED_IN_AS: u32 = 65100;
+pub const FEED_OUT_AS: u32 = 65200;
+const INSTANCE: &str = "edge-1";
+const T: Duration = Duration::from_secs(90);
+/// The outbound burst's prefixes are the inbound ones moved by this much
+/// (1.0.0.0/24… becomes 33.0.0.0/24…), so the two never compete.
+const OUT_OFFSET: u32 = 0x2000_0000;
+
+/// Routes in each burst (HOLDFAST_NSR_BURST, default 100,000).
+fn burst() -> usize {
+    std::env::var("HOLDFAST_NSR_BURST")
+        .ok()
+        .and_then(|v| v.replace('_', "").parse().ok())
+        .unwrap_or(100_000)
+}
+
+pub struct Options {
+    /// TCP MD5 key on the session under test.
+    pub md5: Option<&'static str>,
+}
+
+pub struct Run<P: Peer> {
+    pub lab: Lab,
+    topo: NsrTopo,
+    orch: LabOrchestrator,
+    redis: Redis,
+    peer: P,
+    hf: Holdfastd,
+    config: String,
+    units: usize,
+    feed_in: Arc<Tester>,
+    feed_out: Arc<Tester>,
+    mark: LogMark,
+    fresh: u32,
+    /// (what, phase times) per takeover.
+    pub phases: Vec<(String, holdfast_lab::TakeoverTimes, serde_json::Value)>,
+}
+
+fn service(topo: &NsrTopo) -> IpAddr {
+    IpAddr::V4(topo.service_v4)
+}
+
+fn hf_config(topo: &NsrTopo, redis: &str, o: &Options) -> String {
+    let md5 = o
+        .md5
+        .map(|k| format!("md5_password = \"{k}\"\n"))
+        .unwrap_or_default();
+    let extra = format!(
+        "hold_time = 9\n\
+         [[network]]\nprefix = \"100.100.0.0/24\"\ncount = 10\n\
+         [[neighbor]]\naddress = \"{peer}\"\nremote_asn = {PEER_AS}\nlocal_address = \"{svc}\"\nimport = \"all\"\nexport = \"all\"\n{md5}\n\
+         [[neighbor]]\naddress = \"{feed}\"\nremote_asn = {FEED_OUT_AS}\nlocal_address = \"{svc}\"\npassive = true\nimport = \"all\"\nexport = \"all\"\n",
+        peer = topo.peer.v4,
+        feed = topo.feed.v4,
+        svc = topo.service_v4,
+    );
+    holdfast_lab::nsr_config(topo, redis, INSTANCE, &[], &extra)
+}
+
+fn peer_spec(topo: &NsrTopo, o: &Options) -> PeerSpec {
+    let mut us = NeighborSpec::new(service(topo), HF_AS)
+        .local(IpAddr::V4(topo.peer.v4))
+        .hold_time(9)
+        .families(true, false);
+    if let Some(k) = o.md5 {
+        us = us.md5(k);
+    }
+    let feed = NeighborSpec::new(IpAddr::V4(topo.feed.v4), FEED_IN_AS)
+        .local(IpAddr::V4(topo.peer.v4))
+        .families(true, false)
+        .passive();
+    PeerSpec::new(PEER_AS, Ipv4Addr::new(192, 0, 2, 201))
+        .neighbor(us)
+        .neighbor(feed)
+        .route(RouteSpec::new("203.0.113.0/24"))
+}
+
+fn tester(asn: u32, id: u8) -> TesterConfig {
+    let mut c = TesterConfig::new(asn, Ipv4Addr::new(192, 0, 2, 100 + id));
+    c.families = vec![Family::IPV4_UNICAST];
+    c
+}
+
+/// Connects a raw test peer from the feed host, retrying until accepted.
+fn connect_feed(lab: &Lab, topo: &NsrTopo, to: IpAddr, cfg: TesterConfig) -> Arc<Tester> {
+    let ns = lab.netns(topo.feed.id).to_string();
+    let local = IpAddr::V4(topo.feed.v4);
+    let deadline = Instant::now() + T;
+    loop {
+        let c = cfg.clone();
+        let r = in_netns(&ns, move || {
+            Tester::connect(
+                SocketAddr::new(to, 179),
+                Some(local),
+                &c,
+                Duration::from_secs(5),
+            )
+        })
+        .expect("netns");
+        match r {
+            Ok(p) => return Arc::new(p),
+            Err(e) if Instant::now() < deadline => {
+                println!("feed -> {to}: {e}; retrying");
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            Err(e) => panic!("feed -> {to}: {e}"),
+        }
+    }
+}
+
+fn one_hop(asn: u32, nh: Ipv4Addr) -> PathAttrs {
+    PathAttrs {
+        origin: Some(Origin::Igp),
+        as_path: AsPath {
+            segments: vec![AsSegment::Sequence(vec![asn])],
+        },
+        next_hop: Some(nh),
+        ..Default::default()
+    }
+}
+
+fn prefixes<I: IntoIterator<Item = String>>(v: I) -> BTreeSet<String> {
+    v.into_iter().collect()
+}
+
+/// What differs between two prefix sets, briefly.
+fn difference(want: &BTreeSet<String>, got: &BTreeSet<String>) -> String {
+    let missing: Vec<&String> = want.difference(got).take(5).collect();
+    let extra: Vec<&String> = got.difference(want).take(5).collect();
+    format!(
+        "want {} got {}; missing {} e.g. {missing:?}; extra {} e.g. {extra:?}",
+        want.len(),
+        got.len(),
+        want.difference(got).count(),
+        got.difference(want).count()
+    )
+}
+
+impl<P: Peer> Run<P> {
+    pub fn start(name: &str, kind: PeerKind, o: Options) -> Option<Run<P>> {
+        if skip_unless_ready(&[kind]) {
+            return None;
+        }
+        let mut lab = Lab::new(name).expect("lab");
+        lab.capture_start().expect("pcap");
+        let topo = NsrTopo::build(&mut lab).expect("topology");
+        let redis = Redis::start(&mut lab, topo.redis.id, IpAddr::V4(topo.redis.v4), 6379)
+            .expect("redis");
+        let config = hf_config(&topo, &redis.url(), &o);
+        let hf = Holdfastd::start(&mut lab, topo.a.id, "hf0", &config).expect("holdfastd on a");
+        let peer = P::start(&mut lab, topo.peer.id, &peer_spec(&topo, &o)).expect("peer");
+        let mark = peer.log_mark();
+        hf.wait_established(IpAddr::V4(topo.peer.v4), T)
+            .expect("session with the peer");
+        let feed_out = connect_feed(&lab, &topo, service(&topo), tester(FEED_OUT_AS, 2));
+        let feed_in = connect_feed(&lab, &topo, IpAddr::V4(topo.peer.v4), tester(FEED_IN_AS, 1));
+        hf.wait_established(IpAddr::V4(topo.feed.v4), T)
+            .expect("session with the outbound feed");
+        let orch = LabOrchestrator::new(&topo);
+        let run = Run {
+            lab,
+            topo,
+            orch,
+            redis,
+            peer,
+            hf,
+            config,
+            units: 1,
+            feed_in,
+            feed_out,
+            mark,
+            fresh: 0,
+            phases: Vec::new(),
+        };
+        run.wait_protected("start");
+        Some(run)
+    }
+
+    pub fn watch(&self) -> PeerWatch {
+        PeerWatch::start(self.peer.session_probe(&self.lab), service(&self.topo))
+    }
+
+    /// `show nsr --json` of the running unit.
+    fn nsr(&self) -> serde_json::Value {
+        let v = self
+            .hf
+            .cli_json(&self.lab, &["show", "nsr"])
+            .expect("show nsr");
+        v.get("ok")
+            .and_then(|b| b.get("nsr"))
+            .cloned()
+            .unwrap_or(v)
+    }
+
+    fn wait_protected(&self, what: &str) {
+        wait_ok(&format!("{what}: holdfastd PROTECTED"), T, || {
+            let n = self.nsr();
+            (n["protected"] == true)
+                .then_some(())
+                .ok_or(n.to_string())
+        })
+        .expect("protected");
+    }
+
+    fn other_host(&self) -> HostId {
+        if self.hf.host == self.topo.a.id {
+            self.topo.b.id
+        } else {
+            self.topo.a.id
+        }
+    }
+
+    fn peer_ip(&self) -> IpAddr {
+        IpAddr::V4(self.topo.peer.v4)
+    }
+
+    /// Routes the peer holds from us, by the peer's own count.
+    fn held_from_us(&self) -> u32 {
+        self.peer
+            .sessions(&self.lab)
+            .ok()
+            .and_then(|v| v.into_iter().find(|s| s.neighbor == service(&self.topo)))
+            .and_then(|s| s.prefixes_received)
+            .unwrap_or(0)
+    }
+
+    /// Takes over onto the other host with the given fence.
+    pub fn takeover(&mut self, what: &str, fence: Fence) -> Holdfastd {
+        let to = self.other_host();
+        let name = format!("hf{}", self.units);
+        self.units += 1;
+        let t0 = Instant::now();
+        let (new, times) = self
+            .orch
+            .takeover(&mut self.lab, &self.hf, to, &name, &self.config, fence)
+            .unwrap_or_else(|e| panic!("{what}: takeover failed: {e}"));
+        let old = std::mem::replace(&mut self.hf, new);
+        let nsr = self.nsr();
+        println!(
+            "{what}: took over on {} in {:?}: {times:?}\n  holdfastd: {}",
+            self.lab.host_info(to).name,
+            t0.elapsed(),
+            nsr["takeover"]
+        );
+        self.phases
+            .push((what.to_string(), times, nsr["takeover"].clone()));
+        old
+    }
+
+    /// Everything the scenario promises, after a takeover.
+    pub fn check(&mut self, what: &str) {
+        for (t, who) in [(&self.feed_in, "feed->peer"), (&self.feed_out, "feed->holdfastd")] {
+            t.view(|v| {
+                assert!(
+                    v.notifications.is_empty(),
+                    "{what}: {who} got NOTIFICATION {:?}",
+                    v.notifications
+                );
+                assert!(!v.closed, "{what}: {who}'s connection closed");
+            });
+        }
+        let notes = self.peer.notifications_since(&self.mark).expect("peer log");
+        assert!(notes.is_empty(), "{what}: the peer logged NOTIFICATIONs: {notes:?}");
+        let (peer_ip, svc) = (self.peer_ip(), service(&self.topo));
+        // Every route the peer advertises to us is in our Adj-RIB-In, and
+        // nothing else is.
+        wait_ok(&format!("{what}: Adj-RIB-In = what the peer sent"), T, || {
+            let sent = prefixes(
+                self.peer
+                    .advertised_routes(&self.lab, svc)
+                    .map_err(|e| e.to_string())?
+                    .into_iter()
+                    .map(|r| r.prefix),
+            );
+            let got = prefixes(
+                self.hf
+                    .rib(RibTable::In, Some(peer_ip))
+                    .map_err(|e| e.to_string())?
+                    .into_iter()
+                    .map(|r| r.prefix),
+            );
+            (sent == got).then_some(()).ok_or_else(|| difference(&sent, &got))
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        // The peer holds exactly what we advertise.
+        wait_ok(&format!("{what}: the peer holds our Adj-RIB-Out"), T, || {
+            let out = self
+                .hf
+                .rib(RibTable::Out, Some(peer_ip))
+                .map_err(|e| e.to_string())?
+                .len() as u32;
+            let held = self.held_from_us();
+            (out == held && out > 0)
+                .then_some(())
+                .ok_or(format!("advertised {out}, peer holds {held}"))
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        // New UPDATEs both ways.
+        self.fresh += 1;
+        let from_peer = format!("198.51.100.{}/32", self.fresh);
+        self.peer
+            .announce(&self.lab, &[RouteSpec::new(&from_peer)])
+            .expect("peer announces");
+        wait_ok(&format!("{what}: a new route from the peer"), T, || {
+            let r = self
+                .hf
+                .rib(RibTable::In, Some(peer_ip))
+                .map_err(|e| e.to_string())?;
+            r.iter()
+                .any(|e| e.prefix == from_peer)
+                .then_some(())
+                .ok_or(format!("{} routes, not {from_peer}", r.len()))
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        let before = self.held_from_us();
+        let to_peer = Prefix::V4(Prefix4 {
+            addr: u32::from(Ipv4Addr::new(100, 64, self.fresh as u8, 0)),
+            len: 24,
+        });
+        self.feed_out
+            .announce(&one_hop(FEED_OUT_AS, self.topo.feed.v4), &[to_peer])
+            .expect("feed announces");
+        wait_ok(&format!("{what}: a new route reaches the peer"), T, || {
+            let n = self.held_from_us();
+            (n > before).then_some(()).ok_or(format!("peer holds {n}"))
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        println!("{what}: checks passed");
+    }
+
+    /// Streams `burst()` routes from a feed; kills the primary once
+    /// `progress()` reaches a tenth of them, and takes over.
+    fn burst_and_kill(
+        &mut self,
+        what: &str,
+        inbound: bool,
+        progress: impl Fn(&Self) -> u64,
+    ) {
+        let n = burst();
+        let (t, asn) = if inbound {
+            (self.feed_in.clone(), FEED_IN_AS)
+        } else {
+            (self.feed_out.clone(), FEED_OUT_AS)
+        };
+        let mut w = generate(Kind::Packed, n, asn, self.topo.feed.v4);
+        if !inbound {
+            for (_, ps) in &mut w {
+                for p in ps.iter_mut() {
+                    if let Prefix::V4(p4) = p {
+                        p4.addr += OUT_OFFSET;
+                    }
+                }
+            }
+        }
+        let mut bytes = Vec::new();
+        encode_routes(&w, &t.ctx, &mut bytes);
+        let start = progress(self);
+        let sender = std::thread::spawn(move || t.send_stream(&bytes));
+        let at = wait_for_every(
+            &format!("{what}: burst under way"),
+            T,
+            Duration::from_millis(5),
+            || {
+                let p = progress(self) - start;
+                Ok((p >= n as u64 / 10).then_some(p))
+            },
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        println!("{what}: {at} of {n} through, killing the primary");
+        drop(self.takeover(what, Fence::Kill));
+        sender.join().expect("sender").expect("burst sent");
+    }
+
+    pub fn idle_kill(&mut self) {
+        drop(self.takeover("idle SIGKILL", Fence::Kill));
+        self.check("idle SIGKILL");
+    }
+
+    pub fn inbound_burst(&mut self) {
+        let peer_ip = self.peer_ip();
+        self.burst_and_kill("SIGKILL during a 100k inbound burst", true, move |r| {
+            r.hf.neighbor(peer_ip)
+                .ok()
+                .flatten()
+                .map_or(0, |n| n.prefixes_received)
+        });
+        self.check("SIGKILL during a 100k inbound burst");
+    }
+
+    pub fn outbound_burst(&mut self) {
+        self.burst_and_kill("SIGKILL during a 100k outbound burst", false, |r| {
+            u64::from(r.held_from_us())
+        });
+        self.check("SIGKILL during a 100k outbound burst");
+    }
+
+    pub fn switchover(&mut self) {
+        let out = self
+            .hf
+            .cli(&self.lab, &["nsr", "switchover", "--timeout", "60"])
+            .expect("holdfast nsr switchover");
+        println!("switchover: {}", out.trim());
+        let old = self.takeover("planned switchover", Fence::None);
+        wait_ok("switchover: the old process exits", T, || {
+            (!old.is_alive()).then_some(()).ok_or("still running".to_string())
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        self.check("planned switchover");
+    }
+
+    pub fn frozen_primary(&mut self) {
+        let old = self.takeover("frozen primary (SIGSTOP)", Fence::Stop);
+        self.lab.kill(old.proc, Signal::Cont);
+        wait_ok("thawed primary exits fenced", T, || {
+            (!old.is_alive()).then_some(()).ok_or("still running".to_string())
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        let log = old.log_text(&self.lab);
+        assert!(
+            log.contains("FENCED"),
+            "the thawed primary did not report itself fenced:\n{}",
+            log.lines().rev().take(20).collect::<Vec<_>>().join("\n")
+        );
+        self.check("frozen primary (SIGSTOP)");
+    }
+
+    pub fn redis_outage(&mut self) {
+        self.redis.kill(&mut self.lab).expect("kill redis");
+        wait_ok("store down: UNPROTECTED", T, || {
+            let n = self.nsr();
+            (n["protected"] == false)
+                .then_some(())
+                .ok_or(n.to_string())
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        // Sessions stay up and routes flow while unprotected.
+        self.check("redis down");
+        self.redis.restart(&mut self.lab).expect("restart redis");
+        self.wait_protected("redis back");
+        drop(self.takeover("takeover after the store came back", Fence::Kill));
+        self.check("takeover after the store came back");
+    }
+
+    pub fn print_phases(&self) {
+        println!("takeover phases (lab orchestrator wall clock; holdfastd's own figures in µs):");
+        for (what, t, hf) in &self.phases {
+            println!(
+                "  {what:<45} fence {:>6.1} ms  ready {:>6.1} ms  address {:>6.1} ms  established {:>6.1} ms  total {:>7.1} ms | holdfastd: load {} us, tcp restore {} us (max {} us), resumed {} us, tables {} us",
+                t.fence.as_secs_f64() * 1e3,
+                t.ready.as_secs_f64() * 1e3,
+                t.address.as_secs_f64() * 1e3,
+                t.established.as_secs_f64() * 1e3,
+                t.total.as_secs_f64() * 1e3,
+                hf["load_us"], hf["tcp_restore_us"], hf["tcp_restore_max_us"], hf["resumed_us"], hf["tables_us"]
+            );
+        }
+    }
+}
+
+/// The whole sequence for one kind of peer.
+pub fn failover_sequence<P: Peer>(name: &str, kind: PeerKind, o: Options) {
+    let Some(mut r) = Run::<P>::start(name, kind, o) else {
+        return;
+    };
+    let watch = r.watch();
+    r.check("before any failure");
+    r.idle_kill();
+    r.inbound_burst();
+    r.outbound_burst();
+    r.switchover();
+    r.frozen_primary();
+    r.redis_outage();
+    let report = watch.stop();
+    println!("peer watch: {}", report.summary());
+    report
+        .assert_uninterrupted()
+        .unwrap_or_else(|e| panic!("the peer saw an interruption: {e}"));
+    assert!(
+        report.prefixes_received_drops.is_empty(),
+        "routes the peer held from us were withdrawn: {:?}",
+        report.prefixes_received_drops
+    );
+    r.print_phases();
+}

@@ -1,0 +1,274 @@
+//! iptables/ip6tables rules for the ACK gate and the rebuild guard.
+//!
+//! Shells out to `iptables -w` and `ip6tables -w` (the `nft` front end's
+//! native `queue` statement is not available everywhere; the xtables
+//! `NFQUEUE` target works through nft's compat layer). Every rule carries
+//! `-m comment --comment holdfast:<tag>` so it can be found and removed.
+//! Rules are inserted at the head of the chain, so that an earlier
+//! `ACCEPT` cannot bypass them.
+//!
+//! The commands run in the network namespace of the *calling thread*.
+//!
+//! The `NFQUEUE` rules have no `--queue-bypass`: when no process is bound to
+//! the queue (the speaker died), the kernel drops the matching packets. That
+//! is deliberate (a dying primary's FIN or RST must not reach the peer), and
+//! it also means the rules must be removed ([`remove_all`]) when the gate
+//! is shut down on purpose, or all BGP traffic on the host stops.
+
+use std::io;
+use std::process::Command;
+
+const FAMILIES: [&str; 2] = ["iptables", "ip6tables"];
+const TABLE: &str = "filter";
+
+fn comment(tag: &str) -> io::Result<String> {
+    let ok = !tag.is_empty()
+        && tag.len() <= 200
+        && tag
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_-.:".contains(&b));
+    if ok {
+        Ok(format!("holdfast:{tag}"))
+    } else {
+        Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("rule tag {tag:?}: use 1-200 of [A-Za-z0-9_.:-]"),
+        ))
+    }
+}
+
+fn run(cmd: &str, args: &[String]) -> io::Result<std::process::Output> {
+    Command::new(cmd)
+        .arg("-w")
+        .args(args)
+        .output()
+        .map_err(|e| io::Error::new(e.kind(), format!("{cmd}: {e}")))
+}
+
+fn run_ok(cmd: &str, args: &[String]) -> io::Result<()> {
+    let out = run(cmd, args)?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(io::Error::other(format!(
+            "{cmd} {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )))
+    }
+}
+
+/// Inserts `spec` at the head of `chain` unless an identical rule exists.
+fn ensure(cmd: &str, chain: &str, spec: &[String]) -> io::Result<()> {
+    let mut check = vec!["-t".into(), TABLE.into(), "-C".into(), chain.into()];
+    check.extend_from_slice(spec);
+    if run(cmd, &check)?.status.success() {
+        return Ok(());
+    }
+    let mut insert = vec![
+        "-t".into(),
+        TABLE.into(),
+        "-I".into(),
+        chain.into(),
+        "1".into(),
+    ];
+    insert.extend_from_slice(spec);
+    run_ok(cmd, &insert)
+}
+
+fn port_specs(ports: &[u16], comment: &str, target: &[&str]) -> Vec<Vec<String>> {
+    let mut specs = Vec::new();
+    for &port in ports {
+        for dir in ["--sport", "--dport"] {
+            let mut s: Vec<String> = ["-p", "tcp", "-m", "tcp", dir]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+            s.push(port.to_string());
+            s.extend(["-m", "comment", "--comment", comment].map(String::from));
+            s.extend(target.iter().map(|s| s.to_string()));
+            specs.push(s);
+        }
+    }
+    specs
+}
+
+fn install(chain: &str, specs: &[Vec<String>]) -> io::Result<()> {
+    for cmd in FAMILIES {
+        // Insert in reverse so the resulting order matches `specs`.
+        for spec in specs.iter().rev() {
+            ensure(cmd, chain, spec)?;
+        }
+    }
+    Ok(())
+}
+
+/// OUTPUT: TCP with source or destination port in `ports` goes to NFQUEUE
+/// `queue_num` (no bypass: dropped while nobody serves the queue), IPv4 and
+/// IPv6. Idempotent.
+pub fn install_gate(tag: &str, queue_num: u16, ports: &[u16]) -> io::Result<()> {
+    let c = comment(tag)?;
+    let q = queue_num.to_string();
+    install(
+        "OUTPUT",
+        &port_specs(ports, &c, &["-j", "NFQUEUE", "--queue-num", &q]),
+    )
+}
+
+/// INPUT: drop TCP with source or destination port in `ports` (inbound
+/// segments of our sessions), so that nothing is answered with a RST while
+/// sockets are being rebuilt. IPv4 and IPv6. Idempotent.
+pub fn install_guard(tag: &str, ports: &[u16]) -> io::Result<()> {
+    let c = comment(tag)?;
+    install("INPUT", &port_specs(ports, &c, &["-j", "DROP"]))
+}
+
+/// Removes the guard rules (INPUT rules carrying this tag).
+pub fn remove_guard(tag: &str) -> io::Result<()> {
+    remove(tag, Some("INPUT"))
+}
+
+/// Removes every rule carrying this tag (every chain of the filter table,
+/// IPv4 and IPv6).
+pub fn remove_all(tag: &str) -> io::Result<()> {
+    remove(tag, None)
+}
+
+/// The rules (as `iptables -S` prints them) carrying this tag.
+pub fn list(tag: &str) -> io::Result<Vec<String>> {
+    let c = comment(tag)?;
+    let mut out = Vec::new();
+    for cmd in FAMILIES {
+        for line in rules(cmd)? {
+            if carries(&line, &c) {
+                out.push(format!("{cmd} {line}"));
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn rules(cmd: &str) -> io::Result<Vec<String>> {
+    let out = run(cmd, &["-t".into(), TABLE.into(), "-S".into()])?;
+    if !out.status.success() {
+        return Err(io::Error::other(format!(
+            "{cmd} -S: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with("-A "))
+        .map(str::to_owned)
+        .collect())
+}
+
+fn carries(line: &str, comment: &str) -> bool {
+    let words = split(line);
+    words
+        .windows(2)
+        .any(|w| w[0] == "--comment" && w[1] == comment)
+}
+
+/// Splits an `iptables -S` line into words, honouring double quotes.
+fn split(line: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut cur = String::new();
+    let mut quoted = false;
+    let mut any = false;
+    let mut chars = line.chars();
+    while let Some(ch) = chars.next() {
+        match ch {
+            '"' => {
+                quoted = !quoted;
+                any = true;
+            }
+            '\\' if quoted => {
+                if let Some(n) = chars.next() {
+                    cur.push(n);
+                }
+            }
+            c if c.is_whitespace() && !quoted => {
+                if any || !cur.is_empty() {
+                    words.push(std::mem::take(&mut cur));
+                    any = false;
+                }
+            }
+            c => cur.push(c),
+        }
+    }
+    if any || !cur.is_empty() {
+        words.push(cur);
+    }
+    words
+}
+
+fn remove(tag: &str, only_chain: Option<&str>) -> io::Result<()> {
+    let c = comment(tag)?;
+    let mut first_err = None;
+    for cmd in FAMILIES {
+        let lines = match rules(cmd) {
+            Ok(l) => l,
+            Err(e) => {
+                first_err.get_or_insert(e);
+                continue;
+            }
+        };
+        for line in lines {
+            if !carries(&line, &c) {
+                continue;
+            }
+            let mut words = split(&line);
+            if only_chain.is_some_and(|ch| words.get(1).map(String::as_str) != Some(ch)) {
+                continue;
+            }
+            words[0] = "-D".into();
+            let mut args = vec!["-t".into(), TABLE.into()];
+            args.extend(words);
+            if let Err(e) = run_ok(cmd, &args) {
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    match first_err {
+        None => Ok(()),
+        Some(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tags_are_validated() {
+        assert_eq!(comment("gate-1").unwrap(), "holdfast:gate-1");
+        assert!(comment("").is_err());
+        assert!(comment("a b").is_err());
+        assert!(comment("a\"b").is_err());
+    }
+
+    #[test]
+    fn splits_iptables_lines() {
+        let l = r#"-A OUTPUT -p tcp -m tcp --sport 179 -m comment --comment "holdfast:x" -j NFQUEUE --queue-num 3"#;
+        let w = split(l);
+        assert_eq!(w[0], "-A");
+        assert_eq!(w[1], "OUTPUT");
+        assert!(carries(l, "holdfast:x"));
+        assert!(!carries(l, "holdfast:y"));
+        let l2 = "-A INPUT -p tcp -m tcp --dport 179 -m comment --comment holdfast:x -j DROP";
+        assert!(carries(l2, "holdfast:x"));
+        assert!(!carries(l2, "holdfast:x2"));
+        assert_eq!(split(r#"a "b c" d"#), vec!["a", "b c", "d"]);
+        assert_eq!(split(r#"a "" d"#), vec!["a", "", "d"]);
+    }
+
+    #[test]
+    fn specs_cover_both_directions() {
+        let s = port_specs(&[179, 1179], "holdfast:t", &["-j", "DROP"]);
+        assert_eq!(s.len(), 4);
+        assert!(s[0].join(" ").contains("--sport 179"));
+        assert!(s[1].join(" ").contains("--dport 179"));
+        assert!(s[3].join(" ").ends_with("--comment holdfast:t -j DROP"));
+    }
+}

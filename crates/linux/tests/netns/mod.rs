@@ -1,0 +1,84 @@
+//! Network namespaces for the integration tests: created with `ip`, entered
+//! by a thread with `setns(2)`, deleted when the guard drops (also when a
+//! test panics).
+
+#![allow(dead_code)]
+
+use std::fs::File;
+use std::process::{Command, Output};
+
+/// Whether the tests can create namespaces (root); otherwise they skip.
+pub fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+/// A network namespace named `hfr<pid><tag>` with `lo` up; deleted on drop.
+pub struct Netns {
+    pub name: String,
+}
+
+impl Netns {
+    pub fn new(tag: &str) -> Netns {
+        let name = format!("hfr{}{tag}", std::process::id());
+        // A leftover from a crashed run of the same pid is unlikely but harmless to remove.
+        let _ = Command::new("ip").args(["netns", "del", &name]).output();
+        run("ip", &["netns", "add", &name]);
+        let ns = Netns { name };
+        ns.ip(&["link", "set", "lo", "up"]);
+        ns
+    }
+
+    /// `ip -n <name> <args>`, which must succeed.
+    pub fn ip(&self, args: &[&str]) -> String {
+        let mut all = vec!["-n", &self.name];
+        all.extend_from_slice(args);
+        String::from_utf8_lossy(&run("ip", &all).stdout).into_owned()
+    }
+
+    /// `ip netns exec <name> <cmd> <args>`, which must succeed.
+    pub fn exec(&self, cmd: &str, args: &[&str]) -> String {
+        exec_in(&self.name, cmd, args)
+    }
+
+    /// Runs `f` on a thread inside the namespace; a panic in `f` is
+    /// re-raised here with its message.
+    pub fn run<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
+        let ns = File::open(format!("/run/netns/{}", self.name)).expect("open netns");
+        let h = std::thread::spawn(move || {
+            nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
+            f()
+        });
+        match h.join() {
+            Ok(v) => v,
+            Err(p) => std::panic::resume_unwind(p),
+        }
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .output();
+    }
+}
+
+/// `ip netns exec <ns> <cmd> <args>`, which must succeed.
+pub fn exec_in(ns: &str, cmd: &str, args: &[&str]) -> String {
+    let mut all = vec!["netns", "exec", ns, cmd];
+    all.extend_from_slice(args);
+    String::from_utf8_lossy(&run("ip", &all).stdout).into_owned()
+}
+
+fn run(cmd: &str, args: &[&str]) -> Output {
+    let out = Command::new(cmd)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{cmd} {args:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd} {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}

@@ -1,0 +1,216 @@
+//! The replicated records of one NSR instance.
+//!
+//! A session is stored as:
+//! - its [`SessionRecord`]: the raw OPEN messages both ways (negotiated
+//!   parameters are re-derived from them with a pure function on the
+//!   backup), the TCP parameters needed by TCP_REPAIR, and the sequence
+//!   numbers at the moment the record was written;
+//! - `rcv`: the TCP sequence number up to which received bytes are
+//!   replicated, i.e. the highest ACK the kernel may send;
+//! - the Adj-RIB-In log: every UPDATE received, as raw BGP messages (a
+//!   [`Op::Snapshot`] replaces it with a compacted encoding of the table);
+//! - the Adj-RIB-Out log: every message written to the peer, likewise;
+//! - the send tail: written bytes the peer may not have acknowledged yet,
+//!   each chunk with the sequence number just after it, trimmed by
+//!   [`Op::Acked`]. The backup refills the TCP send queue from it.
+//!
+//! Records carry [`SCHEMA_VERSION`]; a reader refuses a newer major schema
+//! and reads older ones (primary and backup may run different builds during
+//! an upgrade).
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use std::net::{IpAddr, SocketAddr};
+
+/// Version of [`SessionRecord`] and of the key layout.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// TCP parameters of an established connection, as TCP_REPAIR restores them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TcpParams {
+    pub mss: u16,
+    pub snd_wscale: u8,
+    pub rcv_wscale: u8,
+    pub sack: bool,
+    pub timestamps: bool,
+    /// TCP timestamp clock value (TCP_TIMESTAMP) when captured...
+    pub ts_val: u32,
+    /// ...and the wall clock at that moment, in ms since the Unix epoch.
+    pub ts_unix_ms: u64,
+    pub snd_wnd: u32,
+    pub rcv_wnd: u32,
+}
+
+/// One established session, written when it reaches Established (and when
+/// it is re-synchronised after a store outage).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionRecord {
+    pub schema: u32,
+    /// Routing instance (VRF) name of the neighbour.
+    pub instance: String,
+    pub peer: IpAddr,
+    pub local: SocketAddr,
+    pub remote: SocketAddr,
+    /// Whether we opened the connection.
+    pub outbound: bool,
+    /// OPEN message bodies (after the 19-byte header) as sent and received.
+    pub open_sent: Vec<u8>,
+    pub open_received: Vec<u8>,
+    pub tcp: TcpParams,
+    /// Sequence number of the next byte we would write, when recorded.
+    pub snd_seq: u32,
+    /// Sequence number up to which received bytes were consumed, when recorded.
+    pub rcv_seq: u32,
+    /// When the session reached Established, ms since the Unix epoch.
+    pub established_unix_ms: u64,
+}
+
+/// One replication operation. A batch of them is applied atomically and in
+/// order by [`Store::write`](crate::Store::write).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op {
+    /// A session (re)starts: replaces everything stored under `key`.
+    Session { key: String, record: SessionRecord },
+    /// Bytes received up to sequence `ack`; `updates` holds the complete
+    /// UPDATE messages among them (headers included), appended to the
+    /// Adj-RIB-In log; `partial` is the start of a message not yet whole
+    /// (the bytes just before `ack`), which replaces the stored one. Every
+    /// byte read is replicated, whole message or not, so its ACK may leave:
+    /// a peer in loss recovery sends the rest of a message only once the
+    /// first part is acknowledged.
+    Received {
+        key: String,
+        ack: u32,
+        updates: Bytes,
+        partial: Bytes,
+    },
+    /// Bytes about to be written to the socket, ending just before
+    /// sequence `seq_end`: appended to the send tail and to the
+    /// Adj-RIB-Out log.
+    Sent {
+        key: String,
+        seq_end: u32,
+        bytes: Bytes,
+    },
+    /// The peer has acknowledged everything before `snd_una` (a lower
+    /// bound): send-tail chunks ending at or before it are dropped.
+    Acked { key: String, snd_una: u32 },
+    /// Compacted tables: the Adj-RIB-In and Adj-RIB-Out logs are replaced
+    /// by these encodings (whole UPDATE messages).
+    Snapshot {
+        key: String,
+        adj_in: Bytes,
+        adj_out: Bytes,
+    },
+    /// The session ended on purpose: forget it.
+    Remove { key: String },
+}
+
+impl Op {
+    pub fn key(&self) -> &str {
+        match self {
+            Op::Session { key, .. }
+            | Op::Received { key, .. }
+            | Op::Sent { key, .. }
+            | Op::Acked { key, .. }
+            | Op::Snapshot { key, .. }
+            | Op::Remove { key } => key,
+        }
+    }
+
+    /// Payload bytes the op carries (for batching limits and metrics).
+    pub fn payload_len(&self) -> usize {
+        match self {
+            Op::Received { updates, .. } => updates.len(),
+            Op::Sent { bytes, .. } => bytes.len(),
+            Op::Snapshot {
+                adj_in, adj_out, ..
+            } => adj_in.len() + adj_out.len(),
+            Op::Session { .. } => 256,
+            Op::Acked { .. } | Op::Remove { .. } => 8,
+        }
+    }
+}
+
+/// One session as loaded by a backup.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredSession {
+    pub key: String,
+    pub record: SessionRecord,
+    /// Replicated receive sequence (the ACK the restored socket starts at).
+    pub rcv: u32,
+    /// Bytes just before `rcv` that do not yet form a whole message: the
+    /// restored connection's receive buffer starts with them.
+    pub partial: Bytes,
+    /// Adj-RIB-In log chunks, oldest first, each whole UPDATE messages.
+    pub adj_in: Vec<Bytes>,
+    /// Adj-RIB-Out log chunks, oldest first (whole messages of any type).
+    pub adj_out: Vec<Bytes>,
+    /// Lower bound of the peer's acknowledgement.
+    pub snd_una: u32,
+    /// Send-tail chunks, oldest first, each with the sequence after it.
+    pub send_tail: Vec<(u32, Bytes)>,
+}
+
+impl StoredSession {
+    /// Sequence number of the next byte to write (after the last chunk).
+    pub fn snd_nxt(&self) -> u32 {
+        self.send_tail
+            .last()
+            .map(|(end, _)| *end)
+            .unwrap_or_else(|| {
+                // The later of the two in mod-2^32 sequence arithmetic.
+                let (seq, una) = (self.record.snd_seq, self.snd_una);
+                if (una.wrapping_sub(seq) as i32) > 0 {
+                    una
+                } else {
+                    seq
+                }
+            })
+    }
+
+    /// The bytes from `snd_una` to [`snd_nxt`](Self::snd_nxt): what the
+    /// restored send queue must hold. Returns `(start_seq, bytes)`.
+    pub fn send_queue(&self) -> (u32, Vec<u8>) {
+        let end = self.snd_nxt();
+        let start = if self.send_tail.is_empty() {
+            end
+        } else {
+            self.snd_una
+        };
+        let mut out = Vec::new();
+        for (chunk_end, bytes) in &self.send_tail {
+            let chunk_start = chunk_end.wrapping_sub(bytes.len() as u32);
+            // Skip the part of the chunk before `start` (sequence arithmetic).
+            let skip = start.wrapping_sub(chunk_start);
+            if (skip as i32) <= 0 {
+                out.extend_from_slice(bytes);
+            } else if (skip as usize) < bytes.len() {
+                out.extend_from_slice(&bytes[skip as usize..]);
+            }
+        }
+        let start = end.wrapping_sub(out.len() as u32);
+        (start, out)
+    }
+
+    /// Bytes this session occupies in the store (payloads and record).
+    pub fn stored_bytes(&self) -> usize {
+        self.adj_in.iter().map(Bytes::len).sum::<usize>()
+            + self.adj_out.iter().map(Bytes::len).sum::<usize>()
+            + self
+                .send_tail
+                .iter()
+                .map(|(_, b)| b.len() + 4)
+                .sum::<usize>()
+            + self.record.open_sent.len()
+            + self.record.open_received.len()
+            + 256
+    }
+}
+
+/// Everything stored for an instance.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InstanceState {
+    pub epoch: u64,
+    pub sessions: Vec<StoredSession>,
+}

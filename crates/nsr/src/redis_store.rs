@@ -1,0 +1,949 @@
+//! The Redis [`Store`]: what TENSOR (§3.1) replicates to, over the
+//! synchronous redis-rs client.
+//!
+//! # Key layout
+//!
+//! Every key of an instance starts with `hf:{<instance>}:` — the braces make
+//! the instance name a hash tag, so all of an instance's keys live in one
+//! slot and one Lua script may touch them all. Under that prefix:
+//!
+//! | key | type | content |
+//! |---|---|---|
+//! | `epoch` | string (integer) | the instance epoch; missing = 0. `INCR` by [`Store::claim`] |
+//! | `sessions` | set | the session keys `K` of stored sessions |
+//! | `s:K:rec` | string | the [`SessionRecord`](crate::SessionRecord) as JSON; its `schema` field is the [`SCHEMA_VERSION`](crate::SCHEMA_VERSION) of the writer |
+//! | `s:K:rcv` | string | replicated receive sequence, `u32` in decimal |
+//! | `s:K:in` | list | Adj-RIB-In log: chunks of whole UPDATE messages, oldest first |
+//! | `s:K:out` | list | Adj-RIB-Out log: chunks of whole messages, oldest first |
+//! | `s:K:tail` | list | send tail: chunks `[seq_end: 4 bytes big-endian][bytes]`, oldest first |
+//! | `s:K:una` | string | lower bound of the peer's acknowledgement, `u32` in decimal |
+//! | `s:K:part` | string | received bytes just before `rcv` that are not yet a whole message |
+//!
+//! `K` may contain anything; the suffixes contain no `:`, so no two
+//! sessions' keys collide.
+//!
+//! # Writes
+//!
+//! [`Store::write`] is one round trip: a Lua script (`EVALSHA`; the script
+//! is loaded on every connection, and `EVAL` is sent if the server answers
+//! `NOSCRIPT`) that compares the `epoch` key with the writer's epoch —
+//! answering the error `FENCED <current>` and writing nothing when they
+//! differ — and then applies the operations in order. Redis runs a script
+//! atomically, so a batch is applied whole and fenced as a whole. Every key
+//! the script touches is passed in `KEYS` (`epoch`, `sessions`, then the
+//! seven keys of each session of the batch), the operations in `ARGV`
+//! (binary-safe): `ARGV[1]` is the epoch, then per operation a head `<op
+//! letter><session slot>` and its arguments: `S` name record rcv una; `R`
+//! ack updates partial; `T` `[seq_end BE32][bytes]`; `A` snd_una; `P` adj_in
+//! adj_out; `X` name. Consecutive appends of one session are merged in the
+//! client first (see `batch.rs`); the command is packed by hand, the
+//! payloads copied once.
+//!
+//! With [`RedisStore::set_wait_replicas`], a `WAIT` is pipelined after the
+//! script, so a write returns once replicas have it (still one round trip
+//! to the master).
+//!
+//! A batch whose payload exceeds [`RedisStore::set_batch_limit`] (64 MiB
+//! by default) is split into several script calls, each of them fenced and
+//! atomic, but not the batch as a whole.
+//!
+//! # Timeouts and connections
+//!
+//! The timeout given to [`RedisStore::connect`] bounds the whole connection
+//! set-up (TCP or TLS connect, `AUTH`, `SELECT`, `SCRIPT LOAD`, and the
+//! Sentinel queries) and then every socket read and write, so an outage is
+//! reported as [`StoreError::Unavailable`] after at most about that long,
+//! never as a hang. After any I/O error or timeout the connection is
+//! dropped (a late reply must never be read as the answer to the next
+//! command) and the next call connects again, as does
+//! [`Store::reconnect`]. The redis-rs handshake is configured to send
+//! nothing (`disable-client-setinfo`): the client's own set-up commands
+//! are sent after the socket timeouts are set.
+//!
+//! With [`StoreUrl::Sentinel`] the master is asked from the sentinels in
+//! turn (`SENTINEL get-master-addr-by-name`, each step bounded), starting
+//! with the one that answered last, and checked with `ROLE`. A `READONLY`,
+//! `MASTERDOWN` or `LOADING` answer (the master was demoted) drops the
+//! connection so that the next call resolves the master again.
+//!
+//! # Known issues
+//!
+//! - A write that fails with `Unavailable` may or may not have been
+//!   applied (e.g. the reply timed out; a server that was paused applies it
+//!   when it resumes). The caller must re-synchronise the session (a
+//!   `Session` op and a `Snapshot`) rather than resend the ops.
+//! - Host names are resolved with the system resolver, which the timeout
+//!   does not bound; use addresses where that matters.
+//! - The timeout bounds each socket operation; a reply that trickles in
+//!   slowly, or a script on a very large batch that runs longer than the
+//!   timeout, is reported as `Unavailable` (and may have been applied).
+//! - By default a write is acknowledged by the Redis master alone: after a
+//!   Sentinel failover, writes not yet replicated are lost, and so may be
+//!   the last `INCR` of the epoch (a freshly attached replica gets nothing
+//!   until its first acknowledgement, up to a second). With
+//!   [`RedisStore::set_wait_replicas`] each write also waits (`WAIT`, same
+//!   round trip) for replicas, and fails as `Unavailable` when they do not
+//!   acknowledge in time — also when no replica is left after a failover.
+//! - The script answers `FENCED` whenever the stored epoch differs from the
+//!   writer's, including when it is *lower* (the store lost the epoch:
+//!   failover, restart without persistence). That is reported as
+//!   [`StoreError::Fenced`] with `current < ours`; the writer stops, which
+//!   is safe but not a takeover.
+//! - Fencing is only as durable as the `epoch` key: a Redis restarted
+//!   without persistence (RDB/AOF) starts again at epoch 0, after which a
+//!   writer whose epoch matches the reset value is accepted again. Run the
+//!   store with `appendonly yes` (and `appendfsync everysec` or `always`).
+//! - [`Store::load`] fails as a whole on the first session it cannot read
+//!   ([`StoreError::Schema`] or [`StoreError::Corrupt`]), rather than
+//!   returning the others.
+//! - `redis-sentinel://` URLs carry no credentials, database or TLS
+//!   setting: sentinels and master must accept plain unauthenticated
+//!   connections to database 0.
+//! - TLS (`rediss://`) uses rustls with the system's root certificates,
+//!   or those of `SSL_CERT_FILE` / `SSL_CERT_DIR` when set (that is where
+//!   a private CA goes; tests/tls.rs uses a test CA that way). Client
+//!   certificates (`tls-auth-clients yes`) are not supported.
+//! - [`Store::load`] reads the set of sessions, then all of them in one
+//!   `MULTI`/`EXEC`: a session added in between is missed, one removed in
+//!   between is skipped. Load after [`Store::claim`] (the writers are then
+//!   fenced) for an exact picture.
+
+use crate::batch::{self, Step};
+use crate::record::{InstanceState, Op, StoredSession};
+use crate::store::{Store, StoreError};
+use bytes::Bytes;
+use redis::{ConnectionAddr, ConnectionInfo, RedisConnectionInfo, Value};
+use std::collections::HashMap;
+use std::fmt;
+use std::time::{Duration, Instant};
+
+/// Where the store is (mirrors holdfast-config's `NsrStore`).
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub enum StoreUrl {
+    /// `redis://[user:password@]host[:port][/db]`, or `rediss://` (TLS).
+    Redis {
+        tls: bool,
+        host: String,
+        port: u16,
+        db: u32,
+        username: Option<String>,
+        password: Option<String>,
+    },
+    /// `redis-sentinel://host:port,host:port/mastername`.
+    Sentinel {
+        sentinels: Vec<(String, u16)>,
+        master: String,
+    },
+}
+
+fn host_port(h: &str, p: u16) -> String {
+    if h.contains(':') {
+        format!("[{h}]:{p}")
+    } else {
+        format!("{h}:{p}")
+    }
+}
+
+/// Like the URL, the password replaced by `***`.
+impl fmt::Display for StoreUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreUrl::Redis {
+                tls,
+                host,
+                port,
+                db,
+                username,
+                password,
+            } => {
+                f.write_str(if *tls { "rediss://" } else { "redis://" })?;
+                match (username, password) {
+                    (Some(u), Some(_)) => write!(f, "{u}:***@")?,
+                    (None, Some(_)) => f.write_str(":***@")?,
+                    (Some(u), None) => write!(f, "{u}@")?,
+                    (None, None) => {}
+                }
+                write!(f, "{}/{db}", host_port(host, *port))
+            }
+            StoreUrl::Sentinel { sentinels, master } => {
+                let hosts: Vec<String> = sentinels.iter().map(|(h, p)| host_port(h, *p)).collect();
+                write!(f, "redis-sentinel://{}/{master}", hosts.join(","))
+            }
+        }
+    }
+}
+
+impl fmt::Debug for StoreUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "StoreUrl({self})")
+    }
+}
+
+/// The script applying a batch; see the module documentation.
+const WRITE_SCRIPT: &str = r#"
+local cur = redis.call('GET', KEYS[1])
+if not cur then cur = '0' end
+if cur ~= ARGV[1] then
+  return redis.error_reply('FENCED ' .. cur)
+end
+local i = 2
+local n = #ARGV
+while i <= n do
+  local h = ARGV[i]
+  local op = string.byte(h, 1)
+  local k = 2 + 7 * (tonumber(string.sub(h, 2)) - 1)
+  if op == 82 then -- R: ack, updates, partial
+    redis.call('SET', KEYS[k + 2], ARGV[i + 1])
+    if #ARGV[i + 2] > 0 then redis.call('RPUSH', KEYS[k + 3], ARGV[i + 2]) end
+    if #ARGV[i + 3] > 0 then
+      redis.call('SET', KEYS[k + 7], ARGV[i + 3])
+    else
+      redis.call('DEL', KEYS[k + 7])
+    end
+    i = i + 4
+  elseif op == 84 then -- T: [seq_end BE32][bytes]
+    local c = ARGV[i + 1]
+    redis.call('RPUSH', KEYS[k + 5], c)
+    if #c > 4 then redis.call('RPUSH', KEYS[k + 4], string.sub(c, 5)) end
+    i = i + 2
+  elseif op == 65 then -- A: snd_una
+    local una = tonumber(ARGV[i + 1])
+    redis.call('SET', KEYS[k + 6], ARGV[i + 1])
+    while true do
+      local c = redis.call('LINDEX', KEYS[k + 5], 0)
+      if (not c) or #c < 4 then break end
+      local b1, b2, b3, b4 = string.byte(c, 1, 4)
+      local e = ((b1 * 256 + b2) * 256 + b3) * 256 + b4
+      if (una - e) % 4294967296 >= 2147483648 then break end
+      redis.call('LPOP', KEYS[k + 5])
+    end
+    i = i + 2
+  elseif op == 83 then -- S: name, record, rcv, una
+    redis.call('DEL', KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5], KEYS[k + 6], KEYS[k + 7])
+    redis.call('SET', KEYS[k + 1], ARGV[i + 2])
+    redis.call('SET', KEYS[k + 2], ARGV[i + 3])
+    redis.call('SET', KEYS[k + 6], ARGV[i + 4])
+    redis.call('SADD', KEYS[2], ARGV[i + 1])
+    i = i + 5
+  elseif op == 80 then -- P: adj_in, adj_out
+    redis.call('DEL', KEYS[k + 3], KEYS[k + 4])
+    if #ARGV[i + 1] > 0 then redis.call('RPUSH', KEYS[k + 3], ARGV[i + 1]) end
+    if #ARGV[i + 2] > 0 then redis.call('RPUSH', KEYS[k + 4], ARGV[i + 2]) end
+    i = i + 3
+  elseif op == 88 then -- X: name
+    redis.call('DEL', KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5], KEYS[k + 6], KEYS[k + 7])
+    redis.call('SREM', KEYS[2], ARGV[i + 1])
+    i = i + 2
+  else
+    return redis.error_reply('ERR holdfast-nsr: bad op ' .. h)
+  end
+end
+return i
+"#;
+
+/// Suffixes of a session's keys, in the order the script expects them.
+const SESSION_SUFFIXES: [&str; 7] = ["rec", "rcv", "in", "out", "tail", "una", "part"];
+
+/// Room left before the packed arguments for the `EVALSHA` header.
+const HEADER_ROOM: usize = 96;
+
+/// Default payload limit of one script call.
+pub const DEFAULT_BATCH_LIMIT: usize = 64 << 20;
+
+/// A [`Store`] on a Redis server (directly or through Sentinel).
+pub struct RedisStore {
+    url: StoreUrl,
+    instance: String,
+    timeout: Duration,
+    prefix: String,
+    epoch_key: String,
+    sessions_key: String,
+    script_sha: String,
+    batch_limit: usize,
+    /// Replicas that must acknowledge each write (`WAIT`), 0 for none.
+    wait_replicas: u32,
+    conn: Option<redis::Connection>,
+    /// The sentinel to ask first (the last one that answered).
+    sentinel_first: usize,
+    /// Where the connection goes (for messages).
+    peer: String,
+}
+
+impl fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("url", &self.url)
+            .field("instance", &self.instance)
+            .field("timeout", &self.timeout)
+            .field("connected", &self.conn.as_ref().map(|_| &self.peer))
+            .finish()
+    }
+}
+
+fn unavailable(what: impl fmt::Display, e: impl fmt::Display) -> StoreError {
+    StoreError::Unavailable(format!("{what}: {e}"))
+}
+
+/// A redis-rs error as the server said it (`READONLY You can't...`).
+fn describe(e: &redis::RedisError) -> String {
+    match (e.code(), e.detail()) {
+        (Some(code), Some(detail)) => format!("{code} {detail}"),
+        _ => e.to_string(),
+    }
+}
+
+/// The message of an error, without the "store unavailable" prefix.
+fn message(e: StoreError) -> String {
+    match e {
+        StoreError::Unavailable(m) => m,
+        e => e.to_string(),
+    }
+}
+
+/// Time left until `deadline`, or an error naming `what`.
+fn remaining(deadline: Instant, what: &str) -> Result<Duration, StoreError> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left < Duration::from_millis(1) {
+        return Err(StoreError::Unavailable(format!("{what}: timed out")));
+    }
+    Ok(left)
+}
+
+/// Opens a plain or TLS connection with no handshake commands, bounded by
+/// `deadline`, and leaves `timeout`-bounded socket timeouts in place.
+fn open_socket(
+    tls: bool,
+    host: &str,
+    port: u16,
+    deadline: Instant,
+) -> Result<redis::Connection, StoreError> {
+    let peer = host_port(host, port);
+    let addr = if tls {
+        ConnectionAddr::TcpTls {
+            host: host.to_string(),
+            port,
+            insecure: false,
+            tls_params: None,
+        }
+    } else {
+        ConnectionAddr::Tcp(host.to_string(), port)
+    };
+    let info = ConnectionInfo {
+        addr,
+        // db 0, no password, RESP2: redis-rs sends nothing on connect.
+        redis: RedisConnectionInfo::default(),
+    };
+    let client = redis::Client::open(info).map_err(|e| unavailable(&peer, e))?;
+    let conn = client
+        .get_connection_with_timeout(remaining(deadline, &peer)?)
+        .map_err(|e| unavailable(&peer, e))?;
+    set_timeouts(&conn, remaining(deadline, &peer)?).map_err(|e| unavailable(&peer, e))?;
+    Ok(conn)
+}
+
+fn set_timeouts(conn: &redis::Connection, t: Duration) -> redis::RedisResult<()> {
+    conn.set_read_timeout(Some(t))?;
+    conn.set_write_timeout(Some(t))
+}
+
+/// Whether an error leaves the connection usable: a server's error reply
+/// does, except those saying this server is no (usable) master.
+fn connection_survives(e: &redis::RedisError) -> bool {
+    match e.code() {
+        Some("READONLY" | "MASTERDOWN" | "LOADING") | None => false,
+        Some(_) => !e.is_io_error(),
+    }
+}
+
+/// RESP packing of one command into a buffer.
+struct Packer {
+    buf: Vec<u8>,
+    args: usize,
+}
+
+impl Packer {
+    fn with_room(room: usize, capacity: usize) -> Self {
+        let mut buf = Vec::with_capacity(room + capacity);
+        buf.resize(room, 0);
+        Packer { buf, args: 0 }
+    }
+
+    /// One argument made of `parts`.
+    fn arg_parts(&mut self, parts: &[&[u8]]) {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        self.buf.push(b'$');
+        self.buf.extend_from_slice(len.to_string().as_bytes());
+        self.buf.extend_from_slice(b"\r\n");
+        for p in parts {
+            self.buf.extend_from_slice(p);
+        }
+        self.buf.extend_from_slice(b"\r\n");
+        self.args += 1;
+    }
+
+    fn arg(&mut self, a: &[u8]) {
+        self.arg_parts(&[a]);
+    }
+
+    fn arg_num(&mut self, n: u64) {
+        self.arg(n.to_string().as_bytes());
+    }
+}
+
+/// A command header `*<n>` followed by `first` arguments, packed.
+fn header(total_args: usize, first: &[&[u8]]) -> Vec<u8> {
+    let mut p = Packer::with_room(0, 128);
+    p.buf.push(b'*');
+    p.buf.extend_from_slice(total_args.to_string().as_bytes());
+    p.buf.extend_from_slice(b"\r\n");
+    for a in first {
+        p.arg(a);
+    }
+    p.buf
+}
+
+impl RedisStore {
+    /// Connects to the store of `instance`. `timeout` bounds the connection
+    /// set-up and, later, every socket read and write.
+    pub fn connect(
+        url: &StoreUrl,
+        instance: &str,
+        timeout: Duration,
+    ) -> Result<RedisStore, StoreError> {
+        if timeout.is_zero() {
+            return Err(StoreError::Unavailable("timeout must not be zero".into()));
+        }
+        if let StoreUrl::Sentinel { sentinels, .. } = url {
+            if sentinels.is_empty() {
+                return Err(StoreError::Unavailable("no sentinel given".into()));
+            }
+        }
+        let prefix = format!("hf:{{{instance}}}:");
+        let mut store = RedisStore {
+            url: url.clone(),
+            instance: instance.to_string(),
+            timeout,
+            epoch_key: format!("{prefix}epoch"),
+            sessions_key: format!("{prefix}sessions"),
+            prefix,
+            script_sha: redis::Script::new(WRITE_SCRIPT).get_hash().to_string(),
+            batch_limit: DEFAULT_BATCH_LIMIT,
+            wait_replicas: 0,
+            conn: None,
+            sentinel_first: 0,
+            peer: url.to_string(),
+        };
+        store.open()?;
+        Ok(store)
+    }
+
+    /// The instance whose keys this store reads and writes.
+    pub fn instance(&self) -> &str {
+        &self.instance
+    }
+
+    /// The key prefix of the instance, `hf:{<instance>}:`.
+    pub fn key_prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// Payload bytes above which a write is split into several script
+    /// calls (each atomic and fenced). At least 1.
+    pub fn set_batch_limit(&mut self, bytes: usize) {
+        self.batch_limit = bytes.max(1);
+    }
+
+    /// Makes every write wait until `n` replicas have it (`WAIT n`, sent in
+    /// the same round trip as the script, for at most half the timeout); a
+    /// write that fewer replicas acknowledge in time fails with
+    /// [`StoreError::Unavailable`] (it is applied on the master: see the
+    /// known issues). 0, the default, does not wait.
+    pub fn set_wait_replicas(&mut self, n: u32) {
+        self.wait_replicas = n;
+    }
+
+    /// Runs `f` on a raw redis-rs connection to the store (connecting if
+    /// needed), e.g. to inspect keys in tests. Errors are not interpreted.
+    pub fn with_connection<R>(
+        &mut self,
+        f: impl FnOnce(&mut redis::Connection) -> redis::RedisResult<R>,
+    ) -> Result<R, StoreError> {
+        let conn = self.conn()?;
+        match f(conn) {
+            Ok(r) => Ok(r),
+            Err(e) => Err(self.fail(e)),
+        }
+    }
+
+    fn session_key(&self, key: &str, suffix: &str) -> String {
+        format!("{}s:{key}:{suffix}", self.prefix)
+    }
+
+    /// Opens the connection: resolves the master if needed, connects and
+    /// runs the set-up commands, all within one timeout.
+    fn open(&mut self) -> Result<(), StoreError> {
+        self.conn = None;
+        let deadline = Instant::now() + self.timeout;
+        let (mut conn, peer) = match &self.url {
+            StoreUrl::Redis {
+                tls, host, port, ..
+            } => (
+                open_socket(*tls, host, *port, deadline)?,
+                host_port(host, *port),
+            ),
+            StoreUrl::Sentinel { sentinels, master } => {
+                let (conn, peer, first) =
+                    open_via_sentinels(sentinels, master, self.sentinel_first, deadline)?;
+                self.sentinel_first = first;
+                (conn, peer)
+            }
+        };
+        let mut setup = redis::pipe();
+        if let StoreUrl::Redis {
+            db,
+            username,
+            password,
+            ..
+        } = &self.url
+        {
+            if let Some(pw) = password {
+                let auth = setup.cmd("AUTH");
+                if let Some(user) = username {
+                    auth.arg(user);
+                }
+                auth.arg(pw).ignore();
+            }
+            if *db != 0 {
+                setup.cmd("SELECT").arg(*db).ignore();
+            }
+        }
+        setup
+            .cmd("CLIENT")
+            .arg("SETNAME")
+            .arg(format!("holdfast-nsr:{}", client_name_safe(&self.instance)))
+            .ignore();
+        setup.cmd("SCRIPT").arg("LOAD").arg(WRITE_SCRIPT).ignore();
+        set_timeouts(&conn, remaining(deadline, &peer)?).map_err(|e| unavailable(&peer, e))?;
+        setup
+            .query::<()>(&mut conn)
+            .map_err(|e| unavailable(&peer, describe(&e)))?;
+        set_timeouts(&conn, self.timeout).map_err(|e| unavailable(&peer, e))?;
+        self.conn = Some(conn);
+        self.peer = peer;
+        Ok(())
+    }
+
+    /// The connection, opened if there is none.
+    fn conn(&mut self) -> Result<&mut redis::Connection, StoreError> {
+        if self.conn.is_none() {
+            self.open()?;
+        }
+        self.conn
+            .as_mut()
+            .ok_or_else(|| StoreError::Unavailable("not connected".into()))
+    }
+
+    /// Maps a failed command to an error, dropping the connection unless
+    /// the failure was an ordinary error reply.
+    fn fail(&mut self, e: redis::RedisError) -> StoreError {
+        if !connection_survives(&e) {
+            self.conn = None;
+        }
+        unavailable(&self.peer, describe(&e))
+    }
+
+    /// Packs the arguments of the script call for `steps` (one group):
+    /// `numkeys KEYS... ARGV...`, after [`HEADER_ROOM`] bytes left for the
+    /// command header.
+    fn pack(&self, epoch: u64, steps: &[Step<'_>]) -> Result<Packer, StoreError> {
+        // Slots of the sessions, in order of appearance.
+        let mut slots: HashMap<&str, usize> = HashMap::new();
+        let mut order: Vec<&str> = Vec::new();
+        let mut payload = 0usize;
+        for s in steps {
+            let key = s.key();
+            if !slots.contains_key(key) {
+                order.push(key);
+                slots.insert(key, order.len());
+            }
+            payload += s.payload_len() + 48;
+        }
+        let mut p = Packer::with_room(HEADER_ROOM, payload + order.len() * SESSION_SUFFIXES.len() * 64);
+        p.arg_num(2 + (SESSION_SUFFIXES.len() * order.len()) as u64);
+        p.arg(self.epoch_key.as_bytes());
+        p.arg(self.sessions_key.as_bytes());
+        for key in &order {
+            for suffix in SESSION_SUFFIXES {
+                p.arg(self.session_key(key, suffix).as_bytes());
+            }
+        }
+        p.arg_num(epoch);
+        for s in steps {
+            let key = s.key();
+            let slot = slots.get(key).copied().unwrap_or(0);
+            let head = |c: char| format!("{c}{slot}");
+            match s {
+                Step::Session { record, .. } => {
+                    let json = batch::encode_record(key, record)?;
+                    p.arg(head('S').as_bytes());
+                    p.arg(key.as_bytes());
+                    p.arg(&json);
+                    p.arg_num(record.rcv_seq.into());
+                    p.arg_num(record.snd_seq.into());
+                }
+                Step::Received {
+                    ack,
+                    parts,
+                    partial,
+                    ..
+                } => {
+                    p.arg(head('R').as_bytes());
+                    p.arg_num((*ack).into());
+                    let parts: Vec<&[u8]> = parts.iter().map(|b| b.as_ref()).collect();
+                    p.arg_parts(&parts);
+                    p.arg(partial);
+                }
+                Step::Sent { seq_end, parts, .. } => {
+                    p.arg(head('T').as_bytes());
+                    let be = seq_end.to_be_bytes();
+                    let mut all: Vec<&[u8]> = Vec::with_capacity(parts.len() + 1);
+                    all.push(&be);
+                    all.extend(parts.iter().map(|b| b.as_ref()));
+                    p.arg_parts(&all);
+                }
+                Step::Acked { snd_una, .. } => {
+                    p.arg(head('A').as_bytes());
+                    p.arg_num((*snd_una).into());
+                }
+                Step::Snapshot {
+                    adj_in, adj_out, ..
+                } => {
+                    p.arg(head('P').as_bytes());
+                    p.arg(adj_in);
+                    p.arg(adj_out);
+                }
+                Step::Remove { .. } => {
+                    p.arg(head('X').as_bytes());
+                    p.arg(key.as_bytes());
+                }
+            }
+        }
+        Ok(p)
+    }
+
+    /// Sends one packed script call: `EVALSHA`, then `EVAL` on `NOSCRIPT`;
+    /// with [`set_wait_replicas`](Self::set_wait_replicas), a `WAIT` after
+    /// it in the same round trip.
+    fn run_script(&mut self, epoch: u64, call: &mut Packer) -> Result<(), StoreError> {
+        let total = call.args + 2;
+        let h = header(total, &[b"EVALSHA", self.script_sha.as_bytes()]);
+        let start = HEADER_ROOM.checked_sub(h.len()).ok_or_else(|| {
+            StoreError::Unavailable("internal: EVALSHA header does not fit".into())
+        })?;
+        call.buf[start..HEADER_ROOM].copy_from_slice(&h);
+        let wait = self.wait_command();
+        call.buf.extend_from_slice(&wait);
+        let replies = if wait.is_empty() { 1 } else { 2 };
+        let mut reply = self.request(&call.buf[start..], replies)?;
+        if let Some(Err(e)) = reply.first() {
+            if e.code() == Some("NOSCRIPT") {
+                let h = header(total, &[b"EVAL", WRITE_SCRIPT.as_bytes()]);
+                let mut buf = Vec::with_capacity(h.len() + call.buf.len() - HEADER_ROOM);
+                buf.extend_from_slice(&h);
+                buf.extend_from_slice(&call.buf[HEADER_ROOM..]);
+                reply = self.request(&buf, replies)?;
+            }
+        }
+        let mut reply = reply.into_iter();
+        match reply.next() {
+            Some(Ok(_)) => {}
+            Some(Err(e)) if e.code() == Some("FENCED") => {
+                let current = e
+                    .detail()
+                    .and_then(|d| d.trim().parse().ok())
+                    .ok_or_else(|| StoreError::Corrupt {
+                        key: self.epoch_key.clone(),
+                        reason: format!("bad fencing reply: {e}"),
+                    })?;
+                return Err(StoreError::Fenced {
+                    current,
+                    ours: epoch,
+                });
+            }
+            Some(Err(e)) => return Err(self.fail(e)),
+            None => return Err(StoreError::Unavailable("no reply".into())),
+        }
+        match reply.next() {
+            None => Ok(()),
+            Some(Ok(Value::Int(n))) if n >= i64::from(self.wait_replicas) => Ok(()),
+            Some(Ok(v)) => Err(StoreError::Unavailable(format!(
+                "{}: write acknowledged by {v:?} of {} replicas in time",
+                self.peer, self.wait_replicas
+            ))),
+            Some(Err(e)) => Err(self.fail(e)),
+        }
+    }
+
+    /// The packed `WAIT` command, or nothing.
+    fn wait_command(&self) -> Vec<u8> {
+        if self.wait_replicas == 0 {
+            return Vec::new();
+        }
+        let ms = (self.timeout.as_millis() / 2).max(1) as u64;
+        let mut p = Packer::with_room(0, 64);
+        p.buf.extend_from_slice(b"*3\r\n");
+        p.arg(b"WAIT");
+        p.arg_num(self.wait_replicas.into());
+        p.arg_num(ms);
+        p.buf
+    }
+
+    /// Sends a packed request and reads `replies` replies; the outer error
+    /// is a failed exchange (the connection is dropped), the inner ones
+    /// error replies.
+    fn request(
+        &mut self,
+        packed: &[u8],
+        replies: usize,
+    ) -> Result<Vec<Result<Value, redis::RedisError>>, StoreError> {
+        let conn = self.conn()?;
+        let mut out = Vec::with_capacity(replies);
+        let sent = conn.send_packed_command(packed);
+        if let Err(e) = sent {
+            return Err(self.fail(e));
+        }
+        for _ in 0..replies {
+            let Some(conn) = self.conn.as_mut() else {
+                return Err(StoreError::Unavailable("not connected".into()));
+            };
+            match conn.recv_response() {
+                Ok(v) => out.push(v.extract_error()),
+                Err(e) if e.code().is_some() => out.push(Err(e)),
+                Err(e) => return Err(self.fail(e)),
+            }
+        }
+        Ok(out)
+    }
+
+    fn corrupt(&self, key: &str, reason: impl fmt::Display) -> StoreError {
+        StoreError::Corrupt {
+            key: key.to_string(),
+            reason: reason.to_string(),
+        }
+    }
+}
+
+/// A client name may not contain spaces or newlines.
+fn client_name_safe(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_ascii_graphic() { c } else { '_' })
+        .collect()
+}
+
+/// Asks the sentinels, in turn from `first`, for the master and connects
+/// to it. Returns the connection, its address, and the index of the
+/// sentinel that answered.
+fn open_via_sentinels(
+    sentinels: &[(String, u16)],
+    master: &str,
+    first: usize,
+    deadline: Instant,
+) -> Result<(redis::Connection, String, usize), StoreError> {
+    let n = sentinels.len();
+    let mut errors = Vec::new();
+    for i in 0..n {
+        let idx = (first + i) % n;
+        let (host, port) = &sentinels[idx];
+        let sentinel = host_port(host, *port);
+        let attempt = || -> Result<(redis::Connection, String), String> {
+            let mut s = open_socket(false, host, *port, deadline).map_err(message)?;
+            let addr: Option<(String, u16)> = redis::cmd("SENTINEL")
+                .arg("get-master-addr-by-name")
+                .arg(master)
+                .query(&mut s)
+                .map_err(|e| e.to_string())?;
+            drop(s);
+            let (mhost, mport) = addr.ok_or_else(|| format!("does not know {master:?}"))?;
+            let mpeer = host_port(&mhost, mport);
+            let mut m = open_socket(false, &mhost, mport, deadline).map_err(message)?;
+            let role: Vec<Value> = redis::cmd("ROLE")
+                .query(&mut m)
+                .map_err(|e| format!("master {mpeer}: ROLE: {e}"))?;
+            match role.first() {
+                Some(Value::BulkString(r)) if r == b"master" => Ok((m, mpeer)),
+                Some(Value::SimpleString(r)) if r == "master" => Ok((m, mpeer)),
+                _ => Err(format!("{mpeer} is not a master (yet)")),
+            }
+        };
+        match attempt() {
+            Ok((conn, peer)) => return Ok((conn, peer, idx)),
+            Err(e) => errors.push(format!("sentinel {sentinel}: {e}")),
+        }
+        if Instant::now() >= deadline {
+            break;
+        }
+    }
+    Err(StoreError::Unavailable(format!(
+        "no master {master:?} found: {}",
+        errors.join("; ")
+    )))
+}
+
+fn bulk(v: Value) -> Option<Bytes> {
+    match v {
+        Value::BulkString(b) => Some(Bytes::from(b)),
+        Value::SimpleString(s) => Some(Bytes::from(s.into_bytes())),
+        _ => None,
+    }
+}
+
+fn list(v: Value) -> Option<Vec<Bytes>> {
+    match v {
+        Value::Array(items) => items.into_iter().map(bulk).collect(),
+        Value::Nil => Some(Vec::new()),
+        _ => None,
+    }
+}
+
+fn parse_epoch(key: &str, v: Option<Bytes>) -> Result<u64, StoreError> {
+    match v {
+        None => Ok(0),
+        Some(b) => std::str::from_utf8(&b)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| StoreError::Corrupt {
+                key: key.to_string(),
+                reason: format!("not an epoch: {:?}", String::from_utf8_lossy(&b)),
+            }),
+    }
+}
+
+impl Store for RedisStore {
+    fn write(&mut self, epoch: u64, ops: &[Op]) -> Result<(), StoreError> {
+        let steps = batch::plan(ops);
+        if steps.is_empty() {
+            // Still one script call: an empty write checks the epoch.
+            let mut call = self.pack(epoch, &[])?;
+            return self.run_script(epoch, &mut call);
+        }
+        let mut start = 0;
+        while start < steps.len() {
+            let mut end = start;
+            let mut size = 0usize;
+            while end < steps.len()
+                && (end == start || size + steps[end].payload_len() <= self.batch_limit)
+            {
+                size += steps[end].payload_len();
+                end += 1;
+            }
+            let mut call = self.pack(epoch, &steps[start..end])?;
+            self.run_script(epoch, &mut call)?;
+            start = end;
+        }
+        Ok(())
+    }
+
+    fn claim(&mut self) -> Result<u64, StoreError> {
+        let key = self.epoch_key.clone();
+        let r: redis::RedisResult<u64> = redis::cmd("INCR").arg(&key).query(self.conn()?);
+        r.map_err(|e| match e.code() {
+            Some("ERR") => self.corrupt(&key, e),
+            _ => self.fail(e),
+        })
+    }
+
+    fn epoch(&mut self) -> Result<u64, StoreError> {
+        let key = self.epoch_key.clone();
+        let r: redis::RedisResult<Value> = redis::cmd("GET").arg(&key).query(self.conn()?);
+        let v = r.map_err(|e| self.fail(e))?;
+        parse_epoch(&key, bulk(v))
+    }
+
+    fn load(&mut self) -> Result<InstanceState, StoreError> {
+        let members: redis::RedisResult<Vec<Vec<u8>>> = redis::cmd("SMEMBERS")
+            .arg(&self.sessions_key)
+            .query(self.conn()?);
+        let members = members.map_err(|e| self.fail(e))?;
+        let mut keys = Vec::with_capacity(members.len());
+        for m in members {
+            match String::from_utf8(m) {
+                Ok(k) => keys.push(k),
+                Err(e) => {
+                    return Err(self.corrupt(
+                        &self.sessions_key,
+                        format!("session key not UTF-8: {:?}", e.as_bytes()),
+                    ))
+                }
+            }
+        }
+        keys.sort();
+        let mut p = redis::pipe();
+        p.atomic();
+        p.cmd("GET").arg(&self.epoch_key);
+        for k in &keys {
+            p.cmd("GET").arg(self.session_key(k, "rec"));
+            p.cmd("GET").arg(self.session_key(k, "rcv"));
+            p.cmd("GET").arg(self.session_key(k, "una"));
+            p.cmd("LRANGE")
+                .arg(self.session_key(k, "in"))
+                .arg(0)
+                .arg(-1);
+            p.cmd("LRANGE")
+                .arg(self.session_key(k, "out"))
+                .arg(0)
+                .arg(-1);
+            p.cmd("LRANGE")
+                .arg(self.session_key(k, "tail"))
+                .arg(0)
+                .arg(-1);
+            p.cmd("GET").arg(self.session_key(k, "part"));
+        }
+        let r: redis::RedisResult<Vec<Value>> = p.query(self.conn()?);
+        let values = r.map_err(|e| self.fail(e))?;
+        if values.len() != 1 + 7 * keys.len() {
+            return Err(StoreError::Unavailable(format!(
+                "{}: load: {} replies for {} sessions",
+                self.peer,
+                values.len(),
+                keys.len()
+            )));
+        }
+        let mut it = values.into_iter();
+        let epoch = parse_epoch(&self.epoch_key, it.next().and_then(bulk))?;
+        let mut sessions = Vec::with_capacity(keys.len());
+        for key in keys {
+            let mut next = || it.next().unwrap_or(Value::Nil);
+            let (rec, rcv, una) = (next(), next(), next());
+            let (adj_in, adj_out, tail, part) = (next(), next(), next(), next());
+            let Some(rec) = bulk(rec) else {
+                // Removed since SMEMBERS (or a dangling member).
+                continue;
+            };
+            let record = batch::decode_record(&key, &rec)?;
+            let rcv = bulk(rcv).ok_or_else(|| self.corrupt(&key, "rcv missing"))?;
+            let una = bulk(una).ok_or_else(|| self.corrupt(&key, "una missing"))?;
+            let adj_in = list(adj_in).ok_or_else(|| self.corrupt(&key, "in: not a list"))?;
+            let adj_out = list(adj_out).ok_or_else(|| self.corrupt(&key, "out: not a list"))?;
+            let tail = list(tail).ok_or_else(|| self.corrupt(&key, "tail: not a list"))?;
+            let send_tail = tail
+                .into_iter()
+                .map(|c| batch::decode_tail_chunk(&key, c))
+                .collect::<Result<Vec<_>, _>>()?;
+            sessions.push(StoredSession {
+                rcv: batch::decode_u32(&key, "rcv", &rcv)?,
+                partial: bulk(part).unwrap_or_default(),
+                snd_una: batch::decode_u32(&key, "una", &una)?,
+                key,
+                record,
+                adj_in,
+                adj_out,
+                send_tail,
+            });
+        }
+        Ok(InstanceState { epoch, sessions })
+    }
+
+    fn reconnect(&mut self) -> Result<(), StoreError> {
+        self.open()
+    }
+}

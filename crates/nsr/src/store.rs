@@ -1,0 +1,42 @@
+//! The state-store interface.
+
+use crate::record::{InstanceState, Op};
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum StoreError {
+    /// Another speaker claimed the instance: our epoch is stale. Nothing we
+    /// write is accepted any more, ever.
+    #[error("fenced: instance epoch is {current}, ours is {ours}")]
+    Fenced { current: u64, ours: u64 },
+    /// The store cannot be reached or did not answer in time.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// Stored data that cannot be read.
+    #[error("corrupt record {key}: {reason}")]
+    Corrupt { key: String, reason: String },
+    /// A record written by a newer, incompatible build.
+    #[error("record {key} has schema {found}; this build reads up to {supported}")]
+    Schema {
+        key: String,
+        found: u32,
+        supported: u32,
+    },
+}
+
+/// A replicated state store for one NSR instance.
+pub trait Store: Send {
+    /// Applies `ops` atomically and in order, provided `epoch` is still the
+    /// instance's epoch; otherwise returns [`StoreError::Fenced`] and
+    /// applies nothing.
+    fn write(&mut self, epoch: u64, ops: &[Op]) -> Result<(), StoreError>;
+    /// Takes the instance over: atomically increments its epoch and returns
+    /// the new value. From then on writes with an older epoch are refused.
+    fn claim(&mut self) -> Result<u64, StoreError>;
+    /// The instance's current epoch (0 if never claimed).
+    fn epoch(&mut self) -> Result<u64, StoreError>;
+    /// Reads every stored session of the instance.
+    fn load(&mut self) -> Result<InstanceState, StoreError>;
+    /// Drops the connection and opens a new one.
+    fn reconnect(&mut self) -> Result<(), StoreError>;
+}

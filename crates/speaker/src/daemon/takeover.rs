@@ -1,0 +1,200 @@
+//! The daemon's side of non-stop routing: planning which neighbours resume
+//! a stored session, completing a takeover, `show nsr`, and a planned
+//! switchover.
+
+use super::{Daemon, ResumeTarget};
+use crate::peer::{session_spec, PeerCmd, PeerSettings};
+use crate::rib_thread::{RibCmd, ResumePeer};
+use holdfast_api::{NsrStatus, Response};
+use holdfast_fsm::negotiate;
+use holdfast_nsr::Op;
+use holdfast_wire::{decode_open, CodecCtx};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use tokio::sync::oneshot;
+
+/// Default time a switchover waits for the backup to claim the instance.
+const SWITCHOVER_TIMEOUT: Duration = Duration::from_secs(120);
+
+impl Daemon {
+    /// While taking over: whether this neighbour has a stored session to
+    /// resume. If so, its tables go to the RIB thread's resume batch.
+    pub(super) fn plan_resume(&mut self, s: &PeerSettings) -> bool {
+        let Some(t) = self.takeover.as_ref() else {
+            return false;
+        };
+        let Some(stored) = t.sessions.get(&(s.instance.clone(), s.address)) else {
+            return false;
+        };
+        let rec = &stored.record;
+        let opens = decode_open(&rec.open_sent).and_then(|l| Ok((l, decode_open(&rec.open_received)?)));
+        let neg = match opens {
+            Ok((local, remote)) => negotiate(&local, &remote, &s.session),
+            Err(e) => {
+                tracing::error!(peer = %s.address, error = %e, "stored OPEN unreadable: session starts afresh");
+                return false;
+            }
+        };
+        let neg = match neg {
+            Ok(n) => n,
+            Err(n) => {
+                tracing::error!(peer = %s.address, code = n.code, subcode = n.subcode, "stored OPENs no longer negotiate with this configuration: session starts afresh");
+                return false;
+            }
+        };
+        let spec = session_spec(s, &neg, Some(rec.local));
+        let ctx = CodecCtx {
+            four_octet_as: neg.four_octet_as,
+            ibgp: neg.remote_as == s.session.local_as,
+        };
+        self.resume_peers
+            .entry(s.instance.clone())
+            .or_default()
+            .push(ResumePeer {
+                spec,
+                gen: 1,
+                ctx,
+                adj_in: stored.adj_in.clone(),
+                adj_out: stored.adj_out.clone(),
+            });
+        true
+    }
+
+    /// Takeover steps 3–7, once the configuration is applied.
+    pub(super) fn complete_takeover(&mut self) -> anyhow::Result<()> {
+        let Some(mut t) = self.takeover.take() else {
+            return Ok(());
+        };
+        let nsr = t.nsr.clone();
+        let started = t.started;
+        for (name, peers) in std::mem::take(&mut self.resume_peers) {
+            let Ok(inst) = self.instance(&name) else {
+                continue;
+            };
+            let (tx, rx) = oneshot::channel();
+            inst.rib.send(RibCmd::Resume { peers, reply: tx });
+            let nsr = nsr.clone();
+            tokio::spawn(async move {
+                if let Ok(report) = rx.await {
+                    let total = started.elapsed().as_micros() as u64;
+                    tracing::info!(
+                        routes = report.routes_in,
+                        announced = report.announced,
+                        withdrawn = report.withdrawn,
+                        rebuild_ms = report.micros / 1000,
+                        since_start_ms = total / 1000,
+                        "takeover: tables rebuilt"
+                    );
+                    if let Ok(mut tt) = nsr.shared.takeover.lock() {
+                        let tt = tt.get_or_insert_with(Default::default);
+                        tt.routes += report.routes_in as u64;
+                        tt.tables_us = tt.tables_us.max(total);
+                    }
+                }
+            });
+        }
+        // Stored sessions nobody configures any more are forgotten.
+        let targets: std::collections::HashSet<(String, std::net::IpAddr)> = self
+            .resume_targets
+            .iter()
+            .map(|r| (r.instance.clone(), r.address))
+            .collect();
+        for (k, s) in &t.sessions {
+            if !targets.contains(k) {
+                tracing::warn!(key = %s.key, "stored session has no neighbour in the configuration: forgotten");
+                nsr.submit(&s.key, Some(Op::Remove { key: s.key.clone() }), nsr.gen(), crate::nsr::Then::Nothing);
+            }
+        }
+        let targets = std::mem::take(&mut self.resume_targets);
+        let ribs: std::collections::HashMap<String, crate::rib_thread::RibHandle> = self
+            .instances
+            .iter()
+            .map(|(k, v)| (k.clone(), v.rib.clone()))
+            .collect();
+        // The rest waits for the orchestrator to move the address; the
+        // daemon meanwhile answers its control socket.
+        tokio::spawn(async move {
+            if let Err(e) = restore_all(&mut t, targets, ribs).await {
+                tracing::error!(error = format!("{e:#}"), "takeover failed");
+                std::process::exit(1);
+            }
+        });
+        Ok(())
+    }
+
+    pub(super) fn nsr_status(&self) -> NsrStatus {
+        match &self.nsr {
+            Some(n) => n.status("primary"),
+            None => NsrStatus::default(),
+        }
+    }
+
+    /// `holdfast nsr switchover`: every state change is already in the
+    /// store before it takes effect, so the primary needs no quiescing; it
+    /// waits for a backup to claim the instance, and then (fenced) exits
+    /// without a packet reaching any peer.
+    pub(super) fn switchover(&mut self, timeout_secs: Option<u64>) -> Response {
+        let Some(n) = &self.nsr else {
+            return Response::error("NSR is not enabled");
+        };
+        if !n.shared.protected.load(Ordering::SeqCst) {
+            return Response::error(
+                "not protected (the state store is unavailable or a session is re-synchronising): a switchover now would lose sessions",
+            );
+        }
+        n.shared.switching.store(true, Ordering::SeqCst);
+        let shared = n.shared.clone();
+        let limit = timeout_secs.map_or(SWITCHOVER_TIMEOUT, Duration::from_secs);
+        tokio::spawn(async move {
+            tokio::time::sleep(limit).await;
+            if shared.switching.swap(false, Ordering::SeqCst) {
+                tracing::warn!("switchover: no backup claimed the instance in time; continuing as primary");
+            }
+        });
+        tracing::info!("switchover: ready; start `holdfastd --takeover` on the backup");
+        Response::message(format!(
+            "ready for takeover of instance {:?}: start `holdfastd --takeover` on the backup; this process exits once it has claimed the instance (waiting up to {} s)",
+            n.shared.instance,
+            limit.as_secs()
+        ))
+    }
+}
+
+/// Takeover steps 4–7: ready, address, sockets, guard.
+async fn restore_all(
+    t: &mut crate::resume::Takeover,
+    targets: Vec<ResumeTarget>,
+    ribs: std::collections::HashMap<String, crate::rib_thread::RibHandle>,
+) -> anyhow::Result<()> {
+    t.announce_ready()?;
+    t.wait_for_addresses().await?;
+    t.open_gate();
+    for target in targets {
+        let ResumeTarget {
+            instance,
+            address,
+            id,
+            sock,
+            tx,
+        } = target;
+        let Some(stored) = t.sessions.get(&(instance.clone(), address)).cloned() else {
+            continue;
+        };
+        match t.restore(&stored, &sock) {
+            Ok(r) => {
+                let _ = tx.send(PeerCmd::Resume(Box::new(r)));
+            }
+            Err(e) => {
+                tracing::error!(peer = %address, error = format!("{e:#}"), "takeover: session could not be restored; it starts afresh");
+                if let Some(rib) = ribs.get(&instance) {
+                    rib.send(RibCmd::PeerDown {
+                        peer: id,
+                        graceful: false,
+                    });
+                }
+                let _ = tx.send(PeerCmd::AbortResume);
+            }
+        }
+    }
+    t.finish()
+}

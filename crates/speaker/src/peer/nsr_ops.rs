@@ -1,0 +1,323 @@
+//! The peer task's non-stop-routing duties: write the session record at
+//! Established, replicate every received and sent message, report the
+//! peer's acknowledgements, compact or re-synchronise the session's logs
+//! with a table snapshot, and resume a session taken over from a failed
+//! primary.
+
+use super::{now, PeerCmd, PeerTask, Slot, Which, MIN_COMPACT_BYTES};
+use crate::conn::{unix_ms, Conn};
+use crate::nsr::Then;
+use crate::resume::Resumed;
+use crate::rib_thread::RibCmd;
+use bytes::Bytes;
+use holdfast_fsm::{Event, Session, State};
+use holdfast_nsr::{Op, SessionRecord, SCHEMA_VERSION};
+use holdfast_wire::CodecCtx;
+use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
+
+/// How often the peer's acknowledgement is written (it only trims the
+/// send tail; a stale value is safe).
+const ACKED_EVERY: Duration = Duration::from_millis(100);
+
+impl PeerTask {
+    /// Session key in the store.
+    pub(super) fn store_key(&self) -> String {
+        format!("{}/{}", self.s.instance, self.s.address)
+    }
+
+    /// Whether received UPDATEs on `w` must be kept as raw bytes (the
+    /// session is replicated or a snapshot is being taken).
+    pub(super) fn main_replicated(&self, w: Which) -> bool {
+        w == Which::Main
+            && self
+                .main
+                .conn
+                .as_ref()
+                .and_then(|c| c.repl.as_ref())
+                .is_some_and(|r| r.key.is_some())
+    }
+
+    /// After a read: the bytes consumed are replicated (with the UPDATEs
+    /// among them) before their ACK may leave.
+    pub(super) fn replicate_received(&mut self, w: Which, raw: Vec<u8>) {
+        let compact_at = self.compact_at;
+        let Some(conn) = self.slot(w).and_then(|s| s.conn.as_mut()) else {
+            return;
+        };
+        let partial = Bytes::copy_from_slice(conn.unconsumed());
+        let Some(r) = conn.repl.as_mut() else {
+            return;
+        };
+        // Every byte read is replicated, the start of an unfinished message
+        // too: a peer in loss recovery sends the rest only once this part
+        // is acknowledged.
+        let ack = r.rcv_next().wrapping_add(partial.len() as u32);
+        if let Some((inb, _)) = r.during_snapshot.as_mut() {
+            inb.extend_from_slice(&raw);
+        }
+        let then = Then::Confirm(r.ckey, ack);
+        let mut compact = false;
+        match r.replicating().map(str::to_string) {
+            Some(key) => {
+                r.log_bytes += raw.len() as u64;
+                compact = r.log_bytes > compact_at;
+                let snd = r.snd_next();
+                let log = r.log_bytes;
+                r.nsr.figures(&key, |f| {
+                    f.rcv_confirmed = ack;
+                    f.snd_next = snd;
+                    f.log_bytes = log;
+                });
+                let op = Op::Received {
+                    key: key.clone(),
+                    ack,
+                    updates: Bytes::from(raw),
+                    partial,
+                };
+                r.nsr.submit(&key, Some(op), r.synced_gen, then);
+            }
+            None => r.nsr.submit("", None, 0, then),
+        }
+        if compact && self.snapshot.is_none() {
+            self.start_snapshot(false);
+        }
+        if w == Which::Main {
+            self.replicate_acked();
+        }
+    }
+
+    fn record(&self) -> Option<SessionRecord> {
+        let conn = self.main.conn.as_ref()?;
+        let r = conn.repl.as_ref()?;
+        let (Some(open_sent), Some(open_received)) = (r.open_tx.clone(), r.open_rx.clone()) else {
+            tracing::warn!("NSR: OPENs of this connection were not kept; session not replicated");
+            return None;
+        };
+        Some(SessionRecord {
+            schema: SCHEMA_VERSION,
+            instance: self.s.instance.clone(),
+            peer: self.s.address,
+            local: conn.local,
+            remote: conn.remote,
+            outbound: conn.outbound,
+            open_sent,
+            open_received,
+            tcp: r.tcp.clone(),
+            snd_seq: r.snd_next(),
+            rcv_seq: r.rcv_next(),
+            established_unix_ms: unix_ms(),
+        })
+    }
+
+    /// At Established: the session record (raw OPENs, TCP parameters,
+    /// sequence numbers). Its tables start empty.
+    pub(super) fn replicate_session(&mut self) {
+        let Some(record) = self.record() else { return };
+        let key = self.store_key();
+        let peer = self.s.address.to_string();
+        let Some(r) = self.main.conn.as_mut().and_then(|c| c.repl.as_mut()) else {
+            return;
+        };
+        let gen = r.nsr.gen();
+        r.key = Some(key.clone());
+        r.synced_gen = gen;
+        r.log_bytes = 0;
+        self.compact_at = MIN_COMPACT_BYTES;
+        let (ack, snd) = (r.rcv_next(), r.snd_next());
+        r.nsr.figures(&key, |f| {
+            f.peer = peer;
+            f.synced_gen = gen;
+            f.rcv_confirmed = ack;
+            f.snd_next = snd;
+            f.log_bytes = 0;
+        });
+        let op = Op::Session {
+            key: key.clone(),
+            record,
+        };
+        r.nsr.submit(&key, Some(op), gen, Then::Nothing);
+    }
+
+    /// Writes the peer's acknowledgement (a lower bound) now and then, so
+    /// the store trims the send tail.
+    pub(super) fn replicate_acked(&mut self) {
+        let Some(conn) = self.main.conn.as_mut() else {
+            return;
+        };
+        let due = conn
+            .repl
+            .as_ref()
+            .is_some_and(|r| r.last_acked.elapsed() >= ACKED_EVERY && r.replicating().is_some());
+        if !due {
+            return;
+        }
+        let Some(una) = conn.snd_una() else { return };
+        let Some(r) = conn.repl.as_mut() else { return };
+        r.last_acked = Instant::now();
+        if let Some(key) = r.replicating().map(str::to_string) {
+            let op = Op::Acked {
+                key: key.clone(),
+                snd_una: una,
+            };
+            r.nsr.submit(&key, Some(op), r.synced_gen, Then::Nothing);
+        }
+    }
+
+    /// Asks the RIB thread for this session's tables. `resync`: after a
+    /// store outage the session is written anew; otherwise the logs are only
+    /// compacted.
+    pub(super) fn start_snapshot(&mut self, resync: bool) {
+        if let Some((_, r)) = self.snapshot.as_mut() {
+            *r |= resync;
+            return;
+        }
+        if !self.up || self.main.fsm.state() != State::Established {
+            return;
+        }
+        let Some(neg) = self.main.fsm.negotiated() else {
+            return;
+        };
+        let ctx = CodecCtx {
+            four_octet_as: neg.four_octet_as,
+            ibgp: neg.remote_as == self.s.session.local_as,
+        };
+        let Some(r) = self.main.conn.as_mut().and_then(|c| c.repl.as_mut()) else {
+            return;
+        };
+        if r.key.is_none() {
+            return;
+        }
+        let (tx, rx) = oneshot::channel();
+        self.rib.send(RibCmd::Snapshot {
+            peer: self.s.id,
+            ctx,
+            reply: tx,
+        });
+        r.during_snapshot = Some((Vec::new(), Vec::new()));
+        self.snapshot = Some((rx, resync));
+    }
+
+    /// The snapshot arrived: it replaces the session's logs, followed by
+    /// what was received and sent while it was taken.
+    pub(super) fn on_snapshot(&mut self, tables: Option<(Vec<u8>, Vec<u8>)>) {
+        let Some((_, resync)) = self.snapshot.take() else {
+            return;
+        };
+        let record = if resync { self.record() } else { None };
+        let Some(conn) = self.main.conn.as_mut() else {
+            return;
+        };
+        let partial = Bytes::copy_from_slice(conn.unconsumed());
+        let Some(r) = conn.repl.as_mut() else {
+            return;
+        };
+        let (inb, outb) = r.during_snapshot.take().unwrap_or_default();
+        let (Some((mut adj_in, mut adj_out)), Some(key)) = (tables, r.key.clone()) else {
+            return;
+        };
+        adj_in.extend_from_slice(&inb);
+        adj_out.extend_from_slice(&outb);
+        let size = (adj_in.len() + adj_out.len()) as u64;
+        let gen = if resync { r.nsr.gen() } else { r.synced_gen };
+        if resync {
+            let Some(record) = record else { return };
+            r.nsr.submit(
+                &key,
+                Some(Op::Session {
+                    key: key.clone(),
+                    record,
+                }),
+                gen,
+                Then::Nothing,
+            );
+        }
+        let op = Op::Snapshot {
+            key: key.clone(),
+            adj_in: Bytes::from(adj_in),
+            adj_out: Bytes::from(adj_out),
+        };
+        r.nsr.submit(&key, Some(op), gen, Then::Nothing);
+        if resync {
+            // The record's sequence is at a message boundary; what follows
+            // it in the receive buffer is replicated as well.
+            let ack = r.rcv_next().wrapping_add(partial.len() as u32);
+            let op = Op::Received {
+                key: key.clone(),
+                ack,
+                updates: Bytes::new(),
+                partial,
+            };
+            r.nsr.submit(&key, Some(op), gen, Then::Nothing);
+        }
+        r.synced_gen = gen;
+        r.log_bytes = 0;
+        r.nsr.figures(&key, |f| {
+            f.synced_gen = gen;
+            f.log_bytes = 0;
+        });
+        self.compact_at = MIN_COMPACT_BYTES.max(2 * size);
+        tracing::info!(resync, bytes = size, "NSR: session tables snapshotted into the store");
+    }
+
+    /// Takeover: the session continues on a connection rebuilt with
+    /// TCP_REPAIR, in Established, without a new OPEN exchange.
+    pub(super) fn resume(&mut self, r: Resumed) {
+        let t = now();
+        let Resumed {
+            stream,
+            repl,
+            outbound,
+            local_open,
+            remote_open,
+            partial,
+        } = r;
+        let (fsm, actions) =
+            match Session::resume(self.s.session.clone(), local_open, remote_open, t) {
+                Ok(x) => x,
+                Err(n) => {
+                    tracing::error!(code = n.code, subcode = n.subcode, "stored session no longer negotiates with this configuration; starting afresh");
+                    self.resuming = None;
+                    self.fsm(Which::Main, Event::ManualStart);
+                    return;
+                }
+            };
+        let conn = match Conn::with_repl(stream, outbound, Some(*repl)) {
+            Ok(mut c) => {
+                c.prefill(&partial);
+                c
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "restored connection unusable; starting afresh");
+                self.resuming = None;
+                self.fsm(Which::Main, Event::ManualStart);
+                return;
+            }
+        };
+        let local = conn.local;
+        self.last_negotiated = fsm.negotiated().cloned();
+        self.main = Slot {
+            fsm,
+            conn: Some(conn),
+            connecting: None,
+        };
+        self.gen = 1;
+        self.up = true;
+        if let Ok(mut st) = self.status.lock() {
+            st.established_at = Some(Instant::now());
+            st.local = Some(local);
+        }
+        tracing::info!("NSR: session resumed on the restored connection");
+        self.metrics.session_state(
+            &self.labels,
+            State::Idle,
+            State::Established,
+            "resumed after takeover",
+        );
+        self.execute(Which::Main, actions);
+        for out in self.resuming.take().unwrap_or_default() {
+            self.on_cmd(PeerCmd::Rib(out));
+        }
+        self.publish();
+    }
+}

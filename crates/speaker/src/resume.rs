@@ -1,0 +1,545 @@
+//! Setting up non-stop routing, and taking over from a failed primary.
+//!
+//! Primary start ([`start_primary`]): claim the instance (bump its epoch),
+//! forget what an earlier owner left, send every outgoing packet of our
+//! sessions through the ACK gate (iptables OUTPUT → NFQUEUE, no bypass: if
+//! this process dies, the kernel drops our sessions' packets, FIN and RST
+//! included), and start the replicator.
+//!
+//! Takeover ([`Takeover`]), in the order docs/nsr.md sets out:
+//! 1. guard: inbound segments of our sessions are dropped, so the kernel
+//!    never answers a peer's segment with a RST before its socket exists;
+//! 2. claim the instance: the old primary is fenced from here on;
+//! 3. load every stored session; rebuild the tables (RIB thread);
+//! 4. announce readiness (log line, `--takeover-ready-file`), and with
+//!    `manage_address` add the service address and announce it;
+//! 5. wait until the sessions' local addresses are here;
+//! 6. rebuild every socket with TCP_REPAIR at the stored sequence numbers,
+//!    with the unacknowledged send tail in its send queue;
+//! 7. lift the guard and resume the sessions in Established.
+
+use crate::conn::{unix_ms, ConnRepl};
+use crate::nsr::Nsr;
+use crate::socket::SockOpts;
+use anyhow::{bail, Context};
+use holdfast_api::TakeoverTimes;
+use holdfast_config::{Config, NsrStore};
+use holdfast_linux::announce::{address_is_local, announce_address};
+use holdfast_linux::nfq::{AckGate, ConnKey, GateMode};
+use holdfast_linux::repair::{self, Restore, TcpRepairState};
+use holdfast_linux::rules;
+use holdfast_nsr::{
+    InstanceState, Op, RedisStore, Store, StoreError, StoreUrl, StoredSession,
+};
+use holdfast_wire::Open;
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::net::TcpStream;
+
+/// Every store command must answer within this, or the store counts as
+/// unavailable (sessions then continue unprotected).
+const STORE_TIMEOUT: Duration = Duration::from_millis(500);
+/// Added to the carried-over TCP timestamp clock.
+const TS_MARGIN_MS: u64 = 100;
+/// How long a takeover waits for the service address.
+const ADDRESS_WAIT: Duration = Duration::from_secs(60);
+
+/// A session's connection rebuilt on the backup, for its peer task.
+pub struct Resumed {
+    pub stream: TcpStream,
+    pub repl: Box<ConnRepl>,
+    pub outbound: bool,
+    pub local_open: Open,
+    pub remote_open: Open,
+    /// Start of a message the old primary had begun to receive.
+    pub partial: bytes::Bytes,
+}
+
+/// A Redis store that may be unreachable at start: it connects on demand.
+struct LazyStore {
+    url: StoreUrl,
+    instance: String,
+    inner: Option<RedisStore>,
+}
+
+impl LazyStore {
+    fn get(&mut self) -> Result<&mut RedisStore, StoreError> {
+        if self.inner.is_none() {
+            self.inner = Some(RedisStore::connect(&self.url, &self.instance, STORE_TIMEOUT)?);
+        }
+        self.inner
+            .as_mut()
+            .ok_or_else(|| StoreError::Unavailable("not connected".into()))
+    }
+
+    fn call<T>(
+        &mut self,
+        f: impl FnOnce(&mut RedisStore) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let r = f(self.get()?);
+        if matches!(r, Err(StoreError::Unavailable(_))) {
+            self.inner = None;
+        }
+        r
+    }
+}
+
+impl Store for LazyStore {
+    fn write(&mut self, epoch: u64, ops: &[Op]) -> Result<(), StoreError> {
+        self.call(|s| s.write(epoch, ops))
+    }
+    fn claim(&mut self) -> Result<u64, StoreError> {
+        self.call(|s| s.claim())
+    }
+    fn epoch(&mut self) -> Result<u64, StoreError> {
+        self.call(|s| s.epoch())
+    }
+    fn load(&mut self) -> Result<InstanceState, StoreError> {
+        self.call(|s| s.load())
+    }
+    fn reconnect(&mut self) -> Result<(), StoreError> {
+        self.inner = None;
+        self.get().map(|_| ())
+    }
+}
+
+pub fn store_url(s: &NsrStore) -> StoreUrl {
+    match s {
+        NsrStore::Redis {
+            tls,
+            host,
+            port,
+            db,
+            username,
+            password,
+        } => StoreUrl::Redis {
+            tls: *tls,
+            host: host.clone(),
+            port: *port,
+            db: *db,
+            username: username.clone(),
+            password: password.clone(),
+        },
+        NsrStore::Sentinel { sentinels, master } => StoreUrl::Sentinel {
+            sentinels: sentinels.clone(),
+            master: master.clone(),
+        },
+    }
+}
+
+/// TCP ports of our sessions: the listeners' and the neighbours'.
+fn ports(cfg: &Config) -> Vec<u16> {
+    let mut p: Vec<u16> = cfg.global.listen.iter().map(|a| a.port()).collect();
+    p.push(179);
+    p.sort_unstable();
+    p.dedup();
+    p
+}
+
+/// The iptables tag of this instance's rules.
+pub fn tag(instance: &str) -> String {
+    format!("hf-{instance}")
+}
+
+fn nsr_section(cfg: &Config) -> anyhow::Result<&holdfast_config::Nsr> {
+    match &cfg.nsr {
+        Some(n) if n.enabled => Ok(n),
+        _ => bail!("[nsr] is not configured (or not enabled)"),
+    }
+}
+
+fn start_gate(cfg: &Config, n: &holdfast_config::Nsr) -> anyhow::Result<Arc<AckGate>> {
+    let tag = tag(&n.instance);
+    let gate = AckGate::start(n.queue).with_context(|| format!("binding NFQUEUE {}", n.queue))?;
+    rules::install_gate(&tag, n.queue, &ports(cfg))
+        .with_context(|| format!("installing the ACK gate rules ({tag})"))?;
+    Ok(gate)
+}
+
+/// NSR for a primary started normally. A store that does not answer is
+/// not fatal: the speaker runs unprotected until it does.
+pub fn start_primary(cfg: &Config) -> anyhow::Result<Nsr> {
+    let n = nsr_section(cfg)?;
+    let gate = start_gate(cfg, n)?;
+    let mut store = LazyStore {
+        url: store_url(&n.store),
+        instance: n.instance.clone(),
+        inner: None,
+    };
+    let claimed = store.claim().and_then(|epoch| {
+        let old = store.load()?;
+        let ops: Vec<Op> = old
+            .sessions
+            .into_iter()
+            .map(|s| Op::Remove { key: s.key })
+            .collect();
+        if !ops.is_empty() {
+            store.write(epoch, &ops)?;
+        }
+        Ok(epoch)
+    });
+    let (epoch, up) = match claimed {
+        Ok(e) => {
+            tracing::info!(instance = %n.instance, epoch = e, "NSR: instance claimed; sessions are protected");
+            (e, true)
+        }
+        Err(e) => {
+            tracing::error!(instance = %n.instance, error = %e, "NSR: state store unavailable at start: running UNPROTECTED until it answers");
+            (0, false)
+        }
+    };
+    Ok(Nsr::start(
+        Box::new(store),
+        epoch,
+        up,
+        gate,
+        n.instance.clone(),
+        format!("{:?}", n.store),
+    ))
+}
+
+/// A takeover in progress.
+pub struct Takeover {
+    pub nsr: Nsr,
+    pub started: Instant,
+    pub times: TakeoverTimes,
+    /// Stored sessions by (instance, peer address).
+    pub sessions: HashMap<(String, IpAddr), StoredSession>,
+    pub ready_file: Option<PathBuf>,
+    tag: String,
+    manage_address: Option<IpAddr>,
+}
+
+impl Takeover {
+    /// Steps 1–3 (guard, claim, load).
+    pub fn begin(cfg: &Config, ready_file: Option<PathBuf>) -> anyhow::Result<Takeover> {
+        let started = Instant::now();
+        let n = nsr_section(cfg)?;
+        let tag = tag(&n.instance);
+        rules::install_guard(&tag, &ports(cfg))
+            .with_context(|| format!("installing the takeover guard ({tag})"))?;
+        let gate = start_gate(cfg, n)?;
+        gate.set_mode(GateMode::DropAll);
+        let mut store = LazyStore {
+            url: store_url(&n.store),
+            instance: n.instance.clone(),
+            inner: None,
+        };
+        let epoch = store
+            .claim()
+            .context("claiming the instance in the state store")?;
+        let claim_us = started.elapsed().as_micros() as u64;
+        tracing::info!(instance = %n.instance, epoch, "takeover: instance claimed; the old primary is fenced");
+        let t = Instant::now();
+        let state = store.load().context("loading the instance's state")?;
+        let load_us = t.elapsed().as_micros() as u64;
+        let routes: u64 = 0;
+        let mut sessions = HashMap::new();
+        for s in state.sessions {
+            sessions.insert((s.record.instance.clone(), s.record.peer), s);
+        }
+        tracing::info!(
+            sessions = sessions.len(),
+            load_ms = load_us / 1000,
+            "takeover: state loaded"
+        );
+        // Sockets of a process that died on this host may still hold our
+        // connections (orphans in FIN-WAIT, say) and our port. They are
+        // destroyed now, while the gate drops everything, so their RST
+        // never leaves.
+        for s in sessions.values() {
+            if has_socket(s.record.local, s.record.remote) {
+                kill_stale_socket(s.record.local, s.record.remote);
+            }
+        }
+        let nsr = Nsr::start(
+            Box::new(store),
+            epoch,
+            true,
+            gate,
+            n.instance.clone(),
+            format!("{:?}", n.store),
+        );
+        nsr.gate.set_mode(GateMode::DropAll);
+        let times = TakeoverTimes {
+            sessions: sessions.len() as u64,
+            routes,
+            claim_us,
+            load_us,
+            ..Default::default()
+        };
+        Ok(Takeover {
+            nsr,
+            started,
+            times,
+            sessions,
+            ready_file,
+            tag,
+            manage_address: if n.manage_address { n.address } else { None },
+        })
+    }
+
+    /// Step 4: tell the orchestrator we are ready for the address.
+    pub fn announce_ready(&self) -> anyhow::Result<()> {
+        tracing::info!(
+            sessions = self.sessions.len(),
+            "takeover: READY for the service address"
+        );
+        if let Some(p) = &self.ready_file {
+            std::fs::write(p, format!("{}\n", std::process::id()))
+                .with_context(|| format!("writing {}", p.display()))?;
+        }
+        if let Some(addr) = self.manage_address {
+            add_address(addr)?;
+        }
+        Ok(())
+    }
+
+    /// Step 5: wait until every session's local address is configured here.
+    pub async fn wait_for_addresses(&mut self) -> anyhow::Result<()> {
+        let t = Instant::now();
+        let mut wanted: Vec<IpAddr> = self
+            .sessions
+            .values()
+            .map(|s| canonical(s.record.local.ip()))
+            .collect();
+        wanted.sort();
+        wanted.dedup();
+        loop {
+            let missing: Vec<IpAddr> = wanted
+                .iter()
+                .copied()
+                .filter(|a| !address_is_local(*a))
+                .collect();
+            if missing.is_empty() {
+                break;
+            }
+            if t.elapsed() > ADDRESS_WAIT {
+                bail!("takeover: service address(es) {missing:?} never appeared");
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        self.times.address_wait_us = t.elapsed().as_micros() as u64;
+        Ok(())
+    }
+
+    /// Step 6 for one session: the socket, rebuilt.
+    pub fn restore(
+        &mut self,
+        s: &StoredSession,
+        sock: &SockOpts,
+    ) -> anyhow::Result<Resumed> {
+        let rec = &s.record;
+        let t = Instant::now();
+        let (snd_una, queue) = s.send_queue();
+        let st = TcpRepairState {
+            local: rec.local,
+            remote: rec.remote,
+            snd_seq: s.snd_nxt(),
+            rcv_seq: s.rcv,
+            outq: queue.len() as u32,
+            mss: rec.tcp.mss,
+            snd_wscale: rec.tcp.snd_wscale,
+            rcv_wscale: rec.tcp.rcv_wscale,
+            sack: rec.tcp.sack,
+            timestamps: rec.tcp.timestamps,
+            ts_val: rec.tcp.ts_val,
+            snd_wnd: rec.tcp.snd_wnd,
+            rcv_wnd: rec.tcp.rcv_wnd,
+        };
+        // The old socket's timestamp clock, carried over by wall time (with
+        // a margin for clock differences between hosts): never below what
+        // the peer last saw, or PAWS would discard our segments.
+        let elapsed = unix_ms().saturating_sub(rec.tcp.ts_unix_ms) + TS_MARGIN_MS;
+        let ts_val = st.ts_val_after(Duration::from_millis(elapsed));
+        let ckey = ConnKey {
+            local: rec.local,
+            remote: rec.remote,
+        };
+        self.nsr.gate.register(ckey, s.rcv, rec.tcp.rcv_wscale);
+        let restore = Restore {
+            state: &st,
+            snd_una,
+            send_queue: &queue,
+            rcv_nxt: s.rcv,
+            ts_val,
+            md5_key: sock.md5.as_deref().map(str::as_bytes),
+            bind_device: sock.vrf.as_deref(),
+        };
+        let std_stream = match repair::restore(&restore) {
+            Ok(x) => x,
+            Err(e) if e.raw_os_error() == Some(libc::EADDRINUSE)
+                || e.raw_os_error() == Some(libc::EADDRNOTAVAIL) =>
+            {
+                // A socket of a process that died on this host still holds
+                // the connection: destroy it while the gate drops
+                // everything (its RST must not leave), then retry.
+                self.nsr.gate.set_mode(GateMode::DropAll);
+                kill_stale_socket(rec.local, rec.remote);
+                self.nsr.gate.set_mode(GateMode::Protected);
+                repair::restore(&restore)
+                    .with_context(|| format!("TCP_REPAIR restore of {}", rec.peer))?
+            }
+            Err(e) => return Err(e).with_context(|| format!("TCP_REPAIR restore of {}", rec.peer)),
+        };
+        let us = t.elapsed().as_micros() as u64;
+        self.times.tcp_restore_us += us;
+        self.times.tcp_restore_max_us = self.times.tcp_restore_max_us.max(us);
+        std_stream.set_nonblocking(true)?;
+        let stream = TcpStream::from_std(std_stream)?;
+        crate::socket::accepted(&stream, sock)?;
+        let local_open = holdfast_wire::decode_open(&rec.open_sent)
+            .map_err(|e| anyhow::anyhow!("stored OPEN sent: {e}"))?;
+        let remote_open = holdfast_wire::decode_open(&rec.open_received)
+            .map_err(|e| anyhow::anyhow!("stored OPEN received: {e}"))?;
+        let gen = self.nsr.gen();
+        let log_bytes = s.stored_bytes() as u64;
+        let snd_next = s.snd_nxt();
+        self.nsr.figures(&s.key, |f| {
+            f.peer = rec.peer.to_string();
+            f.synced_gen = gen;
+            f.rcv_confirmed = s.rcv;
+            f.snd_next = snd_next;
+            f.log_bytes = log_bytes;
+        });
+        let repl = ConnRepl {
+            nsr: self.nsr.clone(),
+            ckey,
+            tcp: rec.tcp.clone(),
+            rcv_base: s.rcv.wrapping_sub(s.partial.len() as u32),
+            consumed: 0,
+            snd_base: snd_next,
+            queued: 0,
+            key: Some(s.key.clone()),
+            synced_gen: gen,
+            open_tx: Some(rec.open_sent.clone()),
+            open_rx: Some(rec.open_received.clone()),
+            during_snapshot: None,
+            log_bytes,
+            last_acked: Instant::now(),
+        };
+        Ok(Resumed {
+            stream,
+            repl: Box::new(repl),
+            outbound: rec.outbound,
+            local_open,
+            remote_open,
+            partial: s.partial.clone(),
+        })
+    }
+
+    /// Before step 6: the gate lets our sessions' packets through again
+    /// (the restored sockets' window probes must reach the peers).
+    pub fn open_gate(&self) {
+        self.nsr.gate.set_mode(GateMode::Protected);
+    }
+
+    /// Step 7: lift the guard.
+    pub fn finish(&mut self) -> anyhow::Result<()> {
+        rules::remove_guard(&self.tag).context("removing the takeover guard")?;
+        self.times.resumed_us = self.started.elapsed().as_micros() as u64;
+        tracing::info!(
+            sessions = self.times.sessions,
+            claim_us = self.times.claim_us,
+            load_us = self.times.load_us,
+            address_wait_us = self.times.address_wait_us,
+            tcp_restore_us = self.times.tcp_restore_us,
+            resumed_us = self.times.resumed_us,
+            "takeover: sessions RESUMED"
+        );
+        if let Ok(mut t) = self.nsr.shared.takeover.lock() {
+            // The RIB threads may already have reported the tables.
+            let (routes, tables_us) = t.as_ref().map_or((0, 0), |x| (x.routes, x.tables_us));
+            *t = Some(TakeoverTimes {
+                routes,
+                tables_us,
+                ..self.times.clone()
+            });
+        }
+        Ok(())
+    }
+}
+
+/// v4-mapped IPv6 addresses as IPv4.
+fn canonical(a: IpAddr) -> IpAddr {
+    match a {
+        IpAddr::V6(v6) => v6
+            .to_ipv4_mapped()
+            .map(IpAddr::V4)
+            .unwrap_or(IpAddr::V6(v6)),
+        v4 => v4,
+    }
+}
+
+/// `manage_address`: add the service address on the interface that routes
+/// towards it, then announce it (gratuitous ARP / unsolicited NA).
+fn add_address(addr: IpAddr) -> anyhow::Result<()> {
+    if address_is_local(addr) {
+        return Ok(());
+    }
+    let out = std::process::Command::new("ip")
+        .args(["-o", "route", "get", &addr.to_string()])
+        .output()
+        .context("running ip route get")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let dev = text
+        .split_whitespace()
+        .skip_while(|w| *w != "dev")
+        .nth(1)
+        .map(str::to_string)
+        .with_context(|| format!("no interface routes to {addr}: {text}"))?;
+    let plen = if addr.is_ipv4() { 32 } else { 128 };
+    let st = std::process::Command::new("ip")
+        .args(["addr", "add", &format!("{addr}/{plen}"), "dev", &dev])
+        .status()
+        .context("running ip addr add")?;
+    if !st.success() {
+        bail!("ip addr add {addr}/{plen} dev {dev} failed");
+    }
+    announce_address(&dev, addr).with_context(|| format!("announcing {addr} on {dev}"))?;
+    tracing::info!(%addr, %dev, "takeover: service address added and announced");
+    Ok(())
+}
+
+fn ss_filter(local: std::net::SocketAddr, remote: std::net::SocketAddr) -> String {
+    format!(
+        "src {} sport = :{} dst {} dport = :{}",
+        canonical(local.ip()),
+        local.port(),
+        canonical(remote.ip()),
+        remote.port()
+    )
+}
+
+/// Whether a socket of this connection exists here (`ss -tan FILTER`).
+fn has_socket(local: std::net::SocketAddr, remote: std::net::SocketAddr) -> bool {
+    let filter = ss_filter(local, remote);
+    let args: Vec<&str> = ["-H", "-tan"]
+        .into_iter()
+        .chain(filter.split_whitespace())
+        .collect();
+    std::process::Command::new("ss")
+        .args(&args)
+        .output()
+        .map(|o| !String::from_utf8_lossy(&o.stdout).trim().is_empty())
+        .unwrap_or(false)
+}
+
+/// Destroys a leftover socket of the same connection (`ss -K`).
+fn kill_stale_socket(local: std::net::SocketAddr, remote: std::net::SocketAddr) {
+    let filter = ss_filter(local, remote);
+    let args: Vec<&str> = std::iter::once("-K")
+        .chain(filter.split_whitespace())
+        .collect();
+    match std::process::Command::new("ss").args(&args).output() {
+        Ok(o) => tracing::info!(
+            filter,
+            out = %String::from_utf8_lossy(&o.stdout),
+            "takeover: destroyed a leftover socket of a dead process"
+        ),
+        Err(e) => tracing::warn!(error = %e, "ss -K failed"),
+    }
+}
