@@ -141,7 +141,9 @@ impl Holdfastd {
             "before its control socket answered",
             Duration::from_secs(20),
             Duration::from_millis(5),
-            || match d.summary() {
+            // `show nsr` answers from the daemon task alone: a takeover
+            // still rebuilding its tables answers at once.
+            || match d.request(&Request::ShowNsr) {
                 Ok(_) | Err(LabError::Invalid(_)) => Ok(()),
                 Err(e) => Err(e.to_string()),
             },
