@@ -353,6 +353,17 @@ pub fn close_silently(fd: BorrowedFd<'_>) -> io::Result<()> {
     set_repair(fd, TCP_REPAIR_ON)
 }
 
+/// Sends a window probe on a live connection (repair mode on, then off
+/// with `TCP_REPAIR_OFF`): the peer answers with an ACK carrying its current
+/// window and acknowledgement. After a takeover the probe [`restore`] sent
+/// may have been dropped by the guard; this one, sent once the guard is
+/// gone, gets the connection moving at once instead of after a
+/// retransmission timeout.
+pub fn window_probe(fd: BorrowedFd<'_>) -> io::Result<()> {
+    set_repair(fd, TCP_REPAIR_ON)?;
+    set_repair(fd, TCP_REPAIR_OFF)
+}
+
 /// What [`restore`] rebuilds. (No `Debug`: it holds the MD5 key.)
 #[derive(Clone, Copy)]
 pub struct Restore<'a> {
@@ -444,6 +455,20 @@ fn repair_options(st: &TcpRepairState) -> Vec<u8> {
 /// `EADDRNOTAVAIL`; a listening socket on the local port does not matter. On error the new socket is closed while still in
 /// repair mode, so nothing reaches the peer.
 pub fn restore(r: &Restore<'_>) -> io::Result<TcpStream> {
+    let s = restore_in_repair(r)?;
+    set_repair(s.as_fd(), TCP_REPAIR_OFF)?;
+    Ok(s)
+}
+
+/// [`restore`] without the last step: the socket stays in repair mode. It
+/// already owns its address pair, so segments from the peer reach it
+/// instead of being answered with a RST, but it sends nothing (no window
+/// probe) until [`window_probe`] takes it out of repair mode — after an
+/// inbound guard is lifted, so that the peer's answer to the probe is not
+/// dropped (a second probe soon after would be rate-limited by the peer,
+/// `tcp_invalid_ratelimit`). Write nothing to it before that: in repair
+/// mode writes go to the send queue as already-sent data.
+pub fn restore_in_repair(r: &Restore<'_>) -> io::Result<TcpStream> {
     let st = r.state;
     let (local, remote) = family_pair(st.local, st.remote)?;
     let sock = Socket::new(
@@ -514,7 +539,6 @@ pub fn restore(r: &Restore<'_>) -> io::Result<TcpStream> {
     if !r.send_queue.is_empty() {
         write_sent_queue(&sock, r.send_queue)?;
     }
-    set_repair(fd, TCP_REPAIR_OFF)?;
     Ok(sock.into())
 }
 

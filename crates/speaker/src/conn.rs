@@ -206,6 +206,12 @@ impl Conn {
         Ok(n)
     }
 
+    /// A window probe, so the peer answers at once (see
+    /// [`repair::window_probe`]).
+    pub fn window_probe(&self) -> io::Result<()> {
+        repair::window_probe(self.rd.as_ref().as_fd())
+    }
+
     /// Bytes read from the socket that do not yet form a whole message.
     pub fn unconsumed(&self) -> &[u8] {
         &self.buf[self.pos..]

@@ -369,7 +369,7 @@ impl Takeover {
             md5_key: sock.md5.as_deref().map(str::as_bytes),
             bind_device: sock.vrf.as_deref(),
         };
-        let std_stream = match repair::restore(&restore) {
+        let std_stream = match repair::restore_in_repair(&restore) {
             Ok(x) => x,
             Err(e) if e.raw_os_error() == Some(libc::EADDRINUSE)
                 || e.raw_os_error() == Some(libc::EADDRNOTAVAIL) =>
@@ -380,7 +380,7 @@ impl Takeover {
                 self.nsr.gate.set_mode(GateMode::DropAll);
                 kill_stale_socket(rec.local, rec.remote);
                 self.nsr.gate.set_mode(GateMode::Protected);
-                repair::restore(&restore)
+                repair::restore_in_repair(&restore)
                     .with_context(|| format!("TCP_REPAIR restore of {}", rec.peer))?
             }
             Err(e) => return Err(e).with_context(|| format!("TCP_REPAIR restore of {}", rec.peer)),

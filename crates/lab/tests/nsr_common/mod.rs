@@ -26,7 +26,9 @@
 //! * every route the peer advertises to us is in the new primary's
 //!   Adj-RIB-In from it, and nothing else is;
 //! * new UPDATEs flow both ways (a fresh route from the peer reaches
-//!   holdfastd; a fresh route from the feed reaches the peer).
+//!   holdfastd; a fresh route from the feed reaches the peer);
+//! * at the end, the bridge capture holds no FIN or RST sent from the
+//!   service address: no dying primary leaked one.
 
 use holdfast_api::RibTable;
 use holdfast_lab::{
@@ -526,5 +528,32 @@ pub fn failover_sequence<P: Peer>(name: &str, kind: PeerKind, o: Options) {
         "routes the peer held from us were withdrawn: {:?}",
         report.prefixes_received_drops
     );
+    r.assert_nothing_leaked();
     r.print_phases();
+}
+
+impl<P: Peer> Run<P> {
+    /// No FIN or RST from the service address ever reached the wire: dying
+    /// primaries leaked nothing (TCPR's "Romeo and Juliet" RST, the
+    /// spurious FIN), and no orphan socket was destroyed in the open.
+    fn assert_nothing_leaked(&self) {
+        let filter = format!(
+            "tcp and src host {} and (tcp[tcpflags] & (tcp-rst|tcp-fin) != 0)",
+            self.topo.service_v4
+        );
+        for pcap in self.lab.pcaps() {
+            let out = std::process::Command::new("tcpdump")
+                .args(["-nn", "-r"])
+                .arg(pcap)
+                .arg(&filter)
+                .output()
+                .expect("tcpdump -r");
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                text.trim().is_empty(),
+                "FIN/RST from the service address in {}:\n{text}",
+                pcap.display()
+            );
+        }
+    }
 }

@@ -294,6 +294,14 @@ impl PeerTask {
                 return;
             }
         };
+        // The restored socket is still in repair mode (the guard was up):
+        // leaving it sends the window probe the peer answers at once.
+        if let Err(e) = conn.window_probe() {
+            tracing::error!(error = %e, "restored connection could not leave repair mode; starting afresh");
+            self.resuming = None;
+            self.fsm(Which::Main, Event::ManualStart);
+            return;
+        }
         let local = conn.local;
         self.last_negotiated = fsm.negotiated().cloned();
         self.main = Slot {
