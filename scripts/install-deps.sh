@@ -5,7 +5,7 @@
 # everything is already there.
 set -euo pipefail
 
-pkgs=(bird2 frr gobgpd exabgp redis-server tcpdump iproute2 iptables procps python3 gnuplot-nox)
+pkgs=(bird2 frr gobgpd exabgp redis-server tcpdump iproute2 iptables procps python3 gnuplot-nox openssl ca-certificates)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -991,3 +991,34 @@ fn random_event_sequences_keep_invariants() {
         "random walks reached Established only {reached} times"
     );
 }
+
+#[test]
+fn resume_rederives_the_session_from_the_two_opens() {
+    // What a primary negotiated...
+    let primary = established();
+    let neg = primary.negotiated().cloned().expect("negotiated");
+    // ...a backup re-derives from the two replicated OPENs alone.
+    let (mut s, a) = Session::resume(
+        cfg(),
+        neg.local_open.clone(),
+        neg.remote_open.clone(),
+        t(100),
+    )
+    .expect("resumes");
+    assert_eq!(a, vec![Action::SendKeepalive], "a KEEPALIVE at once");
+    assert_eq!(s.state(), State::Established);
+    assert_eq!(s.negotiated(), Some(&neg));
+    assert_eq!(s.timer(Timer::Hold), Some(t(190)));
+    assert_eq!(s.timer(Timer::Keepalive), Some(t(130)));
+    // It then behaves like any Established session.
+    s.handle(t(120), Event::KeepAliveMsg);
+    assert_eq!(s.timer(Timer::Hold), Some(t(210)));
+    let a = s.poll(t(210));
+    assert_eq!(sent_notification(&a), Some((notification::HOLD_TIMER_EXPIRED, 0)));
+    // OPENs that no longer negotiate under the running configuration are
+    // refused with the NOTIFICATION they would have caused.
+    let other = SessionConfig::new(65001, 65099, LOCAL_ID);
+    let err = Session::resume(other, neg.local_open, neg.remote_open, t(0))
+        .expect_err("peer AS changed");
+    assert_eq!(err.code, notification::OPEN_MESSAGE_ERROR);
+}

@@ -998,6 +998,32 @@ impl Engine {
         v
     }
 
+    /// Fingerprints of what the peer was last sent, sorted by prefix: the
+    /// Adj-RIB-Out as the engine keeps it, without recomputing the export
+    /// (see [`Self::out_fingerprint`]).
+    pub fn adj_rib_out_fingerprints(&self, id: PeerId) -> Vec<(Prefix, u64)> {
+        let mut v: Vec<(Prefix, u64)> = Vec::new();
+        for s in &self.shards {
+            if let Some(o) = s.v4.out.get(&id) {
+                crate::rib::PMap::visit(o, |k, h| v.push((Prefix::V4(k), *h)));
+            }
+            if let Some(o) = s.v6.out.get(&id) {
+                crate::rib::PMap::visit(o, |k, h| v.push((Prefix::V6(k), *h)));
+            }
+        }
+        v.sort_unstable_by_key(|a| a.0);
+        v
+    }
+
+    /// The fingerprint the engine records in `id`'s Adj-RIB-Out when it
+    /// sends a route of family `afi` with these (exported) attributes, as
+    /// decoded from the wire. Comparable within one process only.
+    pub fn out_fingerprint(&self, id: PeerId, afi: holdfast_wire::Afi, attrs: &PathAttrs) -> Option<u64> {
+        let p = self.peers.get(&id)?;
+        let params = self.params(&p.spec);
+        Some(OutAttrs::encode(&params, afi, attrs.clone()).hash)
+    }
+
     /// What the peer was last sent, sorted by prefix.
     pub fn adj_rib_out(&self, id: PeerId) -> Vec<(Prefix, Arc<PathAttrs>)> {
         let Some(p) = self.peers.get(&id) else {

@@ -295,19 +295,52 @@ impl RibThread {
         if !batch.is_empty() {
             drop(self.engine.apply_raw(batch));
         }
+        let applied = started.elapsed();
         let mut out = Output::default();
         for p in &peers {
+            let t = Instant::now();
             let held = tables::replay(&p.adj_out, &p.ctx);
-            let wanted = self.engine.adj_rib_out(p.spec.id);
-            let (msgs, ann, wd) = tables::diff(&held, &wanted, &p.ctx);
+            let replayed = t.elapsed();
+            let id = p.spec.id;
+            let engine = &self.engine;
+            let fingerprints = engine.adj_rib_out_fingerprints(id);
+            let changed =
+                tables::differing(&held, &fingerprints, |afi, a| engine.out_fingerprint(id, afi, a));
+            let computed = t.elapsed();
+            let held_len = held.len();
+            let wanted_len = fingerprints.len();
+            let (msgs, ann, wd) = if changed.is_empty() {
+                (Vec::new(), 0, 0)
+            } else {
+                // Only the prefixes that differ are encoded from the full
+                // export.
+                let wanted: Vec<(Prefix, Arc<PathAttrs>)> = engine
+                    .adj_rib_out(id)
+                    .into_iter()
+                    .filter(|(p, _)| changed.binary_search(p).is_ok())
+                    .collect();
+                let held: Vec<(Prefix, Arc<PathAttrs>)> = held
+                    .into_iter()
+                    .filter(|(p, _)| changed.binary_search(p).is_ok())
+                    .collect();
+                tables::diff(&held, &wanted, &p.ctx)
+            };
+            tracing::debug!(
+                peer = %p.spec.address,
+                applied_ms = applied.as_millis() as u64,
+                replay_ms = replayed.as_millis() as u64,
+                adj_out_ms = (computed - replayed).as_millis() as u64,
+                diff_ms = (t.elapsed() - computed).as_millis() as u64,
+                "NSR: resume timing"
+            );
             report.announced += ann;
             report.withdrawn += wd;
             report.routes_in += self.engine.counts(p.spec.id).received as usize;
             tracing::info!(
                 instance = %self.name,
                 peer = %p.spec.address,
-                held = held.len(),
-                wanted = wanted.len(),
+                held = held_len,
+                wanted = wanted_len,
                 announced = ann,
                 withdrawn = wd,
                 "NSR: tables rebuilt; sending the peer only the difference"
