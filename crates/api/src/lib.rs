@@ -131,7 +131,7 @@ pub enum Body {
     Rib(Vec<RibEntry>),
     /// Free-text outcome of `reload` and `neighbor_reset`.
     Message(String),
-    Nsr(NsrStatus),
+    Nsr(Box<NsrStatus>),
 }
 
 /// `show nsr`: the non-stop-routing state of the daemon.
@@ -222,7 +222,7 @@ impl Response {
         Response::Ok(Body::Rib(entries))
     }
     pub fn nsr(s: NsrStatus) -> Self {
-        Response::Ok(Body::Nsr(s))
+        Response::Ok(Body::Nsr(Box::new(s)))
     }
 
     /// `Ok(body)` or `Err(message)`.

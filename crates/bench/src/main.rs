@@ -123,9 +123,9 @@ fn parse_size(s: &str) -> Result<usize> {
 }
 
 fn size_label(n: usize) -> String {
-    if n % 1_000_000 == 0 {
+    if n.is_multiple_of(1_000_000) {
         format!("{}M", n / 1_000_000)
-    } else if n % 1_000 == 0 {
+    } else if n.is_multiple_of(1_000) {
         format!("{}k", n / 1_000)
     } else {
         n.to_string()

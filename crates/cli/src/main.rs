@@ -6,9 +6,7 @@
 
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
-use holdfast_api::{
-    Body, NeighborInfo, NsrStatus, Request, Response, RibEntry, RibTable, Summary,
-};
+use holdfast_api::{Body, NeighborInfo, NsrStatus, Request, Response, RibEntry, RibTable, Summary};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
@@ -224,7 +222,11 @@ fn print_nsr(n: &NsrStatus) {
         n.role,
         n.epoch,
         n.store_epoch,
-        if n.protected { "PROTECTED" } else { "UNPROTECTED" }
+        if n.protected {
+            "PROTECTED"
+        } else {
+            "UNPROTECTED"
+        }
     );
     println!(
         "store {}  write p50 {} us p99 {} us  writes {}  errors {}",

@@ -1014,11 +1014,14 @@ fn resume_rederives_the_session_from_the_two_opens() {
     s.handle(t(120), Event::KeepAliveMsg);
     assert_eq!(s.timer(Timer::Hold), Some(t(210)));
     let a = s.poll(t(210));
-    assert_eq!(sent_notification(&a), Some((notification::HOLD_TIMER_EXPIRED, 0)));
+    assert_eq!(
+        sent_notification(&a),
+        Some((notification::HOLD_TIMER_EXPIRED, 0))
+    );
     // OPENs that no longer negotiate under the running configuration are
     // refused with the NOTIFICATION they would have caused.
     let other = SessionConfig::new(65001, 65099, LOCAL_ID);
-    let err = Session::resume(other, neg.local_open, neg.remote_open, t(0))
-        .expect_err("peer AS changed");
+    let err =
+        Session::resume(other, neg.local_open, neg.remote_open, t(0)).expect_err("peer AS changed");
     assert_eq!(err.code, notification::OPEN_MESSAGE_ERROR);
 }

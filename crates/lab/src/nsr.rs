@@ -640,6 +640,7 @@ mod tests {
             redis: h(1, 2),
             a: h(2, 3),
             b: h(3, 4),
+            feed: h(4, 5),
             service_v4: v4(10),
             service_v6: v6(0x10),
         }

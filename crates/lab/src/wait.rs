@@ -57,9 +57,9 @@ pub fn wait_until<T: Debug>(
 pub fn wait_ok<T: Debug>(
     desc: &str,
     timeout: Duration,
-    mut f: impl FnMut() -> std::result::Result<T, String>,
+    f: impl FnMut() -> std::result::Result<T, String>,
 ) -> Result<T> {
-    poll(desc, timeout, DEFAULT_POLL_INTERVAL, || f())
+    poll(desc, timeout, DEFAULT_POLL_INTERVAL, f)
 }
 
 /// Run `check` every [`DEFAULT_POLL_INTERVAL`] for the whole of `window` (at least

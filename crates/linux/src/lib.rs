@@ -43,6 +43,7 @@ pub use info::{tcp_info, TcpInfoLite};
 pub use md5::{set_tcp_md5, TCP_MD5_MAX_KEY_LEN};
 pub use nfq::{AckGate, ConnKey, GateMode, GateStats};
 pub use repair::{
-    capture, close_silently, outq, restore, restore_in_repair, window_probe, Restore, TcpRepairState,
+    capture, close_silently, outq, restore, restore_in_repair, window_probe, Restore,
+    TcpRepairState,
 };
 pub use ttl::{min_ttl, set_gtsm, set_ttl, ttl};

@@ -568,7 +568,10 @@ impl RedisStore {
             }
             payload += s.payload_len() + 48;
         }
-        let mut p = Packer::with_room(HEADER_ROOM, payload + order.len() * SESSION_SUFFIXES.len() * 64);
+        let mut p = Packer::with_room(
+            HEADER_ROOM,
+            payload + order.len() * SESSION_SUFFIXES.len() * 64,
+        );
         p.arg_num(2 + (SESSION_SUFFIXES.len() * order.len()) as u64);
         p.arg(self.epoch_key.as_bytes());
         p.arg(self.sessions_key.as_bytes());

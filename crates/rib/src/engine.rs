@@ -1018,7 +1018,12 @@ impl Engine {
     /// The fingerprint the engine records in `id`'s Adj-RIB-Out when it
     /// sends a route of family `afi` with these (exported) attributes, as
     /// decoded from the wire. Comparable within one process only.
-    pub fn out_fingerprint(&self, id: PeerId, afi: holdfast_wire::Afi, attrs: &PathAttrs) -> Option<u64> {
+    pub fn out_fingerprint(
+        &self,
+        id: PeerId,
+        afi: holdfast_wire::Afi,
+        attrs: &PathAttrs,
+    ) -> Option<u64> {
         let p = self.peers.get(&id)?;
         let params = self.params(&p.spec);
         Some(OutAttrs::encode(&params, afi, attrs.clone()).hash)

@@ -19,11 +19,11 @@ use holdfast_linux::repair::{self, TcpRepairState};
 use holdfast_nsr::{Op, TcpParams};
 use holdfast_wire::{frame, DecodeError, HEADER_LEN};
 use std::io;
+use std::net::SocketAddr;
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
-use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
@@ -152,7 +152,11 @@ impl Conn {
     }
 
     /// A connection rebuilt by TCP_REPAIR on a backup, already replicated.
-    pub fn with_repl(stream: TcpStream, outbound: bool, repl: Option<ConnRepl>) -> io::Result<Conn> {
+    pub fn with_repl(
+        stream: TcpStream,
+        outbound: bool,
+        repl: Option<ConnRepl>,
+    ) -> io::Result<Conn> {
         stream.set_nodelay(true)?;
         let local = stream.local_addr()?;
         let remote = stream.peer_addr()?;
@@ -182,11 +186,7 @@ impl Conn {
         let r = self.repl.as_ref()?;
         let written = self.written.load(Ordering::Acquire);
         let outq = repair::outq(self.rd.as_ref().as_fd()).ok()?;
-        Some(
-            r.snd_base
-                .wrapping_add(written as u32)
-                .wrapping_sub(outq),
-        )
+        Some(r.snd_base.wrapping_add(written as u32).wrapping_sub(outq))
     }
 
     /// Reads more bytes. `Ok(0)` means the peer closed. Cancel-safe.

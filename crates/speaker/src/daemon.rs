@@ -6,12 +6,12 @@ mod takeover;
 
 use crate::control::{self, DaemonReq};
 use crate::convert::{self, Compiled};
+use crate::nsr::Nsr;
 use crate::obs::{InstanceLabels, Metrics, PeerLabels};
 use crate::peer::{self, PeerCmd, PeerSettings, SharedStatus};
-use crate::rib_thread::{self, Mailboxes, QueryResult, RibCmd, RibHandle, RibQuery};
-use crate::nsr::Nsr;
 use crate::resume::{self, Takeover};
 use crate::rib_thread::ResumePeer;
+use crate::rib_thread::{self, Mailboxes, QueryResult, RibCmd, RibHandle, RibQuery};
 use crate::socket;
 use anyhow::Context;
 use holdfast_api::{NeighborInfo, Request, Response, RibEntry, RibTable, Summary};

@@ -440,7 +440,11 @@ impl Replicator {
         // everything else): nobody claimed the instance after us, so we
         // claim it back up to our epoch and write everything anew.
         while current < ours {
-            tracing::warn!(current, ours, "state store lost its data: re-claiming the instance");
+            tracing::warn!(
+                current,
+                ours,
+                "state store lost its data: re-claiming the instance"
+            );
             match self.store.claim() {
                 Ok(c) => current = c,
                 Err(e) => {
@@ -456,7 +460,10 @@ impl Replicator {
         // Operations produced before this point were not stored: every
         // session writes itself anew at the next generation.
         let gen = self.shared.gen.fetch_add(1, Ordering::SeqCst) + 1;
-        tracing::info!(epoch = ours, "state store reachable again: re-synchronising every session");
+        tracing::info!(
+            epoch = ours,
+            "state store reachable again: re-synchronising every session"
+        );
         self.shared.store_up.store(true, Ordering::SeqCst);
         let _ = self.shared.resync.send(gen);
     }

@@ -14,10 +14,11 @@
 mod nsr_ops;
 
 use crate::conn::Conn;
-use crate::tables::append_message;
+use crate::nsr::Nsr;
 use crate::obs::{Metrics, PeerLabels};
 use crate::rib_thread::{RibCmd, RibHandle, ToPeer};
 use crate::socket::{self, SockOpts};
+use crate::tables::append_message;
 use holdfast_fsm::{
     resolve_collision, Action, CollisionWinner, Event, Negotiated, Session, SessionConfig, State,
     Time,
@@ -32,7 +33,6 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, watch};
-use crate::nsr::Nsr;
 use tracing::Instrument;
 
 /// How long a graceful-restart peer's routes stay stale after it comes back,
@@ -77,6 +77,10 @@ pub struct PeerSettings {
     /// down until an operator resets the session (`None`).
     pub max_prefix_restart: Option<u32>,
 }
+
+/// A session's tables from the RIB thread: (Adj-RIB-In, Adj-RIB-Out) as
+/// encoded UPDATEs.
+type SnapshotReply = oneshot::Receiver<(Vec<u8>, Vec<u8>)>;
 
 /// Commands to a peer task.
 pub enum PeerCmd {
@@ -138,7 +142,7 @@ pub struct PeerTask {
     resync: Option<watch::Receiver<u64>>,
     /// A table snapshot being taken: (reply, whether it re-synchronises
     /// the session after a store outage or only compacts its logs).
-    snapshot: Option<(oneshot::Receiver<(Vec<u8>, Vec<u8>)>, bool)>,
+    snapshot: Option<(SnapshotReply, bool)>,
     /// Log bytes after which the session's logs are compacted.
     compact_at: u64,
 }
@@ -206,9 +210,7 @@ async fn changed(rx: Option<&mut watch::Receiver<u64>>) -> Result<(), watch::err
     }
 }
 
-async fn snapshot_done(
-    s: Option<&mut (oneshot::Receiver<(Vec<u8>, Vec<u8>)>, bool)>,
-) -> Option<(Vec<u8>, Vec<u8>)> {
+async fn snapshot_done(s: Option<&mut (SnapshotReply, bool)>) -> Option<(Vec<u8>, Vec<u8>)> {
     match s {
         Some((rx, _)) => rx.await.ok(),
         None => std::future::pending().await,

@@ -28,9 +28,7 @@ use holdfast_linux::announce::{address_is_local, announce_address};
 use holdfast_linux::nfq::{AckGate, ConnKey, GateMode};
 use holdfast_linux::repair::{self, Restore, TcpRepairState};
 use holdfast_linux::rules;
-use holdfast_nsr::{
-    InstanceState, Op, RedisStore, Store, StoreError, StoreUrl, StoredSession,
-};
+use holdfast_nsr::{InstanceState, Op, RedisStore, Store, StoreError, StoreUrl, StoredSession};
 use holdfast_wire::Open;
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -68,7 +66,11 @@ struct LazyStore {
 impl LazyStore {
     fn get(&mut self) -> Result<&mut RedisStore, StoreError> {
         if self.inner.is_none() {
-            self.inner = Some(RedisStore::connect(&self.url, &self.instance, STORE_TIMEOUT)?);
+            self.inner = Some(RedisStore::connect(
+                &self.url,
+                &self.instance,
+                STORE_TIMEOUT,
+            )?);
         }
         self.inner
             .as_mut()
@@ -327,11 +329,7 @@ impl Takeover {
     }
 
     /// Step 6 for one session: the socket, rebuilt.
-    pub fn restore(
-        &mut self,
-        s: &StoredSession,
-        sock: &SockOpts,
-    ) -> anyhow::Result<Resumed> {
+    pub fn restore(&mut self, s: &StoredSession, sock: &SockOpts) -> anyhow::Result<Resumed> {
         let rec = &s.record;
         let t = Instant::now();
         let (snd_una, queue) = s.send_queue();
@@ -371,8 +369,9 @@ impl Takeover {
         };
         let std_stream = match repair::restore_in_repair(&restore) {
             Ok(x) => x,
-            Err(e) if e.raw_os_error() == Some(libc::EADDRINUSE)
-                || e.raw_os_error() == Some(libc::EADDRNOTAVAIL) =>
+            Err(e)
+                if e.raw_os_error() == Some(libc::EADDRINUSE)
+                    || e.raw_os_error() == Some(libc::EADDRNOTAVAIL) =>
             {
                 // A socket of a process that died on this host still holds
                 // the connection: destroy it while the gate drops

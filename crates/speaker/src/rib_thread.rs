@@ -11,8 +11,8 @@
 //! lone UPDATE is still processed at once.
 
 use crate::obs::Metrics;
-use holdfast_rib::{Engine, Output, PeerId, PeerSpec, PolicyRef};
 use crate::tables;
+use holdfast_rib::{Engine, Output, PeerId, PeerSpec, PolicyRef};
 use holdfast_wire::{CodecCtx, Family, Notification, PathAttrs, Prefix};
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -304,8 +304,9 @@ impl RibThread {
             let id = p.spec.id;
             let engine = &self.engine;
             let fingerprints = engine.adj_rib_out_fingerprints(id);
-            let changed =
-                tables::differing(&held, &fingerprints, |afi, a| engine.out_fingerprint(id, afi, a));
+            let changed = tables::differing(&held, &fingerprints, |afi, a| {
+                engine.out_fingerprint(id, afi, a)
+            });
             let computed = t.elapsed();
             let held_len = held.len();
             let wanted_len = fingerprints.len();

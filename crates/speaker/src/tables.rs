@@ -139,9 +139,9 @@ pub fn differing(
     let mut memo: HashMap<(*const PathAttrs, bool), Option<u64>> = HashMap::new();
     let mut fp = |p: &Prefix, a: &Arc<PathAttrs>| {
         let v6 = matches!(p, Prefix::V6(_));
-        *memo.entry((Arc::as_ptr(a), v6)).or_insert_with(|| {
-            fingerprint(if v6 { Afi::Ipv6 } else { Afi::Ipv4 }, a)
-        })
+        *memo
+            .entry((Arc::as_ptr(a), v6))
+            .or_insert_with(|| fingerprint(if v6 { Afi::Ipv6 } else { Afi::Ipv4 }, a))
     };
     let mut out = Vec::new();
     let (mut i, mut j) = (0, 0);

@@ -31,7 +31,10 @@ const MON_AS: u32 = 65002;
 const DEADLINE: Duration = Duration::from_secs(300);
 
 #[derive(Parser, Debug)]
-#[command(name = "holdfast-nsr-bench", about = "NSR overhead, ACK delay, store size and takeover phases")]
+#[command(
+    name = "holdfast-nsr-bench",
+    about = "NSR overhead, ACK delay, store size and takeover phases"
+)]
 struct Args {
     /// Table sizes (k/M suffixes).
     #[arg(long, default_value = "10k,1M", value_delimiter = ',')]
@@ -56,7 +59,13 @@ fn parse_size(s: &str) -> Result<usize> {
     Ok(n.parse::<usize>().context("size")? * m)
 }
 
-fn tester(lab: &Lab, host: holdfast_lab::HostId, local: Ipv4Addr, to: IpAddr, asn: u32) -> Result<Arc<Tester>> {
+fn tester(
+    lab: &Lab,
+    host: holdfast_lab::HostId,
+    local: Ipv4Addr,
+    to: IpAddr,
+    asn: u32,
+) -> Result<Arc<Tester>> {
     let ns = lab.netns(host).to_string();
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
@@ -64,7 +73,12 @@ fn tester(lab: &Lab, host: holdfast_lab::HostId, local: Ipv4Addr, to: IpAddr, as
         cfg.families = vec![holdfast_wire::Family::IPV4_UNICAST];
         cfg.hold_time = 90;
         let r = in_netns(&ns, move || {
-            Tester::connect(SocketAddr::new(to, 179), Some(IpAddr::V4(local)), &cfg, Duration::from_secs(5))
+            Tester::connect(
+                SocketAddr::new(to, 179),
+                Some(IpAddr::V4(local)),
+                &cfg,
+                Duration::from_secs(5),
+            )
         })?;
         match r {
             Ok(p) => return Ok(Arc::new(p)),
@@ -85,7 +99,13 @@ fn config(topo: &NsrTopo, redis: Option<&str>) -> String {
         topo.peer.v4,
         svc = topo.service_v4
     );
-    let full = nsr_config(topo, redis.unwrap_or("redis://127.0.0.1:1"), "bench", &[], &extra);
+    let full = nsr_config(
+        topo,
+        redis.unwrap_or("redis://127.0.0.1:1"),
+        "bench",
+        &[],
+        &extra,
+    );
     match redis {
         Some(_) => full,
         None => {
@@ -153,7 +173,12 @@ fn one_run(n: usize, kind: Kind, nsr: bool, takeover: bool) -> Result<Sample> {
         lab.capture_start()?;
     }
     let redis = if nsr {
-        Some(Redis::start(&mut lab, topo.redis.id, IpAddr::V4(topo.redis.v4), 6379)?)
+        Some(Redis::start(
+            &mut lab,
+            topo.redis.id,
+            IpAddr::V4(topo.redis.v4),
+            6379,
+        )?)
     } else {
         None
     };
@@ -175,12 +200,17 @@ fn one_run(n: usize, kind: Kind, nsr: bool, takeover: bool) -> Result<Sample> {
     };
     while mon.route_count() < n {
         if t0.elapsed() > DEADLINE {
-            bail!("monitor holds {} of {n} after {DEADLINE:?}", mon.route_count());
+            bail!(
+                "monitor holds {} of {n} after {DEADLINE:?}",
+                mon.route_count()
+            );
         }
         std::thread::sleep(Duration::from_millis(2));
     }
     let learn = t0.elapsed();
-    sender.join().map_err(|_| anyhow::anyhow!("sender panicked"))??;
+    sender
+        .join()
+        .map_err(|_| anyhow::anyhow!("sender panicked"))??;
     let mut sample = Sample {
         learn,
         nsr: None,
@@ -223,13 +253,14 @@ fn one_run(n: usize, kind: Kind, nsr: bool, takeover: bool) -> Result<Sample> {
             let deadline = Instant::now() + Duration::from_secs(60);
             let v = loop {
                 let v = show_nsr(&new, &lab)?;
-                if v["takeover"]["tables_us"].as_u64().unwrap_or(0) > 0 || Instant::now() > deadline {
+                if v["takeover"]["tables_us"].as_u64().unwrap_or(0) > 0 || Instant::now() > deadline
+                {
                     break v;
                 }
                 std::thread::sleep(Duration::from_millis(20));
             };
-            let kept = mon.view(|v| v.notifications.is_empty() && !v.closed)
-                && mon.route_count() >= n;
+            let kept =
+                mon.view(|v| v.notifications.is_empty() && !v.closed) && mon.route_count() >= n;
             sample.takeover = Some(Takeover {
                 orchestrator_ms: times.total.as_secs_f64() * 1e3,
                 resume_ms: first.duration_since(command).as_secs_f64() * 1e3,
@@ -267,10 +298,16 @@ fn main() -> Result<()> {
         let mut last_on = None;
         for run in 0..args.runs {
             let s = one_run(n, kind, false, false)?;
-            println!("{size} run {run} NSR off: learn {:.3} s", s.learn.as_secs_f64());
+            println!(
+                "{size} run {run} NSR off: learn {:.3} s",
+                s.learn.as_secs_f64()
+            );
             off.push(s.learn.as_secs_f64());
             let s = one_run(n, kind, true, run + 1 == args.runs)?;
-            println!("{size} run {run} NSR on: learn {:.3} s", s.learn.as_secs_f64());
+            println!(
+                "{size} run {run} NSR on: learn {:.3} s",
+                s.learn.as_secs_f64()
+            );
             on.push(s.learn.as_secs_f64());
             last_on = Some(s);
         }
@@ -290,7 +327,10 @@ fn main() -> Result<()> {
                     v["store_latency_p50_us"], v["store_latency_p99_us"], v["writes"]
                 );
             }
-            let _ = writeln!(report, "Store size at rest (Redis MEMORY USAGE):\n\n| session | bytes |\n|---|---|");
+            let _ = writeln!(
+                report,
+                "Store size at rest (Redis MEMORY USAGE):\n\n| session | bytes |\n|---|---|"
+            );
             for (k, b) in &s.store_bytes {
                 let _ = writeln!(report, "| {k} | {b} |");
             }

@@ -8,5 +8,9 @@ use holdfast_lab::{Bird, PeerKind};
 
 #[test]
 fn bird_peer_never_notices_failovers() {
-    nsr_common::failover_sequence::<Bird>("nsr_bird", PeerKind::Bird, nsr_common::Options { md5: None });
+    nsr_common::failover_sequence::<Bird>(
+        "nsr_bird",
+        PeerKind::Bird,
+        nsr_common::Options { md5: None },
+    );
 }

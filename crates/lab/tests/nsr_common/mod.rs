@@ -32,9 +32,9 @@
 
 use holdfast_api::RibTable;
 use holdfast_lab::{
-    skip_unless_ready, wait_for_every, wait_ok, Fence, Holdfastd, HostId, Lab, LabOrchestrator, LogMark,
-    NeighborSpec, NsrTopo, Orchestrator, Peer, PeerKind, PeerSpec, PeerWatch, Redis, RouteSpec,
-    Signal,
+    skip_unless_ready, wait_for_every, wait_ok, Fence, Holdfastd, HostId, Lab, LabOrchestrator,
+    LogMark, NeighborSpec, NsrTopo, Orchestrator, Peer, PeerKind, PeerSpec, PeerWatch, Redis,
+    RouteSpec, Signal,
 };
 use holdfast_tester::workload::{generate, Kind};
 use holdfast_tester::{encode_routes, netns::in_netns, Config as TesterConfig, Peer as Tester};
@@ -192,8 +192,8 @@ impl<P: Peer> Run<P> {
         let mut lab = Lab::new(name).expect("lab");
         lab.capture_start().expect("pcap");
         let topo = NsrTopo::build(&mut lab).expect("topology");
-        let redis = Redis::start(&mut lab, topo.redis.id, IpAddr::V4(topo.redis.v4), 6379)
-            .expect("redis");
+        let redis =
+            Redis::start(&mut lab, topo.redis.id, IpAddr::V4(topo.redis.v4), 6379).expect("redis");
         let config = hf_config(&topo, &redis.url(), &o);
         let hf = Holdfastd::start(&mut lab, topo.a.id, "hf0", &config).expect("holdfastd on a");
         let peer = P::start(&mut lab, topo.peer.id, &peer_spec(&topo, &o)).expect("peer");
@@ -234,18 +234,13 @@ impl<P: Peer> Run<P> {
             .hf
             .cli_json(&self.lab, &["show", "nsr"])
             .expect("show nsr");
-        v.get("ok")
-            .and_then(|b| b.get("nsr"))
-            .cloned()
-            .unwrap_or(v)
+        v.get("ok").and_then(|b| b.get("nsr")).cloned().unwrap_or(v)
     }
 
     fn wait_protected(&self, what: &str) {
         wait_ok(&format!("{what}: holdfastd PROTECTED"), T, || {
             let n = self.nsr();
-            (n["protected"] == true)
-                .then_some(())
-                .ok_or(n.to_string())
+            (n["protected"] == true).then_some(()).ok_or(n.to_string())
         })
         .expect("protected");
     }
@@ -297,7 +292,10 @@ impl<P: Peer> Run<P> {
 
     /// Everything the scenario promises, after a takeover.
     pub fn check(&mut self, what: &str) {
-        for (t, who) in [(&self.feed_in, "feed->peer"), (&self.feed_out, "feed->holdfastd")] {
+        for (t, who) in [
+            (&self.feed_in, "feed->peer"),
+            (&self.feed_out, "feed->holdfastd"),
+        ] {
             t.view(|v| {
                 assert!(
                     v.notifications.is_empty(),
@@ -308,40 +306,53 @@ impl<P: Peer> Run<P> {
             });
         }
         let notes = self.peer.notifications_since(&self.mark).expect("peer log");
-        assert!(notes.is_empty(), "{what}: the peer logged NOTIFICATIONs: {notes:?}");
+        assert!(
+            notes.is_empty(),
+            "{what}: the peer logged NOTIFICATIONs: {notes:?}"
+        );
         let (peer_ip, svc) = (self.peer_ip(), service(&self.topo));
         // Every route the peer advertises to us is in our Adj-RIB-In, and
         // nothing else is.
-        wait_ok(&format!("{what}: Adj-RIB-In = what the peer sent"), T, || {
-            let sent = prefixes(
-                self.peer
-                    .advertised_routes(&self.lab, svc)
-                    .map_err(|e| e.to_string())?
-                    .into_iter()
-                    .map(|r| r.prefix),
-            );
-            let got = prefixes(
-                self.hf
-                    .rib(RibTable::In, Some(peer_ip))
-                    .map_err(|e| e.to_string())?
-                    .into_iter()
-                    .map(|r| r.prefix),
-            );
-            (sent == got).then_some(()).ok_or_else(|| difference(&sent, &got))
-        })
+        wait_ok(
+            &format!("{what}: Adj-RIB-In = what the peer sent"),
+            T,
+            || {
+                let sent = prefixes(
+                    self.peer
+                        .advertised_routes(&self.lab, svc)
+                        .map_err(|e| e.to_string())?
+                        .into_iter()
+                        .map(|r| r.prefix),
+                );
+                let got = prefixes(
+                    self.hf
+                        .rib(RibTable::In, Some(peer_ip))
+                        .map_err(|e| e.to_string())?
+                        .into_iter()
+                        .map(|r| r.prefix),
+                );
+                (sent == got)
+                    .then_some(())
+                    .ok_or_else(|| difference(&sent, &got))
+            },
+        )
         .unwrap_or_else(|e| panic!("{e}"));
         // The peer holds exactly what we advertise.
-        wait_ok(&format!("{what}: the peer holds our Adj-RIB-Out"), T, || {
-            let out = self
-                .hf
-                .rib(RibTable::Out, Some(peer_ip))
-                .map_err(|e| e.to_string())?
-                .len() as u32;
-            let held = self.held_from_us();
-            (out == held && out > 0)
-                .then_some(())
-                .ok_or(format!("advertised {out}, peer holds {held}"))
-        })
+        wait_ok(
+            &format!("{what}: the peer holds our Adj-RIB-Out"),
+            T,
+            || {
+                let out = self
+                    .hf
+                    .rib(RibTable::Out, Some(peer_ip))
+                    .map_err(|e| e.to_string())?
+                    .len() as u32;
+                let held = self.held_from_us();
+                (out == held && out > 0)
+                    .then_some(())
+                    .ok_or(format!("advertised {out}, peer holds {held}"))
+            },
+        )
         .unwrap_or_else(|e| panic!("{e}"));
         // New UPDATEs both ways.
         self.fresh += 1;
@@ -378,12 +389,7 @@ impl<P: Peer> Run<P> {
 
     /// Streams `burst()` routes from a feed; kills the primary once
     /// `progress()` reaches a tenth of them, and takes over.
-    fn burst_and_kill(
-        &mut self,
-        what: &str,
-        inbound: bool,
-        progress: impl Fn(&Self) -> u64,
-    ) {
+    fn burst_and_kill(&mut self, what: &str, inbound: bool, progress: impl Fn(&Self) -> u64) {
         let n = burst();
         let (t, asn) = if inbound {
             (self.feed_in.clone(), FEED_IN_AS)
@@ -450,7 +456,9 @@ impl<P: Peer> Run<P> {
         println!("switchover: {}", out.trim());
         let old = self.takeover("planned switchover", Fence::None);
         wait_ok("switchover: the old process exits", T, || {
-            (!old.is_alive()).then_some(()).ok_or("still running".to_string())
+            (!old.is_alive())
+                .then_some(())
+                .ok_or("still running".to_string())
         })
         .unwrap_or_else(|e| panic!("{e}"));
         self.check("planned switchover");
@@ -460,7 +468,9 @@ impl<P: Peer> Run<P> {
         let old = self.takeover("frozen primary (SIGSTOP)", Fence::Stop);
         self.lab.kill(old.proc, Signal::Cont);
         wait_ok("thawed primary exits fenced", T, || {
-            (!old.is_alive()).then_some(()).ok_or("still running".to_string())
+            (!old.is_alive())
+                .then_some(())
+                .ok_or("still running".to_string())
         })
         .unwrap_or_else(|e| panic!("{e}"));
         let log = old.log_text(&self.lab);
@@ -476,9 +486,7 @@ impl<P: Peer> Run<P> {
         self.redis.kill(&mut self.lab).expect("kill redis");
         wait_ok("store down: UNPROTECTED", T, || {
             let n = self.nsr();
-            (n["protected"] == false)
-                .then_some(())
-                .ok_or(n.to_string())
+            (n["protected"] == false).then_some(()).ok_or(n.to_string())
         })
         .unwrap_or_else(|e| panic!("{e}"));
         // Sessions stay up and routes flow while unprotected.

@@ -8,5 +8,9 @@ use holdfast_lab::{Gobgp, PeerKind};
 
 #[test]
 fn gobgp_peer_never_notices_failovers() {
-    nsr_common::failover_sequence::<Gobgp>("nsr_gobgp", PeerKind::Gobgp, nsr_common::Options { md5: None });
+    nsr_common::failover_sequence::<Gobgp>(
+        "nsr_gobgp",
+        PeerKind::Gobgp,
+        nsr_common::Options { md5: None },
+    );
 }

@@ -4,7 +4,7 @@
 
 use super::{Daemon, ResumeTarget};
 use crate::peer::{session_spec, PeerCmd, PeerSettings};
-use crate::rib_thread::{RibCmd, ResumePeer};
+use crate::rib_thread::{ResumePeer, RibCmd};
 use holdfast_api::{NsrStatus, Response};
 use holdfast_fsm::negotiate;
 use holdfast_nsr::Op;
@@ -27,7 +27,8 @@ impl Daemon {
             return false;
         };
         let rec = &stored.record;
-        let opens = decode_open(&rec.open_sent).and_then(|l| Ok((l, decode_open(&rec.open_received)?)));
+        let opens =
+            decode_open(&rec.open_sent).and_then(|l| Ok((l, decode_open(&rec.open_received)?)));
         let neg = match opens {
             Ok((local, remote)) => negotiate(&local, &remote, &s.session),
             Err(e) => {
@@ -102,7 +103,12 @@ impl Daemon {
         for (k, s) in &t.sessions {
             if !targets.contains(k) {
                 tracing::warn!(key = %s.key, "stored session has no neighbour in the configuration: forgotten");
-                nsr.submit(&s.key, Some(Op::Remove { key: s.key.clone() }), nsr.gen(), crate::nsr::Then::Nothing);
+                nsr.submit(
+                    &s.key,
+                    Some(Op::Remove { key: s.key.clone() }),
+                    nsr.gen(),
+                    crate::nsr::Then::Nothing,
+                );
             }
         }
         let targets = std::mem::take(&mut self.resume_targets);
@@ -148,7 +154,9 @@ impl Daemon {
         tokio::spawn(async move {
             tokio::time::sleep(limit).await;
             if shared.switching.swap(false, Ordering::SeqCst) {
-                tracing::warn!("switchover: no backup claimed the instance in time; continuing as primary");
+                tracing::warn!(
+                    "switchover: no backup claimed the instance in time; continuing as primary"
+                );
             }
         });
         tracing::info!("switchover: ready; start `holdfastd --takeover` on the backup");

@@ -257,7 +257,11 @@ impl PeerTask {
             f.log_bytes = 0;
         });
         self.compact_at = MIN_COMPACT_BYTES.max(2 * size);
-        tracing::info!(resync, bytes = size, "NSR: session tables snapshotted into the store");
+        tracing::info!(
+            resync,
+            bytes = size,
+            "NSR: session tables snapshotted into the store"
+        );
     }
 
     /// Takeover: the session continues on a connection rebuilt with
@@ -276,7 +280,11 @@ impl PeerTask {
             match Session::resume(self.s.session.clone(), local_open, remote_open, t) {
                 Ok(x) => x,
                 Err(n) => {
-                    tracing::error!(code = n.code, subcode = n.subcode, "stored session no longer negotiates with this configuration; starting afresh");
+                    tracing::error!(
+                    code = n.code,
+                    subcode = n.subcode,
+                    "stored session no longer negotiates with this configuration; starting afresh"
+                );
                     self.resuming = None;
                     self.fsm(Which::Main, Event::ManualStart);
                     return;
