@@ -573,6 +573,9 @@ fn check_nsr(n: &Nsr) -> Result<(), ConfigError> {
             "must be 1..=64 characters of [A-Za-z0-9_.-]",
         ));
     }
+    if n.compact_bytes < 65536 {
+        return Err(invalid("nsr.compact_bytes", "must be at least 65536"));
+    }
     if n.manage_address && n.address.is_none() {
         return Err(invalid(
             "nsr.address",

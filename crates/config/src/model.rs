@@ -344,6 +344,14 @@ pub struct Nsr {
     /// Netfilter queue number of the ACK gate (iptables NFQUEUE target).
     #[serde(default = "default_nfqueue")]
     pub queue: u16,
+    /// A session's replicated logs are compacted into a table snapshot
+    /// once they exceed this many bytes (or twice the last snapshot).
+    #[serde(default = "default_compact_bytes")]
+    pub compact_bytes: u64,
+}
+
+fn default_compact_bytes() -> u64 {
+    16 * 1024 * 1024
 }
 
 fn default_nfqueue() -> u16 {

@@ -133,6 +133,8 @@ pub struct Shared {
     pub takeover: Mutex<Option<TakeoverTimes>>,
     /// Tells peer tasks to re-synchronise (value: the generation to reach).
     pub resync: watch::Sender<u64>,
+    /// Log bytes after which a session's logs are compacted.
+    pub compact_bytes: u64,
 }
 
 /// Handle held by the daemon and every peer task.
@@ -153,6 +155,7 @@ impl Nsr {
         gate: Arc<AckGate>,
         instance: String,
         store_desc: String,
+        compact_bytes: u64,
     ) -> Nsr {
         let (tx, rx) = std_mpsc::channel();
         let (resync, _) = watch::channel(0);
@@ -172,6 +175,7 @@ impl Nsr {
             sessions: Mutex::new(HashMap::new()),
             takeover: Mutex::new(None),
             resync,
+            compact_bytes,
         });
         gate.set_mode(if store_up {
             GateMode::Protected

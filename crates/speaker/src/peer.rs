@@ -38,9 +38,6 @@ use tracing::Instrument;
 /// How long a graceful-restart peer's routes stay stale after it comes back,
 /// waiting for End-of-RIB (FRR's default stale-path time).
 const STALE_PATH_TIME: Duration = Duration::from_secs(360);
-/// A session's store logs are compacted into a snapshot once they exceed
-/// this, or twice the last snapshot, whichever is larger.
-const MIN_COMPACT_BYTES: u64 = 16 * 1024 * 1024;
 
 use holdfast_wire::error::cease_subcode::{
     ADMINISTRATIVE_RESET as CEASE_ADMIN_RESET, CONNECTION_COLLISION_RESOLUTION as CEASE_COLLISION,
@@ -189,7 +186,7 @@ pub fn spawn(
         nsr,
         resuming: resuming.then(Vec::new),
         snapshot: None,
-        compact_at: MIN_COMPACT_BYTES,
+        compact_at: u64::MAX,
         s,
     };
     tokio::spawn(task.run().instrument(span));

@@ -200,6 +200,7 @@ pub fn start_primary(cfg: &Config) -> anyhow::Result<Nsr> {
         gate,
         n.instance.clone(),
         format!("{:?}", n.store),
+        n.compact_bytes,
     ))
 }
 
@@ -264,6 +265,7 @@ impl Takeover {
             gate,
             n.instance.clone(),
             format!("{:?}", n.store),
+            n.compact_bytes,
         );
         nsr.gate.set_mode(GateMode::DropAll);
         let times = TakeoverTimes {

@@ -65,6 +65,9 @@ fn burst() -> usize {
 pub struct Options {
     /// TCP MD5 key on the session under test.
     pub md5: Option<&'static str>,
+    /// `[nsr] compact_bytes`: small values make every burst compact the
+    /// replicated logs into snapshots, so takeovers load snapshots.
+    pub compact_bytes: Option<u64>,
 }
 
 pub struct Run<P: Peer> {
@@ -102,6 +105,10 @@ fn hf_config(topo: &NsrTopo, redis: &str, o: &Options) -> String {
         feed = topo.feed.v4,
         svc = topo.service_v4,
     );
+    let extra = match o.compact_bytes {
+        Some(n) => format!("{extra}[nsr]\ncompact_bytes = {n}\n"),
+        None => extra,
+    };
     holdfast_lab::nsr_config(topo, redis, INSTANCE, &[], &extra)
 }
 

@@ -14,6 +14,7 @@ fn frr_peer_never_notices_failovers() {
         PeerKind::Frr,
         nsr_common::Options {
             md5: Some("nsr-md5-key"),
+            compact_bytes: None,
         },
     );
 }

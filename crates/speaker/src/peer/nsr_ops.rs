@@ -4,7 +4,7 @@
 //! with a table snapshot, and resume a session taken over from a failed
 //! primary.
 
-use super::{now, PeerCmd, PeerTask, Slot, Which, MIN_COMPACT_BYTES};
+use super::{now, PeerCmd, PeerTask, Slot, Which};
 use crate::conn::{unix_ms, Conn};
 use crate::nsr::Then;
 use crate::resume::Resumed;
@@ -123,7 +123,7 @@ impl PeerTask {
         r.key = Some(key.clone());
         r.synced_gen = gen;
         r.log_bytes = 0;
-        self.compact_at = MIN_COMPACT_BYTES;
+        self.compact_at = r.nsr.shared.compact_bytes;
         let (ack, snd) = (r.rcv_next(), r.snd_next());
         r.nsr.figures(&key, |f| {
             f.peer = peer;
@@ -256,7 +256,7 @@ impl PeerTask {
             f.synced_gen = gen;
             f.log_bytes = 0;
         });
-        self.compact_at = MIN_COMPACT_BYTES.max(2 * size);
+        self.compact_at = r.nsr.shared.compact_bytes.max(2 * size);
         tracing::info!(
             resync,
             bytes = size,
@@ -319,6 +319,10 @@ impl PeerTask {
         };
         self.gen = 1;
         self.up = true;
+        self.compact_at = self
+            .nsr
+            .as_ref()
+            .map_or(u64::MAX, |n| n.shared.compact_bytes);
         if let Ok(mut st) = self.status.lock() {
             st.established_at = Some(Instant::now());
             st.local = Some(local);
