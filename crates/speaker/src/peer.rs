@@ -142,6 +142,9 @@ pub struct PeerTask {
     snapshot: Option<(SnapshotReply, bool)>,
     /// Log bytes after which the session's logs are compacted.
     compact_at: u64,
+    /// When the peer's acknowledgement should be written again (the send
+    /// tail is not empty yet).
+    acked_due: Option<Time>,
 }
 
 /// Starts a peer task on the current (I/O) runtime.
@@ -187,6 +190,7 @@ pub fn spawn(
         resuming: resuming.then(Vec::new),
         snapshot: None,
         compact_at: u64::MAX,
+        acked_due: None,
         s,
     };
     tokio::spawn(task.run().instrument(span));
@@ -236,6 +240,7 @@ impl PeerTask {
                 self.main.fsm.next_deadline(),
                 self.extra.as_ref().and_then(|e| e.fsm.next_deadline()),
                 self.stale_deadline,
+                self.acked_due,
             ]
             .into_iter()
             .flatten()

@@ -141,26 +141,34 @@ impl PeerTask {
 
     /// Writes the peer's acknowledgement (a lower bound) now and then, so
     /// the store trims the send tail.
+    /// Until the tail is empty, it is written again every `ACKED_EVERY`
+    /// from the timer, so that a session at rest stores no send tail.
     pub(super) fn replicate_acked(&mut self) {
+        self.acked_due = None;
         let Some(conn) = self.main.conn.as_mut() else {
             return;
         };
-        let due = conn
-            .repl
-            .as_ref()
-            .is_some_and(|r| r.last_acked.elapsed() >= ACKED_EVERY && r.replicating().is_some());
-        if !due {
+        let Some(r) = conn.repl.as_ref() else { return };
+        if r.replicating().is_none() {
+            return;
+        }
+        if r.last_acked.elapsed() < ACKED_EVERY {
+            self.acked_due = Some(now() + ACKED_EVERY);
             return;
         }
         let Some(una) = conn.snd_una() else { return };
         let Some(r) = conn.repl.as_mut() else { return };
         r.last_acked = Instant::now();
+        let pending = una != r.snd_next();
         if let Some(key) = r.replicating().map(str::to_string) {
             let op = Op::Acked {
                 key: key.clone(),
                 snd_una: una,
             };
             r.nsr.submit(&key, Some(op), r.synced_gen, Then::Nothing);
+        }
+        if pending {
+            self.acked_due = Some(now() + ACKED_EVERY);
         }
     }
 
