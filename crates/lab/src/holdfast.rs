@@ -16,10 +16,19 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// Finds a workspace binary: `$ENV`, else the newest of target/{release,debug}/NAME.
+/// Finds a workspace binary: `$ENV`, else NAME next to the running executable (e.g.
+/// `holdfastd` next to `holdfast` for `holdfast lab`), else the newest of
+/// target/{release,debug}/NAME.
 pub fn find_binary(name: &str, env: &str) -> Result<PathBuf> {
     if let Ok(p) = std::env::var(env) {
         return Ok(PathBuf::from(p));
+    }
+    if let Some(p) = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(|d| d.join(name)))
+        .filter(|p| p.is_file())
+    {
+        return Ok(p);
     }
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let target = std::env::var("CARGO_TARGET_DIR")
@@ -149,6 +158,23 @@ impl Holdfastd {
             },
         )?;
         Ok(d)
+    }
+
+    /// The unit `name` started earlier (by this or another process, see
+    /// [`Lab::adopt`]) as process `proc` in `host`: paths as [`Holdfastd::start_with`]
+    /// made them (`<work dir>/<name>/`).
+    pub fn adopt(lab: &Lab, host: HostId, proc: ProcId, name: &str) -> Holdfastd {
+        let dir = lab.work_dir().join(name);
+        Holdfastd {
+            host,
+            proc,
+            config_path: dir.join("holdfast.toml"),
+            socket: dir.join("holdfastd.sock"),
+            name: name.to_string(),
+            ready_file: None,
+            os_pid: lab.pid(proc),
+            stderr: lab.proc_logs(proc).1.to_path_buf(),
+        }
     }
 
     /// Polls `f` until it returns `Ok`; fails at once (with the log's tail) when the

@@ -9,9 +9,11 @@ use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use serde::{Deserialize, Serialize};
+
 use crate::cmd::{
-    argv, check_output, require_tool, run_ok, run_timeout, send_signal, wait_child, Signal,
-    DEFAULT_CMD_TIMEOUT,
+    argv, check_output, pid_alive, require_tool, run_ok, run_timeout, send_signal, wait_child,
+    Signal, DEFAULT_CMD_TIMEOUT,
 };
 use crate::error::{io_ctx, LabError, Result};
 use crate::stale;
@@ -24,23 +26,23 @@ const TERM_GRACE: Duration = Duration::from_secs(3);
 const CAPTURE_DRAIN: Duration = Duration::from_millis(200);
 
 /// Handle to a host (network namespace) of a [`Lab`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct HostId(pub(crate) usize);
 
 /// Handle to a veth link of a [`Lab`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct LinkId(pub(crate) usize);
 
 /// Handle to a bridge (switch namespace) of a [`Lab`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct BridgeId(pub(crate) usize);
 
 /// Handle to a process started by a [`Lab`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ProcId(pub(crate) usize);
 
 /// The two ends' addresses of a point-to-point subnet.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AddrPair<A> {
     /// Address of the `a` end.
     pub a: A,
@@ -51,7 +53,7 @@ pub struct AddrPair<A> {
 }
 
 /// One interface address with its prefix length.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IfAddr {
     /// The address.
     pub addr: IpAddr,
@@ -70,7 +72,7 @@ impl IfAddr {
 }
 
 /// A host of the lab.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct HostInfo {
     /// Name given by the test.
     pub name: String,
@@ -79,7 +81,7 @@ pub struct HostInfo {
 }
 
 /// A veth link between two hosts.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LinkInfo {
     /// First host.
     pub a: HostId,
@@ -96,7 +98,7 @@ pub struct LinkInfo {
 }
 
 /// One host attached to a bridge.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BridgePort {
     /// The attached host.
     pub host: HostId,
@@ -109,7 +111,7 @@ pub struct BridgePort {
 }
 
 /// A switch: its own namespace holding a Linux bridge and one veth per member.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BridgeInfo {
     /// Name given by the test.
     pub name: String,
@@ -123,8 +125,12 @@ pub struct BridgeInfo {
 
 struct ProcEntry {
     name: String,
-    child: Child,
+    /// `None` for a process adopted from a [`KeptLab`] (started by another process).
+    child: Option<Child>,
     pid: u32,
+    /// Start time (`/proc/PID/stat` field 22), so an adopted pid that was reused by an
+    /// unrelated process is never signalled.
+    start_time: Option<u64>,
     stdout: PathBuf,
     stderr: PathBuf,
     capture: bool,
@@ -148,6 +154,62 @@ pub struct Lab {
     pcap_enabled: bool,
     failed: bool,
     torn_down: bool,
+    /// Kept ([`Lab::keep`]) or adopted ([`Lab::adopt`]): dropping it tears nothing down.
+    kept: bool,
+}
+
+/// One process of a [`KeptLab`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeptProc {
+    /// Log name (`logs/<name>.stdout|.stderr`).
+    pub name: String,
+    /// Process id (also its process group id).
+    pub pid: u32,
+    /// Its start time in clock ticks since boot (`/proc/PID/stat` field 22), if known.
+    pub start_time: Option<u64>,
+    /// Path of its stdout log.
+    pub stdout: PathBuf,
+    /// Path of its stderr log.
+    pub stderr: PathBuf,
+    /// Whether it is a packet capture (stopped after the daemons).
+    pub capture: bool,
+}
+
+/// Everything a [`Lab`] needs to be torn down (or driven further) by another process:
+/// what [`Lab::kept_state`] writes and [`Lab::adopt`] reads. Serialisable (JSON).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct KeptLab {
+    /// Run id (`hf` + 6 hex digits), prefix of every namespace.
+    pub run_id: String,
+    /// Name given to [`Lab::new`].
+    pub test_name: String,
+    /// Work directory (logs, pcaps, configs).
+    pub work_dir: PathBuf,
+    /// Hosts, in creation order ([`HostId`] = index).
+    pub hosts: Vec<HostInfo>,
+    /// Links ([`LinkId`] = index).
+    pub links: Vec<LinkInfo>,
+    /// Bridges ([`BridgeId`] = index).
+    pub bridges: Vec<BridgeInfo>,
+    /// Processes ([`ProcId`] = index).
+    pub procs: Vec<KeptProc>,
+    /// Captured (namespace, interface) pairs.
+    pub captured: Vec<(String, String)>,
+    /// Pcap files.
+    pub pcaps: Vec<PathBuf>,
+    /// Whether every new link gets a capture.
+    pub pcap_enabled: bool,
+}
+
+/// Start time of `pid` in clock ticks since boot (`/proc/PID/stat` field 22).
+pub(crate) fn proc_start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(19)?
+        .parse()
+        .ok()
 }
 
 impl std::fmt::Debug for Lab {
@@ -241,7 +303,112 @@ impl Lab {
             pcap_enabled,
             failed: false,
             torn_down: false,
+            kept: false,
         })
+    }
+
+    /// What another process needs to drive or tear down this lab (see [`Lab::adopt`]).
+    pub fn kept_state(&self) -> KeptLab {
+        KeptLab {
+            run_id: self.run_id.clone(),
+            test_name: self.test_name.clone(),
+            work_dir: self.work_dir.clone(),
+            hosts: self.hosts.clone(),
+            links: self.links.clone(),
+            bridges: self.bridges.clone(),
+            procs: self
+                .procs
+                .iter()
+                .map(|p| KeptProc {
+                    name: p.name.clone(),
+                    pid: p.pid,
+                    start_time: p.start_time,
+                    stdout: p.stdout.clone(),
+                    stderr: p.stderr.clone(),
+                    capture: p.capture,
+                })
+                .collect(),
+            captured: self.captured.clone(),
+            pcaps: self.pcaps.clone(),
+            pcap_enabled: self.pcap_enabled,
+        }
+    }
+
+    /// Keep the lab running after this `Lab` is dropped (or this process exits): disarms
+    /// the teardown of `Drop` and registers the run as kept by `state_file`, so
+    /// [`crate::cleanup_stale`] leaves its namespaces alone for as long as that file
+    /// exists and names the run. Write [`Lab::kept_state`] into `state_file` first.
+    /// [`Lab::teardown`] still tears it down when called explicitly.
+    pub fn keep(&mut self, state_file: &Path) -> Result<()> {
+        stale::register_kept(&self.run_id, state_file)?;
+        self.kept = true;
+        Ok(())
+    }
+
+    /// Whether dropping this `Lab` leaves it running ([`Lab::keep`], [`Lab::adopt`]).
+    pub fn is_kept(&self) -> bool {
+        self.kept
+    }
+
+    /// A `Lab` for a kept lab started by another process (or earlier by this one): hosts,
+    /// links, bridges and processes as `state` describes them. Its processes are not this
+    /// process's children: they are watched and signalled by pid (never one whose start
+    /// time differs from the recorded one). The result is kept: dropping it tears
+    /// nothing down; [`Lab::teardown`] does (every process of its namespaces, the
+    /// namespaces, the registry entry and, unless failed, the work directory).
+    pub fn adopt(state: KeptLab) -> Result<Lab> {
+        if !crate::cmd::is_root() {
+            return Err(LabError::NotRoot);
+        }
+        if crate::stale::run_id_of(&format!("{}-", state.run_id)) != Some(state.run_id.as_str()) {
+            return Err(LabError::Invalid(format!(
+                "`{}` is not a lab run id",
+                state.run_id
+            )));
+        }
+        Ok(Lab {
+            run_id: state.run_id,
+            test_name: state.test_name,
+            work_dir: state.work_dir,
+            hosts: state.hosts,
+            links: state.links,
+            bridges: state.bridges,
+            procs: state
+                .procs
+                .into_iter()
+                .map(|p| ProcEntry {
+                    name: p.name,
+                    child: None,
+                    pid: p.pid,
+                    start_time: p.start_time,
+                    stdout: p.stdout,
+                    stderr: p.stderr,
+                    capture: p.capture,
+                    exit: None,
+                })
+                .collect(),
+            captured: state.captured,
+            pcaps: state.pcaps,
+            pcap_enabled: state.pcap_enabled,
+            failed: false,
+            torn_down: false,
+            kept: true,
+        })
+    }
+
+    /// Number of processes started so far ([`ProcId`]s are `0..proc_count()`).
+    pub fn proc_count(&self) -> usize {
+        self.procs.len()
+    }
+
+    /// The process with index `i` (`i < proc_count()`).
+    pub fn proc_id(&self, i: usize) -> Option<ProcId> {
+        (i < self.procs.len()).then_some(ProcId(i))
+    }
+
+    /// The log name of a process.
+    pub fn proc_name(&self, p: ProcId) -> &str {
+        &self.procs[p.0].name
     }
 
     /// Unique id of this run (`hf` + 6 hex digits); prefix of every namespace and interface.
@@ -498,6 +665,50 @@ impl Lab {
         .map(drop)
     }
 
+    /// Failure injection (a host failure): set every link of `host` down or up, both
+    /// ends: its veth links ([`Lab::set_link_up`]) and its bridge ports (the host's
+    /// interface and the switch side).
+    pub fn set_host_links_up(&self, host: HostId, up: bool) -> Result<()> {
+        for (i, l) in self.links.iter().enumerate() {
+            if l.a == host || l.b == host {
+                self.set_link_up(LinkId(i), up)?;
+            }
+        }
+        let state = if up { "up" } else { "down" };
+        for b in &self.bridges {
+            for p in b.ports.iter().filter(|p| p.host == host) {
+                for (ns, ifname) in [
+                    (self.netns(host), &p.host_if),
+                    (b.netns.as_str(), &p.switch_if),
+                ] {
+                    run_ok(
+                        &argv(&["ip", "-n", ns, "link", "set", ifname, state]),
+                        DEFAULT_CMD_TIMEOUT,
+                    )?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// All bridges created so far.
+    pub fn bridges(&self) -> impl Iterator<Item = (BridgeId, &BridgeInfo)> {
+        self.bridges
+            .iter()
+            .enumerate()
+            .map(|(i, b)| (BridgeId(i), b))
+    }
+
+    /// All links created so far.
+    pub fn links(&self) -> impl Iterator<Item = (LinkId, &LinkInfo)> {
+        self.links.iter().enumerate().map(|(i, l)| (LinkId(i), l))
+    }
+
+    /// The host named `name`, if any.
+    pub fn host_by_name(&self, name: &str) -> Option<HostId> {
+        self.hosts.iter().position(|h| h.name == name).map(HostId)
+    }
+
     fn ns_argv(&self, host: HostId, cmd: &[&str]) -> Vec<String> {
         let mut v = argv(&["ip", "netns", "exec", self.netns(host)]);
         v.extend(cmd.iter().map(|s| s.to_string()));
@@ -566,8 +777,9 @@ impl Lab {
         let pid = child.id();
         self.procs.push(ProcEntry {
             name: base,
-            child,
+            child: Some(child),
             pid,
+            start_time: proc_start_time(pid),
             stdout,
             stderr,
             capture,
@@ -587,19 +799,24 @@ impl Lab {
         (&e.stdout, &e.stderr)
     }
 
-    /// Whether a spawned process is still running (reaps it if it exited).
+    /// Whether a spawned process is still running (reaps it if it exited). For an
+    /// adopted process: whether its pid exists, is no zombie and has the recorded start
+    /// time (a zombie child of this process is reaped).
     pub fn is_running(&mut self, p: ProcId) -> bool {
         let e = &mut self.procs[p.0];
         if e.exit.is_some() {
             return false;
         }
-        match e.child.try_wait() {
-            Ok(Some(st)) => {
-                e.exit = Some(st);
-                false
-            }
-            Ok(None) => true,
-            Err(_) => false,
+        match &mut e.child {
+            Some(child) => match child.try_wait() {
+                Ok(Some(st)) => {
+                    e.exit = Some(st);
+                    false
+                }
+                Ok(None) => true,
+                Err(_) => false,
+            },
+            None => adopted_alive(e.pid, e.start_time),
         }
     }
 
@@ -631,15 +848,29 @@ impl Lab {
         let deadline = Instant::now() + TERM_GRACE;
         for &p in &live {
             let left = deadline.saturating_duration_since(Instant::now());
-            let e = &mut self.procs[p.0];
-            e.exit = wait_child(&mut e.child, left);
+            self.wait_gone(p, left);
         }
         for &p in &live {
-            let e = &mut self.procs[p.0];
-            if e.exit.is_none() {
-                send_signal(e.pid, Signal::Kill, true);
-                e.exit = wait_child(&mut e.child, Duration::from_secs(2));
+            if self.is_running(p) {
+                send_signal(self.procs[p.0].pid, Signal::Kill, true);
+                self.wait_gone(p, Duration::from_secs(2));
             }
+        }
+    }
+
+    /// Waits up to `timeout` for a process to exit (collecting a child's status).
+    fn wait_gone(&mut self, p: ProcId, timeout: Duration) {
+        let e = &mut self.procs[p.0];
+        if e.exit.is_some() {
+            return;
+        }
+        if let Some(child) = &mut e.child {
+            e.exit = wait_child(child, timeout);
+            return;
+        }
+        let deadline = Instant::now() + timeout;
+        while adopted_alive(e.pid, e.start_time) && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(10));
         }
     }
 
@@ -794,6 +1025,20 @@ impl Lab {
 
 impl Drop for Lab {
     fn drop(&mut self) {
-        self.teardown();
+        if !self.kept {
+            self.teardown();
+        }
     }
+}
+
+/// Whether an adopted process (not necessarily a child) is alive: reaps it first if it is
+/// a zombie child of this process, then checks the pid exists, is no zombie, and has the
+/// recorded start time.
+fn adopted_alive(pid: u32, start_time: Option<u64>) -> bool {
+    use nix::sys::wait::{waitpid, WaitPidFlag};
+    if let Ok(raw) = i32::try_from(pid) {
+        // ECHILD (not our child) and "still alive" are both fine here.
+        let _ = waitpid(nix::unistd::Pid::from_raw(raw), Some(WaitPidFlag::WNOHANG));
+    }
+    pid_alive(pid) && (start_time.is_none() || proc_start_time(pid) == start_time)
 }

@@ -10,6 +10,10 @@
 //!   [`PeerSpec`] and reads their view back with their own tools via the [`Peer`] trait.
 //! * [`wait_for`] / [`wait_until`] poll with deadlines and report the last observation.
 //! * [`cleanup_stale`] removes namespaces left behind by crashed runs.
+//! * [`scenario`]: the TOML scenarios of `holdfast lab` (`lab/scenarios/`), and
+//!   [`command`]: `lab up|status|fail|heal|down` — a lab kept running between
+//!   invocations ([`Lab::keep`], [`Lab::adopt`]) through a state file, TENSOR's four
+//!   failure kinds, each followed by a takeover through the [`Orchestrator`].
 //! * [`nsr`]: the non-stop-routing topology ([`NsrTopo`]), the takeover orchestrator
 //!   ([`Orchestrator`], [`LabOrchestrator`]) and [`nsr_config`]; [`Redis`] is the state
 //!   store unit; [`PeerWatch`] samples a real peer's session in the background to show
@@ -46,7 +50,8 @@
 //! ```
 //!
 //! A process killed with SIGKILL cannot run its teardown; call [`cleanup_stale`] (it only
-//! touches namespaces whose owning process is gone) before or after such runs.
+//! touches namespaces whose owning process is gone, or kept labs whose state file is
+//! gone) before or after such runs.
 //!
 //! # Known issues
 //! * BIRD: an IPv6 channel over an IPv4 session (and vice versa) needs an explicit
@@ -78,12 +83,14 @@
 //!   horizon), so `prefixes_sent` counts include reflected routes.
 
 mod cmd;
+pub mod command;
 mod error;
 pub mod holdfast;
 mod lab;
 pub mod nsr;
 pub mod peer;
 mod redis;
+pub mod scenario;
 mod stale;
 mod wait;
 mod watch;
@@ -92,16 +99,17 @@ pub use cmd::{find_tool, is_root, Signal, DEFAULT_CMD_TIMEOUT};
 pub use error::{LabError, Result};
 pub use holdfast::{find_binary, Holdfastd, StartOpts};
 pub use lab::{
-    AddrPair, BridgeId, BridgeInfo, BridgePort, HostId, HostInfo, IfAddr, Lab, LinkId, LinkInfo,
-    ProcId,
+    AddrPair, BridgeId, BridgeInfo, BridgePort, HostId, HostInfo, IfAddr, KeptLab, KeptProc, Lab,
+    LinkId, LinkInfo, ProcId,
 };
 pub use nsr::{
     nsr_config, run_takeover, Fence, LabOrchestrator, NsrHost, NsrTopo, Orchestrator,
     TakeoverDeadlines, TakeoverTimes,
 };
 pub use peer::{
-    normalize_prefix, preflight, Bird, Exabgp, Frr, Gobgp, LogMark, NeighborSpec, Peer, PeerKind,
-    PeerSpec, RouteSpec, RouteView, SessionProbe, SessionState, SessionView,
+    adopt as adopt_peer, normalize_prefix, preflight, Bird, Exabgp, Frr, Gobgp, LogMark,
+    NeighborSpec, Peer, PeerKind, PeerSpec, RouteSpec, RouteView, SessionProbe, SessionState,
+    SessionView,
 };
 pub use redis::Redis;
 pub use stale::{cleanup_stale, list_netns, run_id_of, NAME_PREFIX};

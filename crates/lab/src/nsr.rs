@@ -229,7 +229,8 @@ impl NsrTopo {
         v
     }
 
-    fn add_service(&self, lab: &Lab, host: HostId) -> Result<()> {
+    /// Adds the service addresses missing on `host` (no announcement).
+    pub fn add_service(&self, lab: &Lab, host: HostId) -> Result<()> {
         let have = self.service_addrs_on(lab, host)?;
         let ifname = self.ifname(host)?;
         for (addr, present) in [
@@ -246,7 +247,8 @@ impl NsrTopo {
     }
 
     /// Deletes the service addresses present on `host`.
-    fn del_service(&self, lab: &Lab, host: HostId) -> Result<()> {
+    /// Deletes the service addresses present on `host`.
+    pub fn del_service(&self, lab: &Lab, host: HostId) -> Result<()> {
         let have = self.service_addrs_on(lab, host)?;
         let ifname = self.ifname(host)?;
         for (addr, present) in [

@@ -52,6 +52,40 @@ impl Redis {
         Ok(r)
     }
 
+    /// The server started earlier (by this or another process, see [`Lab::adopt`]) as
+    /// process `proc` in `host` on `bind:port`, after `starts` starts.
+    pub fn adopt(
+        lab: &Lab,
+        host: HostId,
+        bind: IpAddr,
+        port: u16,
+        proc: ProcId,
+        starts: u32,
+    ) -> Redis {
+        Redis {
+            host,
+            bind,
+            port,
+            dir: lab
+                .work_dir()
+                .join("redis")
+                .join(format!("{}-{port}", lab.host_info(host).name)),
+            proc,
+            pid: lab.pid(proc),
+            starts,
+        }
+    }
+
+    /// The lab process of the current server.
+    pub fn proc(&self) -> ProcId {
+        self.proc
+    }
+
+    /// How many times the server was started.
+    pub fn starts(&self) -> u32 {
+        self.starts
+    }
+
     fn spawn(&mut self, lab: &mut Lab) -> Result<()> {
         self.starts += 1;
         let (bind, port) = (self.bind.to_string(), self.port.to_string());

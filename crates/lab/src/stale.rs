@@ -49,15 +49,41 @@ pub(crate) fn register(run_id: &str) -> Result<()> {
         .map_err(io_ctx("writing lab registry entry"))
 }
 
+/// Prefix of a registry entry for a kept lab (`Lab::keep`): `kept <state file>`.
+const KEPT_PREFIX: &str = "kept ";
+
+/// Record that `run_id` is kept by `state_file`: it counts as alive for as long as that
+/// file exists and names the run, whatever process created it.
+pub(crate) fn register_kept(run_id: &str, state_file: &std::path::Path) -> Result<()> {
+    let abs = std::path::absolute(state_file)
+        .map_err(io_ctx(format!("resolving {}", state_file.display())))?;
+    std::fs::create_dir_all(REGISTRY_DIR).map_err(io_ctx("creating lab registry"))?;
+    std::fs::write(
+        registry_path(run_id),
+        format!("{KEPT_PREFIX}{}", abs.display()),
+    )
+    .map_err(io_ctx("writing lab registry entry"))
+}
+
 pub(crate) fn unregister(run_id: &str) {
     let _ = std::fs::remove_file(registry_path(run_id));
 }
 
 fn owner_alive(run_id: &str) -> bool {
-    std::fs::read_to_string(registry_path(run_id))
-        .ok()
-        .and_then(|s| s.trim().parse::<u32>().ok())
-        .is_some_and(pid_alive)
+    let Ok(entry) = std::fs::read_to_string(registry_path(run_id)) else {
+        return false;
+    };
+    if let Some(state_file) = entry.strip_prefix(KEPT_PREFIX) {
+        // A kept lab lives as long as its state file exists and still names it.
+        return std::fs::read_to_string(state_file.trim())
+            .is_ok_and(|text| text.contains(&format!("\"{run_id}\"")));
+    }
+    entry.trim().parse::<u32>().ok().is_some_and(pid_alive)
+}
+
+/// Whether a registry directory entry is a run id (other files there are left alone).
+fn is_run_id(name: &str) -> bool {
+    run_id_of(&format!("{name}-")) == Some(name)
 }
 
 /// Names of all network namespaces (`ip netns list`).
@@ -100,15 +126,21 @@ pub(crate) fn destroy_namespaces(names: &[String]) {
     }
 }
 
-/// Remove everything left by earlier crashed runs: namespaces named `hf<6 hex>-...` whose
-/// owning process is gone, killing the processes inside them first, and registry entries
-/// of dead owners. Namespaces of live labs (in this or another process) are left alone.
-/// Work directories are not touched. Returns how many namespaces were removed.
-pub fn cleanup_stale() -> Result<usize> {
-    let stale: Vec<String> = list_netns()?
+/// Namespaces [`cleanup_stale`] would remove now (their owner is gone).
+pub(crate) fn stale_namespaces() -> Result<Vec<String>> {
+    Ok(list_netns()?
         .into_iter()
         .filter(|n| run_id_of(n).is_some_and(|id| !owner_alive(id)))
-        .collect();
+        .collect())
+}
+
+/// Remove everything left by earlier crashed runs: namespaces named `hf<6 hex>-...` whose
+/// owning process is gone, killing the processes inside them first, and registry entries
+/// of dead owners. Namespaces of live labs (in this or another process) are left alone;
+/// so are those of kept labs (`Lab::keep`) whose state file still exists and names them.
+/// Work directories are not touched. Returns how many namespaces were removed.
+pub fn cleanup_stale() -> Result<usize> {
+    let stale = stale_namespaces()?;
     destroy_namespaces(&stale);
     let mut ids: Vec<&str> = stale.iter().filter_map(|n| run_id_of(n)).collect();
     ids.dedup();
@@ -118,7 +150,7 @@ pub fn cleanup_stale() -> Result<usize> {
     if let Ok(entries) = std::fs::read_dir(REGISTRY_DIR) {
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
-            if !owner_alive(&name) {
+            if is_run_id(&name) && !owner_alive(&name) {
                 unregister(&name);
             }
         }
@@ -141,5 +173,8 @@ mod tests {
         assert_eq!(run_id_of("hf0a1"), None);
         let id = new_run_id().unwrap();
         assert_eq!(run_id_of(&format!("{id}-x")), Some(id.as_str()));
+        assert!(is_run_id(&id));
+        assert!(!is_run_id("state.json"));
+        assert!(!is_run_id(&format!("{id}x")));
     }
 }

@@ -104,6 +104,25 @@ fn neighbor_block(i: usize, n: &NeighborSpec, local_as: u32) -> String {
 }
 
 impl Bird {
+    /// The daemon started earlier by [`Peer::start`] with `spec` in `host` as `procs`
+    /// (see [`crate::peer::adopt`]).
+    pub(super) fn adopt(
+        lab: &Lab,
+        host: HostId,
+        spec: &PeerSpec,
+        procs: &[ProcId],
+    ) -> Result<Self> {
+        let (dir, spec) = super::prepare(lab, host, PeerKind::Bird, spec)?;
+        Ok(Bird {
+            host,
+            conf: dir.join("bird.conf"),
+            sock: dir.join("bird.ctl").to_string_lossy().into_owned(),
+            log: dir.join("bird.log"),
+            proc: procs.first().copied(),
+            spec,
+        })
+    }
+
     fn config(&self) -> String {
         let spec = &self.spec;
         let mut s = String::new();

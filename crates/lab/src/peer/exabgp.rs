@@ -375,6 +375,25 @@ fn sessions_of(events: &str, spec: &PeerSpec) -> Vec<SessionView> {
 }
 
 impl Exabgp {
+    /// The daemon started earlier by [`Peer::start`] with `spec` in `host` as `procs`
+    /// (see [`crate::peer::adopt`]).
+    pub(super) fn adopt(
+        lab: &Lab,
+        host: HostId,
+        spec: &PeerSpec,
+        procs: &[ProcId],
+    ) -> Result<Self> {
+        let (dir, spec) = super::prepare(lab, host, PeerKind::Exabgp, spec)?;
+        Ok(Exabgp {
+            host,
+            commands: dir.join("commands.txt"),
+            events: dir.join("events.jsonl"),
+            log: dir.join("exabgp.log"),
+            proc: procs.first().copied(),
+            spec,
+        })
+    }
+
     fn send(&self, lines: &[String]) -> Result<()> {
         let mut f = std::fs::OpenOptions::new()
             .append(true)

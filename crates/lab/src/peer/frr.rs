@@ -198,6 +198,26 @@ fn neighbor_lines(n: &NeighborSpec) -> Vec<String> {
 }
 
 impl Frr {
+    /// The daemons started earlier by [`Peer::start`] with `spec` in `host` as `procs`
+    /// (see [`crate::peer::adopt`]).
+    pub(super) fn adopt(
+        lab: &Lab,
+        host: HostId,
+        spec: &PeerSpec,
+        procs: &[ProcId],
+    ) -> Result<Self> {
+        let (dir, spec) = super::prepare(lab, host, PeerKind::Frr, spec)?;
+        Ok(Frr {
+            host,
+            vty: Vty {
+                netns: lab.netns(host).to_string(),
+                dir,
+            },
+            procs: procs.to_vec(),
+            spec,
+        })
+    }
+
     fn path(&self, file: &str) -> String {
         self.vty.dir.join(file).to_string_lossy().into_owned()
     }

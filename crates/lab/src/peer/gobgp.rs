@@ -209,6 +209,30 @@ fn state_text(v: Option<&Value>) -> String {
 }
 
 impl Gobgp {
+    /// The daemon started earlier by [`Peer::start`] with `spec` in `host` as `procs`
+    /// (see [`crate::peer::adopt`]).
+    pub(super) fn adopt(
+        lab: &Lab,
+        host: HostId,
+        spec: &PeerSpec,
+        procs: &[ProcId],
+    ) -> Result<Self> {
+        let (_, spec) = super::prepare(lab, host, PeerKind::Gobgp, spec)?;
+        let proc = procs.first().copied();
+        let logs = proc
+            .map(|p| {
+                let (out, err) = lab.proc_logs(p);
+                vec![out.to_path_buf(), err.to_path_buf()]
+            })
+            .unwrap_or_default();
+        Ok(Gobgp {
+            host,
+            logs,
+            proc,
+            spec,
+        })
+    }
+
     fn gobgp(&self, lab: &Lab, args: &[&str]) -> Result<String> {
         let mut cmd = vec!["gobgp", "-u", API_HOST, "-p", API_PORT];
         cmd.extend_from_slice(args);

@@ -513,6 +513,25 @@ pub(crate) fn prepare(
     Ok((dir, spec))
 }
 
+/// A peer of `kind` started earlier (by this or another process, see
+/// [`crate::Lab::adopt`]) with `spec` in `host`, as the lab processes `procs` (those
+/// [`Peer::start`] spawned, in order): the driver reads it back with its own tools and
+/// stops it like one it started.
+pub fn adopt(
+    kind: PeerKind,
+    lab: &Lab,
+    host: HostId,
+    spec: &PeerSpec,
+    procs: &[crate::lab::ProcId],
+) -> Result<Box<dyn Peer>> {
+    Ok(match kind {
+        PeerKind::Bird => Box::new(Bird::adopt(lab, host, spec, procs)?),
+        PeerKind::Frr => Box::new(Frr::adopt(lab, host, spec, procs)?),
+        PeerKind::Gobgp => Box::new(Gobgp::adopt(lab, host, spec, procs)?),
+        PeerKind::Exabgp => Box::new(Exabgp::adopt(lab, host, spec, procs)?),
+    })
+}
+
 /// A running BGP implementation inside a lab host, read back with its own tools.
 pub trait Peer {
     /// Which implementation this is.
