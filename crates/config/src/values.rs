@@ -498,6 +498,24 @@ impl FromStr for NsrStore {
     }
 }
 
+impl NsrStore {
+    /// The URL with the password replaced by `***`, for logs and errors.
+    pub fn redacted(&self) -> String {
+        match self {
+            NsrStore::Redis {
+                password: Some(_), ..
+            } => {
+                let mut c = self.clone();
+                if let NsrStore::Redis { password, .. } = &mut c {
+                    *password = Some("***".into());
+                }
+                c.to_string()
+            }
+            _ => self.to_string(),
+        }
+    }
+}
+
 impl fmt::Display for NsrStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let hp = |h: &str, p: u16| {

@@ -58,6 +58,11 @@ unsafe impl sockopt::Pod for RawTcpInfo {}
 pub struct TcpInfoLite {
     /// Kernel TCP state (`TCP_ESTABLISHED` = 1, ...).
     pub state: u8,
+    /// `TCPI_OPT_*` bits: options negotiated at the handshake.
+    pub options: u8,
+    /// Window scales we apply to the peer's windows and it applies to ours.
+    pub snd_wscale: u8,
+    pub rcv_wscale: u8,
     /// Smoothed round-trip time and its variance, microseconds.
     pub rtt_us: u32,
     pub rttvar_us: u32,
@@ -80,8 +85,19 @@ pub struct TcpInfoLite {
 pub fn tcp_info(fd: BorrowedFd<'_>) -> io::Result<TcpInfoLite> {
     let (r, len) = sockopt::get::<RawTcpInfo>(fd, libc::IPPROTO_TCP, libc::TCP_INFO)?;
     let has = |end: usize| len >= end;
+    // `tcpi_snd_wscale : 4, tcpi_rcv_wscale : 4`: C bit-fields are
+    // allocated from the low bits on little-endian targets.
+    let (lo, hi) = (r.wscale & 0x0f, r.wscale >> 4);
+    let (snd_wscale, rcv_wscale) = if cfg!(target_endian = "little") {
+        (lo, hi)
+    } else {
+        (hi, lo)
+    };
     Ok(TcpInfoLite {
         state: r.state,
+        options: r.options,
+        snd_wscale,
+        rcv_wscale,
         rtt_us: r.rtt,
         rttvar_us: r.rttvar,
         snd_mss: r.snd_mss,

@@ -120,40 +120,6 @@ struct TcpRepairWindow {
 // SAFETY: `#[repr(C)]` struct of `u32` fields only.
 unsafe impl sockopt::Pod for TcpRepairWindow {}
 
-/// The head of `struct tcp_info` (<linux/tcp.h>) up to `tcpi_snd_mss`.
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct TcpInfoHead {
-    state: u8,
-    ca_state: u8,
-    retransmits: u8,
-    probes: u8,
-    backoff: u8,
-    options: u8,
-    /// `tcpi_snd_wscale : 4, tcpi_rcv_wscale : 4`.
-    wscale: u8,
-    flags: u8,
-    rto: u32,
-    ato: u32,
-    snd_mss: u32,
-}
-
-// SAFETY: `#[repr(C)]` struct of integer fields only.
-unsafe impl sockopt::Pod for TcpInfoHead {}
-
-impl TcpInfoHead {
-    /// `(snd_wscale, rcv_wscale)`: C bit-fields are allocated from the low
-    /// bits on little-endian targets and from the high bits on big-endian.
-    fn wscales(&self) -> (u8, u8) {
-        let (first, second) = (self.wscale & 0x0f, self.wscale >> 4);
-        if cfg!(target_endian = "little") {
-            (first, second)
-        } else {
-            (second, first)
-        }
-    }
-}
-
 /// Parameters of an established TCP connection captured from the live socket.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TcpRepairState {
@@ -267,7 +233,7 @@ pub fn capture(fd: BorrowedFd<'_>) -> io::Result<TcpRepairState> {
     let sock = SockRef::from(&fd);
     let local = sock_addr(sock.local_addr()?, "local address")?;
     let remote = sock_addr(sock.peer_addr()?, "peer address")?;
-    let (info, _) = sockopt::get::<TcpInfoHead>(fd, libc::IPPROTO_TCP, libc::TCP_INFO)?;
+    let info = crate::info::tcp_info(fd)?;
     if info.state != TCP_ESTABLISHED {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -291,7 +257,7 @@ pub fn capture(fd: BorrowedFd<'_>) -> io::Result<TcpRepairState> {
 
 fn capture_in_repair(
     fd: BorrowedFd<'_>,
-    info: &TcpInfoHead,
+    info: &crate::info::TcpInfoLite,
     local: SocketAddr,
     remote: SocketAddr,
 ) -> io::Result<TcpRepairState> {
@@ -324,7 +290,7 @@ fn capture_in_repair(
     };
     let (win, _) = sockopt::get::<TcpRepairWindow>(fd, libc::IPPROTO_TCP, libc::TCP_REPAIR_WINDOW)?;
     let (snd_wscale, rcv_wscale) = if info.options & TCPI_OPT_WSCALE != 0 {
-        info.wscales()
+        (info.snd_wscale, info.rcv_wscale)
     } else {
         (0, 0)
     };

@@ -13,9 +13,11 @@
 //!
 //! Needs root; tests skip otherwise.
 
+mod netns;
+
 use holdfast_linux::nfq::read_rcv_nxt;
 use holdfast_linux::{capture, outq, rules, tcp_info, AckGate, ConnKey, GateMode, GateStats};
-use std::fs::File;
+use netns::{is_root, Netns};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsFd;
@@ -25,66 +27,6 @@ use std::time::{Duration, Instant};
 
 // ---------------------------------------------------------------------------
 // Harness.
-
-fn is_root() -> bool {
-    nix::unistd::geteuid().is_root()
-}
-
-/// A network namespace `hfg<pid><tag>`; deleted on drop (also on panic).
-struct Netns {
-    name: String,
-}
-
-impl Netns {
-    fn new(tag: &str) -> Netns {
-        let name = format!("hfg{}{tag}", std::process::id());
-        let _ = Command::new("ip").args(["netns", "del", &name]).output();
-        let out = Command::new("ip")
-            .args(["netns", "add", &name])
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "ip netns add: {out:?}");
-        let ns = Netns { name };
-        let out = Command::new("ip")
-            .args(["-n", &ns.name, "link", "set", "lo", "up"])
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "lo up: {out:?}");
-        ns
-    }
-
-    /// Runs `f` on a thread that joined the namespace (threads and child
-    /// processes it starts are in the namespace too).
-    fn run<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
-        let ns = File::open(format!("/run/netns/{}", self.name)).expect("open netns");
-        let h = std::thread::spawn(move || {
-            nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
-            f()
-        });
-        match h.join() {
-            Ok(v) => v,
-            Err(p) => std::panic::resume_unwind(p),
-        }
-    }
-}
-
-impl Drop for Netns {
-    /// Retries: `ip netns` operations of concurrent processes can make one
-    /// fail transiently.
-    fn drop(&mut self) {
-        let path = format!("/run/netns/{}", self.name);
-        for _ in 0..10 {
-            let _ = Command::new("ip")
-                .args(["netns", "del", &self.name])
-                .output();
-            if !std::path::Path::new(&path).exists() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        eprintln!("warning: could not delete network namespace {}", self.name);
-    }
-}
 
 /// Removes the tagged rules on drop (also on panic); `finish` checks that
 /// `iptables -S` and `ip6tables -S` are clean afterwards.

@@ -117,65 +117,14 @@ use std::collections::HashMap;
 use std::fmt;
 use std::time::{Duration, Instant};
 
-/// Where the store is (mirrors holdfast-config's `NsrStore`).
-#[derive(Clone, PartialEq, Eq, Hash)]
-pub enum StoreUrl {
-    /// `redis://[user:password@]host[:port][/db]`, or `rediss://` (TLS).
-    Redis {
-        tls: bool,
-        host: String,
-        port: u16,
-        db: u32,
-        username: Option<String>,
-        password: Option<String>,
-    },
-    /// `redis-sentinel://host:port,host:port/mastername`.
-    Sentinel {
-        sentinels: Vec<(String, u16)>,
-        master: String,
-    },
-}
+/// Where the store is: the configuration's `[nsr] store` value.
+pub use holdfast_config::NsrStore as StoreUrl;
 
 fn host_port(h: &str, p: u16) -> String {
     if h.contains(':') {
         format!("[{h}]:{p}")
     } else {
         format!("{h}:{p}")
-    }
-}
-
-/// Like the URL, the password replaced by `***`.
-impl fmt::Display for StoreUrl {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            StoreUrl::Redis {
-                tls,
-                host,
-                port,
-                db,
-                username,
-                password,
-            } => {
-                f.write_str(if *tls { "rediss://" } else { "redis://" })?;
-                match (username, password) {
-                    (Some(u), Some(_)) => write!(f, "{u}:***@")?,
-                    (None, Some(_)) => f.write_str(":***@")?,
-                    (Some(u), None) => write!(f, "{u}@")?,
-                    (None, None) => {}
-                }
-                write!(f, "{}/{db}", host_port(host, *port))
-            }
-            StoreUrl::Sentinel { sentinels, master } => {
-                let hosts: Vec<String> = sentinels.iter().map(|(h, p)| host_port(h, *p)).collect();
-                write!(f, "redis-sentinel://{}/{master}", hosts.join(","))
-            }
-        }
-    }
-}
-
-impl fmt::Debug for StoreUrl {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "StoreUrl({self})")
     }
 }
 
@@ -431,7 +380,7 @@ impl RedisStore {
             wait_replicas: 0,
             conn: None,
             sentinel_first: 0,
-            peer: url.to_string(),
+            peer: url.redacted(),
         };
         store.open()?;
         Ok(store)

@@ -23,7 +23,7 @@ use crate::nsr::Nsr;
 use crate::socket::SockOpts;
 use anyhow::{bail, Context};
 use holdfast_api::TakeoverTimes;
-use holdfast_config::{Config, NsrStore};
+use holdfast_config::Config;
 use holdfast_linux::announce::{address_is_local, announce_address};
 use holdfast_linux::nfq::{AckGate, ConnKey, GateMode};
 use holdfast_linux::repair::{self, Restore, TcpRepairState};
@@ -108,30 +108,6 @@ impl Store for LazyStore {
     }
 }
 
-pub fn store_url(s: &NsrStore) -> StoreUrl {
-    match s {
-        NsrStore::Redis {
-            tls,
-            host,
-            port,
-            db,
-            username,
-            password,
-        } => StoreUrl::Redis {
-            tls: *tls,
-            host: host.clone(),
-            port: *port,
-            db: *db,
-            username: username.clone(),
-            password: password.clone(),
-        },
-        NsrStore::Sentinel { sentinels, master } => StoreUrl::Sentinel {
-            sentinels: sentinels.clone(),
-            master: master.clone(),
-        },
-    }
-}
-
 /// TCP ports of our sessions: the listeners' and the neighbours'.
 fn ports(cfg: &Config) -> Vec<u16> {
     let mut p: Vec<u16> = cfg.global.listen.iter().map(|a| a.port()).collect();
@@ -167,7 +143,7 @@ pub fn start_primary(cfg: &Config) -> anyhow::Result<Nsr> {
     let n = nsr_section(cfg)?;
     let gate = start_gate(cfg, n)?;
     let mut store = LazyStore {
-        url: store_url(&n.store),
+        url: n.store.clone(),
         instance: n.instance.clone(),
         inner: None,
     };
@@ -199,7 +175,7 @@ pub fn start_primary(cfg: &Config) -> anyhow::Result<Nsr> {
         up,
         gate,
         n.instance.clone(),
-        format!("{:?}", n.store),
+        n.store.redacted(),
         n.compact_bytes,
     ))
 }
@@ -227,7 +203,7 @@ impl Takeover {
         let gate = start_gate(cfg, n)?;
         gate.set_mode(GateMode::DropAll);
         let mut store = LazyStore {
-            url: store_url(&n.store),
+            url: n.store.clone(),
             instance: n.instance.clone(),
             inner: None,
         };
@@ -239,7 +215,6 @@ impl Takeover {
         let t = Instant::now();
         let state = store.load().context("loading the instance's state")?;
         let load_us = t.elapsed().as_micros() as u64;
-        let routes: u64 = 0;
         let mut sessions = HashMap::new();
         for s in state.sessions {
             sessions.insert((s.record.instance.clone(), s.record.peer), s);
@@ -264,13 +239,12 @@ impl Takeover {
             true,
             gate,
             n.instance.clone(),
-            format!("{:?}", n.store),
+            n.store.redacted(),
             n.compact_bytes,
         );
         nsr.gate.set_mode(GateMode::DropAll);
         let times = TakeoverTimes {
             sessions: sessions.len() as u64,
-            routes,
             claim_us,
             load_us,
             ..Default::default()
@@ -369,23 +343,10 @@ impl Takeover {
             md5_key: sock.md5.as_deref().map(str::as_bytes),
             bind_device: sock.vrf.as_deref(),
         };
-        let std_stream = match repair::restore_in_repair(&restore) {
-            Ok(x) => x,
-            Err(e)
-                if e.raw_os_error() == Some(libc::EADDRINUSE)
-                    || e.raw_os_error() == Some(libc::EADDRNOTAVAIL) =>
-            {
-                // A socket of a process that died on this host still holds
-                // the connection: destroy it while the gate drops
-                // everything (its RST must not leave), then retry.
-                self.nsr.gate.set_mode(GateMode::DropAll);
-                kill_stale_socket(rec.local, rec.remote);
-                self.nsr.gate.set_mode(GateMode::Protected);
-                repair::restore_in_repair(&restore)
-                    .with_context(|| format!("TCP_REPAIR restore of {}", rec.peer))?
-            }
-            Err(e) => return Err(e).with_context(|| format!("TCP_REPAIR restore of {}", rec.peer)),
-        };
+        // Leftover sockets of a dead process on this host were destroyed
+        // in `begin`, before the gate opened.
+        let std_stream = repair::restore_in_repair(&restore)
+            .with_context(|| format!("TCP_REPAIR restore of {}", rec.peer))?;
         let us = t.elapsed().as_micros() as u64;
         self.times.tcp_restore_us += us;
         self.times.tcp_restore_max_us = self.times.tcp_restore_max_us.max(us);

@@ -56,10 +56,20 @@ impl Netns {
 }
 
 impl Drop for Netns {
+    /// Retries: `ip netns` operations of concurrent processes can make one
+    /// fail transiently.
     fn drop(&mut self) {
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.name])
-            .output();
+        let path = format!("/run/netns/{}", self.name);
+        for _ in 0..10 {
+            let _ = Command::new("ip")
+                .args(["netns", "del", &self.name])
+                .output();
+            if !std::path::Path::new(&path).exists() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        eprintln!("warning: could not delete network namespace {}", self.name);
     }
 }
 
