@@ -915,7 +915,11 @@ fn redis_auth_and_db() {
     let r = RedisStore::connect(&url(Some("wrong"), 0), "auth", TIMEOUT);
     assert!(matches!(r, Err(StoreError::Unavailable(_))), "{r:?}");
     // The password is not in messages.
-    let shown = format!("{:?} {}", url(Some("s3cret"), 3), url(Some("s3cret"), 3));
+    let shown = format!(
+        "{:?} {}",
+        url(Some("s3cret"), 3),
+        url(Some("s3cret"), 3).redacted()
+    );
     assert!(!shown.contains("s3cret"), "{shown}");
     let mut s = RedisStore::connect(&url(Some("s3cret"), 3), "auth", TIMEOUT).unwrap();
     let e = s.claim().unwrap();

@@ -486,7 +486,6 @@ impl PeerTask {
     fn drain_frames(&mut self, w: Which) {
         let mut updates: Vec<Vec<u8>> = Vec::new();
         let mut counts = [0u64; 6];
-        let replicated = self.main_replicated(w);
         let mut raw: Vec<u8> = Vec::new();
         while let Some(conn) = self.slot(w).and_then(|s| s.conn.as_mut()) {
             let frame = match conn.next_frame() {
@@ -502,7 +501,9 @@ impl PeerTask {
             if frame.msg_type == msg_type::UPDATE {
                 let established = self.slot(w).map(|s| s.fsm.state()) == Some(State::Established);
                 if w == Which::Main && established && self.up {
-                    if replicated {
+                    // Asked per message: the session may have become
+                    // replicated (Established) earlier in this same read.
+                    if self.main_replicated(w) {
                         append_message(&mut raw, msg_type::UPDATE, &frame.body);
                     }
                     updates.push(frame.body);
