@@ -950,6 +950,32 @@ impl Lab {
         Ok(())
     }
 
+    /// Capture inside `host`'s namespace on each of its bridge ports: what the host
+    /// itself receives and sends (a peer's own view of the wire). Returns the files,
+    /// one per port; a port already captured keeps its file.
+    pub fn capture_host(&mut self, host: HostId) -> Result<Vec<PathBuf>> {
+        require_tool("tcpdump")?;
+        let ns = self.netns(host).to_string();
+        let name = self.host_info(host).name.clone();
+        let ports: Vec<String> = self
+            .bridges
+            .iter()
+            .flat_map(|b| b.ports.iter().filter(|p| p.host == host))
+            .map(|p| p.host_if.clone())
+            .collect();
+        let mut files = Vec::new();
+        for ifname in ports {
+            let label = format!("host-{name}");
+            self.capture_iface(&ns, &ifname, &label)?;
+            files.push(
+                self.work_dir
+                    .join("pcap")
+                    .join(format!("{label}-{ifname}.pcap")),
+            );
+        }
+        Ok(files)
+    }
+
     /// Paths of all pcap files being written.
     pub fn pcaps(&self) -> &[PathBuf] {
         &self.pcaps

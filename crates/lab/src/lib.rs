@@ -14,6 +14,9 @@
 //!   [`command`]: `lab up|status|fail|heal|down` — a lab kept running between
 //!   invocations ([`Lab::keep`], [`Lab::adopt`]) through a state file, TENSOR's four
 //!   failure kinds, each followed by a takeover through the [`Orchestrator`].
+//! * [`demo`]: `make demo` — the demo scenario through the four failure kinds, TENSOR
+//!   Table 1 with what the peers saw, as Markdown and a PNG; [`pcap`] reads back what a
+//!   peer received.
 //! * [`nsr`]: the non-stop-routing topology ([`NsrTopo`]), the takeover orchestrator
 //!   ([`Orchestrator`], [`LabOrchestrator`]) and [`nsr_config`]; [`Redis`] is the state
 //!   store unit; [`PeerWatch`] samples a real peer's session in the background to show
@@ -84,10 +87,13 @@
 
 mod cmd;
 pub mod command;
+pub mod demo;
+pub mod detect;
 mod error;
 pub mod holdfast;
 mod lab;
 pub mod nsr;
+pub mod pcap;
 pub mod peer;
 mod redis;
 pub mod scenario;

@@ -625,11 +625,17 @@ fn toml_key(line: &str) -> Option<&str> {
     (!k.is_empty() && !k.starts_with('#')).then_some(k)
 }
 
+/// A topology without a lab, for unit tests of generated configurations.
+#[cfg(test)]
+pub(crate) fn test_topo() -> NsrTopo {
+    tests::topo()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn topo() -> NsrTopo {
+    pub(super) fn topo() -> NsrTopo {
         let h = |i: usize, last: u8| NsrHost {
             id: HostId(i),
             ifname: format!("if{i}"),

@@ -163,7 +163,24 @@ pub struct HoldfastdSpec {
     /// Routes it originates (`[[network]]`).
     #[serde(default)]
     pub routes: Vec<RouteSet>,
+    /// What it announces to its peers (default `"all"`).
+    #[serde(default)]
+    pub export: ExportSpec,
 }
+
+/// A holdfastd unit's export to its peers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExportSpec {
+    /// Its own routes and every route it learned (`export = "all"`).
+    #[default]
+    All,
+    /// Only the routes it originates (a policy accepting an empty AS path).
+    Own,
+}
+
+/// Name of the export policy of [`ExportSpec::Own`].
+const OWN_ROUTES_POLICY: &str = "own-routes";
 
 fn default_asn() -> u32 {
     NSR_LOCAL_AS
@@ -637,13 +654,21 @@ impl Scenario {
                 r.prefix, r.count
             ));
         }
-        Ok(nsr_config(
-            topo,
-            redis_url,
-            &unit.instance,
-            &neighbours,
-            &extra,
-        ))
+        if unit.export == ExportSpec::Own {
+            extra.push_str(&format!(
+                "[[policy]]\nname = \"{OWN_ROUTES_POLICY}\"\ndefault = \"reject\"\n\
+                 [[policy.term]]\nname = \"originated\"\nmatch = {{ as_path = \"^$\" }}\naction = \"accept\"\n"
+            ));
+        }
+        let config = nsr_config(topo, redis_url, &unit.instance, &neighbours, &extra);
+        Ok(match unit.export {
+            ExportSpec::All => config,
+            // nsr_config writes `export = "all"` on every neighbour it generates.
+            ExportSpec::Own => config.replace(
+                "export = \"all\"",
+                &format!("export = \"{OWN_ROUTES_POLICY}\""),
+            ),
+        })
     }
 }
 
@@ -723,6 +748,31 @@ routes = [{ prefix = "100.100.0.0/24", count = 2 }]
         );
         assert_eq!(sc.peer_route_count(&sc.peers[0]), 4);
         assert_eq!(sc.unit_route_count(&sc.holdfastd[0]), 2);
+    }
+
+    #[test]
+    fn export_own_announces_only_the_units_routes() {
+        let sc =
+            Scenario::parse(&BASE.replace("hold_time = 9\n", "hold_time = 9\nexport = \"own\"\n"))
+                .unwrap();
+        let unit = &sc.holdfastd[0];
+        assert_eq!(unit.export, ExportSpec::Own);
+        let c = sc
+            .holdfastd_config(unit, &crate::nsr::test_topo(), "redis://198.18.0.2:6379")
+            .unwrap();
+        assert!(c.contains("export = \"own-routes\""), "{c}");
+        assert!(!c.contains("export = \"all\""), "{c}");
+        assert!(
+            c.contains("name = \"own-routes\"\ndefault = \"reject\""),
+            "{c}"
+        );
+        assert!(c.contains("match = { as_path = \"^$\" }"), "{c}");
+        let all = Scenario::parse(BASE).unwrap();
+        assert_eq!(all.holdfastd[0].export, ExportSpec::All);
+        assert!(
+            err(&BASE.replace("hold_time = 9\n", "hold_time = 9\nexport = \"some\"\n"))
+                .contains("export")
+        );
     }
 
     #[test]

@@ -1,192 +1,106 @@
-//! `holdfast-demo` (what `make demo` runs): holdfastd between a bird2 and an
-//! frr peer, each in its own network namespace, with routes flowing through.
+//! `holdfast-demo` (what `make demo` runs): the demo scenario through TENSOR's four
+//! failure kinds, each recovered by a takeover the peers never see.
 //!
 //! ```text
-//!   bird2 (AS 65001) ── veth ── holdfastd (AS 65000) ── veth ── frr (AS 65002)
-//!   originates 20.0.0.0/24…   originates 10.10.0.0/24 ×N      originates 30.0.0.0/24…
+//!                      bridge `lan`: 198.18.0.0/24
+//!   [ frr ]   .1  frr (AS 65001), 50k routes in ---+
+//!   [ redis ] .2  the NSR state store             -+--- service .10 (moves a <-> b)
+//!   [ a ]     .3  holdfastd primary, 10k routes out-+
+//!   [ b ]     .4  holdfastd backup                 -+
+//!   [ bird ]  .5  bird2 (AS 65002), 50k routes in --+
 //! ```
 //!
-//! It shows each step as it happens, reads every view with the peer's own
-//! tool (birdc, vtysh) or holdfastd's control socket, withdraws a route on
-//! one side and shows the other side lose it, then tears everything down.
-//! `--cleanup` removes namespaces left by a crashed earlier run.
+//! It builds `lab/scenarios/demo` with `holdfast lab up`'s code, waits until all routes
+//! are in place, injects application, container, host and host-network failures in
+//! turn (each detected, fenced and taken over onto the other host; failed hosts healed
+//! after), prints TENSOR Table 1 with what each peer saw next to it, writes
+//! `lab/reports/demo.{md,png,json}`, tears everything down, and exits non-zero if any
+//! peer saw a reset, a NOTIFICATION, a withdrawn or re-learned route, or a silence as
+//! long as the hold time. Progress goes to stderr, the table to stdout.
+//!
+//! `--cleanup` removes what a crashed earlier run left behind.
 
-use anyhow::{bail, Context};
-use holdfast_api::RibTable;
-use holdfast_lab::{
-    cleanup_stale, Bird, Frr, Holdfastd, Lab, NeighborSpec, Peer, PeerKind, PeerSpec, RouteSpec,
-};
-use std::net::{IpAddr, Ipv4Addr};
-use std::time::{Duration, Instant};
+use anyhow::Context;
+use clap::Parser;
+use holdfast_lab::command::{self, FailureKind};
+use holdfast_lab::demo::{self, DemoOptions};
+use holdfast_lab::{cleanup_stale, PeerKind};
+use std::path::PathBuf;
 
-const WAIT: Duration = Duration::from_secs(60);
+/// The state file of the demo's lab (only this program uses it).
+const STATE: &str = "/run/holdfast-lab/demo-state.json";
 
-fn step(start: Instant, text: &str) {
-    println!("[{:>6.2}s] {text}", start.elapsed().as_secs_f64());
+#[derive(Parser, Debug)]
+#[command(
+    name = "holdfast-demo",
+    about = "TENSOR's four failure kinds against frr and bird2 peers; Table 1 with what the peers saw"
+)]
+struct Args {
+    /// Scenario name or file.
+    #[arg(long, default_value = "demo")]
+    scenario: String,
+    /// Routes the peers send holdfastd in total (default: the scenario's).
+    #[arg(long)]
+    routes_in: Option<u32>,
+    /// Routes holdfastd announces to each peer (default: the scenario's).
+    #[arg(long)]
+    routes_out: Option<u32>,
+    /// Failure kinds, in order (application, container, host, host-network).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "application,container,host,host-network"
+    )]
+    kinds: Vec<FailureKind>,
+    /// Directory of the Markdown / PNG / JSON report.
+    #[arg(long, default_value = "lab/reports")]
+    reports: PathBuf,
+    /// Write no report files.
+    #[arg(long)]
+    no_reports: bool,
+    /// Print the report as JSON instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Remove what a crashed earlier run left behind, and exit.
+    #[arg(long)]
+    cleanup: bool,
 }
 
 fn main() -> anyhow::Result<()> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.iter().any(|a| a == "--cleanup") {
-        let n = cleanup_stale()?;
-        println!("removed {n} leftover namespace(s)");
+    let args = Args::parse();
+    let state = PathBuf::from(STATE);
+    // A crashed earlier run: its lab goes first.
+    let down = command::down(&state)?;
+    let stale = cleanup_stale()?;
+    if args.cleanup {
+        println!("{down}removed {stale} other leftover namespace(s)");
         return Ok(());
     }
-    let routes: u32 = match args.iter().position(|a| a == "--routes") {
-        Some(i) => args
-            .get(i + 1)
-            .context("--routes N")?
-            .parse()
-            .context("--routes N")?,
-        None => 1000,
-    };
     holdfast_lab::preflight(&[PeerKind::Bird, PeerKind::Frr])?;
-    cleanup_stale()?;
-    let start = Instant::now();
-    let mut lab = Lab::new("demo")?;
-    let bird_h = lab.host("bird")?;
-    let hf_h = lab.host("holdfast")?;
-    let frr_h = lab.host("frr")?;
-    let l1 = lab.link_auto(bird_h, hf_h)?;
-    let l2 = lab.link_auto(hf_h, frr_h)?;
-    let v4 = |l| {
-        let i = lab.link_info(l);
-        let p = i.v4.expect("link_auto assigns IPv4");
-        (IpAddr::V4(p.a), IpAddr::V4(p.b))
-    };
-    let (bird_ip, hf_ip1) = v4(l1);
-    let (hf_ip2, frr_ip) = v4(l2);
-    step(
-        start,
-        &format!("namespaces up: bird {bird_ip} — holdfastd {hf_ip1} / {hf_ip2} — frr {frr_ip}"),
-    );
-
-    let config = format!(
-        r#"[global]
-asn = 65000
-router_id = "{hf_ip1}"
-
-[[network]]
-prefix = "10.10.0.0/24"
-count = {routes}
-communities = ["65000:100"]
-large_communities = ["65000:1:2"]
-
-[[neighbor]]
-address = "{bird_ip}"
-remote_asn = 65001
-description = "bird2 peer"
-import = "all"
-export = "all"
-
-[[neighbor]]
-address = "{frr_ip}"
-remote_asn = 65002
-description = "frr peer"
-import = "all"
-export = "all"
-"#
-    );
-    let hf = Holdfastd::start(&mut lab, hf_h, "holdfastd", &config)?;
-    step(start, &format!("holdfastd started (pid {})", hf.pid(&lab)));
-
-    let bird_spec = PeerSpec::new(65001, Ipv4Addr::new(192, 0, 2, 1))
-        .neighbor(NeighborSpec::new(hf_ip1, 65000).passive())
-        .route(
-            RouteSpec::new("20.0.0.0/24")
-                .community(65001, 7)
-                .large_community(65001, 8, 9)
-                .med(10),
-        )
-        .route(RouteSpec::new("20.0.1.0/24"));
-    let bird = Bird::start(&mut lab, bird_h, &bird_spec)?;
-    let frr_spec = PeerSpec::new(65002, Ipv4Addr::new(192, 0, 2, 2))
-        .neighbor(NeighborSpec::new(hf_ip2, 65000))
-        .route(RouteSpec::new("30.0.0.0/24").community(65002, 7))
-        .route(RouteSpec::new("30.0.1.0/24"));
-    let mut frr = Frr::start(&mut lab, frr_h, &frr_spec)?;
-    step(start, "bird2 and frr started");
-
-    hf.wait_established(bird_ip, WAIT)?;
-    hf.wait_established(frr_ip, WAIT)?;
-    bird.wait_established(&lab, hf_ip1, WAIT)?;
-    frr.wait_established(&lab, hf_ip2, WAIT)?;
-    step(start, "all sessions Established");
-
-    let want = routes as usize + 2;
-    let count = |p: &dyn Peer, n: IpAddr| p.received_routes(&lab, n).map(|r| r.len()).unwrap_or(0);
-    holdfast_lab::wait_for(
-        &format!("bird to hold {want} routes from holdfastd"),
-        WAIT,
-        || {
-            let n = count(&bird, hf_ip1);
-            Ok((n >= want).then_some(n))
-        },
-    )?;
-    holdfast_lab::wait_for(
-        &format!("frr to hold {want} routes from holdfastd"),
-        WAIT,
-        || {
-            let n = count(&frr, hf_ip2);
-            Ok((n >= want).then_some(n))
-        },
-    )?;
-    step(
-        start,
-        &format!("routes flowed: bird and frr each hold {want} routes via holdfastd"),
-    );
-
-    println!("\n--- holdfast show neighbors ---");
-    for n in hf.neighbors()? {
+    let mut opts = DemoOptions::new(command::find_scenario(&args.scenario)?, state);
+    opts.routes_in = args.routes_in;
+    opts.routes_out = args.routes_out;
+    opts.kinds = args.kinds;
+    opts.report_dir = (!args.no_reports).then_some(args.reports);
+    let report = demo::run(&opts, &mut |m| eprintln!("{m}")).context("demo")?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
         println!(
-            "  {:<16} AS{:<6} {:<12} received {:>5}  advertised {:>5}",
-            n.address, n.remote_as, n.state, n.prefixes_received, n.prefixes_advertised
+            "\nTENSOR Table 1 for this run ({} routes in, {} out; peers: {}):\n",
+            report.routes_in,
+            report.routes_out,
+            report.peers.join(", ")
         );
-    }
-    println!("\n--- frr (vtysh) sees bird's routes through holdfastd ---");
-    for r in frr
-        .received_routes(&lab, hf_ip2)?
-        .into_iter()
-        .filter(|r| r.prefix.starts_with("20."))
-    {
-        println!(
-            "  {:<16} path {:?} med {:?} communities {:?} large {:?}",
-            r.prefix, r.as_path, r.med, r.communities, r.large_communities
-        );
-    }
-    println!("\n--- bird (birdc) sees frr's routes through holdfastd ---");
-    for r in bird
-        .received_routes(&lab, hf_ip1)?
-        .into_iter()
-        .filter(|r| r.prefix.starts_with("30."))
-    {
-        println!(
-            "  {:<16} path {:?} communities {:?}",
-            r.prefix, r.as_path, r.communities
-        );
-    }
-    let loc = hf.rib(RibTable::Loc, None)?;
-    println!("\nholdfastd Loc-RIB: {} prefixes\n", loc.len());
-
-    frr.withdraw(&lab, &["30.0.1.0/24".to_string()])?;
-    step(start, "frr withdrew 30.0.1.0/24");
-    bird.wait_no_route(&lab, hf_ip1, "30.0.1.0/24", WAIT)?;
-    step(
-        start,
-        "bird no longer has 30.0.1.0/24: the withdrawal propagated through holdfastd",
-    );
-
-    for (name, p, n) in [
-        ("bird", &bird as &dyn Peer, hf_ip1),
-        ("frr", &frr as &dyn Peer, hf_ip2),
-    ] {
-        let s = p.session(&lab, n)?.context("session vanished")?;
-        if !s.is_established() {
-            bail!("{name}'s session is {:?}", s.state);
+        print!("{}", report.table());
+        for f in &report.files {
+            println!("wrote {}", f.display());
         }
-        println!("  {name}: session {:?}, up {:?} s", s.state, s.uptime_secs);
+        println!("{:.0} s in all", report.wall_s);
     }
-    lab.teardown();
-    step(start, "demo finished, lab torn down");
+    report.check().context("what the peers saw")?;
+    if !args.json {
+        println!("no peer saw a reset, a NOTIFICATION, or a route withdrawn or re-learned");
+    }
     Ok(())
 }
