@@ -11,6 +11,8 @@
 //!   [ feed ] .5 ----+      route feeds (raw test peers)
 //! ```
 //!
+//! Before a takeover the orchestrator decides that the primary failed
+//! ([`Orchestrator::detect`], by default the probes of [`crate::detect`]).
 //! The takeover order ([`run_takeover`]): 1. fence the old primary; 2. start
 //! `holdfastd --takeover --takeover-ready-file F` on the new host and wait for `F`;
 //! 3. move the service address (delete on the other host when reachable, add on the new
@@ -23,6 +25,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::cmd::{pid_alive, Signal};
+use crate::detect::{detect, Detection, Probe};
 use crate::error::{LabError, Result};
 use crate::holdfast::{Holdfastd, StartOpts};
 use crate::lab::{BridgeId, HostId, IfAddr, Lab};
@@ -315,6 +318,12 @@ impl Default for TakeoverDeadlines {
 /// The controller of a pair of speakers. The lab's is [`LabOrchestrator`]; a production
 /// controller implements the same contract (see the module doc for the order).
 pub trait Orchestrator {
+    /// Decide that the primary failed, by repeating `probe` ([`crate::detect`]): the
+    /// lab's probes by default; a controller brings its own.
+    fn detect(&mut self, probe: &Probe) -> Result<Detection> {
+        detect(probe)
+    }
+
     /// Fence the old primary `old` (see [`Fence`]).
     fn fence(&mut self, lab: &mut Lab, old: &Holdfastd, how: Fence) -> Result<()>;
 

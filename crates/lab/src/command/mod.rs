@@ -32,7 +32,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::cmd::{require_tool, send_signal, Signal};
-use crate::detect::{detect, Probe};
+use crate::detect::Probe;
 use crate::error::{io_ctx, parse_err, LabError, Result};
 use crate::holdfast::{find_binary, Holdfastd};
 use crate::lab::{HostId, IfAddr, KeptLab, Lab, ProcId};
@@ -927,7 +927,13 @@ impl OpenLab {
         } else {
             Probe::ControlSocket(old_hf.socket.clone())
         };
-        let found = detect(&probe).inspect_err(|_| self.state.history.push(report.clone()))?;
+        let mut orch = LabOrchestrator::new(&self.topo);
+        for f in &self.state.failed_hosts {
+            orch.set_reachable(self.host_id(&f.host)?, false);
+        }
+        let found = orch
+            .detect(&probe)
+            .inspect_err(|_| self.state.history.push(report.clone()))?;
         report.detected_ms = Some(ms(found.after));
         report.detector = Some(probe.describe());
         step(&format!(
@@ -939,10 +945,6 @@ impl OpenLab {
         // Take over onto the backup, through the orchestrator.
         let to = self.state.units[i].backup_host.clone();
         let to_id = self.host_id(&to)?;
-        let mut orch = LabOrchestrator::new(&self.topo);
-        for f in &self.state.failed_hosts {
-            orch.set_reachable(self.host_id(&f.host)?, false);
-        }
         let fence = if kind == FailureKind::HostNetwork {
             // Cut off: the orchestrator cannot reach it; the store's epoch fences it.
             Fence::None
