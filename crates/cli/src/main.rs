@@ -7,6 +7,9 @@
 //! `holdfast lab ...` drives the lab (`holdfast_lab::command`): scenarios from
 //! `lab/scenarios/` built in network namespaces, TENSOR's failures injected,
 //! takeovers onto the backup. It needs root.
+//!
+//! `holdfast bench` runs `holdfast-bench` (the TENSOR evaluation side by side
+//! with bird2, frr and gobgpd) from the directory of this executable.
 
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
@@ -54,6 +57,20 @@ enum Cmd {
     Nsr {
         #[command(subcommand)]
         op: NsrOp,
+    },
+    /// The TENSOR evaluation side by side with bird2, frr and gobgpd: runs the
+    /// `holdfast-bench` next to this executable, which writes the Markdown report
+    /// and its PNG plots. Needs root.
+    Bench {
+        /// Small sizes, 1 run, P up to 100, K up to 2: a check in a few minutes.
+        #[arg(long)]
+        quick: bool,
+        /// Where the report goes (the plots go to `benchmarks/` next to it).
+        #[arg(long, default_value = "docs/benchmarks.md")]
+        out: PathBuf,
+        /// Further `holdfast-bench` options (see `holdfast-bench --help`), after `--`.
+        #[arg(last = true)]
+        extra: Vec<String>,
     },
     /// The lab: a scenario of lab/scenarios/ in network namespaces (holdfastd primary
     /// and backup hosts, Redis, real peers), failures, takeovers. Needs root.
@@ -233,9 +250,61 @@ fn run_lab(state: Option<PathBuf>, op: &LabOp, json: bool) -> anyhow::Result<()>
     }
 }
 
+/// `holdfast bench`: runs `holdfast-bench` from this executable's directory. With
+/// `--json`, its progress goes to stderr and the results (JSON) to stdout.
+fn run_bench(
+    quick: bool,
+    out: &std::path::Path,
+    extra: &[String],
+    json: bool,
+) -> anyhow::Result<()> {
+    let exe = std::env::current_exe().context("locating the holdfast executable")?;
+    let bench = exe
+        .parent()
+        .map(|d| d.join("holdfast-bench"))
+        .filter(|p| p.is_file())
+        .with_context(|| {
+            format!(
+                "holdfast-bench is not next to {} (build it: cargo build --release -p holdfast-bench)",
+                exe.display()
+            )
+        })?;
+    let mut cmd = std::process::Command::new(&bench);
+    cmd.arg("--out").arg(out);
+    if quick {
+        cmd.arg("--quick");
+    }
+    let json_file =
+        std::env::temp_dir().join(format!("holdfast-bench-{}.json", std::process::id()));
+    if json {
+        cmd.arg("--json-out").arg(&json_file);
+        let err = std::io::stderr();
+        let fd = std::os::fd::AsFd::as_fd(&err)
+            .try_clone_to_owned()
+            .context("duplicating stderr")?;
+        cmd.stdout(std::process::Stdio::from(fd));
+    }
+    cmd.args(extra);
+    let status = cmd
+        .status()
+        .with_context(|| format!("running {}", bench.display()))?;
+    if json {
+        let text = std::fs::read_to_string(&json_file);
+        let _ = std::fs::remove_file(&json_file);
+        if let Ok(t) = text {
+            println!("{t}");
+        }
+    }
+    if !status.success() {
+        bail!("{} failed: {status}", bench.display());
+    }
+    Ok(())
+}
+
 fn run(cli: Cli) -> anyhow::Result<()> {
     let req = match &cli.cmd {
         Cmd::Lab { state, op } => return run_lab(state.clone(), op, cli.json),
+        Cmd::Bench { quick, out, extra } => return run_bench(*quick, out, extra, cli.json),
         Cmd::Show {
             what: Show::Neighbors,
         } => Request::ShowNeighbors,

@@ -12,22 +12,17 @@
 //! ```
 //!
 //! A benchmark, not a test: it prints a Markdown report. Every loop is
-//! bounded (sizes × runs, and a deadline per wait).
+//! bounded (sizes × runs, and a deadline per wait). The measurement itself
+//! is `holdfast_bench::takeover`, which `holdfast-bench` also runs for its
+//! takeover-time figure.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::Parser;
-use holdfast_lab::{
-    nsr_config, Fence, Holdfastd, Lab, LabOrchestrator, NsrTopo, Orchestrator, Redis,
-};
-use holdfast_tester::workload::{generate, prefix_count, Kind};
-use holdfast_tester::{encode_routes, netns::in_netns, Config, Peer as Tester};
+use holdfast_bench::takeover::one_run;
+use holdfast_tester::workload::Kind;
 use std::fmt::Write as _;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-const INJ_AS: u32 = 65001;
-const MON_AS: u32 = 65002;
 const DEADLINE: Duration = Duration::from_secs(300);
 
 #[derive(Parser, Debug)]
@@ -59,221 +54,6 @@ fn parse_size(s: &str) -> Result<usize> {
     Ok(n.parse::<usize>().context("size")? * m)
 }
 
-fn tester(
-    lab: &Lab,
-    host: holdfast_lab::HostId,
-    local: Ipv4Addr,
-    to: IpAddr,
-    asn: u32,
-) -> Result<Arc<Tester>> {
-    let ns = lab.netns(host).to_string();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let mut cfg = Config::new(asn, local);
-        cfg.families = vec![holdfast_wire::Family::IPV4_UNICAST];
-        cfg.hold_time = 90;
-        let r = in_netns(&ns, move || {
-            Tester::connect(
-                SocketAddr::new(to, 179),
-                Some(IpAddr::V4(local)),
-                &cfg,
-                Duration::from_secs(5),
-            )
-        })?;
-        match r {
-            Ok(p) => return Ok(Arc::new(p)),
-            Err(e) if Instant::now() < deadline => {
-                let _ = e;
-                std::thread::sleep(Duration::from_millis(200));
-            }
-            Err(e) => bail!("tester {local} -> {to}: {e}"),
-        }
-    }
-}
-
-fn config(topo: &NsrTopo, redis: Option<&str>) -> String {
-    let extra = format!(
-        "[[neighbor]]\naddress = \"{}\"\nremote_asn = {INJ_AS}\nlocal_address = \"{svc}\"\npassive = true\nimport = \"all\"\nexport = \"none\"\n\
-         [[neighbor]]\naddress = \"{}\"\nremote_asn = {MON_AS}\nlocal_address = \"{svc}\"\npassive = true\nimport = \"all\"\nexport = \"all\"\n",
-        topo.feed.v4,
-        topo.peer.v4,
-        svc = topo.service_v4
-    );
-    let full = nsr_config(
-        topo,
-        redis.unwrap_or("redis://127.0.0.1:1"),
-        "bench",
-        &[],
-        &extra,
-    );
-    match redis {
-        Some(_) => full,
-        None => {
-            // NSR off: the same configuration without its [nsr] table.
-            let mut out = String::new();
-            let mut skip = false;
-            for line in full.lines() {
-                if line.trim_start().starts_with('[') {
-                    skip = line.trim() == "[nsr]";
-                }
-                if !skip {
-                    out.push_str(line);
-                    out.push('\n');
-                }
-            }
-            out
-        }
-    }
-}
-
-struct Sample {
-    learn: Duration,
-    nsr: Option<serde_json::Value>,
-    store_bytes: Vec<(String, u64)>,
-    takeover: Option<Takeover>,
-}
-
-struct Takeover {
-    orchestrator_ms: f64,
-    /// From the takeover command (holdfastd --takeover started) to the
-    /// first message from the backup received by the monitor peer.
-    resume_ms: f64,
-    holdfastd: serde_json::Value,
-    routes_kept: bool,
-}
-
-fn show_nsr(hf: &Holdfastd, lab: &Lab) -> Result<serde_json::Value> {
-    let v = hf.cli_json(lab, &["show", "nsr"])?;
-    Ok(v.get("ok").and_then(|b| b.get("nsr")).cloned().unwrap_or(v))
-}
-
-/// Bytes Redis holds per session key (MEMORY USAGE of every key).
-fn store_bytes(lab: &Lab, redis: &Redis) -> Result<Vec<(String, u64)>> {
-    let keys = redis.cli(lab, &["--scan", "--pattern", "hf:*"])?;
-    let mut per: std::collections::BTreeMap<String, u64> = Default::default();
-    for k in keys.lines().filter(|l| !l.is_empty()) {
-        let n: u64 = redis
-            .cli(lab, &["MEMORY", "USAGE", k])?
-            .trim()
-            .parse()
-            .unwrap_or(0);
-        let session = match k.split_once(":s:") {
-            Some((_, rest)) => rest.rsplit_once(':').map_or(rest, |(s, _)| s).to_string(),
-            None => "(instance)".to_string(),
-        };
-        *per.entry(session).or_default() += n;
-    }
-    Ok(per.into_iter().collect())
-}
-
-fn one_run(n: usize, kind: Kind, nsr: bool, takeover: bool) -> Result<Sample> {
-    let mut lab = Lab::new(if nsr { "nsr_bench_on" } else { "nsr_bench_off" })?;
-    let topo = NsrTopo::build(&mut lab)?;
-    if std::env::var("HOLDFAST_LAB_KEEP").is_ok_and(|v| v == "1") {
-        lab.capture_start()?;
-    }
-    let redis = if nsr {
-        Some(Redis::start(
-            &mut lab,
-            topo.redis.id,
-            IpAddr::V4(topo.redis.v4),
-            6379,
-        )?)
-    } else {
-        None
-    };
-    let cfg = config(&topo, redis.as_ref().map(|r| r.url()).as_deref());
-    let hf = Holdfastd::start(&mut lab, topo.a.id, "hf0", &cfg)?;
-    let svc = IpAddr::V4(topo.service_v4);
-    let mon = tester(&lab, topo.peer.id, topo.peer.v4, svc, MON_AS)?;
-    let inj = tester(&lab, topo.feed.id, topo.feed.v4, svc, INJ_AS)?;
-    hf.wait_all_established(Duration::from_secs(30))?;
-    let w = generate(kind, n, INJ_AS, topo.feed.v4);
-    let n = prefix_count(&w);
-    let mut bytes = Vec::new();
-    encode_routes(&w, &inj.ctx, &mut bytes);
-    drop(w);
-    let t0 = Instant::now();
-    let sender = {
-        let inj = inj.clone();
-        std::thread::spawn(move || inj.send_stream(&bytes))
-    };
-    while mon.route_count() < n {
-        if t0.elapsed() > DEADLINE {
-            bail!(
-                "monitor holds {} of {n} after {DEADLINE:?}",
-                mon.route_count()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    let learn = t0.elapsed();
-    sender
-        .join()
-        .map_err(|_| anyhow::anyhow!("sender panicked"))??;
-    let mut sample = Sample {
-        learn,
-        nsr: None,
-        store_bytes: Vec::new(),
-        takeover: None,
-    };
-    if let Some(redis) = &redis {
-        // At rest: every replication confirmed.
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let v = show_nsr(&hf, &lab)?;
-            let idle = v["sessions"]
-                .as_array()
-                .is_some_and(|s| s.iter().all(|x| x["lag_ops"] == 0));
-            if idle || Instant::now() > deadline {
-                sample.nsr = Some(v);
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        sample.store_bytes = store_bytes(&lab, redis)?;
-        if takeover {
-            let mut orch = LabOrchestrator::new(&topo);
-            let killed = Instant::now();
-            let (new, times) = orch
-                .takeover(&mut lab, &hf, topo.b.id, "hf1", &cfg, Fence::Kill)
-                .map_err(|e| anyhow::anyhow!("takeover: {e}"))?;
-            let command = killed + times.fence;
-            let deadline = Instant::now() + Duration::from_secs(30);
-            let first = loop {
-                if let Some(t) = mon.view(|v| v.last_message).filter(|t| *t > command) {
-                    break t;
-                }
-                if Instant::now() > deadline {
-                    bail!("the monitor heard nothing from the backup");
-                }
-                std::thread::sleep(Duration::from_millis(1));
-            };
-            // All state resumed: tables rebuilt (reported by holdfastd).
-            let deadline = Instant::now() + Duration::from_secs(60);
-            let v = loop {
-                let v = show_nsr(&new, &lab)?;
-                if v["takeover"]["tables_us"].as_u64().unwrap_or(0) > 0 || Instant::now() > deadline
-                {
-                    break v;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            };
-            let kept =
-                mon.view(|v| v.notifications.is_empty() && !v.closed) && mon.route_count() >= n;
-            sample.takeover = Some(Takeover {
-                orchestrator_ms: times.total.as_secs_f64() * 1e3,
-                resume_ms: first.duration_since(command).as_secs_f64() * 1e3,
-                holdfastd: v["takeover"].clone(),
-                routes_kept: kept,
-            });
-            drop(new);
-        }
-    }
-    drop(hf);
-    Ok(sample)
-}
-
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
     v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
@@ -297,13 +77,13 @@ fn main() -> Result<()> {
         let (mut off, mut on) = (Vec::new(), Vec::new());
         let mut last_on = None;
         for run in 0..args.runs {
-            let s = one_run(n, kind, false, false)?;
+            let s = one_run(n, kind, false, false, DEADLINE)?;
             println!(
                 "{size} run {run} NSR off: learn {:.3} s",
                 s.learn.as_secs_f64()
             );
             off.push(s.learn.as_secs_f64());
-            let s = one_run(n, kind, true, run + 1 == args.runs)?;
+            let s = one_run(n, kind, true, run + 1 == args.runs, DEADLINE)?;
             println!(
                 "{size} run {run} NSR on: learn {:.3} s",
                 s.learn.as_secs_f64()

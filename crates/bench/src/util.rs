@@ -1,0 +1,454 @@
+//! Shared pieces: sizes, statistics over runs, process accounting from
+//! `/proc`, tester sessions inside lab namespaces, and the machine description.
+
+use anyhow::{bail, Context, Result};
+use holdfast_tester::{netns::in_netns, Config, Peer as Tester};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::{Duration, Instant};
+
+/// How long a DUT may take to accept the testers' sessions.
+pub const SETUP: Duration = Duration::from_secs(60);
+
+/// Parses `10k`, `1M`, `700`.
+pub fn parse_size(s: &str) -> Result<usize> {
+    let s = s.trim();
+    let (num, mul) = match s.chars().last() {
+        Some('k' | 'K') => (&s[..s.len() - 1], 1_000),
+        Some('m' | 'M') => (&s[..s.len() - 1], 1_000_000),
+        _ => (s, 1),
+    };
+    Ok(num
+        .parse::<usize>()
+        .with_context(|| format!("size {s:?}"))?
+        * mul)
+}
+
+/// Parses a comma-separated list of sizes.
+pub fn parse_sizes(s: &str) -> Result<Vec<usize>> {
+    s.split(',')
+        .filter(|x| !x.trim().is_empty())
+        .map(parse_size)
+        .collect()
+}
+
+/// `10000` → `10k`, `1000000` → `1M`.
+pub fn size_label(n: usize) -> String {
+    if n >= 1_000_000 && n.is_multiple_of(1_000_000) {
+        format!("{}M", n / 1_000_000)
+    } else if n >= 1_000 && n.is_multiple_of(1_000) {
+        format!("{}k", n / 1_000)
+    } else {
+        n.to_string()
+    }
+}
+
+/// Median, min and max of a non-empty slice.
+pub fn stats(v: &[f64]) -> (f64, f64, f64) {
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    let med = if s.len() % 2 == 1 {
+        s[s.len() / 2]
+    } else {
+        (s[s.len() / 2 - 1] + s[s.len() / 2]) / 2.0
+    };
+    (med, s[0], s[s.len() - 1])
+}
+
+/// One figure cell: what its runs measured.
+#[derive(Debug, Clone, Default)]
+pub struct Cell {
+    /// Median, min, max of the measured value, when every run completed.
+    pub value: Option<(f64, f64, f64)>,
+    /// Runs behind `value`.
+    pub runs: usize,
+    /// Why there is no value (timeout, failure, skipped), or empty.
+    pub note: String,
+    /// Further columns of the figure's table (already formatted).
+    pub extra: Vec<String>,
+}
+
+impl Cell {
+    /// A cell from the values of runs that all completed, or from the first
+    /// problem if one did not.
+    pub fn from_runs(values: &[f64], problem: Option<String>) -> Cell {
+        match problem {
+            Some(note) => Cell {
+                value: None,
+                runs: values.len(),
+                note,
+                extra: Vec::new(),
+            },
+            None if values.is_empty() => Cell {
+                note: "no run".into(),
+                ..Cell::default()
+            },
+            None => Cell {
+                value: Some(stats(values)),
+                runs: values.len(),
+                note: String::new(),
+                extra: Vec::new(),
+            },
+        }
+    }
+
+    /// A cell that was not measured, with the reason.
+    pub fn skipped(why: &str) -> Cell {
+        Cell {
+            note: why.to_string(),
+            ..Cell::default()
+        }
+    }
+
+    /// The median, if measured.
+    pub fn median(&self) -> Option<f64> {
+        self.value.map(|v| v.0)
+    }
+}
+
+/// When a run counts as slow (and is not repeated).
+#[derive(Debug, Clone, Copy)]
+pub enum Slow {
+    /// Every run is repeated.
+    Never,
+    /// The run's first value (seconds) exceeds this.
+    Value(f64),
+    /// The run's wall time, setup included, exceeds this many seconds.
+    Wall(f64),
+}
+
+/// Runs `one` up to `runs` times; each run measures `m` values. Stops
+/// after a failure, and after a slow run (that cell then has fewer runs).
+/// Returns one cell per value.
+pub fn repeat(
+    runs: usize,
+    slow: Slow,
+    label: &str,
+    started: Instant,
+    m: usize,
+    mut one: impl FnMut(usize) -> Result<Vec<f64>>,
+) -> Vec<Cell> {
+    let mut values: Vec<Vec<f64>> = vec![Vec::new(); m];
+    let mut problem = None;
+    for r in 0..runs.max(1) {
+        let wall = Instant::now();
+        match one(r) {
+            Ok(v) => {
+                let shown: Vec<String> = v.iter().map(|x| format!("{x:.4}")).collect();
+                println!(
+                    "[{:>7.1}s] {label} run {}: {}",
+                    started.elapsed().as_secs_f64(),
+                    r + 1,
+                    shown.join(" ")
+                );
+                for (k, x) in v.iter().take(m).enumerate() {
+                    values[k].push(*x);
+                }
+                let is_slow = match slow {
+                    Slow::Never => false,
+                    Slow::Value(s) => v.first().is_some_and(|x| *x > s),
+                    Slow::Wall(s) => wall.elapsed().as_secs_f64() > s,
+                };
+                if is_slow && r + 1 < runs {
+                    println!("  (slower than --slow: not repeated)");
+                    break;
+                }
+            }
+            Err(e) => {
+                let msg = format!("{e:#}");
+                println!(
+                    "[{:>7.1}s] {label} run {}: {msg}",
+                    started.elapsed().as_secs_f64(),
+                    r + 1
+                );
+                problem = Some(short_problem(&msg));
+                break;
+            }
+        }
+    }
+    values
+        .iter()
+        .map(|v| Cell::from_runs(v, problem.clone()))
+        .collect()
+}
+
+/// A measurement's error turned into a table note: "timeout …" stays as is,
+/// anything else becomes "failed: …" (first line, shortened).
+pub fn short_problem(msg: &str) -> String {
+    let first = msg.lines().next().unwrap_or("").trim();
+    let cut: String = first.chars().take(140).collect();
+    if cut.starts_with("timeout") {
+        cut
+    } else {
+        format!("failed: {cut}")
+    }
+}
+
+/// Every pid among `pids` and their descendants (a few passes over `/proc`).
+pub fn with_descendants(pids: &[u32]) -> Vec<u32> {
+    let mut all: Vec<u32> = pids.to_vec();
+    for _ in 0..4 {
+        let mut added = false;
+        if let Ok(rd) = std::fs::read_dir("/proc") {
+            for e in rd.flatten() {
+                let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+                    continue;
+                };
+                if all.contains(&pid) {
+                    continue;
+                }
+                let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                    continue;
+                };
+                let Some(rp) = stat.rfind(')') else { continue };
+                let ppid = stat[rp + 2..]
+                    .split_whitespace()
+                    .nth(1)
+                    .and_then(|x| x.parse::<u32>().ok());
+                if ppid.is_some_and(|pp| all.contains(&pp)) {
+                    all.push(pid);
+                    added = true;
+                }
+            }
+        }
+        if !added {
+            break;
+        }
+    }
+    all
+}
+
+fn status_kb(pid: u32, key: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|st| {
+            st.lines()
+                .find(|l| l.starts_with(key))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse::<u64>().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Peak RSS (VmHWM, kB) of `pids` and all their descendants, summed.
+pub fn peak_rss_kb(pids: &[u32]) -> u64 {
+    with_descendants(pids)
+        .iter()
+        .map(|p| status_kb(*p, "VmHWM:"))
+        .sum()
+}
+
+/// Current RSS (VmRSS, kB) of `pids` (no descendants added), summed.
+pub fn rss_kb(pids: &[u32]) -> u64 {
+    pids.iter().map(|p| status_kb(*p, "VmRSS:")).sum()
+}
+
+/// CPU time of `pids` (every thread), summed, in seconds: the run time of
+/// each task from `/proc/PID/task/TID/schedstat` (nanoseconds), or, where
+/// that is missing, utime + stime from `/proc/PID/stat` (10 ms ticks).
+pub fn cpu_secs(pids: &[u32]) -> f64 {
+    pids.iter().map(|p| task_cpu_secs(*p)).sum()
+}
+
+fn task_cpu_secs(pid: u32) -> f64 {
+    let mut ns = 0u64;
+    let mut found = false;
+    if let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        for e in rd.flatten() {
+            let Ok(s) = std::fs::read_to_string(e.path().join("schedstat")) else {
+                continue;
+            };
+            if let Some(v) = s
+                .split_whitespace()
+                .next()
+                .and_then(|x| x.parse::<u64>().ok())
+            {
+                ns += v;
+                found = true;
+            }
+        }
+    }
+    if found {
+        return ns as f64 / 1e9;
+    }
+    // Clock ticks (USER_HZ): 100 on Linux.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let rp = stat.rfind(')')?;
+            let f: Vec<&str> = stat[rp + 2..].split_whitespace().collect();
+            // After the command: state(0) ppid(1) ... utime(11) stime(12).
+            let u: f64 = f.get(11)?.parse().ok()?;
+            let s: f64 = f.get(12)?.parse().ok()?;
+            Some((u + s) / 100.0)
+        })
+        .unwrap_or(0.0)
+}
+
+/// Connects a tester session from `local` (inside `netns`) to `dut`, retrying
+/// every 50 ms while the DUT is not yet accepting (bounded: `SETUP`). Returns the session
+/// and the instant its successful attempt started.
+pub fn connect_timed(
+    netns: &str,
+    dut: IpAddr,
+    local: IpAddr,
+    asn: u32,
+    id: Ipv4Addr,
+) -> Result<(Tester, Instant)> {
+    let deadline = Instant::now() + SETUP;
+    let mut last = String::new();
+    for _ in 0..1200 {
+        if Instant::now() > deadline {
+            break;
+        }
+        let mut cfg = Config::new(asn, id);
+        cfg.families = vec![holdfast_wire::Family::IPV4_UNICAST];
+        cfg.hold_time = 240;
+        let t0 = Instant::now();
+        let r = in_netns(netns, move || {
+            Tester::connect(
+                SocketAddr::new(dut, 179),
+                Some(local),
+                &cfg,
+                Duration::from_secs(10),
+            )
+        })?;
+        match r {
+            Ok(p) => return Ok((p, t0)),
+            Err(e) => last = e.to_string(),
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    bail!("tester {local} could not establish with {dut}: {last}")
+}
+
+/// [`connect_timed`] without the instant.
+pub fn connect(netns: &str, dut: IpAddr, local: IpAddr, asn: u32, id: Ipv4Addr) -> Result<Tester> {
+    connect_timed(netns, dut, local, asn, id).map(|(p, _)| p)
+}
+
+/// Removes ANSI colour sequences (`ESC [ ... letter`) from a log.
+pub fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut it = s.chars().peekable();
+    while let Some(c) = it.next() {
+        if c == '\u{1b}' && it.peek() == Some(&'[') {
+            for d in it.by_ref() {
+                if d.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The first line a command prints (stdout, else stderr), or `?`.
+pub fn cmd_line(cmd: &str, args: &[&str]) -> String {
+    std::process::Command::new(cmd)
+        .args(args)
+        .output()
+        .map(|o| {
+            let s = if o.stdout.is_empty() {
+                o.stderr
+            } else {
+                o.stdout
+            };
+            String::from_utf8_lossy(&s)
+                .lines()
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_string()
+        })
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// The 1-, 5- and 15-minute load averages.
+pub fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// CPU, memory, kernel and every daemon's version.
+pub fn machine() -> Vec<(String, String)> {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
+        .unwrap_or_else(|| "?".into());
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines().next().map(|l| {
+                l.split_whitespace()
+                    .nth(1)
+                    .unwrap_or("0")
+                    .parse::<u64>()
+                    .unwrap_or(0)
+            })
+        })
+        .unwrap_or(0);
+    let hf = holdfast_lab::find_binary("holdfastd", "HOLDFASTD_BIN")
+        .map(|p| cmd_line(&p.to_string_lossy(), &["--version"]))
+        .unwrap_or_else(|_| "?".into());
+    let rev = cmd_line(
+        "git",
+        &[
+            "-C",
+            env!("CARGO_MANIFEST_DIR"),
+            "describe",
+            "--always",
+            "--dirty",
+        ],
+    );
+    vec![
+        (
+            "CPU".into(),
+            format!("{cpu}, {} cores (nproc)", cmd_line("nproc", &[])),
+        ),
+        (
+            "memory".into(),
+            format!("{:.1} GB", mem as f64 / 1024.0 / 1024.0),
+        ),
+        ("kernel".into(), cmd_line("uname", &["-sr"])),
+        (
+            "holdfastd".into(),
+            format!("{hf} (release build, git {rev})"),
+        ),
+        ("bird2".into(), cmd_line("bird", &["--version"])),
+        ("frr".into(), cmd_line("/usr/lib/frr/bgpd", &["--version"])),
+        ("gobgpd".into(), cmd_line("gobgpd", &["--version"])),
+        (
+            "redis-server".into(),
+            cmd_line("redis-server", &["--version"]),
+        ),
+        ("gnuplot".into(), cmd_line("gnuplot", &["--version"])),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_round_trip() {
+        assert_eq!(parse_size("10k").unwrap(), 10_000);
+        assert_eq!(parse_size("1M").unwrap(), 1_000_000);
+        assert_eq!(parse_size("700").unwrap(), 700);
+        assert_eq!(size_label(500_000), "500k");
+        assert_eq!(size_label(700), "700");
+        assert_eq!(size_label(2_000_000), "2M");
+    }
+
+    #[test]
+    fn median_of_even_and_odd() {
+        assert_eq!(stats(&[3.0, 1.0, 2.0]), (2.0, 1.0, 3.0));
+        assert_eq!(stats(&[4.0, 1.0, 2.0, 3.0]), (2.5, 1.0, 4.0));
+    }
+}
