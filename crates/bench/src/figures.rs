@@ -391,7 +391,7 @@ pub fn fig6d(plan: &Plan) -> Vec<Figure> {
             let label = format!("6(d) K={k} {}", d.name());
             let cells = repeat(plan.runs, Slow::Never, &label, plan.started, 3, |_| {
                 let r = units::measure(d, k, plan.unit_routes, plan.window, plan.timeout)?;
-                Ok(vec![r.rss_mb, r.cpu_pct, r.load_cpu_s])
+                Ok(vec![r.rss_mb, r.load_cpu_s, r.cpu_pct])
             });
             let mut c2 = cells[1].clone();
             c2.extra = vec![cells[2].median().map_or("–".into(), num)];
@@ -445,18 +445,19 @@ sampled over a {} s steady window.",
             title: "Fig. 6(d), CPU: CPU per unit against units on one host".into(),
             what: format!(
                 "{what} CPU per unit = the run time of every thread of the units' processes \
-(`/proc/PID/task/TID/schedstat`, nanoseconds) over the window / window / K, in % of one core. \"Learning CPU\" = CPU seconds per unit from the first \
-write until every monitor held every route."
+(`/proc/PID/task/TID/schedstat`, nanoseconds) / K: while learning (from the first write until every monitor held \
+every route; the plotted value and the ratio) and at rest (over the steady window, in % of one core; every \
+daemon is near idle there, so it is shown but not compared)."
             ),
             x_label: "units K".into(),
-            y_label: "CPU per unit (% of one core)".into(),
+            y_label: "CPU per unit while learning (s)".into(),
             series_label: "daemon".into(),
             xs,
             x_names,
             x_scale: Scale::Log2,
             y_scale: Scale::Linear,
             series: cpu,
-            extra_headers: vec!["learning CPU per unit (s)".into()],
+            extra_headers: vec!["CPU per unit at rest (% of one core)".into()],
             ratio: true,
             notes: Vec::new(),
             png: None,

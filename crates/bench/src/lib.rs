@@ -20,8 +20,8 @@
 //!   peers (P = 50 … 700), all P sessions in one tester process; time from
 //!   the injector's first write until every monitor holds all routes.
 //! - **Fig. 6(d)** ([`units`]): K units of one daemon on one host (one
-//!   namespace each), each learning 10k routes; RSS and CPU per unit in a
-//!   steady window against K.
+//!   namespace each), each learning 10k routes; RSS per unit in a steady
+//!   window, CPU per unit while learning (and at rest) against K.
 //! - **Fig. 5(b)** ([`store`]): holdfastd's Redis store, time per write and
 //!   per read call against the number of records per call.
 //! - **Takeover** ([`takeover`]): holdfastd NSR on, primary killed, backup

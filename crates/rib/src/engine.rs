@@ -1,6 +1,6 @@
 //! The [`Engine`]: peer bookkeeping and the parallel batch pipeline.
 
-use std::borrow::Cow;
+use std::borrow::{Borrow, Cow};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
@@ -930,13 +930,24 @@ impl Engine {
 
     /// Locally originated routes: ORIGIN IGP, empty AS_PATH, next hop self
     /// on export.
-    pub fn originate(&mut self, prefixes: Vec<(Prefix, PathAttrs)>) -> Output {
+    pub fn originate<A: Borrow<PathAttrs>>(&mut self, prefixes: Vec<(Prefix, A)>) -> Output {
         let n = self.shards.len();
         let mut ops: Vec<Vec<(Prefix, Arc<Attrs>)>> = vec![Vec::new(); n];
-        for (p, mut a) in prefixes {
-            a.origin = Some(Origin::Igp);
-            a.as_path = AsPath::default();
-            let a = self.interner.intern(Attrs::from_path_attrs(&a));
+        // Consecutive prefixes of one `[[network]]` share their attributes: intern once.
+        let mut last: Option<(PathAttrs, Arc<Attrs>)> = None;
+        for (p, a) in prefixes {
+            let a: &PathAttrs = a.borrow();
+            let a = match &last {
+                Some((prev, interned)) if prev == a => interned.clone(),
+                _ => {
+                    let mut own = a.clone();
+                    own.origin = Some(Origin::Igp);
+                    own.as_path = AsPath::default();
+                    let interned = self.interner.intern(Attrs::from_path_attrs(&own));
+                    last = Some((a.clone(), interned.clone()));
+                    interned
+                }
+            };
             let s = match &p {
                 Prefix::V4(k) => shard_of4(k, n),
                 Prefix::V6(k) => shard_of6(k, n),

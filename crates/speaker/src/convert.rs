@@ -26,7 +26,8 @@ use std::sync::Arc;
 pub struct Compiled {
     pub policies: HashMap<String, Arc<Policy>>,
     /// Originated routes per instance.
-    pub networks: HashMap<String, BTreeMap<Prefix, PathAttrs>>,
+    /// Per instance; every prefix of one `[[network]]` shares its attributes.
+    pub networks: HashMap<String, BTreeMap<Prefix, Arc<PathAttrs>>>,
 }
 
 pub fn compile(cfg: &Config) -> anyhow::Result<Compiled> {
@@ -58,9 +59,9 @@ pub fn compile(cfg: &Config) -> anyhow::Result<Compiled> {
         let compiled = compile_policy(p, &lists).with_context(|| format!("policy {:?}", p.name))?;
         policies.insert(p.name.clone(), Arc::new(compiled));
     }
-    let mut networks: HashMap<String, BTreeMap<Prefix, PathAttrs>> = HashMap::new();
+    let mut networks: HashMap<String, BTreeMap<Prefix, Arc<PathAttrs>>> = HashMap::new();
     for n in &cfg.networks {
-        let attrs = network_attrs(n);
+        let attrs = Arc::new(network_attrs(n));
         let table = networks.entry(n.instance.clone()).or_default();
         for p in n.prefixes() {
             table.insert(p, attrs.clone());

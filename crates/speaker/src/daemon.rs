@@ -33,7 +33,7 @@ type Lookup = Arc<RwLock<HashMap<(Option<String>, IpAddr), mpsc::UnboundedSender
 struct Instance {
     rib: RibHandle,
     mailboxes: Mailboxes,
-    originated: BTreeMap<Prefix, PathAttrs>,
+    originated: BTreeMap<Prefix, Arc<PathAttrs>>,
 }
 
 struct PeerEntry {
@@ -412,10 +412,10 @@ impl Daemon {
                 .filter(|p| !wanted.contains_key(*p))
                 .copied()
                 .collect();
-            let announce: Vec<(Prefix, PathAttrs)> = wanted
+            let announce: Vec<(Prefix, Arc<PathAttrs>)> = wanted
                 .iter()
-                .filter(|(p, a)| inst.originated.get(*p) != Some(*a))
-                .map(|(p, a)| (*p, a.clone()))
+                .filter(|(p, a)| inst.originated.get(*p).is_none_or(|o| **o != ***a))
+                .map(|(p, a)| (*p, Arc::clone(a)))
                 .collect();
             if !withdraw.is_empty() {
                 inst.rib.send(RibCmd::WithdrawOriginated(withdraw));

@@ -53,7 +53,7 @@ pub enum RibCmd {
         import: PolicyRef,
         export: PolicyRef,
     },
-    Originate(Vec<(Prefix, PathAttrs)>),
+    Originate(Vec<(Prefix, Arc<PathAttrs>)>),
     WithdrawOriginated(Vec<Prefix>),
     Query(RibQuery, oneshot::Sender<QueryResult>),
     /// NSR: the peer's Adj-RIB-In and Adj-RIB-Out encoded as UPDATEs.
