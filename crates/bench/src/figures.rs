@@ -5,6 +5,7 @@ use crate::learn::{self, INJ_AS};
 use crate::report::{num, Figure, Scale, Series};
 use crate::util::{repeat, size_label, Cell, Slow};
 use crate::{fanout, originate, store, takeover, units};
+use anyhow::Result;
 use holdfast_tester::workload::{generate, Kind, Workload};
 use std::fmt::Write as _;
 use std::net::Ipv4Addr;
@@ -215,8 +216,21 @@ single-peer case. Speedup = workers=1 time / workers=2 time for the same peers.\
     t
 }
 
-/// Fig. 6(b).
-pub fn fig6b(plan: &Plan) -> Figure {
+/// One series per daemon under test (NSR off): for every x, `runs` runs of `measure`
+/// (`values` numbers each). The first number is the cell, the others go to its extra
+/// columns through `extra` (medians: `format`). A daemon without a result at one x is
+/// skipped at the larger ones.
+#[allow(clippy::too_many_arguments)]
+fn sweep<X: Copy>(
+    plan: &Plan,
+    xs: &[X],
+    x_text: impl Fn(X) -> String,
+    tag: &str,
+    slow: Slow,
+    values: usize,
+    measure: impl Fn(Dut, X) -> Result<Vec<f64>>,
+    extra: &[fn(f64) -> String],
+) -> Vec<Series> {
     let daemons: Vec<Dut> = plan
         .daemons
         .iter()
@@ -232,41 +246,55 @@ pub fn fig6b(plan: &Plan) -> Figure {
         })
         .collect();
     let mut given_up: Vec<Option<String>> = vec![None; daemons.len()];
-    for &n in &plan.origin_sizes {
+    for &x in xs {
         for (di, &d) in daemons.iter().enumerate() {
             if let Some(why) = &given_up[di] {
                 series[di].cells.push(Cell::skipped(why));
                 continue;
             }
-            let label = format!("6(b) {} {}", size_label(n), d.name());
-            let cells = repeat(
-                plan.runs,
-                Slow::Wall(plan.slow),
-                &label,
-                plan.started,
-                4,
-                |_| {
-                    let r = originate::measure(d, n, plan.timeout)?;
-                    Ok(vec![
-                        r.secs,
-                        r.first_secs,
-                        r.load_secs,
-                        r.rss_kb as f64 / 1024.0,
-                    ])
-                },
-            );
+            let label = format!("{tag} {} {}", x_text(x), d.name());
+            let cells = repeat(plan.runs, slow, &label, plan.started, values, |_| {
+                measure(d, x)
+            });
             let mut c = cells[0].clone();
-            c.extra = vec![
-                cells[1].median().map_or("–".into(), num),
-                cells[2].median().map_or("–".into(), num),
-                cells[3].median().map_or("–".into(), |m| format!("{m:.0}")),
-            ];
+            c.extra = cells[1..]
+                .iter()
+                .zip(extra)
+                .map(|(cell, f)| cell.median().map_or("–".into(), f))
+                .collect();
             if c.value.is_none() {
-                given_up[di] = Some(format!("skipped (no result at {})", size_label(n)));
+                given_up[di] = Some(format!("skipped (no result at {})", x_text(x)));
             }
             series[di].cells.push(c);
         }
     }
+    series
+}
+
+fn mb(m: f64) -> String {
+    format!("{m:.0}")
+}
+
+/// Fig. 6(b).
+pub fn fig6b(plan: &Plan) -> Figure {
+    let series = sweep(
+        plan,
+        &plan.origin_sizes,
+        size_label,
+        "6(b)",
+        Slow::Wall(plan.slow),
+        4,
+        |d, n| {
+            let r = originate::measure(d, n, plan.timeout)?;
+            Ok(vec![
+                r.secs,
+                r.first_secs,
+                r.load_secs,
+                r.rss_kb as f64 / 1024.0,
+            ])
+        },
+        &[num, num, mb],
+    );
     let (xs, x_names) = size_axis(&plan.origin_sizes);
     Figure {
         id: "fig6b".into(),
@@ -299,50 +327,19 @@ Time = from the monitor's connect (TCP SYN, OPEN exchange) until it holds all N.
 
 /// Fig. 6(c).
 pub fn fig6c(plan: &Plan) -> Figure {
-    let daemons: Vec<Dut> = plan
-        .daemons
-        .iter()
-        .copied()
-        .filter(|d| *d != Dut::HoldfastdNsr)
-        .collect();
-    let mut series: Vec<Series> = daemons
-        .iter()
-        .map(|d| Series {
-            name: d.name().into(),
-            holdfast: d.is_holdfast(),
-            cells: Vec::new(),
-        })
-        .collect();
-    let mut given_up: Vec<Option<String>> = vec![None; daemons.len()];
-    for &p in &plan.peers {
-        for (di, &d) in daemons.iter().enumerate() {
-            if let Some(why) = &given_up[di] {
-                series[di].cells.push(Cell::skipped(why));
-                continue;
-            }
-            let label = format!("6(c) P={p} {}", d.name());
-            let cells = repeat(
-                plan.runs,
-                Slow::Value(plan.slow),
-                &label,
-                plan.started,
-                3,
-                |_| {
-                    let r = fanout::measure(d, p, plan.timeout)?;
-                    Ok(vec![r.secs, r.setup_secs, r.rss_kb as f64 / 1024.0])
-                },
-            );
-            let mut c = cells[0].clone();
-            c.extra = vec![
-                cells[1].median().map_or("–".into(), num),
-                cells[2].median().map_or("–".into(), |m| format!("{m:.0}")),
-            ];
-            if c.value.is_none() {
-                given_up[di] = Some(format!("skipped (no result at P = {p})"));
-            }
-            series[di].cells.push(c);
-        }
-    }
+    let series = sweep(
+        plan,
+        &plan.peers,
+        |p| format!("P = {p}"),
+        "6(c)",
+        Slow::Value(plan.slow),
+        3,
+        |d, p| {
+            let r = fanout::measure(d, p, plan.timeout)?;
+            Ok(vec![r.secs, r.setup_secs, r.rss_kb as f64 / 1024.0])
+        },
+        &[num, mb],
+    );
     Figure {
         id: "fig6c".into(),
         title: "Fig. 6(c): send 100 routes to each of P peers (update packing)".into(),

@@ -417,14 +417,7 @@ fn drive(opts: &DemoOptions, sc: &Scenario, say: &mut dyn FnMut(&str)) -> Result
 /// The negative control: each peer resets its session with holdfastd; measured like a
 /// failure, until every peer holds holdfastd's routes again.
 fn control_reset(open: &mut OpenLab, service: IpAddr, taps: &[PeerTap]) -> Result<Vec<PeerSeen>> {
-    let marks: Vec<LogMark> = open.peers.iter().map(|(_, p)| p.log_mark()).collect();
-    let watches: Vec<PeerWatch> = open
-        .peers
-        .iter()
-        .map(|(_, p)| PeerWatch::start_every(p.session_probe(&open.lab), service, WATCH_EVERY))
-        .collect();
-    std::thread::sleep(WATCH_EVERY * 3);
-    let t_fail = unix_s();
+    let obs = Observation::start(open, service);
     let mut r = Ok(());
     for (_, p) in &open.peers {
         r = r.and(p.reset_session(&open.lab, service));
@@ -453,20 +446,55 @@ fn control_reset(open: &mut OpenLab, service: IpAddr, taps: &[PeerTap]) -> Resul
         )
     });
     std::thread::sleep(SETTLE);
-    let reports: Vec<WatchReport> = watches.into_iter().map(PeerWatch::stop).collect();
+    let seen = obs.finish(open, taps);
     r?;
-    let t_end = unix_s();
-    let mut out = Vec::new();
-    for (((name, p), mark), watch) in open.peers.iter().zip(&marks).zip(&reports) {
-        let tap = taps
+    seen
+}
+
+/// What the peers see while something happens to their sessions: a log mark and a
+/// [`PeerWatch`] per peer, and the time it began.
+struct Observation {
+    service: IpAddr,
+    marks: Vec<LogMark>,
+    watches: Vec<PeerWatch>,
+    t_start: f64,
+}
+
+impl Observation {
+    /// Starts watching every peer's session with the service address; returns after a
+    /// few samples, so the watches have a baseline.
+    fn start(open: &OpenLab, service: IpAddr) -> Observation {
+        let marks = open.peers.iter().map(|(_, p)| p.log_mark()).collect();
+        let watches = open
+            .peers
             .iter()
-            .find(|t| &t.name == name)
-            .ok_or_else(|| LabError::Invalid(format!("no capture of peer `{name}`")))?;
-        let notes = p.notifications_since(mark)?;
-        let msgs = bgp_messages(&tap.pcap, service, tap.addr)?;
-        out.push(peer_seen(tap, watch, &notes, &msgs, t_fail, t_end));
+            .map(|(_, p)| PeerWatch::start_every(p.session_probe(&open.lab), service, WATCH_EVERY))
+            .collect();
+        std::thread::sleep(WATCH_EVERY * 3);
+        Observation {
+            service,
+            marks,
+            watches,
+            t_start: unix_s(),
+        }
     }
-    Ok(out)
+
+    /// Stops the watches and reads each peer's log and capture since the start.
+    fn finish(self, open: &OpenLab, taps: &[PeerTap]) -> Result<Vec<PeerSeen>> {
+        let reports: Vec<WatchReport> = self.watches.into_iter().map(PeerWatch::stop).collect();
+        let t_end = unix_s();
+        let mut out = Vec::new();
+        for (((name, p), mark), watch) in open.peers.iter().zip(&self.marks).zip(&reports) {
+            let tap = taps
+                .iter()
+                .find(|t| &t.name == name)
+                .ok_or_else(|| LabError::Invalid(format!("no capture of peer `{name}`")))?;
+            let notes = p.notifications_since(mark)?;
+            let msgs = bgp_messages(&tap.pcap, self.service, tap.addr)?;
+            out.push(peer_seen(tap, watch, &notes, &msgs, self.t_start, t_end));
+        }
+        Ok(out)
+    }
 }
 
 /// Waits until the primary holds every route and every peer every route of holdfastd,
@@ -520,25 +548,9 @@ fn one_failure(
     taps: &[PeerTap],
     say: &mut dyn FnMut(&str),
 ) -> Result<Row> {
-    let marks: Vec<LogMark> = open.peers.iter().map(|(_, p)| p.log_mark()).collect();
-    let watches: Vec<PeerWatch> = open
-        .peers
-        .iter()
-        .map(|(_, p)| PeerWatch::start_every(p.session_probe(&open.lab), service, WATCH_EVERY))
-        .collect();
-    // A few samples before the failure, so the watch has a baseline.
-    std::thread::sleep(WATCH_EVERY * 3);
-    let t_fail = unix_s();
-    let fail = open.fail(kind, target, &mut |m| say(&format!("   {m}")));
-    let fail = match fail {
-        Ok(f) => f,
-        Err(e) => {
-            for w in watches {
-                w.stop();
-            }
-            return Err(e);
-        }
-    };
+    let obs = Observation::start(open, service);
+    // On an error the watches stop as `obs` drops.
+    let fail = open.fail(kind, target, &mut |m| say(&format!("   {m}")))?;
     let t = fail
         .takeover
         .clone()
@@ -560,20 +572,9 @@ fn one_failure(
         )?;
     }
     std::thread::sleep(SETTLE);
-    let reports: Vec<WatchReport> = watches.into_iter().map(PeerWatch::stop).collect();
-    let t_end = unix_s();
+    let peers = obs.finish(open, taps)?;
     let new = open.holdfastd(&open.state.units[0].primary)?;
     let routes_after: u64 = new.summary()?.loc_rib_routes.values().sum();
-    let mut peers = Vec::new();
-    for (((name, p), mark), watch) in open.peers.iter().zip(&marks).zip(&reports) {
-        let tap = taps
-            .iter()
-            .find(|t| &t.name == name)
-            .ok_or_else(|| LabError::Invalid(format!("no capture of peer `{name}`")))?;
-        let notes = p.notifications_since(mark)?;
-        let msgs = bgp_messages(&tap.pcap, service, tap.addr)?;
-        peers.push(peer_seen(tap, watch, &notes, &msgs, t_fail, t_end));
-    }
     let o = &t.orchestrator_ms;
     let (tcp_restore_ms, tables_ms) = t.holdfastd.as_ref().map_or((0.0, 0.0), |h| {
         (h.tcp_restore_us as f64 / 1e3, h.tables_us as f64 / 1e3)
