@@ -1,6 +1,6 @@
 //! Fig. 5(b): time of a store write and of a store read against the number
-//! of records per call (the logic of `crates/nsr/examples/store_bench.rs`,
-//! run against a redis-server inside a lab namespace, over its loopback).
+//! of records per call, against a redis-server inside a lab namespace, over
+//! its loopback (`holdfast-bench --figures 5b` runs only this).
 //!
 //! For records of `size` bytes and batches of B = 1, 2, 4, … records:
 //! - write, B sessions: one `write` of B `Received` ops, one per session;
