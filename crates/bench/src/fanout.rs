@@ -11,7 +11,7 @@
 
 use crate::dut::{Dut, DutConfig, Neighbor, Running};
 use crate::learn::INJ_AS;
-use crate::util::{connect, peak_rss_kb};
+use crate::util::{connect, peak_rss_kb, wait_all_hold};
 use anyhow::{anyhow, bail, Context, Result};
 use holdfast_lab::Lab;
 use holdfast_tester::workload::{generate, prefix_count, Kind};
@@ -157,19 +157,7 @@ pub fn measure(dut: Dut, p: usize, timeout: Duration) -> Result<FanoutRun> {
         std::thread::sleep(Duration::from_millis(500));
         let t0 = Instant::now();
         injector.send_stream(&bytes)?;
-        let deadline = t0 + timeout;
-        let mut done = false;
-        while Instant::now() < deadline {
-            if monitors
-                .iter()
-                .all(|m| m.route_count() >= n || m.is_closed())
-            {
-                done = true;
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        let held = monitors.iter().filter(|m| m.route_count() >= n).count();
+        let held = wait_all_hold(&monitors, n, t0 + timeout, Duration::from_millis(1));
         let last = monitors
             .iter()
             .filter_map(|m| m.view(|v| v.last_change))
@@ -179,7 +167,7 @@ pub fn measure(dut: Dut, p: usize, timeout: Duration) -> Result<FanoutRun> {
         for m in &monitors {
             m.abort();
         }
-        if !done || held < p {
+        if held < p {
             bail!(
                 "timeout (>{} s, {held} of {p} monitors hold all {n})",
                 timeout.as_secs()

@@ -15,7 +15,7 @@
 
 use crate::dut::{Dut, DutConfig, Neighbor, Running};
 use crate::learn::{INJ_AS, MON_AS};
-use crate::util::{connect, cpu_secs, rss_kb, with_descendants};
+use crate::util::{connect, cpu_secs, rss_kb, wait_all_hold, with_descendants};
 use anyhow::{bail, Result};
 use holdfast_lab::{IfAddr, Lab};
 use holdfast_tester::workload::{generate, prefix_count, Kind};
@@ -149,23 +149,11 @@ pub fn measure(
                 std::thread::spawn(move || f.send_stream(&s).map_err(|e| e.to_string()))
             })
             .collect();
-        let deadline = t0 + timeout;
-        let mut done = false;
-        while Instant::now() < deadline {
-            if monitors
-                .iter()
-                .all(|m| m.route_count() >= n || m.is_closed())
-            {
-                done = monitors.iter().all(|m| m.route_count() >= n);
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        let held = wait_all_hold(&monitors, n, t0 + timeout, Duration::from_millis(5));
         for s in senders {
             let _ = s.join();
         }
-        if !done {
-            let held = monitors.iter().filter(|m| m.route_count() >= n).count();
+        if held < k {
             for m in monitors.iter().chain(feeds.iter().map(|f| f.as_ref())) {
                 m.abort();
             }

@@ -3,6 +3,7 @@
 
 use anyhow::{bail, Context, Result};
 use holdfast_tester::{netns::in_netns, Config, Peer as Tester};
+use std::borrow::Borrow;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
@@ -430,6 +431,29 @@ pub fn machine() -> Vec<(String, String)> {
         ),
         ("gnuplot".into(), cmd_line("gnuplot", &["--version"])),
     ]
+}
+
+/// Polls every `poll` until each monitor holds `n` routes or has closed, or `deadline`
+/// passes; returns how many hold all `n`.
+pub fn wait_all_hold<M: Borrow<Tester>>(
+    monitors: &[M],
+    n: usize,
+    deadline: Instant,
+    poll: Duration,
+) -> usize {
+    let monitors = || monitors.iter().map(Borrow::borrow);
+    let held = || {
+        monitors()
+            .filter(|m: &&Tester| m.route_count() >= n)
+            .count()
+    };
+    while Instant::now() < deadline {
+        if monitors().all(|m: &Tester| m.route_count() >= n || m.is_closed()) {
+            break;
+        }
+        std::thread::sleep(poll);
+    }
+    held()
 }
 
 #[cfg(test)]

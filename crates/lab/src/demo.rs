@@ -635,15 +635,12 @@ fn peer_seen(
     }
     // Resets: the peer's counters and uptime, its state samples, new connections.
     let ports_before: Vec<u16> = before.iter().map(|m| m.src_port).collect();
-    let new_conns = {
-        let mut ports: Vec<u16> = during
-            .iter()
-            .map(|m| m.src_port)
-            .filter(|p| !ports_before.contains(p))
-            .collect();
-        ports.dedup();
-        ports.len() as u32
-    };
+    let new_conns = during
+        .iter()
+        .map(|m| m.src_port)
+        .filter(|p| !ports_before.contains(p))
+        .collect::<std::collections::BTreeSet<u16>>()
+        .len() as u32;
     let est_changes: u32 = watch
         .established_count_changes
         .iter()

@@ -259,19 +259,6 @@ fn ip_tcp(at: f64, ethertype: u16, p: &[u8]) -> Option<Segment<'_>> {
     })
 }
 
-/// FIN or RST segments `from` sent to `to` (TCP, port 179 on either side), as capture
-/// timestamps.
-pub fn fin_or_rst(path: &Path, from: IpAddr, to: IpAddr) -> Result<Vec<f64>> {
-    let data = std::fs::read(path)
-        .map_err(|e| LabError::Invalid(format!("reading {}: {e}", path.display())))?;
-    Ok(segments(&data)?
-        .into_iter()
-        .filter(|s| s.src == from && s.dst == to && (s.sport == 179 || s.dport == 179))
-        .filter(|s| s.flags & (FIN | RST) != 0)
-        .map(|s| s.at)
-        .collect())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -357,7 +344,6 @@ mod tests {
         assert_eq!(msgs[1].announced, 0);
         assert_eq!(msgs[1].at, 3.0, "completed by the third segment");
         assert!(bgp_messages(&file, to, from).unwrap().is_empty());
-        assert!(fin_or_rst(&file, from, to).unwrap().is_empty());
         std::fs::remove_file(&file).unwrap();
     }
 }

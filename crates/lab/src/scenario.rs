@@ -634,7 +634,15 @@ impl Scenario {
         topo: &NsrTopo,
         redis_url: &str,
     ) -> Result<String> {
-        let mut neighbours = Vec::new();
+        let mut extra = format!("asn = {}\n", unit.asn);
+        if let Some(h) = unit.hold_time {
+            extra.push_str(&format!("hold_time = {h}\n"));
+        }
+        let export = match unit.export {
+            ExportSpec::All => "all",
+            ExportSpec::Own => OWN_ROUTES_POLICY,
+        };
+        // The neighbours are written here (not by nsr_config) to carry the export.
         for n in &unit.neighbors {
             let p = self
                 .peer(n)
@@ -642,11 +650,12 @@ impl Scenario {
             let h = self
                 .host(&p.host)
                 .ok_or_else(|| bad("peer.host", format!("unknown host \"{}\"", p.host)))?;
-            neighbours.push((IpAddr::V4(h.v4), p.asn));
-        }
-        let mut extra = format!("asn = {}\n", unit.asn);
-        if let Some(h) = unit.hold_time {
-            extra.push_str(&format!("hold_time = {h}\n"));
+            let addr = IpAddr::V4(h.v4);
+            extra.push_str(&format!(
+                "[[neighbor]]\naddress = \"{addr}\"\nremote_asn = {}\nlocal_address = \"{}\"\nimport = \"all\"\nexport = \"{export}\"\n",
+                p.asn,
+                topo.service_for(addr)
+            ));
         }
         for r in &unit.routes {
             extra.push_str(&format!(
@@ -660,15 +669,7 @@ impl Scenario {
                  [[policy.term]]\nname = \"originated\"\nmatch = {{ as_path = \"^$\" }}\naction = \"accept\"\n"
             ));
         }
-        let config = nsr_config(topo, redis_url, &unit.instance, &neighbours, &extra);
-        Ok(match unit.export {
-            ExportSpec::All => config,
-            // nsr_config writes `export = "all"` on every neighbour it generates.
-            ExportSpec::Own => config.replace(
-                "export = \"all\"",
-                &format!("export = \"{OWN_ROUTES_POLICY}\""),
-            ),
-        })
+        Ok(nsr_config(topo, redis_url, &unit.instance, &[], &extra))
     }
 }
 
