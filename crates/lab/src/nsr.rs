@@ -19,9 +19,7 @@
 //! one, announce it with a gratuitous ARP / unsolicited NA); 4. wait until the new unit
 //! reports every session Established.
 
-use std::fs::File;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::cmd::{pid_alive, Signal};
@@ -527,21 +525,7 @@ fn proc_state(pid: u32) -> Option<char> {
         .next()
 }
 
-/// Runs `f` on a new thread that has joined the network namespace `netns`
-/// (`/run/netns/<netns>`), and returns its result. Sockets made there stay there.
-pub fn in_netns<T: Send + 'static>(
-    netns: &str,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> std::io::Result<T> {
-    let ns = File::open(Path::new("/run/netns").join(netns))?;
-    std::thread::spawn(move || -> std::io::Result<T> {
-        nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET)
-            .map_err(std::io::Error::from)?;
-        Ok(f())
-    })
-    .join()
-    .map_err(|_| std::io::Error::other("namespace thread panicked"))?
-}
+pub use holdfast_linux::netns::in_netns;
 
 /// A holdfastd configuration for the NSR topology: AS [`NSR_LOCAL_AS`], router id and
 /// every session's local address = the service address (of the session's family),

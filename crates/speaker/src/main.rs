@@ -1,26 +1,7 @@
-//! `holdfastd`, the Holdfast BGP speaker.
-//!
-//! Threads: one I/O thread (a current-thread Tokio runtime) runs every
-//! session, timer, listener, the control socket and the metrics endpoint;
-//! one RIB thread per routing instance runs route processing, which fans out
-//! to a worker pool of `--workers` threads. Session liveness therefore never
-//! waits on route processing.
-//!
-//! Signals: SIGHUP reloads the configuration (only what changed is touched),
-//! SIGTERM/SIGINT stop the daemon after sending Cease to every peer.
+//! `holdfastd`, the Holdfast BGP speaker: argument parsing and start-up.
+//! The daemon itself is the `holdfast_speaker` library.
 
-mod addrs;
-mod conn;
-mod control;
-mod convert;
-mod daemon;
-mod nsr;
-mod obs;
-mod peer;
-mod resume;
-mod rib_thread;
-mod socket;
-mod tables;
+use holdfast_speaker::daemon;
 
 use anyhow::Context;
 

@@ -4,7 +4,6 @@
 
 #![allow(dead_code)]
 
-use std::fs::File;
 use std::process::{Command, Output};
 
 /// Whether the tests can create namespaces (root); otherwise they skip.
@@ -43,15 +42,7 @@ impl Netns {
     /// Runs `f` on a thread inside the namespace; a panic in `f` is
     /// re-raised here with its message.
     pub fn run<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
-        let ns = File::open(format!("/run/netns/{}", self.name)).expect("open netns");
-        let h = std::thread::spawn(move || {
-            nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
-            f()
-        });
-        match h.join() {
-            Ok(v) => v,
-            Err(p) => std::panic::resume_unwind(p),
-        }
+        holdfast_linux::netns::in_netns(&self.name, f).expect("enter the namespace")
     }
 }
 

@@ -1,0 +1,25 @@
+//! `holdfast-speaker`: the Holdfast BGP speaker (`holdfastd` is its binary).
+//!
+//! Threads: one I/O thread (a current-thread Tokio runtime) runs every
+//! session, timer, listener, the control socket and the metrics endpoint;
+//! one RIB thread per routing instance runs route processing, which fans out
+//! to a worker pool of `--workers` threads. Session liveness therefore never
+//! waits on route processing.
+//!
+//! Signals: SIGHUP reloads the configuration (only what changed is touched),
+//! SIGTERM/SIGINT stop the daemon after sending Cease to every peer.
+
+#![forbid(unsafe_code)]
+
+mod addrs;
+mod conn;
+mod control;
+mod convert;
+pub mod daemon;
+mod nsr;
+mod obs;
+mod peer;
+mod resume;
+mod rib_thread;
+mod socket;
+mod tables;
