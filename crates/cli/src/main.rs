@@ -8,6 +8,10 @@
 //! `lab/scenarios/` built in network namespaces, TENSOR's failures injected,
 //! takeovers onto the backup. It needs root.
 //!
+//! `holdfast replay FILE` re-runs a neighbour's recorded inputs
+//! (`holdfastd --record DIR`) through the peer core and reports the first
+//! output that differs.
+//!
 //! `holdfast bench` runs `holdfast-bench` (the TENSOR evaluation side by side
 //! with bird2, frr and gobgpd) from the directory of this executable.
 
@@ -57,6 +61,12 @@ enum Cmd {
     Nsr {
         #[command(subcommand)]
         op: NsrOp,
+    },
+    /// Feed a recording (`holdfastd --record DIR`, one file per neighbour)
+    /// through the peer core and report the first output that differs.
+    Replay {
+        /// A `<instance>_<address>.jsonl` file of the recording directory.
+        file: PathBuf,
     },
     /// The TENSOR evaluation side by side with bird2, frr and gobgpd: runs the
     /// `holdfast-bench` next to this executable, which writes the Markdown report
@@ -301,10 +311,45 @@ fn run_bench(
     Ok(())
 }
 
+/// `holdfast replay FILE`: exit status 0 when every output was identical.
+fn run_replay(file: &std::path::Path, json: bool) -> anyhow::Result<()> {
+    let report = holdfast_speaker::replay(file)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!(
+            "{} ({} {}): {} inputs replayed, {} outputs compared",
+            report.path.display(),
+            report.instance,
+            report.peer,
+            report.inputs,
+            report.outputs
+        );
+    }
+    match &report.divergence {
+        None => {
+            if !json {
+                println!("identical");
+            }
+            Ok(())
+        }
+        Some(d) => {
+            if !json {
+                println!("first difference at line {}", d.line);
+                println!("  input:    {}", serde_json::to_string(&d.input)?);
+                println!("  recorded: {}", serde_json::to_string(&d.recorded)?);
+                println!("  replayed: {}", serde_json::to_string(&d.replayed)?);
+            }
+            bail!("replay of {} differs at line {}", file.display(), d.line)
+        }
+    }
+}
+
 fn run(cli: Cli) -> anyhow::Result<()> {
     let req = match &cli.cmd {
         Cmd::Lab { state, op } => return run_lab(state.clone(), op, cli.json),
         Cmd::Bench { quick, out, extra } => return run_bench(*quick, out, extra, cli.json),
+        Cmd::Replay { file } => return run_replay(file, cli.json),
         Cmd::Show {
             what: Show::Neighbors,
         } => Request::ShowNeighbors,

@@ -59,6 +59,8 @@ pub struct StartOpts {
     /// Extra environment (after the default `HOLDFAST_LOG=info,holdfastd=debug`, which
     /// an entry here overrides).
     pub env: Vec<(String, String)>,
+    /// Further command-line arguments (e.g. `--record DIR`).
+    pub args: Vec<String>,
 }
 
 impl StartOpts {
@@ -68,6 +70,7 @@ impl StartOpts {
             takeover: true,
             ready_file: Some(ready_file),
             env: Vec::new(),
+            args: Vec::new(),
         }
     }
 }
@@ -139,6 +142,7 @@ impl Holdfastd {
             args.push("--takeover-ready-file".into());
             args.push(f.to_string_lossy().into_owned());
         }
+        args.extend(opts.args.iter().cloned());
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
         let mut env: Vec<(&str, &str)> = vec![("HOLDFAST_LOG", "info,holdfastd=debug")];
         env.extend(opts.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));

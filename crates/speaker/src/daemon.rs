@@ -68,6 +68,8 @@ struct Daemon {
     takeover: Option<Takeover>,
     resume_peers: HashMap<String, Vec<ResumePeer>>,
     resume_targets: Vec<ResumeTarget>,
+    /// `holdfastd --record DIR`: every peer's inputs are recorded there.
+    record: Option<PathBuf>,
 }
 
 struct ResumeTarget {
@@ -89,6 +91,7 @@ pub async fn run(
     workers: Option<usize>,
     control_override: Option<PathBuf>,
     takeover: Option<TakeoverOpts>,
+    record: Option<PathBuf>,
 ) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::new());
     let nsr_on = cfg.nsr.as_ref().is_some_and(|n| n.enabled);
@@ -117,6 +120,7 @@ pub async fn run(
         takeover,
         resume_peers: HashMap::new(),
         resume_targets: Vec::new(),
+        record,
     };
     d.apply(cfg, true)?;
     if d.takeover.is_some() {
@@ -280,6 +284,7 @@ impl Daemon {
             self.metrics.clone(),
             self.nsr.clone(),
             resuming,
+            self.record.as_deref(),
         );
         if resuming {
             self.resume_targets.push(ResumeTarget {

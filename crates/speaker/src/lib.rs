@@ -18,8 +18,11 @@ mod convert;
 pub mod daemon;
 mod nsr;
 mod obs;
-mod peer;
+pub mod peer;
 mod resume;
 mod rib_thread;
 mod socket;
 mod tables;
+
+pub use peer::core::{PeerCore, PeerInput, PeerOutput, PeerParams};
+pub use peer::record::{replay, ReplayReport, RECORD_SCHEMA};

@@ -36,6 +36,11 @@ struct Args {
     /// With --takeover: create this file once ready for the service address.
     #[arg(long, requires = "takeover")]
     takeover_ready_file: Option<PathBuf>,
+    /// Record every peer's inputs and the core's outputs as JSON lines, one
+    /// file per neighbour in this directory (`holdfast replay FILE` replays
+    /// one).
+    #[arg(long, value_name = "DIR")]
+    record: Option<PathBuf>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -70,6 +75,7 @@ fn main() -> anyhow::Result<()> {
         args.workers,
         args.control_socket,
         takeover,
+        args.record,
     ))
 }
 

@@ -1,33 +1,31 @@
-//! One task per neighbour on the I/O thread: it owns the neighbour's
-//! connection(s), feeds every input to the pure FSM (`holdfast_fsm`),
-//! executes the FSM's actions, and hands UPDATE bodies to the RIB thread.
+//! One task per neighbour on the I/O thread: the thin I/O shell around the
+//! pure [`PeerCore`]. It owns the neighbour's sockets, turns everything that
+//! happens to them (and every command, timer and RIB output) into a
+//! [`PeerInput`], passes it through [`PeerTask::input`] — the one choke
+//! point, where inputs are traced and, with `holdfastd --record DIR`,
+//! recorded — and carries out the core's [`PeerOutput`]s: writing
+//! messages, attaching and closing connections, and talking to the RIB
+//! thread and the NSR replicator.
 //!
-//! Covers RFC 4271 §6.8 connection collision detection (a second, inbound
-//! connection gets its own FSM until one of the two wins), RFC 4724 §4.2
-//! (a new connection from a graceful-restart peer while Established is a
-//! restart: the old session ends gracefully), and the RFC 4724 restart and
-//! stale-path timers on the helper side.
-//!
-//! Every event passes through [`PeerTask::fsm`], the one choke point where
-//! it is traced; session state is changed only by the FSM.
+//! The protocol decisions (RFC 4271 §6.8 collisions, RFC 4724 restarts and
+//! stale timers, RFC 4486 max-prefix restarts, ROUTE-REFRESH, the NSR
+//! resume) are the core's; see [`core`].
 
+pub mod core;
 mod nsr_ops;
+pub mod record;
 
+use self::core::{Message, PeerCore, PeerInput, PeerOutput, PeerParams, Which};
+use self::record::Recorder;
 use crate::conn::Conn;
 use crate::nsr::Nsr;
 use crate::obs::{Metrics, PeerLabels};
 use crate::rib_thread::{RibCmd, RibHandle, ToPeer};
 use crate::socket::{self, SockOpts};
 use crate::tables::append_message;
-use holdfast_fsm::{
-    resolve_collision, Action, CollisionWinner, Event, Negotiated, Session, SessionConfig, State,
-    Time,
-};
+use holdfast_fsm::{Negotiated, SessionConfig, State, Time};
 use holdfast_rib::{PeerId, PeerSpec};
-use holdfast_wire::{
-    decode_notification, decode_open, decode_route_refresh, encode_keepalive, encode_notification,
-    encode_open, msg_type, Notification, HEADER_LEN,
-};
+use holdfast_wire::{encode_keepalive, encode_notification, encode_open, msg_type, HEADER_LEN};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -35,17 +33,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::Instrument;
 
-/// How long a graceful-restart peer's routes stay stale after it comes back,
-/// waiting for End-of-RIB (FRR's default stale-path time).
-const STALE_PATH_TIME: Duration = Duration::from_secs(360);
-
-use holdfast_wire::error::cease_subcode::{
-    ADMINISTRATIVE_RESET as CEASE_ADMIN_RESET, CONNECTION_COLLISION_RESOLUTION as CEASE_COLLISION,
-    MAX_PREFIXES as CEASE_MAX_PREFIX, OTHER_CONFIGURATION_CHANGE as CEASE_CONFIG_CHANGE,
-};
-use holdfast_wire::error::error_code::CEASE;
-
-/// Monotonic time since the daemon started: the FSM's time input.
+/// Monotonic time since the daemon started: the cores' time input.
 pub fn now() -> Time {
     static EPOCH: OnceLock<Instant> = OnceLock::new();
     EPOCH.get_or_init(Instant::now).elapsed()
@@ -70,9 +58,21 @@ pub struct PeerSettings {
     pub spec: PeerSpec,
     /// Keep the peer's routes stale when it restarts (RFC 4724 helper).
     pub graceful_restart: bool,
-    /// After a max-prefix Cease: restart automatically (`Some`) or stay
-    /// down until an operator resets the session (`None`).
+    /// After a max-prefix Cease: restart after this many seconds (`Some`)
+    /// or stay down until an operator resets the session (`None`).
     pub max_prefix_restart: Option<u32>,
+}
+
+impl PeerSettings {
+    /// What the core needs of these settings.
+    pub fn params(&self) -> PeerParams {
+        PeerParams {
+            enabled: self.enabled,
+            session: self.session.clone(),
+            graceful_restart: self.graceful_restart,
+            max_prefix_restart: self.max_prefix_restart,
+        }
+    }
 }
 
 /// A session's tables from the RIB thread: (Adj-RIB-In, Adj-RIB-Out) as
@@ -104,38 +104,32 @@ pub struct PeerStatus {
 
 pub type SharedStatus = Arc<Mutex<PeerStatus>>;
 
-struct Slot {
-    fsm: Session,
-    conn: Option<Conn>,
-    connecting: Option<oneshot::Receiver<std::io::Result<TcpStream>>>,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Which {
-    Main,
-    Extra,
-}
-
 pub struct PeerTask {
     s: PeerSettings,
-    main: Slot,
-    /// A second connection racing the main one (collision detection).
-    extra: Option<Slot>,
-    /// Session generation: bumped at every Established.
-    gen: u64,
-    /// The RIB has been told the session is up.
-    up: bool,
-    last_negotiated: Option<Negotiated>,
-    stale_deadline: Option<Time>,
+    core: PeerCore,
+    /// The connections of the core's two slots.
+    main: Option<Conn>,
+    extra: Option<Conn>,
+    connecting: Option<oneshot::Receiver<std::io::Result<TcpStream>>>,
+    /// A connection waiting for the core's `Attach` or `Refuse`.
+    pending: Option<Conn>,
+    /// RIB output waiting for the core's `WriteRib`.
+    rib_out: Option<Arc<Vec<u8>>>,
+    /// UPDATE bodies of the current read, for the RIB, and their raw
+    /// form for the replicator.
+    updates: Vec<Vec<u8>>,
+    raw: Vec<u8>,
+    /// Reused output buffer of [`PeerTask::input`].
+    out: Vec<PeerOutput>,
     rib: RibHandle,
     rx: mpsc::UnboundedReceiver<PeerCmd>,
     status: SharedStatus,
     metrics: Arc<Metrics>,
     labels: PeerLabels,
+    recorder: Option<Recorder>,
     nsr: Option<Nsr>,
-    /// Waiting for a restored connection (NSR takeover): RIB output is
-    /// kept until the session resumes.
-    resuming: Option<Vec<ToPeer>>,
+    /// RIB output kept while an NSR resume is awaited.
+    held: Vec<ToPeer>,
     resync: Option<watch::Receiver<u64>>,
     /// A table snapshot being taken: (reply, whether it re-synchronises
     /// the session after a store outage or only compacts its logs).
@@ -147,21 +141,23 @@ pub struct PeerTask {
     acked_due: Option<Time>,
 }
 
-/// Starts a peer task on the current (I/O) runtime.
+/// Starts a peer task on the current (I/O) runtime. `record`: a directory
+/// where the task writes its inputs and outputs (`holdfastd --record`).
 pub fn spawn(
     s: PeerSettings,
     rib: RibHandle,
     metrics: Arc<Metrics>,
     nsr: Option<Nsr>,
     resuming: bool,
+    record: Option<&std::path::Path>,
 ) -> (mpsc::UnboundedSender<PeerCmd>, SharedStatus) {
     let (tx, rx) = mpsc::unbounded_channel();
-    let fsm = Session::new(s.session.clone());
+    let core = PeerCore::new(s.params());
     let status = Arc::new(Mutex::new(PeerStatus {
-        state: fsm.state(),
+        state: core.state(),
         established_at: None,
         negotiated: None,
-        stats: fsm.stats().clone(),
+        stats: core.stats().clone(),
         local: None,
     }));
     let labels = PeerLabels {
@@ -169,31 +165,38 @@ pub fn spawn(
         peer: s.address.to_string(),
     };
     let span = tracing::info_span!("peer", instance = %s.instance, peer = %s.address, asn = s.session.remote_as);
+    let recorder = record.and_then(|dir| {
+        Recorder::create(dir, &s.instance, s.address, &s.params())
+            .map_err(
+                |e| tracing::error!(parent: &span, error = %e, "cannot record this peer's inputs"),
+            )
+            .ok()
+    });
     let task = PeerTask {
-        main: Slot {
-            fsm,
-            conn: None,
-            connecting: None,
-        },
+        core,
+        main: None,
         extra: None,
-        gen: 0,
-        up: false,
-        last_negotiated: None,
-        stale_deadline: None,
+        connecting: None,
+        pending: None,
+        rib_out: None,
+        updates: Vec::new(),
+        raw: Vec::new(),
+        out: Vec::new(),
         rib,
         rx,
         status: status.clone(),
         metrics,
         labels,
+        recorder,
         resync: nsr.as_ref().map(|n| n.shared.resync.subscribe()),
         nsr,
-        resuming: resuming.then(Vec::new),
+        held: Vec::new(),
         snapshot: None,
         compact_at: u64::MAX,
         acked_due: None,
         s,
     };
-    tokio::spawn(task.run().instrument(span));
+    tokio::spawn(task.run(resuming).instrument(span));
     (tx, status)
 }
 
@@ -230,21 +233,14 @@ async fn connected(
 }
 
 impl PeerTask {
-    async fn run(mut self) {
+    async fn run(mut self, resuming: bool) {
         self.metrics.peer_configured(&self.labels);
-        if self.s.enabled && self.resuming.is_none() {
-            self.fsm(Which::Main, Event::ManualStart);
-        }
+        self.input(PeerInput::Start { resuming });
         loop {
-            let deadline = [
-                self.main.fsm.next_deadline(),
-                self.extra.as_ref().and_then(|e| e.fsm.next_deadline()),
-                self.stale_deadline,
-                self.acked_due,
-            ]
-            .into_iter()
-            .flatten()
-            .min();
+            let deadline = [self.core.next_deadline(), self.acked_due]
+                .into_iter()
+                .flatten()
+                .min();
             let sleep_to = instant_of(deadline.unwrap_or(now() + Duration::from_secs(3600)));
             tokio::select! {
                 biased;
@@ -252,10 +248,10 @@ impl PeerTask {
                     Some(cmd) => if !self.on_cmd(cmd) { break },
                     None => break,
                 },
-                r = read_from(self.main.conn.as_mut()) => self.on_read(Which::Main, r),
-                r = read_from(self.extra.as_mut().and_then(|e| e.conn.as_mut())) => self.on_read(Which::Extra, r),
-                r = connected(self.main.connecting.as_mut()) => {
-                    self.main.connecting = None;
+                r = read_from(self.main.as_mut()) => self.on_read(Which::Main, r),
+                r = read_from(self.extra.as_mut()) => self.on_read(Which::Extra, r),
+                r = connected(self.connecting.as_mut()) => {
+                    self.connecting = None;
                     self.on_connected(r);
                 }
                 _ = tokio::time::sleep_until(sleep_to) => self.on_timer(),
@@ -263,93 +259,128 @@ impl PeerTask {
                 r = snapshot_done(self.snapshot.as_mut()) => self.on_snapshot(r),
             }
         }
+        if let Some(r) = self.recorder.as_mut() {
+            r.flush();
+        }
         self.metrics.peer_removed(&self.labels);
     }
 
-    fn slot(&mut self, w: Which) -> Option<&mut Slot> {
-        match w {
-            Which::Main => Some(&mut self.main),
-            Which::Extra => self.extra.as_mut(),
-        }
-    }
-
-    /// The choke point: every FSM input of this neighbour passes here.
-    fn fsm(&mut self, w: Which, ev: Event) {
-        tracing::trace!(slot = ?w, event = ?ev, "fsm input");
+    /// The choke point: every input of this neighbour passes here, is
+    /// traced, recorded when asked, handed to the core, and the core's
+    /// outputs are carried out in order.
+    fn input(&mut self, input: PeerInput) {
+        tracing::trace!(input = ?input, "peer input");
         let t = now();
-        let Some(slot) = self.slot(w) else { return };
-        let actions = slot.fsm.handle(t, ev);
-        self.execute(w, actions);
-    }
-
-    /// Carries out FSM actions. The shared status is refreshed when the main
-    /// FSM acted; inputs that only move counters (an UPDATE or KEEPALIVE in
-    /// Established) are published once per read instead of once per message.
-    fn execute(&mut self, w: Which, actions: Vec<Action>) {
-        if actions.is_empty() {
-            return;
+        let mut out = std::mem::take(&mut self.out);
+        match self.recorder.as_mut() {
+            None => self.core.handle_into(t, input, &mut out),
+            Some(rec) => {
+                let line = rec.input_line(t, &input);
+                self.core.handle_into(t, input, &mut out);
+                rec.write(line, &out);
+            }
         }
-        for a in actions {
-            self.action(w, a);
+        let publish = out.iter().any(|o| !matches!(o, PeerOutput::Update(_)));
+        for o in out.drain(..) {
+            self.output(o);
         }
-        if w == Which::Main {
+        self.out = out;
+        if publish {
             self.publish();
         }
     }
 
-    fn action(&mut self, w: Which, a: Action) {
-        match a {
-            Action::Connect => {
-                if w == Which::Main {
-                    self.start_connect();
-                }
-            }
-            Action::CloseConnection => {
-                if let Some(slot) = self.slot(w) {
-                    slot.conn = None;
-                    slot.connecting = None;
-                }
-            }
-            Action::SendOpen(open) => {
-                let mut buf = Vec::with_capacity(64);
-                encode_open(&open, &mut buf);
-                if let Some(r) = self
-                    .slot(w)
-                    .and_then(|s| s.conn.as_mut())
-                    .and_then(|c| c.repl.as_mut())
-                {
-                    r.open_tx = Some(buf[HEADER_LEN..].to_vec());
-                }
-                self.send(w, buf);
-            }
-            Action::SendKeepalive => {
-                let mut buf = Vec::with_capacity(HEADER_LEN);
-                encode_keepalive(&mut buf);
-                self.send(w, buf);
-            }
-            Action::SendNotification(n) => {
-                tracing::warn!(code = n.code, subcode = n.subcode, "sending NOTIFICATION");
-                self.metrics.notification(&self.labels, "sent", &n);
-                let mut buf = Vec::with_capacity(HEADER_LEN + 2 + n.data.len());
-                encode_notification(&n, &mut buf);
-                self.send(w, buf);
-            }
-            Action::StateChanged { from, to, reason } => {
-                if w == Which::Main {
-                    self.metrics.session_state(&self.labels, from, to, &reason);
-                }
-            }
-            Action::Established(neg) => self.established(w, neg),
-            Action::SessionDown { graceful, reason } => {
-                if w == Which::Main {
-                    self.session_down(graceful, &reason);
-                }
-            }
+    fn conn(&mut self, w: Which) -> Option<&mut Conn> {
+        match w {
+            Which::Main => self.main.as_mut(),
+            Which::Extra => self.extra.as_mut(),
         }
     }
 
-    fn send(&mut self, w: Which, buf: Vec<u8>) {
-        if let Some(conn) = self.slot(w).and_then(|s| s.conn.as_mut()) {
+    fn output(&mut self, o: PeerOutput) {
+        match o {
+            PeerOutput::Connect => self.start_connect(),
+            PeerOutput::Close(Which::Main) => {
+                self.main = None;
+                self.connecting = None;
+            }
+            PeerOutput::Close(Which::Extra) => self.extra = None,
+            PeerOutput::Attach(w) => {
+                let conn = self.pending.take();
+                match w {
+                    Which::Main => self.main = conn,
+                    Which::Extra => self.extra = conn,
+                }
+            }
+            PeerOutput::Refuse(n) => {
+                if let (Some(mut conn), Some(n)) = (self.pending.take(), n) {
+                    let mut buf = Vec::new();
+                    encode_notification(&n, &mut buf);
+                    conn.send_vec(buf);
+                }
+            }
+            PeerOutput::Promote => {
+                self.main = self.extra.take();
+            }
+            PeerOutput::Send(w, m) => self.send(w, m),
+            PeerOutput::WriteRib => {
+                if let (Some(bytes), Some(conn)) = (self.rib_out.take(), self.main.as_mut()) {
+                    self.metrics.bytes_out(&self.labels, bytes.len());
+                    conn.send(bytes);
+                    self.replicate_acked();
+                }
+            }
+            PeerOutput::StateChanged { from, to, reason } => {
+                self.metrics.session_state(&self.labels, from, to, &reason);
+            }
+            PeerOutput::NotificationReceived(n) => {
+                self.metrics.notification(&self.labels, "received", &n);
+            }
+            PeerOutput::Update(body) => {
+                if self.main_replicated() {
+                    append_message(&mut self.raw, msg_type::UPDATE, &body);
+                }
+                self.updates.push(body);
+            }
+            PeerOutput::RouteRefresh(family) => {
+                self.flush_updates();
+                self.rib.send(RibCmd::RouteRefresh {
+                    peer: self.s.id,
+                    family,
+                });
+            }
+            PeerOutput::PeerUp { gen, negotiated } => self.established(gen, &negotiated),
+            PeerOutput::PeerDown { graceful } => {
+                self.flush_updates();
+                self.rib.send(RibCmd::PeerDown {
+                    peer: self.s.id,
+                    graceful,
+                });
+                if let Ok(mut st) = self.status.lock() {
+                    st.established_at = None;
+                }
+            }
+            PeerOutput::StaleTimeout => self.rib.send(RibCmd::StaleTimeout(self.s.id)),
+            PeerOutput::Resumed => self.resumed(),
+        }
+    }
+
+    fn send(&mut self, w: Which, m: Message) {
+        let mut buf = Vec::with_capacity(64);
+        match &m {
+            Message::Open(open) => {
+                encode_open(open, &mut buf);
+                if let Some(r) = self.conn(w).and_then(|c| c.repl.as_mut()) {
+                    r.open_tx = Some(buf[HEADER_LEN..].to_vec());
+                }
+            }
+            Message::Keepalive => encode_keepalive(&mut buf),
+            Message::Notification(n) => {
+                self.metrics.notification(&self.labels, "sent", n);
+                encode_notification(n, &mut buf);
+            }
+        }
+        if let Some(conn) = self.conn(w) {
             conn.send_vec(buf);
         }
     }
@@ -366,24 +397,22 @@ impl PeerTask {
             };
             let _ = tx.send(r);
         });
-        self.main.connecting = Some(rx);
+        self.connecting = Some(rx);
     }
 
     fn on_connected(&mut self, r: std::io::Result<TcpStream>) {
         match r.and_then(|s| Conn::new(s, true, self.nsr.as_ref())) {
             Ok(conn) => {
-                if self.main.conn.is_some() {
-                    return;
-                }
                 tracing::debug!(local = %conn.local, "outbound connection up");
-                self.main.conn = Some(conn);
-                self.fsm(Which::Main, Event::TcpCrAcked);
+                self.pending = Some(conn);
+                self.input(PeerInput::Connected);
             }
             Err(e) => {
                 tracing::debug!(error = %e, "connect failed");
-                self.fsm(Which::Main, Event::TcpConnectionFails);
+                self.input(PeerInput::ConnectFailed);
             }
         }
+        self.pending = None;
     }
 
     fn on_inbound(&mut self, stream: TcpStream) {
@@ -394,73 +423,15 @@ impl PeerTask {
             tracing::warn!(error = %e, "socket options on accepted connection");
             return;
         }
-        let conn = match Conn::new(stream, false, self.nsr.as_ref()) {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::debug!(error = %e, "inbound connection vanished");
-                return;
+        match Conn::new(stream, false, self.nsr.as_ref()) {
+            Ok(conn) => {
+                tracing::debug!(remote = %conn.remote, "inbound connection");
+                self.pending = Some(conn);
+                self.input(PeerInput::Inbound);
+                self.pending = None;
             }
-        };
-        tracing::debug!(remote = %conn.remote, "inbound connection");
-        match self.main.fsm.state() {
-            State::Idle | State::Connect | State::Active => {
-                self.main.connecting = None;
-                self.main.conn = None;
-                self.attach_inbound(Which::Main, conn);
-            }
-            State::OpenSent | State::OpenConfirm => {
-                if self.extra.is_none() {
-                    let fsm = Session::new(self.s.session.clone());
-                    self.extra = Some(Slot {
-                        fsm,
-                        conn: None,
-                        connecting: None,
-                    });
-                    self.attach_inbound(Which::Extra, conn);
-                }
-            }
-            State::Established => {
-                let peer_gr = self
-                    .main
-                    .fsm
-                    .negotiated()
-                    .and_then(|n| n.peer_graceful_restart.as_ref())
-                    .is_some();
-                if peer_gr && self.s.graceful_restart {
-                    tracing::info!("new connection from an established graceful-restart peer: treating it as a restart");
-                    self.fsm(Which::Main, Event::TcpConnectionFails);
-                    self.main.conn = None;
-                    self.attach_inbound(Which::Main, conn);
-                } else {
-                    // RFC 4271 §6.8: the new connection loses to the
-                    // Established one; say why before closing it.
-                    let mut conn = conn;
-                    let mut buf = Vec::new();
-                    encode_notification(&Self::collision_cease(), &mut buf);
-                    conn.send_vec(buf);
-                    tracing::info!("second connection while Established: closed with Cease/7");
-                }
-            }
+            Err(e) => tracing::debug!(error = %e, "inbound connection vanished"),
         }
-    }
-
-    /// Puts an accepted connection on a slot's FSM, starting it if needed.
-    fn attach_inbound(&mut self, w: Which, conn: Conn) {
-        let Some(slot) = self.slot(w) else { return };
-        if slot.fsm.state() == State::Idle {
-            let t = now();
-            let actions: Vec<Action> = slot
-                .fsm
-                .handle(t, Event::AutomaticStart)
-                .into_iter()
-                .filter(|a| !matches!(a, Action::Connect))
-                .collect();
-            self.execute(w, actions);
-        }
-        let Some(slot) = self.slot(w) else { return };
-        slot.connecting = None;
-        slot.conn = Some(conn);
-        self.fsm(w, Event::TcpConnectionConfirmed);
     }
 
     fn on_read(&mut self, w: Which, r: std::io::Result<usize>) {
@@ -471,105 +442,58 @@ impl PeerTask {
                 } else {
                     tracing::info!(slot = ?w, "connection closed by peer");
                 }
-                if let Some(slot) = self.slot(w) {
-                    slot.conn = None;
-                }
-                self.fsm(w, Event::TcpConnectionFails);
-                if w == Which::Extra {
-                    self.extra = None;
-                }
+                self.input(PeerInput::Closed(w));
             }
             Ok(_) => self.drain_frames(w),
         }
     }
 
     fn drain_frames(&mut self, w: Which) {
-        let mut updates: Vec<Vec<u8>> = Vec::new();
         let mut counts = [0u64; 6];
-        let mut raw: Vec<u8> = Vec::new();
-        while let Some(conn) = self.slot(w).and_then(|s| s.conn.as_mut()) {
+        while let Some(conn) = self.conn(w) {
             let frame = match conn.next_frame() {
                 Ok(Some(f)) => f,
                 Ok(None) => break,
                 Err(e) => {
-                    self.flush_updates(&mut updates);
-                    self.fsm(w, Event::BgpHeaderErr(e.to_notification()));
+                    self.flush_updates();
+                    let notification = e.to_notification();
+                    self.input(PeerInput::HeaderError {
+                        slot: w,
+                        notification,
+                    });
                     break;
                 }
             };
             counts[usize::from(frame.msg_type).min(5)] += 1;
-            if frame.msg_type == msg_type::UPDATE {
-                let established = self.slot(w).map(|s| s.fsm.state()) == Some(State::Established);
-                if w == Which::Main && established && self.up {
-                    // Asked per message: the session may have become
-                    // replicated (Established) earlier in this same read.
-                    if self.main_replicated(w) {
-                        append_message(&mut raw, msg_type::UPDATE, &frame.body);
-                    }
-                    updates.push(frame.body);
+            if frame.msg_type == msg_type::OPEN {
+                if let Some(r) = conn.repl.as_mut() {
+                    r.open_rx = Some(frame.body.clone());
                 }
-                self.fsm(w, Event::UpdateMsg);
-                continue;
             }
-            let body = frame.body.as_slice();
-            self.flush_updates(&mut updates);
-            let ev = match frame.msg_type {
-                msg_type::OPEN => match decode_open(body) {
-                    Ok(open) => {
-                        if let Some(r) = self
-                            .slot(w)
-                            .and_then(|s| s.conn.as_mut())
-                            .and_then(|c| c.repl.as_mut())
-                        {
-                            r.open_rx = Some(body.to_vec());
-                        }
-                        Event::BgpOpen(open)
-                    }
-                    Err(e) => Event::BgpOpenMsgErr(e.to_notification()),
-                },
-                msg_type::KEEPALIVE => Event::KeepAliveMsg,
-                msg_type::NOTIFICATION => {
-                    let n = decode_notification(body).unwrap_or(Notification {
-                        code: 0,
-                        subcode: 0,
-                        data: body.to_vec(),
-                    });
-                    tracing::warn!(code = n.code, subcode = n.subcode, "received NOTIFICATION");
-                    self.metrics.notification(&self.labels, "received", &n);
-                    Event::NotifMsg(n)
-                }
-                msg_type::ROUTE_REFRESH => {
-                    match decode_route_refresh(body) {
-                        Ok(rr) if self.up && w == Which::Main && rr.subtype == 0 => {
-                            self.rib.send(RibCmd::RouteRefresh {
-                                peer: self.s.id,
-                                family: rr.family,
-                            })
-                        }
-                        Ok(_) => {}
-                        Err(e) => tracing::warn!(error = %e, "malformed ROUTE-REFRESH ignored"),
-                    }
-                    Event::RouteRefreshMsg
-                }
-                _ => continue,
-            };
-            let was_open = matches!(ev, Event::BgpOpen(_));
-            self.fsm(w, ev);
-            if was_open {
-                self.check_collision();
+            if frame.msg_type != msg_type::UPDATE {
+                self.flush_updates();
             }
+            self.input(PeerInput::Message {
+                slot: w,
+                msg_type: frame.msg_type,
+                body: frame.body,
+            });
         }
-        self.flush_updates(&mut updates);
+        self.flush_updates();
+        let raw = std::mem::take(&mut self.raw);
         self.replicate_received(w, raw);
         self.metrics.messages_in(&self.labels, &counts);
+        if let Some(r) = self.recorder.as_mut() {
+            r.flush();
+        }
         if w == Which::Main {
             self.publish();
         }
     }
 
-    fn flush_updates(&mut self, updates: &mut Vec<Vec<u8>>) {
-        if !updates.is_empty() {
-            let bodies = std::mem::take(updates);
+    fn flush_updates(&mut self) {
+        if !self.updates.is_empty() {
+            let bodies = std::mem::take(&mut self.updates);
             self.rib.send(RibCmd::Updates {
                 peer: self.s.id,
                 bodies,
@@ -577,85 +501,12 @@ impl PeerTask {
         }
     }
 
-    /// RFC 4271 §6.8: once both connections know the peer's identifier, the
-    /// one opened by the speaker with the higher identifier survives.
-    fn check_collision(&mut self) {
-        let Some(extra) = &self.extra else { return };
-        let both_open = matches!(self.main.fsm.state(), State::OpenConfirm)
-            && extra.fsm.state() == State::OpenConfirm;
-        if !both_open {
-            return;
-        }
-        let Some(remote_id) = extra.fsm.negotiated().map(|n| n.remote_id) else {
-            return;
-        };
-        let existing_outbound = self.main.conn.as_ref().map(|c| c.outbound).unwrap_or(false);
-        let winner = resolve_collision(self.s.session.local_id, remote_id, existing_outbound);
-        tracing::info!(?winner, "connection collision resolved");
-        match winner {
-            CollisionWinner::Existing => self.drop_extra(),
-            CollisionWinner::New => self.promote_extra(),
-        }
-    }
-
-    fn collision_cease() -> Notification {
-        Notification {
-            code: CEASE,
-            subcode: CEASE_COLLISION,
-            data: vec![],
-        }
-    }
-
-    fn drop_extra(&mut self) {
-        self.fsm(Which::Extra, Event::Stop(Self::collision_cease()));
-        self.extra = None;
-    }
-
-    fn promote_extra(&mut self) {
-        let Some(extra) = self.extra.take() else {
-            return;
-        };
-        let t = now();
-        let actions = self
-            .main
-            .fsm
-            .handle(t, Event::Stop(Self::collision_cease()));
-        for a in actions {
-            if matches!(a, Action::SendNotification(_) | Action::CloseConnection) {
-                self.action(Which::Main, a);
-            }
-        }
-        self.main = extra;
-        self.publish();
-    }
-
-    fn established(&mut self, w: Which, neg: Negotiated) {
-        if w == Which::Extra {
-            self.promote_extra();
-        } else if let Some(extra) = &self.extra {
-            if extra.conn.is_some() {
-                self.drop_extra();
-            }
-        }
-        self.gen += 1;
-        self.up = true;
-        let local = self.main.conn.as_ref().map(|c| c.local);
-        let spec = session_spec(&self.s, &neg, local);
-        tracing::info!(
-            remote_id = %neg.remote_id,
-            hold = neg.hold_time,
-            families = ?neg.families,
-            local = ?local,
-            "session established"
-        );
-        if self.stale_deadline.is_some() {
-            self.stale_deadline = Some(now() + STALE_PATH_TIME);
-        }
-        self.last_negotiated = Some(neg);
-        self.rib.send(RibCmd::PeerUp {
-            spec,
-            gen: self.gen,
-        });
+    /// The core reports Established: tell the RIB, write the NSR record.
+    fn established(&mut self, gen: u64, neg: &Negotiated) {
+        let local = self.main.as_ref().map(|c| c.local);
+        let spec = session_spec(&self.s, neg, local);
+        tracing::info!(local = ?local, gen, "session up");
+        self.rib.send(RibCmd::PeerUp { spec, gen });
         self.replicate_session();
         if let Ok(mut st) = self.status.lock() {
             st.established_at = Some(Instant::now());
@@ -663,50 +514,10 @@ impl PeerTask {
         }
     }
 
-    fn session_down(&mut self, graceful: bool, reason: &str) {
-        if !self.up {
-            return;
-        }
-        self.up = false;
-        let restart_time = self
-            .last_negotiated
-            .as_ref()
-            .and_then(|n| n.peer_graceful_restart.as_ref())
-            .map(|gr| gr.restart_time);
-        let graceful = graceful && self.s.graceful_restart && restart_time.is_some();
-        tracing::warn!(graceful, reason, "session down");
-        self.rib.send(RibCmd::PeerDown {
-            peer: self.s.id,
-            graceful,
-        });
-        self.stale_deadline = if graceful {
-            Some(now() + Duration::from_secs(restart_time.unwrap_or(0) as u64))
-        } else {
-            None
-        };
-        if let Ok(mut st) = self.status.lock() {
-            st.established_at = None;
-        }
-    }
-
     fn on_timer(&mut self) {
         self.replicate_acked();
-        let t = now();
-        let actions = self.main.fsm.poll(t);
-        self.execute(Which::Main, actions);
-        if let Some(extra) = self.extra.as_mut() {
-            let actions = extra.fsm.poll(t);
-            self.execute(Which::Extra, actions);
-            if self.extra.as_ref().map(|e| e.fsm.state()) == Some(State::Idle) {
-                self.extra = None;
-            }
-        }
-        if let Some(d) = self.stale_deadline {
-            if d <= t {
-                self.stale_deadline = None;
-                tracing::info!("graceful-restart timer expired: flushing stale routes");
-                self.rib.send(RibCmd::StaleTimeout(self.s.id));
-            }
+        if self.core.next_deadline().is_some_and(|d| d <= now()) {
+            self.input(PeerInput::Timer);
         }
     }
 
@@ -715,97 +526,40 @@ impl PeerTask {
         match cmd {
             PeerCmd::Inbound(stream) => self.on_inbound(stream),
             PeerCmd::Resume(r) => self.resume(*r),
-            PeerCmd::AbortResume => {
-                self.resuming = None;
-                if self.s.enabled {
-                    self.fsm(Which::Main, Event::ManualStart);
-                }
-            }
-            PeerCmd::Rib(out) if self.resuming.is_some() => {
-                if let Some(q) = self.resuming.as_mut() {
-                    q.push(out);
-                }
-            }
+            PeerCmd::AbortResume => self.input(PeerInput::AbortResume),
+            PeerCmd::Rib(out) if self.core.resuming() => self.held.push(out),
             PeerCmd::Rib(ToPeer::Send { gen, bytes }) => {
-                if self.up && gen == self.gen {
-                    self.metrics.bytes_out(&self.labels, bytes.len());
-                    let updates = count_messages(&bytes);
-                    if let Some(conn) = self.main.conn.as_mut() {
-                        conn.send(bytes);
-                        // RIB output (UPDATEs, End-of-RIB) bypasses the FSM: tell it, so
-                        // updates_out / msgs_out count it and the KeepaliveTimer restarts
-                        // (RFC 4271 §4.4). One publish per batch, not per message.
-                        self.fsm(Which::Main, Event::UpdatesSent(updates as u64));
-                        self.publish();
-                        self.replicate_acked();
-                    }
-                }
+                let messages = count_messages(&bytes) as u64;
+                self.rib_out = Some(bytes);
+                self.input(PeerInput::RibSend { gen, messages });
+                self.rib_out = None;
             }
             PeerCmd::Rib(ToPeer::Reset { gen, notification }) => {
-                if self.up && gen == self.gen {
-                    let max_prefix =
-                        notification.code == CEASE && notification.subcode == CEASE_MAX_PREFIX;
-                    self.fsm(Which::Main, Event::Stop(notification));
-                    if max_prefix && self.s.max_prefix_restart.is_none() {
-                        tracing::warn!(
-                            "maximum prefix count exceeded: session stays down until reset"
-                        );
-                        self.fsm(Which::Main, Event::ManualStop);
-                    }
-                }
+                self.input(PeerInput::RibReset { gen, notification });
             }
-            PeerCmd::Reconfigure(new) => self.reconfigure(*new),
-            PeerCmd::AdminReset => {
-                if self.main.fsm.state() == State::Idle {
-                    if self.s.enabled {
-                        self.fsm(Which::Main, Event::ManualStart);
-                    }
-                } else {
-                    let n = Notification {
-                        code: CEASE,
-                        subcode: CEASE_ADMIN_RESET,
-                        data: vec![],
-                    };
-                    self.fsm(Which::Main, Event::Stop(n));
-                }
+            PeerCmd::Reconfigure(new) => {
+                let transport_changed = new.sock != self.s.sock || new.port != self.s.port;
+                let params = new.params();
+                self.s = *new;
+                self.input(PeerInput::Reconfigure {
+                    params,
+                    transport_changed,
+                });
             }
+            PeerCmd::AdminReset => self.input(PeerInput::AdminReset),
             PeerCmd::Shutdown => {
-                self.fsm(Which::Main, Event::ManualStop);
-                self.session_down(false, "neighbour removed");
+                self.input(PeerInput::Shutdown);
                 return false;
             }
         }
         true
     }
 
-    fn reconfigure(&mut self, new: PeerSettings) {
-        let sock_changed = new.sock != self.s.sock || new.port != self.s.port;
-        let reset = self.main.fsm.update_config(new.session.clone()) || sock_changed;
-        let was_enabled = self.s.enabled;
-        self.s = new;
-        if !self.s.enabled {
-            if was_enabled {
-                self.fsm(Which::Main, Event::ManualStop);
-                self.session_down(false, "neighbour disabled");
-            }
-        } else if !was_enabled {
-            self.fsm(Which::Main, Event::ManualStart);
-        } else if reset {
-            tracing::info!("session settings changed: resetting");
-            let n = Notification {
-                code: CEASE,
-                subcode: CEASE_CONFIG_CHANGE,
-                data: vec![],
-            };
-            self.fsm(Which::Main, Event::Stop(n));
-        }
-    }
-
     fn publish(&self) {
         if let Ok(mut st) = self.status.lock() {
-            st.state = self.main.fsm.state();
-            st.negotiated = self.main.fsm.negotiated().cloned();
-            st.stats = self.main.fsm.stats().clone();
+            st.state = self.core.state();
+            st.negotiated = self.core.negotiated().cloned();
+            st.stats = self.core.stats().clone();
         }
     }
 }

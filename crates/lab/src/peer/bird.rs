@@ -170,6 +170,23 @@ impl Bird {
         lab.exec_ok(self.host, &cmd)
     }
 
+    /// `birdc reload in <proto>`: BIRD asks the neighbour to send its routes
+    /// again with a ROUTE-REFRESH (RFC 2918), the neighbour having announced
+    /// the capability.
+    pub fn request_refresh(&self, lab: &Lab, neighbor: IpAddr) -> Result<()> {
+        let p = proto_name(self.neighbor_index(neighbor)?);
+        let out = self.birdc(lab, &["reload", "in", &p])?;
+        if out.contains("reloading") || out.contains("Reload") {
+            Ok(())
+        } else {
+            Err(LabError::CommandFailed {
+                command: format!("birdc reload in {p}"),
+                status: "rejected".into(),
+                output: out,
+            })
+        }
+    }
+
     fn reconfigure(&self, lab: &Lab) -> Result<()> {
         self.write_config()?;
         let out = self.birdc(lab, &["configure"])?;

@@ -4,13 +4,14 @@
 //! with a table snapshot, and resume a session taken over from a failed
 //! primary.
 
-use super::{now, PeerCmd, PeerTask, Slot, Which};
+use super::core::{PeerInput, Which};
+use super::{now, PeerCmd, PeerTask};
 use crate::conn::{unix_ms, Conn};
 use crate::nsr::Then;
 use crate::resume::Resumed;
 use crate::rib_thread::RibCmd;
 use bytes::Bytes;
-use holdfast_fsm::{Event, Session, State};
+use holdfast_fsm::State;
 use holdfast_nsr::{Op, SessionRecord, SCHEMA_VERSION};
 use holdfast_wire::CodecCtx;
 use std::time::{Duration, Instant};
@@ -26,23 +27,20 @@ impl PeerTask {
         format!("{}/{}", self.s.instance, self.s.address)
     }
 
-    /// Whether received UPDATEs on `w` must be kept as raw bytes (the
-    /// session is replicated or a snapshot is being taken).
-    pub(super) fn main_replicated(&self, w: Which) -> bool {
-        w == Which::Main
-            && self
-                .main
-                .conn
-                .as_ref()
-                .and_then(|c| c.repl.as_ref())
-                .is_some_and(|r| r.key.is_some())
+    /// Whether received UPDATEs must be kept as raw bytes (the main
+    /// session is replicated).
+    pub(super) fn main_replicated(&self) -> bool {
+        self.main
+            .as_ref()
+            .and_then(|c| c.repl.as_ref())
+            .is_some_and(|r| r.key.is_some())
     }
 
     /// After a read: the bytes consumed are replicated (with the UPDATEs
     /// among them) before their ACK may leave.
     pub(super) fn replicate_received(&mut self, w: Which, raw: Vec<u8>) {
         let compact_at = self.compact_at;
-        let Some(conn) = self.slot(w).and_then(|s| s.conn.as_mut()) else {
+        let Some(conn) = self.conn(w) else {
             return;
         };
         let partial = Bytes::copy_from_slice(conn.unconsumed());
@@ -88,7 +86,7 @@ impl PeerTask {
     }
 
     fn record(&self) -> Option<SessionRecord> {
-        let conn = self.main.conn.as_ref()?;
+        let conn = self.main.as_ref()?;
         let r = conn.repl.as_ref()?;
         let (Some(open_sent), Some(open_received)) = (r.open_tx.clone(), r.open_rx.clone()) else {
             tracing::warn!("NSR: OPENs of this connection were not kept; session not replicated");
@@ -116,7 +114,7 @@ impl PeerTask {
         let Some(record) = self.record() else { return };
         let key = self.store_key();
         let peer = self.s.address.to_string();
-        let Some(r) = self.main.conn.as_mut().and_then(|c| c.repl.as_mut()) else {
+        let Some(r) = self.main.as_mut().and_then(|c| c.repl.as_mut()) else {
             return;
         };
         let gen = r.nsr.gen();
@@ -145,7 +143,7 @@ impl PeerTask {
     /// from the timer, so that a session at rest stores no send tail.
     pub(super) fn replicate_acked(&mut self) {
         self.acked_due = None;
-        let Some(conn) = self.main.conn.as_mut() else {
+        let Some(conn) = self.main.as_mut() else {
             return;
         };
         let Some(r) = conn.repl.as_ref() else { return };
@@ -180,17 +178,17 @@ impl PeerTask {
             *r |= resync;
             return;
         }
-        if !self.up || self.main.fsm.state() != State::Established {
+        if !self.core.is_up() || self.core.state() != State::Established {
             return;
         }
-        let Some(neg) = self.main.fsm.negotiated() else {
+        let Some(neg) = self.core.negotiated() else {
             return;
         };
         let ctx = CodecCtx {
             four_octet_as: neg.four_octet_as,
             ibgp: neg.remote_as == self.s.session.local_as,
         };
-        let Some(r) = self.main.conn.as_mut().and_then(|c| c.repl.as_mut()) else {
+        let Some(r) = self.main.as_mut().and_then(|c| c.repl.as_mut()) else {
             return;
         };
         if r.key.is_none() {
@@ -213,7 +211,7 @@ impl PeerTask {
             return;
         };
         let record = if resync { self.record() } else { None };
-        let Some(conn) = self.main.conn.as_mut() else {
+        let Some(conn) = self.main.as_mut() else {
             return;
         };
         let partial = Bytes::copy_from_slice(conn.unconsumed());
@@ -273,9 +271,9 @@ impl PeerTask {
     }
 
     /// Takeover: the session continues on a connection rebuilt with
-    /// TCP_REPAIR, in Established, without a new OPEN exchange.
+    /// TCP_REPAIR, in Established, without a new OPEN exchange. The RIB
+    /// output held meanwhile follows the core's first KEEPALIVE.
     pub(super) fn resume(&mut self, r: Resumed) {
-        let t = now();
         let Resumed {
             stream,
             repl,
@@ -284,68 +282,42 @@ impl PeerTask {
             remote_open,
             partial,
         } = r;
-        let (fsm, actions) =
-            match Session::resume(self.s.session.clone(), local_open, remote_open, t) {
-                Ok(x) => x,
-                Err(n) => {
-                    tracing::error!(
-                    code = n.code,
-                    subcode = n.subcode,
-                    "stored session no longer negotiates with this configuration; starting afresh"
-                );
-                    self.resuming = None;
-                    self.fsm(Which::Main, Event::ManualStart);
-                    return;
-                }
-            };
-        let conn = match Conn::with_repl(stream, outbound, Some(*repl)) {
-            Ok(mut c) => {
-                c.prefill(&partial);
-                c
+        let conn = Conn::with_repl(stream, outbound, Some(*repl)).and_then(|mut c| {
+            c.prefill(&partial);
+            // The restored socket is still in repair mode (the guard was
+            // up): leaving it sends the window probe the peer answers.
+            c.window_probe().map(|()| c)
+        });
+        match conn {
+            Ok(conn) => {
+                self.pending = Some(conn);
+                self.input(PeerInput::Resume {
+                    local_open,
+                    remote_open,
+                });
+                self.pending = None;
             }
             Err(e) => {
                 tracing::error!(error = %e, "restored connection unusable; starting afresh");
-                self.resuming = None;
-                self.fsm(Which::Main, Event::ManualStart);
-                return;
+                self.input(PeerInput::AbortResume);
             }
-        };
-        // The restored socket is still in repair mode (the guard was up):
-        // leaving it sends the window probe the peer answers at once.
-        if let Err(e) = conn.window_probe() {
-            tracing::error!(error = %e, "restored connection could not leave repair mode; starting afresh");
-            self.resuming = None;
-            self.fsm(Which::Main, Event::ManualStart);
-            return;
         }
-        let local = conn.local;
-        self.last_negotiated = fsm.negotiated().cloned();
-        self.main = Slot {
-            fsm,
-            conn: Some(conn),
-            connecting: None,
-        };
-        self.gen = 1;
-        self.up = true;
+        for out in std::mem::take(&mut self.held) {
+            self.on_cmd(PeerCmd::Rib(out));
+        }
+    }
+
+    /// The core resumed the session on the restored connection.
+    pub(super) fn resumed(&mut self) {
         self.compact_at = self
             .nsr
             .as_ref()
             .map_or(u64::MAX, |n| n.shared.compact_bytes);
+        let local = self.main.as_ref().map(|c| c.local);
         if let Ok(mut st) = self.status.lock() {
             st.established_at = Some(Instant::now());
-            st.local = Some(local);
+            st.local = local;
         }
         tracing::info!("NSR: session resumed on the restored connection");
-        self.metrics.session_state(
-            &self.labels,
-            State::Idle,
-            State::Established,
-            "resumed after takeover",
-        );
-        self.execute(Which::Main, actions);
-        for out in self.resuming.take().unwrap_or_default() {
-            self.on_cmd(PeerCmd::Rib(out));
-        }
-        self.publish();
     }
 }

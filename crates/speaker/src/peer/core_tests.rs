@@ -1,0 +1,679 @@
+//! Unit tests of [`PeerCore`] without sockets: collisions in every order,
+//! graceful restart with and without End-of-RIB, max-prefix restarts,
+//! ROUTE-REFRESH, the NSR resume and a reload that changes the hold time.
+
+use super::*;
+use holdfast_wire::{
+    encode_notification, encode_open, encode_route_refresh, Capability, GracefulRestartCap,
+    RouteRefresh, AS_TRANS, HEADER_LEN,
+};
+use std::net::Ipv4Addr;
+
+const LOCAL_ID: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 5);
+
+fn t(ms: u64) -> Time {
+    Duration::from_millis(ms)
+}
+
+fn params() -> PeerParams {
+    PeerParams {
+        enabled: true,
+        session: SessionConfig::new(65001, 65002, LOCAL_ID),
+        graceful_restart: true,
+        max_prefix_restart: None,
+    }
+}
+
+fn peer_open(id: Ipv4Addr, hold: u16, gr: bool) -> Open {
+    let mut capabilities = vec![
+        Capability::Multiprotocol(Family::IPV4_UNICAST),
+        Capability::RouteRefresh,
+        Capability::FourOctetAs(65002),
+    ];
+    if gr {
+        capabilities.push(Capability::GracefulRestart(GracefulRestartCap {
+            restart_state: false,
+            notification: false,
+            restart_time: 120,
+            families: vec![(Family::IPV4_UNICAST, true)],
+        }));
+    }
+    Open {
+        version: 4,
+        my_as: u16::try_from(65002u32).unwrap_or(AS_TRANS),
+        hold_time: hold,
+        bgp_id: id,
+        capabilities,
+    }
+}
+
+fn body(mut msg: Vec<u8>) -> Vec<u8> {
+    msg.drain(..HEADER_LEN);
+    msg
+}
+
+fn open_msg(slot: Which, open: &Open) -> PeerInput {
+    let mut b = Vec::new();
+    encode_open(open, &mut b);
+    PeerInput::Message {
+        slot,
+        msg_type: msg_type::OPEN,
+        body: body(b),
+    }
+}
+
+fn keepalive(slot: Which) -> PeerInput {
+    PeerInput::Message {
+        slot,
+        msg_type: msg_type::KEEPALIVE,
+        body: vec![],
+    }
+}
+
+/// An UPDATE body (here: End-of-RIB for IPv4 unicast, the empty UPDATE).
+fn update(slot: Which) -> PeerInput {
+    PeerInput::Message {
+        slot,
+        msg_type: msg_type::UPDATE,
+        body: vec![0, 0, 0, 0],
+    }
+}
+
+fn has(out: &[PeerOutput], pred: impl Fn(&PeerOutput) -> bool) -> bool {
+    out.iter().any(pred)
+}
+
+fn sent_cease(out: &[PeerOutput], w: Which, subcode: u8) -> bool {
+    has(out, |o| {
+        matches!(o, PeerOutput::Send(s, Message::Notification(n))
+            if *s == w && n.code == CEASE && n.subcode == subcode)
+    })
+}
+
+fn up_gen(out: &[PeerOutput]) -> Option<u64> {
+    out.iter().find_map(|o| match o {
+        PeerOutput::PeerUp { gen, .. } => Some(*gen),
+        _ => None,
+    })
+}
+
+/// Outbound connection to Established at t = 0..2 ms.
+fn established_core(p: PeerParams, gr: bool) -> PeerCore {
+    let mut c = PeerCore::new(p);
+    let out = c.handle(t(0), PeerInput::Start { resuming: false });
+    assert_eq!(out.first(), Some(&PeerOutput::Connect), "{out:?}");
+    let out = c.handle(t(1), PeerInput::Connected);
+    assert_eq!(out.first(), Some(&PeerOutput::Attach(Which::Main)));
+    assert!(has(&out, |o| matches!(
+        o,
+        PeerOutput::Send(Which::Main, Message::Open(_))
+    )));
+    c.handle(
+        t(1),
+        open_msg(Which::Main, &peer_open(Ipv4Addr::new(10, 0, 0, 9), 90, gr)),
+    );
+    let out = c.handle(t(2), keepalive(Which::Main));
+    assert_eq!(up_gen(&out), Some(1), "{out:?}");
+    assert_eq!(c.state(), State::Established);
+    c
+}
+
+/// Main: outbound in OpenConfirm with the peer's OPEN; extra: an inbound
+/// connection in OpenSent. Returns the core.
+fn two_slots(remote_id: Ipv4Addr) -> PeerCore {
+    let mut c = PeerCore::new(params());
+    c.handle(t(0), PeerInput::Start { resuming: false });
+    c.handle(t(1), PeerInput::Connected);
+    let out = c.handle(t(2), PeerInput::Inbound);
+    assert_eq!(
+        out.first(),
+        Some(&PeerOutput::Attach(Which::Extra)),
+        "{out:?}"
+    );
+    assert!(c.has_extra());
+    c.handle(
+        t(3),
+        open_msg(Which::Main, &peer_open(remote_id, 90, false)),
+    );
+    assert_eq!(c.state(), State::OpenConfirm);
+    c
+}
+
+#[test]
+fn collision_existing_outbound_wins_when_our_id_is_higher() {
+    // Our id 10.0.0.5 > 10.0.0.1: the connection we opened (main) survives.
+    let mut c = two_slots(Ipv4Addr::new(10, 0, 0, 1));
+    let out = c.handle(
+        t(4),
+        open_msg(
+            Which::Extra,
+            &peer_open(Ipv4Addr::new(10, 0, 0, 1), 90, false),
+        ),
+    );
+    assert!(
+        sent_cease(&out, Which::Extra, CONNECTION_COLLISION_RESOLUTION),
+        "{out:?}"
+    );
+    assert!(has(&out, |o| *o == PeerOutput::Close(Which::Extra)));
+    assert!(!has(&out, |o| *o == PeerOutput::Promote));
+    assert!(!c.has_extra());
+    let out = c.handle(t(5), keepalive(Which::Main));
+    assert_eq!(up_gen(&out), Some(1));
+}
+
+#[test]
+fn collision_new_inbound_wins_when_their_id_is_higher() {
+    // Their id 10.0.0.9 > ours: the connection they opened (extra) survives.
+    let mut c = two_slots(Ipv4Addr::new(10, 0, 0, 9));
+    let out = c.handle(
+        t(4),
+        open_msg(
+            Which::Extra,
+            &peer_open(Ipv4Addr::new(10, 0, 0, 9), 90, false),
+        ),
+    );
+    assert!(
+        sent_cease(&out, Which::Main, CONNECTION_COLLISION_RESOLUTION),
+        "{out:?}"
+    );
+    let promote = out.iter().position(|o| *o == PeerOutput::Promote);
+    let close = out
+        .iter()
+        .position(|o| *o == PeerOutput::Close(Which::Main));
+    assert!(
+        close.is_some() && promote.is_some() && close < promote,
+        "{out:?}"
+    );
+    assert!(!c.has_extra());
+    assert_eq!(c.state(), State::OpenConfirm);
+    let out = c.handle(t(5), keepalive(Which::Main));
+    assert_eq!(up_gen(&out), Some(1), "{out:?}");
+}
+
+#[test]
+fn collision_extra_open_first_then_main() {
+    // The inbound connection's OPEN arrives before the outbound one's: the
+    // collision is resolved when the second OPEN completes the pair.
+    let mut c = PeerCore::new(params());
+    c.handle(t(0), PeerInput::Start { resuming: false });
+    c.handle(t(1), PeerInput::Connected);
+    c.handle(t(2), PeerInput::Inbound);
+    let id = Ipv4Addr::new(10, 0, 0, 1);
+    let out = c.handle(t(3), open_msg(Which::Extra, &peer_open(id, 90, false)));
+    assert!(!has(&out, |o| matches!(o, PeerOutput::Close(_))), "{out:?}");
+    assert!(c.has_extra());
+    let out = c.handle(t(4), open_msg(Which::Main, &peer_open(id, 90, false)));
+    assert!(sent_cease(
+        &out,
+        Which::Extra,
+        CONNECTION_COLLISION_RESOLUTION
+    ));
+    assert!(!c.has_extra());
+}
+
+#[test]
+fn collision_extra_reaches_established_first() {
+    // The extra connection reaches Established while the main one is still
+    // in OpenSent: the extra one takes over, the main one gets Cease/7.
+    let mut c = PeerCore::new(params());
+    c.handle(t(0), PeerInput::Start { resuming: false });
+    c.handle(t(1), PeerInput::Connected);
+    c.handle(t(2), PeerInput::Inbound);
+    let id = Ipv4Addr::new(10, 0, 0, 9);
+    c.handle(t(3), open_msg(Which::Extra, &peer_open(id, 90, false)));
+    let out = c.handle(t(4), keepalive(Which::Extra));
+    assert!(
+        sent_cease(&out, Which::Main, CONNECTION_COLLISION_RESOLUTION),
+        "{out:?}"
+    );
+    assert!(has(&out, |o| *o == PeerOutput::Promote));
+    assert_eq!(up_gen(&out), Some(1));
+    assert_eq!(c.state(), State::Established);
+    assert!(!c.has_extra());
+}
+
+#[test]
+fn collision_with_established_session_is_refused() {
+    let mut c = established_core(params(), false);
+    let out = c.handle(t(10), PeerInput::Inbound);
+    assert_eq!(
+        out,
+        vec![PeerOutput::Refuse(Some(cease(
+            CONNECTION_COLLISION_RESOLUTION
+        )))]
+    );
+    assert_eq!(c.state(), State::Established);
+}
+
+#[test]
+fn inbound_while_connecting_replaces_the_attempt() {
+    let mut c = PeerCore::new(params());
+    c.handle(t(0), PeerInput::Start { resuming: false });
+    let out = c.handle(t(1), PeerInput::Inbound);
+    assert_eq!(
+        out.first(),
+        Some(&PeerOutput::Close(Which::Main)),
+        "{out:?}"
+    );
+    assert!(has(&out, |o| *o == PeerOutput::Attach(Which::Main)));
+    // The outbound attempt finishing later is refused.
+    assert_eq!(
+        c.handle(t(2), PeerInput::Connected),
+        vec![PeerOutput::Refuse(None)]
+    );
+}
+
+#[test]
+fn graceful_restart_with_end_of_rib() {
+    let mut c = established_core(params(), true);
+    // The peer restarts: a new connection while Established.
+    let out = c.handle(t(1000), PeerInput::Inbound);
+    assert!(
+        has(&out, |o| *o == PeerOutput::PeerDown { graceful: true }),
+        "{out:?}"
+    );
+    assert!(has(&out, |o| *o == PeerOutput::Attach(Which::Main)));
+    c.handle(
+        t(1001),
+        open_msg(
+            Which::Main,
+            &peer_open(Ipv4Addr::new(10, 0, 0, 9), 90, true),
+        ),
+    );
+    let out = c.handle(t(1002), keepalive(Which::Main));
+    assert_eq!(up_gen(&out), Some(2));
+    // Stale routes wait for End-of-RIB (the RIB clears them when the
+    // empty UPDATE arrives) or the stale-path time.
+    let out = c.handle(t(1003), update(Which::Main));
+    assert_eq!(out, vec![PeerOutput::Update(vec![0, 0, 0, 0])]);
+    // The restart timer (120 s) no longer applies once the peer is back.
+    c.handle(t(1002) + Duration::from_secs(60), keepalive(Which::Main));
+    let out = c.handle(t(1002) + Duration::from_secs(121), PeerInput::Timer);
+    assert!(!has(&out, |o| *o == PeerOutput::StaleTimeout), "{out:?}");
+}
+
+#[test]
+fn graceful_restart_without_end_of_rib_times_out() {
+    let mut c = established_core(params(), true);
+    c.handle(t(1000), PeerInput::Inbound);
+    c.handle(
+        t(1001),
+        open_msg(
+            Which::Main,
+            &peer_open(Ipv4Addr::new(10, 0, 0, 9), 90, true),
+        ),
+    );
+    c.handle(t(1002), keepalive(Which::Main));
+    let due = t(1002) + STALE_PATH_TIME;
+    // Keep the session alive up to the stale-path time: no flush before it.
+    let mut now = t(1002);
+    while now + Duration::from_secs(30) < due {
+        now += Duration::from_secs(30);
+        c.handle(now, keepalive(Which::Main));
+        let out = c.handle(now, PeerInput::Timer);
+        assert!(!has(&out, |o| *o == PeerOutput::StaleTimeout), "{out:?}");
+    }
+    c.handle(due, keepalive(Which::Main));
+    let out = c.handle(due, PeerInput::Timer);
+    assert!(has(&out, |o| *o == PeerOutput::StaleTimeout), "{out:?}");
+}
+
+#[test]
+fn graceful_restart_peer_that_never_returns() {
+    let mut c = established_core(params(), true);
+    let out = c.handle(t(1000), PeerInput::Closed(Which::Main));
+    assert!(has(&out, |o| *o == PeerOutput::PeerDown { graceful: true }));
+    // Restart time 120 s from the peer's capability.
+    let out = c.handle(t(1000) + Duration::from_secs(119), PeerInput::Timer);
+    assert!(!has(&out, |o| *o == PeerOutput::StaleTimeout));
+    let out = c.handle(t(1000) + Duration::from_secs(120), PeerInput::Timer);
+    assert!(has(&out, |o| *o == PeerOutput::StaleTimeout), "{out:?}");
+}
+
+#[test]
+fn no_graceful_restart_when_helper_is_off() {
+    let p = PeerParams {
+        graceful_restart: false,
+        ..params()
+    };
+    let mut c = established_core(p, true);
+    let out = c.handle(t(1000), PeerInput::Inbound);
+    assert_eq!(
+        out,
+        vec![PeerOutput::Refuse(Some(cease(
+            CONNECTION_COLLISION_RESOLUTION
+        )))]
+    );
+    let out = c.handle(t(1001), PeerInput::Closed(Which::Main));
+    assert!(has(&out, |o| *o == PeerOutput::PeerDown { graceful: false }));
+}
+
+fn max_prefix_cease() -> Notification {
+    cease(MAX_PREFIXES)
+}
+
+#[test]
+fn max_prefix_stays_down_until_reset() {
+    let mut c = established_core(params(), false);
+    let out = c.handle(
+        t(10),
+        PeerInput::RibReset {
+            gen: 1,
+            notification: max_prefix_cease(),
+        },
+    );
+    assert!(sent_cease(&out, Which::Main, MAX_PREFIXES), "{out:?}");
+    assert!(has(&out, |o| *o == PeerOutput::PeerDown { graceful: false }));
+    assert_eq!(c.state(), State::Idle);
+    // Nothing restarts it, however long we wait.
+    let out = c.handle(t(3_600_000), PeerInput::Timer);
+    assert!(!has(&out, |o| *o == PeerOutput::Connect), "{out:?}");
+    assert_eq!(c.next_deadline(), None);
+    // An operator reset does.
+    let out = c.handle(t(3_600_001), PeerInput::AdminReset);
+    assert_eq!(out.first(), Some(&PeerOutput::Connect), "{out:?}");
+}
+
+#[test]
+fn max_prefix_restarts_after_the_configured_time() {
+    let p = PeerParams {
+        max_prefix_restart: Some(60),
+        ..params()
+    };
+    let mut c = established_core(p, false);
+    c.handle(
+        t(10),
+        PeerInput::RibReset {
+            gen: 1,
+            notification: max_prefix_cease(),
+        },
+    );
+    assert_eq!(c.state(), State::Idle);
+    assert_eq!(c.next_deadline(), Some(t(10) + Duration::from_secs(60)));
+    let out = c.handle(t(10) + Duration::from_secs(59), PeerInput::Timer);
+    assert!(!has(&out, |o| *o == PeerOutput::Connect));
+    let out = c.handle(t(10) + Duration::from_secs(60), PeerInput::Timer);
+    assert!(has(&out, |o| *o == PeerOutput::Connect), "{out:?}");
+}
+
+#[test]
+fn rib_output_for_an_old_generation_is_dropped() {
+    let mut c = established_core(params(), false);
+    assert_eq!(
+        c.handle(
+            t(5),
+            PeerInput::RibSend {
+                gen: 1,
+                messages: 3
+            }
+        ),
+        vec![PeerOutput::WriteRib]
+    );
+    assert_eq!(c.stats().updates_out, 3);
+    assert!(c
+        .handle(
+            t(6),
+            PeerInput::RibSend {
+                gen: 0,
+                messages: 3
+            }
+        )
+        .is_empty());
+    let out = c.handle(
+        t(7),
+        PeerInput::RibReset {
+            gen: 0,
+            notification: max_prefix_cease(),
+        },
+    );
+    assert!(out.is_empty());
+    assert_eq!(c.state(), State::Established);
+}
+
+#[test]
+fn route_refresh_goes_to_the_rib_only_when_established() {
+    let rr = |subtype| {
+        let mut b = Vec::new();
+        encode_route_refresh(
+            &RouteRefresh {
+                family: Family::IPV4_UNICAST,
+                subtype,
+            },
+            &mut b,
+        );
+        PeerInput::Message {
+            slot: Which::Main,
+            msg_type: msg_type::ROUTE_REFRESH,
+            body: body(b),
+        }
+    };
+    let mut c = established_core(params(), false);
+    let out = c.handle(t(5), rr(0));
+    assert_eq!(out, vec![PeerOutput::RouteRefresh(Family::IPV4_UNICAST)]);
+    // An enhanced-refresh marker (BoRR) is not a request.
+    assert!(c.handle(t(6), rr(1)).is_empty());
+    // A malformed one is ignored.
+    let out = c.handle(
+        t(7),
+        PeerInput::Message {
+            slot: Which::Main,
+            msg_type: msg_type::ROUTE_REFRESH,
+            body: vec![0],
+        },
+    );
+    assert!(out.is_empty(), "{out:?}");
+}
+
+#[test]
+fn updates_reach_the_rib_only_on_the_established_main_session() {
+    let mut c = PeerCore::new(params());
+    c.handle(t(0), PeerInput::Start { resuming: false });
+    c.handle(t(1), PeerInput::Connected);
+    // In OpenSent an UPDATE is an FSM error, never RIB input.
+    let out = c.handle(t(2), update(Which::Main));
+    assert!(
+        !has(&out, |o| matches!(o, PeerOutput::Update(_))),
+        "{out:?}"
+    );
+    let mut c = established_core(params(), false);
+    assert_eq!(
+        c.handle(t(5), update(Which::Main)),
+        vec![PeerOutput::Update(vec![0, 0, 0, 0])]
+    );
+}
+
+#[test]
+fn notification_from_the_peer_is_reported_and_ends_the_session() {
+    let mut c = established_core(params(), false);
+    let mut b = Vec::new();
+    encode_notification(&cease(ADMINISTRATIVE_RESET), &mut b);
+    let out = c.handle(
+        t(5),
+        PeerInput::Message {
+            slot: Which::Main,
+            msg_type: msg_type::NOTIFICATION,
+            body: body(b),
+        },
+    );
+    assert_eq!(
+        out.first(),
+        Some(&PeerOutput::NotificationReceived(cease(
+            ADMINISTRATIVE_RESET
+        )))
+    );
+    assert!(has(&out, |o| *o == PeerOutput::PeerDown { graceful: false }));
+    assert_eq!(c.state(), State::Idle);
+}
+
+#[test]
+fn resume_continues_established_without_open() {
+    let mut c = PeerCore::new(params());
+    assert!(c
+        .handle(t(0), PeerInput::Start { resuming: true })
+        .is_empty());
+    assert!(c.resuming());
+    let local = holdfast_fsm::open_for_config(&params().session);
+    let remote = peer_open(Ipv4Addr::new(10, 0, 0, 9), 90, false);
+    let out = c.handle(
+        t(50),
+        PeerInput::Resume {
+            local_open: local,
+            remote_open: remote,
+        },
+    );
+    assert_eq!(
+        out,
+        vec![
+            PeerOutput::Attach(Which::Main),
+            PeerOutput::StateChanged {
+                from: State::Idle,
+                to: State::Established,
+                reason: "resumed after takeover".into()
+            },
+            PeerOutput::Resumed,
+            PeerOutput::Send(Which::Main, Message::Keepalive),
+        ]
+    );
+    assert!(!c.resuming());
+    assert!(c.is_up());
+    assert_eq!(c.gen(), 1);
+    assert_eq!(
+        c.handle(
+            t(51),
+            PeerInput::RibSend {
+                gen: 1,
+                messages: 1
+            }
+        ),
+        vec![PeerOutput::WriteRib]
+    );
+}
+
+#[test]
+fn resume_that_no_longer_negotiates_starts_afresh() {
+    let mut c = PeerCore::new(params());
+    c.handle(t(0), PeerInput::Start { resuming: true });
+    let local = holdfast_fsm::open_for_config(&params().session);
+    // The stored OPEN is from another AS than configured now.
+    let mut remote = peer_open(Ipv4Addr::new(10, 0, 0, 9), 90, false);
+    remote.capabilities = vec![Capability::FourOctetAs(65099)];
+    remote.my_as = 65099;
+    let out = c.handle(
+        t(50),
+        PeerInput::Resume {
+            local_open: local,
+            remote_open: remote,
+        },
+    );
+    assert_eq!(out.first(), Some(&PeerOutput::Refuse(None)), "{out:?}");
+    assert!(has(&out, |o| *o == PeerOutput::Connect));
+    assert!(!c.is_up());
+}
+
+#[test]
+fn abort_resume_starts_afresh() {
+    let mut c = PeerCore::new(params());
+    c.handle(t(0), PeerInput::Start { resuming: true });
+    let out = c.handle(t(1), PeerInput::AbortResume);
+    assert_eq!(out.first(), Some(&PeerOutput::Connect), "{out:?}");
+}
+
+#[test]
+fn reload_that_changes_the_hold_time_resets_the_session() {
+    let mut c = established_core(params(), false);
+    let mut p = params();
+    p.session.hold_time = 30;
+    let out = c.handle(
+        t(10),
+        PeerInput::Reconfigure {
+            params: p.clone(),
+            transport_changed: false,
+        },
+    );
+    assert!(
+        sent_cease(&out, Which::Main, OTHER_CONFIGURATION_CHANGE),
+        "{out:?}"
+    );
+    assert!(has(&out, |o| *o == PeerOutput::PeerDown { graceful: false }));
+    assert_eq!(c.params(), &p);
+    // The next session proposes the new hold time.
+    let out = c.handle(t(10) + Duration::from_secs(5), PeerInput::Timer);
+    assert!(has(&out, |o| *o == PeerOutput::Connect), "{out:?}");
+    let out = c.handle(t(10) + Duration::from_secs(5), PeerInput::Connected);
+    let open = out.iter().find_map(|o| match o {
+        PeerOutput::Send(_, Message::Open(open)) => Some(open.hold_time),
+        _ => None,
+    });
+    assert_eq!(open, Some(30));
+}
+
+#[test]
+fn reload_without_session_changes_keeps_the_session() {
+    let mut c = established_core(params(), false);
+    let mut p = params();
+    p.max_prefix_restart = Some(30);
+    let out = c.handle(
+        t(10),
+        PeerInput::Reconfigure {
+            params: p,
+            transport_changed: false,
+        },
+    );
+    assert!(out.is_empty(), "{out:?}");
+    let out = c.handle(
+        t(11),
+        PeerInput::Reconfigure {
+            params: params(),
+            transport_changed: true,
+        },
+    );
+    assert!(sent_cease(&out, Which::Main, OTHER_CONFIGURATION_CHANGE));
+}
+
+#[test]
+fn disable_and_enable() {
+    let mut c = established_core(params(), false);
+    let mut p = params();
+    p.enabled = false;
+    let out = c.handle(
+        t(10),
+        PeerInput::Reconfigure {
+            params: p,
+            transport_changed: false,
+        },
+    );
+    assert!(has(&out, |o| *o == PeerOutput::PeerDown { graceful: false }));
+    assert_eq!(
+        c.handle(t(11), PeerInput::Inbound),
+        vec![PeerOutput::Refuse(None)]
+    );
+    let out = c.handle(
+        t(12),
+        PeerInput::Reconfigure {
+            params: params(),
+            transport_changed: false,
+        },
+    );
+    assert_eq!(out.first(), Some(&PeerOutput::Connect));
+}
+
+#[test]
+fn inputs_and_outputs_survive_serde() {
+    let inputs = vec![
+        PeerInput::Start { resuming: false },
+        update(Which::Main),
+        open_msg(Which::Extra, &peer_open(LOCAL_ID, 90, true)),
+        PeerInput::Reconfigure {
+            params: params(),
+            transport_changed: true,
+        },
+    ];
+    for i in inputs {
+        let s = serde_json::to_string(&i).expect("serialize");
+        let back: PeerInput = serde_json::from_str(&s).expect("deserialize");
+        assert_eq!(back, i, "{s}");
+    }
+    let o = PeerOutput::Update(vec![0xde, 0xad]);
+    let s = serde_json::to_string(&o).expect("serialize");
+    assert_eq!(s, r#"{"Update":"dead"}"#);
+}
