@@ -526,7 +526,10 @@ impl PeerTask {
         match cmd {
             PeerCmd::Inbound(stream) => self.on_inbound(stream),
             PeerCmd::Resume(r) => self.resume(*r),
-            PeerCmd::AbortResume => self.input(PeerInput::AbortResume),
+            PeerCmd::AbortResume => {
+                self.held.clear();
+                self.input(PeerInput::AbortResume);
+            }
             PeerCmd::Rib(out) if self.core.resuming() => self.held.push(out),
             PeerCmd::Rib(ToPeer::Send { gen, bytes }) => {
                 let messages = count_messages(&bytes) as u64;

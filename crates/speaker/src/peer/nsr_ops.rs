@@ -299,6 +299,7 @@ impl PeerTask {
             }
             Err(e) => {
                 tracing::error!(error = %e, "restored connection unusable; starting afresh");
+                self.held.clear();
                 self.input(PeerInput::AbortResume);
             }
         }
