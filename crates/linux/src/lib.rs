@@ -13,7 +13,8 @@
 //! | [`info`] | session diagnostics | `getsockopt(IPPROTO_TCP, TCP_INFO, struct tcp_info)` |
 //! | [`repair`] | non-stop routing: TCP connection capture and restore (CRIU libsoccr) | `TCP_REPAIR`, `TCP_REPAIR_QUEUE`, `TCP_QUEUE_SEQ`, `TCP_REPAIR_OPTIONS`, `TCP_REPAIR_WINDOW`, `TCP_TIMESTAMP`, `SIOCINQ`/`SIOCOUTQ` |
 //! | [`announce`] | address take-over: RFC 5227 gratuitous ARP, RFC 4861 unsolicited NA | `AF_PACKET` raw socket, ICMPv6 raw socket |
-//! | [`nfq`] | non-stop routing: the ACK gate (TENSOR §3.1, TCPR §II-C) | NFQUEUE over `NETLINK_NETFILTER`, eventfd, `IPPROTO_RAW` sockets |
+//! | [`nfq`] | non-stop routing: the ACK gate's thread, its NFQUEUE codec and ACK injector (TENSOR §3.1, TCPR §II-C) | NFQUEUE over `NETLINK_NETFILTER`, eventfd, `IPPROTO_RAW` sockets |
+//! | [`gate`] | the ACK gate's decisions: hold, clamp, release, synthesise (TCPR §II-C, RFC 7323 PAWS) | none (pure) |
 //! | [`netns`] | running code inside a network namespace | `setns(2)` |
 //! | [`packet`] | IPv4/IPv6 + TCP header parsing and rewriting, RFC 1624 checksum update | none (pure) |
 //! | [`rules`] | the gate's NFQUEUE rules and the rebuild guard | `iptables`/`ip6tables` (xtables `NFQUEUE`, `comment`) |
@@ -29,6 +30,7 @@
 
 pub mod announce;
 pub mod device;
+pub mod gate;
 pub mod info;
 pub mod md5;
 pub mod netns;

@@ -11,13 +11,13 @@
 //! "Unacknowledged" is observed from the client: `tcpi_bytes_acked` and
 //! `SIOCOUTQ` (bytes in its send queue not yet acknowledged).
 //!
-//! Needs root; tests skip otherwise.
+//! Needs root; tests skip otherwise (and fail with `HOLDFAST_REQUIRE_LAB=1`).
 
 mod netns;
 
 use holdfast_linux::nfq::read_rcv_nxt;
 use holdfast_linux::{capture, outq, rules, tcp_info, AckGate, ConnKey, GateMode, GateStats};
-use netns::{is_root, Netns};
+use netns::Netns;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsFd;
@@ -138,8 +138,7 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
 /// clamped data, request/response rounds; rules cleaned up.
 #[test]
 fn holds_acks_until_confirmed() {
-    if !is_root() {
-        eprintln!("skipped: needs root");
+    if !netns::root_or_skip() {
         return;
     }
     const Q: u16 = 7111;
@@ -265,8 +264,7 @@ fn holds_acks_until_confirmed() {
 /// ungated baseline.
 #[test]
 fn streaming_with_replicator() {
-    if !is_root() {
-        eprintln!("skipped: needs root");
+    if !netns::root_or_skip() {
         return;
     }
     const Q: u16 = 7112;
@@ -381,8 +379,7 @@ fn streaming_with_replicator() {
 /// neither FIN (read returning 0) nor RST (an error other than a timeout).
 #[test]
 fn dropall_and_dead_gate_hide_close() {
-    if !is_root() {
-        eprintln!("skipped: needs root");
+    if !netns::root_or_skip() {
         return;
     }
     const Q: u16 = 7113;
@@ -445,8 +442,7 @@ fn dropall_and_dead_gate_hide_close() {
 /// addresses on the socket, IPv4 on the wire: the key is normalised).
 #[test]
 fn ipv6_and_v4_mapped_keys() {
-    if !is_root() {
-        eprintln!("skipped: needs root");
+    if !netns::root_or_skip() {
         return;
     }
     const Q: u16 = 7114;
@@ -488,8 +484,7 @@ fn ipv6_and_v4_mapped_keys() {
 /// instead of being refused); `remove_guard` removes only the guard.
 #[test]
 fn guard_suppresses_rst() {
-    if !is_root() {
-        eprintln!("skipped: needs root");
+    if !netns::root_or_skip() {
         return;
     }
     const Q: u16 = 7115;

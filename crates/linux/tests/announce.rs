@@ -64,8 +64,7 @@ fn wait_neigh(b: &Netns, dev: &str, addr: &str, want: &[&str]) -> String {
 
 #[test]
 fn announce_updates_the_neighbours_caches() {
-    if !netns::is_root() {
-        eprintln!("skipped: needs root");
+    if !netns::root_or_skip() {
         return;
     }
     let a = Netns::new("a");

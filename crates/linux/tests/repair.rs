@@ -218,8 +218,7 @@ fn wait_outq_zero(s: &TcpStream) {
 }
 
 fn run_case(c: Case) {
-    if !netns::is_root() {
-        eprintln!("skipped: needs root");
+    if !netns::root_or_skip() {
         return;
     }
     let ns = Netns::new(c.tag);
@@ -519,8 +518,7 @@ fn v4_large_unsent_queue() {
 /// unacknowledged data; prints the restore times.
 #[test]
 fn restore_timing_repeated_moves() {
-    if !netns::is_root() {
-        eprintln!("skipped: needs root");
+    if !netns::root_or_skip() {
         return;
     }
     for (tag, listen, connect) in [("t4", "127.0.0.1:0", "127.0.0.1"), ("t6", "[::1]:0", "::1")] {
@@ -587,8 +585,7 @@ fn repeated_moves(ns: &str, tag: &str, listen: &str, connect: &str) {
 /// unread data queued, changes nothing: the streams go on intact and the
 /// sequence numbers advance by exactly what was written and read.
 fn capture_is_transparent(listen: &str, connect: &str) {
-    if !netns::is_root() {
-        eprintln!("skipped: needs root");
+    if !netns::root_or_skip() {
         return;
     }
     let (a, b) = connect_pair(listen, connect, None);

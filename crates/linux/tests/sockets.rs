@@ -1,5 +1,8 @@
 //! Real sockets on loopback. These need root (CAP_NET_ADMIN / CAP_NET_RAW
-//! for MD5 and SO_BINDTODEVICE) and a kernel with CONFIG_TCP_MD5SIG.
+//! for MD5 and SO_BINDTODEVICE) and a kernel with CONFIG_TCP_MD5SIG. The
+//! IPv6 tests skip without `::1` (and fail with `HOLDFAST_REQUIRE_LAB=1`).
+
+mod netns;
 
 use holdfast_linux::*;
 use socket2::{Domain, Protocol, Socket, Type};
@@ -58,7 +61,7 @@ fn md5_matching_keys_connect_v4() {
 #[test]
 fn md5_matching_keys_connect_v6() {
     if !v6_loopback_available() {
-        eprintln!("skipping: no ::1");
+        netns::skip("no IPv6 loopback address ::1");
         return;
     }
     let (l, addr) = listener("[::1]:0", Some(b"v6-key"), "[::1]:0");
@@ -69,7 +72,7 @@ fn md5_matching_keys_connect_v6() {
 #[test]
 fn md5_v6_listener_with_v4_mapped_peer() {
     if !v6_loopback_available() {
-        eprintln!("skipping: no ::1");
+        netns::skip("no IPv6 loopback address ::1");
         return;
     }
     let (l, addr) = listener("[::]:0", Some(b"mapped"), "127.0.0.1:0");

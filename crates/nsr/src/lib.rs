@@ -5,6 +5,8 @@
 //! backend ([`redis_store`]) for production and an in-memory one
 //! ([`memory`]) for unit tests. Every write carries the writer's epoch and
 //! is refused once another speaker has claimed the instance (fencing).
+//! [`StoreUrl`] is the store's address as the configuration writes it
+//! (`holdfast-config` uses this type for `[nsr] store`).
 //!
 //! Known issues: see the modules.
 
@@ -13,6 +15,7 @@ pub mod memory;
 pub mod record;
 pub mod redis_store;
 pub mod store;
+mod url;
 
 pub use memory::MemoryStore;
 pub use record::{InstanceState, Op, SessionRecord, StoredSession, TcpParams, SCHEMA_VERSION};

@@ -118,7 +118,7 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 /// Where the store is: the configuration's `[nsr] store` value.
-pub use holdfast_config::NsrStore as StoreUrl;
+pub use crate::url::StoreUrl;
 
 fn host_port(h: &str, p: u16) -> String {
     if h.contains(':') {

@@ -5,7 +5,7 @@
 mod common;
 
 use bytes::Bytes;
-use common::RedisProc;
+use common::{RedisProc, Signal};
 use holdfast_nsr::{
     InstanceState, MemoryStore, Op, RedisStore, SessionRecord, Store, StoreError, StoreUrl,
     StoredSession, TcpParams, SCHEMA_VERSION,
@@ -857,7 +857,7 @@ fn redis_outage_hung_server_times_out() {
     let mut s = env.store("hang");
     let e = s.claim().unwrap();
     s.write(e, &[session("a", 0, 0)]).unwrap();
-    env.0.signal(libc::SIGSTOP);
+    env.0.signal(Signal::SIGSTOP);
     let t0 = Instant::now();
     let r = s.write(e, &[received("a", 19, &msg(19, 1))]);
     let took = t0.elapsed();
@@ -872,7 +872,7 @@ fn redis_outage_hung_server_times_out() {
     let t0 = Instant::now();
     assert!(matches!(s.load(), Err(StoreError::Unavailable(_))));
     assert!(t0.elapsed() < Duration::from_secs(2));
-    env.0.signal(libc::SIGCONT);
+    env.0.signal(Signal::SIGCONT);
     s.reconnect().unwrap();
     s.write(e, &[received("a", 38, &msg(19, 2))]).unwrap();
     let a = find(&s.load().unwrap(), "a").clone();

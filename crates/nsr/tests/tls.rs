@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::RedisProc;
+use common::{RedisProc, Signal};
 use holdfast_nsr::{Op, RedisStore, Store, StoreError, StoreUrl};
 use std::path::Path;
 use std::process::Command;
@@ -85,7 +85,7 @@ fn make_certs(dir: &Path) -> bool {
 fn redis_over_tls() {
     let certs = common::scratch_dir("tls");
     if !make_certs(&certs) {
-        eprintln!("SKIPPED: openssl could not make test certificates");
+        common::skip("openssl could not make test certificates");
         return;
     }
     let tls_port = common::free_port();
@@ -142,7 +142,7 @@ fn redis_over_tls() {
     assert_eq!(s.epoch().unwrap(), e);
 
     // A hung TLS server: the handshake is bounded too.
-    server.signal(libc::SIGSTOP);
+    server.signal(Signal::SIGSTOP);
     let t0 = Instant::now();
     let r = RedisStore::connect(&url, "tls", timeout);
     assert!(matches!(r, Err(StoreError::Unavailable(_))), "{r:?}");
@@ -150,7 +150,7 @@ fn redis_over_tls() {
     let t0 = Instant::now();
     assert!(matches!(s.epoch(), Err(StoreError::Unavailable(_))));
     assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
-    server.signal(libc::SIGCONT);
+    server.signal(Signal::SIGCONT);
     s.reconnect().unwrap();
     assert_eq!(s.epoch().unwrap(), e);
     drop(server);

@@ -1,14 +1,37 @@
 //! Network namespaces for the integration tests: created with `ip`, entered
 //! by a thread with `setns(2)`, deleted when the guard drops (also when a
-//! test panics).
+//! test panics); [`skip`] for a test that cannot run here.
 
 #![allow(dead_code)]
 
 use std::process::{Command, Output};
 
-/// Whether the tests can create namespaces (root); otherwise they skip.
+/// Whether the tests can create namespaces (root).
 pub fn is_root() -> bool {
     nix::unistd::geteuid().is_root()
+}
+
+/// The environment variable that turns a skip into a failure: with
+/// `HOLDFAST_REQUIRE_LAB=1` every test must really run.
+pub const REQUIRE_LAB: &str = "HOLDFAST_REQUIRE_LAB";
+
+/// Call when a test cannot run here, then return from the test. With
+/// `HOLDFAST_REQUIRE_LAB=1` this panics with `reason` (the test fails);
+/// otherwise it prints the skip to stderr.
+pub fn skip(reason: &str) {
+    if std::env::var_os(REQUIRE_LAB).is_some_and(|v| v == "1") {
+        panic!("{REQUIRE_LAB}=1 but this test cannot run: {reason}");
+    }
+    eprintln!("SKIPPED: {reason}");
+}
+
+/// Whether the test can run as root; if not, [`skip`]s it (the caller
+/// returns on `false`).
+pub fn root_or_skip() -> bool {
+    if !is_root() {
+        skip("needs root (network namespaces, NFQUEUE, TCP_REPAIR, raw sockets)");
+    }
+    is_root()
 }
 
 /// A network namespace named `hfr<pid><tag>` with `lo` up; deleted on drop.

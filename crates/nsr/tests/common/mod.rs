@@ -1,9 +1,13 @@
 //! Test helpers: a redis-server (and redis-sentinel) started by the test on
-//! a loopback port, killed by PID when dropped.
+//! a loopback port, killed by PID when dropped; [`skip`] for a test that
+//! cannot run here.
 
 #![allow(dead_code)]
 
 use holdfast_nsr::StoreUrl;
+use nix::sys::signal::kill;
+pub use nix::sys::signal::Signal;
+use nix::unistd::Pid;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -11,6 +15,20 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 pub const REDIS_SERVER: &str = "/usr/bin/redis-server";
+
+/// The environment variable that turns a skip into a failure: with
+/// `HOLDFAST_REQUIRE_LAB=1` every test must really run.
+pub const REQUIRE_LAB: &str = "HOLDFAST_REQUIRE_LAB";
+
+/// Call when a test cannot run here, then return from the test. With
+/// `HOLDFAST_REQUIRE_LAB=1` this panics with `reason` (the test fails);
+/// otherwise it prints the skip to stderr.
+pub fn skip(reason: &str) {
+    if std::env::var_os(REQUIRE_LAB).is_some_and(|v| v == "1") {
+        panic!("{REQUIRE_LAB}=1 but this test cannot run: {reason}");
+    }
+    eprintln!("SKIPPED: {reason}");
+}
 
 static COUNTER: AtomicUsize = AtomicUsize::new(0);
 
@@ -121,7 +139,7 @@ impl RedisProc {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("spawn redis-server");
+            .unwrap_or_else(|e| panic!("spawn {REDIS_SERVER} (package redis-server): {e}"));
         self.child = Some(child);
         let until = Instant::now() + deadline.unwrap_or(Duration::from_secs(10));
         while Instant::now() < until {
@@ -166,12 +184,11 @@ impl RedisProc {
     }
 
     /// Sends `sig` to the process (by its PID).
-    pub fn signal(&self, sig: i32) {
+    pub fn signal(&self, sig: Signal) {
         let pid = self.pid();
         assert!(pid > 0, "no process");
-        // SAFETY: kill(2) on the PID of our own child.
-        let r = unsafe { libc::kill(pid, sig) };
-        assert_eq!(r, 0, "kill({pid}, {sig})");
+        let r = kill(Pid::from_raw(pid), sig);
+        assert_eq!(r, Ok(()), "kill({pid}, {sig})");
     }
 
     pub fn url(&self) -> StoreUrl {
@@ -209,10 +226,7 @@ impl Drop for RedisProc {
     fn drop(&mut self) {
         if let Some(c) = self.child.as_ref() {
             // A stopped process must be continued to die promptly.
-            // SAFETY: kill(2) on the PID of our own child.
-            unsafe {
-                libc::kill(c.id() as i32, libc::SIGCONT);
-            }
+            let _ = kill(Pid::from_raw(c.id() as i32), Signal::SIGCONT);
         }
         self.kill();
         if self.own_dir && !std::thread::panicking() {

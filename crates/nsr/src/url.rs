@@ -1,0 +1,235 @@
+//! The state store's address: `redis://`, `rediss://` (TLS) or
+//! `redis-sentinel://` URLs, parsed with `FromStr` and written back with
+//! `Display` (the configuration's `[nsr] store` value, which
+//! `holdfast-config` deserialises into this type).
+//!
+//! Known issues:
+//! - Redis URL query parameters (`?protocol=resp3`, …) and Unix socket
+//!   paths (`redis+unix://`) are not accepted.
+//! - Sentinel URLs carry no credentials (see [`crate::redis_store`]).
+
+use serde::de::{self, Deserializer, Visitor};
+use serde::{Deserialize, Serialize, Serializer};
+use std::fmt;
+use std::str::FromStr;
+
+/// Where the NSR state store lives (the configuration's `[nsr] store`).
+/// `Debug` does not print the password; `Display` (and `Serialize`) does, so
+/// that the written value parses back to the same one: use
+/// [`StoreUrl::redacted`] for logs and errors.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub enum StoreUrl {
+    /// `redis://[user:password@]host[:port][/db]` or `rediss://` (TLS).
+    Redis {
+        tls: bool,
+        host: String,
+        port: u16,
+        db: u32,
+        username: Option<String>,
+        password: Option<String>,
+    },
+    /// `redis-sentinel://host:port,host:port/mastername`.
+    Sentinel {
+        sentinels: Vec<(String, u16)>,
+        master: String,
+    },
+}
+
+impl fmt::Debug for StoreUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreUrl::Redis {
+                tls,
+                host,
+                port,
+                db,
+                username,
+                password,
+            } => f
+                .debug_struct("Redis")
+                .field("tls", tls)
+                .field("host", host)
+                .field("port", port)
+                .field("db", db)
+                .field("username", username)
+                .field("password", &password.as_ref().map(|_| "<redacted>"))
+                .finish(),
+            StoreUrl::Sentinel { sentinels, master } => f
+                .debug_struct("Sentinel")
+                .field("sentinels", sentinels)
+                .field("master", master)
+                .finish(),
+        }
+    }
+}
+
+fn parse_host_port(s: &str, default_port: u16) -> Result<(String, u16), String> {
+    let (host, port) = if let Some(rest) = s.strip_prefix('[') {
+        let (h, after) = rest
+            .split_once(']')
+            .ok_or_else(|| format!("{s:?}: unterminated '['"))?;
+        h.parse::<std::net::Ipv6Addr>()
+            .map_err(|_| format!("{s:?}: bad IPv6 address"))?;
+        match after.strip_prefix(':') {
+            Some(p) => (h, Some(p)),
+            None if after.is_empty() => (h, None),
+            None => return Err(format!("{s:?}: junk after ']'")),
+        }
+    } else {
+        match s.split_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (s, None),
+        }
+    };
+    let valid_host = !host.is_empty()
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-.:_".contains(&b));
+    if !valid_host {
+        return Err(format!("{s:?}: bad host"));
+    }
+    let port = match port {
+        Some(p) => p
+            .parse::<u16>()
+            .ok()
+            .filter(|p| *p != 0)
+            .ok_or_else(|| format!("{s:?}: bad port"))?,
+        None => default_port,
+    };
+    Ok((host.to_string(), port))
+}
+
+impl FromStr for StoreUrl {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if let Some(rest) = s.strip_prefix("redis-sentinel://") {
+            let (hosts, master) = rest
+                .split_once('/')
+                .ok_or_else(|| format!("{s:?}: missing \"/mastername\""))?;
+            if master.is_empty() || master.contains('/') {
+                return Err(format!("{s:?}: missing or bad master name"));
+            }
+            let sentinels = hosts
+                .split(',')
+                .map(|h| parse_host_port(h, 26379))
+                .collect::<Result<Vec<_>, _>>()?;
+            return Ok(StoreUrl::Sentinel {
+                sentinels,
+                master: master.to_string(),
+            });
+        }
+        let (tls, rest) = if let Some(r) = s.strip_prefix("rediss://") {
+            (true, r)
+        } else if let Some(r) = s.strip_prefix("redis://") {
+            (false, r)
+        } else {
+            return Err(format!(
+                "{s:?}: scheme must be redis://, rediss:// or redis-sentinel://"
+            ));
+        };
+        let (auth, hostpart) = match rest.rsplit_once('@') {
+            Some((a, h)) => (Some(a), h),
+            None => (None, rest),
+        };
+        let (username, password) = match auth {
+            None => (None, None),
+            Some(a) => match a.split_once(':') {
+                Some((u, p)) => ((!u.is_empty()).then(|| u.to_string()), Some(p.to_string())),
+                None => (Some(a.to_string()), None),
+            },
+        };
+        let (hp, db) = match hostpart.split_once('/') {
+            Some((hp, "")) => (hp, 0),
+            Some((hp, d)) => (
+                hp,
+                d.parse()
+                    .map_err(|_| format!("{s:?}: database must be a number"))?,
+            ),
+            None => (hostpart, 0),
+        };
+        let (host, port) = parse_host_port(hp, 6379)?;
+        Ok(StoreUrl::Redis {
+            tls,
+            host,
+            port,
+            db,
+            username,
+            password,
+        })
+    }
+}
+
+impl StoreUrl {
+    /// The URL with the password replaced by `***`, for logs and errors.
+    pub fn redacted(&self) -> String {
+        match self {
+            StoreUrl::Redis {
+                password: Some(_), ..
+            } => {
+                let mut c = self.clone();
+                if let StoreUrl::Redis { password, .. } = &mut c {
+                    *password = Some("***".into());
+                }
+                c.to_string()
+            }
+            _ => self.to_string(),
+        }
+    }
+}
+
+impl fmt::Display for StoreUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let hp = |h: &str, p: u16| {
+            if h.contains(':') {
+                format!("[{h}]:{p}")
+            } else {
+                format!("{h}:{p}")
+            }
+        };
+        match self {
+            StoreUrl::Redis {
+                tls,
+                host,
+                port,
+                db,
+                username,
+                password,
+            } => {
+                f.write_str(if *tls { "rediss://" } else { "redis://" })?;
+                match (username, password) {
+                    (Some(u), Some(p)) => write!(f, "{u}:{p}@")?,
+                    (None, Some(p)) => write!(f, ":{p}@")?,
+                    (Some(u), None) => write!(f, "{u}@")?,
+                    (None, None) => {}
+                }
+                write!(f, "{}/{db}", hp(host, *port))
+            }
+            StoreUrl::Sentinel { sentinels, master } => {
+                let hosts: Vec<String> = sentinels.iter().map(|(h, p)| hp(h, *p)).collect();
+                write!(f, "redis-sentinel://{}/{master}", hosts.join(","))
+            }
+        }
+    }
+}
+
+impl Serialize for StoreUrl {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for StoreUrl {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = StoreUrl;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a redis://, rediss:// or redis-sentinel:// URL")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<StoreUrl, E> {
+                v.parse().map_err(E::custom)
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
