@@ -1,12 +1,23 @@
 //! The daemon task: owns the configuration, the routing instances, the peer
 //! tasks and the listeners; applies configuration (at start and on SIGHUP,
 //! touching only what changed) and answers control and metrics requests.
+//!
+//! [`run`] returns how the daemon ended ([`Exit`]); the binary turns that
+//! into the process's exit status. A fenced process ([`Exit::Fenced`]) and
+//! a failed takeover ([`Exit::TakeoverFailed`]) must exit at once, without
+//! running destructors: dropping the runtime would close the sessions'
+//! sockets, and their FIN must never reach a peer.
+//!
+//! # Known issues
+//! - The fence (and a failed takeover) is noticed between two requests: a
+//!   request being served (say `show rib` on a large table) finishes first.
+//!   The ACK gate drops every packet meanwhile.
 
 mod takeover;
 
 use crate::control::{self, DaemonReq};
 use crate::convert::{self, Compiled};
-use crate::nsr::Nsr;
+use crate::nsr::{Fence, Nsr};
 use crate::obs::{InstanceLabels, Metrics, PeerLabels};
 use crate::peer::{self, PeerCmd, PeerSettings, SharedStatus};
 use crate::resume::{self, Takeover};
@@ -70,6 +81,8 @@ struct Daemon {
     resume_targets: Vec<ResumeTarget>,
     /// `holdfastd --record DIR`: every peer's inputs are recorded there.
     record: Option<PathBuf>,
+    /// Where a takeover's background task reports its failure.
+    takeover_failed: mpsc::UnboundedSender<anyhow::Error>,
 }
 
 struct ResumeTarget {
@@ -78,6 +91,34 @@ struct ResumeTarget {
     id: PeerId,
     sock: crate::socket::SockOpts,
     tx: mpsc::UnboundedSender<PeerCmd>,
+}
+
+/// Exit status of a fenced process.
+pub const EXIT_FENCED: i32 = 75;
+
+/// How the daemon ended.
+#[derive(Debug)]
+pub enum Exit {
+    /// SIGTERM or SIGINT: every peer was sent a Cease, the NSR rules were
+    /// removed.
+    Stopped,
+    /// Another speaker owns the NSR instance. The gate drops every packet;
+    /// exit at once with [`EXIT_FENCED`].
+    Fenced(Fence),
+    /// A takeover could not complete after the sessions' sockets were
+    /// being rebuilt; exit at once with status 1.
+    TakeoverFailed(anyhow::Error),
+}
+
+impl Exit {
+    /// The process's exit status.
+    pub fn code(&self) -> i32 {
+        match self {
+            Exit::Stopped => 0,
+            Exit::Fenced(_) => EXIT_FENCED,
+            Exit::TakeoverFailed(_) => 1,
+        }
+    }
 }
 
 /// `--takeover`: start as the backup of the `[nsr]` instance.
@@ -92,7 +133,7 @@ pub async fn run(
     control_override: Option<PathBuf>,
     takeover: Option<TakeoverOpts>,
     record: Option<PathBuf>,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Exit> {
     let metrics = Arc::new(Metrics::new());
     let nsr_on = cfg.nsr.as_ref().is_some_and(|n| n.enabled);
     let (nsr, takeover) = match (&takeover, nsr_on) {
@@ -104,6 +145,9 @@ pub async fn run(
         (None, false) => (None, None),
     };
     let (tx, mut rx) = mpsc::unbounded_channel();
+    let (takeover_failed, mut failed_rx) = mpsc::unbounded_channel();
+    let fenced = fenced(nsr.clone());
+    tokio::pin!(fenced);
     let mut d = Daemon {
         path,
         cfg: cfg.clone(),
@@ -121,6 +165,7 @@ pub async fn run(
         resume_peers: HashMap::new(),
         resume_targets: Vec::new(),
         record,
+        takeover_failed,
     };
     d.apply(cfg, true)?;
     if d.takeover.is_some() {
@@ -144,6 +189,8 @@ pub async fn run(
     );
     loop {
         tokio::select! {
+            f = &mut fenced => return Ok(Exit::Fenced(f)),
+            Some(e) = failed_rx.recv() => return Ok(Exit::TakeoverFailed(e)),
             Some(req) = rx.recv() => d.on_request(req).await,
             _ = hup.recv() => {
                 if let Err(e) = d.reload() {
@@ -155,7 +202,15 @@ pub async fn run(
         }
     }
     d.shutdown().await;
-    Ok(())
+    Ok(Exit::Stopped)
+}
+
+/// Resolves when the NSR replicator is fenced; never without NSR.
+async fn fenced(nsr: Option<Nsr>) -> Fence {
+    match nsr {
+        Some(n) => n.fenced().await,
+        None => std::future::pending().await,
+    }
 }
 
 impl Daemon {

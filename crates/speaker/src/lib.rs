@@ -8,6 +8,13 @@
 //!
 //! Signals: SIGHUP reloads the configuration (only what changed is touched),
 //! SIGTERM/SIGINT stop the daemon after sending Cease to every peer.
+//!
+//! Public: [`daemon::run`] (what the binary runs, and how it ended) and
+//! [`repl_core`], the non-stop-routing replicator's pure state machine (for
+//! simulations and tests outside the crate).
+//!
+//! # Known issues
+//! - None known beyond those of each module.
 
 #![forbid(unsafe_code)]
 
@@ -26,3 +33,4 @@ mod tables;
 
 pub use peer::core::{PeerCore, PeerInput, PeerOutput, PeerParams};
 pub use peer::record::{replay, ReplayReport, RECORD_SCHEMA};
+pub use nsr::core as repl_core;

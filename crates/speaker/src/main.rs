@@ -1,5 +1,10 @@
 //! `holdfastd`, the Holdfast BGP speaker: argument parsing and start-up.
-//! The daemon itself is the `holdfast_speaker` library.
+//! The daemon itself is the `holdfast_speaker` library; how it ended
+//! ([`daemon::Exit`]) becomes the exit status: 0 when stopped, 75
+//! ([`daemon::EXIT_FENCED`]) when fenced by another speaker, 1 on an error.
+//!
+//! # Known issues
+//! - None known.
 
 use holdfast_speaker::daemon;
 
@@ -69,14 +74,24 @@ fn main() -> anyhow::Result<()> {
     let takeover = args.takeover.then(|| daemon::TakeoverOpts {
         ready_file: args.takeover_ready_file.clone(),
     });
-    rt.block_on(daemon::run(
+    let exit = rt.block_on(daemon::run(
         args.config,
         cfg,
         args.workers,
         args.control_socket,
         takeover,
         args.record,
-    ))
+    ))?;
+    match exit {
+        daemon::Exit::Stopped => Ok(()),
+        // Fenced, or a takeover that failed half-way: exit now, without
+        // dropping the runtime (its sockets' FIN must not reach a peer; the
+        // gate drops every packet until the process is gone, and the kernel
+        // after).
+        daemon::Exit::Fenced(_) | daemon::Exit::TakeoverFailed(_) => {
+            std::process::exit(exit.code())
+        }
+    }
 }
 
 fn init_tracing(cfg: &holdfast_config::Config) {

@@ -118,11 +118,13 @@ impl Daemon {
             .map(|(k, v)| (k.clone(), v.rib.clone()))
             .collect();
         // The rest waits for the orchestrator to move the address; the
-        // daemon meanwhile answers its control socket.
+        // daemon meanwhile answers its control socket. A failure ends the
+        // daemon (`Exit::TakeoverFailed`).
+        let failed = self.takeover_failed.clone();
         tokio::spawn(async move {
             if let Err(e) = restore_all(&mut t, targets, ribs).await {
                 tracing::error!(error = format!("{e:#}"), "takeover failed");
-                std::process::exit(1);
+                let _ = failed.send(e);
             }
         });
         Ok(())
