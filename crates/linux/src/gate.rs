@@ -2,7 +2,7 @@
 //! gated BGP connection passes, is clamped, is held, or is dropped, and
 //! when the gate synthesises an ACK. Time is an input (`now`); the packets
 //! are byte slices as NFQUEUE hands them over; the results are a
-//! [`Verdict`] for the packet at hand plus a list of [`Out`] actions (verdicts
+//! `Verdict` for the packet at hand plus a list of `Out` actions (verdicts
 //! on held packets, ACKs to inject) that the gate thread
 //! ([`crate::nfq`]) carries out in order.
 //!

@@ -233,3 +233,38 @@ impl<'de> Deserialize<'de> for StoreUrl {
         d.deserialize_str(V)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sentinel_default_port_and_round_trip() {
+        let u: StoreUrl = "redis-sentinel://h1,[2001:db8::1]:26380/mymaster"
+            .parse()
+            .unwrap();
+        assert_eq!(
+            u,
+            StoreUrl::Sentinel {
+                sentinels: vec![("h1".into(), 26379), ("2001:db8::1".into(), 26380)],
+                master: "mymaster".into(),
+            }
+        );
+        assert_eq!(u.to_string().parse::<StoreUrl>().unwrap(), u);
+        assert!("redis-sentinel://h1".parse::<StoreUrl>().is_err());
+        assert!("http://h1".parse::<StoreUrl>().is_err());
+    }
+
+    #[test]
+    fn redacted_and_serde() {
+        let u: StoreUrl = "redis://:s3cret@h:7000/1".parse().unwrap();
+        assert_eq!(u.redacted(), "redis://:***@h:7000/1");
+        assert!(!format!("{u:?}").contains("s3cret"));
+        // Serialised as the URL itself, so that a written config reloads.
+        let json = serde_json::to_string(&u).unwrap();
+        assert_eq!(json, "\"redis://:s3cret@h:7000/1\"");
+        assert_eq!(serde_json::from_str::<StoreUrl>(&json).unwrap(), u);
+        let e = serde_json::from_str::<StoreUrl>("\"redis://h:0\"").unwrap_err();
+        assert!(e.to_string().contains("bad port"), "{e}");
+    }
+}

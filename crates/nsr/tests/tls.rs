@@ -85,6 +85,7 @@ fn make_certs(dir: &Path) -> bool {
 fn redis_over_tls() {
     let certs = common::scratch_dir("tls");
     if !make_certs(&certs) {
+        let _ = std::fs::remove_dir_all(&certs);
         common::skip("openssl could not make test certificates");
         return;
     }
