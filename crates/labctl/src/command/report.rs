@@ -8,8 +8,9 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use super::{ms, FailureKind};
-use crate::nsr::TakeoverTimes;
+use holdfast_lab::TakeoverTimes;
+
+use super::state::{ms, FailureKind};
 
 /// Orchestrator phase times in milliseconds ([`TakeoverTimes`]).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

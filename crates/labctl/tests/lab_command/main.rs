@@ -1,4 +1,4 @@
-//! `holdfast lab` (`holdfast_lab::command`): the shipped scenarios come up and go down
+//! `holdfast lab` (`holdfast_labctl::command`): the shipped scenarios come up and go down
 //! cleanly, and each of TENSOR's four failure kinds does to the namespaces what it says
 //! and is followed by a takeover the peers never notice. Every step goes through the
 //! state file, as separate `holdfast lab` invocations would.
@@ -46,11 +46,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use holdfast_lab::command::{self, FailureKind, LabState, OpenLab, Status};
 use holdfast_lab::{
     find_binary, list_netns, run_id_of, skip_unless_ready, wait_ok, KeptProc, LogMark, PeerKind,
     PeerWatch,
 };
+use holdfast_labctl::command::{self, FailureKind, LabState, OpenLab, Status};
 
 fn scenarios_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../lab/scenarios")
