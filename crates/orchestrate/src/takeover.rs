@@ -2,7 +2,7 @@
 //! speakers failed, and in which order ([`run_takeover`]).
 //!
 //! Before a takeover the orchestrator decides that the primary failed
-//! ([`Orchestrator::detect`], by default the probes of [`crate::detect`] sent from this
+//! ([`Orchestrator::detect`], by default the probes of [`crate::detect()`] sent from this
 //! process). The takeover order: 1. fence the old primary ([`Fence`]); 2. start
 //! `holdfastd --takeover --takeover-ready-file F` on the new host and wait for `F`;
 //! 3. move the service address (delete it on the other host when reachable, add it on
@@ -82,7 +82,7 @@ pub trait Orchestrator {
     /// The orchestrator's errors; detection's convert into them.
     type Error: From<crate::Error>;
 
-    /// Decide that the primary failed, by repeating `probe` ([`crate::detect`]). By
+    /// Decide that the primary failed, by repeating `probe` ([`crate::detect()`]). By
     /// default TCP probes are sent from this process ([`Local`]); the lab sends them
     /// from a namespace, a controller from where it sits.
     fn detect(&mut self, probe: &Probe) -> Result<Detection, Self::Error> {

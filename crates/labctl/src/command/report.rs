@@ -117,7 +117,7 @@ pub struct DownReport {
     pub namespaces: Vec<String>,
     /// Pids it had (recorded, and found in its namespaces).
     pub pids: Vec<u32>,
-    /// Namespaces of crashed runs removed by [`cleanup_stale`].
+    /// Namespaces of crashed runs removed by [`holdfast_lab::cleanup_stale`].
     pub stale_removed: usize,
     /// Work directories of crashed `lab up` runs removed.
     pub stale_work_dirs: Vec<PathBuf>,
