@@ -4,9 +4,11 @@
 //! `holdfast-api`). Every command prints a table for people or, with
 //! `--json`, the daemon's answer as JSON for tools.
 //!
-//! `holdfast lab ...` drives the lab (`holdfast_lab::command`): scenarios from
+//! `holdfast lab ...` runs `holdfast-lab` (package `holdfast-labctl`) from the
+//! directory of this executable with the same arguments: scenarios from
 //! `lab/scenarios/` built in network namespaces, TENSOR's failures injected,
-//! takeovers onto the backup. It needs root.
+//! takeovers onto the backup. It needs root. The CLI itself depends on no lab or
+//! test code.
 //!
 //! `holdfast replay FILE` re-runs a neighbour's recorded inputs
 //! (`holdfastd --record DIR`) through the peer core and reports the first
@@ -18,7 +20,6 @@
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
 use holdfast_api::{Body, NeighborInfo, NsrStatus, Request, Response, RibEntry, RibTable, Summary};
-use holdfast_lab::command::{self as lab, FailureKind};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
@@ -83,42 +84,15 @@ enum Cmd {
         extra: Vec<String>,
     },
     /// The lab: a scenario of lab/scenarios/ in network namespaces (holdfastd primary
-    /// and backup hosts, Redis, real peers), failures, takeovers. Needs root.
+    /// and backup hosts, Redis, real peers), failures, takeovers. Runs the
+    /// `holdfast-lab` next to this executable with these arguments: `[--state FILE]
+    /// up|status|fail|heal|down|list ...` (`holdfast lab --help`). Needs root.
+    #[command(disable_help_flag = true)]
     Lab {
-        /// The lab's state file [default: $HOLDFAST_LAB_DIR/holdfast-lab-state.json
-        /// if HOLDFAST_LAB_DIR is set, else /run/holdfast-lab/state.json].
-        #[arg(long, global = true, env = "HOLDFAST_LAB_STATE")]
-        state: Option<PathBuf>,
-        #[command(subcommand)]
-        op: LabOp,
+        /// `holdfast-lab`'s arguments.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
     },
-}
-
-#[derive(Subcommand, Debug)]
-enum LabOp {
-    /// Build a scenario and leave it running: SCENARIO is a name (`holdfast lab
-    /// list`), a directory, or a scenario.toml.
-    Up { scenario: String },
-    /// Every unit: processes, holdfastd's summary and NSR state (control socket),
-    /// each peer's sessions (the peer's own CLI), links, failures so far.
-    Status,
-    /// Inject a failure, then take over onto the backup host. KIND TARGET:
-    /// `application UNIT` (SIGKILL holdfastd), `container UNIT` (SIGKILL every
-    /// process of its namespace), `host HOST` (every unit on it, links down),
-    /// `host-network HOST` (bridge port down, processes stay up).
-    Fail {
-        /// application | container | host | host-network
-        kind: FailureKind,
-        /// A holdfastd unit (application, container) or a host (host, host-network).
-        target: String,
-    },
-    /// Bring a host back after a host or host-network failure (kills fenced old
-    /// primaries there, removes a stale service address, links up).
-    Heal { host: String },
-    /// Tear the lab down, and remove what any crashed lab run left behind.
-    Down,
-    /// The shipped scenarios.
-    List,
 }
 
 #[derive(Subcommand, Debug)]
@@ -192,72 +166,29 @@ fn request(socket: &PathBuf, req: &Request) -> anyhow::Result<Response> {
     Response::from_line(&answer).context("decoding the answer")
 }
 
-/// `holdfast lab ...`: progress on stderr, the result on stdout (text, or JSON with
-/// `--json`; a failure is then `{"error": "..."}` with exit status 1).
-fn run_lab(state: Option<PathBuf>, op: &LabOp, json: bool) -> anyhow::Result<()> {
-    let state = state.unwrap_or_else(lab::default_state_file);
-    let mut progress = |line: &str| eprintln!("{line}");
-    let out: anyhow::Result<(serde_json::Value, String)> = (|| {
-        Ok(match op {
-            LabOp::Up { scenario } => {
-                let file = lab::find_scenario(scenario)?;
-                let s = lab::up(&file, &state, &mut progress)?;
-                (serde_json::to_value(&s)?, s.to_string())
-            }
-            LabOp::Status => {
-                let s = lab::status(&state)?;
-                (serde_json::to_value(&s)?, s.to_string())
-            }
-            LabOp::Fail { kind, target } => {
-                let r = lab::fail(&state, *kind, target, &mut progress)?;
-                (serde_json::to_value(&r)?, r.to_string())
-            }
-            LabOp::Heal { host } => {
-                let r = lab::heal(&state, host)?;
-                (serde_json::to_value(&r)?, r.to_string())
-            }
-            LabOp::Down => {
-                let r = lab::down(&state)?;
-                (serde_json::to_value(&r)?, r.to_string())
-            }
-            LabOp::List => {
-                let list = lab::list_scenarios();
-                let mut text = String::new();
-                for (name, file, desc) in &list {
-                    text.push_str(&format!(
-                        "{name:<16} {desc}\n{:<16} {}\n",
-                        "",
-                        file.display()
-                    ));
-                }
-                let v = list
-                    .iter()
-                    .map(|(name, file, desc)| {
-                        serde_json::json!({ "name": name, "file": file, "description": desc })
-                    })
-                    .collect::<Vec<_>>();
-                (serde_json::Value::Array(v), text)
-            }
-        })
-    })();
-    match out {
-        Ok((v, text)) => {
-            if json {
-                println!("{}", serde_json::to_string_pretty(&v)?);
-            } else {
-                print!("{text}");
-            }
-            Ok(())
-        }
-        Err(e) if json => {
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&serde_json::json!({ "error": format!("{e:#}") }))?
-            );
-            std::process::exit(1);
-        }
-        Err(e) => Err(e),
+/// `holdfast lab ...`: replaces this process with the `holdfast-lab` next to this
+/// executable, with the same arguments (and `--json` when it was given before `lab`),
+/// so its output and exit status are the command's.
+fn run_lab(args: &[String], json: bool) -> anyhow::Result<()> {
+    use std::os::unix::process::CommandExt;
+    let exe = std::env::current_exe().context("locating the holdfast executable")?;
+    let labctl = exe
+        .parent()
+        .map(|d| d.join("holdfast-lab"))
+        .filter(|p| p.is_file())
+        .with_context(|| {
+            format!(
+                "holdfast-lab is not next to {} (build it: cargo build --release -p holdfast-labctl)",
+                exe.display()
+            )
+        })?;
+    let mut cmd = std::process::Command::new(&labctl);
+    if json && !args.iter().any(|a| a == "--json") {
+        cmd.arg("--json");
     }
+    cmd.args(args);
+    let e = cmd.exec();
+    Err(e).with_context(|| format!("running {}", labctl.display()))
 }
 
 /// `holdfast bench`: runs `holdfast-bench` from this executable's directory. With
@@ -347,7 +278,7 @@ fn run_replay(file: &std::path::Path, json: bool) -> anyhow::Result<()> {
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     let req = match &cli.cmd {
-        Cmd::Lab { state, op } => return run_lab(state.clone(), op, cli.json),
+        Cmd::Lab { args } => return run_lab(args, cli.json),
         Cmd::Bench { quick, out, extra } => return run_bench(*quick, out, extra, cli.json),
         Cmd::Replay { file } => return run_replay(file, cli.json),
         Cmd::Show {

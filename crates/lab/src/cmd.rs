@@ -149,7 +149,7 @@ pub(crate) fn wait_child(child: &mut Child, timeout: Duration) -> Option<std::pr
 }
 
 /// Send `sig` to a pid (or, with `group`, to the process group led by `pid`).
-pub(crate) fn send_signal(pid: u32, sig: Signal, group: bool) -> bool {
+pub fn send_signal(pid: u32, sig: Signal, group: bool) -> bool {
     let target = if group {
         format!("-{pid}")
     } else {
@@ -197,7 +197,7 @@ fn is_executable(p: &Path) -> bool {
 }
 
 /// Like [`find_tool`] but returns [`LabError::MissingTool`].
-pub(crate) fn require_tool(name: &str) -> Result<PathBuf> {
+pub fn require_tool(name: &str) -> Result<PathBuf> {
     find_tool(name).ok_or_else(|| LabError::MissingTool(name.to_string()))
 }
 
@@ -211,6 +211,20 @@ pub fn is_root() -> bool {
                 .and_then(|l| l.split_whitespace().nth(2).map(|e| e == "0"))
         })
         .unwrap_or(false)
+}
+
+/// Operational state (`ip -o link`: `UP`, `DOWN`, `LOWERLAYERDOWN`, ...) of `ifname` in
+/// namespace `ns`; `None` if it cannot be read.
+pub fn link_state(ns: &str, ifname: &str) -> Option<String> {
+    let out = run_ok(
+        &argv(&["ip", "-n", ns, "-o", "link", "show", "dev", ifname]),
+        DEFAULT_CMD_TIMEOUT,
+    )
+    .ok()?;
+    out.split_whitespace()
+        .skip_while(|w| *w != "state")
+        .nth(1)
+        .map(str::to_string)
 }
 
 /// Convert a slice of `&str` into owned argv.

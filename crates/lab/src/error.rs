@@ -59,19 +59,22 @@ pub enum LabError {
     /// The caller passed something the harness cannot honour.
     #[error("invalid argument: {0}")]
     Invalid(String),
+    /// Failure detection (`holdfast-orchestrate`) could not run or detected nothing.
+    #[error(transparent)]
+    Orchestrate(#[from] holdfast_orchestrate::Error),
 }
 
 /// Result alias used throughout the crate.
 pub type Result<T, E = LabError> = std::result::Result<T, E>;
 
 /// Build a closure mapping an `io::Error` into [`LabError::Io`] with context.
-pub(crate) fn io_ctx(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> LabError {
+pub fn io_ctx(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> LabError {
     let context = context.into();
     move |source| LabError::Io { context, source }
 }
 
 /// Shorthand for a parse error.
-pub(crate) fn parse_err(what: impl Into<String>, detail: impl Into<String>) -> LabError {
+pub fn parse_err(what: impl Into<String>, detail: impl Into<String>) -> LabError {
     LabError::Parse {
         what: what.into(),
         detail: detail.into(),

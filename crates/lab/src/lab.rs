@@ -41,6 +41,21 @@ pub struct BridgeId(pub(crate) usize);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ProcId(pub(crate) usize);
 
+impl HostId {
+    /// Its index among the lab's hosts (the order of [`Lab::hosts`] and of
+    /// [`KeptLab::hosts`]).
+    pub fn index(self) -> usize {
+        self.0
+    }
+}
+
+impl ProcId {
+    /// Its index among the lab's processes (for [`Lab::proc_id`]).
+    pub fn index(self) -> usize {
+        self.0
+    }
+}
+
 /// The two ends' addresses of a point-to-point subnet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AddrPair<A> {

@@ -9,21 +9,25 @@
 //! * [`peer`] starts real peers — BIRD 2, FRR, GoBGP, ExaBGP — from a common
 //!   [`PeerSpec`] and reads their view back with their own tools via the [`Peer`] trait.
 //! * [`wait_for`] / [`wait_until`] poll with deadlines and report the last observation.
-//! * [`cleanup_stale`] removes namespaces left behind by crashed runs.
-//! * [`scenario`]: the TOML scenarios of `holdfast lab` (`lab/scenarios/`), and
-//!   [`command`]: `lab up|status|fail|heal|down` — a lab kept running between
-//!   invocations ([`Lab::keep`], [`Lab::adopt`]) through a state file, TENSOR's four
-//!   failure kinds, each followed by a takeover through the [`Orchestrator`].
-//! * [`demo`]: `make demo` — the demo scenario through the four failure kinds, TENSOR
-//!   Table 1 with what the peers saw, as Markdown and a PNG; [`pcap`] reads back what a
-//!   peer received.
-//! * [`nsr`]: the non-stop-routing topology ([`NsrTopo`]), the takeover orchestrator
-//!   ([`Orchestrator`], [`LabOrchestrator`]) and [`nsr_config`]; [`Redis`] is the state
-//!   store unit; [`PeerWatch`] samples a real peer's session in the background to show
-//!   it never left Established during a failover.
+//! * [`cleanup_stale`] removes namespaces left behind by crashed runs; a lab can be kept
+//!   running between processes ([`Lab::keep`], [`Lab::adopt`]).
+//! * [`pcap`] reads back what a peer received.
+//! * [`nsr`]: the non-stop-routing topology ([`NsrTopo`]) and [`nsr_config`];
+//!   [`LabOrchestrator`] takes a unit over on it through the [`Orchestrator`] contract
+//!   of `holdfast-orchestrate` (re-exported here with [`Fence`], [`run_takeover`],
+//!   [`TakeoverDeadlines`], [`TakeoverTimes`]); [`Redis`] is the state store unit;
+//!   [`PeerWatch`] samples a real peer's session in the background to show it never
+//!   left Established during a failover.
+//! * [`skip_unless_ready`] / [`skip`]: how a test that cannot run here says so — a
+//!   failure with `HOLDFAST_REQUIRE_LAB=1` ([`REQUIRE_LAB_ENV`], set by `make test`),
+//!   else a SKIP line on stderr.
+//!
+//! The `holdfast lab` command and `make demo` are built on this harness in
+//! `holdfast-labctl`; the tests, the bench and the demo use it, production code does not.
 //!
 //! Environment: `HOLDFAST_LAB_DIR` (work dir parent, default `/tmp`),
-//! `HOLDFAST_LAB_PCAP=0` (no captures), `HOLDFAST_LAB_KEEP=1` (keep work dir on success).
+//! `HOLDFAST_LAB_PCAP=0` (no captures), `HOLDFAST_LAB_KEEP=1` (keep work dir on success),
+//! `HOLDFAST_REQUIRE_LAB=1` (a test that cannot run fails instead of skipping).
 //! Work dir layout: `logs/` (stdout/stderr of every spawned process), `pcap/` (one file
 //! per link / bridge), `peers/<host>-<kind>/` (generated configs, sockets, daemon logs).
 //!
@@ -86,52 +90,84 @@
 //!   horizon), so `prefixes_sent` counts include reflected routes.
 
 mod cmd;
-pub mod command;
-pub mod demo;
-pub mod detect;
 mod error;
 pub mod holdfast;
 mod lab;
 pub mod nsr;
+mod orchestrator;
 pub mod pcap;
 pub mod peer;
 mod redis;
-pub mod scenario;
 mod stale;
 mod wait;
 mod watch;
 
-pub use cmd::{find_tool, is_root, Signal, DEFAULT_CMD_TIMEOUT};
-pub use error::{LabError, Result};
+pub use cmd::{
+    find_tool, is_root, link_state, require_tool, send_signal, Signal, DEFAULT_CMD_TIMEOUT,
+};
+pub use error::{io_ctx, parse_err, LabError, Result};
 pub use holdfast::{find_binary, Holdfastd, StartOpts};
+pub use holdfast_orchestrate::{
+    run_takeover, Fence, Orchestrator, TakeoverDeadlines, TakeoverTimes,
+};
 pub use lab::{
     AddrPair, BridgeId, BridgeInfo, BridgePort, HostId, HostInfo, IfAddr, KeptLab, KeptProc, Lab,
     LinkId, LinkInfo, ProcId,
 };
-pub use nsr::{
-    nsr_config, run_takeover, Fence, LabOrchestrator, NsrHost, NsrTopo, Orchestrator,
-    TakeoverDeadlines, TakeoverTimes,
-};
+pub use nsr::{nsr_config, NsrHost, NsrTopo, NSR_LOCAL_AS, NSR_V4_LEN, NSR_V6_LEN};
+pub use orchestrator::LabOrchestrator;
 pub use peer::{
     adopt as adopt_peer, normalize_prefix, preflight, Bird, Exabgp, Frr, Gobgp, LogMark,
     NeighborSpec, Peer, PeerKind, PeerSpec, RouteSpec, RouteView, SessionProbe, SessionState,
     SessionView,
 };
 pub use redis::Redis;
-pub use stale::{cleanup_stale, list_netns, run_id_of, NAME_PREFIX};
+pub use stale::{cleanup_stale, list_netns, netns_pids, run_id_of, stale_namespaces, NAME_PREFIX};
 pub use wait::{hold_for, wait_for, wait_for_every, wait_ok, wait_until, DEFAULT_POLL_INTERVAL};
 pub use watch::{PeerWatch, WatchReport, WATCH_INTERVAL, WATCH_MAX};
 
-/// The line tests print when they cannot run here.
-pub const SKIP_MESSAGE: &str = "SKIP: needs root and bird/frr/gobgpd/exabgp";
+/// Why a lab test cannot run, in its SKIP line (followed by the precise reason).
+pub const SKIP_REASON: &str = "needs root and bird/frr/gobgpd/exabgp";
 
-/// For tests: `true` (after printing [`SKIP_MESSAGE`] and the reason) when the
-/// environment cannot run labs with the given peers.
+/// With this environment variable set to `1`, a test that cannot run here fails
+/// ([`skip`] panics) instead of skipping. `make test` sets it.
+pub const REQUIRE_LAB_ENV: &str = "HOLDFAST_REQUIRE_LAB";
+
+/// Whether [`REQUIRE_LAB_ENV`] is `1`.
+pub fn lab_required() -> bool {
+    std::env::var_os(REQUIRE_LAB_ENV).is_some_and(|v| v == "1")
+}
+
+/// For a test that cannot run here, because of `reason`: with
+/// `HOLDFAST_REQUIRE_LAB=1` it panics with the reason (the test fails); otherwise it
+/// prints `SKIP: <reason>` to stderr, and the test returns.
+pub fn skip(reason: &str) {
+    if lab_required() {
+        panic!("{REQUIRE_LAB_ENV}=1 and this test cannot run here: {reason}");
+    }
+    eprintln!("SKIP: {reason}");
+}
+
+/// For tests: `false` when the environment can run labs with the given peers (root,
+/// the base tools and the peers' tools); otherwise `true` after [`skip`] with
+/// [`SKIP_REASON`] and why (a failure with `HOLDFAST_REQUIRE_LAB=1`).
 pub fn skip_unless_ready(kinds: &[PeerKind]) -> bool {
     match preflight(kinds) {
         Ok(()) => false,
         Err(e) => {
-            println!("{SKIP_MESSAGE} ({e})");
+            skip(&format!("{SKIP_REASON} ({e})"));
+            true
+        }
+    }
+}
+
+/// For tests: `false` when every tool of `tools` is installed ([`find_tool`]);
+/// otherwise `true` after [`skip`] naming the first missing one.
+pub fn skip_unless_tools(tools: &[&str]) -> bool {
+    match tools.iter().find(|t| find_tool(t).is_none()) {
+        None => false,
+        Some(t) => {
+            skip(&format!("{SKIP_REASON} ({t} missing)"));
             true
         }
     }

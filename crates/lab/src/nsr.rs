@@ -1,6 +1,6 @@
-//! Non-stop routing in the lab: the standard NSR topology ([`NsrTopo`]), the takeover
-//! orchestration contract ([`Orchestrator`], implemented for the lab by
-//! [`LabOrchestrator`]) and a holdfastd configuration for it ([`nsr_config`]).
+//! Non-stop routing in the lab: the standard NSR topology ([`NsrTopo`]) and a holdfastd
+//! configuration for it ([`nsr_config`]). The lab's takeovers on it go through
+//! [`crate::LabOrchestrator`].
 //!
 //! ```text
 //!                         bridge `lan` (198.18.0.0/24, fd00::/64)
@@ -10,24 +10,11 @@
 //!   [ b ] .4 -------+      moved to the host that takes over
 //!   [ feed ] .5 ----+      route feeds (raw test peers)
 //! ```
-//!
-//! Before a takeover the orchestrator decides that the primary failed
-//! ([`Orchestrator::detect`], by default the probes of [`crate::detect`]).
-//! The takeover order ([`run_takeover`]): 1. fence the old primary; 2. start
-//! `holdfastd --takeover --takeover-ready-file F` on the new host and wait for `F`;
-//! 3. move the service address (delete on the other host when reachable, add on the new
-//! one, announce it with a gratuitous ARP / unsolicited NA); 4. wait until the new unit
-//! reports every session Established.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::time::{Duration, Instant};
 
-use crate::cmd::{pid_alive, Signal};
-use crate::detect::{detect, Detection, Probe};
 use crate::error::{LabError, Result};
-use crate::holdfast::{Holdfastd, StartOpts};
 use crate::lab::{BridgeId, HostId, IfAddr, Lab};
-use crate::wait::wait_for_every;
 
 /// IPv4 prefix length of the NSR bridge subnet (198.18.0.0/24: `Lab::link_auto` uses
 /// 198.18.1-255.0/24 and 198.19.0.0/16, never 198.18.0.0/24).
@@ -120,6 +107,28 @@ impl NsrTopo {
         };
         topo.add_service(lab, topo.a.id)?;
         Ok(topo)
+    }
+
+    /// The topology [`NsrTopo::build`] makes, without a lab: its addresses, host ids
+    /// 0-4 and bridge 0, with placeholder interface names (`if0`..`if4`). For
+    /// generating configurations (and testing them) where no lab runs.
+    pub fn unbuilt() -> NsrTopo {
+        let h = |i: usize, last: u8| NsrHost {
+            id: HostId(i),
+            ifname: format!("if{i}"),
+            v4: v4(last),
+            v6: v6(u16::from(last)),
+        };
+        NsrTopo {
+            bridge: BridgeId(0),
+            peer: h(0, 1),
+            redis: h(1, 2),
+            a: h(2, 3),
+            b: h(3, 4),
+            feed: h(4, 5),
+            service_v4: v4(10),
+            service_v6: v6(0x10),
+        }
     }
 
     /// The service addresses (IPv4, IPv6).
@@ -248,7 +257,6 @@ impl NsrTopo {
     }
 
     /// Deletes the service addresses present on `host`.
-    /// Deletes the service addresses present on `host`.
     pub fn del_service(&self, lab: &Lab, host: HostId) -> Result<()> {
         let have = self.service_addrs_on(lab, host)?;
         let ifname = self.ifname(host)?;
@@ -265,267 +273,6 @@ impl NsrTopo {
         Ok(())
     }
 }
-
-/// How the orchestrator fences the old primary before a takeover.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fence {
-    /// SIGKILL, and wait until the pid is gone.
-    Kill,
-    /// SIGSTOP (a hung primary that still holds its sockets), and wait until stopped.
-    Stop,
-    /// Leave it as it is (already dead, or SIGSTOPped by the test).
-    None,
-}
-
-/// Wall-clock phases of a takeover.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct TakeoverTimes {
-    /// Fencing the old primary.
-    pub fence: Duration,
-    /// From the end of fencing until the new unit created its ready file.
-    pub ready: Duration,
-    /// Moving and announcing the service address.
-    pub address: Duration,
-    /// From the address move until the new unit reports every session Established.
-    pub established: Duration,
-    /// From the start of fencing until every session is Established at the new unit.
-    pub total: Duration,
-}
-
-/// Deadlines of [`run_takeover`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TakeoverDeadlines {
-    /// For fencing (the old process to be gone or stopped).
-    pub fence: Duration,
-    /// For the ready file, from the start of the new unit.
-    pub ready: Duration,
-    /// For every session to be Established at the new unit, after the address moved.
-    pub established: Duration,
-}
-
-impl Default for TakeoverDeadlines {
-    fn default() -> Self {
-        TakeoverDeadlines {
-            fence: Duration::from_secs(5),
-            ready: Duration::from_secs(30),
-            established: Duration::from_secs(30),
-        }
-    }
-}
-
-/// The controller of a pair of speakers. The lab's is [`LabOrchestrator`]; a production
-/// controller implements the same contract (see the module doc for the order).
-pub trait Orchestrator {
-    /// Decide that the primary failed, by repeating `probe` ([`crate::detect`]): the
-    /// lab's probes by default; a controller brings its own.
-    fn detect(&mut self, probe: &Probe) -> Result<Detection> {
-        detect(probe)
-    }
-
-    /// Fence the old primary `old` (see [`Fence`]).
-    fn fence(&mut self, lab: &mut Lab, old: &Holdfastd, how: Fence) -> Result<()>;
-
-    /// Move the service address to `to`: delete it on the other speaker host if that
-    /// host is reachable and has it, add it on `to`, and announce it there (gratuitous
-    /// ARP, unsolicited NA).
-    fn move_address(&mut self, lab: &mut Lab, to: HostId) -> Result<()>;
-
-    /// Take over from `old` on `new_host`: fence, start `holdfastd --takeover` with
-    /// `config` as unit `name`, wait for its ready file, move the address, wait until
-    /// every session is Established at the new unit. Returns the new unit and the
-    /// phase times.
-    fn takeover(
-        &mut self,
-        lab: &mut Lab,
-        old: &Holdfastd,
-        new_host: HostId,
-        name: &str,
-        config: &str,
-        fence: Fence,
-    ) -> Result<(Holdfastd, TakeoverTimes)>;
-}
-
-/// The takeover sequence of the contract, on top of an orchestrator's
-/// [`Orchestrator::fence`] and [`Orchestrator::move_address`]. The ready file is
-/// `<work dir>/<name>/takeover.ready`.
-#[allow(clippy::too_many_arguments)]
-pub fn run_takeover<O: Orchestrator + ?Sized>(
-    orch: &mut O,
-    lab: &mut Lab,
-    old: &Holdfastd,
-    new_host: HostId,
-    name: &str,
-    config: &str,
-    fence: Fence,
-    deadlines: &TakeoverDeadlines,
-) -> Result<(Holdfastd, TakeoverTimes)> {
-    let t0 = Instant::now();
-    orch.fence(lab, old, fence)?;
-    let t_fenced = Instant::now();
-    let ready_file = lab.work_dir().join(name).join("takeover.ready");
-    let new = Holdfastd::start_with(
-        lab,
-        new_host,
-        name,
-        config,
-        &StartOpts::takeover(ready_file),
-    )?;
-    new.wait_ready_file(deadlines.ready)?;
-    let t_ready = Instant::now();
-    orch.move_address(lab, new_host)?;
-    let t_moved = Instant::now();
-    new.wait_all_established(deadlines.established)?;
-    let t_up = Instant::now();
-    let times = TakeoverTimes {
-        fence: t_fenced - t0,
-        ready: t_ready - t_fenced,
-        address: t_moved - t_ready,
-        established: t_up - t_moved,
-        total: t_up - t0,
-    };
-    Ok((new, times))
-}
-
-/// The lab's orchestrator: fences by signal, moves the service addresses of an
-/// [`NsrTopo`] with `ip addr` and announces them with
-/// `holdfast_linux::announce_address` inside the new host's namespace.
-#[derive(Debug, Clone)]
-pub struct LabOrchestrator {
-    /// The topology whose service addresses it moves.
-    pub topo: NsrTopo,
-    /// Deadlines of [`Orchestrator::takeover`].
-    pub deadlines: TakeoverDeadlines,
-    /// Hosts the orchestrator pretends it cannot reach (e.g. after a host-network
-    /// failure): it leaves their addresses alone.
-    pub unreachable: Vec<HostId>,
-    /// What it did, one line per action, with the time since it was created.
-    pub actions: Vec<String>,
-    created: Instant,
-}
-
-impl LabOrchestrator {
-    /// An orchestrator for `topo` with default deadlines.
-    pub fn new(topo: &NsrTopo) -> Self {
-        LabOrchestrator {
-            topo: topo.clone(),
-            deadlines: TakeoverDeadlines::default(),
-            unreachable: Vec::new(),
-            actions: Vec::new(),
-            created: Instant::now(),
-        }
-    }
-
-    /// Treat `host` as unreachable (or reachable again) for address deletion.
-    pub fn set_reachable(&mut self, host: HostId, reachable: bool) {
-        self.unreachable.retain(|h| *h != host);
-        if !reachable {
-            self.unreachable.push(host);
-        }
-    }
-
-    fn note(&mut self, what: String) {
-        let t = self.created.elapsed().as_secs_f64();
-        self.actions.push(format!("[{t:>7.3}s] {what}"));
-    }
-}
-
-impl Orchestrator for LabOrchestrator {
-    fn fence(&mut self, lab: &mut Lab, old: &Holdfastd, how: Fence) -> Result<()> {
-        let pid = old.os_pid;
-        match how {
-            Fence::None => {
-                self.note(format!("fence {}: none", old.name));
-                Ok(())
-            }
-            Fence::Kill => {
-                lab.kill(old.proc, Signal::Kill);
-                let p = old.proc;
-                wait_for_every(
-                    &format!("{} (pid {pid}) to be gone after SIGKILL", old.name),
-                    self.deadlines.fence,
-                    Duration::from_millis(5),
-                    || Ok((!lab.is_running(p) && !pid_alive(pid)).then_some(())),
-                )?;
-                self.note(format!("fence {}: SIGKILL pid {pid}, gone", old.name));
-                Ok(())
-            }
-            Fence::Stop => {
-                lab.kill(old.proc, Signal::Stop);
-                wait_for_every(
-                    &format!("{} (pid {pid}) to be stopped", old.name),
-                    self.deadlines.fence,
-                    Duration::from_millis(5),
-                    || Ok(proc_state(pid).is_some_and(|s| s == 'T').then_some(())),
-                )?;
-                self.note(format!("fence {}: SIGSTOP pid {pid}", old.name));
-                Ok(())
-            }
-        }
-    }
-
-    fn move_address(&mut self, lab: &mut Lab, to: HostId) -> Result<()> {
-        let topo = self.topo.clone();
-        let to_host = topo.host(to)?.clone();
-        let from = topo.other(to);
-        if from != to && !self.unreachable.contains(&from) {
-            match topo.del_service(lab, from) {
-                Ok(()) => self.note(format!("address: deleted on {}", lab.host_info(from).name)),
-                // Unreachable after a host failure is fine: the new host takes over.
-                Err(e) => self.note(format!(
-                    "address: delete on {} failed ({e})",
-                    lab.host_info(from).name
-                )),
-            }
-        }
-        topo.add_service(lab, to)?;
-        self.note(format!("address: added on {}", lab.host_info(to).name));
-        let netns = lab.netns(to).to_string();
-        for addr in topo.service_addrs() {
-            let ifname = to_host.ifname.clone();
-            in_netns(&netns, move || {
-                holdfast_linux::announce_address(&ifname, addr)
-            })
-            .and_then(|r| r)
-            .map_err(|e| LabError::Io {
-                context: format!("announcing {addr} on {} in {netns}", to_host.ifname),
-                source: e,
-            })?;
-            self.note(format!("address: announced {addr}"));
-        }
-        Ok(())
-    }
-
-    fn takeover(
-        &mut self,
-        lab: &mut Lab,
-        old: &Holdfastd,
-        new_host: HostId,
-        name: &str,
-        config: &str,
-        fence: Fence,
-    ) -> Result<(Holdfastd, TakeoverTimes)> {
-        let deadlines = self.deadlines;
-        let r = run_takeover(self, lab, old, new_host, name, config, fence, &deadlines);
-        match &r {
-            Ok((_, t)) => self.note(format!("takeover by {name}: {t:?}")),
-            Err(e) => self.note(format!("takeover by {name} failed: {e}")),
-        }
-        r
-    }
-}
-
-/// The state letter of a process (`/proc/PID/stat`), if it exists.
-fn proc_state(pid: u32) -> Option<char> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit_once(')')?
-        .1
-        .split_whitespace()
-        .next()?
-        .chars()
-        .next()
-}
-
-pub use holdfast_linux::netns::in_netns;
 
 /// A holdfastd configuration for the NSR topology: AS [`NSR_LOCAL_AS`], router id and
 /// every session's local address = the service address (of the session's family),
@@ -618,33 +365,12 @@ fn toml_key(line: &str) -> Option<&str> {
     (!k.is_empty() && !k.starts_with('#')).then_some(k)
 }
 
-/// A topology without a lab, for unit tests of generated configurations.
-#[cfg(test)]
-pub(crate) fn test_topo() -> NsrTopo {
-    tests::topo()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    pub(super) fn topo() -> NsrTopo {
-        let h = |i: usize, last: u8| NsrHost {
-            id: HostId(i),
-            ifname: format!("if{i}"),
-            v4: v4(last),
-            v6: v6(u16::from(last)),
-        };
-        NsrTopo {
-            bridge: BridgeId(0),
-            peer: h(0, 1),
-            redis: h(1, 2),
-            a: h(2, 3),
-            b: h(3, 4),
-            feed: h(4, 5),
-            service_v4: v4(10),
-            service_v6: v6(0x10),
-        }
+    fn topo() -> NsrTopo {
+        NsrTopo::unbuilt()
     }
 
     #[test]

@@ -97,7 +97,7 @@ pub fn list_netns() -> Result<Vec<String>> {
 }
 
 /// Pids of processes living in namespace `ns`.
-pub(crate) fn netns_pids(ns: &str) -> Vec<u32> {
+pub fn netns_pids(ns: &str) -> Vec<u32> {
     run_ok(&argv(&["ip", "netns", "pids", ns]), DEFAULT_CMD_TIMEOUT)
         .map(|s| {
             s.split_whitespace()
@@ -127,7 +127,7 @@ pub(crate) fn destroy_namespaces(names: &[String]) {
 }
 
 /// Namespaces [`cleanup_stale`] would remove now (their owner is gone).
-pub(crate) fn stale_namespaces() -> Result<Vec<String>> {
+pub fn stale_namespaces() -> Result<Vec<String>> {
     Ok(list_netns()?
         .into_iter()
         .filter(|n| run_id_of(n).is_some_and(|id| !owner_alive(id)))

@@ -31,6 +31,6 @@ mod rib_thread;
 mod socket;
 mod tables;
 
+pub use nsr::core as repl_core;
 pub use peer::core::{PeerCore, PeerInput, PeerOutput, PeerParams};
 pub use peer::record::{replay, ReplayReport, RECORD_SCHEMA};
-pub use nsr::core as repl_core;

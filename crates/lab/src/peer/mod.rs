@@ -71,7 +71,7 @@ impl fmt::Display for PeerKind {
 }
 
 /// Check that the process is root and every tool of `kinds` (plus the lab's base tools)
-/// is installed. Tests call this and print a SKIP line on `Err`.
+/// is installed. Tests call it through [`crate::skip_unless_ready`].
 pub fn preflight(kinds: &[PeerKind]) -> Result<()> {
     if !crate::cmd::is_root() {
         return Err(LabError::NotRoot);

@@ -28,7 +28,7 @@
 //!   `NeighborReset` → bird logs the Administrative Reset and the session comes
 //!   back (established count 2).
 
-#[path = "../robust_common/mod.rs"]
+#[path = "../support/robust.rs"]
 mod robust_common;
 
 use holdfast_api::{Body, Request};

@@ -27,7 +27,7 @@
 //! End-of-RIB the other 2 are withdrawn at the monitor and the 2 stay
 //! (exactly 2 withdrawals: the kept ones never flap).
 
-#[path = "../robust_common/mod.rs"]
+#[path = "../support/robust.rs"]
 mod robust_common;
 
 use holdfast_api::RibTable;

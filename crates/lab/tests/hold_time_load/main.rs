@@ -21,7 +21,7 @@
 //! HOLDFAST_LOAD_KIND=realistic switches to the realistic workload.
 //! Bounded by HOLDFAST_LOAD_DEADLINE seconds (default 120 in release, 600 in dev).
 
-#[path = "../robust_common/mod.rs"]
+#[path = "../support/robust.rs"]
 mod robust_common;
 
 use holdfast_lab::{skip_unless_ready, wait_until};

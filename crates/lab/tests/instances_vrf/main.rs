@@ -22,7 +22,7 @@
 //! * holdfastd's Loc-RIB of `default` has A's and default's prefixes only, and
 //!   that of `blue` has B's and blue's only.
 
-#[path = "../robust_common/mod.rs"]
+#[path = "../support/robust.rs"]
 mod robust_common;
 
 use holdfast_api::{Body, Request, RibTable};

@@ -20,7 +20,7 @@
 //! * an export-policy reload withdraws / re-adds routes at BIRD without a session reset
 //!   (uptime grows, state-change counters unchanged, no NOTIFICATION in BIRD's log).
 
-#[path = "../common/interop.rs"]
+#[path = "../support/interop.rs"]
 mod common;
 
 use holdfast_lab::{skip_unless_ready, Bird, Lab, Peer, PeerKind};

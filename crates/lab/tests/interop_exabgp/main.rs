@@ -23,7 +23,7 @@
 //! * an export-policy reload withdraws / re-adds routes at ExaBGP without a session reset
 //!   (uptime grows, up/down counters unchanged, no NOTIFICATION event).
 
-#[path = "../common/interop.rs"]
+#[path = "../support/interop.rs"]
 mod common;
 
 use holdfast_lab::{skip_unless_ready, Exabgp, Lab, Peer, PeerKind};

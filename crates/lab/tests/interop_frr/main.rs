@@ -33,7 +33,7 @@
 //!   either side, and no message ever reaches holdfastd (msgs_in = 0): the kernel drops
 //!   the badly signed segments. Checked after at least 10 s of connect attempts.
 
-#[path = "../common/interop.rs"]
+#[path = "../support/interop.rs"]
 mod common;
 
 use holdfast_lab::{skip_unless_ready, Frr, Lab, Peer, PeerKind, SessionState};

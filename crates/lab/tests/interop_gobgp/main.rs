@@ -21,7 +21,7 @@
 //! * an export-policy reload withdraws / re-adds routes at gobgpd without a session reset
 //!   (uptime grows, `flops` unchanged, no notification in gobgpd's log).
 
-#[path = "../common/interop.rs"]
+#[path = "../support/interop.rs"]
 mod common;
 
 use holdfast_lab::{skip_unless_ready, Gobgp, Lab, Peer, PeerKind};

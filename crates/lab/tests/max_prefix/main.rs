@@ -11,7 +11,7 @@
 //! * the 101st → the tester receives NOTIFICATION 6/1 whose data is
 //!   AFI 1, SAFI 1, limit 100 (RFC 4486 §4), and the connection is closed.
 
-#[path = "../robust_common/mod.rs"]
+#[path = "../support/robust.rs"]
 mod robust_common;
 
 use holdfast_lab::{skip_unless_ready, wait_until};

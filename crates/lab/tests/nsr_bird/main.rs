@@ -3,7 +3,7 @@
 //! so that the 100k-route bursts compact the replicated logs into table
 //! snapshots and the takeovers after them load snapshots.
 
-#[path = "../nsr_common/mod.rs"]
+#[path = "../support/nsr.rs"]
 mod nsr_common;
 
 use holdfast_lab::{Bird, PeerKind};

@@ -2,7 +2,7 @@
 //! session: the failover sequence of `nsr_common` (topology and checks are
 //! drawn there).
 
-#[path = "../nsr_common/mod.rs"]
+#[path = "../support/nsr.rs"]
 mod nsr_common;
 
 use holdfast_lab::{Frr, PeerKind};

@@ -30,8 +30,9 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use holdfast_lab::{
-    list_netns, skip_unless_ready, wait_until, Bird, Frr, Lab, LabOrchestrator, LogMark,
-    NeighborSpec, NsrTopo, Orchestrator, Peer, PeerKind, PeerSpec, PeerWatch, Redis, RouteSpec,
+    list_netns, skip_unless_ready, skip_unless_tools, wait_until, Bird, Frr, Lab, LabOrchestrator,
+    LogMark, NeighborSpec, NsrTopo, Orchestrator, Peer, PeerKind, PeerSpec, PeerWatch, Redis,
+    RouteSpec,
 };
 
 const T: Duration = Duration::from_secs(30);
@@ -58,14 +59,8 @@ fn touch(lab: &Lab, host: holdfast_lab::HostId, dst: IpAddr, port: u16) -> bool 
 
 #[test]
 fn topology_redis_and_address_move() {
-    if skip_unless_ready(&[]) {
+    if skip_unless_ready(&[]) || skip_unless_tools(&["redis-server", "redis-cli", "python3"]) {
         return;
-    }
-    for tool in ["redis-server", "redis-cli", "python3"] {
-        if holdfast_lab::find_tool(tool).is_none() {
-            println!("{} ({tool} missing)", holdfast_lab::SKIP_MESSAGE);
-            return;
-        }
     }
     let mut lab = Lab::new("nsr_lab_self_move").expect("lab");
     let run_id = lab.run_id().to_string();

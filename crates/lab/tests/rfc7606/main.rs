@@ -23,7 +23,7 @@
 //! * header errors: bad marker → 1/1; message length 4097 → 1/2 (data = the
 //!   length), connection closed.
 
-#[path = "../robust_common/mod.rs"]
+#[path = "../support/robust.rs"]
 mod robust_common;
 
 use holdfast_api::RibTable;

@@ -6,14 +6,14 @@
 //! announcing 10k out), captures inside each peer's namespace, waits until every route
 //! is where it belongs, then injects each failure kind of TENSOR Table 1 in turn with
 //! [`OpenLab::fail`] (detection by probe, fencing, takeover onto the backup through the
-//! [`crate::Orchestrator`]), heals failed hosts, and tears the lab down on every exit
-//! path.
+//! [`holdfast_orchestrate::Orchestrator`]), heals failed hosts, and tears the lab down on
+//! every exit path.
 //!
 //! For every failure it reports TENSOR Table 1's phases, measured by the lab:
 //!
 //! | column | what it covers |
 //! |---|---|
-//! | failure detection | end of the injection → the probe declared the target failed ([`crate::detect`]) |
+//! | failure detection | end of the injection → the probe declared the target failed ([`holdfast_orchestrate::detect()`]) |
 //! | initiate NSR migration | fencing the old primary, starting the backup, claiming the store's epoch, loading the state (until its ready file) |
 //! | TCP recovery | moving and announcing the service address, and the TCP_REPAIR restore holdfastd reports |
 //! | BGP application recovery | the rest until every session is Established at the new primary and its tables are rebuilt |
@@ -22,9 +22,9 @@
 //!
 //! | column | source |
 //! |---|---|
-//! | session resets | the peer's CLI sampled every 100 ms ([`crate::PeerWatch`]: state, established/dropped counters, uptime), and new TCP connections in the peer's capture |
+//! | session resets | the peer's CLI sampled every 100 ms ([`holdfast_lab::PeerWatch`]: state, established/dropped counters, uptime), and new TCP connections in the peer's capture |
 //! | NOTIFICATIONs | the peer's log since the failure, and NOTIFICATION messages in its capture |
-//! | routes withdrawn / re-learned | prefixes withdrawn / announced in the UPDATEs the peer received from the service address since the failure ([`crate::pcap`]), and drops of its received-prefix count |
+//! | routes withdrawn / re-learned | prefixes withdrawn / announced in the UPDATEs the peer received from the service address since the failure ([`holdfast_lab::pcap`]), and drops of its received-prefix count |
 //! | longest gap | the longest time between two BGP messages (KEEPALIVE or UPDATE) the peer received, from the last one before the failure to the first one after recovery |
 //!
 //! [`DemoReport::check`] asserts the zero columns (and a gap below the hold time).
@@ -41,14 +41,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
-use crate::cmd::find_tool;
+use holdfast_lab::pcap::{bgp_messages, BgpRecord};
+use holdfast_lab::{find_tool, wait_ok, LabError, LogMark, PeerWatch, Result, WatchReport};
+
 use crate::command::{self, FailReport, FailureKind, OpenLab};
-use crate::error::{LabError, Result};
-use crate::pcap::{bgp_messages, BgpRecord};
-use crate::peer::LogMark;
 use crate::scenario::{RouteSet, Scenario};
-use crate::wait::wait_ok;
-use crate::watch::{PeerWatch, WatchReport};
 
 /// Deadline for routes to converge after `up` and after each takeover.
 const CONVERGE: Duration = Duration::from_secs(120);

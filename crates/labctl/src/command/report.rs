@@ -8,8 +8,9 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use super::{ms, FailureKind};
-use crate::nsr::TakeoverTimes;
+use holdfast_lab::TakeoverTimes;
+
+use super::state::{ms, FailureKind};
 
 /// Orchestrator phase times in milliseconds ([`TakeoverTimes`]).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -116,7 +117,7 @@ pub struct DownReport {
     pub namespaces: Vec<String>,
     /// Pids it had (recorded, and found in its namespaces).
     pub pids: Vec<u32>,
-    /// Namespaces of crashed runs removed by [`cleanup_stale`].
+    /// Namespaces of crashed runs removed by [`holdfast_lab::cleanup_stale`].
     pub stale_removed: usize,
     /// Work directories of crashed `lab up` runs removed.
     pub stale_work_dirs: Vec<PathBuf>,

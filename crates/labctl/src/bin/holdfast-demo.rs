@@ -22,9 +22,9 @@
 
 use anyhow::Context;
 use clap::Parser;
-use holdfast_lab::command::{self, FailureKind};
-use holdfast_lab::demo::{self, DemoOptions};
 use holdfast_lab::{cleanup_stale, PeerKind};
+use holdfast_labctl::command::{self, FailureKind};
+use holdfast_labctl::demo::{self, DemoOptions};
 use std::path::PathBuf;
 
 /// The state file of the demo's lab (only this program uses it).

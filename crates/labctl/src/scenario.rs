@@ -2,7 +2,7 @@
 //! (`lab/scenarios/<name>/scenario.toml`; the format is described in
 //! `lab/scenarios/README.md`).
 //!
-//! A scenario is the NSR topology of [`crate::nsr`] made explicit: hosts on one bridge
+//! A scenario is the NSR topology of [`holdfast_lab::nsr`] made explicit: hosts on one bridge
 //! (198.18.0.0/24, fd00::/64), a Redis state store on one host, BGP peers (frr, bird,
 //! gobgp, exabgp; at most one per host), one holdfastd unit with a primary and a backup
 //! host, and the service address that moves between them.
@@ -42,9 +42,10 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{io_ctx, LabError, Result};
-use crate::nsr::{nsr_config, NsrTopo, NSR_LOCAL_AS, NSR_V4_LEN, NSR_V6_LEN};
-use crate::peer::{NeighborSpec, PeerKind, PeerSpec, RouteSpec};
+use holdfast_lab::{
+    io_ctx, nsr_config, LabError, NeighborSpec, NsrTopo, PeerKind, PeerSpec, Result, RouteSpec,
+    NSR_LOCAL_AS, NSR_V4_LEN, NSR_V6_LEN,
+};
 
 /// File name of a scenario inside its directory.
 pub const SCENARIO_FILE: &str = "scenario.toml";
@@ -759,7 +760,7 @@ routes = [{ prefix = "100.100.0.0/24", count = 2 }]
         let unit = &sc.holdfastd[0];
         assert_eq!(unit.export, ExportSpec::Own);
         let c = sc
-            .holdfastd_config(unit, &crate::nsr::test_topo(), "redis://198.18.0.2:6379")
+            .holdfastd_config(unit, &NsrTopo::unbuilt(), "redis://198.18.0.2:6379")
             .unwrap();
         assert!(c.contains("export = \"own-routes\""), "{c}");
         assert!(!c.contains("export = \"all\""), "{c}");

@@ -1,4 +1,4 @@
-//! `holdfast lab` (`holdfast_lab::command`): the shipped scenarios come up and go down
+//! `holdfast lab` (`holdfast_labctl::command`): the shipped scenarios come up and go down
 //! cleanly, and each of TENSOR's four failure kinds does to the namespaces what it says
 //! and is followed by a takeover the peers never notice. Every step goes through the
 //! state file, as separate `holdfast lab` invocations would.
@@ -46,28 +46,24 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use holdfast_lab::command::{self, FailureKind, LabState, OpenLab, Status};
 use holdfast_lab::{
-    find_binary, list_netns, run_id_of, skip_unless_ready, wait_ok, KeptProc, LogMark, PeerKind,
-    PeerWatch,
+    find_binary, list_netns, run_id_of, skip, skip_unless_ready, skip_unless_tools, wait_ok,
+    KeptProc, LogMark, PeerKind, PeerWatch, SKIP_REASON,
 };
+use holdfast_labctl::command::{self, FailureKind, LabState, OpenLab, Status};
 
 fn scenarios_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../lab/scenarios")
 }
 
 fn ready() -> bool {
-    if skip_unless_ready(&[PeerKind::Frr, PeerKind::Bird]) {
+    if skip_unless_ready(&[PeerKind::Frr, PeerKind::Bird])
+        || skip_unless_tools(&["redis-server", "redis-cli"])
+    {
         return false;
     }
-    for tool in ["redis-server", "redis-cli"] {
-        if holdfast_lab::find_tool(tool).is_none() {
-            println!("{} ({tool} missing)", holdfast_lab::SKIP_MESSAGE);
-            return false;
-        }
-    }
     if let Err(e) = find_binary("holdfastd", "HOLDFASTD_BIN") {
-        println!("{} ({e})", holdfast_lab::SKIP_MESSAGE);
+        skip(&format!("{SKIP_REASON} ({e})"));
         return false;
     }
     true
@@ -473,7 +469,7 @@ fn down_after_a_crashed_up() {
         return;
     }
     let Ok(cli) = find_binary("holdfast", "HOLDFAST_BIN") else {
-        println!("SKIP: no holdfast binary (cargo build --release --bins)");
+        skip("no holdfast binary (cargo build --release --workspace --bins)");
         return;
     };
     let ok = Command::new(&cli)
@@ -483,7 +479,10 @@ fn down_after_a_crashed_up() {
         .status()
         .is_ok_and(|s| s.success());
     if !ok {
-        println!("SKIP: {} has no `lab` command (stale build)", cli.display());
+        skip(&format!(
+            "{} has no `lab` command, or no holdfast-lab next to it (stale build)",
+            cli.display()
+        ));
         return;
     }
     let guard = Guard::new("crash");

@@ -22,9 +22,9 @@
 //!   show the reset and the routes sent again (so the zeros above are not vacuous);
 //! * the lab is gone afterwards (no namespace of the run left).
 
-use holdfast_lab::command::FailureKind;
-use holdfast_lab::demo::{self, DemoOptions};
 use holdfast_lab::{list_netns, skip_unless_ready, PeerKind};
+use holdfast_labctl::command::FailureKind;
+use holdfast_labctl::demo::{self, DemoOptions};
 use std::path::PathBuf;
 
 #[test]

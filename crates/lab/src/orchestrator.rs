@@ -1,0 +1,208 @@
+//! The lab's [`Orchestrator`]: [`LabOrchestrator`] takes a holdfastd unit of an
+//! [`NsrTopo`] over onto the other speaker host, following the contract of
+//! `holdfast-orchestrate` (detect, fence, start the backup with `--takeover`, move the
+//! service address, wait for every session). Its TCP probes run in a host's network
+//! namespace ([`holdfast_linux::netns::in_netns`]); the ready file of a new unit is
+//! `<work dir>/<name>/takeover.ready`.
+//!
+//! # Known issues
+//! * A host it is told is unreachable ([`LabOrchestrator::set_reachable`]) keeps the
+//!   service address: after a move both hosts hold it until a reachable move cleans it
+//!   up, as a real controller would leave it.
+
+use std::time::{Duration, Instant};
+
+use holdfast_orchestrate::{
+    detect, run_takeover, Connect, Detection, Fence, Orchestrator, Probe, TakeoverDeadlines,
+    TakeoverTimes,
+};
+
+use crate::cmd::{pid_alive, Signal};
+use crate::error::{LabError, Result};
+use crate::holdfast::{Holdfastd, StartOpts};
+use crate::lab::{HostId, Lab};
+use crate::nsr::NsrTopo;
+use crate::wait::wait_for_every;
+
+/// The lab's orchestrator: fences by signal, moves the service addresses of an
+/// [`NsrTopo`] with `ip addr` and announces them with
+/// `holdfast_linux::announce_address` inside the new host's namespace.
+#[derive(Debug, Clone)]
+pub struct LabOrchestrator {
+    /// The topology whose service addresses it moves.
+    pub topo: NsrTopo,
+    /// Deadlines of [`Orchestrator::takeover`].
+    pub deadlines: TakeoverDeadlines,
+    /// Hosts the orchestrator pretends it cannot reach (e.g. after a host-network
+    /// failure): it leaves their addresses alone.
+    pub unreachable: Vec<HostId>,
+    /// What it did, one line per action, with the time since it was created.
+    pub actions: Vec<String>,
+    created: Instant,
+}
+
+impl LabOrchestrator {
+    /// An orchestrator for `topo` with default deadlines.
+    pub fn new(topo: &NsrTopo) -> Self {
+        LabOrchestrator {
+            topo: topo.clone(),
+            deadlines: TakeoverDeadlines::default(),
+            unreachable: Vec::new(),
+            actions: Vec::new(),
+            created: Instant::now(),
+        }
+    }
+
+    /// Treat `host` as unreachable (or reachable again) for address deletion.
+    pub fn set_reachable(&mut self, host: HostId, reachable: bool) {
+        self.unreachable.retain(|h| *h != host);
+        if !reachable {
+            self.unreachable.push(host);
+        }
+    }
+
+    fn note(&mut self, what: String) {
+        let t = self.created.elapsed().as_secs_f64();
+        self.actions.push(format!("[{t:>7.3}s] {what}"));
+    }
+}
+
+impl Orchestrator for LabOrchestrator {
+    type Env = Lab;
+    type Unit = Holdfastd;
+    type Host = HostId;
+    type Error = LabError;
+
+    /// The probes of `holdfast_orchestrate::detect`, TCP ones sent from the namespace
+    /// named in the probe.
+    fn detect(&mut self, probe: &Probe) -> Result<Detection> {
+        let site = |ns: &str, connect: Connect| holdfast_linux::netns::in_netns(ns, connect);
+        Ok(detect(probe, &site)?)
+    }
+
+    fn fence(
+        &mut self,
+        lab: &mut Lab,
+        old: &Holdfastd,
+        how: Fence,
+        deadline: Duration,
+    ) -> Result<()> {
+        let pid = old.os_pid;
+        match how {
+            Fence::None => {
+                self.note(format!("fence {}: none", old.name));
+                Ok(())
+            }
+            Fence::Kill => {
+                lab.kill(old.proc, Signal::Kill);
+                let p = old.proc;
+                wait_for_every(
+                    &format!("{} (pid {pid}) to be gone after SIGKILL", old.name),
+                    deadline,
+                    Duration::from_millis(5),
+                    || Ok((!lab.is_running(p) && !pid_alive(pid)).then_some(())),
+                )?;
+                self.note(format!("fence {}: SIGKILL pid {pid}, gone", old.name));
+                Ok(())
+            }
+            Fence::Stop => {
+                lab.kill(old.proc, Signal::Stop);
+                wait_for_every(
+                    &format!("{} (pid {pid}) to be stopped", old.name),
+                    deadline,
+                    Duration::from_millis(5),
+                    || Ok(proc_state(pid).is_some_and(|s| s == 'T').then_some(())),
+                )?;
+                self.note(format!("fence {}: SIGSTOP pid {pid}", old.name));
+                Ok(())
+            }
+        }
+    }
+
+    fn move_address(&mut self, lab: &mut Lab, to: HostId) -> Result<()> {
+        let topo = self.topo.clone();
+        let to_host = topo.host(to)?.clone();
+        let from = topo.other(to);
+        if from != to && !self.unreachable.contains(&from) {
+            match topo.del_service(lab, from) {
+                Ok(()) => self.note(format!("address: deleted on {}", lab.host_info(from).name)),
+                // Unreachable after a host failure is fine: the new host takes over.
+                Err(e) => self.note(format!(
+                    "address: delete on {} failed ({e})",
+                    lab.host_info(from).name
+                )),
+            }
+        }
+        topo.add_service(lab, to)?;
+        self.note(format!("address: added on {}", lab.host_info(to).name));
+        let netns = lab.netns(to).to_string();
+        for addr in topo.service_addrs() {
+            let ifname = to_host.ifname.clone();
+            holdfast_linux::netns::in_netns(&netns, move || {
+                holdfast_linux::announce_address(&ifname, addr)
+            })
+            .and_then(|r| r)
+            .map_err(|e| LabError::Io {
+                context: format!("announcing {addr} on {} in {netns}", to_host.ifname),
+                source: e,
+            })?;
+            self.note(format!("address: announced {addr}"));
+        }
+        Ok(())
+    }
+
+    /// The ready file is `<work dir>/<name>/takeover.ready`.
+    fn start_takeover(
+        &mut self,
+        lab: &mut Lab,
+        host: HostId,
+        name: &str,
+        config: &str,
+        ready: Duration,
+    ) -> Result<Holdfastd> {
+        let ready_file = lab.work_dir().join(name).join("takeover.ready");
+        let new = Holdfastd::start_with(lab, host, name, config, &StartOpts::takeover(ready_file))?;
+        new.wait_ready_file(ready)?;
+        Ok(new)
+    }
+
+    fn wait_established(
+        &mut self,
+        _lab: &mut Lab,
+        unit: &Holdfastd,
+        deadline: Duration,
+    ) -> Result<()> {
+        unit.wait_all_established(deadline).map(drop)
+    }
+
+    /// [`run_takeover`] with [`LabOrchestrator::deadlines`], noted in
+    /// [`LabOrchestrator::actions`].
+    fn takeover(
+        &mut self,
+        lab: &mut Lab,
+        old: &Holdfastd,
+        new_host: HostId,
+        name: &str,
+        config: &str,
+        fence: Fence,
+    ) -> Result<(Holdfastd, TakeoverTimes)> {
+        let deadlines = self.deadlines;
+        let r = run_takeover(self, lab, old, new_host, name, config, fence, &deadlines);
+        match &r {
+            Ok((_, t)) => self.note(format!("takeover by {name}: {t:?}")),
+            Err(e) => self.note(format!("takeover by {name} failed: {e}")),
+        }
+        r
+    }
+}
+
+/// The state letter of a process (`/proc/PID/stat`), if it exists.
+fn proc_state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .next()?
+        .chars()
+        .next()
+}

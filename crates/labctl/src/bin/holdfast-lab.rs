@@ -1,0 +1,134 @@
+//! `holdfast-lab`, what `holdfast lab ...` runs (the `holdfast` CLI finds it next to
+//! its own executable and passes its arguments through): a scenario of
+//! `lab/scenarios/` built in network namespaces, TENSOR's failures injected,
+//! takeovers onto the backup ([`holdfast_labctl::command`]). It needs root.
+//!
+//! Progress goes to stderr, the result to stdout: text, or JSON with `--json` (a
+//! failure is then `{"error": "..."}` with exit status 1).
+
+use clap::{Parser, Subcommand};
+use holdfast_labctl::command::{self as lab, FailureKind};
+use std::path::PathBuf;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "holdfast lab",
+    bin_name = "holdfast lab",
+    version,
+    about = "The lab: a scenario of lab/scenarios/ in network namespaces (holdfastd primary \
+             and backup hosts, Redis, real peers), failures, takeovers. Needs root."
+)]
+struct Args {
+    /// The lab's state file [default: $HOLDFAST_LAB_DIR/holdfast-lab-state.json
+    /// if HOLDFAST_LAB_DIR is set, else /run/holdfast-lab/state.json].
+    #[arg(long, global = true, env = "HOLDFAST_LAB_STATE")]
+    state: Option<PathBuf>,
+    /// Print the result as JSON.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    op: LabOp,
+}
+
+#[derive(Subcommand, Debug)]
+enum LabOp {
+    /// Build a scenario and leave it running: SCENARIO is a name (`holdfast lab
+    /// list`), a directory, or a scenario.toml.
+    Up { scenario: String },
+    /// Every unit: processes, holdfastd's summary and NSR state (control socket),
+    /// each peer's sessions (the peer's own CLI), links, failures so far.
+    Status,
+    /// Inject a failure, then take over onto the backup host. KIND TARGET:
+    /// `application UNIT` (SIGKILL holdfastd), `container UNIT` (SIGKILL every
+    /// process of its namespace), `host HOST` (every unit on it, links down),
+    /// `host-network HOST` (bridge port down, processes stay up).
+    Fail {
+        /// application | container | host | host-network
+        kind: FailureKind,
+        /// A holdfastd unit (application, container) or a host (host, host-network).
+        target: String,
+    },
+    /// Bring a host back after a host or host-network failure (kills fenced old
+    /// primaries there, removes a stale service address, links up).
+    Heal { host: String },
+    /// Tear the lab down, and remove what any crashed lab run left behind.
+    Down,
+    /// The shipped scenarios.
+    List,
+}
+
+fn main() {
+    let args = Args::parse();
+    if let Err(e) = run_lab(args.state, &args.op, args.json) {
+        eprintln!("holdfast: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+/// Runs one operation; the result on stdout (text, or JSON with `--json`; a failure is
+/// then `{"error": "..."}` with exit status 1).
+fn run_lab(state: Option<PathBuf>, op: &LabOp, json: bool) -> anyhow::Result<()> {
+    let state = state.unwrap_or_else(lab::default_state_file);
+    let mut progress = |line: &str| eprintln!("{line}");
+    let out: anyhow::Result<(serde_json::Value, String)> = (|| {
+        Ok(match op {
+            LabOp::Up { scenario } => {
+                let file = lab::find_scenario(scenario)?;
+                let s = lab::up(&file, &state, &mut progress)?;
+                (serde_json::to_value(&s)?, s.to_string())
+            }
+            LabOp::Status => {
+                let s = lab::status(&state)?;
+                (serde_json::to_value(&s)?, s.to_string())
+            }
+            LabOp::Fail { kind, target } => {
+                let r = lab::fail(&state, *kind, target, &mut progress)?;
+                (serde_json::to_value(&r)?, r.to_string())
+            }
+            LabOp::Heal { host } => {
+                let r = lab::heal(&state, host)?;
+                (serde_json::to_value(&r)?, r.to_string())
+            }
+            LabOp::Down => {
+                let r = lab::down(&state)?;
+                (serde_json::to_value(&r)?, r.to_string())
+            }
+            LabOp::List => {
+                let list = lab::list_scenarios();
+                let mut text = String::new();
+                for (name, file, desc) in &list {
+                    text.push_str(&format!(
+                        "{name:<16} {desc}\n{:<16} {}\n",
+                        "",
+                        file.display()
+                    ));
+                }
+                let v = list
+                    .iter()
+                    .map(|(name, file, desc)| {
+                        serde_json::json!({ "name": name, "file": file, "description": desc })
+                    })
+                    .collect::<Vec<_>>();
+                (serde_json::Value::Array(v), text)
+            }
+        })
+    })();
+    match out {
+        Ok((v, text)) => {
+            if json {
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                print!("{text}");
+            }
+            Ok(())
+        }
+        Err(e) if json => {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&serde_json::json!({ "error": format!("{e:#}") }))?
+            );
+            std::process::exit(1);
+        }
+        Err(e) => Err(e),
+    }
+}

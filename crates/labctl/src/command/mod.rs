@@ -1,0 +1,506 @@
+//! `holdfast lab`: a [`Scenario`] brought up, inspected, failed and torn down by
+//! separate invocations, which share a state file.
+//!
+//! * [`up`] builds the scenario (namespaces on one bridge, Redis, holdfastd primary,
+//!   peers), waits until every session is Established and the unit PROTECTED, keeps it
+//!   running ([`Lab::keep`]) and writes a [`LabState`] (run id, namespaces, processes
+//!   with their pids, addresses, which host holds the service address).
+//! * [`status`] reads it back: every unit's processes (alive?), holdfastd's `show
+//!   summary` / `show nsr` over its control socket, each peer's sessions through its own
+//!   CLI, the hosts' links.
+//! * [`fail`] injects one failure of TENSOR's Table 1 ([`FailureKind`]) and, when it hit
+//!   the primary, takes over onto the backup through the
+//!   [`holdfast_orchestrate::Orchestrator`] trait ([`holdfast_lab::LabOrchestrator`]
+//!   today, a controller later). The state then records the new primary and the host
+//!   holding the service address.
+//! * [`heal`] brings a failed host back (kills what a host-network failure left fenced
+//!   on it, removes a stale service address, links up), so it can be the backup again.
+//! * [`down`] tears the lab down from the state file and always runs
+//!   [`cleanup_stale`], which removes what any crashed run left.
+//!
+//! The state file is `$HOLDFAST_LAB_STATE`, else `$HOLDFAST_LAB_DIR/holdfast-lab-state.json`
+//! when `HOLDFAST_LAB_DIR` is set, else `/run/holdfast-lab/state.json`
+//! ([`default_state_file`]). One lab per state file.
+//!
+//! Split by concern: [`LabState`] and the scenario search in `state`, [`OpenLab`]
+//! (status, failure injection and takeover, heal) in `open`, the reports in `report`.
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use holdfast_api::{Body, NsrStatus, Request};
+use holdfast_lab::{
+    cleanup_stale, find_binary, io_ctx, list_netns, netns_pids, parse_err, preflight, require_tool,
+    run_id_of, send_signal, stale_namespaces, wait_ok, Bird, Exabgp, Frr, Gobgp, Holdfastd, HostId,
+    IfAddr, Lab, LabError, NsrHost, NsrTopo, Peer, PeerKind, PeerSpec, Redis, Result, Signal,
+    NSR_V4_LEN, NSR_V6_LEN,
+};
+
+use crate::scenario::{parse_peer_kind, Scenario};
+use state::unix_ms;
+
+mod open;
+mod report;
+mod state;
+
+pub use holdfast_lab::link_state;
+pub use open::OpenLab;
+pub use report::{
+    DownReport, FailReport, HealReport, HostStatus, PhaseMs, ServiceStatus, Status, TakeoverReport,
+    UnitStatus,
+};
+pub use state::{
+    default_state_file, find_scenario, list_scenarios, scenario_dirs, FailedHost, FailureKind,
+    LabState, PeerRecord, RedisRecord, UnitProc, UnitRecord, STATE_VERSION,
+};
+
+/// Name of the bridge every scenario host is on.
+pub const BRIDGE_NAME: &str = "lan";
+/// Deadline of each wait of [`up`] (sessions Established, routes exchanged, PROTECTED).
+pub const UP_TIMEOUT: Duration = Duration::from_secs(90);
+/// Deadline for the new primary to be PROTECTED after a takeover.
+const PROTECTED_TIMEOUT: Duration = Duration::from_secs(30);
+/// What the lab's name (and so its work directory, `holdfast-lab-lab_<scenario>-<run>`)
+/// starts with.
+const WORK_DIR_PREFIX: &str = "lab_";
+/// Deadline for killed processes to be gone.
+const KILL_TIMEOUT: Duration = Duration::from_secs(5);
+/// The closed port the host probe connects to (the discard service; nothing listens).
+const DETECT_PORT: u16 = 9;
+
+/// The NSR topology of a built scenario: `a` = the unit's first primary host, `b` = its
+/// first backup host, `redis` = the Redis host, `peer` = the host of its first
+/// neighbour, `feed` = another host (or `peer`).
+fn topo_of(lab: &Lab, sc: &Scenario) -> Result<NsrTopo> {
+    let (bridge, info) = lab
+        .bridges()
+        .find(|(_, b)| b.name == BRIDGE_NAME)
+        .ok_or_else(|| LabError::Invalid(format!("no bridge `{BRIDGE_NAME}` in the lab")))?;
+    let nsr_host = |name: &str| -> Result<NsrHost> {
+        let spec = sc
+            .host(name)
+            .ok_or_else(|| LabError::Invalid(format!("no host `{name}` in the scenario")))?;
+        let id = lab
+            .host_by_name(name)
+            .ok_or_else(|| LabError::Invalid(format!("no host `{name}` in the lab")))?;
+        let port = info
+            .ports
+            .iter()
+            .find(|p| p.host == id)
+            .ok_or_else(|| LabError::Invalid(format!("host `{name}` is not on the bridge")))?;
+        Ok(NsrHost {
+            id,
+            ifname: port.host_if.clone(),
+            v4: spec.v4,
+            v6: spec.v6,
+        })
+    };
+    let unit = sc
+        .holdfastd
+        .first()
+        .ok_or_else(|| LabError::Invalid("the scenario has no holdfastd unit".into()))?;
+    let peer_host = unit
+        .neighbors
+        .first()
+        .and_then(|n| sc.peer(n))
+        .map_or(unit.primary.as_str(), |p| p.host.as_str());
+    let used = [
+        unit.primary.as_str(),
+        unit.backup.as_str(),
+        sc.redis.host.as_str(),
+        peer_host,
+    ];
+    let feed = sc
+        .hosts
+        .iter()
+        .map(|h| h.name.as_str())
+        .find(|h| !used.contains(h))
+        .unwrap_or(peer_host);
+    Ok(NsrTopo {
+        bridge,
+        peer: nsr_host(peer_host)?,
+        redis: nsr_host(&sc.redis.host)?,
+        a: nsr_host(&unit.primary)?,
+        b: nsr_host(&unit.backup)?,
+        feed: nsr_host(feed)?,
+        service_v4: sc.service.v4,
+        service_v6: sc.service.v6,
+    })
+}
+
+fn start_peer(
+    lab: &mut Lab,
+    kind: PeerKind,
+    host: HostId,
+    spec: &PeerSpec,
+) -> Result<Box<dyn Peer>> {
+    Ok(match kind {
+        PeerKind::Frr => Box::new(Frr::start(lab, host, spec)?),
+        PeerKind::Bird => Box::new(Bird::start(lab, host, spec)?),
+        PeerKind::Gobgp => Box::new(Gobgp::start(lab, host, spec)?),
+        PeerKind::Exabgp => Box::new(Exabgp::start(lab, host, spec)?),
+    })
+}
+
+/// `show nsr` of a unit.
+pub fn nsr_status(hf: &Holdfastd) -> Result<NsrStatus> {
+    match hf.request(&Request::ShowNsr)? {
+        Body::Nsr(n) => Ok(*n),
+        other => Err(parse_err(
+            "holdfastd control answer",
+            format!("unexpected {other:?}"),
+        )),
+    }
+}
+
+fn wait_protected(hf: &Holdfastd, timeout: Duration) -> Result<()> {
+    wait_ok(
+        &format!("{}: PROTECTED", hf.name),
+        timeout,
+        || match nsr_status(hf) {
+            Ok(n) if n.protected => Ok(()),
+            Ok(n) => Err(format!("role {}, epoch {}, unprotected", n.role, n.epoch)),
+            Err(e) => Err(e.to_string()),
+        },
+    )
+}
+
+/// SIGKILLs every process in namespace `ns` (found with `ip netns pids`), by pid, until
+/// none is left; returns the pids killed.
+fn kill_namespace(ns: &str) -> Result<Vec<u32>> {
+    let mut killed: Vec<u32> = Vec::new();
+    let deadline = Instant::now() + KILL_TIMEOUT;
+    loop {
+        let pids = netns_pids(ns);
+        if pids.is_empty() {
+            return Ok(killed);
+        }
+        if Instant::now() >= deadline {
+            return Err(LabError::Invalid(format!(
+                "processes still in {ns} {KILL_TIMEOUT:?} after SIGKILL: {pids:?}"
+            )));
+        }
+        for pid in pids {
+            if !killed.contains(&pid) {
+                killed.push(pid);
+            }
+            send_signal(pid, Signal::Kill, false);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `lab up`: builds the scenario in `scenario_file`, keeps it running and writes
+/// `state_file`. Refuses when a lab of that state file is up. Progress lines go to
+/// `progress`. On failure everything built is torn down (the work directory is kept and
+/// its path printed).
+pub fn up(
+    scenario_file: &Path,
+    state_file: &Path,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Status> {
+    let sc = Scenario::load(scenario_file)?;
+    if state_file.exists() {
+        match LabState::load(state_file) {
+            Ok(st) if !st.live_namespaces()?.is_empty() => {
+                return Err(LabError::Invalid(format!(
+                "a lab is already up (scenario `{}`, run {}, state {}): `holdfast lab down` first",
+                st.scenario.name,
+                st.lab.run_id,
+                state_file.display()
+            )))
+            }
+            Ok(_) => {
+                // Its namespaces are gone (a reboot): forget it.
+                let _ = std::fs::remove_file(state_file);
+            }
+            Err(e) => {
+                return Err(LabError::Invalid(format!(
+                    "{e}; `holdfast lab down` removes it"
+                )))
+            }
+        }
+    }
+    preflight(&sc.peer_kinds())?;
+    for tool in ["redis-server", "redis-cli"] {
+        require_tool(tool)?;
+    }
+    find_binary("holdfastd", "HOLDFASTD_BIN")?;
+    let removed = cleanup_stale()?;
+    let t0 = Instant::now();
+    let mut step = |m: &str| progress(&format!("[{:>6.2}s] {m}", t0.elapsed().as_secs_f64()));
+    if removed > 0 {
+        step(&format!(
+            "removed {removed} namespace(s) left by crashed runs"
+        ));
+    }
+    let mut lab = Lab::new(&format!("{WORK_DIR_PREFIX}{}", sc.name))?;
+    let abs = std::path::absolute(scenario_file).unwrap_or_else(|_| scenario_file.into());
+    let state = match build(&mut lab, &sc, &abs, &mut step) {
+        Ok(s) => s,
+        Err(e) => {
+            lab.fail(&e.to_string());
+            return Err(e);
+        }
+    };
+    state.write(state_file)?;
+    if let Err(e) = lab.keep(state_file) {
+        let _ = std::fs::remove_file(state_file);
+        return Err(e);
+    }
+    drop(lab);
+    step(&format!("up; state in {}", state_file.display()));
+    status(state_file)
+}
+
+fn build(
+    lab: &mut Lab,
+    sc: &Scenario,
+    scenario_file: &Path,
+    step: &mut dyn FnMut(&str),
+) -> Result<LabState> {
+    let mut members = Vec::new();
+    for h in &sc.hosts {
+        let id = lab.host(&h.name)?;
+        members.push((
+            id,
+            vec![IfAddr::new(h.v4, NSR_V4_LEN), IfAddr::new(h.v6, NSR_V6_LEN)],
+        ));
+    }
+    lab.bridge(BRIDGE_NAME, &members)?;
+    let topo = topo_of(lab, sc)?;
+    topo.add_service(lab, topo.a.id)?;
+    let unit = &sc.holdfastd[0];
+    step(&format!(
+        "{} hosts on bridge `{BRIDGE_NAME}` (run {}); service address {} / {} on {}",
+        sc.hosts.len(),
+        lab.run_id(),
+        sc.service.v4,
+        sc.service.v6,
+        unit.primary
+    ));
+    let redis_host = sc
+        .host(&sc.redis.host)
+        .ok_or_else(|| LabError::Invalid("no Redis host".into()))?;
+    let redis = Redis::start(lab, topo.redis.id, IpAddr::V4(redis_host.v4), sc.redis.port)?;
+    step(&format!(
+        "redis on {} ({}), pid {}",
+        sc.redis.host,
+        redis.url(),
+        redis.pid()
+    ));
+    let config = sc.holdfastd_config(unit, &topo, &redis.url())?;
+    let name = format!("{}_0", unit.name);
+    let hf = Holdfastd::start(lab, topo.a.id, &name, &config)?;
+    step(&format!(
+        "holdfastd {name} (instance {}) on {}, pid {}",
+        unit.instance, unit.primary, hf.os_pid
+    ));
+    let mut peers = Vec::new();
+    let mut records = Vec::new();
+    for p in &sc.peers {
+        let kind = parse_peer_kind(&p.kind)
+            .ok_or_else(|| LabError::Invalid(format!("peer kind `{}`", p.kind)))?;
+        let host = lab
+            .host_by_name(&p.host)
+            .ok_or_else(|| LabError::Invalid(format!("no host `{}`", p.host)))?;
+        let before = lab.proc_count();
+        let drv = start_peer(lab, kind, host, &sc.peer_spec(p)?)?;
+        let procs: Vec<usize> = (before..lab.proc_count()).collect();
+        let pids = procs
+            .iter()
+            .filter_map(|i| lab.proc_id(*i).map(|id| lab.pid(id)))
+            .collect::<Vec<u32>>();
+        step(&format!(
+            "{} `{}` (AS {}) on {}, pid {:?}, {} route(s)",
+            kind,
+            p.name,
+            p.asn,
+            p.host,
+            pids,
+            sc.peer_route_count(p)
+        ));
+        records.push(PeerRecord {
+            name: p.name.clone(),
+            procs,
+            pids,
+        });
+        peers.push((p, drv));
+    }
+    let service = IpAddr::V4(sc.service.v4);
+    hf.wait_all_established(UP_TIMEOUT)?;
+    for (_, drv) in &peers {
+        drv.wait_established(lab, service, UP_TIMEOUT)?;
+    }
+    step("every session Established (holdfastd and each peer's own CLI)");
+    wait_protected(&hf, UP_TIMEOUT)?;
+    // Routes both ways.
+    let ours = sc.unit_route_count(unit);
+    wait_ok("routes exchanged", UP_TIMEOUT, || {
+        let ns = hf.neighbors().map_err(|e| e.to_string())?;
+        for (p, drv) in &peers {
+            let h = sc
+                .host(&p.host)
+                .map(|h| h.v4.to_string())
+                .unwrap_or_default();
+            let want = sc.peer_route_count(p);
+            let got = ns
+                .iter()
+                .find(|n| n.address == h)
+                .map_or(0, |n| n.prefixes_received);
+            if got < want {
+                return Err(format!(
+                    "holdfastd has {got} of {want} routes from {}",
+                    p.name
+                ));
+            }
+            let held = drv
+                .session(lab, service)
+                .map_err(|e| e.to_string())?
+                .and_then(|s| s.prefixes_received)
+                .unwrap_or(0);
+            if u64::from(held) < ours {
+                return Err(format!("{} holds {held} of our {ours} routes", p.name));
+            }
+        }
+        Ok(())
+    })?;
+    step("routes exchanged both ways; holdfastd PROTECTED");
+    Ok(LabState {
+        version: STATE_VERSION,
+        scenario_file: scenario_file.to_path_buf(),
+        scenario: sc.clone(),
+        lab: lab.kept_state(),
+        redis: RedisRecord {
+            proc: redis.proc().index(),
+            starts: redis.starts(),
+        },
+        peers: records,
+        units: vec![UnitRecord {
+            name: unit.name.clone(),
+            config,
+            generation: 1,
+            primary: UnitProc {
+                name,
+                host: unit.primary.clone(),
+                proc: hf.proc.index(),
+                pid: hf.os_pid,
+            },
+            backup_host: unit.backup.clone(),
+            fenced: Vec::new(),
+        }],
+        service_host: unit.primary.clone(),
+        failed_hosts: Vec::new(),
+        history: Vec::new(),
+        up_unix_ms: unix_ms(),
+    })
+}
+
+/// `lab status`: the state file read back against what runs.
+pub fn status(state_file: &Path) -> Result<Status> {
+    let mut open = OpenLab::load(state_file)?;
+    Ok(open.status(state_file))
+}
+
+/// `lab fail KIND TARGET`: injects the failure (TARGET is a holdfastd unit for
+/// `application` / `container`, a host for `host` / `host-network`) and, when the
+/// unit's primary was hit, takes over onto its backup host through the
+/// [`holdfast_orchestrate::Orchestrator`]; the state then records the new primary and
+/// the service address's host. The state is written even when the takeover fails.
+pub fn fail(
+    state_file: &Path,
+    kind: FailureKind,
+    target: &str,
+    progress: &mut dyn FnMut(&str),
+) -> Result<FailReport> {
+    let mut open = OpenLab::load(state_file)?;
+    let r = open.fail(kind, target, progress);
+    let saved = open.save(state_file);
+    let report = r?;
+    saved?;
+    Ok(report)
+}
+
+/// `lab heal HOST`: brings a host back after a `host` or `host-network` failure: kills
+/// the fenced old primaries still alive on it, deletes a stale service address there,
+/// and sets its links (or bridge port) up, so it can be the backup of the next takeover.
+/// Units that died with the host are not restarted.
+pub fn heal(state_file: &Path, host: &str) -> Result<HealReport> {
+    let mut open = OpenLab::load(state_file)?;
+    let r = open.heal(host);
+    let saved = open.save(state_file);
+    let report = r?;
+    saved?;
+    Ok(report)
+}
+
+/// `lab down`: tears down the lab of `state_file` (every process of its namespaces,
+/// the namespaces, its work directory unless `HOLDFAST_LAB_KEEP=1`), removes the state
+/// file, and always runs [`cleanup_stale`] (what crashed runs of any lab left; the work
+/// directories of crashed `lab up` runs go too). Fails if a namespace of the run is
+/// still there afterwards.
+pub fn down(state_file: &Path) -> Result<DownReport> {
+    let mut report = DownReport::default();
+    if state_file.exists() {
+        match LabState::load(state_file) {
+            Ok(st) => {
+                report.run_id = Some(st.lab.run_id.clone());
+                report.scenario = Some(st.scenario.name.clone());
+                report.namespaces = st.live_namespaces()?;
+                report.pids = st
+                    .lab
+                    .procs
+                    .iter()
+                    .map(|p| p.pid)
+                    .chain(report.namespaces.iter().flat_map(|n| netns_pids(n)))
+                    .collect();
+                report.pids.sort_unstable();
+                report.pids.dedup();
+                Lab::adopt(st.lab)?.teardown();
+            }
+            Err(e) => report
+                .notes
+                .push(format!("unreadable state file removed ({e})")),
+        }
+        std::fs::remove_file(state_file)
+            .map_err(io_ctx(format!("removing {}", state_file.display())))?;
+    } else {
+        report
+            .notes
+            .push(format!("no state file {}", state_file.display()));
+    }
+    // Runs of `lab up` that crashed: their work directories go too (those of crashed
+    // tests stay, for their logs).
+    let mut crashed: Vec<String> = stale_namespaces()?
+        .iter()
+        .filter_map(|n| run_id_of(n).map(str::to_string))
+        .collect();
+    crashed.dedup();
+    report.stale_removed = cleanup_stale()?;
+    let base = std::env::var_os("HOLDFAST_LAB_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/tmp"));
+    if let Ok(entries) = std::fs::read_dir(&base) {
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let ours = name.starts_with(&format!("holdfast-lab-{WORK_DIR_PREFIX}"))
+                && crashed.iter().any(|id| name.ends_with(&format!("-{id}")));
+            if ours && std::fs::remove_dir_all(e.path()).is_ok() {
+                report.stale_work_dirs.push(e.path());
+            }
+        }
+    }
+    if let Some(id) = &report.run_id {
+        let left: Vec<String> = list_netns()?
+            .into_iter()
+            .filter(|n| run_id_of(n) == Some(id.as_str()))
+            .collect();
+        if !left.is_empty() {
+            return Err(LabError::Invalid(format!(
+                "namespaces left after teardown: {left:?}"
+            )));
+        }
+    }
+    Ok(report)
+}

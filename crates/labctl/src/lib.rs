@@ -1,0 +1,22 @@
+//! `holdfast-labctl`: the `holdfast lab` operator command and `make demo`, built on the
+//! `holdfast-lab` harness and the `holdfast-orchestrate` contract.
+//!
+//! * [`scenario`]: the TOML scenarios of `holdfast lab` (`lab/scenarios/`).
+//! * [`command`]: `lab up|status|fail|heal|down|list`: a lab kept running between
+//!   invocations through a state file, TENSOR's four failure kinds, each followed by a
+//!   takeover through the `Orchestrator` contract (the lab's `LabOrchestrator`).
+//! * [`demo`]: `make demo`: the demo scenario through the four failure kinds, TENSOR
+//!   Table 1 with what the peers saw, as Markdown and a PNG.
+//!
+//! Binaries: `holdfast-lab` (what `holdfast lab ...` runs, from the directory of the
+//! `holdfast` executable) and `holdfast-demo` (what `make demo` runs). Errors are the
+//! harness's [`holdfast_lab::LabError`].
+//!
+//! # Known issues
+//! * Everything here needs root and the peers' daemons installed, like the harness.
+
+#![forbid(unsafe_code)]
+
+pub mod command;
+pub mod demo;
+pub mod scenario;
