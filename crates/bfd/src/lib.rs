@@ -53,6 +53,9 @@
 //!   peer's is ignored), no multipoint (RFC 8562).
 //! - One authentication key per session: no key rollover between key IDs.
 //! - The C bit is always clear (this is a control-plane implementation).
+//! - Resuming a session with meticulous authentication needs a replicated
+//!   bfd.XmitAuthSeq within the peer's window (3 × Detect Mult packets);
+//!   see [`ResumeState`].
 //! - Session demultiplexing, UDP ports, TTL/hop-limit checks (RFC 5881,
 //!   RFC 5883) and discriminator allocation are the daemon's.
 

@@ -148,6 +148,23 @@ fn authentication_sections() {
     assert_eq!(p.encode(), b);
 }
 
+/// The Reserved octet of a keyed section is ignored on receipt (but
+/// covered by the digest) and sent as zero (RFC 5880 §4.3, §4.4).
+#[test]
+fn keyed_reserved_octet() {
+    let p = ControlPacket {
+        auth: Some(Auth::unsigned(AuthType::KeyedMd5, 1, 5, b"k")),
+        ..packet()
+    };
+    let mut b = p.encode();
+    assert_eq!(b[27], 0);
+    b[27] = 0x5a;
+    sign(&mut b, b"k").unwrap();
+    let back = verify(&b, AuthType::KeyedMd5, 1, b"k").unwrap();
+    assert_eq!(back.auth.as_ref().unwrap().seq(), Some(5));
+    assert_eq!(back.encode()[27], 0);
+}
+
 #[test]
 fn keyed_round_trips_sign_and_verify() {
     for t in [
@@ -913,6 +930,56 @@ fn resume_keeps_the_peer_up_without_a_poll() {
         assert!(sent(&p.outputs(0, t0)).iter().all(|k| !k.poll), "{t:?}");
         assert_eq!((p.a.state(), p.b.state()), (State::Up, State::Up));
     }
+}
+
+/// A snapshot two seconds old: with meticulous SHA1 the peer's numbers
+/// have moved past the replicated bfd.RcvAuthSeq, so the backup resumes
+/// with it unknown; its own next number comes from the primary's live
+/// counter (what the store must keep close).
+#[test]
+fn resume_from_a_stale_snapshot_with_meticulous_auth() {
+    let c = auth_cfg(AuthType::MeticulousKeyedSha1);
+    let mut p = up_pair(c.clone(), c.clone());
+    let old = p.a.resume_state();
+    p.run_for(Duration::from_secs(2));
+    let live_seq = p.a.resume_state().xmit_auth_seq;
+    p.link[0] = false;
+    p.run_for(ms(100));
+    let t0 = p.now;
+    // The stale bfd.RcvAuthSeq would make the backup drop b's packets.
+    let (mut stale, _) = Session::resume(c.clone(), old.clone(), 7, t0).unwrap();
+    let b_last = p
+        .outputs(1, Duration::ZERO)
+        .into_iter()
+        .filter_map(|o| match o {
+            Output::Send(b) => Some(b),
+            _ => None,
+        })
+        .next_back()
+        .unwrap();
+    assert!(matches!(
+        stale.handle(t0, Input::Received(b_last))[..],
+        [Output::Dropped(DropReason::Sequence { .. })]
+    ));
+    let rs = ResumeState {
+        xmit_auth_seq: live_seq.wrapping_add(1),
+        rcv_auth_seq: None,
+        ..old
+    };
+    let (backup, first) = Session::resume(c, rs, 7, t0).unwrap();
+    p.a = backup;
+    p.link[0] = true;
+    let Output::Send(bytes) = &first[0] else {
+        unreachable!()
+    };
+    p.input(1, Input::Received(bytes.clone()));
+    p.run_for(Duration::from_secs(3));
+    assert!(changes(&p.outputs(0, t0)).is_empty() && changes(&p.outputs(1, t0)).is_empty());
+    assert!(!p
+        .outputs(0, t0)
+        .iter()
+        .chain(p.outputs(1, t0).iter())
+        .any(|o| matches!(o, Output::Dropped(_))));
 }
 
 #[test]

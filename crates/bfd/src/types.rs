@@ -120,10 +120,17 @@ pub struct ResumeState {
     pub remote_detect_mult: u8,
     pub remote_desired_min_tx_us: u32,
     pub remote_min_rx_us: u32,
-    /// Next sequence number to send (bfd.XmitAuthSeq). With meticulous
-    /// authentication the store should hold a value ahead of what the
-    /// primary has sent, so the peer never sees a sequence number again.
+    /// Next sequence number to send (bfd.XmitAuthSeq). The peer accepts
+    /// a number from the last one it saw (keyed; one after it when
+    /// meticulous) to 3 × Detect Mult past it (§6.7.3, §6.7.4). Keyed MD5
+    /// and SHA1 advance it only when the packet's content changes, so a
+    /// value replicated on change is exact; with the meticulous types it
+    /// advances on every packet and must be replicated close enough to
+    /// land in that window.
     pub xmit_auth_seq: u32,
-    /// Last sequence number accepted (bfd.RcvAuthSeq), if known.
+    /// Last sequence number accepted (bfd.RcvAuthSeq), if known. `None`
+    /// (bfd.AuthSeqKnown = 0) accepts the peer's next number whatever it
+    /// is; a replicated value older than the peer's window makes the
+    /// backup drop the peer's packets until twice the detection time.
     pub rcv_auth_seq: Option<u32>,
 }
