@@ -69,7 +69,8 @@ pub enum Input {
     /// Let an administratively down session come up again.
     AdminUp,
     /// New settings. While Up, a change of Desired Min TX or Required Min
-    /// RX starts a Poll Sequence (§6.8.3).
+    /// RX starts a Poll Sequence (§6.8.3). Settings that fail
+    /// [`SessionConfig::validate`] are refused with a warning.
     Configure(SessionConfig),
 }
 
