@@ -138,7 +138,7 @@ impl Fixture {
             shared.clone(),
         );
         let resync = shared.resync.subscribe();
-        r.start();
+        r.start(false);
         let thread = std::thread::spawn(move || r.run());
         Fixture {
             tx,
