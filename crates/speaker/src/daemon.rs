@@ -747,3 +747,22 @@ async fn accept_loop(listener: Arc<TcpListener>, vrf: Option<String>, lookup: Lo
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_status_of_each_ending() {
+        assert_eq!(Exit::Stopped.code(), 0);
+        let f = Fence {
+            current: 8,
+            ours: 7,
+        };
+        assert_eq!(Exit::Fenced(f).code(), 75);
+        assert_eq!(
+            Exit::TakeoverFailed(anyhow::anyhow!("address never appeared")).code(),
+            1
+        );
+    }
+}

@@ -1,22 +1,40 @@
 //! Setting up non-stop routing, and taking over from a failed primary.
 //!
-//! Primary start ([`start_primary`]): claim the instance (bump its epoch),
-//! forget what an earlier owner left, send every outgoing packet of our
-//! sessions through the ACK gate (iptables OUTPUT → NFQUEUE, no bypass: if
-//! this process dies, the kernel drops our sessions' packets, FIN and RST
-//! included), and start the replicator.
+//! Start-up ([`bring_up`], both roles), in this order and nowhere else:
+//! 1. takeover only: the guard — inbound segments of our sessions are
+//!    dropped, so the kernel never answers a peer's segment with a RST
+//!    before its socket exists (`holdfast_linux::rules::install_guard`);
+//! 2. the ACK gate: bind the NFQUEUE (`AckGate::start`), set its first mode
+//!    (a takeover drops everything until its sockets are rebuilt), then
+//!    send every outgoing packet of our sessions to it
+//!    (`rules::install_gate`; no bypass: if this process dies, the kernel
+//!    drops our sessions' packets, FIN and RST included);
+//! 3. claim the instance (bump its epoch): an old primary is fenced from
+//!    here on;
+//! 4. a primary forgets what an earlier owner left; a takeover loads every
+//!    stored session and destroys leftover sockets of a dead process on
+//!    this host (their RST goes to the gate, which drops it);
+//! 5. start the replicator ([`Nsr::start`]).
 //!
-//! Takeover ([`Takeover`]), in the order docs/nsr.md sets out:
-//! 1. guard: inbound segments of our sessions are dropped, so the kernel
-//!    never answers a peer's segment with a RST before its socket exists;
-//! 2. claim the instance: the old primary is fenced from here on;
-//! 3. load every stored session; rebuild the tables (RIB thread);
-//! 4. announce readiness (log line, `--takeover-ready-file`), and with
+//! A primary whose store does not answer at steps 3–4 starts unprotected;
+//! a takeover fails.
+//!
+//! Takeover ([`Takeover`]) then continues, in the order docs/nsr.md sets
+//! out:
+//! 6. announce readiness (log line, `--takeover-ready-file`), and with
 //!    `manage_address` add the service address and announce it;
-//! 5. wait until the sessions' local addresses are here;
-//! 6. rebuild every socket with TCP_REPAIR at the stored sequence numbers,
-//!    with the unacknowledged send tail in its send queue;
-//! 7. lift the guard and resume the sessions in Established.
+//! 7. wait until the sessions' local addresses are here;
+//! 8. open the gate, rebuild every socket with TCP_REPAIR at the stored
+//!    sequence numbers, with the unacknowledged send tail in its send queue;
+//! 9. lift the guard and resume the sessions in Established.
+//!
+//! # Known issues
+//! - Steps 6–9 still report errors with `anyhow`; start-up errors are
+//!   [`StartError`].
+//! - Until step 8 opens the gate, a store failure during a takeover sets
+//!   the gate to let packets through (the replicator goes unprotected);
+//!   the guard still drops every inbound segment and no session socket
+//!   exists yet.
 
 use crate::conn::{unix_ms, ConnRepl};
 use crate::nsr::Nsr;
@@ -31,9 +49,9 @@ use holdfast_linux::rules;
 use holdfast_nsr::{InstanceState, Op, RedisStore, Store, StoreError, StoreUrl, StoredSession};
 use holdfast_wire::Open;
 use std::collections::HashMap;
+use std::io;
 use std::net::IpAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
 
@@ -122,62 +140,152 @@ pub fn tag(instance: &str) -> String {
     format!("hf-{instance}")
 }
 
-fn nsr_section(cfg: &Config) -> anyhow::Result<&holdfast_config::Nsr> {
-    match &cfg.nsr {
-        Some(n) if n.enabled => Ok(n),
-        _ => bail!("[nsr] is not configured (or not enabled)"),
-    }
+/// Why non-stop routing could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("[nsr] is not configured (or not enabled)")]
+    NotConfigured,
+    #[error("installing the takeover guard ({tag}): {source}")]
+    Guard { tag: String, source: io::Error },
+    #[error("binding NFQUEUE {queue}: {source}")]
+    Queue { queue: u16, source: io::Error },
+    #[error("installing the ACK gate rules ({tag}): {source}")]
+    GateRules { tag: String, source: io::Error },
+    #[error("claiming the instance in the state store: {0}")]
+    Claim(StoreError),
+    #[error("loading the instance's state: {0}")]
+    Load(StoreError),
 }
 
-fn start_gate(cfg: &Config, n: &holdfast_config::Nsr) -> anyhow::Result<Arc<AckGate>> {
+/// How this process starts non-stop routing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Primary,
+    Takeover,
+}
+
+/// What [`bring_up`] leaves.
+struct Started {
+    nsr: Nsr,
+    /// Takeover: the stored sessions.
+    sessions: Vec<StoredSession>,
+    claim_us: u64,
+    load_us: u64,
+}
+
+/// Steps 1–5 of the module documentation, for either role.
+fn bring_up(cfg: &Config, role: Role) -> Result<Started, StartError> {
+    let started = Instant::now();
+    let n = match &cfg.nsr {
+        Some(n) if n.enabled => n,
+        _ => return Err(StartError::NotConfigured),
+    };
     let tag = tag(&n.instance);
-    let gate = AckGate::start(n.queue).with_context(|| format!("binding NFQUEUE {}", n.queue))?;
-    rules::install_gate(&tag, n.queue, &ports(cfg))
-        .with_context(|| format!("installing the ACK gate rules ({tag})"))?;
-    Ok(gate)
-}
-
-/// NSR for a primary started normally. A store that does not answer is
-/// not fatal: the speaker runs unprotected until it does.
-pub fn start_primary(cfg: &Config) -> anyhow::Result<Nsr> {
-    let n = nsr_section(cfg)?;
-    let gate = start_gate(cfg, n)?;
+    let ports = ports(cfg);
+    // 1. The guard.
+    if role == Role::Takeover {
+        rules::install_guard(&tag, &ports).map_err(|source| StartError::Guard {
+            tag: tag.clone(),
+            source,
+        })?;
+    }
+    // 2. The gate, in its first mode before any packet reaches it.
+    let gate = AckGate::start(n.queue).map_err(|source| StartError::Queue {
+        queue: n.queue,
+        source,
+    })?;
+    let hold = role == Role::Takeover;
+    if hold {
+        gate.set_mode(GateMode::DropAll);
+    }
+    rules::install_gate(&tag, n.queue, &ports).map_err(|source| StartError::GateRules {
+        tag: tag.clone(),
+        source,
+    })?;
+    // 3.–4. Claim; then forget (primary) or load (takeover).
     let mut store = LazyStore {
         url: n.store.clone(),
         instance: n.instance.clone(),
         inner: None,
     };
-    let claimed = store.claim().and_then(|epoch| {
-        let old = store.load()?;
-        let ops: Vec<Op> = old
-            .sessions
-            .into_iter()
-            .map(|s| Op::Remove { key: s.key })
-            .collect();
-        if !ops.is_empty() {
-            store.write(epoch, &ops)?;
-        }
-        Ok(epoch)
-    });
-    let (epoch, up) = match claimed {
-        Ok(e) => {
-            tracing::info!(instance = %n.instance, epoch = e, "NSR: instance claimed; sessions are protected");
-            (e, true)
-        }
-        Err(e) => {
-            tracing::error!(instance = %n.instance, error = %e, "NSR: state store unavailable at start: running UNPROTECTED until it answers");
-            (0, false)
+    let mut sessions = Vec::new();
+    let (mut claim_us, mut load_us) = (0, 0);
+    let (epoch, store_up) = match role {
+        Role::Primary => match claim_and_forget(&mut store) {
+            Ok(e) => {
+                tracing::info!(instance = %n.instance, epoch = e, "NSR: instance claimed; sessions are protected");
+                (e, true)
+            }
+            Err(e) => {
+                tracing::error!(instance = %n.instance, error = %e, "NSR: state store unavailable at start: running UNPROTECTED until it answers");
+                (0, false)
+            }
+        },
+        Role::Takeover => {
+            let epoch = store.claim().map_err(StartError::Claim)?;
+            claim_us = started.elapsed().as_micros() as u64;
+            tracing::info!(instance = %n.instance, epoch, "takeover: instance claimed; the old primary is fenced");
+            let t = Instant::now();
+            sessions = store.load().map_err(StartError::Load)?.sessions;
+            load_us = t.elapsed().as_micros() as u64;
+            tracing::info!(
+                sessions = sessions.len(),
+                load_ms = load_us / 1000,
+                "takeover: state loaded"
+            );
+            // Sockets of a process that died on this host may still hold
+            // our connections (orphans in FIN-WAIT, say) and our port.
+            // They are destroyed now, while the gate drops everything, so
+            // their RST never leaves.
+            for s in &sessions {
+                if has_socket(s.record.local, s.record.remote) {
+                    kill_stale_socket(s.record.local, s.record.remote);
+                }
+            }
+            (epoch, true)
         }
     };
-    Ok(Nsr::start(
+    // 5. The replicator.
+    let nsr = Nsr::start(
         Box::new(store),
-        epoch,
-        up,
         gate,
-        n.instance.clone(),
-        n.store.redacted(),
-        n.compact_bytes,
-    ))
+        crate::nsr::Start {
+            epoch,
+            store_up,
+            hold,
+            instance: n.instance.clone(),
+            store_desc: n.store.redacted(),
+            compact_bytes: n.compact_bytes,
+        },
+    );
+    Ok(Started {
+        nsr,
+        sessions,
+        claim_us,
+        load_us,
+    })
+}
+
+/// A primary's steps 3–4: claim the instance and remove every session an
+/// earlier owner left. Returns the epoch.
+fn claim_and_forget(store: &mut LazyStore) -> Result<u64, StoreError> {
+    let epoch = store.claim()?;
+    let ops: Vec<Op> = store
+        .load()?
+        .sessions
+        .into_iter()
+        .map(|s| Op::Remove { key: s.key })
+        .collect();
+    if !ops.is_empty() {
+        store.write(epoch, &ops)?;
+    }
+    Ok(epoch)
+}
+
+/// NSR for a primary started normally. A store that does not answer is
+/// not fatal: the speaker runs unprotected until it does.
+pub fn start_primary(cfg: &Config) -> Result<Nsr, StartError> {
+    bring_up(cfg, Role::Primary).map(|s| s.nsr)
 }
 
 /// A takeover in progress.
@@ -193,74 +301,34 @@ pub struct Takeover {
 }
 
 impl Takeover {
-    /// Steps 1–3 (guard, claim, load).
-    pub fn begin(cfg: &Config, ready_file: Option<PathBuf>) -> anyhow::Result<Takeover> {
+    /// Steps 1–5 as a takeover; the gate drops everything until
+    /// [`Takeover::open_gate`].
+    pub fn begin(cfg: &Config, ready_file: Option<PathBuf>) -> Result<Takeover, StartError> {
         let started = Instant::now();
-        let n = nsr_section(cfg)?;
-        let tag = tag(&n.instance);
-        rules::install_guard(&tag, &ports(cfg))
-            .with_context(|| format!("installing the takeover guard ({tag})"))?;
-        let gate = start_gate(cfg, n)?;
-        gate.set_mode(GateMode::DropAll);
-        let mut store = LazyStore {
-            url: n.store.clone(),
-            instance: n.instance.clone(),
-            inner: None,
-        };
-        let epoch = store
-            .claim()
-            .context("claiming the instance in the state store")?;
-        let claim_us = started.elapsed().as_micros() as u64;
-        tracing::info!(instance = %n.instance, epoch, "takeover: instance claimed; the old primary is fenced");
-        let t = Instant::now();
-        let state = store.load().context("loading the instance's state")?;
-        let load_us = t.elapsed().as_micros() as u64;
+        let up = bring_up(cfg, Role::Takeover)?;
+        let n = cfg.nsr.as_ref().ok_or(StartError::NotConfigured)?;
         let mut sessions = HashMap::new();
-        for s in state.sessions {
+        for s in up.sessions {
             sessions.insert((s.record.instance.clone(), s.record.peer), s);
         }
-        tracing::info!(
-            sessions = sessions.len(),
-            load_ms = load_us / 1000,
-            "takeover: state loaded"
-        );
-        // Sockets of a process that died on this host may still hold our
-        // connections (orphans in FIN-WAIT, say) and our port. They are
-        // destroyed now, while the gate drops everything, so their RST
-        // never leaves.
-        for s in sessions.values() {
-            if has_socket(s.record.local, s.record.remote) {
-                kill_stale_socket(s.record.local, s.record.remote);
-            }
-        }
-        let nsr = Nsr::start(
-            Box::new(store),
-            epoch,
-            true,
-            gate,
-            n.instance.clone(),
-            n.store.redacted(),
-            n.compact_bytes,
-        );
-        nsr.gate.set_mode(GateMode::DropAll);
         let times = TakeoverTimes {
             sessions: sessions.len() as u64,
-            claim_us,
-            load_us,
+            claim_us: up.claim_us,
+            load_us: up.load_us,
             ..Default::default()
         };
         Ok(Takeover {
-            nsr,
+            nsr: up.nsr,
             started,
             times,
             sessions,
             ready_file,
-            tag,
+            tag: tag(&n.instance),
             manage_address: if n.manage_address { n.address } else { None },
         })
     }
 
-    /// Step 4: tell the orchestrator we are ready for the address.
+    /// Step 6: tell the orchestrator we are ready for the address.
     pub fn announce_ready(&self) -> anyhow::Result<()> {
         tracing::info!(
             sessions = self.sessions.len(),
@@ -276,7 +344,7 @@ impl Takeover {
         Ok(())
     }
 
-    /// Step 5: wait until every session's local address is configured here.
+    /// Step 7: wait until every session's local address is configured here.
     pub async fn wait_for_addresses(&mut self) -> anyhow::Result<()> {
         let t = Instant::now();
         let mut wanted: Vec<IpAddr> = self
@@ -304,7 +372,7 @@ impl Takeover {
         Ok(())
     }
 
-    /// Step 6 for one session: the socket, rebuilt.
+    /// Step 8 for one session: the socket, rebuilt.
     pub fn restore(&mut self, s: &StoredSession, sock: &SockOpts) -> anyhow::Result<Resumed> {
         let rec = &s.record;
         let t = Instant::now();
@@ -344,7 +412,7 @@ impl Takeover {
             bind_device: sock.vrf.as_deref(),
         };
         // Leftover sockets of a dead process on this host were destroyed
-        // in `begin`, before the gate opened.
+        // in `bring_up`, before the gate opened.
         let std_stream = repair::restore_in_repair(&restore)
             .with_context(|| format!("TCP_REPAIR restore of {}", rec.peer))?;
         let us = t.elapsed().as_micros() as u64;
@@ -393,13 +461,13 @@ impl Takeover {
         })
     }
 
-    /// Before step 6: the gate lets our sessions' packets through again
+    /// Step 8, first: the gate lets our sessions' packets through again
     /// (the restored sockets' window probes must reach the peers).
     pub fn open_gate(&self) {
         self.nsr.gate.set_mode(GateMode::Protected);
     }
 
-    /// Step 7: lift the guard.
+    /// Step 9: lift the guard.
     pub fn finish(&mut self) -> anyhow::Result<()> {
         rules::remove_guard(&self.tag).context("removing the takeover guard")?;
         self.times.resumed_us = self.started.elapsed().as_micros() as u64;

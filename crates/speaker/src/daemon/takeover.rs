@@ -1,6 +1,14 @@
 //! The daemon's side of non-stop routing: planning which neighbours resume
 //! a stored session, completing a takeover, `show nsr`, and a planned
 //! switchover.
+//!
+//! # Known issues
+//! - A stored session whose neighbour is no longer configured is removed
+//!   from the store but its connection is not rebuilt: the peer finds out
+//!   when its hold timer expires.
+//! - A takeover that fails once the sockets are being rebuilt ends the
+//!   daemon ([`super::Exit::TakeoverFailed`]); sessions restored before the
+//!   failure are lost with it.
 
 use super::{Daemon, ResumeTarget};
 use crate::peer::{session_spec, PeerCmd, PeerSettings};

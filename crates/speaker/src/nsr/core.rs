@@ -151,7 +151,9 @@ impl BatchInfo {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ReplInput {
     /// Once, before anything else: the gate's mode and the first status.
-    Start,
+    /// `hold`: the gate drops everything until the caller opens it (a
+    /// takeover, until its sockets are rebuilt).
+    Start { hold: bool },
     /// Items taken from the queue (their operations stay with the caller).
     Batch(BatchInfo),
     /// Time passed (after every batch, and when [`ReplCore::next_wake`] is
@@ -340,11 +342,13 @@ impl ReplCore {
             return;
         }
         match input {
-            ReplInput::Start => {
+            ReplInput::Start { hold } => {
                 self.last_contact = now;
                 self.last_try = now;
                 out.push(ReplOutput::Publish(self.status()));
-                out.push(ReplOutput::Gate(if self.state == ReplState::Protected {
+                out.push(ReplOutput::Gate(if hold {
+                    GateCommand::DropAll
+                } else if self.state == ReplState::Protected {
                     GateCommand::Protect
                 } else {
                     GateCommand::Bypass

@@ -175,6 +175,22 @@ impl Shared {
     }
 }
 
+/// What the replicator starts from.
+pub struct Start {
+    /// The epoch we claimed (0: the store did not answer).
+    pub epoch: u64,
+    /// Whether the store answered at start.
+    pub store_up: bool,
+    /// Keep the gate dropping every packet until the caller sets its mode
+    /// (a takeover, until its sockets are rebuilt).
+    pub hold: bool,
+    pub instance: String,
+    /// The store's address, without credentials.
+    pub store_desc: String,
+    /// Log bytes after which a session's logs are compacted.
+    pub compact_bytes: u64,
+}
+
 /// Handle held by the daemon and every peer task.
 #[derive(Clone)]
 pub struct Nsr {
@@ -184,17 +200,16 @@ pub struct Nsr {
 }
 
 impl Nsr {
-    /// Starts the replicator thread on `store`, writing with `epoch`.
-    /// `store_up` says whether the store answered at start.
-    pub fn start(
-        store: Box<dyn Store>,
-        epoch: u64,
-        store_up: bool,
-        gate: Arc<AckGate>,
-        instance: String,
-        store_desc: String,
-        compact_bytes: u64,
-    ) -> Nsr {
+    /// Starts the replicator thread on `store`, gating with `gate`.
+    pub fn start(store: Box<dyn Store>, gate: Arc<AckGate>, start: Start) -> Nsr {
+        let Start {
+            epoch,
+            store_up,
+            hold,
+            instance,
+            store_desc,
+            compact_bytes,
+        } = start;
         let (tx, rx) = std_mpsc::channel();
         let shared = Arc::new(Shared::new(
             instance,
@@ -212,7 +227,7 @@ impl Nsr {
         );
         // The gate's mode and the published state are set before anyone
         // can submit.
-        r.start();
+        r.start(hold);
         std::thread::Builder::new()
             .name("nsr-replicator".into())
             .spawn(move || {

@@ -104,9 +104,10 @@ impl Replicator {
         self.origin.elapsed()
     }
 
-    /// Sets the gate's mode and publishes the first state.
-    pub(super) fn start(&mut self) {
-        self.step(ReplInput::Start, Vec::new());
+    /// Sets the gate's mode (`hold`: drop everything) and publishes the
+    /// first state.
+    pub(super) fn start(&mut self, hold: bool) {
+        self.step(ReplInput::Start { hold }, Vec::new());
     }
 
     /// The thread's loop, until the process is fenced or every handle is

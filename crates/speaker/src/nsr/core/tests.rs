@@ -25,7 +25,7 @@ fn unavailable() -> StoreFailure {
 /// A core started with the store up at `epoch`.
 fn protected(epoch: u64) -> ReplCore {
     let mut c = ReplCore::new(epoch, true);
-    c.handle(ms(0), ReplInput::Start);
+    c.handle(ms(0), ReplInput::Start { hold: false });
     c
 }
 
@@ -65,7 +65,7 @@ fn start_with_the_store_up_is_protected() {
     let mut c = ReplCore::new(3, true);
     assert_eq!(c.state(), ReplState::Protected);
     assert_eq!(
-        c.handle(ms(0), ReplInput::Start),
+        c.handle(ms(0), ReplInput::Start { hold: false }),
         [
             status(ReplState::Protected, 3, 3, 0),
             ReplOutput::Gate(GateCommand::Protect)
@@ -78,13 +78,25 @@ fn start_with_the_store_up_is_protected() {
 fn start_with_the_store_down_is_unprotected_at_gen_1() {
     let mut c = ReplCore::new(0, false);
     assert_eq!(
-        c.handle(ms(0), ReplInput::Start),
+        c.handle(ms(0), ReplInput::Start { hold: false }),
         [
             status(ReplState::Unprotected, 0, 0, 1),
             ReplOutput::Gate(GateCommand::Bypass)
         ]
     );
     assert_eq!(c.next_wake(), Some(RETRY));
+}
+
+#[test]
+fn takeover_start_holds_the_gate() {
+    let mut c = ReplCore::new(4, true);
+    assert_eq!(
+        c.handle(ms(0), ReplInput::Start { hold: true }),
+        [
+            status(ReplState::Protected, 4, 4, 0),
+            ReplOutput::Gate(GateCommand::DropAll)
+        ]
+    );
 }
 
 #[test]
@@ -302,7 +314,7 @@ fn write_refused_by_a_newer_epoch_fences_and_releases_nothing() {
     // Terminal: nothing is ever written or released again.
     assert_eq!(c.handle(ms(3), batch(&[Some(0)])), []);
     assert_eq!(c.handle(ms(900), ReplInput::Tick), []);
-    assert_eq!(c.handle(ms(900), ReplInput::Start), []);
+    assert_eq!(c.handle(ms(900), ReplInput::Start { hold: false }), []);
 }
 
 #[test]
@@ -458,7 +470,7 @@ fn store_back_with_a_newer_epoch_fences() {
 #[test]
 fn started_without_a_store_claims_the_instance_when_it_answers() {
     let mut c = ReplCore::new(0, false);
-    c.handle(ms(0), ReplInput::Start);
+    c.handle(ms(0), ReplInput::Start { hold: false });
     assert_eq!(c.handle(ms(100), batch(&[Some(1)])), [ReplOutput::Release]);
     c.handle(ms(500), ReplInput::Tick);
     assert_eq!(
