@@ -146,6 +146,17 @@ pub struct NeighborSpec {
     pub multihop: Option<u8>,
     /// GTSM (RFC 5082): send with TTL 255 and accept only TTL 255 (directly connected).
     pub ttl_security: bool,
+    /// BFD (RFC 5880/5881) under the session; `None` (the default) runs none.
+    pub bfd: Option<BfdTimers>,
+}
+
+/// A peer's BFD timers: frr runs `bfdd` with a profile of these, bird2 a
+/// `protocol bfd` with them on every interface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BfdTimers {
+    pub min_rx_ms: u32,
+    pub min_tx_ms: u32,
+    pub multiplier: u8,
 }
 
 impl NeighborSpec {
@@ -162,7 +173,18 @@ impl NeighborSpec {
             graceful_restart: false,
             multihop: None,
             ttl_security: false,
+            bfd: None,
         }
+    }
+
+    /// Run BFD under the session with these timers.
+    pub fn bfd(mut self, min_rx_ms: u32, min_tx_ms: u32, multiplier: u8) -> Self {
+        self.bfd = Some(BfdTimers {
+            min_rx_ms,
+            min_tx_ms,
+            multiplier,
+        });
+        self
     }
 
     /// Set the local address.
