@@ -378,7 +378,19 @@ fn print_bfd(list: &[holdfast_api::BfdSessionInfo]) {
     }
     println!(
         "{:<28} {:<10} {:>10} {:>10} {:<6} {:<28} {:>8} {:>8} {:>5} {:>9} {:>9} {:>9} {:>7}",
-        "peer", "mode", "local-id", "remote-id", "state", "diag", "tx ms", "rx ms", "mult", "uptime", "pkts in", "pkts out", "changes"
+        "peer",
+        "mode",
+        "local-id",
+        "remote-id",
+        "state",
+        "diag",
+        "tx ms",
+        "rx ms",
+        "mult",
+        "uptime",
+        "pkts in",
+        "pkts out",
+        "changes"
     );
     for b in list {
         let up = (b.state == "Up").then_some(b.uptime_secs);

@@ -2,7 +2,8 @@
 //! names the offending key.
 
 use crate::bfd::{
-    default_key_id, neighbor_bfd, BfdAuth, BfdDefaults, BfdSettings, RawNeighborBfd, MAX_INTERVAL_MS,
+    default_key_id, neighbor_bfd, BfdAuth, BfdDefaults, BfdSettings, RawNeighborBfd,
+    MAX_INTERVAL_MS,
 };
 use crate::model::{
     default_families, default_instance, Global, Instance, Neighbor, Network, Nsr, DEFAULT_INSTANCE,

@@ -28,7 +28,12 @@ fn defaults_and_bfd_true() {
     let c = ok(&nb(""));
     assert_eq!(c.bfd, BfdDefaults::default());
     assert_eq!(
-        (c.bfd.min_rx_ms, c.bfd.min_tx_ms, c.bfd.multiplier, c.bfd.multihop),
+        (
+            c.bfd.min_rx_ms,
+            c.bfd.min_tx_ms,
+            c.bfd.multiplier,
+            c.bfd.multihop
+        ),
         (300, 300, 3, false)
     );
     assert_eq!(c.neighbors[0].bfd, None);
@@ -56,9 +61,15 @@ fn global_table_and_neighbor_table_override() {
     );
     let c = ok(&text);
     let a = c.neighbors[0].bfd.clone().unwrap();
-    assert_eq!((a.min_rx_ms, a.min_tx_ms, a.multiplier, a.multihop), (100, 150, 5, true));
+    assert_eq!(
+        (a.min_rx_ms, a.min_tx_ms, a.multiplier, a.multihop),
+        (100, 150, 5, true)
+    );
     let b = c.neighbors[1].bfd.clone().unwrap();
-    assert_eq!((b.min_rx_ms, b.min_tx_ms, b.multiplier, b.multihop), (100, 50, 5, false));
+    assert_eq!(
+        (b.min_rx_ms, b.min_tx_ms, b.multiplier, b.multihop),
+        (100, 50, 5, false)
+    );
     let auth = b.auth.unwrap();
     assert_eq!(auth.auth_type, BfdAuthType::MeticulousSha1);
     assert_eq!(auth.key_id, 7);
@@ -70,7 +81,9 @@ fn global_table_and_neighbor_table_override() {
         ("meticulous-md5", BfdAuthType::MeticulousMd5),
         ("keyed-sha1", BfdAuthType::KeyedSha1),
     ] {
-        let c = ok(&nb(&format!("[neighbor.bfd]\nauth = \"{name}\"\npassword = \"p\"")));
+        let c = ok(&nb(&format!(
+            "[neighbor.bfd]\nauth = \"{name}\"\npassword = \"p\""
+        )));
         let auth = c.neighbors[0].bfd.clone().unwrap().auth.unwrap();
         assert_eq!((auth.auth_type, auth.key_id), (t, 1), "{name}");
     }
@@ -98,17 +111,55 @@ fn validation_errors_name_the_key() {
         (g("multiplier = 256"), "bfd.multiplier", ""),
         (g("multihop = 1"), "bfd.multihop", ""),
         (nb("bfd = 3"), "neighbor[0].bfd", "boolean or a table"),
-        (t("min_rx_ms = 0"), "neighbor[0].bfd.min_rx_ms", "milliseconds"),
+        (
+            t("min_rx_ms = 0"),
+            "neighbor[0].bfd.min_rx_ms",
+            "milliseconds",
+        ),
         (t("min_tx_ms = 100000"), "neighbor[0].bfd.min_tx_ms", ""),
         (t("multiplier = 0"), "neighbor[0].bfd.multiplier", ""),
-        (t("auth = \"md5\"\npassword = \"x\""), "neighbor[0].bfd.auth", "md5"),
-        (t("auth = \"simple\""), "neighbor[0].bfd.password", "required"),
-        (t("password = \"x\""), "neighbor[0].bfd.password", "requires auth"),
+        (
+            t("auth = \"md5\"\npassword = \"x\""),
+            "neighbor[0].bfd.auth",
+            "md5",
+        ),
+        (
+            t("auth = \"simple\""),
+            "neighbor[0].bfd.password",
+            "required",
+        ),
+        (
+            t("password = \"x\""),
+            "neighbor[0].bfd.password",
+            "requires auth",
+        ),
         (t("key_id = 3"), "neighbor[0].bfd.key_id", "requires auth"),
-        (t("auth = \"simple\"\npassword = \"\""), "neighbor[0].bfd.password", "1..=16"),
-        (t(&format!("auth = \"keyed-md5\"\npassword = \"{}\"", "x".repeat(17))), "neighbor[0].bfd.password", "1..=16"),
-        (t(&format!("auth = \"keyed-sha1\"\npassword = \"{}\"", "x".repeat(21))), "neighbor[0].bfd.password", "1..=20"),
-        (t("key_id = 256\nauth = \"simple\"\npassword = \"x\""), "neighbor[0].bfd.key_id", ""),
+        (
+            t("auth = \"simple\"\npassword = \"\""),
+            "neighbor[0].bfd.password",
+            "1..=16",
+        ),
+        (
+            t(&format!(
+                "auth = \"keyed-md5\"\npassword = \"{}\"",
+                "x".repeat(17)
+            )),
+            "neighbor[0].bfd.password",
+            "1..=16",
+        ),
+        (
+            t(&format!(
+                "auth = \"keyed-sha1\"\npassword = \"{}\"",
+                "x".repeat(21)
+            )),
+            "neighbor[0].bfd.password",
+            "1..=20",
+        ),
+        (
+            t("key_id = 256\nauth = \"simple\"\npassword = \"x\""),
+            "neighbor[0].bfd.key_id",
+            "",
+        ),
     ];
     let mut failures = Vec::new();
     for (text, want_key, fragment) in &cases {
@@ -121,11 +172,17 @@ fn validation_errors_name_the_key() {
         };
         let msg = e.to_string();
         if e.key() != Some(*want_key) || !msg.starts_with(want_key) || !msg.contains(fragment) {
-            failures.push(format!("want key {want_key:?} and {fragment:?}, got {:?}: {msg}", e.key()));
+            failures.push(format!(
+                "want key {want_key:?} and {fragment:?}, got {:?}: {msg}",
+                e.key()
+            ));
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
-    let sha = ok(&t(&format!("auth = \"keyed-sha1\"\npassword = \"{}\"", "x".repeat(20))));
+    let sha = ok(&t(&format!(
+        "auth = \"keyed-sha1\"\npassword = \"{}\"",
+        "x".repeat(20)
+    )));
     assert!(sha.neighbors[0].bfd.is_some());
 }
 
@@ -148,13 +205,25 @@ fn diff_bfd_changes_never_reset_bgp() {
         (nb("[neighbor.bfd]\nmin_tx_ms = 100"), "timer"),
         (nb("[neighbor.bfd]\nmultiplier = 5"), "multiplier"),
         (nb("[neighbor.bfd]\nmultihop = true"), "multihop"),
-        (nb("[neighbor.bfd]\nauth = \"simple\"\npassword = \"x\""), "auth"),
-        (format!("{GLOBAL}[bfd]\nmin_rx_ms = 50\n{}", &nb("bfd = true")[GLOBAL.len()..]), "global default"),
+        (
+            nb("[neighbor.bfd]\nauth = \"simple\"\npassword = \"x\""),
+            "auth",
+        ),
+        (
+            format!(
+                "{GLOBAL}[bfd]\nmin_rx_ms = 50\n{}",
+                &nb("bfd = true")[GLOBAL.len()..]
+            ),
+            "global default",
+        ),
     ];
     for (new, what) in cases {
         let d = diff(&ok(&base), &ok(&new));
         assert_eq!(d.bfd_changed, vec![key()], "{what}");
-        assert!(d.reset_required.is_empty() && d.policy_changed.is_empty(), "{what}: {d:?}");
+        assert!(
+            d.reset_required.is_empty() && d.policy_changed.is_empty(),
+            "{what}: {d:?}"
+        );
         assert!(d.settings_changed.is_empty(), "{what}: {d:?}");
         assert!(!d.global_changed, "{what}");
     }
@@ -162,15 +231,24 @@ fn diff_bfd_changes_never_reset_bgp() {
     assert_eq!(d.bfd_changed, vec![key()]);
     let both = nb("bfd = true\nhold_time = 30");
     let d = diff(&ok(&base), &ok(&both));
-    assert_eq!((d.reset_required.clone(), d.bfd_changed.clone()), (vec![key()], vec![]));
+    assert_eq!(
+        (d.reset_required.clone(), d.bfd_changed.clone()),
+        (vec![key()], vec![])
+    );
     assert!(diff(&ok(&base), &ok(&base)).is_empty());
 }
 
 #[test]
 fn timer_change_keeps_the_session_new_transport_does_not() {
     let a = ok(&nb("bfd = true")).neighbors[0].bfd.clone().unwrap();
-    let timers = ok(&nb("[neighbor.bfd]\nmin_tx_ms = 100\nmultiplier = 4")).neighbors[0].bfd.clone().unwrap();
-    let hop = ok(&nb("[neighbor.bfd]\nmultihop = true")).neighbors[0].bfd.clone().unwrap();
+    let timers = ok(&nb("[neighbor.bfd]\nmin_tx_ms = 100\nmultiplier = 4")).neighbors[0]
+        .bfd
+        .clone()
+        .unwrap();
+    let hop = ok(&nb("[neighbor.bfd]\nmultihop = true")).neighbors[0]
+        .bfd
+        .clone()
+        .unwrap();
     assert!(!a.needs_new_session(&timers));
     assert!(a.needs_new_session(&hop));
 }

@@ -425,7 +425,10 @@ pub fn bfd_session(b: &holdfast_config::BfdSettings) -> holdfast_bfd::SessionCon
 }
 
 /// What the BFD thread runs a neighbour's session with.
-pub fn bfd_spec(n: &holdfast_config::Neighbor, b: &holdfast_config::BfdSettings) -> crate::bfd::BfdSpec {
+pub fn bfd_spec(
+    n: &holdfast_config::Neighbor,
+    b: &holdfast_config::BfdSettings,
+) -> crate::bfd::BfdSpec {
     crate::bfd::BfdSpec {
         peer: n.address,
         local: n.local_address,

@@ -425,7 +425,12 @@ impl Metrics {
 
     /// A BFD packet sent (`out`), accepted by demultiplexing (`in`), or
     /// discarded (`dropped`, with the reason logged at debug).
-    pub fn bfd_packet(&self, l: &PeerLabels, direction: &str, reason: Option<&dyn std::fmt::Display>) {
+    pub fn bfd_packet(
+        &self,
+        l: &PeerLabels,
+        direction: &str,
+        reason: Option<&dyn std::fmt::Display>,
+    ) {
         if let Some(r) = reason {
             tracing::debug!(reason = %r, "BFD packet dropped");
         }

@@ -210,12 +210,14 @@ fn bfd_profile(n: &NeighborSpec) -> String {
 
 /// bfdd's configuration: one profile per distinct set of neighbour timers.
 fn bfdd_config(spec: &PeerSpec, log: &str) -> String {
-    let mut s = format!("log file {log} debugging
+    let mut s = format!(
+        "log file {log} debugging
 debug bfd peer
 debug bfd network
 !
 bfd
-");
+"
+    );
     let mut seen = Vec::new();
     for n in &spec.neighbors {
         let Some(b) = n.bfd else { continue };
@@ -236,8 +238,10 @@ bfd
             b.multiplier
         );
     }
-    s.push_str("!
-");
+    s.push_str(
+        "!
+",
+    );
     s
 }
 

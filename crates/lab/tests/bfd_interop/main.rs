@@ -52,11 +52,7 @@ fn frr_peer(v: &serde_json::Value, peer: IpAddr) -> Option<serde_json::Value> {
         .cloned()
 }
 
-fn config(
-    frr: &[IpAddr],
-    bird: &[IpAddr],
-    frr_bfd: &str,
-) -> String {
+fn config(frr: &[IpAddr], bird: &[IpAddr], frr_bfd: &str) -> String {
     let mut s = String::from(
         "[global]\nasn = 65000\nrouter_id = \"192.0.2.1\"\nconnect_retry = 2\n\n[bfd]\nmin_rx_ms = 300\nmin_tx_ms = 300\nmultiplier = 3\n",
     );
@@ -125,7 +121,7 @@ fn bfd_with_frr_and_bird() {
         let theirs = wait_until(
             "frr: BFD peer up",
             Duration::from_secs(20),
-            || Ok(frr.bfd_peers(&lab)?),
+            || frr.bfd_peers(&lab),
             |v| frr_peer(v, ours_local(&hf_frr, *a)).is_some_and(|p| p["status"] == "up"),
         )
         .expect("frr BFD up");
@@ -136,12 +132,15 @@ fn bfd_with_frr_and_bird() {
             Some(u64::from(ours.local_discriminator)),
             "frr's remote id is holdfastd's discriminator"
         );
-        assert_eq!(fp["id"].as_u64(), Some(u64::from(ours.remote_discriminator)));
+        assert_eq!(
+            fp["id"].as_u64(),
+            Some(u64::from(ours.remote_discriminator))
+        );
     }
     let sessions = wait_until(
         "bird2: BFD sessions Up",
         Duration::from_secs(20),
-        || Ok(bird.bfd_sessions(&lab)?),
+        || bird.bfd_sessions(&lab),
         |t| {
             hf_bird.iter().all(|a| {
                 t.lines()
@@ -169,7 +168,10 @@ fn bfd_with_frr_and_bird() {
         let v = frr.bfd_peers(&lab).expect("frr");
         for a in &hf_frr {
             let fp = frr_peer(&v, *a).expect("frr peer");
-            assert_eq!(fp["status"], "up", "frr's BFD session left Up during the reload: {fp}");
+            assert_eq!(
+                fp["status"], "up",
+                "frr's BFD session left Up during the reload: {fp}"
+            );
         }
         let fp = frr_peer(&v, frr_v4_local).expect("frr peer");
         let up = fp["uptime"].as_u64().unwrap_or(0);
@@ -193,7 +195,11 @@ fn bfd_with_frr_and_bird() {
         "frr counted a BFD session down during the reload"
     );
     let ours = bfd_of(&show_bfd(&hf), frr_addrs[0]).expect("session");
-    assert_eq!((ours.state.as_str(), ours.multiplier), ("Up", 4), "{ours:?}");
+    assert_eq!(
+        (ours.state.as_str(), ours.multiplier),
+        ("Up", 4),
+        "{ours:?}"
+    );
     for a in frr_addrs.iter().chain(&bird_addrs) {
         let n = hf.neighbor(*a).expect("ctl").expect("neighbour");
         assert_eq!(n.state, "Established", "BGP dropped by the reload: {n:?}");
@@ -219,7 +225,10 @@ fn bfd_with_frr_and_bird() {
         sleep(Duration::from_millis(20));
     }
     let down_after = down_after.expect("holdfastd never declared BFD Down");
-    eprintln!("BFD Down {} ms after the link went down", down_after.as_millis());
+    eprintln!(
+        "BFD Down {} ms after the link went down",
+        down_after.as_millis()
+    );
     assert!(
         down_after <= detect + Duration::from_millis(100),
         "BFD Down after {down_after:?}, detection time {detect:?}"
@@ -234,16 +243,26 @@ fn bfd_with_frr_and_bird() {
         .expect("BGP down");
     }
     let log = hf.log_text(&lab);
-    assert!(log.contains("BFD down: stopping the session"), "log: no BFD down");
+    assert!(
+        log.contains("BFD down: stopping the session"),
+        "log: no BFD down"
+    );
     let l = show_bfd(&hf);
     for a in &bird_addrs {
-        assert_eq!(bfd_of(&l, *a).expect("bird").state, "Up", "bird's BFD affected");
+        assert_eq!(
+            bfd_of(&l, *a).expect("bird").state,
+            "Up",
+            "bird's BFD affected"
+        );
     }
     // Held down while BFD is down (connect retry is 2 s).
     sleep(Duration::from_secs(3));
     for a in &frr_addrs {
         let n = hf.neighbor(*a).expect("ctl").expect("neighbour");
-        assert_eq!(n.state, "Idle", "BGP not held down while BFD is down: {n:?}");
+        assert_eq!(
+            n.state, "Idle",
+            "BGP not held down while BFD is down: {n:?}"
+        );
     }
 
     // 4. Link back: BFD Up, then BGP after the hold-down.
@@ -253,7 +272,11 @@ fn bfd_with_frr_and_bird() {
         "BFD Up again",
         Duration::from_secs(30),
         || Ok(show_bfd(&hf)),
-        |l| frr_addrs.iter().all(|a| bfd_of(l, *a).is_some_and(|b| b.state == "Up")),
+        |l| {
+            frr_addrs
+                .iter()
+                .all(|a| bfd_of(l, *a).is_some_and(|b| b.state == "Up"))
+        },
     )
     .expect("BFD up again");
     for a in &frr_addrs {

@@ -81,7 +81,9 @@ pub enum BfdCmd {
         session: holdfast_bfd::SessionConfig,
     },
     /// Stop the session (sends AdminDown, §6.8.16) and release BGP.
-    Remove { key: NeighborKey },
+    Remove {
+        key: NeighborKey,
+    },
     Show(oneshot::Sender<Vec<BfdSessionInfo>>),
 }
 

@@ -172,7 +172,8 @@ impl Table {
         self.input(now, d, Input::AdminDown);
         self.by_key.remove(key);
         if let Some(e) = self.entries.remove(&d) {
-            self.by_addr.remove(&(canonical(e.spec.peer), e.spec.multihop));
+            self.by_addr
+                .remove(&(canonical(e.spec.peer), e.spec.multihop));
             let _ = e.peer_tx.send(PeerCmd::Bfd(true));
             e.span.in_scope(|| self.metrics.bfd_removed(&e.labels));
         }
@@ -232,8 +233,11 @@ impl Table {
         };
         if canonical(e.spec.peer) != from || e.spec.multihop != rx.multihop {
             e.span.in_scope(|| {
-                self.metrics
-                    .bfd_packet(&e.labels, "dropped", Some(&"source address or mode differs"))
+                self.metrics.bfd_packet(
+                    &e.labels,
+                    "dropped",
+                    Some(&"source address or mode differs"),
+                )
             });
             return;
         }
@@ -273,11 +277,14 @@ impl Table {
                 }
                 Output::PollComplete => {
                     let (tx, rx) = e.session.advertised_intervals();
-                    tracing::info!(tx_us = tx, rx_us = rx, "BFD Poll Sequence complete: new intervals in use");
+                    tracing::info!(
+                        tx_us = tx,
+                        rx_us = rx,
+                        "BFD Poll Sequence complete: new intervals in use"
+                    );
                 }
                 Output::Dropped(reason) => {
-                    self.metrics
-                        .bfd_packet(&e.labels, "dropped", Some(&reason));
+                    self.metrics.bfd_packet(&e.labels, "dropped", Some(&reason));
                 }
             }
         }
@@ -328,7 +335,11 @@ fn open_socket(spec: &BfdSpec, next_port: &mut u16) -> std::io::Result<UdpSocket
         } else {
             port + 1
         };
-        let domain = if src.is_ipv6() { Domain::IPV6 } else { Domain::IPV4 };
+        let domain = if src.is_ipv6() {
+            Domain::IPV6
+        } else {
+            Domain::IPV4
+        };
         let s = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
         if let Some(vrf) = &spec.vrf {
             holdfast_linux::bind_to_device(s.as_fd(), vrf)?;
@@ -403,7 +414,11 @@ fn info(e: &Entry) -> BfdSessionInfo {
         remote_state: format!("{:?}", s.remote_state()),
         diag: s.local_diag().to_string(),
         tx_interval_us: s.tx_interval().map_or(0, |d| d.as_micros() as u64),
-        rx_interval_us: if r.remote_detect_mult == 0 { 0 } else { agreed_rx },
+        rx_interval_us: if r.remote_detect_mult == 0 {
+            0
+        } else {
+            agreed_rx
+        },
         detection_time_us: s.detection_time().map_or(0, |d| d.as_micros() as u64),
         multiplier: s.config().detect_mult,
         remote_multiplier: r.remote_detect_mult,

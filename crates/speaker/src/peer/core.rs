@@ -42,7 +42,8 @@ use holdfast_fsm::{
     SessionStats, State, Time,
 };
 use holdfast_wire::error::cease_subcode::{
-    ADMINISTRATIVE_RESET, BFD_DOWN, CONNECTION_COLLISION_RESOLUTION, MAX_PREFIXES, OTHER_CONFIGURATION_CHANGE,
+    ADMINISTRATIVE_RESET, BFD_DOWN, CONNECTION_COLLISION_RESOLUTION, MAX_PREFIXES,
+    OTHER_CONFIGURATION_CHANGE,
 };
 use holdfast_wire::error::error_code::CEASE;
 use holdfast_wire::{
@@ -416,7 +417,10 @@ impl PeerCore {
         }
         self.bfd_down = false;
         let hold = Duration::from_secs(u64::from(self.params.session.connect_retry.max(1)));
-        tracing::info!(hold_down_s = hold.as_secs(), "BFD up: session starts after the hold-down");
+        tracing::info!(
+            hold_down_s = hold.as_secs(),
+            "BFD up: session starts after the hold-down"
+        );
         self.bfd_restart_at = Some(cx.now + hold);
     }
 

@@ -723,7 +723,10 @@ fn bfd_flapping_during_the_hold_down_keeps_the_session_down() {
     c.handle(t(10), PeerInput::BfdDown);
     c.handle(t(100), PeerInput::BfdUp);
     let out = c.handle(t(200), PeerInput::BfdDown);
-    assert!(out.iter().all(|o| !matches!(o, PeerOutput::Send(..))), "{out:?}");
+    assert!(
+        out.iter().all(|o| !matches!(o, PeerOutput::Send(..))),
+        "{out:?}"
+    );
     let out = c.handle(t(100) + hold, PeerInput::Timer);
     assert!(!has(&out, |o| *o == PeerOutput::Connect), "{out:?}");
     c.handle(t(5_000), PeerInput::BfdUp);
