@@ -136,10 +136,23 @@ impl Bird {
         s.push_str("protocol device { scan time 2; }\n");
         // bird2 2.0 sets BFD timers per interface: those of the first
         // neighbour with BFD.
-        if let Some(b) = spec.neighbors.iter().find_map(|n| n.bfd) {
+        if let Some(n) = spec.neighbors.iter().find(|n| n.bfd.is_some()) {
+            let b = n.bfd.unwrap_or(super::BfdTimers {
+                min_rx_ms: 300,
+                min_tx_ms: 300,
+                multiplier: 3,
+            });
+            let auth = n.bfd_auth.as_ref().map_or_else(String::new, |a| {
+                format!(
+                    " authentication {}; password {} {{ id {}; }};",
+                    a.kind,
+                    quote(&a.password),
+                    a.key_id
+                )
+            });
             let _ = writeln!(
                 s,
-                "protocol bfd hf_bfd {{\n  interface \"*\" {{ min rx interval {} ms; min tx interval {} ms; multiplier {}; }};\n}}",
+                "protocol bfd hf_bfd {{\n  interface \"*\" {{ min rx interval {} ms; min tx interval {} ms; multiplier {};{auth} }};\n}}",
                 b.min_rx_ms, b.min_tx_ms, b.multiplier
             );
         }

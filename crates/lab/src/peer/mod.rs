@@ -148,6 +148,18 @@ pub struct NeighborSpec {
     pub ttl_security: bool,
     /// BFD (RFC 5880/5881) under the session; `None` (the default) runs none.
     pub bfd: Option<BfdTimers>,
+    /// BFD authentication (bird2 only).
+    pub bfd_auth: Option<BfdAuthSpec>,
+}
+
+/// BFD authentication as bird2 writes it (RFC 5880 §6.7).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BfdAuthSpec {
+    /// bird2's `authentication` value: `simple`, `keyed md5`,
+    /// `meticulous keyed md5`, `keyed sha1` or `meticulous keyed sha1`.
+    pub kind: String,
+    pub key_id: u8,
+    pub password: String,
 }
 
 /// A peer's BFD timers: frr runs `bfdd` with a profile of these, bird2 a
@@ -174,7 +186,18 @@ impl NeighborSpec {
             multihop: None,
             ttl_security: false,
             bfd: None,
+            bfd_auth: None,
         }
+    }
+
+    /// Authenticate BFD (bird2's `authentication` syntax for `kind`).
+    pub fn bfd_auth(mut self, kind: &str, key_id: u8, password: &str) -> Self {
+        self.bfd_auth = Some(BfdAuthSpec {
+            kind: kind.to_string(),
+            key_id,
+            password: password.to_string(),
+        });
+        self
     }
 
     /// Run BFD under the session with these timers.
