@@ -328,7 +328,8 @@ impl Daemon {
     /// The BFD thread, started on first use.
     fn bfd(&mut self) -> anyhow::Result<&Bfd> {
         if self.bfd.is_none() {
-            self.bfd = Some(Bfd::start(self.metrics.clone()).context("starting BFD")?);
+            let nsr = self.nsr.clone();
+            self.bfd = Some(Bfd::start(self.metrics.clone(), nsr).context("starting BFD")?);
         }
         self.bfd.as_ref().context("BFD")
     }
@@ -354,7 +355,12 @@ impl Daemon {
             }
             (_, Some(b)) => {
                 let spec = convert::bfd_spec(n, b);
-                self.bfd()?.send(BfdCmd::Add { key, spec, peer });
+                self.bfd()?.send(BfdCmd::Add {
+                    key,
+                    spec,
+                    peer,
+                    resume: None,
+                });
             }
         }
         if let Some(e) = self.peers.get_mut(&n.key()) {
@@ -401,10 +407,16 @@ impl Daemon {
         }
         if let Some(b) = &n.bfd {
             let spec = convert::bfd_spec(n, b);
+            let resume = self
+                .takeover
+                .as_mut()
+                .and_then(|t| t.bfd.remove(&n.key().to_string()))
+                .map(Box::new);
             self.bfd()?.send(BfdCmd::Add {
                 key: n.key(),
                 spec,
                 peer: tx.clone(),
+                resume,
             });
         }
         mailboxes.write().expect("mailboxes").insert(id, tx.clone());

@@ -187,6 +187,9 @@ pub struct Takeover {
     pub times: TakeoverTimes,
     /// Stored sessions by (instance, peer address).
     pub sessions: HashMap<(String, IpAddr), StoredSession>,
+    /// Stored BFD sessions by key (`instance/address`), taken by the
+    /// daemon as it adds each neighbour's BFD session.
+    pub bfd: HashMap<String, holdfast_nsr::BfdRecord>,
     pub ready_file: Option<PathBuf>,
     tag: String,
     manage_address: Option<IpAddr>,
@@ -219,8 +222,11 @@ impl Takeover {
         for s in state.sessions {
             sessions.insert((s.record.instance.clone(), s.record.peer), s);
         }
+        let bfd: HashMap<String, holdfast_nsr::BfdRecord> =
+            state.bfd.into_iter().map(|b| (b.key, b.record)).collect();
         tracing::info!(
             sessions = sessions.len(),
+            bfd_sessions = bfd.len(),
             load_ms = load_us / 1000,
             "takeover: state loaded"
         );
@@ -254,6 +260,7 @@ impl Takeover {
             started,
             times,
             sessions,
+            bfd,
             ready_file,
             tag,
             manage_address: if n.manage_address { n.address } else { None },

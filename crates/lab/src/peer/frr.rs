@@ -256,6 +256,16 @@ impl Frr {
             .map_err(|e| parse_err("vtysh `show bfd peers json`", e.to_string()))
     }
 
+    /// `show bfd peers json`, callable from another thread (a watcher).
+    pub fn bfd_probe(&self) -> Box<dyn Fn() -> Result<Value> + Send> {
+        let vty = self.vty.clone();
+        Box::new(move || {
+            let out = vty.run("bfdd", &["show bfd peers json".to_string()])?;
+            serde_json::from_str(&out)
+                .map_err(|e| parse_err("vtysh `show bfd peers json`", e.to_string()))
+        })
+    }
+
     /// `show bfd peers counters json` from bfdd.
     pub fn bfd_peer_counters(&self, _lab: &Lab) -> Result<Value> {
         let out = self

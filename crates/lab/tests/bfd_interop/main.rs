@@ -300,8 +300,8 @@ fn ours_local(hf_frr: &[IpAddr], frr_addr: IpAddr) -> IpAddr {
 fn frr_down_events(frr: &Frr, lab: &Lab, peer: IpAddr) -> u64 {
     let v = frr.bfd_peer_counters(lab).expect("frr counters");
     frr_peer(&v, peer)
-        .and_then(|p| p["session-down-events"].as_u64())
-        .unwrap_or(0)
+        .and_then(|p| p["session-down"].as_u64())
+        .unwrap_or_else(|| panic!("frr counters without session-down for {peer}: {v}"))
 }
 
 /// Authentication against bird2 (RFC 5880 §6.7), one bird2 per key so that

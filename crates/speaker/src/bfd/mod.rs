@@ -33,11 +33,20 @@
 //!   VRF instance sends from the VRF but receives only what the default
 //!   VRF's sockets see.
 //! - No Echo function and no Demand mode (those of `holdfast-bfd`).
-//! - The BFD sessions are not replicated yet: a takeover starts them
-//!   afresh (the peer sees its BFD session go Down and come Up).
+//! - Non-stop BFD (with `[nsr]`): every session's [`holdfast_bfd::ResumeState`],
+//!   source address and port are replicated (`holdfast_nsr::Op::Bfd`) when
+//!   anything but the authentication sequence numbers changes; a takeover
+//!   resumes the session from it ([`BfdCmd::Add`] with `resume`). With the
+//!   meticulous authentication types the replicated bfd.XmitAuthSeq is
+//!   behind the last one sent, and the peer drops the backup's packets
+//!   until it is back inside its window; the keyed types advance the number
+//!   only on a change of content, and a Poll Sequence between two writes
+//!   leaves it one or two behind as well.
+//! - BFD records are not part of `show nsr`'s protection figures.
 
 pub mod table;
 
+use crate::nsr::Nsr;
 use crate::obs::Metrics;
 use crate::peer::PeerCmd;
 use holdfast_api::BfdSessionInfo;
@@ -69,10 +78,14 @@ pub struct BfdSpec {
 /// A request to the BFD thread.
 pub enum BfdCmd {
     /// Start a session for this neighbour; its peer task hears of Down/Up.
+    /// `resume`: a takeover's stored record of the session, which then
+    /// continues where the old primary left it (same discriminators,
+    /// state, intervals, source port) instead of starting Down.
     Add {
         key: NeighborKey,
         spec: BfdSpec,
         peer: mpsc::UnboundedSender<PeerCmd>,
+        resume: Option<Box<holdfast_nsr::BfdRecord>>,
     },
     /// New timers or multiplier for a running session (a Poll Sequence
     /// while Up, RFC 5880 §6.8.3): the session is kept.
@@ -96,7 +109,7 @@ pub struct Bfd {
 impl Bfd {
     /// Starts the BFD thread: binds the receive sockets and runs until
     /// every handle is dropped.
-    pub fn start(metrics: Arc<Metrics>) -> std::io::Result<Bfd> {
+    pub fn start(metrics: Arc<Metrics>, nsr: Option<Nsr>) -> std::io::Result<Bfd> {
         let (tx, rx) = mpsc::unbounded_channel();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         std::thread::Builder::new()
@@ -112,7 +125,7 @@ impl Bfd {
                         return;
                     }
                 };
-                rt.block_on(run(rx, metrics, ready_tx));
+                rt.block_on(run(rx, metrics, nsr, ready_tx));
             })?;
         ready_rx
             .recv()
@@ -181,6 +194,7 @@ async fn reader(sock: UdpSocket, multihop: bool, out: mpsc::UnboundedSender<Rx>)
 async fn run(
     mut cmds: mpsc::UnboundedReceiver<BfdCmd>,
     metrics: Arc<Metrics>,
+    nsr: Option<Nsr>,
     ready: std::sync::mpsc::Sender<std::io::Result<()>>,
 ) {
     let (pkt_tx, mut pkts) = mpsc::unbounded_channel();
@@ -209,7 +223,8 @@ async fn run(
     }
     let _ = ready.send(Ok(()));
     drop(pkt_tx);
-    let mut table = Table::new(metrics);
+    let mut resync = nsr.as_ref().map(|n| n.shared.resync.subscribe());
+    let mut table = Table::new(metrics, nsr);
     loop {
         let deadline = table
             .next_deadline()
@@ -228,7 +243,17 @@ async fn run(
                 }
             },
             Some(rx) = pkts.recv() => table.received(crate::peer::now(), rx),
+            Ok(()) = resynced(resync.as_mut()) => table.replicate_all(),
             _ = tokio::time::sleep_until(deadline) => table.timers(crate::peer::now()),
         }
+    }
+}
+
+/// Resolves when the replicator asks every session to write itself anew
+/// (after a store outage); never without NSR.
+async fn resynced(rx: Option<&mut tokio::sync::watch::Receiver<u64>>) -> Result<(), ()> {
+    match rx {
+        Some(rx) => rx.changed().await.map_err(|_| ()),
+        None => std::future::pending().await,
     }
 }

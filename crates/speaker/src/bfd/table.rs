@@ -2,10 +2,11 @@
 //! session input ([`Table::input`]), transmission, and telling BGP.
 
 use super::{BfdCmd, BfdSpec, MULTIHOP_PORT, SINGLE_HOP_PORT};
+use crate::nsr::{Nsr, Then};
 use crate::obs::{Metrics, PeerLabels};
 use crate::peer::PeerCmd;
 use holdfast_api::BfdSessionInfo;
-use holdfast_bfd::{ControlPacket, Input, Output, Session, State, Time};
+use holdfast_bfd::{ControlPacket, Input, Output, ResumeState, Session, State, Time};
 use holdfast_config::NeighborKey;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
@@ -38,10 +39,14 @@ struct Entry {
     peer_tx: mpsc::UnboundedSender<PeerCmd>,
     up_since: Option<Instant>,
     state_changes: u64,
+    /// What was last replicated (the resume state without the
+    /// authentication sequence numbers, and the source), with NSR.
+    replicated: Option<(ResumeState, SocketAddr)>,
 }
 
 pub struct Table {
     metrics: Arc<Metrics>,
+    nsr: Option<Nsr>,
     entries: HashMap<u32, Entry>,
     by_key: HashMap<NeighborKey, u32>,
     /// (peer address, multihop) → local discriminator.
@@ -59,13 +64,14 @@ fn canonical(ip: IpAddr) -> IpAddr {
 }
 
 impl Table {
-    pub fn new(metrics: Arc<Metrics>) -> Table {
+    pub fn new(metrics: Arc<Metrics>, nsr: Option<Nsr>) -> Table {
         let seed = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64)
             ^ u64::from(std::process::id()) << 32;
         Table {
             metrics,
+            nsr,
             entries: HashMap::new(),
             by_key: HashMap::new(),
             by_addr: HashMap::new(),
@@ -103,7 +109,15 @@ impl Table {
 
     pub fn command(&mut self, now: Time, cmd: BfdCmd) {
         match cmd {
-            BfdCmd::Add { key, spec, peer } => self.add(now, key, spec, peer),
+            BfdCmd::Add {
+                key,
+                spec,
+                peer,
+                resume,
+            } => match resume {
+                Some(rec) => self.resume(now, key, spec, peer, *rec),
+                None => self.add(now, key, spec, peer),
+            },
             BfdCmd::Configure { key, session } => {
                 if let Some(&d) = self.by_key.get(&key) {
                     if let Some(e) = self.entries.get_mut(&d) {
@@ -160,9 +174,142 @@ impl Table {
                 peer_tx,
                 up_since: None,
                 state_changes: 0,
+                replicated: None,
             },
         );
         self.input(now, discr.get(), Input::Timer);
+    }
+
+    /// Takeover: the session continues from the old primary's record, on
+    /// the same source address and port.
+    fn resume(
+        &mut self,
+        now: Time,
+        key: NeighborKey,
+        spec: BfdSpec,
+        peer_tx: mpsc::UnboundedSender<PeerCmd>,
+        rec: holdfast_nsr::BfdRecord,
+    ) {
+        let span = tracing::info_span!("bfd", instance = %key.instance, peer = %key.address);
+        let rs: ResumeState = match serde_json::from_value(rec.state.clone()) {
+            Ok(rs) => rs,
+            Err(e) => {
+                span.in_scope(|| {
+                    tracing::error!("stored BFD state unreadable, starting afresh: {e}")
+                });
+                return self.add(now, key, spec, peer_tx);
+            }
+        };
+        let usable = canonical(rec.peer) == canonical(spec.peer)
+            && rec.multihop == spec.multihop
+            && !self.entries.contains_key(&rs.local_discriminator);
+        let seed = self.random();
+        let resumed = if usable {
+            Session::resume(spec.session.clone(), rs, seed, now).map_err(|e| e.to_string())
+        } else {
+            Err("the stored session no longer matches the configuration".to_string())
+        };
+        let (session, outputs) = match resumed {
+            Ok(x) => x,
+            Err(e) => {
+                span.in_scope(|| tracing::warn!("BFD session not resumed, starting afresh: {e}"));
+                return self.add(now, key, spec, peer_tx);
+            }
+        };
+        self.remove(now, &key);
+        let d = session.local_discriminator();
+        let labels = PeerLabels {
+            instance: key.instance.clone(),
+            peer: key.address.to_string(),
+        };
+        let sock = match open_socket_at(rec.local, spec.vrf.as_deref()) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                span.in_scope(
+                    || tracing::warn!(local = %rec.local, "BFD source not bound yet: {e}"),
+                );
+                None
+            }
+        };
+        span.in_scope(|| {
+            self.metrics
+                .bfd_configured(&labels, d, &spec.peer.to_string());
+            tracing::info!(local = %rec.local, state = %session.state(), "BFD session resumed after takeover");
+        });
+        self.by_key.insert(key.clone(), d);
+        self.by_addr
+            .insert((canonical(spec.peer), spec.multihop), d);
+        let up = session.state() == State::Up;
+        self.entries.insert(
+            d,
+            Entry {
+                key,
+                labels,
+                span,
+                spec,
+                session,
+                sock,
+                peer_tx,
+                up_since: up.then(Instant::now),
+                state_changes: 0,
+                replicated: None,
+            },
+        );
+        self.carry_out(d, outputs);
+    }
+
+    /// With NSR: writes every session's record anew (after a store outage).
+    pub fn replicate_all(&mut self) {
+        let ds: Vec<u32> = self.entries.keys().copied().collect();
+        for d in ds {
+            if let Some(e) = self.entries.get_mut(&d) {
+                e.replicated = None;
+            }
+            self.replicate(d);
+        }
+    }
+
+    /// With NSR: replicates the session's record if it changed.
+    fn replicate(&mut self, d: u32) {
+        let Some(nsr) = &self.nsr else { return };
+        let Some(e) = self.entries.get_mut(&d) else {
+            return;
+        };
+        let Some(local) = e.sock.as_ref().and_then(|s| s.local_addr().ok()) else {
+            return;
+        };
+        let rs = e.session.resume_state();
+        let mut cmp = rs.clone();
+        cmp.xmit_auth_seq = 0;
+        cmp.rcv_auth_seq = None;
+        if e.replicated.as_ref() == Some(&(cmp.clone(), local)) {
+            return;
+        }
+        let state = match serde_json::to_value(&rs) {
+            Ok(v) => v,
+            Err(err) => {
+                tracing::error!("BFD state not replicated: {err}");
+                return;
+            }
+        };
+        let key = e.key.to_string();
+        let record = holdfast_nsr::BfdRecord {
+            schema: holdfast_nsr::SCHEMA_VERSION,
+            instance: e.key.instance.clone(),
+            peer: e.spec.peer,
+            local,
+            multihop: e.spec.multihop,
+            state,
+        };
+        e.span
+            .in_scope(|| tracing::debug!(state = %rs.state, "BFD state replicated"));
+        nsr.submit(
+            &key.clone(),
+            Some(holdfast_nsr::Op::Bfd { key, record }),
+            nsr.gen(),
+            Then::Nothing,
+        );
+        e.replicated = Some((cmp, local));
     }
 
     fn remove(&mut self, now: Time, key: &NeighborKey) {
@@ -171,6 +318,15 @@ impl Table {
         };
         self.input(now, d, Input::AdminDown);
         self.by_key.remove(key);
+        if let Some(nsr) = &self.nsr {
+            let k = key.to_string();
+            nsr.submit(
+                &k.clone(),
+                Some(holdfast_nsr::Op::BfdRemove { key: k }),
+                nsr.gen(),
+                Then::Nothing,
+            );
+        }
         if let Some(e) = self.entries.remove(&d) {
             self.by_addr
                 .remove(&(canonical(e.spec.peer), e.spec.multihop));
@@ -251,10 +407,20 @@ impl Table {
         let Some(e) = self.entries.get_mut(&d) else {
             return;
         };
+        let outputs = e.span.in_scope(|| {
+            tracing::trace!(input = input_name(&input), "BFD input");
+            e.session.handle(now, input)
+        });
+        self.carry_out(d, outputs);
+    }
+
+    /// Carries out a session's outputs in order, then replicates it.
+    fn carry_out(&mut self, d: u32, outputs: Vec<Output>) {
+        let Some(e) = self.entries.get_mut(&d) else {
+            return;
+        };
         let span = e.span.clone();
         let _g = span.enter();
-        tracing::trace!(input = input_name(&input), "BFD input");
-        let outputs = e.session.handle(now, input);
         for o in outputs {
             match o {
                 Output::Send(bytes) => {
@@ -288,6 +454,7 @@ impl Table {
                 }
             }
         }
+        self.replicate(d);
     }
 
     pub fn show(&self) -> Vec<BfdSessionInfo> {
@@ -355,6 +522,31 @@ fn open_socket(spec: &BfdSpec, next_port: &mut u16) -> std::io::Result<UdpSocket
         }
     }
     Err(std::io::Error::from(std::io::ErrorKind::AddrInUse))
+}
+
+/// A send socket on exactly `addr` (a takeover keeps the old primary's
+/// source port); `IP_FREEBIND`, as the service address may arrive later.
+fn open_socket_at(addr: SocketAddr, vrf: Option<&str>) -> std::io::Result<UdpSocket> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let domain = if addr.is_ipv6() {
+        Domain::IPV6
+    } else {
+        Domain::IPV4
+    };
+    let s = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
+    if let Some(vrf) = vrf {
+        holdfast_linux::bind_to_device(s.as_fd(), vrf)?;
+    }
+    if addr.is_ipv6() {
+        s.set_freebind_ipv6(true)?;
+    } else {
+        s.set_freebind(true)?;
+    }
+    s.set_reuse_address(true)?;
+    s.bind(&addr.into())?;
+    holdfast_linux::set_ttl(s.as_fd(), addr.is_ipv6(), 255)?;
+    s.set_nonblocking(true)?;
+    Ok(s.into())
 }
 
 /// Sends one control packet; `false` when it could not leave.
