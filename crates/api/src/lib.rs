@@ -170,6 +170,11 @@ pub struct BfdSessionInfo {
     pub state_changes: u64,
     /// Authentication type, `none` when off.
     pub auth: String,
+    /// Longest gap between two of our packets while Up (µs): with
+    /// `tx_interval_us`, what RFC 5880 §6.8.7 bounds (at most 100% of the
+    /// interval, plus scheduling delay).
+    #[serde(default)]
+    pub tx_gap_max_us: u64,
 }
 
 /// `show nsr`: the non-stop-routing state of the daemon.

@@ -117,6 +117,15 @@ fn bfd_with_frr_and_bird() {
     )
     .expect("BFD up on holdfastd");
     eprintln!("holdfast show bfd: {list:#?}");
+    for b in &list {
+        // §6.8.7: at most the interval apart (plus scheduling slack).
+        assert!(
+            b.tx_gap_max_us <= b.tx_interval_us + 50_000,
+            "TX gap {} µs over the {} µs interval: {b:?}",
+            b.tx_gap_max_us,
+            b.tx_interval_us
+        );
+    }
     for a in &frr_addrs {
         let ours = bfd_of(&list, *a).expect("session");
         assert_eq!(ours.mode, "single-hop");

@@ -9,6 +9,15 @@
 //! (`PeerCmd::Bfd`, which the shell feeds to the core as
 //! `PeerInput::BfdDown` / `BfdUp`).
 //!
+//! Non-stop BFD (with `[nsr]`): every session's [`holdfast_bfd::ResumeState`],
+//! source address and port are replicated (`holdfast_nsr::Op::Bfd`, through
+//! the replicator like every other op) whenever anything but the
+//! authentication sequence numbers changes, and all of them anew when the
+//! replicator asks sessions to re-synchronise. A takeover hands each stored
+//! record to [`BfdCmd::Add`] (`resume`): the session continues with
+//! `Session::resume` on the same source port, Up, with the same
+//! discriminators and intervals.
+//!
 //! # RFCs
 //! - RFC 5880: the session machine is `holdfast-bfd`'s; here: discriminator
 //!   allocation (random, non-zero, unique) and demultiplexing (§6.8.6: by
@@ -33,16 +42,13 @@
 //!   VRF instance sends from the VRF but receives only what the default
 //!   VRF's sockets see.
 //! - No Echo function and no Demand mode (those of `holdfast-bfd`).
-//! - Non-stop BFD (with `[nsr]`): every session's [`holdfast_bfd::ResumeState`],
-//!   source address and port are replicated (`holdfast_nsr::Op::Bfd`) when
-//!   anything but the authentication sequence numbers changes; a takeover
-//!   resumes the session from it ([`BfdCmd::Add`] with `resume`). With the
-//!   meticulous authentication types the replicated bfd.XmitAuthSeq is
-//!   behind the last one sent, and the peer drops the backup's packets
-//!   until it is back inside its window; the keyed types advance the number
-//!   only on a change of content, and a Poll Sequence between two writes
-//!   leaves it one or two behind as well.
-//! - BFD records are not part of `show nsr`'s protection figures.
+//! - Non-stop BFD: the replicated bfd.XmitAuthSeq is the one of the last
+//!   write, not of the last packet. With the meticulous authentication
+//!   types the peer drops a backup's packets until the number is back in
+//!   its window; the keyed types advance it only on a change of content,
+//!   and a Poll Sequence between two writes leaves it behind as well.
+//! - BFD records are not part of `show nsr`'s protection figures, and a
+//!   BFD op counts in its BGP session's replication lag (same key).
 
 pub mod table;
 

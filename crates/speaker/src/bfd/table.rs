@@ -39,6 +39,9 @@ struct Entry {
     peer_tx: mpsc::UnboundedSender<PeerCmd>,
     up_since: Option<Instant>,
     state_changes: u64,
+    /// When our last packet left, and the longest gap between two while Up.
+    last_tx: Option<Instant>,
+    tx_gap_max: std::time::Duration,
     /// What was last replicated (the resume state without the
     /// authentication sequence numbers, and the source), with NSR.
     replicated: Option<(ResumeState, SocketAddr)>,
@@ -174,6 +177,8 @@ impl Table {
                 peer_tx,
                 up_since: None,
                 state_changes: 0,
+                last_tx: None,
+                tx_gap_max: std::time::Duration::ZERO,
                 replicated: None,
             },
         );
@@ -252,6 +257,8 @@ impl Table {
                 peer_tx,
                 up_since: up.then(Instant::now),
                 state_changes: 0,
+                last_tx: None,
+                tx_gap_max: std::time::Duration::ZERO,
                 replicated: None,
             },
         );
@@ -425,6 +432,13 @@ impl Table {
             match o {
                 Output::Send(bytes) => {
                     let sent = send(e, &mut self.next_port, &bytes);
+                    if sent {
+                        let t = Instant::now();
+                        if let (Some(last), Some(_)) = (e.last_tx, e.up_since) {
+                            e.tx_gap_max = e.tx_gap_max.max(t - last);
+                        }
+                        e.last_tx = Some(t);
+                    }
                     let dir = if sent { "out" } else { "dropped" };
                     self.metrics.bfd_packet(&e.labels, dir, None);
                 }
@@ -432,6 +446,7 @@ impl Table {
                     e.state_changes += 1;
                     self.metrics.bfd_state(&e.labels, from, to, diag);
                     e.up_since = (to == State::Up).then(Instant::now);
+                    e.tx_gap_max = std::time::Duration::ZERO;
                     if to == State::Up {
                         let _ = e.peer_tx.send(PeerCmd::Bfd(true));
                     } else if from == State::Up
@@ -624,5 +639,6 @@ fn info(e: &Entry) -> BfdSessionInfo {
             .auth
             .as_ref()
             .map_or_else(|| "none".to_string(), |a| a.auth_type.to_string()),
+        tx_gap_max_us: e.tx_gap_max.as_micros() as u64,
     }
 }
