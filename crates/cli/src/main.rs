@@ -377,7 +377,7 @@ fn print_bfd(list: &[holdfast_api::BfdSessionInfo]) {
         return;
     }
     println!(
-        "{:<28} {:<10} {:>10} {:>10} {:<6} {:<28} {:>8} {:>8} {:>5} {:>9} {:>9} {:>9} {:>7}",
+        "{:<28} {:<10} {:>10} {:>10} {:<6} {:<28} {:>8} {:>8} {:>9} {:>5} {:>9} {:>9} {:>9} {:>7}",
         "peer",
         "mode",
         "local-id",
@@ -386,6 +386,7 @@ fn print_bfd(list: &[holdfast_api::BfdSessionInfo]) {
         "diag",
         "tx ms",
         "rx ms",
+        "tx gap ms",
         "mult",
         "uptime",
         "pkts in",
@@ -395,7 +396,7 @@ fn print_bfd(list: &[holdfast_api::BfdSessionInfo]) {
     for b in list {
         let up = (b.state == "Up").then_some(b.uptime_secs);
         println!(
-            "{:<28} {:<10} {:>10} {:>10} {:<6} {:<28} {:>8} {:>8} {:>5} {:>9} {:>9} {:>9} {:>7}",
+            "{:<28} {:<10} {:>10} {:>10} {:<6} {:<28} {:>8} {:>8} {:>9} {:>5} {:>9} {:>9} {:>9} {:>7}",
             b.neighbor,
             b.mode,
             b.local_discriminator,
@@ -404,6 +405,7 @@ fn print_bfd(list: &[holdfast_api::BfdSessionInfo]) {
             b.diag,
             format!("{:.1}", b.tx_interval_us as f64 / 1000.0),
             format!("{:.1}", b.rx_interval_us as f64 / 1000.0),
+            format!("{:.1}", b.tx_gap_max_us as f64 / 1000.0),
             format!("{}/{}", b.multiplier, b.remote_multiplier),
             duration(up),
             b.packets_in,

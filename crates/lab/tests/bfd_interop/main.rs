@@ -480,6 +480,14 @@ fn bfd_multihop_with_frr() {
     )
     .expect("multihop BFD up");
     eprintln!("holdfast show bfd: {list:#?}");
+    for b in &list {
+        assert!(
+            b.tx_gap_max_us <= b.tx_interval_us + 50_000,
+            "TX gap {} µs over the {} µs interval: {b:?}",
+            b.tx_gap_max_us,
+            b.tx_interval_us
+        );
+    }
     for (ours, theirs) in pairs {
         let mine = bfd_of(&list, theirs).expect("session");
         let v = wait_until(

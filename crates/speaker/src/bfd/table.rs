@@ -447,6 +447,7 @@ impl Table {
                     self.metrics.bfd_state(&e.labels, from, to, diag);
                     e.up_since = (to == State::Up).then(Instant::now);
                     e.tx_gap_max = std::time::Duration::ZERO;
+                    e.last_tx = None;
                     if to == State::Up {
                         let _ = e.peer_tx.send(PeerCmd::Bfd(true));
                     } else if from == State::Up
