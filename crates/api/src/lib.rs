@@ -175,6 +175,11 @@ pub struct BfdSessionInfo {
     /// interval, plus scheduling delay).
     #[serde(default)]
     pub tx_gap_max_us: u64,
+    /// Median and 99th percentile of those gaps (µs), over the last 4096.
+    #[serde(default)]
+    pub tx_gap_p50_us: u64,
+    #[serde(default)]
+    pub tx_gap_p99_us: u64,
 }
 
 /// `show nsr`: the non-stop-routing state of the daemon.

@@ -2,7 +2,7 @@
 //! session input ([`Table::input`]), transmission, and telling BGP.
 
 use super::{BfdCmd, BfdSpec, MULTIHOP_PORT, SINGLE_HOP_PORT};
-use crate::nsr::{Nsr, Then};
+use crate::nsr::{Nsr, Samples, Then};
 use crate::obs::{Metrics, PeerLabels};
 use crate::peer::PeerCmd;
 use holdfast_api::BfdSessionInfo;
@@ -42,6 +42,8 @@ struct Entry {
     /// When our last packet left, and the longest gap between two while Up.
     last_tx: Option<Instant>,
     tx_gap_max: std::time::Duration,
+    /// Recent gaps while Up, µs.
+    tx_gaps: Samples,
     /// What was last replicated (the resume state without the
     /// authentication sequence numbers, and the source), with NSR.
     replicated: Option<(ResumeState, SocketAddr)>,
@@ -179,6 +181,7 @@ impl Table {
                 state_changes: 0,
                 last_tx: None,
                 tx_gap_max: std::time::Duration::ZERO,
+                tx_gaps: Samples::default(),
                 replicated: None,
             },
         );
@@ -259,6 +262,7 @@ impl Table {
                 state_changes: 0,
                 last_tx: None,
                 tx_gap_max: std::time::Duration::ZERO,
+                tx_gaps: Samples::default(),
                 replicated: None,
             },
         );
@@ -436,6 +440,7 @@ impl Table {
                         let t = Instant::now();
                         if let (Some(last), Some(_)) = (e.last_tx, e.up_since) {
                             e.tx_gap_max = e.tx_gap_max.max(t - last);
+                            e.tx_gaps.push((t - last).as_micros() as u64);
                         }
                         e.last_tx = Some(t);
                     }
@@ -447,6 +452,7 @@ impl Table {
                     self.metrics.bfd_state(&e.labels, from, to, diag);
                     e.up_since = (to == State::Up).then(Instant::now);
                     e.tx_gap_max = std::time::Duration::ZERO;
+                    e.tx_gaps = Samples::default();
                     e.last_tx = None;
                     if to == State::Up {
                         let _ = e.peer_tx.send(PeerCmd::Bfd(true));
@@ -641,5 +647,7 @@ fn info(e: &Entry) -> BfdSessionInfo {
             .as_ref()
             .map_or_else(|| "none".to_string(), |a| a.auth_type.to_string()),
         tx_gap_max_us: e.tx_gap_max.as_micros() as u64,
+        tx_gap_p50_us: e.tx_gaps.percentile(0.5),
+        tx_gap_p99_us: e.tx_gaps.percentile(0.99),
     }
 }
