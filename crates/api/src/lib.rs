@@ -60,6 +60,8 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         timeout_secs: Option<u64>,
     },
+    /// The BFD sessions (RFC 5880) under the BGP sessions.
+    ShowBfd,
 }
 
 impl Request {
@@ -132,6 +134,52 @@ pub enum Body {
     /// Free-text outcome of `reload` and `neighbor_reset`.
     Message(String),
     Nsr(Box<NsrStatus>),
+    Bfd(Vec<BfdSessionInfo>),
+}
+
+/// `show bfd`: one BFD session.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BfdSessionInfo {
+    /// The BGP neighbour (`instance/address`).
+    pub neighbor: String,
+    pub peer: String,
+    /// Source address and port of our packets, when bound.
+    pub local: String,
+    /// `single-hop` (RFC 5881) or `multihop` (RFC 5883).
+    pub mode: String,
+    pub local_discriminator: u32,
+    pub remote_discriminator: u32,
+    /// `AdminDown`, `Down`, `Init` or `Up`.
+    pub state: String,
+    pub remote_state: String,
+    /// bfd.LocalDiag (RFC 5880 §4.1), as text.
+    pub diag: String,
+    /// The agreed intervals in use (µs): ours to send, the peer's to send.
+    pub tx_interval_us: u64,
+    pub rx_interval_us: u64,
+    /// Detection time (µs), 0 when not known.
+    pub detection_time_us: u64,
+    /// Our and the peer's Detect Mult.
+    pub multiplier: u8,
+    pub remote_multiplier: u8,
+    /// Seconds in the current state Up; 0 when not Up.
+    pub uptime_secs: u64,
+    pub packets_in: u64,
+    pub packets_out: u64,
+    pub packets_dropped: u64,
+    pub state_changes: u64,
+    /// Authentication type, `none` when off.
+    pub auth: String,
+    /// Longest gap between two of our packets while Up (µs): with
+    /// `tx_interval_us`, what RFC 5880 §6.8.7 bounds (at most 100% of the
+    /// interval, plus scheduling delay).
+    #[serde(default)]
+    pub tx_gap_max_us: u64,
+    /// Median and 99th percentile of those gaps (µs), over the last 4096.
+    #[serde(default)]
+    pub tx_gap_p50_us: u64,
+    #[serde(default)]
+    pub tx_gap_p99_us: u64,
 }
 
 /// `show nsr`: the non-stop-routing state of the daemon.
@@ -223,6 +271,9 @@ impl Response {
     }
     pub fn nsr(s: NsrStatus) -> Self {
         Response::Ok(Body::Nsr(Box::new(s)))
+    }
+    pub fn bfd(list: Vec<BfdSessionInfo>) -> Self {
+        Response::Ok(Body::Bfd(list))
     }
 
     /// `Ok(body)` or `Err(message)`.

@@ -115,6 +115,8 @@ enum Show {
     Summary,
     /// Non-stop routing: protection per session, replication lag, epoch, store latency.
     Nsr,
+    /// BFD sessions: discriminators, state, diagnostic, intervals, uptime, counters.
+    Bfd,
     /// Routes.
     Rib {
         /// loc (best paths and candidates), in (Adj-RIB-In, pre-policy), out (Adj-RIB-Out).
@@ -304,6 +306,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             limit: *limit,
         },
         Cmd::Show { what: Show::Nsr } => Request::ShowNsr,
+        Cmd::Show { what: Show::Bfd } => Request::ShowBfd,
         Cmd::Nsr {
             op: NsrOp::Switchover { timeout },
         } => Request::NsrSwitchover {
@@ -330,6 +333,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Body::Rib(routes) => print_rib(&routes),
         Body::Message(m) => println!("{m}"),
         Body::Nsr(n) => print_nsr(&n),
+        Body::Bfd(list) => print_bfd(&list),
     }
     Ok(())
 }
@@ -364,6 +368,50 @@ fn print_neighbors(list: &[NeighborInfo]) {
         if let Some(e) = &n.last_error {
             println!("{:<10} {:<26} last error: {e}", "", "");
         }
+    }
+}
+
+fn print_bfd(list: &[holdfast_api::BfdSessionInfo]) {
+    if list.is_empty() {
+        println!("no BFD sessions");
+        return;
+    }
+    println!(
+        "{:<28} {:<10} {:>10} {:>10} {:<6} {:<28} {:>8} {:>8} {:>9} {:>5} {:>9} {:>9} {:>9} {:>7}",
+        "peer",
+        "mode",
+        "local-id",
+        "remote-id",
+        "state",
+        "diag",
+        "tx ms",
+        "rx ms",
+        "tx gap ms",
+        "mult",
+        "uptime",
+        "pkts in",
+        "pkts out",
+        "changes"
+    );
+    for b in list {
+        let up = (b.state == "Up").then_some(b.uptime_secs);
+        println!(
+            "{:<28} {:<10} {:>10} {:>10} {:<6} {:<28} {:>8} {:>8} {:>9} {:>5} {:>9} {:>9} {:>9} {:>7}",
+            b.neighbor,
+            b.mode,
+            b.local_discriminator,
+            b.remote_discriminator,
+            b.state,
+            b.diag,
+            format!("{:.1}", b.tx_interval_us as f64 / 1000.0),
+            format!("{:.1}", b.rx_interval_us as f64 / 1000.0),
+            format!("{:.1}", b.tx_gap_max_us as f64 / 1000.0),
+            format!("{}/{}", b.multiplier, b.remote_multiplier),
+            duration(up),
+            b.packets_in,
+            b.packets_out,
+            b.state_changes
+        );
     }
 }
 

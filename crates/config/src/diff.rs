@@ -25,6 +25,11 @@ pub struct ConfigDiff {
     /// Settings that need no session action (description, keepalive,
     /// connect retry, max prefix) changed; apply them in place.
     pub settings_changed: Vec<NeighborKey>,
+    /// The neighbour's BFD settings changed (enabled, disabled, new timers,
+    /// transport or key). Independent of the lists above: a key may also
+    /// be in one of them. A BFD change alone never resets BGP; new timers
+    /// reach a running BFD session as a Poll Sequence (RFC 5880 §6.8.3).
+    pub bfd_changed: Vec<NeighborKey>,
     pub global_changed: bool,
     pub instances_changed: bool,
     pub networks_changed: bool,
@@ -67,6 +72,18 @@ fn session_identity(n: &Neighbor, c: &Config) -> impl PartialEq {
         ),
         n.enabled,
     )
+}
+
+/// Equal apart from BFD settings, which [`ConfigDiff::bfd_changed`] covers.
+fn same_but_bfd(a: &Neighbor, b: &Neighbor) -> bool {
+    a.bfd == b.bfd && a == b
+        || Neighbor {
+            bfd: None,
+            ..a.clone()
+        } == Neighbor {
+            bfd: None,
+            ..b.clone()
+        }
 }
 
 fn policy_fingerprint<'a>(p: &'a PolicyRef, changed: &BTreeSet<String>) -> (&'a PolicyRef, bool) {
@@ -128,8 +145,11 @@ pub fn diff(old: &Config, new: &Config) -> ConfigDiff {
                 && old.global.effective_cluster_id() != new.global.effective_cluster_id())
         {
             d.policy_changed.push(key.clone());
-        } else if o != n {
+        } else if !same_but_bfd(o, n) {
             d.settings_changed.push(key.clone());
+        }
+        if o.bfd != n.bfd {
+            d.bfd_changed.push(key.clone());
         }
     }
     d.added = news

@@ -16,12 +16,14 @@
 
 #![forbid(unsafe_code)]
 
+mod bfd;
 mod diff;
 mod load;
 mod model;
 mod policy;
 mod values;
 
+pub use bfd::{BfdAuth, BfdAuthType, BfdDefaults, BfdPassword, BfdSettings, MAX_INTERVAL_MS};
 pub use diff::{diff, ConfigDiff};
 pub use model::{
     Global, Instance, LogFormat, Neighbor, NeighborKey, Network, Nsr, DEFAULT_INSTANCE,
@@ -57,6 +59,8 @@ pub struct Config {
     pub networks: Vec<Network>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nsr: Option<Nsr>,
+    /// `[bfd]`: defaults of the neighbours' BFD sessions.
+    pub bfd: BfdDefaults,
 }
 
 impl Config {

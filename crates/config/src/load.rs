@@ -1,6 +1,10 @@
 //! TOML → [`Config`]: deserialisation into raw tables, then validation that
 //! names the offending key.
 
+use crate::bfd::{
+    default_key_id, neighbor_bfd, BfdAuth, BfdDefaults, BfdSettings, RawNeighborBfd,
+    MAX_INTERVAL_MS,
+};
 use crate::model::{
     default_families, default_instance, Global, Instance, Neighbor, Network, Nsr, DEFAULT_INSTANCE,
 };
@@ -28,6 +32,8 @@ struct RawConfig {
     #[serde(default)]
     network: Vec<Network>,
     nsr: Option<Nsr>,
+    #[serde(default)]
+    bfd: BfdDefaults,
 }
 
 #[derive(Deserialize)]
@@ -75,6 +81,8 @@ struct RawNeighbor {
     graceful_restart: bool,
     #[serde(default = "yes")]
     enabled: bool,
+    #[serde(default, deserialize_with = "neighbor_bfd")]
+    bfd: Option<RawNeighborBfd>,
 }
 
 fn yes() -> bool {
@@ -557,6 +565,77 @@ fn build_neighbor(
         max_prefix_restart: r.max_prefix_restart,
         graceful_restart: r.graceful_restart,
         enabled: r.enabled,
+        bfd: r
+            .bfd
+            .map(|b| build_bfd(&k("bfd"), b, &cfg.bfd))
+            .transpose()?,
+    })
+}
+
+fn check_interval(key: String, ms: u32) -> Result<(), ConfigError> {
+    if !(1..=MAX_INTERVAL_MS).contains(&ms) {
+        return Err(invalid(
+            key,
+            format!("must be 1..={MAX_INTERVAL_MS} milliseconds"),
+        ));
+    }
+    Ok(())
+}
+
+fn check_bfd_defaults(b: &BfdDefaults) -> Result<(), ConfigError> {
+    check_interval("bfd.min_rx_ms".into(), b.min_rx_ms)?;
+    check_interval("bfd.min_tx_ms".into(), b.min_tx_ms)?;
+    if b.multiplier == 0 {
+        return Err(invalid("bfd.multiplier", "must be 1..=255"));
+    }
+    Ok(())
+}
+
+/// A neighbour's `bfd` table over the `[bfd]` defaults; `key` is
+/// `neighbor[i].bfd`.
+fn build_bfd(key: &str, r: RawNeighborBfd, d: &BfdDefaults) -> Result<BfdSettings, ConfigError> {
+    let k = |f: &str| format!("{key}.{f}");
+    let min_rx_ms = r.min_rx_ms.unwrap_or(d.min_rx_ms);
+    let min_tx_ms = r.min_tx_ms.unwrap_or(d.min_tx_ms);
+    if r.min_rx_ms.is_some() {
+        check_interval(k("min_rx_ms"), min_rx_ms)?;
+    }
+    if r.min_tx_ms.is_some() {
+        check_interval(k("min_tx_ms"), min_tx_ms)?;
+    }
+    if r.multiplier == Some(0) {
+        return Err(invalid(k("multiplier"), "must be 1..=255"));
+    }
+    let auth = match (r.auth, r.password) {
+        (None, None) => {
+            if r.key_id.is_some() {
+                return Err(invalid(k("key_id"), "requires auth"));
+            }
+            None
+        }
+        (None, Some(_)) => return Err(invalid(k("password"), "requires auth")),
+        (Some(_), None) => return Err(invalid(k("password"), "required when auth is set")),
+        (Some(auth_type), Some(password)) => {
+            let max = auth_type.max_key_len();
+            if password.0.is_empty() || password.0.len() > max {
+                return Err(invalid(
+                    k("password"),
+                    format!("must be 1..={max} bytes for this auth type"),
+                ));
+            }
+            Some(BfdAuth {
+                auth_type,
+                key_id: r.key_id.unwrap_or_else(default_key_id),
+                password,
+            })
+        }
+    };
+    Ok(BfdSettings {
+        min_rx_ms,
+        min_tx_ms,
+        multiplier: r.multiplier.unwrap_or(d.multiplier),
+        multihop: r.multihop.unwrap_or(d.multihop),
+        auth,
     })
 }
 
@@ -606,6 +685,7 @@ pub(crate) fn parse(text: &str) -> Result<(Config, Vec<String>), ConfigError> {
     if let Some(n) = &raw.nsr {
         check_nsr(n)?;
     }
+    check_bfd_defaults(&raw.bfd)?;
     let mut cfg = Config {
         global: raw.global,
         instances,
@@ -614,6 +694,7 @@ pub(crate) fn parse(text: &str) -> Result<(Config, Vec<String>), ConfigError> {
         prefix_lists: raw.prefix_list,
         networks,
         nsr: raw.nsr,
+        bfd: raw.bfd,
     };
     let mut warnings = Vec::new();
     let mut keys = HashSet::new();

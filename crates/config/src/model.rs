@@ -1,6 +1,7 @@
 //! The validated configuration model: `[global]`, `[[instance]]`,
 //! `[[neighbor]]`, `[[network]]` and `[nsr]`.
 
+use crate::bfd::BfdSettings;
 use crate::values::{
     one_or_many, prefix_str, AfiSafi, CommunityValue, ExtCommunityValue, LargeCommunityValue,
     Md5Key, NsrStore, PolicyRef,
@@ -206,6 +207,9 @@ pub struct Neighbor {
     pub max_prefix_restart: Option<u32>,
     pub graceful_restart: bool,
     pub enabled: bool,
+    /// BFD under this session, resolved against `[bfd]`; `None` = off.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bfd: Option<BfdSettings>,
 }
 
 impl Neighbor {

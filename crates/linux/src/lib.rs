@@ -9,6 +9,7 @@
 //! |---|---|---|
 //! | [`md5`] | RFC 2385 TCP MD5 Signature Option | `setsockopt(IPPROTO_TCP, TCP_MD5SIG, struct tcp_md5sig)` |
 //! | [`ttl`](mod@ttl) | RFC 5082 GTSM; eBGP multihop TTL | `IP_TTL`, `IP_MINTTL`, `IPV6_UNICAST_HOPS`, `IPV6_MINHOPCOUNT` |
+//! | [`udp_ttl`] | RFC 5881 §5 BFD TTL check: a datagram's received TTL / hop limit | `IP_RECVTTL`, `IPV6_RECVHOPLIMIT`, `recvmsg(2)` control messages |
 //! | [`device`] | Linux VRF (l3mdev) binding | `SO_BINDTODEVICE`, `if_nametoindex(3)` |
 //! | [`info`] | session diagnostics | `getsockopt(IPPROTO_TCP, TCP_INFO, struct tcp_info)` |
 //! | [`repair`] | non-stop routing: TCP connection capture and restore (CRIU libsoccr) | `TCP_REPAIR`, `TCP_REPAIR_QUEUE`, `TCP_QUEUE_SEQ`, `TCP_REPAIR_OPTIONS`, `TCP_REPAIR_WINDOW`, `TCP_TIMESTAMP`, `SIOCINQ`/`SIOCOUTQ` |
@@ -40,6 +41,7 @@ pub mod repair;
 pub mod rules;
 mod sockopt;
 pub mod ttl;
+pub mod udp_ttl;
 
 pub use announce::{address_is_local, announce_address};
 pub use device::{bind_to_device, bound_device, ifindex};
@@ -51,3 +53,4 @@ pub use repair::{
     TcpRepairState,
 };
 pub use ttl::{min_ttl, set_gtsm, set_ttl, ttl};
+pub use udp_ttl::{enable_recv_ttl, recv_with_ttl, Datagram};

@@ -13,7 +13,10 @@
 //! - an `Acked` at or after the session's previous `Acked` replaces it if
 //!   no `Sent` came in between;
 //! - `Session`, `Snapshot` and `Remove` are never merged and end every run
-//!   of their session.
+//!   of their session;
+//! - `Bfd` and `BfdRemove` are no steps: they touch only the BFD records,
+//!   which each store applies after the steps (last one per key wins,
+//!   [`bfd_writes`]).
 //!
 //! Both stores apply the same steps, so they store the same chunks.
 //!
@@ -21,7 +24,7 @@
 //! merged chunk stays until all of it is acknowledged (`send_queue` skips
 //! the acknowledged head, so what the backup restores is unchanged).
 
-use crate::record::{Op, SessionRecord, SCHEMA_VERSION};
+use crate::record::{BfdRecord, Op, SessionRecord, SCHEMA_VERSION};
 use crate::store::StoreError;
 use bytes::Bytes;
 use serde::Deserialize;
@@ -227,9 +230,43 @@ pub(crate) fn plan(ops: &[Op]) -> Vec<Step<'_>> {
                 *o = Open::default();
                 steps.push(Step::Remove { key });
             }
+            Op::Bfd { .. } | Op::BfdRemove { .. } => {}
         }
     }
     steps
+}
+
+/// A BFD record to set (its JSON) or, `None`, to delete.
+pub(crate) type BfdWrite<'a> = (&'a str, Option<Vec<u8>>);
+
+/// The BFD records a batch leaves: per key, the last op's record (encoded)
+/// or `None` (removed), in first-seen key order.
+pub(crate) fn bfd_writes(ops: &[Op]) -> Result<Vec<BfdWrite<'_>>, StoreError> {
+    let mut out: Vec<BfdWrite<'_>> = Vec::new();
+    for op in ops {
+        let (key, value) = match op {
+            Op::Bfd { key, record } => (
+                key.as_str(),
+                Some(serde_json::to_vec(record).map_err(|e| StoreError::Corrupt {
+                    key: key.clone(),
+                    reason: format!("cannot encode BFD record: {e}"),
+                })?),
+            ),
+            Op::BfdRemove { key } => (key.as_str(), None),
+            _ => continue,
+        };
+        match out.iter_mut().find(|(k, _)| *k == key) {
+            Some(slot) => slot.1 = value,
+            None => out.push((key, value)),
+        }
+    }
+    Ok(out)
+}
+
+/// Parses a stored BFD record, refusing a newer schema as
+/// [`decode_record`] does.
+pub(crate) fn decode_bfd(key: &str, json: &[u8]) -> Result<BfdRecord, StoreError> {
+    decode_versioned(key, json)
 }
 
 /// Serialises a record as stored (JSON).
@@ -244,6 +281,13 @@ pub(crate) fn encode_record(key: &str, record: &SessionRecord) -> Result<Vec<u8>
 /// record of a newer schema is reported as such even if its fields no
 /// longer parse.
 pub(crate) fn decode_record(key: &str, json: &[u8]) -> Result<SessionRecord, StoreError> {
+    decode_versioned(key, json)
+}
+
+fn decode_versioned<T: serde::de::DeserializeOwned>(
+    key: &str,
+    json: &[u8],
+) -> Result<T, StoreError> {
     #[derive(Deserialize)]
     struct Probe {
         schema: u32,

@@ -18,6 +18,9 @@ pub mod store;
 mod url;
 
 pub use memory::MemoryStore;
-pub use record::{InstanceState, Op, SessionRecord, StoredSession, TcpParams, SCHEMA_VERSION};
+pub use record::{
+    BfdRecord, InstanceState, Op, SessionRecord, StoredBfd, StoredSession, TcpParams,
+    SCHEMA_VERSION,
+};
 pub use redis_store::{RedisStore, StoreUrl};
 pub use store::{Store, StoreError};

@@ -20,7 +20,7 @@
 //!   too, but do not rely on that order elsewhere.
 
 use crate::batch::{self, Step};
-use crate::record::{InstanceState, Op, StoredSession};
+use crate::record::{InstanceState, Op, StoredBfd, StoredSession};
 use crate::store::{Store, StoreError};
 use bytes::Bytes;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -44,6 +44,8 @@ struct Instance {
     epoch: u64,
     sessions: BTreeSet<String>,
     data: BTreeMap<String, MemSession>,
+    /// BFD records (JSON), as the Redis `bfd` hash.
+    bfd: BTreeMap<String, Bytes>,
 }
 
 #[derive(Debug, Default)]
@@ -100,6 +102,14 @@ impl MemoryStore {
         s.rcv.get_or_insert(0);
         s.una.get_or_insert(0);
         inst.sessions.insert(key.to_string());
+    }
+
+    /// Stores `json` as the BFD record of `key` without any check.
+    pub fn put_raw_bfd(&self, key: &str, json: &[u8]) {
+        let mut g = self.lock();
+        let inst = g.instances.entry(self.instance.clone()).or_default();
+        inst.bfd
+            .insert(key.to_string(), Bytes::copy_from_slice(json));
     }
 
     fn lock(&self) -> MutexGuard<'_, Shared> {
@@ -207,8 +217,15 @@ impl Store for MemoryStore {
                     batch::encode_record(key, record)?;
                 }
             }
+            let bfd = batch::bfd_writes(ops)?;
             for step in &steps {
                 apply(inst, step)?;
+            }
+            for (key, value) in bfd {
+                match value {
+                    Some(v) => inst.bfd.insert(key.to_string(), Bytes::from(v)),
+                    None => inst.bfd.remove(key),
+                };
             }
             Ok(())
         })
@@ -251,9 +268,20 @@ impl Store for MemoryStore {
                     send_tail: s.tail.iter().cloned().collect(),
                 });
             }
+            let bfd = inst
+                .bfd
+                .iter()
+                .map(|(key, json)| {
+                    Ok(StoredBfd {
+                        key: key.clone(),
+                        record: batch::decode_bfd(key, json)?,
+                    })
+                })
+                .collect::<Result<Vec<_>, StoreError>>()?;
             Ok(InstanceState {
                 epoch: inst.epoch,
                 sessions,
+                bfd,
             })
         })
     }

@@ -14,6 +14,10 @@
 //!   each chunk with the sequence number just after it, trimmed by
 //!   [`Op::Acked`]. The backup refills the TCP send queue from it.
 //!
+//! A BFD session under a BGP session (non-stop BFD, issue 10) is stored
+//! apart, as one [`BfdRecord`] per key, replaced whenever its state changes
+//! ([`Op::Bfd`]) and removed with [`Op::BfdRemove`].
+//!
 //! Records carry [`SCHEMA_VERSION`]; a reader refuses a newer major schema
 //! and reads older ones (primary and backup may run different builds during
 //! an upgrade).
@@ -65,6 +69,31 @@ pub struct SessionRecord {
     pub established_unix_ms: u64,
 }
 
+/// One BFD session (RFC 5880) as a backup resumes it: where its packets
+/// come from and go to, and the session machine's replicated state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BfdRecord {
+    pub schema: u32,
+    /// Routing instance of the BGP neighbour.
+    pub instance: String,
+    pub peer: IpAddr,
+    /// Source address and UDP port of our control packets (the port must
+    /// stay the same across a takeover, RFC 5881 §4).
+    pub local: SocketAddr,
+    /// RFC 5883 multihop rather than RFC 5881 single-hop.
+    pub multihop: bool,
+    /// `holdfast_bfd::ResumeState` as JSON: both discriminators, the state,
+    /// the intervals, the authentication sequence numbers. Opaque here.
+    pub state: serde_json::Value,
+}
+
+/// One BFD session as loaded by a backup.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredBfd {
+    pub key: String,
+    pub record: BfdRecord,
+}
+
 /// One replication operation. A batch of them is applied atomically and in
 /// order by [`Store::write`](crate::Store::write).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,6 +133,10 @@ pub enum Op {
     },
     /// The session ended on purpose: forget it.
     Remove { key: String },
+    /// A BFD session's state changed: replaces its record.
+    Bfd { key: String, record: BfdRecord },
+    /// A BFD session was removed on purpose: forget it.
+    BfdRemove { key: String },
 }
 
 impl Op {
@@ -114,7 +147,9 @@ impl Op {
             | Op::Sent { key, .. }
             | Op::Acked { key, .. }
             | Op::Snapshot { key, .. }
-            | Op::Remove { key } => key,
+            | Op::Remove { key }
+            | Op::Bfd { key, .. }
+            | Op::BfdRemove { key } => key,
         }
     }
 
@@ -126,8 +161,8 @@ impl Op {
             Op::Snapshot {
                 adj_in, adj_out, ..
             } => adj_in.len() + adj_out.len(),
-            Op::Session { .. } => 256,
-            Op::Acked { .. } | Op::Remove { .. } => 8,
+            Op::Session { .. } | Op::Bfd { .. } => 256,
+            Op::Acked { .. } | Op::Remove { .. } | Op::BfdRemove { .. } => 8,
         }
     }
 }
@@ -213,4 +248,14 @@ impl StoredSession {
 pub struct InstanceState {
     pub epoch: u64,
     pub sessions: Vec<StoredSession>,
+    /// BFD sessions, sorted by key.
+    pub bfd: Vec<StoredBfd>,
+}
+
+impl Op {
+    /// Whether the op is a BFD record's (kept apart from the BGP session
+    /// steps: see [`crate::batch`]).
+    pub fn is_bfd(&self) -> bool {
+        matches!(self, Op::Bfd { .. } | Op::BfdRemove { .. })
+    }
 }

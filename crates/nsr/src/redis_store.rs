@@ -18,6 +18,7 @@
 //! | `s:K:tail` | list | send tail: chunks `[seq_end: 4 bytes big-endian][bytes]`, oldest first |
 //! | `s:K:una` | string | lower bound of the peer's acknowledgement, `u32` in decimal |
 //! | `s:K:part` | string | received bytes just before `rcv` that are not yet a whole message |
+//! | `bfd` | hash | BFD records: field = key, value = [`crate::BfdRecord`] JSON (non-stop BFD) |
 //!
 //! `K` may contain anything; the suffixes contain no `:`, so no two
 //! sessions' keys collide.
@@ -38,6 +39,10 @@
 //! adj_out; `X` name. Consecutive appends of one session are merged in the
 //! client first (see `batch.rs`); the command is packed by hand, the
 //! payloads copied once.
+//!
+//! A batch's BFD records ([`Op::Bfd`], [`Op::BfdRemove`]) are applied after
+//! its session steps by a second, equally fenced script (`BFD_SCRIPT`):
+//! atomic on their own, not together with the steps.
 //!
 //! With [`RedisStore::set_wait_replicas`], a `WAIT` is pipelined after the
 //! script, so a write returns once replicas have it (still one round trip
@@ -109,7 +114,7 @@
 //!   fenced) for an exact picture.
 
 use crate::batch::{self, Step};
-use crate::record::{InstanceState, Op, StoredSession};
+use crate::record::{InstanceState, Op, StoredBfd, StoredSession};
 use crate::store::{Store, StoreError};
 use bytes::Bytes;
 use redis::{ConnectionAddr, ConnectionInfo, RedisConnectionInfo, Value};
@@ -190,6 +195,27 @@ end
 return i
 "#;
 
+/// The script applying a batch's BFD records: fenced like [`WRITE_SCRIPT`],
+/// then `H key json` sets and `D key` deletes fields of the `bfd` hash.
+const BFD_SCRIPT: &str = r#"
+local cur = redis.call('GET', KEYS[1])
+if not cur then cur = '0' end
+if cur ~= ARGV[1] then
+  return redis.error_reply('FENCED ' .. cur)
+end
+local i = 2
+while i <= #ARGV do
+  if ARGV[i] == 'H' then
+    redis.call('HSET', KEYS[2], ARGV[i + 1], ARGV[i + 2])
+    i = i + 3
+  else
+    redis.call('HDEL', KEYS[2], ARGV[i + 1])
+    i = i + 2
+  end
+end
+return i
+"#;
+
 /// Suffixes of a session's keys, in the order the script expects them.
 const SESSION_SUFFIXES: [&str; 7] = ["rec", "rcv", "in", "out", "tail", "una", "part"];
 
@@ -207,6 +233,8 @@ pub struct RedisStore {
     prefix: String,
     epoch_key: String,
     sessions_key: String,
+    /// The hash of BFD records (field: key, value: JSON).
+    bfd_key: String,
     script_sha: String,
     batch_limit: usize,
     /// Replicas that must acknowledge each write (`WAIT`), 0 for none.
@@ -374,6 +402,7 @@ impl RedisStore {
             timeout,
             epoch_key: format!("{prefix}epoch"),
             sessions_key: format!("{prefix}sessions"),
+            bfd_key: format!("{prefix}bfd"),
             prefix,
             script_sha: redis::Script::new(WRITE_SCRIPT).get_hash().to_string(),
             batch_limit: DEFAULT_BATCH_LIMIT,
@@ -770,8 +799,9 @@ fn parse_epoch(key: &str, v: Option<Bytes>) -> Result<u64, StoreError> {
     }
 }
 
-impl Store for RedisStore {
-    fn write(&mut self, epoch: u64, ops: &[Op]) -> Result<(), StoreError> {
+impl RedisStore {
+    /// The BGP session steps of a batch (see the module docs).
+    fn write_steps(&mut self, epoch: u64, ops: &[Op]) -> Result<(), StoreError> {
         let steps = batch::plan(ops);
         if steps.is_empty() {
             // Still one script call: an empty write checks the epoch.
@@ -791,6 +821,47 @@ impl Store for RedisStore {
             let mut call = self.pack(epoch, &steps[start..end])?;
             self.run_script(epoch, &mut call)?;
             start = end;
+        }
+        Ok(())
+    }
+
+    /// Applies a batch's BFD records (see [`BFD_SCRIPT`]).
+    fn write_bfd(&mut self, epoch: u64, writes: &[batch::BfdWrite<'_>]) -> Result<(), StoreError> {
+        let script = redis::Script::new(BFD_SCRIPT);
+        let mut inv = script.prepare_invoke();
+        inv.key(&self.epoch_key).key(&self.bfd_key).arg(epoch);
+        for (key, value) in writes {
+            match value {
+                Some(v) => inv.arg("H").arg(*key).arg(v.as_slice()),
+                None => inv.arg("D").arg(*key),
+            };
+        }
+        let r: redis::RedisResult<Value> = inv.invoke(self.conn()?);
+        match r {
+            Ok(_) => Ok(()),
+            Err(e) if e.code() == Some("FENCED") => {
+                let current = e
+                    .detail()
+                    .and_then(|d| d.trim().parse().ok())
+                    .ok_or_else(|| {
+                        self.corrupt(&self.epoch_key.clone(), format!("bad fencing reply: {e}"))
+                    })?;
+                Err(StoreError::Fenced {
+                    current,
+                    ours: epoch,
+                })
+            }
+            Err(e) => Err(self.fail(e)),
+        }
+    }
+}
+
+impl Store for RedisStore {
+    fn write(&mut self, epoch: u64, ops: &[Op]) -> Result<(), StoreError> {
+        let bfd = batch::bfd_writes(ops)?;
+        self.write_steps(epoch, ops)?;
+        if !bfd.is_empty() {
+            self.write_bfd(epoch, &bfd)?;
         }
         Ok(())
     }
@@ -892,7 +963,22 @@ impl Store for RedisStore {
                 send_tail,
             });
         }
-        Ok(InstanceState { epoch, sessions })
+        let r: redis::RedisResult<Vec<(String, Vec<u8>)>> =
+            redis::cmd("HGETALL").arg(&self.bfd_key).query(self.conn()?);
+        let mut raw = r.map_err(|e| self.fail(e))?;
+        raw.sort();
+        let bfd = raw
+            .into_iter()
+            .map(|(key, json)| {
+                let record = batch::decode_bfd(&key, &json)?;
+                Ok(StoredBfd { key, record })
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        Ok(InstanceState {
+            epoch,
+            sessions,
+            bfd,
+        })
     }
 
     fn reconnect(&mut self) -> Result<(), StoreError> {

@@ -1113,3 +1113,96 @@ fn redis_readonly_drops_connection() {
     // Reads still work on a replica (connecting again).
     assert_eq!(s.epoch().unwrap(), 0);
 }
+
+// ------------------------------------------------------ non-stop BFD
+
+fn bfd_record(port: u16, state: &str) -> holdfast_nsr::BfdRecord {
+    holdfast_nsr::BfdRecord {
+        schema: SCHEMA_VERSION,
+        instance: "default".into(),
+        peer: "192.0.2.1".parse().unwrap(),
+        local: format!("192.0.2.2:{port}").parse().unwrap(),
+        multihop: false,
+        state: serde_json::json!({ "state": state, "local_discriminator": 7 }),
+    }
+}
+
+fn bfd_records(env: &dyn Env) {
+    let mut s = env.handle("bfd");
+    let e = s.claim().unwrap();
+    s.write(
+        e,
+        &[
+            Op::Bfd {
+                key: "default_192.0.2.1".into(),
+                record: bfd_record(49152, "Down"),
+            },
+            Op::Bfd {
+                key: "default_192.0.2.9".into(),
+                record: bfd_record(49153, "Up"),
+            },
+            Op::Bfd {
+                key: "default_192.0.2.1".into(),
+                record: bfd_record(49152, "Up"),
+            },
+        ],
+    )
+    .unwrap();
+    let st = s.load().unwrap();
+    assert!(st.sessions.is_empty(), "BFD records are no BGP sessions");
+    let keys: Vec<&str> = st.bfd.iter().map(|b| b.key.as_str()).collect();
+    assert_eq!(keys, ["default_192.0.2.1", "default_192.0.2.9"]);
+    assert_eq!(st.bfd[0].record, bfd_record(49152, "Up"), "last write wins");
+    s.write(
+        e,
+        &[Op::BfdRemove {
+            key: "default_192.0.2.9".into(),
+        }],
+    )
+    .unwrap();
+    assert_eq!(s.load().unwrap().bfd.len(), 1);
+    // A fenced writer changes nothing.
+    let mut backup = env.handle("bfd");
+    let e2 = backup.claim().unwrap();
+    let r = s.write(
+        e,
+        &[Op::Bfd {
+            key: "default_192.0.2.1".into(),
+            record: bfd_record(50000, "Down"),
+        }],
+    );
+    assert!(matches!(r, Err(StoreError::Fenced { .. })), "{r:?}");
+    let st = backup.load().unwrap();
+    assert_eq!(st.bfd[0].record, bfd_record(49152, "Up"));
+    // Records of a newer schema are refused.
+    let mut newer = bfd_record(49152, "Up");
+    newer.schema = SCHEMA_VERSION + 1;
+    backup
+        .write(
+            e2,
+            &[Op::Bfd {
+                key: "default_192.0.2.1".into(),
+                record: newer,
+            }],
+        )
+        .unwrap();
+    let r = backup.load();
+    assert!(
+        matches!(r, Err(StoreError::Schema { ref key, .. }) if key == "default_192.0.2.1"),
+        "{r:?}"
+    );
+}
+
+mod bfd_on_memory {
+    #[test]
+    fn bfd_records() {
+        super::bfd_records(&super::MemEnv::new())
+    }
+}
+
+mod bfd_on_redis {
+    #[test]
+    fn bfd_records() {
+        super::bfd_records(&super::RedisEnv::new())
+    }
+}

@@ -400,3 +400,40 @@ pub fn rib_entry(prefix: Prefix, peer: Option<&String>, a: &PathAttrs, best: boo
         ext_communities: a.ext_communities.iter().map(format_ext_community).collect(),
     }
 }
+
+/// A neighbour's BFD settings as the session machine's configuration.
+pub fn bfd_session(b: &holdfast_config::BfdSettings) -> holdfast_bfd::SessionConfig {
+    use holdfast_bfd::AuthType;
+    use holdfast_config::BfdAuthType;
+    holdfast_bfd::SessionConfig {
+        desired_min_tx_us: b.min_tx_ms.saturating_mul(1000),
+        required_min_rx_us: b.min_rx_ms.saturating_mul(1000),
+        detect_mult: b.multiplier,
+        passive: false,
+        auth: b.auth.as_ref().map(|a| holdfast_bfd::AuthConfig {
+            auth_type: match a.auth_type {
+                BfdAuthType::Simple => AuthType::SimplePassword,
+                BfdAuthType::KeyedMd5 => AuthType::KeyedMd5,
+                BfdAuthType::MeticulousMd5 => AuthType::MeticulousKeyedMd5,
+                BfdAuthType::KeyedSha1 => AuthType::KeyedSha1,
+                BfdAuthType::MeticulousSha1 => AuthType::MeticulousKeyedSha1,
+            },
+            key_id: a.key_id,
+            key: a.password.0.as_bytes().to_vec(),
+        }),
+    }
+}
+
+/// What the BFD thread runs a neighbour's session with.
+pub fn bfd_spec(
+    n: &holdfast_config::Neighbor,
+    b: &holdfast_config::BfdSettings,
+) -> crate::bfd::BfdSpec {
+    crate::bfd::BfdSpec {
+        peer: n.address,
+        local: n.local_address,
+        multihop: b.multihop,
+        vrf: n.vrf.clone(),
+        session: bfd_session(b),
+    }
+}

@@ -15,6 +15,7 @@
 
 mod takeover;
 
+use crate::bfd::{Bfd, BfdCmd};
 use crate::control::{self, DaemonReq};
 use crate::convert::{self, Compiled};
 use crate::nsr::{Fence, Nsr};
@@ -83,6 +84,8 @@ struct Daemon {
     record: Option<PathBuf>,
     /// Where a takeover's background task reports its failure.
     takeover_failed: mpsc::UnboundedSender<anyhow::Error>,
+    /// The BFD thread, started for the first neighbour with `bfd`.
+    bfd: Option<Bfd>,
 }
 
 struct ResumeTarget {
@@ -166,6 +169,7 @@ pub async fn run(
         resume_targets: Vec::new(),
         record,
         takeover_failed,
+        bfd: None,
     };
     d.apply(cfg, true)?;
     if d.takeover.is_some() {
@@ -284,6 +288,13 @@ impl Daemon {
                     added += 1;
                 }
                 Some(entry) => {
+                    if diff.bfd_changed.contains(&key) {
+                        let (old, tx) = (entry.neighbor.bfd.clone(), entry.tx.clone());
+                        self.bfd_changed(old.as_ref(), n, tx)?;
+                    }
+                    let Some(entry) = self.peers.get(&key) else {
+                        continue;
+                    };
                     let policy_changed = diff.policy_changed.contains(&key);
                     let settings_changed = entry.neighbor != *n || diff.global_changed;
                     if policy_changed || settings_changed {
@@ -312,6 +323,50 @@ impl Daemon {
         Ok(format!(
             "{added} neighbour(s) added, {changed} changed, {removed} removed"
         ))
+    }
+
+    /// The BFD thread, started on first use.
+    fn bfd(&mut self) -> anyhow::Result<&Bfd> {
+        if self.bfd.is_none() {
+            let nsr = self.nsr.clone();
+            self.bfd = Some(Bfd::start(self.metrics.clone(), nsr).context("starting BFD")?);
+        }
+        self.bfd.as_ref().context("BFD")
+    }
+
+    /// A neighbour's BFD settings changed on reload: start, stop, replace
+    /// (new mode or key) or reconfigure (new timers: a Poll Sequence, no
+    /// flap) its BFD session. BGP is not reset.
+    fn bfd_changed(
+        &mut self,
+        old: Option<&holdfast_config::BfdSettings>,
+        n: &Neighbor,
+        peer: mpsc::UnboundedSender<PeerCmd>,
+    ) -> anyhow::Result<()> {
+        let key = n.key();
+        match (old, &n.bfd) {
+            (None, None) => {}
+            (Some(_), None) => self.bfd()?.send(BfdCmd::Remove { key }),
+            (Some(o), Some(b)) if !o.needs_new_session(b) => {
+                self.bfd()?.send(BfdCmd::Configure {
+                    key,
+                    session: convert::bfd_session(b),
+                });
+            }
+            (_, Some(b)) => {
+                let spec = convert::bfd_spec(n, b);
+                self.bfd()?.send(BfdCmd::Add {
+                    key,
+                    spec,
+                    peer,
+                    resume: None,
+                });
+            }
+        }
+        if let Some(e) = self.peers.get_mut(&n.key()) {
+            e.neighbor.bfd = n.bfd.clone();
+        }
+        Ok(())
     }
 
     fn instance(&self, name: &str) -> anyhow::Result<&Instance> {
@@ -350,6 +405,20 @@ impl Daemon {
                 tx: tx.clone(),
             });
         }
+        if let Some(b) = &n.bfd {
+            let spec = convert::bfd_spec(n, b);
+            let resume = self
+                .takeover
+                .as_mut()
+                .and_then(|t| t.bfd.remove(&n.key().to_string()))
+                .map(Box::new);
+            self.bfd()?.send(BfdCmd::Add {
+                key: n.key(),
+                spec,
+                peer: tx.clone(),
+                resume,
+            });
+        }
         mailboxes.write().expect("mailboxes").insert(id, tx.clone());
         self.lookup
             .write()
@@ -373,6 +442,11 @@ impl Daemon {
             return;
         };
         let _ = entry.tx.send(PeerCmd::Shutdown);
+        if entry.neighbor.bfd.is_some() {
+            if let Some(b) = &self.bfd {
+                b.send(BfdCmd::Remove { key: key.clone() });
+            }
+        }
         if let Some(inst) = self.instances.get(&entry.neighbor.instance) {
             inst.mailboxes.write().expect("mailboxes").remove(&entry.id);
             inst.rib.send(RibCmd::RemovePeer(entry.id));
@@ -636,6 +710,10 @@ impl Daemon {
                 }
             },
             Request::ShowNsr => Response::nsr(self.nsr_status()),
+            Request::ShowBfd => match &self.bfd {
+                Some(b) => Response::bfd(b.show().await),
+                None => Response::bfd(Vec::new()),
+            },
             Request::NsrSwitchover { timeout_secs } => self.switchover(timeout_secs),
             Request::NeighborReset { address } => {
                 let Ok(ip) = address.parse::<IpAddr>() else {

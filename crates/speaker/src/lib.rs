@@ -4,7 +4,8 @@
 //! session, timer, listener, the control socket and the metrics endpoint;
 //! one RIB thread per routing instance runs route processing, which fans out
 //! to a worker pool of `--workers` threads. Session liveness therefore never
-//! waits on route processing.
+//! waits on route processing. BFD, when a neighbour asks for it, runs on a
+//! thread of its own ("bfd", `bfd/`), so neither can delay its packets.
 //!
 //! Signals: SIGHUP reloads the configuration (only what changed is touched),
 //! SIGTERM/SIGINT stop the daemon after sending Cease to every peer.
@@ -19,6 +20,7 @@
 #![forbid(unsafe_code)]
 
 mod addrs;
+mod bfd;
 mod conn;
 mod control;
 mod convert;

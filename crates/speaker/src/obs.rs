@@ -82,6 +82,16 @@ pub struct Metrics {
     decision_seconds: Family<InstanceLabels, Counter<f64, AtomicU64>>,
     nsr: Family<NsrLabels, Gauge>,
     nsr_session: Family<NsrSessionLabels, Gauge>,
+    bfd_state: Family<PeerLabels, Gauge>,
+    bfd_transitions: Family<TransitionLabels, Counter>,
+    bfd_packets: Family<BfdPacketLabels, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BfdPacketLabels {
+    instance: String,
+    peer: String,
+    direction: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -183,7 +193,25 @@ impl Metrics {
             decision_seconds: Family::default(),
             nsr: Family::default(),
             nsr_session: Family::default(),
+            bfd_state: Family::default(),
+            bfd_transitions: Family::default(),
+            bfd_packets: Family::default(),
         };
+        r.register(
+            "bfd_state",
+            "BFD session state (RFC 5880 codes: 0 AdminDown, 1 Down, 2 Init, 3 Up)",
+            m.bfd_state.clone(),
+        );
+        r.register(
+            "bfd_transitions",
+            "BFD session state changes by target state",
+            m.bfd_transitions.clone(),
+        );
+        r.register(
+            "bfd_packets",
+            "BFD control packets by direction: in, out, dropped",
+            m.bfd_packets.clone(),
+        );
         r.register(
             "nsr",
             "Non-stop routing, by figure: protected (0/1), epoch, store_epoch, store_latency_p50_us, store_latency_p99_us, ack_delay_p50_us, ack_delay_p99_us, ack_packets_held, ack_packets_clamped, writes, write_errors",
@@ -358,6 +386,61 @@ impl Metrics {
             .get_or_create(&l)
             .observe(took.as_secs_f64());
         self.updates_processed.get_or_create(&l).inc_by(msgs as u64);
+    }
+
+    /// A BFD session was created (state Down) for this neighbour.
+    pub fn bfd_configured(&self, l: &PeerLabels, discriminator: u32, peer: &str) {
+        tracing::info!(discriminator, peer, "BFD session created");
+        self.bfd_state
+            .get_or_create(l)
+            .set(i64::from(holdfast_bfd::State::Down.code()));
+    }
+
+    pub fn bfd_removed(&self, l: &PeerLabels) {
+        tracing::info!("BFD session removed");
+        self.bfd_state.remove(l);
+    }
+
+    /// A BFD state change: the log line and the metrics.
+    pub fn bfd_state(
+        &self,
+        l: &PeerLabels,
+        from: holdfast_bfd::State,
+        to: holdfast_bfd::State,
+        diag: holdfast_bfd::Diag,
+    ) {
+        if to == holdfast_bfd::State::Up || from == holdfast_bfd::State::Up {
+            tracing::warn!(%from, %to, %diag, "BFD state change");
+        } else {
+            tracing::info!(%from, %to, %diag, "BFD state change");
+        }
+        self.bfd_state.get_or_create(l).set(i64::from(to.code()));
+        let t = TransitionLabels {
+            instance: l.instance.clone(),
+            peer: l.peer.clone(),
+            to: format!("{to:?}"),
+        };
+        self.bfd_transitions.get_or_create(&t).inc();
+    }
+
+    /// A BFD packet sent (`out`), accepted by demultiplexing (`in`), or
+    /// discarded (`dropped`, with the reason logged at debug).
+    pub fn bfd_packet(
+        &self,
+        l: &PeerLabels,
+        direction: &str,
+        reason: Option<&dyn std::fmt::Display>,
+    ) {
+        if let Some(r) = reason {
+            tracing::debug!(reason = %r, "BFD packet dropped");
+        }
+        self.bfd_packets
+            .get_or_create(&BfdPacketLabels {
+                instance: l.instance.clone(),
+                peer: l.peer.clone(),
+                direction: direction.to_string(),
+            })
+            .inc();
     }
 
     pub fn encode(&self) -> String {

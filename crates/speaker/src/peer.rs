@@ -39,7 +39,7 @@ pub fn now() -> Time {
     EPOCH.get_or_init(Instant::now).elapsed()
 }
 
-fn instant_of(t: Time) -> tokio::time::Instant {
+pub(crate) fn instant_of(t: Time) -> tokio::time::Instant {
     let epoch = Instant::now() - now();
     tokio::time::Instant::from_std(epoch + t)
 }
@@ -90,6 +90,9 @@ pub enum PeerCmd {
     Reconfigure(Box<PeerSettings>),
     AdminReset,
     Shutdown,
+    /// The neighbour's BFD session: `true` Up (or BFD turned off),
+    /// `false` went Down.
+    Bfd(bool),
 }
 
 /// What the control socket and metrics read about a peer.
@@ -550,6 +553,8 @@ impl PeerTask {
                 });
             }
             PeerCmd::AdminReset => self.input(PeerInput::AdminReset),
+            PeerCmd::Bfd(true) => self.input(PeerInput::BfdUp),
+            PeerCmd::Bfd(false) => self.input(PeerInput::BfdDown),
             PeerCmd::Shutdown => {
                 self.input(PeerInput::Shutdown);
                 return false;

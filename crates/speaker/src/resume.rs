@@ -169,6 +169,8 @@ struct Started {
     nsr: Nsr,
     /// Takeover: the stored sessions.
     sessions: Vec<StoredSession>,
+    /// Takeover: the stored BFD sessions.
+    bfd: Vec<holdfast_nsr::StoredBfd>,
     claim_us: u64,
     load_us: u64,
 }
@@ -209,6 +211,7 @@ fn bring_up(cfg: &Config, role: Role) -> Result<Started, StartError> {
         inner: None,
     };
     let mut sessions = Vec::new();
+    let mut bfd = Vec::new();
     let (mut claim_us, mut load_us) = (0, 0);
     let (epoch, store_up) = match role {
         Role::Primary => match claim_and_forget(&mut store) {
@@ -226,10 +229,12 @@ fn bring_up(cfg: &Config, role: Role) -> Result<Started, StartError> {
             claim_us = started.elapsed().as_micros() as u64;
             tracing::info!(instance = %n.instance, epoch, "takeover: instance claimed; the old primary is fenced");
             let t = Instant::now();
-            sessions = store.load().map_err(StartError::Load)?.sessions;
+            let state = store.load().map_err(StartError::Load)?;
+            (sessions, bfd) = (state.sessions, state.bfd);
             load_us = t.elapsed().as_micros() as u64;
             tracing::info!(
                 sessions = sessions.len(),
+                bfd_sessions = bfd.len(),
                 load_ms = load_us / 1000,
                 "takeover: state loaded"
             );
@@ -261,20 +266,22 @@ fn bring_up(cfg: &Config, role: Role) -> Result<Started, StartError> {
     Ok(Started {
         nsr,
         sessions,
+        bfd,
         claim_us,
         load_us,
     })
 }
 
-/// A primary's steps 3–4: claim the instance and remove every session an
-/// earlier owner left. Returns the epoch.
+/// A primary's steps 3–4: claim the instance and remove every session (BGP
+/// and BFD) an earlier owner left. Returns the epoch.
 fn claim_and_forget(store: &mut LazyStore) -> Result<u64, StoreError> {
     let epoch = store.claim()?;
-    let ops: Vec<Op> = store
-        .load()?
+    let state = store.load()?;
+    let ops: Vec<Op> = state
         .sessions
         .into_iter()
         .map(|s| Op::Remove { key: s.key })
+        .chain(state.bfd.into_iter().map(|b| Op::BfdRemove { key: b.key }))
         .collect();
     if !ops.is_empty() {
         store.write(epoch, &ops)?;
@@ -295,6 +302,9 @@ pub struct Takeover {
     pub times: TakeoverTimes,
     /// Stored sessions by (instance, peer address).
     pub sessions: HashMap<(String, IpAddr), StoredSession>,
+    /// Stored BFD sessions by key (`instance/address`), taken by the
+    /// daemon as it adds each neighbour's BFD session.
+    pub bfd: HashMap<String, holdfast_nsr::BfdRecord>,
     pub ready_file: Option<PathBuf>,
     tag: String,
     manage_address: Option<IpAddr>,
@@ -311,6 +321,8 @@ impl Takeover {
         for s in up.sessions {
             sessions.insert((s.record.instance.clone(), s.record.peer), s);
         }
+        let bfd: HashMap<String, holdfast_nsr::BfdRecord> =
+            up.bfd.into_iter().map(|b| (b.key, b.record)).collect();
         let times = TakeoverTimes {
             sessions: sessions.len() as u64,
             claim_us: up.claim_us,
@@ -322,6 +334,7 @@ impl Takeover {
             started,
             times,
             sessions,
+            bfd,
             ready_file,
             tag: tag(&n.instance),
             manage_address: if n.manage_address { n.address } else { None },

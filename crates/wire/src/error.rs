@@ -67,6 +67,8 @@ pub mod cease_subcode {
     pub const CONNECTION_COLLISION_RESOLUTION: u8 = 7;
     pub const OUT_OF_RESOURCES: u8 = 8;
     pub const HARD_RESET: u8 = 9;
+    /// RFC 9384: the session's BFD session went Down.
+    pub const BFD_DOWN: u8 = 10;
 }
 
 /// ROUTE-REFRESH Message Error subcodes (RFC 7313 §5).

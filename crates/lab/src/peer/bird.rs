@@ -93,6 +93,9 @@ fn neighbor_block(i: usize, n: &NeighborSpec, local_as: u32) -> String {
     if n.ttl_security {
         s.push_str("  ttl security on;\n");
     }
+    if n.bfd.is_some() {
+        s.push_str("  bfd on;\n");
+    }
     if n.families.0 {
         s.push_str("  ipv4 { import all; export filter hf_export; };\n");
     }
@@ -131,6 +134,28 @@ impl Bird {
         s.push_str("timeformat protocol \"%s\";\n");
         s.push_str("debug protocols { states, events };\n");
         s.push_str("protocol device { scan time 2; }\n");
+        // bird2 2.0 sets BFD timers per interface: those of the first
+        // neighbour with BFD.
+        if let Some(n) = spec.neighbors.iter().find(|n| n.bfd.is_some()) {
+            let b = n.bfd.unwrap_or(super::BfdTimers {
+                min_rx_ms: 300,
+                min_tx_ms: 300,
+                multiplier: 3,
+            });
+            let auth = n.bfd_auth.as_ref().map_or_else(String::new, |a| {
+                format!(
+                    " authentication {}; password {} {{ id {}; }};",
+                    a.kind,
+                    quote(&a.password),
+                    a.key_id
+                )
+            });
+            let _ = writeln!(
+                s,
+                "protocol bfd hf_bfd {{\n  interface \"*\" {{ min rx interval {} ms; min tx interval {} ms; multiplier {};{auth} }};\n}}",
+                b.min_rx_ms, b.min_tx_ms, b.multiplier
+            );
+        }
         for (name, v6) in [("hf_static4", false), ("hf_static6", true)] {
             let _ = writeln!(
                 s,
@@ -173,6 +198,11 @@ impl Bird {
     /// `birdc reload in <proto>`: BIRD asks the neighbour to send its routes
     /// again with a ROUTE-REFRESH (RFC 2918), the neighbour having announced
     /// the capability.
+    /// `birdc show bfd sessions` (the raw table).
+    pub fn bfd_sessions(&self, lab: &Lab) -> Result<String> {
+        self.birdc(lab, &["show", "bfd", "sessions"])
+    }
+
     pub fn request_refresh(&self, lab: &Lab, neighbor: IpAddr) -> Result<()> {
         let p = proto_name(self.neighbor_index(neighbor)?);
         let out = self.birdc(lab, &["reload", "in", &p])?;

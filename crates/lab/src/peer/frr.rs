@@ -24,6 +24,7 @@ use crate::wait::wait_for;
 
 const ZEBRA: &str = "/usr/lib/frr/zebra";
 const BGPD: &str = "/usr/lib/frr/bgpd";
+const BFDD: &str = "/usr/lib/frr/bfdd";
 
 /// An FRR instance (zebra + bgpd).
 #[derive(Debug)]
@@ -186,6 +187,9 @@ fn neighbor_lines(n: &NeighborSpec) -> Vec<String> {
     if n.ttl_security {
         v.push(format!("neighbor {a} ttl-security hops 1"));
     }
+    if n.bfd.is_some() {
+        v.push(format!("neighbor {a} bfd profile {}", bfd_profile(n)));
+    }
     v.push(if n.graceful_restart {
         format!("neighbor {a} graceful-restart")
     } else {
@@ -197,7 +201,80 @@ fn neighbor_lines(n: &NeighborSpec) -> Vec<String> {
     v
 }
 
+/// The bfdd profile of a neighbour's timers.
+fn bfd_profile(n: &NeighborSpec) -> String {
+    n.bfd.map_or_else(String::new, |b| {
+        format!("hf-{}-{}-{}", b.min_rx_ms, b.min_tx_ms, b.multiplier)
+    })
+}
+
+/// bfdd's configuration: one profile per distinct set of neighbour timers.
+fn bfdd_config(spec: &PeerSpec, log: &str) -> String {
+    let mut s = format!(
+        "log file {log} debugging
+debug bfd peer
+debug bfd network
+!
+bfd
+"
+    );
+    let mut seen = Vec::new();
+    for n in &spec.neighbors {
+        let Some(b) = n.bfd else { continue };
+        if seen.contains(&b) {
+            continue;
+        }
+        seen.push(b);
+        let _ = writeln!(
+            s,
+            " profile {}
+  receive-interval {}
+  transmit-interval {}
+  detect-multiplier {}
+ !",
+            bfd_profile(n),
+            b.min_rx_ms,
+            b.min_tx_ms,
+            b.multiplier
+        );
+    }
+    s.push_str(
+        "!
+",
+    );
+    s
+}
+
 impl Frr {
+    /// `show bfd peers json` from bfdd (`[]` when bfdd does not run).
+    pub fn bfd_peers(&self, _lab: &Lab) -> Result<Value> {
+        if !self.spec.neighbors.iter().any(|n| n.bfd.is_some()) {
+            return Ok(Value::Array(Vec::new()));
+        }
+        let out = self.vty.run("bfdd", &["show bfd peers json".to_string()])?;
+        serde_json::from_str(&out)
+            .map_err(|e| parse_err("vtysh `show bfd peers json`", e.to_string()))
+    }
+
+    /// `show bfd peers json`, callable from another thread (a watcher).
+    pub fn bfd_probe(&self) -> Box<dyn Fn() -> Result<Value> + Send> {
+        let vty = self.vty.clone();
+        Box::new(move || {
+            let out = vty.run("bfdd", &["show bfd peers json".to_string()])?;
+            serde_json::from_str(&out)
+                .map_err(|e| parse_err("vtysh `show bfd peers json`", e.to_string()))
+        })
+    }
+
+    /// `show bfd peers counters json` from bfdd.
+    pub fn bfd_peer_counters(&self, _lab: &Lab) -> Result<Value> {
+        let out = self
+            .vty
+            .run("bfdd", &["show bfd peers counters json".to_string()])?;
+        serde_json::from_str(&out)
+            .map_err(|e| parse_err("vtysh `show bfd peers counters json`", e.to_string()))
+    }
+
     /// The daemons started earlier by [`Peer::start`] with `spec` in `host` as `procs`
     /// (see [`crate::peer::adopt`]).
     pub(super) fn adopt(
@@ -451,6 +528,38 @@ impl Peer for Frr {
         wait_for("zebra zserv socket", Duration::from_secs(10), || {
             Ok(zserv_path.exists().then_some(()))
         })?;
+        if frr.spec.neighbors.iter().any(|n| n.bfd.is_some()) {
+            write("bfdd.conf", bfdd_config(&frr.spec, &frr.path("bfdd.log")))?;
+            run_ok(
+                &argv(&["chown", "-R", "frr:frr", &dir_s]),
+                DEFAULT_CMD_TIMEOUT,
+            )?;
+            let (fconf, fpid) = (frr.path("bfdd.conf"), frr.path("bfdd.pid"));
+            let bfdd = lab.spawn(
+                host,
+                &format!("bfdd-{host_name}"),
+                &[
+                    BFDD,
+                    "-u",
+                    "frr",
+                    "-g",
+                    "frr",
+                    "-i",
+                    &fpid,
+                    "-z",
+                    &zserv,
+                    "--vty_socket",
+                    &dir_s,
+                    "-f",
+                    &fconf,
+                ],
+                &[],
+            )?;
+            frr.procs.push(bfdd);
+            wait_for("bfdd vty", Duration::from_secs(10), || {
+                Ok(frr.vty.run("bfdd", &["show bfd peers".to_string()]).ok())
+            })?;
+        }
         let (bconf, bpid) = (frr.path("bgpd.conf"), frr.path("bgpd.pid"));
         let bgpd = lab.spawn(
             host,

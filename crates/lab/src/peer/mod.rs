@@ -146,6 +146,29 @@ pub struct NeighborSpec {
     pub multihop: Option<u8>,
     /// GTSM (RFC 5082): send with TTL 255 and accept only TTL 255 (directly connected).
     pub ttl_security: bool,
+    /// BFD (RFC 5880/5881) under the session; `None` (the default) runs none.
+    pub bfd: Option<BfdTimers>,
+    /// BFD authentication (bird2 only).
+    pub bfd_auth: Option<BfdAuthSpec>,
+}
+
+/// BFD authentication as bird2 writes it (RFC 5880 §6.7).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BfdAuthSpec {
+    /// bird2's `authentication` value: `simple`, `keyed md5`,
+    /// `meticulous keyed md5`, `keyed sha1` or `meticulous keyed sha1`.
+    pub kind: String,
+    pub key_id: u8,
+    pub password: String,
+}
+
+/// A peer's BFD timers: frr runs `bfdd` with a profile of these, bird2 a
+/// `protocol bfd` with them on every interface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BfdTimers {
+    pub min_rx_ms: u32,
+    pub min_tx_ms: u32,
+    pub multiplier: u8,
 }
 
 impl NeighborSpec {
@@ -162,7 +185,29 @@ impl NeighborSpec {
             graceful_restart: false,
             multihop: None,
             ttl_security: false,
+            bfd: None,
+            bfd_auth: None,
         }
+    }
+
+    /// Authenticate BFD (bird2's `authentication` syntax for `kind`).
+    pub fn bfd_auth(mut self, kind: &str, key_id: u8, password: &str) -> Self {
+        self.bfd_auth = Some(BfdAuthSpec {
+            kind: kind.to_string(),
+            key_id,
+            password: password.to_string(),
+        });
+        self
+    }
+
+    /// Run BFD under the session with these timers.
+    pub fn bfd(mut self, min_rx_ms: u32, min_tx_ms: u32, multiplier: u8) -> Self {
+        self.bfd = Some(BfdTimers {
+            min_rx_ms,
+            min_tx_ms,
+            multiplier,
+        });
+        self
     }
 
     /// Set the local address.

@@ -1,5 +1,6 @@
 //! The non-stop-routing failover sequence, run against one kind of real
-//! peer (bird2, frr or gobgpd) by the `nsr_<peer>` scenarios.
+//! peer (bird2, frr or gobgpd) by the `nsr_<peer>` scenarios; `nsr_bfd_frr`
+//! uses its lab and takeovers with BFD under the session.
 //!
 //! ```text
 //!                 bridge `lan` 198.18.0.0/24
@@ -29,6 +30,7 @@
 //!   holdfastd; a fresh route from the feed reaches the peer);
 //! * at the end, the bridge capture holds no FIN or RST sent from the
 //!   service address since the first failure: no dying primary leaked one.
+#![allow(dead_code)]
 
 use holdfast_api::RibTable;
 use holdfast_lab::{
@@ -68,6 +70,8 @@ pub struct Options {
     /// `[nsr] compact_bytes`: small values make every burst compact the
     /// replicated logs into snapshots, so takeovers load snapshots.
     pub compact_bytes: Option<u64>,
+    /// BFD at 300 ms x 3 under the session under test (non-stop BFD).
+    pub bfd: bool,
 }
 
 pub struct Run<P: Peer> {
@@ -96,6 +100,11 @@ fn hf_config(topo: &NsrTopo, redis: &str, o: &Options) -> String {
         .md5
         .map(|k| format!("md5_password = \"{k}\"\n"))
         .unwrap_or_default();
+    let md5 = if o.bfd {
+        format!("{md5}bfd = true\n")
+    } else {
+        md5
+    };
     let extra = format!(
         "hold_time = 9\n\
          [[network]]\nprefix = \"100.100.0.0/24\"\ncount = 10\n\
@@ -119,6 +128,9 @@ fn peer_spec(topo: &NsrTopo, o: &Options) -> PeerSpec {
         .families(true, false);
     if let Some(k) = o.md5 {
         us = us.md5(k);
+    }
+    if o.bfd {
+        us = us.bfd(300, 300, 3);
     }
     let feed = NeighborSpec::new(IpAddr::V4(topo.feed.v4), FEED_IN_AS)
         .local(IpAddr::V4(topo.peer.v4))
@@ -229,6 +241,15 @@ impl<P: Peer> Run<P> {
         };
         run.wait_protected("start");
         Some(run)
+    }
+
+    pub fn peer(&self) -> &P {
+        &self.peer
+    }
+
+    /// The running holdfastd unit.
+    pub fn hf(&self) -> &Holdfastd {
+        &self.hf
     }
 
     pub fn watch(&self) -> PeerWatch {

@@ -22,6 +22,12 @@
 //!   then until End-of-RIB or the stale-path time.
 //! - RFC 4486: a maximum-prefix Cease keeps the session down until an
 //!   operator resets it, or for `max_prefix_restart` seconds.
+//! - RFC 5882 §4.3 / RFC 9384: [`PeerInput::BfdDown`] stops the session
+//!   with Cease/BFD Down (subcode 10) and keeps it down while BFD is down
+//!   and then for a hold-down (the neighbour's ConnectRetry time) after
+//!   [`PeerInput::BfdUp`], so a flapping link does not flap BGP. BGP does
+//!   not wait for BFD at its first start (RFC 5882 §4.1 leaves this to the
+//!   operator).
 //! - RFC 2918: a ROUTE-REFRESH (subtype 0) on an Established session asks
 //!   the RIB to re-send the family.
 //!
@@ -36,7 +42,8 @@ use holdfast_fsm::{
     SessionStats, State, Time,
 };
 use holdfast_wire::error::cease_subcode::{
-    ADMINISTRATIVE_RESET, CONNECTION_COLLISION_RESOLUTION, MAX_PREFIXES, OTHER_CONFIGURATION_CHANGE,
+    ADMINISTRATIVE_RESET, BFD_DOWN, CONNECTION_COLLISION_RESOLUTION, MAX_PREFIXES,
+    OTHER_CONFIGURATION_CHANGE,
 };
 use holdfast_wire::error::error_code::CEASE;
 use holdfast_wire::{
@@ -122,6 +129,11 @@ pub enum PeerInput {
     Resume { local_open: Open, remote_open: Open },
     /// NSR takeover: the connection could not be restored; start afresh.
     AbortResume,
+    /// The neighbour's BFD session went from Up to Down (not because the
+    /// peer signalled AdminDown, RFC 5882 §3.2).
+    BfdDown,
+    /// The neighbour's BFD session is Up again, or BFD was turned off.
+    BfdUp,
 }
 
 /// A message the core wants written on a slot's connection.
@@ -207,6 +219,12 @@ pub struct PeerCore {
     restart_at: Option<Time>,
     /// Waiting for an NSR resume.
     resuming: bool,
+    /// BFD is Down: the session is held down (RFC 5882).
+    #[serde(default)]
+    bfd_down: bool,
+    /// BFD came back: the session starts again at this time (hold-down).
+    #[serde(default)]
+    bfd_restart_at: Option<Time>,
 }
 
 impl PeerCore {
@@ -221,7 +239,14 @@ impl PeerCore {
             stale_deadline: None,
             restart_at: None,
             resuming: false,
+            bfd_down: false,
+            bfd_restart_at: None,
         }
+    }
+
+    /// BFD holds the session down (BFD Down, or its hold-down running).
+    pub fn bfd_held(&self) -> bool {
+        self.bfd_down || self.bfd_restart_at.is_some()
     }
 
     pub fn params(&self) -> &PeerParams {
@@ -272,6 +297,7 @@ impl PeerCore {
             self.extra.as_ref().and_then(|e| e.fsm.next_deadline()),
             self.stale_deadline,
             self.restart_at,
+            self.bfd_restart_at,
         ]
         .into_iter()
         .flatten()
@@ -328,7 +354,9 @@ impl PeerCore {
             PeerInput::AdminReset => {
                 self.restart_at = None;
                 if self.main.fsm.state() == State::Idle {
-                    if self.params.enabled {
+                    if self.bfd_held() {
+                        tracing::info!("reset ignored: BFD holds the session down");
+                    } else if self.params.enabled {
                         self.fsm(&mut cx, Which::Main, Event::ManualStart);
                     }
                 } else {
@@ -354,7 +382,46 @@ impl PeerCore {
                     self.fsm(&mut cx, Which::Main, Event::ManualStart);
                 }
             }
+            PeerInput::BfdDown => self.bfd_down(&mut cx),
+            PeerInput::BfdUp => self.bfd_up(&mut cx),
         }
+    }
+
+    /// RFC 5882 §4.3: BFD Down takes the session down (Cease/BFD Down,
+    /// RFC 9384) and keeps it in Idle until [`PeerInput::BfdUp`].
+    fn bfd_down(&mut self, cx: &mut Cx) {
+        self.bfd_restart_at = None;
+        if self.bfd_down {
+            return;
+        }
+        self.bfd_down = true;
+        if self.resuming {
+            return;
+        }
+        tracing::warn!("BFD down: stopping the session (Cease/BFD Down)");
+        if self.main.fsm.state() != State::Idle {
+            self.fsm(cx, Which::Main, Event::Stop(cease(BFD_DOWN)));
+        }
+        self.fsm(cx, Which::Main, Event::ManualStop);
+        if self.extra.take().is_some() {
+            cx.out.push(PeerOutput::Close(Which::Extra));
+        }
+        self.session_down(cx, false, "BFD down");
+    }
+
+    /// BFD is back: the session starts again after the hold-down (the
+    /// ConnectRetry time), unless BFD goes down again first.
+    fn bfd_up(&mut self, cx: &mut Cx) {
+        if !self.bfd_down {
+            return;
+        }
+        self.bfd_down = false;
+        let hold = Duration::from_secs(u64::from(self.params.session.connect_retry.max(1)));
+        tracing::info!(
+            hold_down_s = hold.as_secs(),
+            "BFD up: session starts after the hold-down"
+        );
+        self.bfd_restart_at = Some(cx.now + hold);
     }
 
     fn slot(&mut self, w: Which) -> Option<&mut Slot> {
@@ -431,7 +498,7 @@ impl PeerCore {
     }
 
     fn inbound(&mut self, cx: &mut Cx) {
-        if !self.params.enabled {
+        if !self.params.enabled || self.bfd_held() {
             cx.out.push(PeerOutput::Refuse(None));
             return;
         }
@@ -662,9 +729,16 @@ impl PeerCore {
             tracing::info!("graceful-restart timer expired: flushing stale routes");
             cx.out.push(PeerOutput::StaleTimeout);
         }
+        if self.bfd_restart_at.is_some_and(|d| d <= now) {
+            self.bfd_restart_at = None;
+            if self.params.enabled && self.restart_at.is_none() && !self.resuming {
+                tracing::info!("BFD hold-down over: starting the session again");
+                self.fsm(cx, Which::Main, Event::ManualStart);
+            }
+        }
         if self.restart_at.is_some_and(|d| d <= now) {
             self.restart_at = None;
-            if self.params.enabled {
+            if self.params.enabled && !self.bfd_held() {
                 tracing::info!("max-prefix restart time over: starting the session again");
                 self.fsm(cx, Which::Main, Event::ManualStart);
             }
@@ -701,7 +775,9 @@ impl PeerCore {
                 self.session_down(cx, false, "neighbour disabled");
             }
         } else if !was_enabled {
-            self.fsm(cx, Which::Main, Event::ManualStart);
+            if !self.bfd_held() {
+                self.fsm(cx, Which::Main, Event::ManualStart);
+            }
         } else if reset {
             tracing::info!("session settings changed: resetting");
             let n = cease(OTHER_CONFIGURATION_CHANGE);

@@ -1,6 +1,7 @@
 //! Unit tests of [`PeerCore`] without sockets: collisions in every order,
 //! graceful restart with and without End-of-RIB, max-prefix restarts,
-//! ROUTE-REFRESH, the NSR resume and a reload that changes the hold time.
+//! ROUTE-REFRESH, the NSR resume, a reload that changes the hold time, and
+//! BFD Down / Up with its hold-down (RFC 5882, RFC 9384).
 
 use super::*;
 use holdfast_wire::{
@@ -676,4 +677,76 @@ fn inputs_and_outputs_survive_serde() {
     let o = PeerOutput::Update(vec![0xde, 0xad]);
     let s = serde_json::to_string(&o).expect("serialize");
     assert_eq!(s, r#"{"Update":"dead"}"#);
+}
+
+#[test]
+fn bfd_down_stops_the_session_with_cease_bfd_down_and_holds_it() {
+    let mut c = established_core(params(), true);
+    let out = c.handle(t(10), PeerInput::BfdDown);
+    assert!(sent_cease(&out, Which::Main, BFD_DOWN), "{out:?}");
+    assert!(
+        has(&out, |o| *o == PeerOutput::PeerDown { graceful: false }),
+        "{out:?}"
+    );
+    assert_eq!(c.state(), State::Idle);
+    assert!(c.bfd_held());
+    // Held down however long BFD stays down; a reset does not start it.
+    assert_eq!(c.next_deadline(), None);
+    let out = c.handle(t(3_600_000), PeerInput::Timer);
+    assert!(!has(&out, |o| *o == PeerOutput::Connect), "{out:?}");
+    let out = c.handle(t(3_600_001), PeerInput::AdminReset);
+    assert!(!has(&out, |o| *o == PeerOutput::Connect), "{out:?}");
+    // An inbound connection meanwhile is refused.
+    let out = c.handle(t(3_600_002), PeerInput::Inbound);
+    assert_eq!(out, vec![PeerOutput::Refuse(None)]);
+}
+
+#[test]
+fn bfd_up_restarts_only_after_the_hold_down() {
+    let mut c = established_core(params(), false);
+    c.handle(t(10), PeerInput::BfdDown);
+    let hold = Duration::from_secs(u64::from(params().session.connect_retry));
+    let out = c.handle(t(1_000), PeerInput::BfdUp);
+    assert!(!has(&out, |o| *o == PeerOutput::Connect), "{out:?}");
+    assert_eq!(c.next_deadline(), Some(t(1_000) + hold));
+    let out = c.handle(t(1_000) + hold - t(1), PeerInput::Timer);
+    assert!(!has(&out, |o| *o == PeerOutput::Connect), "{out:?}");
+    let out = c.handle(t(1_000) + hold, PeerInput::Timer);
+    assert!(has(&out, |o| *o == PeerOutput::Connect), "{out:?}");
+    assert!(!c.bfd_held());
+}
+
+#[test]
+fn bfd_flapping_during_the_hold_down_keeps_the_session_down() {
+    let mut c = established_core(params(), false);
+    let hold = Duration::from_secs(u64::from(params().session.connect_retry));
+    c.handle(t(10), PeerInput::BfdDown);
+    c.handle(t(100), PeerInput::BfdUp);
+    let out = c.handle(t(200), PeerInput::BfdDown);
+    assert!(
+        out.iter().all(|o| !matches!(o, PeerOutput::Send(..))),
+        "{out:?}"
+    );
+    let out = c.handle(t(100) + hold, PeerInput::Timer);
+    assert!(!has(&out, |o| *o == PeerOutput::Connect), "{out:?}");
+    c.handle(t(5_000), PeerInput::BfdUp);
+    let out = c.handle(t(5_000) + hold, PeerInput::Timer);
+    assert!(has(&out, |o| *o == PeerOutput::Connect), "{out:?}");
+}
+
+#[test]
+fn bfd_up_without_a_down_changes_nothing() {
+    let mut c = established_core(params(), false);
+    let before = c.next_deadline();
+    let out = c.handle(t(10), PeerInput::BfdUp);
+    assert!(out.is_empty(), "{out:?}");
+    assert_eq!(c.next_deadline(), before);
+    assert_eq!(c.state(), State::Established);
+    // BFD Down while still connecting also stops the attempt.
+    let mut c = PeerCore::new(params());
+    c.handle(t(0), PeerInput::Start { resuming: false });
+    c.handle(t(1), PeerInput::BfdDown);
+    assert_eq!(c.state(), State::Idle);
+    let out = c.handle(t(100_000), PeerInput::Timer);
+    assert!(!has(&out, |o| *o == PeerOutput::Connect), "{out:?}");
 }

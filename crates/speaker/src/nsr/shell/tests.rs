@@ -81,6 +81,8 @@ fn op_name(op: &Op) -> &'static str {
         Op::Acked { .. } => "acked",
         Op::Snapshot { .. } => "snapshot",
         Op::Remove { .. } => "remove",
+        Op::Bfd { .. } => "bfd",
+        Op::BfdRemove { .. } => "bfd-remove",
     }
 }
 

@@ -1,0 +1,265 @@
+//! BFD under the BGP sessions: the BFD thread, its sockets, and the
+//! session table ([`table`]) that feeds `holdfast_bfd::Session`s.
+//!
+//! BFD runs on its own OS thread ("bfd") with its own current-thread Tokio
+//! runtime, so neither route processing nor the I/O thread's work can
+//! delay a control packet. The daemon talks to it through [`Bfd`] (add,
+//! reconfigure, remove a neighbour's session; `show bfd`); the thread tells
+//! a neighbour's peer task when its BFD session goes Down or comes Up
+//! (`PeerCmd::Bfd`, which the shell feeds to the core as
+//! `PeerInput::BfdDown` / `BfdUp`).
+//!
+//! Non-stop BFD (with `[nsr]`): every session's [`holdfast_bfd::ResumeState`],
+//! source address and port are replicated (`holdfast_nsr::Op::Bfd`, through
+//! the replicator like every other op) whenever anything but the
+//! authentication sequence numbers changes, and all of them anew when the
+//! replicator asks sessions to re-synchronise. A takeover hands each stored
+//! record to [`BfdCmd::Add`] (`resume`): the session continues with
+//! `Session::resume` on the same source port, Up, with the same
+//! discriminators and intervals.
+//!
+//! # RFCs
+//! - RFC 5880: the session machine is `holdfast-bfd`'s; here: discriminator
+//!   allocation (random, non-zero, unique) and demultiplexing (§6.8.6: by
+//!   Your Discriminator, or by the source address and the mode when it is
+//!   zero).
+//! - RFC 5881 (single-hop): packets to UDP 3784, from a source port in
+//!   49152–65535 unique per session, with TTL / hop limit 255; received on
+//!   3784 and discarded unless their TTL / hop limit is 255 (read per
+//!   datagram with `IP_RECVTTL` / `IPV6_RECVHOPLIMIT`, `holdfast_linux::udp_ttl`).
+//!   IPv4 and IPv6.
+//! - RFC 5883 (multihop): UDP 4784, sent with TTL 255, any TTL accepted.
+//! - RFC 5882: Up → Down (unless the peer signalled AdminDown, §3.2) is
+//!   reported to BGP, which goes down and holds down (see the peer core);
+//!   the source address is the BGP session's local address (`local_address`,
+//!   or the address the kernel routes from towards the peer).
+//!
+//! # Known issues
+//! - Without `local_address`, the source address is the kernel's route
+//!   choice towards the peer, which is the BGP connection's own only when
+//!   BGP, too, lets the kernel choose.
+//! - The receive sockets are not bound to a VRF: BFD for neighbours in a
+//!   VRF instance sends from the VRF but receives only what the default
+//!   VRF's sockets see.
+//! - No Echo function and no Demand mode (those of `holdfast-bfd`).
+//! - Non-stop BFD: the replicated bfd.XmitAuthSeq is the one of the last
+//!   write, not of the last packet. With the meticulous authentication
+//!   types the peer drops a backup's packets until the number is back in
+//!   its window; the keyed types advance it only on a change of content,
+//!   and a Poll Sequence between two writes leaves it behind as well.
+//! - BFD records are not part of `show nsr`'s protection figures, and a
+//!   BFD op counts in its BGP session's replication lag (same key).
+
+pub mod table;
+
+use crate::nsr::Nsr;
+use crate::obs::Metrics;
+use crate::peer::PeerCmd;
+use holdfast_api::BfdSessionInfo;
+use holdfast_config::NeighborKey;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::os::fd::AsFd;
+use std::sync::Arc;
+use table::{Rx, Table};
+use tokio::io::Interest;
+use tokio::net::UdpSocket;
+use tokio::sync::{mpsc, oneshot};
+
+/// RFC 5881 §4: single-hop control packets go to this port.
+pub const SINGLE_HOP_PORT: u16 = 3784;
+/// RFC 5883 §5: multihop control packets go to this port.
+pub const MULTIHOP_PORT: u16 = 4784;
+
+/// What a neighbour's BFD session is run with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BfdSpec {
+    pub peer: IpAddr,
+    /// The BGP session's local address, when configured.
+    pub local: Option<IpAddr>,
+    pub multihop: bool,
+    pub vrf: Option<String>,
+    pub session: holdfast_bfd::SessionConfig,
+}
+
+/// A request to the BFD thread.
+pub enum BfdCmd {
+    /// Start a session for this neighbour; its peer task hears of Down/Up.
+    /// `resume`: a takeover's stored record of the session, which then
+    /// continues where the old primary left it (same discriminators,
+    /// state, intervals, source port) instead of starting Down.
+    Add {
+        key: NeighborKey,
+        spec: BfdSpec,
+        peer: mpsc::UnboundedSender<PeerCmd>,
+        resume: Option<Box<holdfast_nsr::BfdRecord>>,
+    },
+    /// New timers or multiplier for a running session (a Poll Sequence
+    /// while Up, RFC 5880 §6.8.3): the session is kept.
+    Configure {
+        key: NeighborKey,
+        session: holdfast_bfd::SessionConfig,
+    },
+    /// Stop the session (sends AdminDown, §6.8.16) and release BGP.
+    Remove {
+        key: NeighborKey,
+    },
+    Show(oneshot::Sender<Vec<BfdSessionInfo>>),
+}
+
+/// The daemon's handle on the BFD thread (started on first use).
+#[derive(Clone)]
+pub struct Bfd {
+    tx: mpsc::UnboundedSender<BfdCmd>,
+}
+
+impl Bfd {
+    /// Starts the BFD thread: binds the receive sockets and runs until
+    /// every handle is dropped.
+    pub fn start(metrics: Arc<Metrics>, nsr: Option<Nsr>) -> std::io::Result<Bfd> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("bfd".into())
+            .spawn(move || {
+                let rt = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                        return;
+                    }
+                };
+                rt.block_on(run(rx, metrics, nsr, ready_tx));
+            })?;
+        ready_rx
+            .recv()
+            .map_err(|_| std::io::Error::other("BFD thread ended at start"))??;
+        Ok(Bfd { tx })
+    }
+
+    pub fn send(&self, cmd: BfdCmd) {
+        if self.tx.send(cmd).is_err() {
+            tracing::error!("BFD thread is gone");
+        }
+    }
+
+    /// `show bfd`.
+    pub async fn show(&self) -> Vec<BfdSessionInfo> {
+        let (tx, rx) = oneshot::channel();
+        self.send(BfdCmd::Show(tx));
+        rx.await.unwrap_or_default()
+    }
+}
+
+/// Binds one receive socket (port 3784 or 4784, one address family).
+fn bind_rx(addr: SocketAddr) -> std::io::Result<UdpSocket> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let v6 = addr.is_ipv6();
+    let domain = if v6 { Domain::IPV6 } else { Domain::IPV4 };
+    let s = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
+    if v6 {
+        s.set_only_v6(true)?;
+    }
+    s.set_reuse_address(true)?;
+    s.set_nonblocking(true)?;
+    s.bind(&addr.into())?;
+    holdfast_linux::enable_recv_ttl(s.as_fd(), v6)?;
+    UdpSocket::from_std(std::net::UdpSocket::from(s))
+}
+
+/// Reads one receive socket for ever, handing each datagram to the loop.
+async fn reader(sock: UdpSocket, multihop: bool, out: mpsc::UnboundedSender<Rx>) {
+    let mut buf = vec![0u8; 512];
+    loop {
+        if sock.readable().await.is_err() {
+            return;
+        }
+        let got = sock.try_io(Interest::READABLE, || {
+            holdfast_linux::recv_with_ttl(sock.as_fd(), &mut buf)
+        });
+        match got {
+            Ok(d) => {
+                let rx = Rx {
+                    data: buf[..d.len].to_vec(),
+                    from: d.from,
+                    ttl: d.ttl,
+                    multihop,
+                };
+                if out.send(rx).is_err() {
+                    return;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => tracing::debug!("BFD receive: {e}"),
+        }
+    }
+}
+
+async fn run(
+    mut cmds: mpsc::UnboundedReceiver<BfdCmd>,
+    metrics: Arc<Metrics>,
+    nsr: Option<Nsr>,
+    ready: std::sync::mpsc::Sender<std::io::Result<()>>,
+) {
+    let (pkt_tx, mut pkts) = mpsc::unbounded_channel();
+    let mut bound = 0;
+    for (ip, port, multihop) in [
+        (IpAddr::V4(Ipv4Addr::UNSPECIFIED), SINGLE_HOP_PORT, false),
+        (IpAddr::V6(Ipv6Addr::UNSPECIFIED), SINGLE_HOP_PORT, false),
+        (IpAddr::V4(Ipv4Addr::UNSPECIFIED), MULTIHOP_PORT, true),
+        (IpAddr::V6(Ipv6Addr::UNSPECIFIED), MULTIHOP_PORT, true),
+    ] {
+        let addr = SocketAddr::new(ip, port);
+        match bind_rx(addr) {
+            Ok(s) => {
+                tracing::info!(%addr, "BFD listening");
+                bound += 1;
+                tokio::spawn(reader(s, multihop, pkt_tx.clone()));
+            }
+            Err(e) => tracing::error!(%addr, "BFD cannot listen: {e}"),
+        }
+    }
+    if bound == 0 {
+        let _ = ready.send(Err(std::io::Error::other(
+            "no BFD receive socket could be bound",
+        )));
+        return;
+    }
+    let _ = ready.send(Ok(()));
+    drop(pkt_tx);
+    let mut resync = nsr.as_ref().map(|n| n.shared.resync.subscribe());
+    let mut table = Table::new(metrics, nsr);
+    loop {
+        let deadline = table
+            .next_deadline()
+            .map(crate::peer::instant_of)
+            .unwrap_or_else(|| tokio::time::Instant::now() + std::time::Duration::from_secs(3600));
+        tokio::select! {
+            biased;
+            cmd = cmds.recv() => match cmd {
+                Some(BfdCmd::Show(reply)) => {
+                    let _ = reply.send(table.show());
+                }
+                Some(cmd) => table.command(crate::peer::now(), cmd),
+                None => {
+                    table.shutdown(crate::peer::now());
+                    return;
+                }
+            },
+            Some(rx) = pkts.recv() => table.received(crate::peer::now(), rx),
+            Ok(()) = resynced(resync.as_mut()) => table.replicate_all(),
+            _ = tokio::time::sleep_until(deadline) => table.timers(crate::peer::now()),
+        }
+    }
+}
+
+/// Resolves when the replicator asks every session to write itself anew
+/// (after a store outage); never without NSR.
+async fn resynced(rx: Option<&mut tokio::sync::watch::Receiver<u64>>) -> Result<(), ()> {
+    match rx {
+        Some(rx) => rx.changed().await.map_err(|_| ()),
+        None => std::future::pending().await,
+    }
+}
