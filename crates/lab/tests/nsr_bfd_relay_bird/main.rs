@@ -159,6 +159,14 @@ fn bird_bfd_100ms_stays_up_through_a_slow_takeover_with_the_relay() {
     )
     .unwrap_or_else(|e| panic!("{e}"));
     let report = watch.stop();
+    // The watcher's first sample off Up (bounded wait: it may not have
+    // sampled since bird went Down).
+    let _ = wait_until(
+        "negative control: the watcher sees bird's BFD leave Up",
+        Duration::from_secs(10),
+        || Ok(since(&samples, t3)),
+        |v| v.iter().any(|x| x.1.as_ref() != Some(&up)),
+    );
     stop.store(true, Ordering::Relaxed);
     thread.join().expect("watcher");
     let first_not_up = since(&samples, t3)

@@ -222,7 +222,12 @@ fn frr_bfd_100ms_stays_up_through_takeovers_with_the_relay() {
     r.idle_kill();
     hold_for(DETECT * 10, || {});
     let (n, gap) = bfd.assert_up_since("takeover with the relay", t1, id, remote_id);
-    assert!(gap <= Duration::from_millis(150), "sampling gap {gap:?}");
+    // The watcher sleeps 40 ms between vtysh calls, which take 10–100 ms
+    // on this busy VM. Any gap below the detection time is fine: a session
+    // that went Down stays down for at least a second (it comes back through
+    // Down/Init at the slow rate, RFC 5880 §6.8.3), and the session-down
+    // counter is checked as well.
+    assert!(gap < DETECT, "sampling gap {gap:?}");
     assert_eq!(session_downs(&r), downs, "frr counted a BFD session down");
     println!(
         "1. takeover with the relay: frr BFD up in all {n} samples (largest gap {gap:?}), session-down {downs} unchanged, took {:?}",
@@ -283,11 +288,15 @@ fn frr_bfd_100ms_stays_up_through_takeovers_with_the_relay() {
         |n| *n > downs,
     )
     .unwrap_or_else(|e| panic!("{e}"));
-    let first_down = bfd
-        .since(t3)
-        .into_iter()
-        .find(|s| s.status != "up")
-        .map(|s| s.at - t3);
+    let first_down = wait_until(
+        "negative control: the watcher sees frr's BFD leave up",
+        Duration::from_secs(10),
+        || Ok(bfd.since(t3)),
+        |v| v.iter().any(|s| s.status != "up"),
+    )
+    .ok()
+    .and_then(|v| v.into_iter().find(|s| s.status != "up"))
+    .map(|s| s.at - t3);
     // frr drops the BGP session (RFC 5882).
     let svc: std::net::IpAddr = "198.18.0.10".parse().expect("service");
     let dropped = wait_until(
@@ -339,7 +348,15 @@ fn frr_bfd_100ms_stays_up_through_takeovers_with_the_relay() {
         |n| *n > downs,
     )
     .unwrap_or_else(|e| panic!("{e}"));
-    let v = bfd.since(t5);
+    // The watcher's first sample off Up (it samples while we read the
+    // counter: wait for it).
+    let v = wait_until(
+        "relay and primary killed: the watcher sees frr's BFD leave up",
+        Duration::from_secs(10),
+        || Ok(bfd.since(t5)),
+        |v| v.iter().any(|s| s.status != "up"),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     let last_up = v
         .iter()
         .filter(|s| s.status == "up")
