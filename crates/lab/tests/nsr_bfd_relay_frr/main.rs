@@ -36,6 +36,13 @@
 //!    a new relay covers the session): nobody takes over; frr's BFD goes
 //!    down within its detection time (asserted: within 300 ms plus the
 //!    sampling period and vtysh's latency).
+//!
+//! A second test, `relay_lets_go_of_a_unit_nobody_takes_over` (its own
+//! lab): the relay runs with `--cover-ms 5000`, the primary is SIGKILLed
+//! and nobody takes over. The relay keeps frr's BFD up until the instance
+//! has been silent in the store for 5 s, then stops: frr's BFD goes down
+//! between 1.5 s and 6.5 s after the kill (the last keepalive written
+//! 0–3 s before it, plus 5 s, plus 300 ms), not within its detection time.
 
 #[path = "../support/nsr.rs"]
 mod nsr_common;
@@ -377,4 +384,63 @@ fn frr_bfd_100ms_stays_up_through_takeovers_with_the_relay() {
     );
     drop(bfd);
     r.print_phases();
+}
+
+#[test]
+fn relay_lets_go_of_a_unit_nobody_takes_over() {
+    let Some(mut r) = nsr_common::Run::<Frr>::start(
+        "nsr_bfd_relay_cover",
+        PeerKind::Frr,
+        nsr_common::Options {
+            md5: None,
+            compact_bytes: None,
+            bfd: Some(INTERVAL_MS),
+        },
+    ) else {
+        return;
+    };
+    let before = wait_bfd_up(&r, "start");
+    r.start_relay_with(1, &["--cover-ms", "5000"]);
+    let downs = session_downs(&r);
+    let bfd = BfdWatcher::start(r.peer().bfd_probe());
+    let t0 = Instant::now();
+    hold_for(DETECT * 5, || {});
+    bfd.assert_up_since(
+        "relay running",
+        t0,
+        before["id"].as_u64().unwrap_or(0),
+        before["remote-id"].as_u64().unwrap_or(0),
+    );
+    let t = Instant::now();
+    r.kill_primary();
+    let v = wait_until(
+        "nobody took over: frr's BFD leaves up once the relay lets go",
+        Duration::from_secs(20),
+        || Ok(bfd.since(t)),
+        |v| v.iter().any(|s| s.status != "up"),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let down = v
+        .iter()
+        .find(|s| s.status != "up")
+        .map(|s| s.at - t)
+        .expect("down");
+    let last_up = v
+        .iter()
+        .filter(|s| s.status == "up")
+        .map(|s| s.at - t)
+        .max();
+    println!(
+        "unit killed, nobody takes over, relay --cover-ms 5000: frr's BFD up until +{last_up:?}, first down sample +{down:?}; session-down {downs} -> {}",
+        session_downs(&r)
+    );
+    assert!(
+        down >= Duration::from_millis(1500),
+        "the relay did not keep the session up past the detection time: {down:?}"
+    );
+    assert!(
+        down <= Duration::from_millis(6500),
+        "the relay kept a dead unit's session up too long: {down:?}"
+    );
+    assert!(session_downs(&r) > downs);
 }

@@ -252,6 +252,11 @@ impl<P: Peer> Run<P> {
     /// on first use) with the lab's Redis URL and our instance, and waits
     /// until it covers `sessions` BFD sessions (read from its log).
     pub fn start_relay(&mut self, sessions: usize) {
+        self.start_relay_with(sessions, &[]);
+    }
+
+    /// [`Run::start_relay`] with extra arguments (e.g. `--cover-ms`).
+    pub fn start_relay_with(&mut self, sessions: usize, extra: &[&str]) {
         if self.relay.is_none() {
             let h = self.topo.add_relay_host(&mut self.lab).expect("relay host");
             self.relay = Some((h, None));
@@ -261,22 +266,19 @@ impl<P: Peer> Run<P> {
             .expect("holdfast-bfd-relay (cargo build --release -p holdfast-bfd-relay)");
         let url = self.redis.url();
         let bin = bin.to_string_lossy().to_string();
+        let mut args = vec![
+            bin.as_str(),
+            "--store",
+            &url,
+            "--instance",
+            INSTANCE,
+            "--poll-ms",
+            "100",
+        ];
+        args.extend_from_slice(extra);
         let p = self
             .lab
-            .spawn(
-                host,
-                "bfd-relay",
-                &[
-                    &bin,
-                    "--store",
-                    &url,
-                    "--instance",
-                    INSTANCE,
-                    "--poll-ms",
-                    "100",
-                ],
-                &[("RUST_LOG", "info")],
-            )
+            .spawn(host, "bfd-relay", &args, &[("RUST_LOG", "info")])
             .expect("spawn the relay");
         if let Some(r) = self.relay.as_mut() {
             r.1 = Some(p);
@@ -305,6 +307,11 @@ impl<P: Peer> Run<P> {
             })
             .unwrap_or_else(|e| panic!("{e}"));
         }
+    }
+
+    /// SIGKILLs the primary; nobody takes over.
+    pub fn kill_primary(&mut self) {
+        self.lab.kill(self.hf.proc, Signal::Kill);
     }
 
     /// SIGKILLs the primary and the relay at once (the same instant as far
