@@ -659,6 +659,57 @@ impl Lab {
         Ok(BridgeId(idx - 1))
     }
 
+    /// Attaches one more host to an existing bridge (a veth pair, the
+    /// addresses on the host side), e.g. a relay host added to a topology
+    /// after it was built.
+    pub fn bridge_attach(
+        &mut self,
+        bridge: BridgeId,
+        host: HostId,
+        addrs: &[IfAddr],
+    ) -> Result<()> {
+        let (netns, bridge_if, n) = {
+            let b = self
+                .bridges
+                .get(bridge.0)
+                .ok_or_else(|| LabError::Invalid(format!("bad bridge {bridge:?}")))?;
+            (b.netns.clone(), b.bridge_if.clone(), b.ports.len())
+        };
+        let host_ns = self
+            .hosts
+            .get(host.0)
+            .ok_or_else(|| LabError::Invalid(format!("bad bridge member {host:?}")))?
+            .netns
+            .clone();
+        let idx = bridge.0 + 1;
+        let switch_if = self.ifname(&format!("b{idx}s{}", n + 1))?;
+        let host_if = self.ifname(&format!("b{idx}h{}", n + 1))?;
+        let mut cmds = vec![
+            argv(&[
+                "ip", "link", "add", &switch_if, "netns", &netns, "type", "veth", "peer", "name",
+                &host_if, "netns", &host_ns,
+            ]),
+            argv(&[
+                "ip", "-n", &netns, "link", "set", &switch_if, "master", &bridge_if,
+            ]),
+            argv(&["ip", "-n", &netns, "link", "set", &switch_if, "up"]),
+        ];
+        for a in addrs {
+            cmds.push(addr_cmd(&host_ns, &host_if, a.addr, a.prefix_len));
+        }
+        cmds.push(argv(&["ip", "-n", &host_ns, "link", "set", &host_if, "up"]));
+        for c in &cmds {
+            run_ok(c, DEFAULT_CMD_TIMEOUT)?;
+        }
+        self.bridges[bridge.0].ports.push(BridgePort {
+            host,
+            host_if,
+            switch_if,
+            addrs: addrs.to_vec(),
+        });
+        Ok(())
+    }
+
     /// Information about a bridge.
     pub fn bridge_info(&self, bridge: BridgeId) -> &BridgeInfo {
         &self.bridges[bridge.0]

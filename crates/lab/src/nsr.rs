@@ -131,6 +131,33 @@ impl NsrTopo {
         }
     }
 
+    /// Adds the BFD relay host (`relay`, .6 / ::6) to the bridge: the
+    /// agent host of TENSOR §3.3.2 on the peers' L2 segment, where
+    /// `holdfast-bfd-relay` runs.
+    pub fn add_relay_host(&self, lab: &mut Lab) -> Result<NsrHost> {
+        let id = lab.host("relay")?;
+        lab.bridge_attach(
+            self.bridge,
+            id,
+            &[
+                IfAddr::new(v4(6), NSR_V4_LEN),
+                IfAddr::new(v6(6), NSR_V6_LEN),
+            ],
+        )?;
+        let ifname = lab
+            .bridge_info(self.bridge)
+            .ports
+            .last()
+            .map(|p| p.host_if.clone())
+            .unwrap_or_default();
+        Ok(NsrHost {
+            id,
+            ifname,
+            v4: v4(6),
+            v6: v6(6),
+        })
+    }
+
     /// The service addresses (IPv4, IPv6).
     pub fn service_addrs(&self) -> [IpAddr; 2] {
         [self.service_v4.into(), self.service_v6.into()]

@@ -203,6 +203,13 @@ impl Bird {
         self.birdc(lab, &["show", "bfd", "sessions"])
     }
 
+    /// `birdc show bfd sessions`, callable from another thread (a watcher).
+    pub fn bfd_probe(&self, lab: &Lab) -> Box<dyn Fn() -> Result<String> + Send> {
+        let netns = lab.netns(self.host).to_string();
+        let sock = self.sock.clone();
+        Box::new(move || ns_exec_ok(&netns, &["birdc", "-s", &sock, "show", "bfd", "sessions"]))
+    }
+
     pub fn request_refresh(&self, lab: &Lab, neighbor: IpAddr) -> Result<()> {
         let p = proto_name(self.neighbor_index(neighbor)?);
         let out = self.birdc(lab, &["reload", "in", &p])?;

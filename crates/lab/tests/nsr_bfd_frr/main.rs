@@ -45,7 +45,7 @@ fn frr_bfd_never_notices_takeovers() {
         nsr_common::Options {
             md5: None,
             compact_bytes: None,
-            bfd: true,
+            bfd: Some(300),
         },
     ) else {
         return;

@@ -16,7 +16,7 @@ fn bird_peer_never_notices_failovers() {
         nsr_common::Options {
             md5: None,
             compact_bytes: Some(256 * 1024),
-            bfd: false,
+            bfd: None,
         },
     );
 }

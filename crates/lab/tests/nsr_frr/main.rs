@@ -15,7 +15,7 @@ fn frr_peer_never_notices_failovers() {
         nsr_common::Options {
             md5: Some("nsr-md5-key"),
             compact_bytes: None,
-            bfd: false,
+            bfd: None,
         },
     );
 }

@@ -14,7 +14,7 @@ fn gobgp_peer_never_notices_failovers() {
         nsr_common::Options {
             md5: None,
             compact_bytes: None,
-            bfd: false,
+            bfd: None,
         },
     );
 }

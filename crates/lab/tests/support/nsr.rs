@@ -70,8 +70,9 @@ pub struct Options {
     /// `[nsr] compact_bytes`: small values make every burst compact the
     /// replicated logs into snapshots, so takeovers load snapshots.
     pub compact_bytes: Option<u64>,
-    /// BFD at 300 ms x 3 under the session under test (non-stop BFD).
-    pub bfd: bool,
+    /// BFD under the session under test (non-stop BFD): the interval in
+    /// ms (both ways, Detect Mult 3), `None` for no BFD.
+    pub bfd: Option<u32>,
 }
 
 pub struct Run<P: Peer> {
@@ -89,6 +90,8 @@ pub struct Run<P: Peer> {
     fresh: u32,
     /// (what, phase times) per takeover.
     pub phases: Vec<(String, holdfast_lab::TakeoverTimes, serde_json::Value)>,
+    /// The BFD relay host, once added, and the running relay.
+    relay: Option<(holdfast_lab::NsrHost, Option<holdfast_lab::ProcId>)>,
 }
 
 fn service(topo: &NsrTopo) -> IpAddr {
@@ -100,10 +103,11 @@ fn hf_config(topo: &NsrTopo, redis: &str, o: &Options) -> String {
         .md5
         .map(|k| format!("md5_password = \"{k}\"\n"))
         .unwrap_or_default();
-    let md5 = if o.bfd {
-        format!("{md5}bfd = true\n")
-    } else {
-        md5
+    let md5 = match o.bfd {
+        Some(ms) => {
+            format!("{md5}bfd = {{ min_rx_ms = {ms}, min_tx_ms = {ms}, multiplier = 3 }}\n")
+        }
+        None => md5,
     };
     let extra = format!(
         "hold_time = 9\n\
@@ -129,8 +133,8 @@ fn peer_spec(topo: &NsrTopo, o: &Options) -> PeerSpec {
     if let Some(k) = o.md5 {
         us = us.md5(k);
     }
-    if o.bfd {
-        us = us.bfd(300, 300, 3);
+    if let Some(ms) = o.bfd {
+        us = us.bfd(ms, ms, 3);
     }
     let feed = NeighborSpec::new(IpAddr::V4(topo.feed.v4), FEED_IN_AS)
         .local(IpAddr::V4(topo.peer.v4))
@@ -238,9 +242,98 @@ impl<P: Peer> Run<P> {
             mark,
             fresh: 0,
             phases: Vec::new(),
+            relay: None,
         };
         run.wait_protected("start");
         Some(run)
+    }
+
+    /// Starts `holdfast-bfd-relay` on the relay host (added to the bridge
+    /// on first use) with the lab's Redis URL and our instance, and waits
+    /// until it covers `sessions` BFD sessions (read from its log).
+    pub fn start_relay(&mut self, sessions: usize) {
+        self.start_relay_with(sessions, &[]);
+    }
+
+    /// [`Run::start_relay`] with extra arguments (e.g. `--cover-ms`).
+    pub fn start_relay_with(&mut self, sessions: usize, extra: &[&str]) {
+        if self.relay.is_none() {
+            let h = self.topo.add_relay_host(&mut self.lab).expect("relay host");
+            self.relay = Some((h, None));
+        }
+        let host = self.relay.as_ref().map(|r| r.0.id).expect("relay host");
+        let bin = holdfast_lab::find_binary("holdfast-bfd-relay", "HOLDFAST_BFD_RELAY")
+            .expect("holdfast-bfd-relay (cargo build --release -p holdfast-bfd-relay)");
+        let url = self.redis.url();
+        let bin = bin.to_string_lossy().to_string();
+        let mut args = vec![
+            bin.as_str(),
+            "--store",
+            &url,
+            "--instance",
+            INSTANCE,
+            "--poll-ms",
+            "100",
+        ];
+        args.extend_from_slice(extra);
+        let p = self
+            .lab
+            .spawn(host, "bfd-relay", &args, &[("RUST_LOG", "info")])
+            .expect("spawn the relay");
+        if let Some(r) = self.relay.as_mut() {
+            r.1 = Some(p);
+        }
+        let (_, err) = self.lab.proc_logs(p);
+        let err = err.to_path_buf();
+        wait_ok("the relay covers the BFD sessions", T, || {
+            let log = std::fs::read_to_string(&err).unwrap_or_default();
+            let n = log.matches("covering BFD session").count();
+            (n >= sessions).then_some(()).ok_or(format!(
+                "{n} covered; log: {}",
+                log.lines().rev().take(5).collect::<Vec<_>>().join(" | ")
+            ))
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    /// SIGKILLs the relay (if running).
+    pub fn kill_relay(&mut self) {
+        if let Some(p) = self.relay.as_mut().and_then(|r| r.1.take()) {
+            self.lab.kill(p, Signal::Kill);
+            wait_ok("the relay exits", T, || {
+                (!self.lab.is_running(p))
+                    .then_some(())
+                    .ok_or("still running".to_string())
+            })
+            .unwrap_or_else(|e| panic!("{e}"));
+        }
+    }
+
+    /// SIGKILLs the primary; nobody takes over.
+    pub fn kill_primary(&mut self) {
+        self.lab.kill(self.hf.proc, Signal::Kill);
+    }
+
+    /// SIGKILLs the primary and the relay at once (the same instant as far
+    /// as the peer can tell); nobody takes over.
+    pub fn kill_primary_and_relay(&mut self) {
+        let p = self
+            .relay
+            .as_mut()
+            .and_then(|r| r.1.take())
+            .expect("relay running");
+        self.lab.kill(self.hf.proc, Signal::Kill);
+        self.lab.kill(p, Signal::Kill);
+    }
+
+    /// SIGKILLs the primary, lets `detection` pass (the orchestrator's
+    /// failure detection, the experiment's parameter), then takes over with
+    /// the lab orchestrator; no checks (the negative control expects the
+    /// peer to drop BGP).
+    pub fn kill_and_take_over(&mut self, what: &str, detection: Duration) {
+        self.lab.kill(self.hf.proc, Signal::Kill);
+        std::thread::sleep(detection);
+        drop(self.takeover(what, Fence::Kill));
     }
 
     pub fn peer(&self) -> &P {

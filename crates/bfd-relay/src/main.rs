@@ -1,0 +1,124 @@
+//! `holdfast-bfd-relay`: see the library's documentation.
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+use holdfast_bfd_relay::core::{Core, CoreConfig};
+use holdfast_bfd_relay::{bench, shell, store};
+use holdfast_nsr::StoreUrl;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "holdfast-bfd-relay",
+    about = "Keeps protected units' BFD sessions Up through takeovers"
+)]
+struct Args {
+    /// The NSR store (redis://… or redis+sentinel://…).
+    #[arg(long)]
+    store: Option<StoreUrl>,
+    /// Instances to cover (repeatable); all that have BFD records if none.
+    #[arg(long = "instance")]
+    instances: Vec<String>,
+    /// How often each instance's store is read.
+    #[arg(long, default_value_t = 100)]
+    poll_ms: u64,
+    /// How long an instance is covered after the last change in its store.
+    #[arg(long, default_value_t = 10_000)]
+    cover_ms: u64,
+    /// Detect Mult advertised (the units' own).
+    #[arg(long, default_value_t = 3)]
+    detect_mult: u8,
+    /// Bench mode: cover this many synthetic sessions on loopback and
+    /// print a JSON report (run inside `unshare -n`).
+    #[arg(long)]
+    bench: Option<usize>,
+    #[arg(long, default_value_t = 100)]
+    bench_interval_ms: u64,
+    #[arg(long, default_value_t = 10)]
+    bench_seconds: u64,
+}
+
+fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let a = Args::parse();
+    if let Some(n) = a.bench {
+        let r = bench::run(
+            n,
+            Duration::from_millis(a.bench_interval_ms),
+            a.bench_seconds,
+        )?;
+        println!("{}", serde_json::to_string(&r)?);
+        return Ok(());
+    }
+    let Some(url) = a.store else {
+        bail!("--store URL is required");
+    };
+    if a.detect_mult == 0 {
+        bail!("--detect-mult must be at least 1");
+    }
+    let timeout = Duration::from_secs(1);
+    let mut names = a.instances.clone();
+    if names.is_empty() {
+        // Bounded: 60 attempts a second apart.
+        for i in 0..60 {
+            match store::discover(&url, timeout) {
+                Ok(n) if !n.is_empty() => {
+                    names = n;
+                    break;
+                }
+                Ok(_) => tracing::info!("no instance with BFD records yet"),
+                Err(e) => tracing::warn!("store: {e}"),
+            }
+            if i == 59 {
+                bail!("no instance found in {}", url.redacted());
+            }
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    }
+    let mut watched = Vec::new();
+    for n in &names {
+        // The store may not be up yet: retry, bounded.
+        let mut last = None;
+        for _ in 0..30 {
+            match store::Watched::connect(&url, n, timeout) {
+                Ok(w) => {
+                    last = None;
+                    watched.push(w);
+                    break;
+                }
+                Err(e) => {
+                    last = Some(e);
+                    std::thread::sleep(Duration::from_secs(1));
+                }
+            }
+        }
+        if let Some(e) = last {
+            return Err(e).with_context(|| format!("instance {n}"));
+        }
+    }
+    tracing::info!(store = %url.redacted(), instances = ?names, poll_ms = a.poll_ms, cover_ms = a.cover_ms, "BFD relay started");
+    let core = Core::new(
+        CoreConfig {
+            detect_mult: a.detect_mult,
+            cover: Duration::from_millis(a.cover_ms),
+            dest_port: None,
+        },
+        u64::from(std::process::id()) ^ 0x9e37_79b9_7f4a_7c15,
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    shell::run(
+        core,
+        watched,
+        Duration::from_millis(a.poll_ms.clamp(10, 10_000)),
+        stop,
+    )?;
+    Ok(())
+}

@@ -1,0 +1,187 @@
+//! The BFD relay with bird2: bird runs BFD at 100 ms x 3 (detection time
+//! 300 ms) under the session NSR protects; `holdfast-bfd-relay` runs on a
+//! relay host on the same bridge (the topology of `nsr_bfd_relay_frr`,
+//! drawn there, with bird2 as the peer).
+//!
+//! Checked:
+//! 1. **Slow takeover with the relay**: SIGKILL of the primary, 500 ms
+//!    before the lab orchestrator's takeover (the unit is silent for more
+//!    than twice bird's detection time): bird's BFD session never leaves
+//!    Up (`birdc show bfd sessions` sampled every ≤50 ms, its "Since"
+//!    unchanged), `nsr_common`'s checks pass, BGP never left Established.
+//! 2. **The relay killed in normal operation**: bird's BFD stays Up, its
+//!    "Since" unchanged, for ten detection times.
+//! 3. **Negative control**: the slow takeover of 1 without the relay: bird's
+//!    BFD leaves Up and bird drops the BGP session.
+
+#[path = "../support/nsr.rs"]
+mod nsr_common;
+
+use holdfast_lab::{hold_for, wait_until, Bird, Peer, PeerKind, PeerWatch, SessionState};
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const DETECT: Duration = Duration::from_millis(300);
+const ORCH_DELAY: Duration = Duration::from_millis(500);
+const SERVICE: &str = "198.18.0.10";
+
+/// (state, since) of the service address's row, if any.
+fn row(table: &str) -> Option<(String, String)> {
+    table.lines().find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.first() == Some(&SERVICE) && f.len() >= 4).then(|| (f[2].to_string(), f[3].to_string()))
+    })
+}
+
+type Samples = Arc<Mutex<Vec<(Instant, Option<(String, String)>)>>>;
+
+fn watch_bfd(
+    probe: Box<dyn Fn() -> holdfast_lab::Result<String> + Send>,
+    stop: Arc<AtomicBool>,
+) -> (Samples, std::thread::JoinHandle<()>) {
+    let samples: Samples = Arc::new(Mutex::new(Vec::new()));
+    let s2 = samples.clone();
+    let t = std::thread::spawn(move || {
+        let end = Instant::now() + Duration::from_secs(600);
+        while !stop.load(Ordering::Relaxed) && Instant::now() < end {
+            let at = Instant::now();
+            let r = probe().ok().and_then(|t| row(&t));
+            s2.lock().expect("samples").push((at, r));
+            std::thread::sleep(Duration::from_millis(40));
+        }
+    });
+    (samples, t)
+}
+
+fn since(s: &Samples, t: Instant) -> Vec<(Instant, Option<(String, String)>)> {
+    s.lock()
+        .expect("samples")
+        .iter()
+        .filter(|x| x.0 >= t)
+        .cloned()
+        .collect()
+}
+
+fn assert_up(what: &str, s: &Samples, t: Instant, want: &(String, String)) -> (usize, Duration) {
+    let v = since(s, t);
+    let bad: Vec<String> = v
+        .iter()
+        .filter(|x| x.1.as_ref() != Some(want))
+        .map(|x| format!("+{:?}: {:?}", x.0 - t, x.1))
+        .collect();
+    let gap = v
+        .windows(2)
+        .map(|w| w[1].0 - w[0].0)
+        .max()
+        .unwrap_or_default();
+    assert!(
+        bad.is_empty(),
+        "{what}: bird's BFD session left Up: {bad:#?}"
+    );
+    (v.len(), gap)
+}
+
+#[test]
+fn bird_bfd_100ms_stays_up_through_a_slow_takeover_with_the_relay() {
+    let Some(mut r) = nsr_common::Run::<Bird>::start(
+        "nsr_bfd_relay_bird",
+        PeerKind::Bird,
+        nsr_common::Options {
+            md5: None,
+            compact_bytes: None,
+            bfd: Some(100),
+        },
+    ) else {
+        return;
+    };
+    let table = wait_until(
+        "bird: BFD Up",
+        Duration::from_secs(60),
+        || r.peer().bfd_sessions(&r.lab),
+        |t| row(t).is_some_and(|(s, _)| s == "Up"),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    println!("bird before:\n{table}");
+    let up = row(&table).expect("row");
+    r.start_relay(1);
+    let stop = Arc::new(AtomicBool::new(false));
+    let (samples, thread) = watch_bfd(r.peer().bfd_probe(&r.lab), stop.clone());
+    let watch = r.watch();
+    r.check("before any failure");
+
+    // 1. Slow takeover with the relay.
+    let t1 = Instant::now();
+    r.kill_and_take_over(
+        "SIGKILL, 500 ms to notice, takeover (relay running)",
+        ORCH_DELAY,
+    );
+    r.check("slow takeover with the relay");
+    hold_for(DETECT * 10, || {});
+    let (n, gap) = assert_up("slow takeover with the relay", &samples, t1, &up);
+    println!("1. slow takeover with the relay: bird BFD Up (since {}) in all {n} samples, largest gap {gap:?}", up.1);
+
+    // 2. The relay killed in normal operation.
+    let t2 = Instant::now();
+    r.kill_relay();
+    hold_for(DETECT * 10, || {});
+    let (n, gap) = assert_up("relay killed", &samples, t2, &up);
+    println!("2. relay killed: bird BFD Up in all {n} samples, largest gap {gap:?}");
+    let report = watch.stop();
+    println!("peer watch (1, 2): {}", report.summary());
+    report
+        .assert_uninterrupted()
+        .unwrap_or_else(|e| panic!("the peer saw an interruption: {e}"));
+    assert!(report.prefixes_received_drops.is_empty());
+
+    // 3. Negative control.
+    let svc: IpAddr = SERVICE.parse().expect("service");
+    let watch = PeerWatch::start_every(
+        r.peer().session_probe(&r.lab),
+        svc,
+        Duration::from_millis(100),
+    );
+    let t3 = Instant::now();
+    r.kill_and_take_over(
+        "negative control: SIGKILL, 500 ms to notice, takeover (no relay)",
+        ORCH_DELAY,
+    );
+    let dropped = wait_until(
+        "negative control: bird drops BGP",
+        Duration::from_secs(10),
+        || r.peer().sessions(&r.lab),
+        |v| {
+            v.iter()
+                .find(|s| s.neighbor == svc)
+                .is_none_or(|s| s.state != SessionState::Established)
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let report = watch.stop();
+    // The watcher's first sample off Up (bounded wait: it may not have
+    // sampled since bird went Down).
+    let _ = wait_until(
+        "negative control: the watcher sees bird's BFD leave Up",
+        Duration::from_secs(10),
+        || Ok(since(&samples, t3)),
+        |v| v.iter().any(|x| x.1.as_ref() != Some(&up)),
+    );
+    stop.store(true, Ordering::Relaxed);
+    thread.join().expect("watcher");
+    let first_not_up = since(&samples, t3)
+        .into_iter()
+        .find(|x| x.1.as_ref() != Some(&up))
+        .map(|x| (x.0 - t3, x.1));
+    println!(
+        "3. negative control: first sample off Up {first_not_up:?}; bird's BGP: {:?}; peer watch: {}",
+        dropped.iter().find(|s| s.neighbor == svc),
+        report.summary()
+    );
+    assert!(first_not_up.is_some(), "bird's BFD never left Up");
+    assert!(
+        report.assert_uninterrupted().is_err(),
+        "negative control: bird kept BGP Established without the relay"
+    );
+    r.print_phases();
+}
