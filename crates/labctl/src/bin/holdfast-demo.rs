@@ -100,7 +100,9 @@ fn main() -> anyhow::Result<()> {
     }
     report.check().context("what the peers saw")?;
     if !args.json {
-        println!("no peer saw a reset, a NOTIFICATION, or a route withdrawn or re-learned");
+        println!(
+            "no peer saw a reset, a NOTIFICATION, a route withdrawn or re-learned, or a BFD Down"
+        );
     }
     Ok(())
 }
