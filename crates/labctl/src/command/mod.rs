@@ -476,7 +476,9 @@ pub fn fail(
 
 /// `lab heal HOST`: brings a host back after a `host` or `host-network` failure: kills
 /// the fenced old primaries still alive on it, deletes a stale service address there,
-/// and sets its links (or bridge port) up, so it can be the backup of the next takeover.
+/// after a host-network failure drops the packets they left queued (neighbour queues,
+/// qdisc: a late BFD Down would reach the peers), and sets its links (or bridge port)
+/// up, so it can be the backup of the next takeover.
 /// Units that died with the host are not restarted.
 pub fn heal(state_file: &Path, host: &str) -> Result<HealReport> {
     let mut open = OpenLab::load(state_file)?;
