@@ -117,9 +117,9 @@ pub use lab::{
 pub use nsr::{nsr_config, NsrHost, NsrTopo, NSR_LOCAL_AS, NSR_V4_LEN, NSR_V6_LEN};
 pub use orchestrator::LabOrchestrator;
 pub use peer::{
-    adopt as adopt_peer, normalize_prefix, preflight, BfdAuthSpec, BfdTimers, Bird, Exabgp, Frr,
-    Gobgp, LogMark, NeighborSpec, Peer, PeerKind, PeerSpec, RouteSpec, RouteView, SessionProbe,
-    SessionState, SessionView,
+    adopt as adopt_peer, normalize_prefix, preflight, BfdAuthSpec, BfdTimers, BfdView, Bird,
+    Exabgp, Frr, Gobgp, LogMark, NeighborSpec, Peer, PeerKind, PeerSpec, RouteSpec, RouteView,
+    SessionProbe, SessionState, SessionView,
 };
 pub use redis::Redis;
 pub use stale::{cleanup_stale, list_netns, netns_pids, run_id_of, stale_namespaces, NAME_PREFIX};

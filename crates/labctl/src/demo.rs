@@ -26,8 +26,10 @@
 //! | NOTIFICATIONs | the peer's log since the failure, and NOTIFICATION messages in its capture |
 //! | routes withdrawn / re-learned | prefixes withdrawn / announced in the UPDATEs the peer received from the service address since the failure ([`holdfast_lab::pcap`]), and drops of its received-prefix count |
 //! | longest gap | the longest time between two BGP messages (KEEPALIVE or UPDATE) the peer received, from the last one before the failure to the first one after recovery |
+//! | BFD Down | the peer's BFD session with holdfastd read from its own CLI when the failure starts and after recovery: frr's `session-down` counter (`show bfd peers counters json`), its state and uptime going back (`show bfd peers json`); bird2's state and "Since" (`show bfd sessions`); `–` for a peer without BFD |
 //!
-//! [`DemoReport::check`] asserts the zero columns (and a gap below the hold time).
+//! [`DemoReport::check`] asserts the zero columns, BFD Down included (and a gap below
+//! the hold time).
 //!
 //! Known issues: the phases come from the lab's orchestrator (there is no controller
 //! yet), so detection is the lab's probe, not a production detector's; holdfastd's
@@ -42,7 +44,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde::Serialize;
 
 use holdfast_lab::pcap::{bgp_messages, BgpRecord};
-use holdfast_lab::{find_tool, wait_ok, LabError, LogMark, PeerWatch, Result, WatchReport};
+use holdfast_lab::{
+    find_tool, wait_ok, BfdView, LabError, LogMark, PeerWatch, Result, WatchReport,
+};
 
 use crate::command::{self, FailReport, FailureKind, OpenLab};
 use crate::scenario::{RouteSet, Scenario};
@@ -118,6 +122,10 @@ pub struct PeerSeen {
     pub min_prefixes: Option<u32>,
     /// Its CLI samples during the failure.
     pub samples: usize,
+    /// BFD Down events of its BFD session with holdfastd, by its own CLI before and
+    /// after (frr: the `session-down` counter, and the uptime going back or the state
+    /// not up; bird2: the state not Up or "Since" changed); `None` without BFD.
+    pub bfd_downs: Option<u32>,
     /// What made any column non-zero.
     pub evidence: Vec<String>,
 }
@@ -363,8 +371,8 @@ fn drive(opts: &DemoOptions, sc: &Scenario, say: &mut dyn FnMut(&str)) -> Result
         ));
         for p in &row.peers {
             say(&format!(
-                "   {} saw: {} reset(s), {} NOTIFICATION(s), {} withdrawn, {} re-learned, longest gap {:.2} s ({} samples)",
-                p.peer, p.resets, p.notifications, p.withdrawn, p.relearned, p.longest_gap_s, p.samples
+                "   {} saw: {} reset(s), {} NOTIFICATION(s), {} withdrawn, {} re-learned, {} BFD Down, longest gap {:.2} s ({} samples)",
+                p.peer, p.resets, p.notifications, p.withdrawn, p.relearned, bfd_cell(p), p.longest_gap_s, p.samples
             ));
         }
         open.save(&opts.state_file)?;
@@ -384,8 +392,8 @@ fn drive(opts: &DemoOptions, sc: &Scenario, say: &mut dyn FnMut(&str)) -> Result
         let seen = control_reset(&mut open, service, &taps)?;
         for p in &seen {
             say(&format!(
-                "   {} saw: {} reset(s), {} NOTIFICATION(s), {} withdrawn, {} re-learned",
-                p.peer, p.resets, p.notifications, p.withdrawn, p.relearned
+                "   {} saw: {} reset(s), {} NOTIFICATION(s), {} withdrawn, {} re-learned, {} BFD Down",
+                p.peer, p.resets, p.notifications, p.withdrawn, p.relearned, bfd_cell(p)
             ));
         }
         Some(seen)
@@ -454,7 +462,32 @@ struct Observation {
     service: IpAddr,
     marks: Vec<LogMark>,
     watches: Vec<PeerWatch>,
+    bfd: Vec<Option<BfdView>>,
     t_start: f64,
+}
+
+/// BFD Down events between two readings of a peer's BFD session, and what showed them.
+fn bfd_downs(before: Option<&BfdView>, after: Option<&BfdView>) -> (Option<u32>, Option<String>) {
+    let (Some(b), after) = (before, after) else {
+        return (None, None);
+    };
+    let Some(a) = after else {
+        return (Some(1), Some(format!("BFD session gone (was {})", b.state)));
+    };
+    let counted = match (b.session_downs, a.session_downs) {
+        (Some(x), Some(y)) => u32::try_from(y.saturating_sub(x)).unwrap_or(u32::MAX),
+        _ => 0,
+    };
+    let uptime_back = matches!((b.uptime_secs, a.uptime_secs), (Some(x), Some(y)) if y < x);
+    let since_moved = b.since.is_some() && a.since != b.since;
+    let downs = counted.max(u32::from(!a.up || uptime_back || since_moved));
+    let what = (downs > 0).then(|| {
+        format!(
+            "BFD: state {} -> {}, session-down {:?} -> {:?}, uptime {:?} -> {:?} s, since {:?} -> {:?}",
+            b.state, a.state, b.session_downs, a.session_downs, b.uptime_secs, a.uptime_secs, b.since, a.since
+        )
+    });
+    (Some(downs), what)
 }
 
 impl Observation {
@@ -468,10 +501,16 @@ impl Observation {
             .map(|(_, p)| PeerWatch::start_every(p.session_probe(&open.lab), service, WATCH_EVERY))
             .collect();
         std::thread::sleep(WATCH_EVERY * 3);
+        let bfd = open
+            .peers
+            .iter()
+            .map(|(_, p)| p.bfd_session(&open.lab, service).ok().flatten())
+            .collect();
         Observation {
             service,
             marks,
             watches,
+            bfd,
             t_start: unix_s(),
         }
     }
@@ -481,14 +520,25 @@ impl Observation {
         let reports: Vec<WatchReport> = self.watches.into_iter().map(PeerWatch::stop).collect();
         let t_end = unix_s();
         let mut out = Vec::new();
-        for (((name, p), mark), watch) in open.peers.iter().zip(&self.marks).zip(&reports) {
+        for ((((name, p), mark), watch), bfd) in open
+            .peers
+            .iter()
+            .zip(&self.marks)
+            .zip(&reports)
+            .zip(&self.bfd)
+        {
             let tap = taps
                 .iter()
                 .find(|t| &t.name == name)
                 .ok_or_else(|| LabError::Invalid(format!("no capture of peer `{name}`")))?;
             let notes = p.notifications_since(mark)?;
             let msgs = bgp_messages(&tap.pcap, self.service, tap.addr)?;
-            out.push(peer_seen(tap, watch, &notes, &msgs, self.t_start, t_end));
+            let mut seen = peer_seen(tap, watch, &notes, &msgs, self.t_start, t_end);
+            let after = p.bfd_session(&open.lab, self.service)?;
+            let (downs, what) = bfd_downs(bfd.as_ref(), after.as_ref());
+            seen.bfd_downs = downs;
+            seen.evidence.extend(what);
+            out.push(seen);
         }
         Ok(out)
     }
@@ -695,8 +745,15 @@ fn peer_seen(
         messages: during.len() as u32,
         min_prefixes: watch.min_prefixes_received,
         samples: watch.samples,
+        bfd_downs: None,
         evidence,
     }
+}
+
+/// A peer's BFD Down count, `–` without BFD.
+fn bfd_cell(p: &PeerSeen) -> String {
+    p.bfd_downs
+        .map_or_else(|| "–".to_string(), |n| n.to_string())
 }
 
 /// TENSOR Table 1 (seconds): detection, initiate, TCP, BGP, total.
@@ -736,6 +793,14 @@ impl DemoReport {
                         p.evidence.join("; ")
                     ));
                 }
+                if let Some(n) = p.bfd_downs.filter(|n| *n > 0) {
+                    bad.push(format!(
+                        "{}: {} saw {n} BFD Down: {}",
+                        r.kind,
+                        p.peer,
+                        p.evidence.join("; ")
+                    ));
+                }
                 if p.longest_gap_s >= hold {
                     bad.push(format!(
                         "{}: {} heard nothing for {:.2} s (hold time {hold} s)",
@@ -771,9 +836,9 @@ impl DemoReport {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "| failure | detection (s) | initiate NSR migration (s) | TCP recovery (s) | BGP recovery (s) | total (s) | TENSOR total (s) | resets ({who}) | NOTIFICATIONs ({who}) | routes withdrawn ({who}) | routes re-learned ({who}) | longest gap, s ({who}) |"
+            "| failure | detection (s) | initiate NSR migration (s) | TCP recovery (s) | BGP recovery (s) | total (s) | TENSOR total (s) | resets ({who}) | NOTIFICATIONs ({who}) | routes withdrawn ({who}) | routes re-learned ({who}) | BFD Down ({who}) | longest gap, s ({who}) |"
         );
-        s.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+        s.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
         for r in &self.rows {
             let tensor = TENSOR_TABLE1
                 .iter()
@@ -784,7 +849,7 @@ impl DemoReport {
             };
             let _ = writeln!(
                 s,
-                "| {} ({} → {}) | {:.3} | {:.3} | {:.3} | {:.3} | **{:.3}** | {tensor} | {} | {} | {} | {} | {} |",
+                "| {} ({} → {}) | {:.3} | {:.3} | {:.3} | {:.3} | **{:.3}** | {tensor} | {} | {} | {} | {} | {} | {} |",
                 r.kind,
                 r.from_host,
                 r.to_host,
@@ -797,6 +862,7 @@ impl DemoReport {
                 per(&|p| p.notifications.to_string()),
                 per(&|p| p.withdrawn.to_string()),
                 per(&|p| p.relearned.to_string()),
+                per(&bfd_cell),
                 per(&|p| format!("{:.2}", p.longest_gap_s)),
             );
         }
@@ -838,16 +904,21 @@ impl DemoReport {
              - **TCP recovery**: move and announce the service address (gratuitous ARP / unsolicited NA), and holdfastd's TCP_REPAIR restore of every session.\n\
              - **BGP recovery**: the rest, until every session is Established at the new primary and its tables are rebuilt.\n\
              - **TENSOR total**: the paper's Table 1 total for the same kind (its peers, its hardware, a real controller).\n\
-             - Peer columns, per peer: session resets (the peer's CLI every 100 ms: state, counters, uptime; new TCP connections in a capture inside the peer's namespace), NOTIFICATIONs (its log and the capture), prefixes withdrawn / announced again in the UPDATEs it received since the failure, and the longest time between two BGP messages it received from the last one before the failure to the first one after recovery (KEEPALIVEs are every hold/3 s, so up to about that much is the normal rhythm).\n\n",
+             - Peer columns, per peer: session resets (the peer's CLI every 100 ms: state, counters, uptime; new TCP connections in a capture inside the peer's namespace), NOTIFICATIONs (its log and the capture), prefixes withdrawn / announced again in the UPDATEs it received since the failure, and the longest time between two BGP messages it received from the last one before the failure to the first one after recovery (KEEPALIVEs are every hold/3 s, so up to about that much is the normal rhythm), and BFD Down events of its BFD session with holdfastd by its own CLI before and after the failure (frr: `show bfd peers counters json` `session-down`, and `show bfd peers json` state and uptime going back; bird2: `show bfd sessions` state and \"Since\" changing; `–`: no BFD).\n\n",
         );
         if let Some(c) = &self.control {
             s.push_str("## Negative control\n\nAfter the failures every peer reset its own session (frr `clear bgp`, bird `restart`), measured the same way; these columns are what a reset looks like:\n\n");
-            s.push_str("| peer | resets | NOTIFICATIONs | routes withdrawn | routes re-learned |\n|---|---|---|---|---|\n");
+            s.push_str("| peer | resets | NOTIFICATIONs | routes withdrawn | routes re-learned | BFD Down |\n|---|---|---|---|---|---|\n");
             for p in c {
                 let _ = writeln!(
                     s,
-                    "| {} | {} | {} | {} | {} |",
-                    p.peer, p.resets, p.notifications, p.withdrawn, p.relearned
+                    "| {} | {} | {} | {} | {} | {} |",
+                    p.peer,
+                    p.resets,
+                    p.notifications,
+                    p.withdrawn,
+                    p.relearned,
+                    bfd_cell(p)
                 );
             }
             s.push('\n');
@@ -1036,6 +1107,47 @@ mod tests {
         assert_eq!(p.longest_gap_s, 3.0);
         assert_eq!(p.messages, 2);
         assert!(p.evidence.is_empty());
+    }
+
+    #[test]
+    fn bfd_downs_from_the_peers_cli() {
+        let frr = |up: bool, downs: u64, uptime: u64| BfdView {
+            up,
+            state: if up { "up" } else { "down" }.into(),
+            session_downs: Some(downs),
+            uptime_secs: Some(uptime),
+            since: None,
+        };
+        let bird = |state: &str, since: &str| BfdView {
+            up: state == "Up",
+            state: state.into(),
+            session_downs: None,
+            uptime_secs: None,
+            since: Some(since.into()),
+        };
+        assert_eq!(bfd_downs(None, None), (None, None));
+        assert_eq!(
+            bfd_downs(Some(&frr(true, 1, 40)), Some(&frr(true, 1, 44))).0,
+            Some(0)
+        );
+        assert_eq!(
+            bfd_downs(Some(&frr(true, 1, 40)), Some(&frr(true, 3, 2))).0,
+            Some(2)
+        );
+        assert_eq!(
+            bfd_downs(Some(&frr(true, 1, 40)), Some(&frr(true, 1, 2))).0,
+            Some(1)
+        );
+        assert_eq!(
+            bfd_downs(Some(&frr(true, 1, 40)), Some(&frr(false, 1, 0))).0,
+            Some(1)
+        );
+        let up = bird("Up", "19:55:01.123");
+        assert_eq!(bfd_downs(Some(&up), Some(&up.clone())), (Some(0), None));
+        let (n, what) = bfd_downs(Some(&up), Some(&bird("Up", "19:55:09.456")));
+        assert_eq!(n, Some(1));
+        assert!(what.unwrap().contains("since"));
+        assert_eq!(bfd_downs(Some(&up), None).0, Some(1));
     }
 
     #[test]

@@ -80,6 +80,28 @@ pub struct Scenario {
     pub peers: Vec<PeerUnitSpec>,
     /// `[[holdfastd]]`: the speaker unit (exactly one).
     pub holdfastd: Vec<HoldfastdSpec>,
+    /// `relay = { host = "relay" }`: `holdfast-bfd-relay` on that host, against the
+    /// scenario's Redis and the unit's instance.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub relay: Option<RelaySpec>,
+}
+
+/// The BFD relay unit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RelaySpec {
+    /// Host it runs on: a host of its own on the bridge.
+    pub host: String,
+}
+
+/// BFD under a peer's session (both ends: the peer's daemon and holdfastd).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BfdSpec {
+    /// Desired min TX and required min RX interval, ms (10..=60000).
+    pub interval_ms: u32,
+    /// Detect multiplier (1..=255).
+    pub multiplier: u8,
 }
 
 /// The service address pair.
@@ -137,6 +159,9 @@ pub struct PeerUnitSpec {
     /// Routes it originates.
     #[serde(default)]
     pub routes: Vec<RouteSet>,
+    /// BFD under its session with holdfastd (frr: bfdd, bird2: `protocol bfd`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bfd: Option<BfdSpec>,
 }
 
 /// The holdfastd unit: a primary and a backup host sharing one NSR instance.
@@ -475,6 +500,55 @@ impl Scenario {
                 return Err(bad(format!("peer[{i}].router_id"), "must not be 0.0.0.0"));
             }
             check_routes(&format!("peer[{i}].routes"), &p.routes)?;
+            if let Some(b) = p.bfd {
+                if !(10..=60_000).contains(&b.interval_ms) {
+                    return Err(bad(
+                        format!("peer[{i}].bfd.interval_ms"),
+                        "must be 10..=60000",
+                    ));
+                }
+                if b.multiplier == 0 {
+                    return Err(bad(format!("peer[{i}].bfd.multiplier"), "must be 1..=255"));
+                }
+                if !matches!(
+                    parse_peer_kind(&p.kind),
+                    Some(PeerKind::Frr | PeerKind::Bird)
+                ) {
+                    return Err(bad(
+                        format!("peer[{i}].bfd"),
+                        format!("kind \"{}\" runs no BFD in the lab (frr, bird)", p.kind),
+                    ));
+                }
+            }
+        }
+        if let Some(r) = &self.relay {
+            known("relay.host".into(), &r.host)?;
+            if let Some((_, p)) = peer_hosts.iter().find(|(h, _)| *h == r.host) {
+                return Err(bad(
+                    "relay.host",
+                    format!(
+                        "host `{}` runs peer `{p}` (the relay needs a host of its own)",
+                        r.host
+                    ),
+                ));
+            }
+            if r.host == self.redis.host
+                || self
+                    .holdfastd
+                    .iter()
+                    .any(|u| u.primary == r.host || u.backup == r.host)
+            {
+                return Err(bad(
+                    "relay.host",
+                    format!(
+                        "host `{}` runs Redis or holdfastd (the relay needs a host of its own)",
+                        r.host
+                    ),
+                ));
+            }
+            if !self.peers.iter().any(|p| p.bfd.is_some()) {
+                return Err(bad("relay", "no peer has `bfd`: nothing to relay"));
+            }
         }
         if self.holdfastd.len() != 1 {
             return Err(bad(
@@ -607,6 +681,9 @@ impl Scenario {
         if let Some(h) = unit.hold_time {
             n = n.hold_time(h);
         }
+        if let Some(b) = peer.bfd {
+            n = n.bfd(b.interval_ms, b.interval_ms, b.multiplier);
+        }
         let mut spec = PeerSpec::new(peer.asn, peer.router_id.unwrap_or(host.v4)).neighbor(n);
         for set in &peer.routes {
             for p in set.expand()? {
@@ -614,6 +691,11 @@ impl Scenario {
             }
         }
         Ok(spec)
+    }
+
+    /// How many peers run BFD with holdfastd.
+    pub fn bfd_peer_count(&self) -> usize {
+        self.peers.iter().filter(|p| p.bfd.is_some()).count()
     }
 
     /// How many routes a peer unit originates.
@@ -657,6 +739,13 @@ impl Scenario {
                 p.asn,
                 topo.service_for(addr)
             ));
+            if let Some(b) = p.bfd {
+                extra.push_str(&format!(
+                    "bfd = {{ min_rx_ms = {ms}, min_tx_ms = {ms}, multiplier = {} }}\n",
+                    b.multiplier,
+                    ms = b.interval_ms
+                ));
+            }
         }
         for r in &unit.routes {
             extra.push_str(&format!(
@@ -818,6 +907,53 @@ routes = [{ prefix = "100.100.0.0/24", count = 2 }]
             e.contains("holdfastd[0].primary: host `a` runs the Redis store"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn bfd_and_relay_keys() {
+        let with = BASE
+            .replace(
+                "count = 3 }]\n",
+                "count = 3 }]\nbfd = { interval_ms = 100, multiplier = 3 }\n",
+            )
+            .replace(
+                "redis = { host = \"redis\" }\n",
+                "redis = { host = \"redis\" }\nrelay = { host = \"relay\" }\n\n[[host]]\nname = \"relay\"\nv4 = \"198.18.0.6\"\nv6 = \"fd00::6\"\n",
+            );
+        let sc = Scenario::parse(&with).unwrap();
+        assert_eq!(sc.bfd_peer_count(), 1);
+        let spec = sc.peer_spec(&sc.peers[0]).unwrap();
+        let b = spec.neighbors[0].bfd.expect("bfd timers");
+        assert_eq!((b.min_rx_ms, b.min_tx_ms, b.multiplier), (100, 100, 3));
+        let c = sc
+            .holdfastd_config(
+                &sc.holdfastd[0],
+                &NsrTopo::unbuilt(),
+                "redis://198.18.0.2:6379",
+            )
+            .unwrap();
+        assert!(
+            c.contains("bfd = { min_rx_ms = 100, min_tx_ms = 100, multiplier = 3 }"),
+            "{c}"
+        );
+        let e = err(&with.replace("interval_ms = 100", "interval_ms = 1"));
+        assert!(
+            e.contains("peer[0].bfd.interval_ms: must be 10..=60000"),
+            "{e}"
+        );
+        let e = err(&with.replace("multiplier = 3 }", "multiplier = 3, echo = 1 }"));
+        assert!(e.contains("peer[0].bfd") && e.contains("echo"), "{e}");
+        let e = err(&with.replace("relay = { host = \"relay\" }", "relay = { host = \"a\" }"));
+        assert!(
+            e.contains("relay.host: host `a` runs Redis or holdfastd"),
+            "{e}"
+        );
+        let e = err(&with.replace("relay = { host = \"relay\" }", "relay = { host = \"x\" }"));
+        assert!(e.contains("relay.host: unknown host \"x\""), "{e}");
+        let e = err(&with.replace("relay = { host = \"relay\" }", "relay = true"));
+        assert!(e.contains("relay"), "{e}");
+        let e = err(&with.replace("bfd = { interval_ms = 100, multiplier = 3 }\n", ""));
+        assert!(e.contains("relay: no peer has `bfd`"), "{e}");
     }
 
     #[test]

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::{
-    normalize_prefix, NeighborSpec, Peer, PeerKind, PeerSpec, RouteSpec, RouteView, SessionProbe,
-    SessionView,
+    normalize_prefix, BfdView, NeighborSpec, Peer, PeerKind, PeerSpec, RouteSpec, RouteView,
+    SessionProbe, SessionView,
 };
 use crate::cmd::ns_exec_ok;
 use crate::error::{io_ctx, LabError, Result};
@@ -104,6 +104,22 @@ fn neighbor_block(i: usize, n: &NeighborSpec, local_as: u32) -> String {
     }
     s.push_str("}\n");
     s
+}
+
+/// The row of `neighbor` in `birdc show bfd sessions` (IP address, interface, state,
+/// since, interval, timeout).
+fn bfd_row(table: &str, neighbor: IpAddr) -> Option<BfdView> {
+    let addr = neighbor.to_string();
+    table.lines().find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.first() == Some(&addr.as_str()) && f.len() >= 4).then(|| BfdView {
+            up: f[2] == "Up",
+            state: f[2].to_string(),
+            session_downs: None,
+            uptime_secs: None,
+            since: Some(f[3].to_string()),
+        })
+    })
 }
 
 impl Bird {
@@ -481,6 +497,13 @@ impl Peer for Bird {
                 .filter(|o| o.contains("Daemon is up")))
         })?;
         Ok(bird)
+    }
+
+    fn bfd_session(&self, lab: &Lab, neighbor: IpAddr) -> Result<Option<BfdView>> {
+        if !self.spec.neighbors.iter().any(|n| n.bfd.is_some()) {
+            return Ok(None);
+        }
+        Ok(bfd_row(&self.bfd_sessions(lab)?, neighbor))
     }
 
     fn sessions(&self, lab: &Lab) -> Result<Vec<SessionView>> {

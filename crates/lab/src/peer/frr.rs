@@ -14,8 +14,8 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::{
-    normalize_prefix, parse_community, parse_large_community, NeighborSpec, Peer, PeerKind,
-    PeerSpec, RouteSpec, RouteView, SessionProbe, SessionView,
+    normalize_prefix, parse_community, parse_large_community, BfdView, NeighborSpec, Peer,
+    PeerKind, PeerSpec, RouteSpec, RouteView, SessionProbe, SessionView,
 };
 use crate::cmd::{argv, ns_exec_ok, run_ok, DEFAULT_CMD_TIMEOUT};
 use crate::error::{io_ctx, parse_err, LabError, Result};
@@ -611,6 +611,27 @@ impl Peer for Frr {
         );
         frr.vtysh(lab, &cmds)?;
         Ok(frr)
+    }
+
+    fn bfd_session(&self, lab: &Lab, neighbor: IpAddr) -> Result<Option<BfdView>> {
+        let addr = neighbor.to_string();
+        let find = |v: &Value| {
+            v.as_array()
+                .and_then(|a| a.iter().find(|p| p["peer"].as_str() == Some(addr.as_str())))
+                .cloned()
+        };
+        let Some(p) = find(&self.bfd_peers(lab)?) else {
+            return Ok(None);
+        };
+        let counters = find(&self.bfd_peer_counters(lab)?);
+        let state = p["status"].as_str().unwrap_or("?").to_string();
+        Ok(Some(BfdView {
+            up: state == "up",
+            state,
+            session_downs: counters.and_then(|c| c["session-down"].as_u64()),
+            uptime_secs: p["uptime"].as_u64(),
+            since: None,
+        }))
     }
 
     fn sessions(&self, _lab: &Lab) -> Result<Vec<SessionView>> {

@@ -364,6 +364,22 @@ impl SessionState {
     }
 }
 
+/// A BFD session as the peer's own tool reports it (frr `show bfd peers json` and
+/// `show bfd peers counters json`, bird2 `show bfd sessions`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BfdView {
+    /// Whether it is Up.
+    pub up: bool,
+    /// The state as the tool spells it (`up`, `Up`, `down`, `Init`, ...).
+    pub state: String,
+    /// frr's `session-down` counter.
+    pub session_downs: Option<u64>,
+    /// frr's uptime of the session, seconds.
+    pub uptime_secs: Option<u64>,
+    /// bird2's "Since" column: when the session last changed state.
+    pub since: Option<String>,
+}
+
 /// One session as the peer's own tool reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionView {
@@ -593,6 +609,12 @@ pub trait Peer {
 
     /// Every configured session.
     fn sessions(&self, lab: &Lab) -> Result<Vec<SessionView>>;
+
+    /// The BFD session with `neighbor` by the peer's own CLI; `None` when the peer
+    /// has none (no BFD configured, or a driver without BFD).
+    fn bfd_session(&self, _lab: &Lab, _neighbor: IpAddr) -> Result<Option<BfdView>> {
+        Ok(None)
+    }
 
     /// Routes received from `neighbor` (IPv4 and IPv6 unicast, as configured).
     fn received_routes(&self, lab: &Lab, neighbor: IpAddr) -> Result<Vec<RouteView>>;

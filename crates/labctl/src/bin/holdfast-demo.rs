@@ -15,8 +15,8 @@
 //! turn (each detected, fenced and taken over onto the other host; failed hosts healed
 //! after), prints TENSOR Table 1 with what each peer saw next to it, writes
 //! `lab/reports/demo.{md,png,json}`, tears everything down, and exits non-zero if any
-//! peer saw a reset, a NOTIFICATION, a withdrawn or re-learned route, or a silence as
-//! long as the hold time. Progress goes to stderr, the table to stdout.
+//! peer saw a reset, a NOTIFICATION, a withdrawn or re-learned route, a BFD Down, or a
+//! silence as long as the hold time. Progress goes to stderr, the table to stdout.
 //!
 //! `--cleanup` removes what a crashed earlier run left behind.
 
@@ -100,7 +100,9 @@ fn main() -> anyhow::Result<()> {
     }
     report.check().context("what the peers saw")?;
     if !args.json {
-        println!("no peer saw a reset, a NOTIFICATION, or a route withdrawn or re-learned");
+        println!(
+            "no peer saw a reset, a NOTIFICATION, a route withdrawn or re-learned, or a BFD Down"
+        );
     }
     Ok(())
 }

@@ -49,7 +49,8 @@ enum LabOp {
         target: String,
     },
     /// Bring a host back after a host or host-network failure (kills fenced old
-    /// primaries there, removes a stale service address, links up).
+    /// primaries there, removes a stale service address and the packets they left
+    /// queued, links up).
     Heal { host: String },
     /// Tear the lab down, and remove what any crashed lab run left behind.
     Down,

@@ -367,6 +367,28 @@ fn build(
         Ok(())
     })?;
     step("routes exchanged both ways; holdfastd PROTECTED");
+    for (p, drv) in peers.iter().filter(|(p, _)| p.bfd.is_some()) {
+        wait_ok(&format!("{}: BFD Up", p.name), UP_TIMEOUT, || {
+            match drv.bfd_session(lab, service).map_err(|e| e.to_string())? {
+                Some(b) if b.up => Ok(()),
+                other => Err(format!("BFD {other:?}")),
+            }
+        })?;
+    }
+    if sc.bfd_peer_count() > 0 {
+        step(&format!(
+            "BFD Up at {} peer(s) (their own CLI)",
+            sc.bfd_peer_count()
+        ));
+    }
+    if let Some(r) = &sc.relay {
+        start_relay(lab, sc, &r.host, &redis.url(), &unit.instance)?;
+        step(&format!(
+            "holdfast-bfd-relay on {} covers the {} BFD session(s)",
+            r.host,
+            sc.bfd_peer_count()
+        ));
+    }
     Ok(LabState {
         version: STATE_VERSION,
         scenario_file: scenario_file.to_path_buf(),
@@ -397,6 +419,36 @@ fn build(
     })
 }
 
+/// Starts `holdfast-bfd-relay` on `host` against the store and waits until its log
+/// says it covers every BFD session of the scenario.
+fn start_relay(lab: &mut Lab, sc: &Scenario, host: &str, url: &str, instance: &str) -> Result<()> {
+    let bin = find_binary("holdfast-bfd-relay", "HOLDFAST_BFD_RELAY")?;
+    let bin = bin.to_string_lossy().to_string();
+    let id = lab
+        .host_by_name(host)
+        .ok_or_else(|| LabError::Invalid(format!("no host `{host}`")))?;
+    let args = [
+        bin.as_str(),
+        "--store",
+        url,
+        "--instance",
+        instance,
+        "--poll-ms",
+        "100",
+    ];
+    let p = lab.spawn(id, "bfd-relay", &args, &[("RUST_LOG", "info")])?;
+    let err = lab.proc_logs(p).1.to_path_buf();
+    let want = sc.bfd_peer_count();
+    wait_ok("the relay covers the BFD sessions", UP_TIMEOUT, || {
+        let log = std::fs::read_to_string(&err).unwrap_or_default();
+        let n = log.matches("covering BFD session").count();
+        (n >= want).then_some(()).ok_or(format!(
+            "{n} of {want} covered; log: {}",
+            log.lines().rev().take(5).collect::<Vec<_>>().join(" | ")
+        ))
+    })
+}
+
 /// `lab status`: the state file read back against what runs.
 pub fn status(state_file: &Path) -> Result<Status> {
     let mut open = OpenLab::load(state_file)?;
@@ -424,7 +476,9 @@ pub fn fail(
 
 /// `lab heal HOST`: brings a host back after a `host` or `host-network` failure: kills
 /// the fenced old primaries still alive on it, deletes a stale service address there,
-/// and sets its links (or bridge port) up, so it can be the backup of the next takeover.
+/// after a host-network failure drops the packets they left queued (neighbour queues,
+/// qdisc: a late BFD Down would reach the peers), and sets its links (or bridge port)
+/// up, so it can be the backup of the next takeover.
 /// Units that died with the host are not restarted.
 pub fn heal(state_file: &Path, host: &str) -> Result<HealReport> {
     let mut open = OpenLab::load(state_file)?;

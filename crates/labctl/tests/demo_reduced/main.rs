@@ -8,7 +8,10 @@
 //!   [ a ]     .3  holdfastd primary, 1k routes out -+
 //!   [ b ]     .4  holdfastd backup                 -+
 //!   [ bird ]  .5  bird2 (AS 65002), 500 routes in --+
+//!   [ relay ] .6  holdfast-bfd-relay ----------------+
 //! ```
+//!
+//! BFD runs under both sessions at 100 ms x 3, with the relay on.
 //!
 //! Checked, per failure (application, container, host, host-network):
 //! * the failure was detected and taken over onto the other host, and the new primary
@@ -17,6 +20,8 @@
 //!   connections in a capture in its namespace), no NOTIFICATION (its log, the
 //!   capture), no route withdrawn and none announced again (the UPDATEs it received),
 //!   and no silence as long as the hold time;
+//! * each peer saw no BFD Down (frr: `session-down` counter, state and uptime; bird2:
+//!   `show bfd sessions` state and "Since");
 //! * the Markdown and PNG reports are written;
 //! * negative control: when each peer then resets its own session, the same columns
 //!   show the reset and the routes sent again (so the zeros above are not vacuous);
@@ -70,6 +75,14 @@ fn reduced_demo_peers_see_nothing() {
                 p.peer,
                 p.evidence
             );
+            assert_eq!(
+                p.bfd_downs,
+                Some(0),
+                "{}: {} saw BFD Down: {:?}",
+                r.kind,
+                p.peer,
+                p.evidence
+            );
             assert!(
                 p.messages > 0,
                 "{}: {} heard from the new primary",
@@ -113,6 +126,7 @@ fn reduced_demo_peers_see_nothing() {
     }
     let md = std::fs::read_to_string(dir.join("reports/demo.md")).unwrap();
     assert!(md.contains("| host-network (") && md.contains("Negative control"));
+    assert!(md.contains("| BFD Down (frr / bird) |"), "{md}");
 
     let left: Vec<String> = list_netns()
         .unwrap()
