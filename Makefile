@@ -21,8 +21,7 @@ build: deps
 test: export HOLDFAST_REQUIRE_LAB := 1
 test: build
 	$(CARGO) test --release --workspace --no-fail-fast -- --test-threads=1
-	bash crates/wire/fuzz/build.sh
-	bash crates/bfd/fuzz/build.sh
+	bash scripts/fuzz-build.sh crates/wire/fuzz crates/bfd/fuzz
 
 ## make demo: frr and bird2 peers, 100k routes in, 10k out; the four failure kinds of
 ## TENSOR Table 1, each taken over; Table 1 with what the peers saw, lab/reports/demo.*

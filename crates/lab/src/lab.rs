@@ -620,38 +620,8 @@ impl Lab {
             &argv(&["ip", "-n", &netns, "link", "set", &bridge_if, "up"]),
             DEFAULT_CMD_TIMEOUT,
         )?;
-        for (i, (host, addrs)) in members.iter().enumerate() {
-            let host_ns = self
-                .hosts
-                .get(host.0)
-                .ok_or_else(|| LabError::Invalid(format!("bad bridge member {host:?}")))?
-                .netns
-                .clone();
-            let switch_if = self.ifname(&format!("b{idx}s{}", i + 1))?;
-            let host_if = self.ifname(&format!("b{idx}h{}", i + 1))?;
-            let mut cmds = vec![
-                argv(&[
-                    "ip", "link", "add", &switch_if, "netns", &netns, "type", "veth", "peer",
-                    "name", &host_if, "netns", &host_ns,
-                ]),
-                argv(&[
-                    "ip", "-n", &netns, "link", "set", &switch_if, "master", &bridge_if,
-                ]),
-                argv(&["ip", "-n", &netns, "link", "set", &switch_if, "up"]),
-            ];
-            for a in addrs {
-                cmds.push(addr_cmd(&host_ns, &host_if, a.addr, a.prefix_len));
-            }
-            cmds.push(argv(&["ip", "-n", &host_ns, "link", "set", &host_if, "up"]));
-            for c in &cmds {
-                run_ok(c, DEFAULT_CMD_TIMEOUT)?;
-            }
-            self.bridges[idx - 1].ports.push(BridgePort {
-                host: *host,
-                host_if,
-                switch_if,
-                addrs: addrs.clone(),
-            });
+        for (host, addrs) in members {
+            self.add_port(idx - 1, *host, addrs)?;
         }
         if self.pcap_enabled {
             self.capture_iface(&netns, &bridge_if, &format!("bridge-{name}"))?;
@@ -668,12 +638,18 @@ impl Lab {
         host: HostId,
         addrs: &[IfAddr],
     ) -> Result<()> {
+        if bridge.0 >= self.bridges.len() {
+            return Err(LabError::Invalid(format!("bad bridge {bridge:?}")));
+        }
+        self.add_port(bridge.0, host, addrs)
+    }
+
+    /// One bridge port: a veth pair from the bridge (index `b`) to `host`,
+    /// with `addrs` on the host side.
+    fn add_port(&mut self, b: usize, host: HostId, addrs: &[IfAddr]) -> Result<()> {
         let (netns, bridge_if, n) = {
-            let b = self
-                .bridges
-                .get(bridge.0)
-                .ok_or_else(|| LabError::Invalid(format!("bad bridge {bridge:?}")))?;
-            (b.netns.clone(), b.bridge_if.clone(), b.ports.len())
+            let br = &self.bridges[b];
+            (br.netns.clone(), br.bridge_if.clone(), br.ports.len())
         };
         let host_ns = self
             .hosts
@@ -681,7 +657,7 @@ impl Lab {
             .ok_or_else(|| LabError::Invalid(format!("bad bridge member {host:?}")))?
             .netns
             .clone();
-        let idx = bridge.0 + 1;
+        let idx = b + 1;
         let switch_if = self.ifname(&format!("b{idx}s{}", n + 1))?;
         let host_if = self.ifname(&format!("b{idx}h{}", n + 1))?;
         let mut cmds = vec![
@@ -701,7 +677,7 @@ impl Lab {
         for c in &cmds {
             run_ok(c, DEFAULT_CMD_TIMEOUT)?;
         }
-        self.bridges[bridge.0].ports.push(BridgePort {
+        self.bridges[b].ports.push(BridgePort {
             host,
             host_if,
             switch_if,
