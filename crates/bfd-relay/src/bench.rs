@@ -54,6 +54,8 @@ pub fn synthetic(i: usize, interval_us: u32, sink: SocketAddr) -> (String, Strin
         remote_min_rx_us: interval_us,
         xmit_auth_seq: 0,
         rcv_auth_seq: None,
+        detect_mult: 3,
+        auth: None,
     };
     let rec = BfdRecord {
         schema: SCHEMA_VERSION,

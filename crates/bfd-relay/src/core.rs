@@ -2,12 +2,14 @@
 //! send and when. No sockets, no clocks: time is an input, as in
 //! `holdfast-bfd`.
 
-use holdfast_bfd::{ControlPacket, Diag, ResumeState, State, Time};
+use holdfast_bfd::{sign, Auth, ControlPacket, ResumeState, State, Time};
 use holdfast_nsr::{BfdRecord, SCHEMA_VERSION};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 use std::net::SocketAddr;
 use std::time::Duration;
+
+use crate::keys::Keys;
 
 /// UDP port of RFC 5881 single-hop control packets.
 pub const PORT_SINGLE_HOP: u16 = 3784;
@@ -17,9 +19,11 @@ pub const PORT_MULTIHOP: u16 = 4784;
 /// Settings of the core.
 #[derive(Debug, Clone)]
 pub struct CoreConfig {
-    /// Detect Mult the relay advertises (the unit's configured one; not in
-    /// the replicated record, see the crate's known issues).
+    /// Detect Mult the relay advertises for records written before the
+    /// session's own was replicated (`ResumeState::detect_mult` 0).
     pub detect_mult: u8,
+    /// Keys of authenticated sessions (`--keys`).
+    pub keys: Keys,
     /// How long an instance stays covered after the last sign of life in
     /// the store (its epoch, BFD records or BGP receive/acknowledge
     /// sequences changing). Must exceed the BGP keepalive interval.
@@ -32,6 +36,7 @@ impl Default for CoreConfig {
     fn default() -> Self {
         CoreConfig {
             detect_mult: 3,
+            keys: Keys::default(),
             cover: Duration::from_secs(10),
             dest_port: None,
         }
@@ -77,6 +82,10 @@ pub enum StopReason {
     Forgotten,
     /// The record could not be used (schema, JSON, address family).
     Unusable,
+    /// The session authenticates and the relay cannot send what it sends:
+    /// no key for it in `--keys`, or a meticulous type (whose sequence
+    /// number two senders cannot share).
+    Auth,
 }
 
 /// What the shell carries out.
@@ -150,16 +159,21 @@ pub struct Core {
 }
 
 /// The packet the relay sends for a session in state Up (RFC 5880 §4.1):
-/// the unit's discriminators and advertised intervals, no Poll or Final.
+/// the unit's diagnostic, discriminators and advertised intervals, no Poll
+/// or Final, and `detect_mult` when the record does not carry the unit's.
 pub fn up_packet(rs: &ResumeState, detect_mult: u8) -> ControlPacket {
     ControlPacket {
-        diag: Diag::None,
+        diag: rs.local_diag,
         state: State::Up,
         poll: false,
         final_: false,
         control_plane_independent: false,
         demand: false,
-        detect_mult,
+        detect_mult: if rs.detect_mult == 0 {
+            detect_mult
+        } else {
+            rs.detect_mult
+        },
         my_discriminator: rs.local_discriminator,
         your_discriminator: rs.remote_discriminator,
         desired_min_tx_us: rs.desired_min_tx_us,
@@ -167,6 +181,36 @@ pub fn up_packet(rs: &ResumeState, detect_mult: u8) -> ControlPacket {
         required_min_echo_rx_us: 0,
         auth: None,
     }
+}
+
+/// Why a session's packet cannot be built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthGap {
+    /// A meticulous type: its sequence number grows with every packet, so
+    /// the relay's packets would race the unit's.
+    Meticulous,
+    /// No key for the session in `--keys`.
+    NoKey,
+}
+
+/// The bytes the relay sends for a session: [`up_packet`], with the unit's
+/// authentication when it has one. Simple password and keyed MD5/SHA1
+/// carry the replicated bfd.XmitAuthSeq, which the unit advances only when
+/// its packet's content changes and replicates when it does: the relay's
+/// packet is then the unit's own (RFC 5880 §6.7.2–§6.7.4).
+pub fn payload(rs: &ResumeState, detect_mult: u8, key: Option<&[u8]>) -> Result<Vec<u8>, AuthGap> {
+    let mut pkt = up_packet(rs, detect_mult);
+    let Some(a) = rs.auth else {
+        return Ok(pkt.encode());
+    };
+    if a.auth_type.is_meticulous() {
+        return Err(AuthGap::Meticulous);
+    }
+    let key = key.ok_or(AuthGap::NoKey)?;
+    pkt.auth = Some(Auth::unsigned(a.auth_type, a.key_id, rs.xmit_auth_seq, key));
+    let mut bytes = pkt.encode();
+    sign(&mut bytes, key).map_err(|_| AuthGap::NoKey)?;
+    Ok(bytes)
 }
 
 impl Core {
@@ -378,9 +422,6 @@ impl Core {
         if rec.schema > SCHEMA_VERSION {
             return Err(crate::RelayError::Schema(rec.schema));
         }
-        if !rec.local.is_ipv4() {
-            return Err(crate::RelayError::Ipv6);
-        }
         let rs: ResumeState = serde_json::from_value(rec.state.clone())?;
         Ok((rec, rs))
     }
@@ -400,7 +441,20 @@ impl Core {
             PORT_SINGLE_HOP
         });
         let to = SocketAddr::new(rec.peer, port);
-        let payload = up_packet(rs, self.cfg.detect_mult).encode();
+        let key_of = self.cfg.keys.get(inst, rec.peer);
+        let payload = match payload(rs, self.cfg.detect_mult, key_of) {
+            Ok(p) => p,
+            Err(gap) => {
+                tracing::warn!(
+                    instance = inst,
+                    key,
+                    ?gap,
+                    "authenticated BFD session the relay cannot send for: not covered"
+                );
+                self.stop(inst, key, StopReason::Auth, out);
+                return;
+            }
+        };
         let interval = Duration::from_micros(u64::from(
             rs.desired_min_tx_us.max(rs.remote_min_rx_us).max(1),
         ));

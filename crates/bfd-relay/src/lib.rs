@@ -32,6 +32,14 @@
 //!   RFC 5883 (multihop, UDP 4784).
 //! - RFC 5882 §3.2 is why: a peer tears BGP down when BFD goes Down.
 //!
+//! # Authentication
+//! The record names the session's authentication type and key ID
+//! (`holdfast_bfd::AuthRef`), never its key; `--keys FILE` ([`keys`]) gives
+//! the relay the keys. With the simple password and keyed MD5/SHA1 the
+//! relay's packet is byte for byte the unit's: the unit advances
+//! bfd.XmitAuthSeq only when its packet's content changes and replicates
+//! every change, and the relay signs with that number.
+//!
 //! # When the relay stops covering a session
 //! - its record is removed (`Op::BfdRemove`), or its state is not Up (the
 //!   unit saw the peer go Down and replicated it): at the next poll;
@@ -43,17 +51,13 @@
 //!   the BGP keepalive interval.
 //!
 //! # Known issues
-//! - Authentication is not relayed: the replicated record carries neither
-//!   the key nor the authentication type, so the relay sends packets
-//!   without an authentication section and a peer that authenticates drops
-//!   them. With meticulous authentication a relay that sends continuously
-//!   could not be correct anyway (its sequence numbers would race the
-//!   unit's; see `holdfast_bfd`'s known issues): such sessions need a relay
-//!   that sends only while the unit is silent.
-//! - The unit's Detect Mult is not in the record either: the relay
-//!   advertises `--detect-mult` (3 by default); it must match the units'.
-//! - IPv4 only: IPv6 records are skipped (no `IPV6_TRANSPARENT` in the
-//!   workspace's socket2; a raw socket would do).
+//! - Meticulous keyed MD5/SHA1 sessions are not covered: their sequence
+//!   number grows with every packet, so a relay sending alongside the unit
+//!   would race it (the peer would drop one sender's packets, and the
+//!   unit's once the relay's numbers run ahead). Such sessions need a relay
+//!   that sends only while the unit is silent. They are logged and skipped
+//!   (`StopReason::Auth`), as are authenticated sessions with no key in
+//!   `--keys`.
 //! - A Poll Sequence of the unit is not mirrored; the relay's packets carry
 //!   the intervals of the last replicated state.
 //! - The relay reads the store's key layout (`epoch`, `bfd`, `sessions`,
@@ -63,6 +67,7 @@
 
 pub mod bench;
 pub mod core;
+pub mod keys;
 pub mod shell;
 pub mod store;
 
@@ -77,8 +82,8 @@ pub enum RelayError {
     Json(#[from] serde_json::Error),
     #[error("record schema {0} is newer than this build reads")]
     Schema(u32),
-    #[error("IPv6 sessions are not relayed")]
-    Ipv6,
+    #[error("keys file: {0}")]
+    Keys(String),
     #[error("socket on {0}: {1}")]
     Socket(std::net::SocketAddr, std::io::Error),
     #[error("thread: {0}")]

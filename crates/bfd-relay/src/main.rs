@@ -27,9 +27,14 @@ struct Args {
     /// How long an instance is covered after the last change in its store.
     #[arg(long, default_value_t = 10_000)]
     cover_ms: u64,
-    /// Detect Mult advertised (the units' own).
+    /// Detect Mult advertised for records that do not carry the unit's own
+    /// (written by an older holdfastd).
     #[arg(long, default_value_t = 3)]
     detect_mult: u8,
+    /// Keys of authenticated sessions: a TOML file of `[[key]]` tables with
+    /// `instance`, optional `peer` and `secret` (see the crate's `keys`).
+    #[arg(long)]
+    keys: Option<std::path::PathBuf>,
     /// Bench mode: cover this many synthetic sessions on loopback and
     /// print a JSON report (run inside `unshare -n`).
     #[arg(long)]
@@ -64,6 +69,10 @@ fn main() -> Result<()> {
     if a.detect_mult == 0 {
         bail!("--detect-mult must be at least 1");
     }
+    let keys = match &a.keys {
+        Some(p) => holdfast_bfd_relay::keys::Keys::load(p)?,
+        None => holdfast_bfd_relay::keys::Keys::default(),
+    };
     let timeout = Duration::from_secs(1);
     let mut names = a.instances.clone();
     if names.is_empty() {
@@ -104,10 +113,11 @@ fn main() -> Result<()> {
             return Err(e).with_context(|| format!("instance {n}"));
         }
     }
-    tracing::info!(store = %url.redacted(), instances = ?names, poll_ms = a.poll_ms, cover_ms = a.cover_ms, "BFD relay started");
+    tracing::info!(store = %url.redacted(), instances = ?names, poll_ms = a.poll_ms, cover_ms = a.cover_ms, keys = keys.len(), "BFD relay started");
     let core = Core::new(
         CoreConfig {
             detect_mult: a.detect_mult,
+            keys,
             cover: Duration::from_millis(a.cover_ms),
             dest_port: None,
         },

@@ -1,6 +1,6 @@
 //! The I/O shell: one UDP socket per covered session, bound to the unit's
-//! address and source port (`IP_TRANSPARENT`, so the address need not be
-//! the relay host's), TTL 255; a poller thread per process feeding store
+//! address and source port (`IP_TRANSPARENT` or `IPV6_TRANSPARENT`, so the
+//! address need not be the relay host's), TTL or hop limit 255; a poller thread per process feeding store
 //! snapshots to the send loop.
 
 use crate::core::{Core, Input, Output};
@@ -14,18 +14,21 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A send socket on exactly `from`, which may be any address
-/// (`IP_TRANSPARENT` needs CAP_NET_ADMIN), TTL 255 (RFC 5881 §5, RFC 5883).
+/// (`IP_TRANSPARENT`/`IPV6_TRANSPARENT` need CAP_NET_ADMIN), TTL or hop
+/// limit 255 (RFC 5881 §5, RFC 5883).
 pub fn open_socket(from: SocketAddr) -> Result<UdpSocket, RelayError> {
     use socket2::{Domain, Protocol, Socket, Type};
+    use std::os::fd::AsFd;
     let err = |e: std::io::Error| RelayError::Socket(from, e);
-    if !from.is_ipv4() {
-        return Err(RelayError::Ipv6);
+    let v6 = from.is_ipv6();
+    let s =
+        Socket::new(Domain::for_address(from), Type::DGRAM, Some(Protocol::UDP)).map_err(err)?;
+    if v6 {
+        s.set_only_v6(true).map_err(err)?;
     }
-    let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP)).map_err(err)?;
-    s.set_ip_transparent(true).map_err(err)?;
-    s.set_freebind(true).map_err(err)?;
+    holdfast_linux::set_transparent(s.as_fd(), v6).map_err(err)?;
     s.set_reuse_address(true).map_err(err)?;
-    s.set_ttl(255).map_err(err)?;
+    holdfast_linux::set_ttl(s.as_fd(), v6, 255).map_err(err)?;
     s.set_nonblocking(true).map_err(err)?;
     s.bind(&from.into()).map_err(err)?;
     Ok(s.into())

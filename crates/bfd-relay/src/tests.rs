@@ -118,7 +118,7 @@ fn multihop_goes_to_4784_and_interval_is_the_larger() {
 }
 
 #[test]
-fn not_up_removed_and_unusable_records_are_not_sent() {
+fn not_up_removed_and_unusable_records_are_not_sent_and_ipv6_is() {
     let mut c = core();
     let down = with_state(1, |s| s["state"] = "Down".into());
     let bad = ("bad".to_string(), "{".to_string());
@@ -126,6 +126,7 @@ fn not_up_removed_and_unusable_records_are_not_sent() {
         let (k, j) = synthetic(2, 100_000, peer());
         let mut v: serde_json::Value = serde_json::from_str(&j).unwrap();
         v["local"] = "[2001:db8::1]:49152".into();
+        v["peer"] = "2001:db8::2".into();
         (k, v.to_string())
     };
     let newer = {
@@ -140,12 +141,24 @@ fn not_up_removed_and_unusable_records_are_not_sent() {
         snap(1, vec![up.clone(), down, bad, v6, newer], "1"),
     );
     let (_, all) = drive(&mut c, Duration::ZERO, 500 * MS);
-    assert!(sends(&all).iter().all(|s| s.2.my_discriminator == 1000));
-    assert_eq!(c.stats().sessions, 1);
+    let sent = sends(&all);
+    assert!(sent
+        .iter()
+        .all(|s| [1000, 1002].contains(&s.2.my_discriminator)));
+    let v6: Vec<_> = sent
+        .iter()
+        .filter(|s| s.2.my_discriminator == 1002)
+        .collect();
+    assert!(!v6.is_empty(), "IPv6 sessions are covered too");
+    assert!(v6
+        .iter()
+        .all(|s| s.0 == "[2001:db8::1]:49152".parse().unwrap()
+            && s.1 == "[2001:db8::2]:3784".parse().unwrap()));
+    assert_eq!(c.stats().sessions, 2);
     // The session goes Down at the unit: the relay stops.
     let down0 = with_state(0, |s| s["state"] = "Down".into());
     let o = c.handle(500 * MS, snap(1, vec![down0], "2"));
-    assert_eq!(stops(&o), vec![StopReason::NotUp]);
+    assert_eq!(stops(&o), vec![StopReason::NotUp, StopReason::Removed]);
     let (t, _) = drive(&mut c, 500 * MS, 1000 * MS);
     assert!(t.is_empty());
     // Up again, then removed.
@@ -264,8 +277,142 @@ fn up_packet_mirrors_the_resume_state() {
     )
     .unwrap();
     let p = up_packet(&rs, 5);
-    assert_eq!(p.detect_mult, 5);
+    assert_eq!(p.detect_mult, 3, "the unit's own Detect Mult");
+    let older = ResumeState {
+        detect_mult: 0,
+        ..rs.clone()
+    };
+    assert_eq!(up_packet(&older, 5).detect_mult, 5, "records without one");
     assert_eq!(p.my_discriminator, 1004);
     assert_eq!(p.your_discriminator, 5004);
     assert_eq!(ControlPacket::decode(&p.encode()).unwrap(), p);
+}
+
+/// Two real sessions brought Up with `auth` (1 ms steps for `secs`); the
+/// last packet `a` sent and `a` itself.
+fn authenticated_pair(
+    auth: holdfast_bfd::AuthConfig,
+    secs: u64,
+) -> (holdfast_bfd::Session, Vec<u8>) {
+    use holdfast_bfd::{Input as BIn, Output as BOut, Session, SessionConfig};
+    use std::num::NonZeroU32;
+    let cfg = SessionConfig {
+        desired_min_tx_us: 100_000,
+        required_min_rx_us: 100_000,
+        detect_mult: 3,
+        passive: false,
+        auth: Some(auth),
+    };
+    let mut s = [
+        Session::new(
+            cfg.clone(),
+            NonZeroU32::new(0xa).unwrap(),
+            1,
+            Duration::ZERO,
+        )
+        .unwrap(),
+        Session::new(cfg, NonZeroU32::new(0xb).unwrap(), 2, Duration::ZERO).unwrap(),
+    ];
+    let mut last_a = Vec::new();
+    let mut t = Duration::ZERO;
+    while t <= Duration::from_secs(secs) {
+        for i in 0..2 {
+            let mut pending = s[i].handle(t, BIn::Timer);
+            while !pending.is_empty() {
+                let mut next = Vec::new();
+                for o in pending {
+                    if let BOut::Send(b) = o {
+                        if i == 0 {
+                            last_a.clone_from(&b);
+                        }
+                        next.extend(s[1 - i].handle(t, BIn::Received(b)));
+                    }
+                }
+                // Replies of the other side (a Final, say) go back.
+                pending = Vec::new();
+                for o in next {
+                    if let BOut::Send(b) = o {
+                        pending.extend(s[i].handle(t, BIn::Received(b)));
+                    }
+                }
+            }
+        }
+        t += MS;
+    }
+    let [a, _] = s;
+    assert_eq!(a.state(), State::Up);
+    (a, last_a)
+}
+
+#[test]
+fn keyed_sessions_are_relayed_byte_for_byte() {
+    use crate::core::{payload, AuthGap};
+    use holdfast_bfd::{AuthConfig, AuthType};
+    for t in [
+        AuthType::SimplePassword,
+        AuthType::KeyedMd5,
+        AuthType::KeyedSha1,
+    ] {
+        let auth = AuthConfig {
+            auth_type: t,
+            key_id: 4,
+            key: b"s3cret".to_vec(),
+        };
+        let (a, last) = authenticated_pair(auth, 3);
+        let rs = a.resume_state();
+        assert_eq!(rs.auth.map(|x| (x.auth_type, x.key_id)), Some((t, 4)));
+        assert_eq!(rs.detect_mult, 3);
+        let mine = payload(&rs, 7, Some(b"s3cret")).unwrap();
+        assert_eq!(mine, last, "{t:?}: the relay's packet is the unit's own");
+        assert!(holdfast_bfd::verify(&mine, t, 4, b"s3cret").is_ok());
+        assert_eq!(payload(&rs, 7, None), Err(AuthGap::NoKey), "{t:?}");
+    }
+    let auth = AuthConfig {
+        auth_type: AuthType::MeticulousKeyedSha1,
+        key_id: 4,
+        key: b"s3cret".to_vec(),
+    };
+    let (a, _) = authenticated_pair(auth, 2);
+    assert_eq!(
+        payload(&a.resume_state(), 3, Some(b"s3cret")),
+        Err(AuthGap::Meticulous)
+    );
+}
+
+#[test]
+fn authenticated_records_without_a_key_are_not_covered() {
+    use holdfast_bfd::{AuthRef, AuthType};
+    let (key, json) = synthetic(1, 100_000, peer());
+    let mut v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    v["state"]["auth"] = serde_json::to_value(AuthRef {
+        auth_type: AuthType::KeyedSha1,
+        key_id: 1,
+    })
+    .unwrap();
+    let rec = v.to_string();
+    // No key: nothing sent.
+    let mut c = core();
+    c.handle(
+        Duration::ZERO,
+        snap(1, vec![(key.clone(), rec.clone())], "a"),
+    );
+    assert_eq!(sends(&c.handle(Duration::ZERO, Input::Timer)).len(), 0);
+    // With the instance's key: covered, signed with it.
+    let mut keys = crate::keys::Keys::default();
+    keys.insert("edge-1", None, b"k".to_vec());
+    let mut c = Core::new(
+        CoreConfig {
+            keys,
+            ..CoreConfig::default()
+        },
+        7,
+    );
+    c.handle(Duration::ZERO, snap(1, vec![(key, rec)], "a"));
+    let o = c.handle(Duration::ZERO, Input::Timer);
+    let Some(Output::Send { payload, .. }) = o.iter().find(|o| matches!(o, Output::Send { .. }))
+    else {
+        panic!("{o:?}")
+    };
+    assert!(holdfast_bfd::verify(payload, AuthType::KeyedSha1, 1, b"k").is_ok());
+    assert!(holdfast_bfd::verify(payload, AuthType::KeyedSha1, 1, b"x").is_err());
 }

@@ -72,7 +72,7 @@ pub use packet::{
 };
 pub use session::{ConfigError, Session, SessionStats};
 pub use types::{
-    AuthConfig, DropReason, Input, Output, ResumeState, SessionConfig, Time, SLOW_TX_US,
+    AuthConfig, AuthRef, DropReason, Input, Output, ResumeState, SessionConfig, Time, SLOW_TX_US,
 };
 
 #[cfg(test)]

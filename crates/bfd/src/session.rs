@@ -1,7 +1,9 @@
 //! The per-session state machine (RFC 5880 §6).
 
 use crate::packet::{self, Auth, ControlPacket, Diag, State};
-use crate::types::{DropReason, Input, Output, ResumeState, SessionConfig, Time, SLOW_TX_US};
+use crate::types::{
+    AuthRef, DropReason, Input, Output, ResumeState, SessionConfig, Time, SLOW_TX_US,
+};
 use serde::{Deserialize, Serialize};
 use std::num::NonZeroU32;
 use std::time::Duration;
@@ -225,6 +227,11 @@ impl Session {
             remote_min_rx_us: self.remote_min_rx_us,
             xmit_auth_seq: self.xmit_auth_seq,
             rcv_auth_seq: self.rcv_auth_seq,
+            detect_mult: self.cfg.detect_mult,
+            auth: self.cfg.auth.as_ref().map(|a| AuthRef {
+                auth_type: a.auth_type,
+                key_id: a.key_id,
+            }),
         }
     }
 

@@ -996,6 +996,8 @@ fn resume_checks_and_whole_state_serde() {
         remote_min_rx_us: 100_000,
         xmit_auth_seq: 0,
         rcv_auth_seq: None,
+        detect_mult: 3,
+        auth: None,
     };
     assert_eq!(
         Session::resume(cfg(100, 100, 3), rs.clone(), 0, Duration::ZERO).unwrap_err(),

@@ -134,4 +134,20 @@ pub struct ResumeState {
     /// is; a replicated value older than the peer's window makes the
     /// backup drop the peer's packets until twice the detection time.
     pub rcv_auth_seq: Option<u32>,
+    /// bfd.DetectMult this session advertises (0 in records written before
+    /// it was replicated: unknown).
+    #[serde(default)]
+    pub detect_mult: u8,
+    /// The authentication the session sends with, without its key (so that
+    /// a relay holding the key can send what the session sends).
+    #[serde(default)]
+    pub auth: Option<AuthRef>,
+}
+
+/// Which authentication a session uses: the type and key ID of its
+/// [`AuthConfig`], never the key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuthRef {
+    pub auth_type: AuthType,
+    pub key_id: u8,
 }

@@ -51,3 +51,21 @@ pub fn ifindex(ifname: &str) -> io::Result<u32> {
         Ok(idx)
     }
 }
+
+/// `IP_TRANSPARENT` and `IP_FREEBIND` (`IPV6_TRANSPARENT` and
+/// `IPV6_FREEBIND` on an IPv6 socket): the socket may bind to and send from
+/// an address this host does not own, such as a unit's service address on
+/// the BFD relay's host. Needs `CAP_NET_ADMIN`.
+pub fn set_transparent(fd: BorrowedFd<'_>, v6: bool) -> io::Result<()> {
+    let (level, transparent, freebind) = if v6 {
+        (
+            libc::IPPROTO_IPV6,
+            libc::IPV6_TRANSPARENT,
+            libc::IPV6_FREEBIND,
+        )
+    } else {
+        (libc::IPPROTO_IP, libc::IP_TRANSPARENT, libc::IP_FREEBIND)
+    };
+    sockopt::set_int(fd, level, transparent, 1)?;
+    sockopt::set_int(fd, level, freebind, 1)
+}

@@ -44,7 +44,7 @@ pub mod ttl;
 pub mod udp_ttl;
 
 pub use announce::{address_is_local, announce_address};
-pub use device::{bind_to_device, bound_device, ifindex};
+pub use device::{bind_to_device, bound_device, ifindex, set_transparent};
 pub use info::{tcp_info, TcpInfoLite};
 pub use md5::{set_tcp_md5, TCP_MD5_MAX_KEY_LEN};
 pub use nfq::{AckGate, ConnKey, GateMode, GateStats};

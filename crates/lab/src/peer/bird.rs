@@ -118,6 +118,10 @@ fn bfd_row(table: &str, neighbor: IpAddr) -> Option<BfdView> {
             session_downs: None,
             uptime_secs: None,
             since: Some(f[3].to_string()),
+            tx_interval_ms: f
+                .get(4)
+                .and_then(|v| v.parse::<f64>().ok())
+                .map(|secs| (secs * 1000.0).round() as u32),
         })
     })
 }

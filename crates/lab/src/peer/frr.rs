@@ -631,6 +631,10 @@ impl Peer for Frr {
             session_downs: counters.and_then(|c| c["session-down"].as_u64()),
             uptime_secs: p["uptime"].as_u64(),
             since: None,
+            tx_interval_ms: p["transmit-interval"]
+                .as_u64()
+                .zip(p["remote-receive-interval"].as_u64())
+                .and_then(|(a, b)| u32::try_from(a.max(b)).ok()),
         }))
     }
 

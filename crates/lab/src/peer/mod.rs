@@ -378,6 +378,10 @@ pub struct BfdView {
     pub uptime_secs: Option<u64>,
     /// bird2's "Since" column: when the session last changed state.
     pub since: Option<String>,
+    /// The interval the peer sends at, ms, as it reports it (frr: the larger of its
+    /// `transmit-interval` and the remote's `remote-receive-interval`; bird2: the
+    /// "Interval" column).
+    pub tx_interval_ms: Option<u32>,
 }
 
 /// One session as the peer's own tool reports it.

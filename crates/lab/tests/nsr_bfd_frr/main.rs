@@ -46,6 +46,7 @@ fn frr_bfd_never_notices_takeovers() {
             md5: None,
             compact_bytes: None,
             bfd: Some(300),
+            bfd_auth: None,
         },
     ) else {
         return;

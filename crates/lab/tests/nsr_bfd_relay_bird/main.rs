@@ -13,6 +13,16 @@
 //!    "Since" unchanged, for ten detection times.
 //! 3. **Negative control**: the slow takeover of 1 without the relay: bird's
 //!    BFD leaves Up and bird drops the BGP session.
+//!
+//! A second test, `bird_keyed_sha1_bfd_stays_up_through_a_slow_takeover`
+//! (its own lab): BFD with keyed SHA1 authentication (bird2's
+//! `authentication keyed sha1`), the relay given the key in `--keys`:
+//! 1. the slow takeover with the relay: bird's BFD never leaves Up (same
+//!    "Since"), BGP never left Established, `nsr_common`'s checks pass;
+//! 2. **negative control**: a relay given the wrong key (its packets carry
+//!    the right sequence number but a wrong digest): the same slow takeover
+//!    makes bird's BFD leave Up and bird drop BGP — bird checks what the
+//!    relay sends.
 
 #[path = "../support/nsr.rs"]
 mod nsr_common;
@@ -92,6 +102,7 @@ fn bird_bfd_100ms_stays_up_through_a_slow_takeover_with_the_relay() {
             md5: None,
             compact_bytes: None,
             bfd: Some(100),
+            bfd_auth: None,
         },
     ) else {
         return;
@@ -184,4 +195,118 @@ fn bird_bfd_100ms_stays_up_through_a_slow_takeover_with_the_relay() {
         "negative control: bird kept BGP Established without the relay"
     );
     r.print_phases();
+}
+
+/// Starts the relay with `secret` as the key of every session of the
+/// instance (a keys file in the lab's work directory).
+fn start_keyed_relay(r: &mut nsr_common::Run<Bird>, secret: &str) {
+    let path = r.lab.work_dir().join(format!("relay-keys-{secret}.toml"));
+    std::fs::write(
+        &path,
+        format!("[[key]]\ninstance = \"edge-1\"\nsecret = \"{secret}\"\n"),
+    )
+    .expect("keys file");
+    let path = path.to_string_lossy().to_string();
+    r.start_relay_with(1, &["--keys", &path]);
+}
+
+#[test]
+fn bird_keyed_sha1_bfd_stays_up_through_a_slow_takeover() {
+    const KEY: &str = "relay-sha1-key";
+    let Some(mut r) = nsr_common::Run::<Bird>::start(
+        "nsr_bfd_relay_bird_auth",
+        PeerKind::Bird,
+        nsr_common::Options {
+            md5: None,
+            compact_bytes: None,
+            bfd: Some(100),
+            bfd_auth: Some(nsr_common::BfdAuth {
+                bird: "keyed sha1",
+                holdfastd: "keyed-sha1",
+                key_id: 3,
+                password: KEY,
+            }),
+        },
+    ) else {
+        return;
+    };
+    let table = wait_until(
+        "bird: authenticated BFD Up",
+        Duration::from_secs(60),
+        || r.peer().bfd_sessions(&r.lab),
+        |t| row(t).is_some_and(|(s, _)| s == "Up"),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let up = row(&table).expect("row");
+    start_keyed_relay(&mut r, KEY);
+    let stop = Arc::new(AtomicBool::new(false));
+    let (samples, thread) = watch_bfd(r.peer().bfd_probe(&r.lab), stop.clone());
+    let watch = r.watch();
+    r.check("keyed SHA1: before any failure");
+
+    // 1. Slow takeover with the keyed relay.
+    let t1 = Instant::now();
+    r.kill_and_take_over(
+        "keyed SHA1: SIGKILL, 500 ms to notice, takeover (relay with the key)",
+        ORCH_DELAY,
+    );
+    r.check("keyed SHA1: slow takeover with the relay");
+    hold_for(DETECT * 10, || {});
+    let (n, gap) = assert_up(
+        "keyed SHA1: slow takeover with the relay",
+        &samples,
+        t1,
+        &up,
+    );
+    println!("1. keyed SHA1, slow takeover with the relay: bird BFD Up (since {}) in all {n} samples, largest gap {gap:?}", up.1);
+    let report = watch.stop();
+    report
+        .assert_uninterrupted()
+        .unwrap_or_else(|e| panic!("the peer saw an interruption: {e}"));
+
+    // 2. Negative control: the relay with the wrong key.
+    r.kill_relay();
+    start_keyed_relay(&mut r, "not-the-key");
+    let svc: IpAddr = SERVICE.parse().expect("service");
+    let watch = PeerWatch::start_every(
+        r.peer().session_probe(&r.lab),
+        svc,
+        Duration::from_millis(100),
+    );
+    let t2 = Instant::now();
+    r.kill_and_take_over(
+        "keyed SHA1 negative control: SIGKILL, 500 ms, takeover (relay with a wrong key)",
+        ORCH_DELAY,
+    );
+    wait_until(
+        "keyed SHA1 negative control: bird drops BGP",
+        Duration::from_secs(10),
+        || r.peer().sessions(&r.lab),
+        |v| {
+            v.iter()
+                .find(|s| s.neighbor == svc)
+                .is_none_or(|s| s.state != SessionState::Established)
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let report = watch.stop();
+    let _ = wait_until(
+        "keyed SHA1 negative control: the watcher sees bird's BFD leave Up",
+        Duration::from_secs(10),
+        || Ok(since(&samples, t2)),
+        |v| v.iter().any(|x| x.1.as_ref() != Some(&up)),
+    );
+    stop.store(true, Ordering::Relaxed);
+    thread.join().expect("watcher");
+    let first_not_up = since(&samples, t2)
+        .into_iter()
+        .find(|x| x.1.as_ref() != Some(&up))
+        .map(|x| (x.0 - t2, x.1));
+    println!("2. keyed SHA1 negative control (wrong key): first sample off Up {first_not_up:?}; peer watch: {}", report.summary());
+    assert!(first_not_up.is_some(), "bird's BFD never left Up");
+    assert!(
+        report.assert_uninterrupted().is_err(),
+        "negative control: bird kept BGP Established with a relay it cannot verify"
+    );
+    r.kill_relay();
 }

@@ -204,6 +204,7 @@ fn frr_bfd_100ms_stays_up_through_takeovers_with_the_relay() {
             md5: None,
             compact_bytes: None,
             bfd: Some(INTERVAL_MS),
+            bfd_auth: None,
         },
     ) else {
         return;
@@ -395,6 +396,7 @@ fn relay_lets_go_of_a_unit_nobody_takes_over() {
             md5: None,
             compact_bytes: None,
             bfd: Some(INTERVAL_MS),
+            bfd_auth: None,
         },
     ) else {
         return;

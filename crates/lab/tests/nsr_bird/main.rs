@@ -17,6 +17,7 @@ fn bird_peer_never_notices_failovers() {
             md5: None,
             compact_bytes: Some(256 * 1024),
             bfd: None,
+            bfd_auth: None,
         },
     );
 }

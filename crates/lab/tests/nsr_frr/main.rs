@@ -16,6 +16,7 @@ fn frr_peer_never_notices_failovers() {
             md5: Some("nsr-md5-key"),
             compact_bytes: None,
             bfd: None,
+            bfd_auth: None,
         },
     );
 }

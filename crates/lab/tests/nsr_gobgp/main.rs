@@ -15,6 +15,7 @@ fn gobgp_peer_never_notices_failovers() {
             md5: None,
             compact_bytes: None,
             bfd: None,
+            bfd_auth: None,
         },
     );
 }

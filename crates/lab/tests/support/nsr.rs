@@ -73,6 +73,18 @@ pub struct Options {
     /// BFD under the session under test (non-stop BFD): the interval in
     /// ms (both ways, Detect Mult 3), `None` for no BFD.
     pub bfd: Option<u32>,
+    /// BFD authentication under the session (bird2 peers): bird2's
+    /// `authentication` kind, holdfastd's `auth`, key ID, password.
+    pub bfd_auth: Option<BfdAuth>,
+}
+
+/// BFD authentication of [`Options::bfd_auth`].
+#[derive(Debug, Clone, Copy)]
+pub struct BfdAuth {
+    pub bird: &'static str,
+    pub holdfastd: &'static str,
+    pub key_id: u8,
+    pub password: &'static str,
 }
 
 pub struct Run<P: Peer> {
@@ -105,7 +117,13 @@ fn hf_config(topo: &NsrTopo, redis: &str, o: &Options) -> String {
         .unwrap_or_default();
     let md5 = match o.bfd {
         Some(ms) => {
-            format!("{md5}bfd = {{ min_rx_ms = {ms}, min_tx_ms = {ms}, multiplier = 3 }}\n")
+            let auth = o.bfd_auth.map_or_else(String::new, |a| {
+                format!(
+                    ", auth = \"{}\", key_id = {}, password = \"{}\"",
+                    a.holdfastd, a.key_id, a.password
+                )
+            });
+            format!("{md5}bfd = {{ min_rx_ms = {ms}, min_tx_ms = {ms}, multiplier = 3{auth} }}\n")
         }
         None => md5,
     };
@@ -135,6 +153,9 @@ fn peer_spec(topo: &NsrTopo, o: &Options) -> PeerSpec {
     }
     if let Some(ms) = o.bfd {
         us = us.bfd(ms, ms, 3);
+    }
+    if let Some(a) = o.bfd_auth {
+        us = us.bfd_auth(a.bird, a.key_id, a.password);
     }
     let feed = NeighborSpec::new(IpAddr::V4(topo.feed.v4), FEED_IN_AS)
         .local(IpAddr::V4(topo.peer.v4))

@@ -45,13 +45,22 @@ struct Args {
     /// Routes holdfastd announces to each peer (default: the scenario's).
     #[arg(long)]
     routes_out: Option<u32>,
-    /// Failure kinds, in order (application, container, host, host-network).
+    /// Takeover kinds, in order (application, container, host, host-network,
+    /// switchover).
     #[arg(
         long,
         value_delimiter = ',',
         default_value = "application,container,host,host-network"
     )]
     kinds: Vec<FailureKind>,
+    /// BFD interval in ms (both ways, the scenario's Detect Mult) of every peer that
+    /// runs BFD (default: the scenario's).
+    #[arg(long)]
+    bfd_ms: Option<u32>,
+    /// Instead of one run: one per interval of this list (ms, longest first), every
+    /// kind at each, and the shortest interval at which every kind stayed invisible.
+    #[arg(long, value_delimiter = ',')]
+    bfd_floor: Vec<u32>,
     /// Directory of the Markdown / PNG / JSON report.
     #[arg(long, default_value = "lab/reports")]
     reports: PathBuf,
@@ -80,8 +89,18 @@ fn main() -> anyhow::Result<()> {
     let mut opts = DemoOptions::new(command::find_scenario(&args.scenario)?, state);
     opts.routes_in = args.routes_in;
     opts.routes_out = args.routes_out;
+    opts.bfd_interval_ms = args.bfd_ms;
     opts.kinds = args.kinds;
     opts.report_dir = (!args.no_reports).then_some(args.reports);
+    if !args.bfd_floor.is_empty() {
+        let floor = demo::bfd_floor(&opts, &args.bfd_floor, &mut |m| eprintln!("{m}"))?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&floor)?);
+        } else {
+            print!("{}", floor.table());
+        }
+        return Ok(());
+    }
     let report = demo::run(&opts, &mut |m| eprintln!("{m}")).context("demo")?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);

@@ -41,11 +41,14 @@ enum LabOp {
     /// Inject a failure, then take over onto the backup host. KIND TARGET:
     /// `application UNIT` (SIGKILL holdfastd), `container UNIT` (SIGKILL every
     /// process of its namespace), `host HOST` (every unit on it, links down),
-    /// `host-network HOST` (bridge port down, processes stay up).
+    /// `host-network HOST` (bridge port down, processes stay up), or a planned
+    /// `switchover UNIT` (`holdfast nsr switchover` on the primary, then the backup
+    /// takes over).
     Fail {
-        /// application | container | host | host-network
+        /// application | container | host | host-network | switchover
         kind: FailureKind,
-        /// A holdfastd unit (application, container) or a host (host, host-network).
+        /// A holdfastd unit (application, container, switchover) or a host (host,
+        /// host-network).
         target: String,
     },
     /// Bring a host back after a host or host-network failure (kills fenced old

@@ -456,7 +456,8 @@ pub fn status(state_file: &Path) -> Result<Status> {
 }
 
 /// `lab fail KIND TARGET`: injects the failure (TARGET is a holdfastd unit for
-/// `application` / `container`, a host for `host` / `host-network`) and, when the
+/// `application` / `container` / `switchover`, a host for `host` / `host-network`;
+/// `switchover` is the planned one, with nothing to detect) and, when the
 /// unit's primary was hit, takes over onto its backup host through the
 /// [`holdfast_orchestrate::Orchestrator`]; the state then records the new primary and
 /// the service address's host. The state is written even when the takeover fails.

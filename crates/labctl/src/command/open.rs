@@ -403,6 +403,19 @@ impl OpenLab {
                     "bridge port of {host} down; its processes stay up, cut off"
                 ));
             }
+            FailureKind::Switchover => {
+                let i = unit_idx.expect("a unit target");
+                let u = self.state.units[i].primary.clone();
+                let out = self
+                    .holdfastd(&u)?
+                    .cli(&self.lab, &["nsr", "switchover", "--timeout", "60"])?;
+                report.injected.push(format!(
+                    "holdfast nsr switchover on {} (pid {}): {}",
+                    u.name,
+                    u.pid,
+                    out.trim()
+                ));
+            }
         }
         report.inject_ms = ms(t0.elapsed());
         for line in &report.injected {
@@ -415,42 +428,28 @@ impl OpenLab {
         };
         let old = self.state.units[i].primary.clone();
         let old_hf = self.holdfastd(&old)?;
-        // Detect it the way the controller would, then take over.
-        let probe = if kind.targets_host() {
-            let watched = self
-                .state
-                .scenario
-                .host(&host)
-                .map(|h| h.v4)
-                .ok_or_else(|| LabError::Invalid(format!("lab state: no host `{host}`")))?;
-            let from = self.host_id(&self.state.scenario.redis.host.clone())?;
-            Probe::Tcp {
-                from: self.lab.netns(from).to_string(),
-                addr: SocketAddr::new(IpAddr::V4(watched), DETECT_PORT),
-            }
-        } else {
-            Probe::ControlSocket(old_hf.socket.clone())
-        };
         let mut orch = LabOrchestrator::new(&self.topo);
         for f in &self.state.failed_hosts {
             orch.set_reachable(self.host_id(&f.host)?, false);
         }
-        let found = orch
-            .detect(&probe)
-            .inspect_err(|_| self.state.history.push(report.clone()))?;
-        report.detected_ms = Some(ms(found.after));
-        report.detector = Some(probe.describe());
-        step(&format!(
-            "detected after {:.1} ms ({} probes: {})",
-            ms(found.after),
-            found.probes,
-            probe.describe()
-        ));
+        if kind == FailureKind::Switchover {
+            // Planned: nothing to detect.
+            report.detected_ms = Some(0.0);
+            report.detector = Some("planned (holdfast nsr switchover)".to_string());
+        } else {
+            self.detect(&mut orch, kind, &host, &old_hf, &mut report)?;
+            step(&format!(
+                "detected after {:.1} ms ({})",
+                report.detected_ms.unwrap_or(0.0),
+                report.detector.as_deref().unwrap_or("?")
+            ));
+        }
         // Take over onto the backup, through the orchestrator.
         let to = self.state.units[i].backup_host.clone();
         let to_id = self.host_id(&to)?;
-        let fence = if kind == FailureKind::HostNetwork {
+        let fence = if matches!(kind, FailureKind::HostNetwork | FailureKind::Switchover) {
             // Cut off: the orchestrator cannot reach it; the store's epoch fences it.
+            // Switchover: it exits by itself once the backup has claimed the instance.
             Fence::None
         } else {
             Fence::Kill
@@ -492,6 +491,19 @@ impl OpenLab {
             "{new_name} (pid {}) has every session Established; service address on {to}",
             new.os_pid
         ));
+        if kind == FailureKind::Switchover {
+            let p = old_hf.proc;
+            wait_for_every(
+                &format!(
+                    "{} (pid {}) to exit after the switchover",
+                    old.name, old.pid
+                ),
+                KILL_TIMEOUT,
+                Duration::from_millis(10),
+                || Ok((!self.lab.is_running(p)).then_some(())),
+            )?;
+            step(&format!("{} exited by itself", old.name));
+        }
         let tp = Instant::now();
         let protected = wait_protected(&new, PROTECTED_TIMEOUT);
         let protected_after_ms = ms(tp.elapsed());
@@ -514,6 +526,40 @@ impl OpenLab {
         protected?;
         step(&format!("PROTECTED again after {protected_after_ms} ms"));
         Ok(report)
+    }
+
+    /// Detects a failure of `kind` on `host` the way the controller would (the
+    /// control socket for a unit, TCP probes from the store's host for a host) and
+    /// records it in `report`.
+    fn detect(
+        &mut self,
+        orch: &mut LabOrchestrator,
+        kind: FailureKind,
+        host: &str,
+        old_hf: &Holdfastd,
+        report: &mut FailReport,
+    ) -> Result<()> {
+        let probe = if kind.targets_host() {
+            let watched = self
+                .state
+                .scenario
+                .host(host)
+                .map(|h| h.v4)
+                .ok_or_else(|| LabError::Invalid(format!("lab state: no host `{host}`")))?;
+            let from = self.host_id(&self.state.scenario.redis.host.clone())?;
+            Probe::Tcp {
+                from: self.lab.netns(from).to_string(),
+                addr: SocketAddr::new(IpAddr::V4(watched), DETECT_PORT),
+            }
+        } else {
+            Probe::ControlSocket(old_hf.socket.clone())
+        };
+        let found = orch
+            .detect(&probe)
+            .inspect_err(|_| self.state.history.push(report.clone()))?;
+        report.detected_ms = Some(ms(found.after));
+        report.detector = Some(format!("{} probes: {}", found.probes, probe.describe()));
+        Ok(())
     }
 
     /// Brings a failed host back (see [`super::heal`]).

@@ -16,7 +16,8 @@ use crate::scenario::{Scenario, SCENARIO_FILE};
 /// Version of the state file format.
 pub const STATE_VERSION: u32 = 1;
 
-/// The failure kinds of TENSOR's Table 1.
+/// The failure kinds of TENSOR's Table 1, and the planned switchover: every way a
+/// unit's primary is taken over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum FailureKind {
@@ -28,10 +29,13 @@ pub enum FailureKind {
     Host,
     /// The host's network: its bridge port down; its processes stay up, cut off.
     HostNetwork,
+    /// Not a failure: a planned switchover (`holdfast nsr switchover` on the primary,
+    /// then the backup takes over and the old primary exits by itself).
+    Switchover,
 }
 
 impl FailureKind {
-    /// All four, in Table 1's order.
+    /// The four failures, in Table 1's order.
     pub const ALL: [FailureKind; 4] = [
         FailureKind::Application,
         FailureKind::Container,
@@ -39,13 +43,23 @@ impl FailureKind {
         FailureKind::HostNetwork,
     ];
 
-    /// `application`, `container`, `host`, `host-network`.
+    /// Every takeover kind: the four failures and the planned switchover.
+    pub const EVERY: [FailureKind; 5] = [
+        FailureKind::Application,
+        FailureKind::Container,
+        FailureKind::Host,
+        FailureKind::HostNetwork,
+        FailureKind::Switchover,
+    ];
+
+    /// `application`, `container`, `host`, `host-network`, `switchover`.
     pub fn name(self) -> &'static str {
         match self {
             FailureKind::Application => "application",
             FailureKind::Container => "container",
             FailureKind::Host => "host",
             FailureKind::HostNetwork => "host-network",
+            FailureKind::Switchover => "switchover",
         }
     }
 
@@ -64,11 +78,13 @@ impl fmt::Display for FailureKind {
 impl FromStr for FailureKind {
     type Err = String;
     fn from_str(s: &str) -> std::result::Result<Self, String> {
-        FailureKind::ALL
+        FailureKind::EVERY
             .into_iter()
             .find(|k| k.name() == s || (s == "host_network" && *k == FailureKind::HostNetwork))
             .ok_or_else(|| {
-                format!("unknown failure kind `{s}` (application, container, host, host-network)")
+                format!(
+                    "unknown failure kind `{s}` (application, container, host, host-network, switchover)"
+                )
             })
     }
 }

@@ -1,5 +1,6 @@
-//! The reduced demo (CI): `make demo`'s run with 1k routes in and 1k out, one failure
-//! of each kind of TENSOR Table 1, and the zero columns asserted.
+//! The reduced demo (CI): `make demo`'s run with 1k routes in and 1k out, one takeover
+//! of each kind (TENSOR Table 1's four failures and a planned switchover), and the zero
+//! columns asserted.
 //!
 //! ```text
 //!                      bridge `lan`: 198.18.0.0/24
@@ -13,7 +14,7 @@
 //!
 //! BFD runs under both sessions at 100 ms x 3, with the relay on.
 //!
-//! Checked, per failure (application, container, host, host-network):
+//! Checked, per takeover (application, container, host, host-network, switchover):
 //! * the failure was detected and taken over onto the other host, and the new primary
 //!   holds all 2k routes;
 //! * each peer (frr, bird2) saw no session reset (its CLI every 100 ms, new TCP
@@ -21,77 +22,31 @@
 //!   capture), no route withdrawn and none announced again (the UPDATEs it received),
 //!   and no silence as long as the hold time;
 //! * each peer saw no BFD Down (frr: `session-down` counter, state and uptime; bird2:
-//!   `show bfd sessions` state and "Since");
+//!   `show bfd sessions` state and "Since"), and its session still sends at 100 ms;
 //! * the Markdown and PNG reports are written;
 //! * negative control: when each peer then resets its own session, the same columns
 //!   show the reset and the routes sent again (so the zeros above are not vacuous);
 //! * the lab is gone afterwards (no namespace of the run left).
 
-use holdfast_lab::{list_netns, skip_unless_ready, PeerKind};
+#[path = "../support/takeovers.rs"]
+mod takeovers;
+
+use holdfast_lab::{skip_unless_ready, PeerKind};
 use holdfast_labctl::command::FailureKind;
-use holdfast_labctl::demo::{self, DemoOptions};
-use std::path::PathBuf;
+use holdfast_labctl::demo;
 
 #[test]
 fn reduced_demo_peers_see_nothing() {
     if skip_unless_ready(&[PeerKind::Bird, PeerKind::Frr]) {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("hf-demo-reduced-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let scenario =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../lab/scenarios/demo/scenario.toml");
-    let mut opts = DemoOptions::new(scenario, dir.join("state.json"));
-    opts.routes_in = Some(1000);
-    opts.routes_out = Some(1000);
+    let (mut opts, dir) = takeovers::reduced("demo-reduced");
+    opts.kinds = FailureKind::EVERY.to_vec();
     opts.report_dir = Some(dir.join("reports"));
     opts.control = true;
     let report = demo::run(&opts, &mut |m| println!("{m}")).expect("demo run");
     print!("{}", report.table());
-
-    let kinds: Vec<FailureKind> = report.rows.iter().map(|r| r.kind).collect();
-    assert_eq!(kinds, FailureKind::ALL.to_vec());
-    assert_eq!((report.routes_in, report.routes_out), (1000, 1000));
-    for r in &report.rows {
-        assert_ne!(
-            r.from_host, r.to_host,
-            "{}: taken over onto another host",
-            r.kind
-        );
-        assert!(r.fail.detected_ms.is_some(), "{}: detected", r.kind);
-        assert!(
-            r.total_s > 0.0 && r.total_s < 10.0,
-            "{}: total {}",
-            r.kind,
-            r.total_s
-        );
-        assert_eq!(r.peers.len(), 2);
-        for p in &r.peers {
-            assert_eq!(
-                (p.resets, p.notifications, p.withdrawn, p.relearned),
-                (0, 0, 0, 0),
-                "{}: {} saw {:?}",
-                r.kind,
-                p.peer,
-                p.evidence
-            );
-            assert_eq!(
-                p.bfd_downs,
-                Some(0),
-                "{}: {} saw BFD Down: {:?}",
-                r.kind,
-                p.peer,
-                p.evidence
-            );
-            assert!(
-                p.messages > 0,
-                "{}: {} heard from the new primary",
-                r.kind,
-                p.peer
-            );
-        }
-    }
-    report.check().expect("the zero columns");
+    takeovers::assert_invisible(&report, &FailureKind::EVERY, 100);
 
     let control = report.control.as_ref().expect("negative control ran");
     for p in control {
@@ -128,11 +83,6 @@ fn reduced_demo_peers_see_nothing() {
     assert!(md.contains("| host-network (") && md.contains("Negative control"));
     assert!(md.contains("| BFD Down (frr / bird) |"), "{md}");
 
-    let left: Vec<String> = list_netns()
-        .unwrap()
-        .into_iter()
-        .filter(|n| n.contains(&report.run_id))
-        .collect();
-    assert!(left.is_empty(), "namespaces left: {left:?}");
+    takeovers::assert_lab_gone(&report);
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -42,11 +42,12 @@
 //!   VRF instance sends from the VRF but receives only what the default
 //!   VRF's sockets see.
 //! - No Echo function and no Demand mode (those of `holdfast-bfd`).
-//! - Non-stop BFD: the replicated bfd.XmitAuthSeq is the one of the last
-//!   write, not of the last packet. With the meticulous authentication
-//!   types the peer drops a backup's packets until the number is back in
-//!   its window; the keyed types advance it only on a change of content,
-//!   and a Poll Sequence between two writes leaves it behind as well.
+//! - Non-stop BFD with the meticulous authentication types: the replicated
+//!   bfd.XmitAuthSeq is the one of the last write, not of the last packet
+//!   (it advances with every packet), so the peer drops a backup's packets
+//!   until the number is back in its window, and the relay cannot cover
+//!   such sessions. The keyed types and the simple password replicate
+//!   every change of the number (it changes only with the content).
 //! - BFD records are not part of `show nsr`'s protection figures, and a
 //!   BFD op counts in its BGP session's replication lag (same key).
 

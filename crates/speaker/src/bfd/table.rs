@@ -291,7 +291,14 @@ impl Table {
         };
         let rs = e.session.resume_state();
         let mut cmp = rs.clone();
-        cmp.xmit_auth_seq = 0;
+        // Keyed MD5/SHA1 advance bfd.XmitAuthSeq only when the packet's
+        // content changes: replicated on every change, so that the store
+        // (and a relay) holds the number of the packets being sent. The
+        // meticulous types advance it with every packet: not a reason to
+        // write.
+        if rs.auth.is_some_and(|a| a.auth_type.is_meticulous()) {
+            cmp.xmit_auth_seq = 0;
+        }
         cmp.rcv_auth_seq = None;
         if e.replicated.as_ref() == Some(&(cmp.clone(), local)) {
             return;
