@@ -656,6 +656,15 @@ pub trait Peer {
         LogMark::of_files(&self.log_files())
     }
 
+    /// Everything the daemon's logs gained after `mark`.
+    fn log_since(&self, mark: &LogMark) -> Result<String> {
+        let mut out = String::new();
+        for f in self.log_files() {
+            out.push_str(&read_from(&f, mark.offset(&f))?);
+        }
+        Ok(out)
+    }
+
     /// Log lines written after `mark` that show a NOTIFICATION sent or received (see
     /// [`Peer::notification_markers`]); `&LogMark::start()` searches the whole logs.
     fn notifications_since(&self, mark: &LogMark) -> Result<Vec<String>> {
