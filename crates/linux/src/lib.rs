@@ -37,6 +37,7 @@ pub mod md5;
 pub mod netns;
 pub mod nfq;
 pub mod packet;
+pub mod pidfd;
 pub mod repair;
 pub mod rules;
 mod sockopt;

@@ -1,0 +1,33 @@
+//! `holdfast-agent`: the host agent of the control plane (TENSOR §3.3.2,
+//! issue 11), one per host and one on the agent server. This crate holds
+//! the agent's local machinery; the controller link is the controller's.
+//!
+//! - [`probe`]: IP SLA probes as a pure core, `Prober::handle(now, input)
+//!   -> outputs`: one probe per target every interval (100 ms by default),
+//!   each answered or lost after a timeout, every outcome a serde
+//!   [`probe::Measurement`] for the controller's localization. The shell
+//!   ([`probe::tcp_probe`]) counts a TCP handshake or a reset as an answer:
+//!   either proves the target's stack is up.
+//! - [`watchdog`]: the self-fencing rule. An agent that cannot renew its
+//!   etcd lease fences its own units before the lease can expire, so the
+//!   controller may migrate them once it has (Patroni's watchdog).
+//! - [`runtime`]: the [`runtime::Runtime`] trait (start a unit, watch it,
+//!   fence it) and [`runtime::ProcessRuntime`], which runs each unit as a
+//!   process, optionally inside a network namespace (the lab's container),
+//!   and watches and kills it through a pidfd, never by PID.
+//!
+//! # Known issues
+//! - Probes are TCP connects only; ICMP needs a raw socket.
+//! - `ProcessRuntime` is the only runtime; a systemd runtime (units as
+//!   `holdfastd@NAME.service`) would implement the same trait.
+
+#![forbid(unsafe_code)]
+
+pub mod probe;
+pub mod runtime;
+pub mod watchdog;
+
+use std::time::Duration;
+
+/// Time since an arbitrary origin: an input to the pure cores.
+pub type Time = Duration;
