@@ -1,7 +1,12 @@
 //! `holdfast-agent`: the host agent of the control plane (TENSOR §3.3.2,
 //! issue 11), one per host and one on the agent server. This crate holds
-//! the agent's local machinery; the controller link is the controller's.
+//! the agent's machinery and its pure core; the binary that runs it
+//! against the controller's Attach stream comes with the controller.
 //!
+//! - [`core`]: the pure core, `AgentCore::handle(now, input) -> outputs`:
+//!   commands checked against the fencing token, the lease watchdog's
+//!   self-fence, and every report to the controller
+//!   (`holdfast_control_api`).
 //! - [`probe`]: IP SLA probes as a pure core, `Prober::handle(now, input)
 //!   -> outputs`: one probe per target every interval (100 ms by default),
 //!   each answered or lost after a timeout, every outcome a serde
@@ -23,6 +28,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod core;
 pub mod probe;
 pub mod runtime;
 pub mod watchdog;

@@ -1,0 +1,606 @@
+//! The agent's pure core: `AgentCore::handle(now, input) -> outputs`.
+//!
+//! It decides everything the agent does; the shell carries it out (the
+//! runtime, the address moves, the Attach stream, the etcd lease):
+//!
+//! - **Fencing tokens.** Every controller command carries its leader's
+//!   token. A command with a token older than the highest accepted is
+//!   refused (`CommandResult.ok = false`, "stale fencing token") and has
+//!   no effect: a deposed leader cannot act
+//!   ([`holdfast_control_api::accept_token`]).
+//! - **The lease watchdog** ([`crate::watchdog`]): when the etcd lease
+//!   may expire before a renewal could land, the core fences every unit
+//!   on the host and refuses commands that start units until a new lease
+//!   is granted. The controller migrates the units only after the lease
+//!   has expired in etcd, by which time they are gone.
+//! - **Reports.** A `Hello` on every new Attach stream (the host, its
+//!   units, the highest token), a heartbeat every `heartbeat` interval,
+//!   every probe measurement, every unit event and every command result.
+
+use crate::probe::Measurement;
+use crate::runtime::Exit;
+use crate::watchdog::{Action, Watchdog, WatchdogConfig};
+use crate::Time;
+use holdfast_control_api::v1::{
+    agent_report, command, unit_event, AgentReport, Command, CommandResult, Heartbeat, Hello,
+    UnitEvent, UnitStatus,
+};
+use holdfast_control_api::{accept_token, SCHEMA};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// Settings of the core.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    /// This host's name.
+    pub host: String,
+    /// The agent server's agent rather than a host's.
+    pub agent_server: bool,
+    pub watchdog: WatchdogConfig,
+    /// Heartbeat period on the Attach stream.
+    pub heartbeat: Duration,
+    /// Unix time (ms) of the core's time origin, for the reports' clocks.
+    pub unix_origin_ms: u64,
+}
+
+/// What the core is fed.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AgentInput {
+    /// A new Attach stream is open.
+    Connected,
+    /// A command from the controller.
+    Command(Command),
+    /// The shell finished command `id`.
+    Done { id: u64, result: Result<(), String> },
+    /// A probe outcome.
+    Measured(Measurement),
+    /// A unit's process started.
+    UnitStarted {
+        unit: String,
+        pid: u32,
+        role: String,
+        epoch: u64,
+    },
+    /// A unit's process exited (or was fenced).
+    UnitExited(Exit),
+    /// A lease renewal (or grant) sent at `sent` was acknowledged.
+    LeaseRenewed { sent: Time },
+    /// A renewal request is being sent now.
+    LeaseRenewalSent,
+    /// A new lease after a self-fence.
+    LeaseGranted { sent: Time },
+    /// Time passed.
+    Tick,
+}
+
+/// What the shell carries out, in order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AgentOutput {
+    /// Send on the Attach stream.
+    Report(AgentReport),
+    /// Start a unit's holdfastd (`takeover`: `--takeover` at that epoch).
+    Start {
+        id: u64,
+        unit: String,
+        config: String,
+        standby: bool,
+        takeover: Option<u64>,
+    },
+    /// Fence a unit (`id`: the command, `None` for a self-fence).
+    Fence { id: Option<u64>, unit: String },
+    /// Add (or delete) and announce a unit's service addresses.
+    Address {
+        id: u64,
+        unit: String,
+        addresses: Vec<String>,
+        add: bool,
+        interface: String,
+    },
+    /// Ask a unit's primary for a planned switchover.
+    Switchover { id: u64, unit: String },
+    /// Renew the etcd lease now.
+    RenewLease,
+}
+
+#[derive(Debug, Clone)]
+struct Unit {
+    pid: u32,
+    role: String,
+    epoch: u64,
+}
+
+/// The agent's pure core.
+#[derive(Debug)]
+pub struct AgentCore {
+    cfg: AgentConfig,
+    watchdog: Watchdog,
+    highest_token: u64,
+    units: BTreeMap<String, Unit>,
+    heartbeat_seq: u64,
+    next_heartbeat: Time,
+    connected: bool,
+}
+
+fn report(body: agent_report::Body) -> AgentOutput {
+    AgentOutput::Report(AgentReport { body: Some(body) })
+}
+
+fn result(id: u64, r: Result<(), String>) -> AgentOutput {
+    let (ok, error) = match r {
+        Ok(()) => (true, String::new()),
+        Err(e) => (false, e),
+    };
+    report(agent_report::Body::Result(CommandResult { id, ok, error }))
+}
+
+impl AgentCore {
+    pub fn new(cfg: AgentConfig) -> AgentCore {
+        AgentCore {
+            watchdog: Watchdog::new(cfg.watchdog),
+            cfg,
+            highest_token: 0,
+            units: BTreeMap::new(),
+            heartbeat_seq: 0,
+            next_heartbeat: Duration::ZERO,
+            connected: false,
+        }
+    }
+
+    /// The highest fencing token accepted so far.
+    pub fn highest_token(&self) -> u64 {
+        self.highest_token
+    }
+
+    /// Whether the watchdog fenced the host's units.
+    pub fn fenced(&self) -> bool {
+        self.watchdog.fenced()
+    }
+
+    fn unix_ms(&self, now: Time) -> u64 {
+        self.cfg.unix_origin_ms + now.as_millis() as u64
+    }
+
+    pub fn handle(&mut self, now: Time, input: AgentInput) -> Vec<AgentOutput> {
+        let mut out = Vec::new();
+        match input {
+            AgentInput::Connected => {
+                self.connected = true;
+                out.push(self.hello());
+                self.next_heartbeat = now;
+            }
+            AgentInput::Command(c) => self.command(c, &mut out),
+            AgentInput::Done { id, result: r } => out.push(result(id, r)),
+            AgentInput::Measured(m) => {
+                out.push(report(agent_report::Body::Measurement(
+                    holdfast_control_api::v1::Measurement {
+                        from: m.from,
+                        target: m.target,
+                        seq: m.seq,
+                        sent_unix_ms: self.unix_ms(m.sent_at),
+                        ok: m.ok,
+                        rtt_us: m
+                            .rtt
+                            .map_or(0, |d| d.as_micros().min(u128::from(u32::MAX)) as u32),
+                    },
+                )));
+            }
+            AgentInput::UnitStarted {
+                unit,
+                pid,
+                role,
+                epoch,
+            } => {
+                self.units.insert(unit.clone(), Unit { pid, role, epoch });
+                out.push(unit_event(
+                    &unit,
+                    pid,
+                    unit_event::Kind::Started,
+                    None,
+                    None,
+                ));
+            }
+            AgentInput::UnitExited(e) => {
+                self.units.remove(&e.unit);
+                let kind = if e.fenced {
+                    unit_event::Kind::Fenced
+                } else {
+                    unit_event::Kind::Exited
+                };
+                out.push(unit_event(&e.unit, e.pid, kind, e.code, e.signal));
+            }
+            AgentInput::LeaseRenewed { sent } => self.watchdog.renewed(sent),
+            AgentInput::LeaseRenewalSent => self.watchdog.sending(now),
+            AgentInput::LeaseGranted { sent } => {
+                self.watchdog.reset();
+                self.watchdog.sending(sent);
+                self.watchdog.renewed(sent);
+            }
+            AgentInput::Tick => {}
+        }
+        self.timers(now, &mut out);
+        out
+    }
+
+    fn timers(&mut self, now: Time, out: &mut Vec<AgentOutput>) {
+        match self.watchdog.check(now) {
+            Action::Hold => {}
+            Action::Renew => out.push(AgentOutput::RenewLease),
+            Action::Fence => {
+                tracing::error!(
+                    host = %self.cfg.host,
+                    units = self.units.len(),
+                    "etcd lease not renewed in time: fencing every unit on this host"
+                );
+                for unit in self.units.keys() {
+                    out.push(AgentOutput::Fence {
+                        id: None,
+                        unit: unit.clone(),
+                    });
+                }
+            }
+        }
+        if self.connected && now >= self.next_heartbeat {
+            self.heartbeat_seq += 1;
+            out.push(report(agent_report::Body::Heartbeat(Heartbeat {
+                seq: self.heartbeat_seq,
+                sent_unix_ms: self.unix_ms(now),
+            })));
+            self.next_heartbeat = now + self.cfg.heartbeat;
+        }
+    }
+
+    /// When the core next needs a [`AgentInput::Tick`].
+    pub fn next_deadline(&self) -> Option<Time> {
+        let hb = self.connected.then_some(self.next_heartbeat);
+        match (hb, self.watchdog.next_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn hello(&self) -> AgentOutput {
+        report(agent_report::Body::Hello(Hello {
+            host: self.cfg.host.clone(),
+            agent_server: self.cfg.agent_server,
+            units: self
+                .units
+                .iter()
+                .map(|(n, u)| UnitStatus {
+                    unit: n.clone(),
+                    pid: u.pid,
+                    role: u.role.clone(),
+                    epoch: u.epoch,
+                })
+                .collect(),
+            highest_token: self.highest_token,
+            schema: SCHEMA,
+        }))
+    }
+
+    fn command(&mut self, c: Command, out: &mut Vec<AgentOutput>) {
+        let Some(highest) = accept_token(c.token, self.highest_token) else {
+            tracing::warn!(
+                token = c.token,
+                highest = self.highest_token,
+                id = c.id,
+                "command refused: stale fencing token"
+            );
+            out.push(result(
+                c.id,
+                Err(format!(
+                    "stale fencing token {} (highest accepted {})",
+                    c.token, self.highest_token
+                )),
+            ));
+            return;
+        };
+        self.highest_token = highest;
+        let id = c.id;
+        let Some(body) = c.body else {
+            out.push(result(id, Err("empty command".into())));
+            return;
+        };
+        let starts = matches!(
+            body,
+            command::Body::StartUnit(_) | command::Body::Takeover(_)
+        );
+        if starts && self.watchdog.fenced() {
+            out.push(result(
+                id,
+                Err(
+                    "this host fenced its units (lease lost): no unit starts until a new lease"
+                        .into(),
+                ),
+            ));
+            return;
+        }
+        match body {
+            command::Body::StartUnit(s) => out.push(AgentOutput::Start {
+                id,
+                unit: s.unit,
+                config: s.config,
+                standby: s.standby,
+                takeover: None,
+            }),
+            command::Body::Takeover(t) => out.push(AgentOutput::Start {
+                id,
+                unit: t.unit,
+                config: t.config,
+                standby: false,
+                takeover: Some(t.epoch),
+            }),
+            command::Body::FenceUnit(f) => out.push(AgentOutput::Fence {
+                id: Some(id),
+                unit: f.unit,
+            }),
+            command::Body::MoveAddress(m) => out.push(AgentOutput::Address {
+                id,
+                unit: m.unit,
+                addresses: m.addresses,
+                add: m.add,
+                interface: m.interface,
+            }),
+            command::Body::Switchover(s) => out.push(AgentOutput::Switchover { id, unit: s.unit }),
+        }
+    }
+}
+
+fn unit_event(
+    unit: &str,
+    pid: u32,
+    kind: unit_event::Kind,
+    code: Option<i32>,
+    signal: Option<i32>,
+) -> AgentOutput {
+    report(agent_report::Body::UnitEvent(UnitEvent {
+        unit: unit.to_string(),
+        pid,
+        kind: kind as i32,
+        code: code.unwrap_or(-1),
+        signal: signal.unwrap_or(0),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use holdfast_control_api::v1::{FenceUnit, StartUnit, Takeover};
+
+    const MS: Duration = Duration::from_millis(1);
+
+    fn core() -> AgentCore {
+        AgentCore::new(AgentConfig {
+            host: "b".into(),
+            agent_server: false,
+            watchdog: WatchdogConfig::DEFAULT,
+            heartbeat: 100 * MS,
+            unix_origin_ms: 1_000_000,
+        })
+    }
+
+    fn cmd(token: u64, id: u64, body: command::Body) -> AgentInput {
+        AgentInput::Command(Command {
+            token,
+            id,
+            body: Some(body),
+        })
+    }
+
+    fn results(o: &[AgentOutput]) -> Vec<(u64, bool)> {
+        o.iter()
+            .filter_map(|o| match o {
+                AgentOutput::Report(AgentReport {
+                    body: Some(agent_report::Body::Result(r)),
+                }) => Some((r.id, r.ok)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn fences(o: &[AgentOutput]) -> Vec<(Option<u64>, String)> {
+        o.iter()
+            .filter_map(|o| match o {
+                AgentOutput::Fence { id, unit } => Some((*id, unit.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn fence_unit(u: &str) -> command::Body {
+        command::Body::FenceUnit(FenceUnit { unit: u.into() })
+    }
+
+    #[test]
+    fn a_deposed_leader_cannot_act() {
+        let mut c = core();
+        c.handle(
+            Duration::ZERO,
+            AgentInput::LeaseGranted {
+                sent: Duration::ZERO,
+            },
+        );
+        // Leader with token 10 fences unit x.
+        let o = c.handle(MS, cmd(10, 1, fence_unit("x")));
+        assert_eq!(fences(&o), vec![(Some(1), "x".into())]);
+        // A new leader (token 12) is seen.
+        let o = c.handle(2 * MS, cmd(12, 1, fence_unit("y")));
+        assert_eq!(fences(&o), vec![(Some(1), "y".into())]);
+        // The old one's next command is refused and does nothing.
+        let o = c.handle(3 * MS, cmd(10, 2, fence_unit("z")));
+        assert!(fences(&o).is_empty());
+        assert_eq!(results(&o), vec![(2, false)]);
+        assert_eq!(c.highest_token(), 12);
+        // Token 0 (none) is refused too.
+        assert_eq!(
+            results(&c.handle(4 * MS, cmd(0, 3, fence_unit("z")))),
+            vec![(3, false)]
+        );
+    }
+
+    #[test]
+    fn the_watchdog_fences_every_unit_and_blocks_starts_until_a_new_lease() {
+        let mut c = core();
+        let o = c.handle(Duration::ZERO, AgentInput::Tick);
+        assert!(o.contains(&AgentOutput::RenewLease), "no lease yet");
+        c.handle(
+            Duration::ZERO,
+            AgentInput::LeaseGranted {
+                sent: Duration::ZERO,
+            },
+        );
+        for (u, pid) in [("edge-1", 10), ("edge-2", 11)] {
+            c.handle(
+                MS,
+                AgentInput::UnitStarted {
+                    unit: u.into(),
+                    pid,
+                    role: "primary".into(),
+                    epoch: 3,
+                },
+            );
+        }
+        c.handle(500 * MS, AgentInput::LeaseRenewalSent);
+        // etcd stops answering; at 1.5 s the lease (granted at 0, 3 s) is
+        // within the 1.5 s margin: fence both units, once.
+        assert!(fences(&c.handle(1499 * MS, AgentInput::Tick)).is_empty());
+        let o = c.handle(1500 * MS, AgentInput::Tick);
+        assert_eq!(
+            fences(&o),
+            vec![(None, "edge-1".into()), (None, "edge-2".into())]
+        );
+        assert!(c.fenced());
+        assert!(fences(&c.handle(1600 * MS, AgentInput::Tick)).is_empty());
+        // While fenced, nothing starts; fencing is still allowed.
+        let start = command::Body::StartUnit(StartUnit {
+            unit: "edge-1".into(),
+            config: String::new(),
+            standby: false,
+        });
+        let o = c.handle(1700 * MS, cmd(5, 1, start.clone()));
+        assert_eq!(results(&o), vec![(1, false)]);
+        let take = command::Body::Takeover(Takeover {
+            unit: "edge-3".into(),
+            config: String::new(),
+            epoch: 4,
+        });
+        assert_eq!(
+            results(&c.handle(1701 * MS, cmd(5, 2, take))),
+            vec![(2, false)]
+        );
+        assert_eq!(
+            fences(&c.handle(1702 * MS, cmd(5, 3, fence_unit("edge-2")))).len(),
+            1
+        );
+        // A new lease: starts are allowed again.
+        c.handle(5000 * MS, AgentInput::LeaseGranted { sent: 5000 * MS });
+        let o = c.handle(5001 * MS, cmd(5, 4, start));
+        assert!(matches!(o[0], AgentOutput::Start { id: 4, .. }), "{o:?}");
+    }
+
+    #[test]
+    fn hello_heartbeats_and_events() {
+        let mut c = core();
+        c.handle(
+            Duration::ZERO,
+            AgentInput::LeaseGranted {
+                sent: Duration::ZERO,
+            },
+        );
+        c.handle(
+            MS,
+            AgentInput::UnitStarted {
+                unit: "edge-1".into(),
+                pid: 10,
+                role: "primary".into(),
+                epoch: 3,
+            },
+        );
+        c.handle(2 * MS, cmd(9, 1, fence_unit("nothing")));
+        let o = c.handle(10 * MS, AgentInput::Connected);
+        let AgentOutput::Report(AgentReport {
+            body: Some(agent_report::Body::Hello(h)),
+        }) = &o[0]
+        else {
+            panic!("{o:?}")
+        };
+        assert_eq!(
+            (h.host.as_str(), h.units.len(), h.highest_token, h.schema),
+            ("b", 1, 9, SCHEMA)
+        );
+        assert!(matches!(
+            &o[1],
+            AgentOutput::Report(AgentReport {
+                body: Some(agent_report::Body::Heartbeat(Heartbeat {
+                    seq: 1,
+                    sent_unix_ms: 1_000_010
+                }))
+            })
+        ));
+        assert_eq!(c.next_deadline(), Some(110 * MS));
+        let beats = |o: &[AgentOutput]| {
+            o.iter()
+                .filter(|o| {
+                    matches!(
+                        o,
+                        AgentOutput::Report(AgentReport {
+                            body: Some(agent_report::Body::Heartbeat(_))
+                        })
+                    )
+                })
+                .count()
+        };
+        assert_eq!(beats(&c.handle(109 * MS, AgentInput::Tick)), 0);
+        assert_eq!(beats(&c.handle(110 * MS, AgentInput::Tick)), 1);
+        let o = c.handle(
+            120 * MS,
+            AgentInput::UnitExited(Exit {
+                unit: "edge-1".into(),
+                pid: 10,
+                code: None,
+                signal: Some(9),
+                fenced: false,
+            }),
+        );
+        assert!(
+            matches!(
+                &o[0],
+                AgentOutput::Report(AgentReport {
+                    body: Some(agent_report::Body::UnitEvent(UnitEvent {
+                        kind: 2,
+                        code: -1,
+                        signal: 9,
+                        ..
+                    }))
+                })
+            ),
+            "{o:?}"
+        );
+        let o = c.handle(
+            130 * MS,
+            AgentInput::Measured(Measurement {
+                from: "b".into(),
+                target: "host:a".into(),
+                seq: 4,
+                sent_at: 125 * MS,
+                ok: true,
+                rtt: Some(Duration::from_micros(250)),
+            }),
+        );
+        assert!(matches!(
+            &o[0],
+            AgentOutput::Report(AgentReport {
+                body: Some(agent_report::Body::Measurement(m))
+            }) if m.sent_unix_ms == 1_000_125 && m.rtt_us == 250 && m.ok
+        ));
+        assert_eq!(
+            results(&c.handle(
+                140 * MS,
+                AgentInput::Done {
+                    id: 1,
+                    result: Ok(())
+                }
+            )),
+            vec![(1, true)]
+        );
+    }
+}
