@@ -204,9 +204,24 @@ impl OpenLab {
             if running {
                 match self.peers[i].1.sessions(&self.lab) {
                     Ok(s) => {
+                        // The peer's BFD session with the service address, by its own
+                        // CLI (null without BFD).
+                        let bfd = self.peers[i]
+                            .1
+                            .bfd_session(&self.lab, service)
+                            .ok()
+                            .flatten();
                         u.detail = json!({
                             "sessions": s.iter().map(session_json).collect::<Vec<_>>(),
                             "service_session": s.iter().find(|v| v.neighbor == service).map(session_json),
+                            "service_bfd": bfd.map(|b| json!({
+                                "state": b.state,
+                                "up": b.up,
+                                "tx_interval_ms": b.tx_interval_ms,
+                                "session_downs": b.session_downs,
+                                "uptime_secs": b.uptime_secs,
+                                "since": b.since,
+                            })),
                         })
                     }
                     Err(e) => u.error = Some(e.to_string()),

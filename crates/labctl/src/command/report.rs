@@ -371,6 +371,15 @@ impl fmt::Display for Status {
                             s["prefixes_sent"]
                         )?;
                     }
+                    let b = &d["service_bfd"];
+                    if !b.is_null() {
+                        writeln!(
+                            f,
+                            "      BFD with the service address: {} at {} ms (peer's own CLI)",
+                            b["state"].as_str().unwrap_or("-"),
+                            b["tx_interval_ms"]
+                        )?;
+                    }
                 }
             }
         }

@@ -198,6 +198,24 @@ fn assert_primary_on(state: &Path, host: &str, what: &str) -> Status {
         pid_alive(st.units[0].primary.pid),
         "{what}: new primary alive"
     );
+    // Peers that run BFD show it Up with the service address, by their own CLI.
+    for p in &status.peers {
+        let bfd_wanted = st
+            .scenario
+            .peer(&p.name)
+            .is_some_and(|spec| spec.bfd.is_some());
+        let b = &p.detail["service_bfd"];
+        if bfd_wanted {
+            assert_eq!(
+                b["up"],
+                serde_json::json!(true),
+                "{what}: {}'s BFD: {b}",
+                p.name
+            );
+        } else {
+            assert!(b.is_null(), "{what}: {} has no BFD: {b}", p.name);
+        }
+    }
     status
 }
 
