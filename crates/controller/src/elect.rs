@@ -40,14 +40,16 @@ pub struct Timing {
 }
 
 impl Timing {
-    /// `renew_every = margin = campaign_every = ttl / 3`.
+    /// `renew_every = margin = ttl / 3`; `campaign_every = ttl / 10` (a
+    /// failed campaign is one cheap transaction; trying often shortens the
+    /// failover after the leader key expires).
     pub fn from_ttl(ttl: Duration) -> Timing {
         let third = ttl / 3;
         Timing {
             ttl,
             renew_every: third,
             margin: third,
-            campaign_every: third,
+            campaign_every: ttl / 10,
         }
     }
 }
@@ -352,12 +354,18 @@ mod tests {
     }
 
     #[test]
-    fn losing_the_campaign_retries_after_a_third_of_the_ttl() {
+    fn losing_the_campaign_retries_after_a_tenth_of_the_ttl() {
         let t0 = Instant::now();
         let mut e = granted(t0);
         let out = e.handle(t0, Input::Campaigned { won: None });
         assert!(out.is_empty());
-        assert!(e.handle(t0 + ms(500), Input::Tick).is_empty());
+        assert!(e.handle(t0 + ms(299), Input::Tick).is_empty());
+        assert_eq!(
+            e.handle(t0 + ms(300), Input::Tick),
+            vec![Output::Campaign { lease: 1 }]
+        );
+        e.handle(t0 + ms(301), Input::Campaigned { won: None });
+        // The follower's lease is renewed like a leader's.
         assert_eq!(
             e.handle(t0 + ms(1000), Input::Tick),
             vec![Output::Renew { lease: 1 }]
