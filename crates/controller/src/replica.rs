@@ -298,12 +298,11 @@ async fn work(shared: SharedRef, mut store: Store, cfg: Config, fenced: mpsc::Un
             continue;
         };
         let res = if epoch_written != Some(token) {
-            advance_epoch(&mut store, &cfg, token).await.map(|o| {
-                if matches!(o, Outcome::Committed(_)) {
-                    epoch_written = Some(token);
-                }
-                o
-            })
+            let res = advance_epoch(&mut store, &cfg, token).await;
+            if let Ok(Outcome::Committed(_)) = res {
+                epoch_written = Some(token);
+            }
+            res
         } else {
             drive(&shared, &mut store, &cfg, token).await
         };

@@ -322,7 +322,7 @@ fn controller_leads_fences_and_migrates_exactly_once() {
     exactly_once(&cmds, &steps).expect("each step exactly once");
     let tokens: Vec<i64> = steps.iter().map(|s| cmds[*s][0]).collect();
     assert!(
-        tokens.iter().any(|&t| t == token) && tokens.iter().any(|&t| t == token2),
+        tokens.contains(&token) && tokens.contains(&token2),
         "{tokens:?}"
     );
     assert!(
