@@ -3,7 +3,7 @@
 //!
 //! * The **elector** feeds [`Elector`] with time and the answers of its
 //!   store operations (grant, campaign, renew, revoke) and carries out what
-//!   it asks, one operation at a time. It writes the status file.
+//!   it asks, one operation at a time.
 //! * The **worker** acts only while [`Elector::may_act`] gives a token. On
 //!   a new token it advances the store epoch to it; then it drives the
 //!   in-flight migration ([`next_step`]): each step takes `step_time` (the
@@ -11,6 +11,7 @@
 //!   transaction that records the step (created once) and writes the
 //!   agent's command carrying the token. A commit that finds the leader key
 //!   no longer ours is reported to the elector, which demotes.
+//! * The **reporter** writes the status file every tick.
 //!
 //! The worker does not look at the clock again between a step's work and
 //! its commit: a paused leader that wakes up past its deadline still tries
@@ -61,9 +62,10 @@ pub struct Status {
     pub schema: u32,
     /// The replica's name.
     pub name: String,
-    /// `leader` or `follower`.
+    /// `leader` (may act), `leader-expired` (holds the role but is past
+    /// its deadline, about to demote) or `follower`.
     pub role: String,
-    /// The token while leading.
+    /// The token while it may act.
     pub token: Option<Token>,
     /// The lease held.
     pub lease: Option<i64>,
@@ -150,11 +152,19 @@ impl Replica {
             self.cfg.clone(),
             tx,
         ));
+        let reporter = self
+            .cfg
+            .status_file
+            .clone()
+            .map(|p| tokio::spawn(report(self.shared.clone(), p)));
         tokio::select! {
             () = elect(&self.shared, &mut elector_store, &self.cfg, rx) => {}
             () = stop => {}
         }
         worker.abort();
+        if let Some(r) = reporter {
+            r.abort();
+        }
         let lease = lock(&self.shared).elector.lease();
         if let Some(lease) = lease {
             tracing::info!(lease, "stopping: revoking the lease");
@@ -182,24 +192,7 @@ async fn elect(
                 }
             }
         }
-        let wake = {
-            let mut s = lock(shared);
-            let Shared { elector, status } = &mut *s;
-            status.role = match elector.role() {
-                Role::Leader(_) => "leader".into(),
-                Role::Follower => "follower".into(),
-            };
-            status.token = match elector.role() {
-                Role::Leader(t) => Some(t),
-                Role::Follower => None,
-            };
-            status.lease = elector.lease();
-            status.updated_unix_ms = unix_ms();
-            if let Some(path) = &cfg.status_file {
-                write_status(path, status);
-            }
-            elector.next_wake()
-        };
+        let wake = lock(shared).elector.next_wake();
         let now = Instant::now();
         let sleep = wake.map_or(TICK, |w| w.saturating_duration_since(now).min(TICK));
         tokio::select! {
@@ -271,6 +264,28 @@ async fn carry_out(
             tracing::warn!(?why, "demoted: no longer acting as leader");
             None
         }
+    }
+}
+
+/// The status writer task: every tick, the role as the worker sees it
+/// (`leader` only while [`Elector::may_act`]), written atomically.
+async fn report(shared: SharedRef, path: PathBuf) {
+    loop {
+        let status = {
+            let mut s = lock(&shared);
+            let Shared { elector, status } = &mut *s;
+            status.token = elector.may_act(Instant::now());
+            status.role = match (status.token, elector.role()) {
+                (Some(_), _) => "leader".into(),
+                (None, Role::Leader(_)) => "leader-expired".into(),
+                (None, Role::Follower) => "follower".into(),
+            };
+            status.lease = elector.lease();
+            status.updated_unix_ms = unix_ms();
+            status.clone()
+        };
+        write_status(&path, &status);
+        tokio::time::sleep(TICK).await;
     }
 }
 

@@ -23,9 +23,9 @@
 //!    over and completes the migration; on SIGCONT the old leader's commit
 //!    is refused by etcd (its fenced-rejection count rises) and it demotes
 //!    itself; each step still exactly once;
-//! 4. one etcd member killed: the leader (token) is unchanged, with no
+//! 4. one etcd member (not etcd's raft leader) killed: the leader (token) is unchanged, with no
 //!    demotion, and a migration completes;
-//! 5. a second member killed (quorum lost): within the TTL no replica
+//! 5. a second member killed (quorum lost): within about the TTL no replica
 //!    leads and the store revision does not move; with quorum back a leader
 //!    resumes and a migration completes;
 //! 6. negative control: replicas started `--unfenced` (no leader compare,
@@ -98,9 +98,20 @@ impl Ctl {
         self.etcd.ctl(&mut self.lab, args).expect("etcdctl")
     }
 
+    /// `etcdctl put`, retried for a few seconds (a put can time out while
+    /// etcd elects a leader; writing the same value again is harmless).
     fn put(&mut self, key: &str, value: &Value) {
         let v = value.to_string();
-        self.ctl(&["put", key, &v]);
+        wait_for(
+            &format!("etcdctl put {key}"),
+            Duration::from_secs(10),
+            || {
+                self.etcd
+                    .ctl(&mut self.lab, &["put", key, &v])
+                    .map(|_| Some(()))
+            },
+        )
+        .expect("etcdctl put");
     }
 
     /// The value (as JSON) and `create_revision` of a key, read with etcdctl.
@@ -384,7 +395,10 @@ fn controller_leads_fences_and_migrates_exactly_once() {
         .position(|r| r.name == leader4)
         .expect("leader replica");
     let demotions = num(&status(&rs[li]).expect("status"), "demotions");
-    let victim = (0..REPLICAS).find(|&i| i != li).expect("another member");
+    // A follower of etcd's own election: "one member down" without an etcd
+    // leader change (which extends leases, see docs/control-plane.md).
+    let el = c.etcd.wait_leader(&mut c.lab, ttl).expect("etcd leader");
+    let victim = (0..REPLICAS).find(|&i| i != el).expect("another member");
     c.etcd.kill(&mut c.lab, victim).expect("kill member");
     c.put(
         "/holdfast/main/migration",
@@ -405,16 +419,19 @@ fn controller_leads_fences_and_migrates_exactly_once() {
 
     // 5. Quorum lost: nobody acts, nothing is written; back: a leader resumes.
     let second = (0..REPLICAS)
-        .find(|&i| i != victim && i != li)
+        .find(|&i| i != victim && i != el)
         .expect("a third member");
     let lost = Instant::now();
     c.etcd.kill(&mut c.lab, second).expect("kill second member");
+    // The etcd member left is etcd's leader: it answers lease renewals until
+    // it steps down (its election timeout, 1 s), and the controller leader
+    // acts until TTL − margin after the last renewal: about 3 s at most.
     wait_for("no replica to lead", ttl + Duration::from_secs(2), || {
         Ok(leaders(&all(&rs)).is_empty().then_some(()))
     })
     .expect("no leader without quorum");
     eprintln!("quorum lost: no leader after {} ms", ms(lost.elapsed()));
-    let alive = c.etcd.members()[li].clone();
+    let alive = c.etcd.members()[el].clone();
     let rev = |c: &mut Ctl| -> i64 {
         let ep = format!("--endpoints={}", alive.client_url());
         let out = c
