@@ -317,12 +317,12 @@ async fn work(shared: SharedRef, mut store: Store, cfg: Config, fenced: mpsc::Un
             if let Ok(Outcome::Committed(_)) = res {
                 epoch_written = Some(token);
             }
-            res
+            res.map(Some)
         } else {
             drive(&shared, &mut store, &cfg, token).await
         };
         match res {
-            Ok(Outcome::Fenced) => {
+            Ok(Some(Outcome::Fenced)) => {
                 lock(&shared).status.fenced_rejections += 1;
                 tracing::warn!(%token, "fenced write refused by etcd: the leader key is not ours");
                 let _ = fenced.send(());
@@ -358,13 +358,14 @@ async fn advance_epoch(
     Ok(o)
 }
 
-/// One step of the in-flight migration, if there is one.
+/// One step of the in-flight migration, if there is one (`None`: nothing
+/// to do, nothing written).
 async fn drive(
     shared: &SharedRef,
     store: &mut Store,
     cfg: &Config,
     token: Token,
-) -> Result<Outcome, StoreError> {
+) -> Result<Option<Outcome>, StoreError> {
     let keys = store.keys().clone();
     let m: Option<Migration> = store.get(&keys.migration()).await?;
     let done: BTreeSet<String> = match &m {
@@ -372,13 +373,16 @@ async fn drive(
         None => BTreeSet::new(),
     };
     let next = next_step(m.as_ref(), &done);
-    let Some(m) = m.filter(|_| next != Next::Idle) else {
-        set_phase(shared, "idle");
-        tokio::time::sleep(TICK).await;
-        return Ok(Outcome::Precondition);
+    let (m, next) = match (m, next) {
+        (Some(m), next) if next != Next::Idle => (m, next),
+        _ => {
+            set_phase(shared, "idle");
+            tokio::time::sleep(TICK).await;
+            return Ok(None);
+        }
     };
     match next {
-        Next::Idle => Ok(Outcome::Precondition),
+        Next::Idle => Ok(None),
         Next::Step(step) => {
             set_phase(shared, &format!("step {step}"));
             tracing::info!(migration = %m.id, %step, %token, "carrying out step");
@@ -412,7 +416,7 @@ async fn drive(
                 }
                 Outcome::Fenced => {}
             }
-            Ok(o)
+            Ok(Some(o))
         }
         Next::Finish => {
             set_phase(shared, "finishing");
@@ -434,7 +438,7 @@ async fn drive(
             if let Outcome::Committed(rev) = o {
                 tracing::info!(migration = %m.id, %token, rev, "migration done");
             }
-            Ok(o)
+            Ok(Some(o))
         }
     }
 }
