@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Installs what building and testing Holdfast needs on a Debian machine:
-# the real peers (bird2, frr, gobgpd, exabgp), redis, capture and netns
-# tools, and a Rust toolchain if none is present. Idempotent and quiet when
+# the real peers (bird2, frr, gobgpd, exabgp), redis, etcd (server and
+# etcdctl, for the control plane's lab tests), protoc and the protobuf
+# well-known types (the etcd-client crate compiles etcd's protos), capture and
+# netns tools, and a Rust toolchain if none is present. Idempotent and quiet when
 # everything is already there.
 set -euo pipefail
 
-pkgs=(bird2 frr gobgpd exabgp redis-server tcpdump iproute2 iptables procps python3 gnuplot-nox openssl ca-certificates)
+pkgs=(bird2 frr gobgpd exabgp redis-server etcd-server etcd-client protobuf-compiler libprotobuf-dev tcpdump iproute2 iptables procps python3 gnuplot-nox openssl ca-certificates)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -21,7 +23,7 @@ if ((${#missing[@]})); then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 # Packaged daemons must not run as services: the lab starts its own.
-for svc in bird frr gobgpd exabgp redis-server; do
+for svc in bird frr gobgpd exabgp redis-server etcd; do
   if command -v service >/dev/null && service "$svc" status >/dev/null 2>&1; then
     service "$svc" stop >/dev/null 2>&1 || true
   fi

@@ -18,6 +18,8 @@
 //!   [`TakeoverDeadlines`], [`TakeoverTimes`]); [`Redis`] is the state store unit;
 //!   [`PeerWatch`] samples a real peer's session in the background to show it never
 //!   left Established during a failover.
+//! * [`Etcd`]: an etcd cluster (Debian's etcd 3.4), one member per host, read back
+//!   with `etcdctl`; members killed and restarted by pid (the control plane's store).
 //! * [`skip_unless_ready`] / [`skip`]: how a test that cannot run here says so — a
 //!   failure with `HOLDFAST_REQUIRE_LAB=1` ([`REQUIRE_LAB_ENV`], set by `make test`),
 //!   else a SKIP line on stderr.
@@ -91,6 +93,7 @@
 
 mod cmd;
 mod error;
+mod etcd;
 pub mod holdfast;
 mod lab;
 pub mod nsr;
@@ -106,6 +109,7 @@ pub use cmd::{
     find_tool, is_root, link_state, require_tool, send_signal, Signal, DEFAULT_CMD_TIMEOUT,
 };
 pub use error::{io_ctx, parse_err, LabError, Result};
+pub use etcd::{Etcd, EtcdMember, EtcdStatus, ETCD_CLIENT_PORT, ETCD_PEER_PORT};
 pub use holdfast::{find_binary, Holdfastd, StartOpts};
 pub use holdfast_orchestrate::{
     run_takeover, Fence, Orchestrator, TakeoverDeadlines, TakeoverTimes,

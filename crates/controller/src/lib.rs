@@ -1,0 +1,28 @@
+//! `holdfast-controller`: the control plane's replicas (TENSOR §3.3). Three
+//! replicas elect a leader on an etcd lease; desired state (units, failed
+//! hosts, the store epoch, the in-flight migration) lives in etcd; a new
+//! leader carries on a migration its predecessor began, each step exactly
+//! once; every command carries the leader's fencing token.
+//!
+//! * [`elect`]: the pure election core (`Elector::handle(now, Input) ->
+//!   Vec<Output>`) and its timing rule (act only until the last renewal's
+//!   send time + TTL − margin).
+//! * [`fence`]: the token and the agent-side check [`accept`].
+//! * [`state`]: the key layout, the JSON records (schema-versioned) and the
+//!   pure [`next_step`] of a migration.
+//! * [`store`]: etcd over several endpoints, fenced transactions.
+//! * [`replica`]: the I/O shell (elector and worker tasks, status file).
+//!
+//! See docs/control-plane.md.
+
+pub mod elect;
+pub mod fence;
+pub mod replica;
+pub mod state;
+pub mod store;
+
+pub use elect::{Demotion, Elector, Role, Timing};
+pub use fence::{accept, Token};
+pub use replica::{Config, Replica, Status};
+pub use state::{next_step, Keys, Migration, MigrationState, Next, SCHEMA};
+pub use store::{Outcome, Store, StoreError};

@@ -1,0 +1,262 @@
+//! Desired state in etcd: the key layout under `/holdfast/<cluster>/` and
+//! the JSON records stored there (each with a `schema` version), plus the
+//! pure decision of what a leader does next with an in-flight migration.
+//!
+//! These are the controller's own minimal types; the planner's desired-state
+//! types (units, placement) can replace [`Migration`] and [`UnitRecord`]
+//! behind the same [`Keys`] layout and [`next_step`] contract.
+//!
+//! | key | value |
+//! |---|---|
+//! | `leader` | [`LeaderRecord`], attached to the leader's lease |
+//! | `epoch` | [`EpochRecord`]: the store epoch, the latest leader's token |
+//! | `units/<unit>` | [`UnitRecord`]: primary, backup, epoch |
+//! | `hosts/failed/<host>` | a failed host (never reused until reset by hand) |
+//! | `migration` | [`Migration`]: the one in-flight migration |
+//! | `steps/<migration>/<step>` | [`StepRecord`]: a completed step, created once |
+//! | `commands/<agent>/<migration>/<step>/<token>` | [`Command`] to an agent |
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+
+use crate::fence::Token;
+
+/// The version of every record's layout.
+pub const SCHEMA: u32 = 1;
+
+/// The keys of one controlled cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Keys {
+    prefix: String,
+}
+
+impl Keys {
+    /// Keys under `/holdfast/<cluster>/`.
+    pub fn new(cluster: &str) -> Keys {
+        Keys {
+            prefix: format!("/holdfast/{cluster}/"),
+        }
+    }
+
+    /// `/holdfast/<cluster>/`.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The leader key.
+    pub fn leader(&self) -> String {
+        format!("{}leader", self.prefix)
+    }
+
+    /// The store epoch.
+    pub fn epoch(&self) -> String {
+        format!("{}epoch", self.prefix)
+    }
+
+    /// A unit's placement.
+    pub fn unit(&self, unit: &str) -> String {
+        format!("{}units/{unit}", self.prefix)
+    }
+
+    /// A failed host.
+    pub fn failed_host(&self, host: &str) -> String {
+        format!("{}hosts/failed/{host}", self.prefix)
+    }
+
+    /// The in-flight migration.
+    pub fn migration(&self) -> String {
+        format!("{}migration", self.prefix)
+    }
+
+    /// The prefix of a migration's completed steps.
+    pub fn steps(&self, migration: &str) -> String {
+        format!("{}steps/{migration}/", self.prefix)
+    }
+
+    /// One completed step.
+    pub fn step(&self, migration: &str, step: &str) -> String {
+        format!("{}{step}", self.steps(migration))
+    }
+
+    /// A command to `agent` for one step, written by the leader with `token`.
+    pub fn command(&self, agent: &str, migration: &str, step: &str, token: Token) -> String {
+        format!("{}commands/{agent}/{migration}/{step}/{token}", self.prefix)
+    }
+}
+
+/// The leader key's value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaderRecord {
+    /// [`SCHEMA`].
+    pub schema: u32,
+    /// The replica's `--name`.
+    pub name: String,
+    /// Its lease id.
+    pub lease: i64,
+}
+
+/// The store epoch: advanced to each new leader's token on election.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EpochRecord {
+    /// [`SCHEMA`].
+    pub schema: u32,
+    /// The epoch (the token of the leader that wrote it).
+    pub epoch: Token,
+    /// That leader's name.
+    pub leader: String,
+}
+
+/// A unit's placement.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnitRecord {
+    /// [`SCHEMA`].
+    pub schema: u32,
+    /// The unit.
+    pub unit: String,
+    /// The host running it.
+    pub primary: String,
+    /// The host it would be taken over on.
+    pub backup: Option<String>,
+    /// The token of the leader that wrote this placement.
+    pub epoch: Token,
+}
+
+/// Where a migration is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MigrationState {
+    /// Asked for or under way.
+    Pending,
+    /// Every step done and the placement written.
+    Done,
+}
+
+/// A migration of a unit from one host to another, in named steps carried
+/// out in order, each exactly once.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Migration {
+    /// [`SCHEMA`].
+    pub schema: u32,
+    /// Unique id (the step and command keys are under it).
+    pub id: String,
+    /// The unit moved.
+    pub unit: String,
+    /// Its host before.
+    pub from: String,
+    /// Its host after; the agent the commands go to.
+    pub to: String,
+    /// The steps, in order.
+    pub steps: Vec<String>,
+    /// Where it is.
+    pub state: MigrationState,
+    /// The token of the leader that finished it.
+    #[serde(default)]
+    pub finished_by: Option<Token>,
+}
+
+/// A completed step, created once (compare-and-swap on its absence).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepRecord {
+    /// [`SCHEMA`].
+    pub schema: u32,
+    /// The step.
+    pub step: String,
+    /// The token of the leader that carried it out.
+    pub token: Token,
+    /// That leader's name.
+    pub by: String,
+}
+
+/// A command to an agent. The agent carries it out only if
+/// [`crate::accept`]`(token, highest_seen)`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Command {
+    /// [`SCHEMA`].
+    pub schema: u32,
+    /// The fencing token of the leader that wrote it.
+    pub token: Token,
+    /// The unit.
+    pub unit: String,
+    /// What to do (the step's name).
+    pub action: String,
+    /// The migration it belongs to.
+    pub migration: String,
+}
+
+/// What a leader does next with a migration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Next {
+    /// Nothing to do.
+    Idle,
+    /// Carry out this step.
+    Step(String),
+    /// Every step is recorded: write the placement and mark it done.
+    Finish,
+}
+
+/// The next thing to do given the migration (if any) and the steps already
+/// recorded in etcd. Pure: a new leader calls it with what it read on
+/// election and carries on where its predecessor stopped.
+pub fn next_step(m: Option<&Migration>, done: &BTreeSet<String>) -> Next {
+    let Some(m) = m.filter(|m| m.state == MigrationState::Pending) else {
+        return Next::Idle;
+    };
+    match m.steps.iter().find(|s| !done.contains(*s)) {
+        Some(s) => Next::Step(s.clone()),
+        None => Next::Finish,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mig(state: MigrationState) -> Migration {
+        Migration {
+            schema: SCHEMA,
+            id: "m1".into(),
+            unit: "u1".into(),
+            from: "a".into(),
+            to: "b".into(),
+            steps: vec!["fence".into(), "copy".into(), "takeover".into()],
+            state,
+            finished_by: None,
+        }
+    }
+
+    #[test]
+    fn steps_go_in_order_and_resume_after_the_last_recorded() {
+        let m = mig(MigrationState::Pending);
+        let mut done = BTreeSet::new();
+        assert_eq!(next_step(Some(&m), &done), Next::Step("fence".into()));
+        done.insert("fence".to_string());
+        assert_eq!(next_step(Some(&m), &done), Next::Step("copy".into()));
+        done.insert("copy".to_string());
+        done.insert("takeover".to_string());
+        assert_eq!(next_step(Some(&m), &done), Next::Finish);
+    }
+
+    #[test]
+    fn nothing_to_do_without_a_pending_migration() {
+        assert_eq!(next_step(None, &BTreeSet::new()), Next::Idle);
+        let m = mig(MigrationState::Done);
+        assert_eq!(next_step(Some(&m), &BTreeSet::new()), Next::Idle);
+    }
+
+    #[test]
+    fn records_round_trip_with_their_schema() {
+        let m = mig(MigrationState::Pending);
+        let text = serde_json::to_string(&m).unwrap();
+        assert!(text.contains("\"schema\":1"));
+        assert!(text.contains("\"state\":\"pending\""));
+        assert_eq!(serde_json::from_str::<Migration>(&text).unwrap(), m);
+        let k = Keys::new("c1");
+        assert_eq!(k.leader(), "/holdfast/c1/leader");
+        assert_eq!(
+            k.command("b", "m1", "copy", Token(12)),
+            "/holdfast/c1/commands/b/m1/copy/12"
+        );
+        assert_eq!(k.step("m1", "copy"), "/holdfast/c1/steps/m1/copy");
+    }
+}

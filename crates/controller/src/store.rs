@@ -1,0 +1,341 @@
+//! The etcd side: a client over several endpoints (one connection per
+//! member, the next member tried when one fails or times out, every request
+//! bounded), the lease and campaign operations of the election, and fenced
+//! transactions: every write of a leader is a `Txn` whose compare requires
+//! the leader key's `create_revision` to still be the leader's token, so a
+//! deposed leader's writes fail in etcd whatever its clock says.
+//!
+//! Requests carry etcd's "require leader" flag: a member cut off from the
+//! quorum refuses them at once instead of waiting.
+
+use std::future::Future;
+use std::time::Duration;
+
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse,
+};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::fence::Token;
+use crate::state::{Keys, LeaderRecord, SCHEMA};
+
+/// What went wrong talking to etcd.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// No endpoint answered (each tried once); the last failure.
+    #[error("no etcd endpoint answered: {0}")]
+    Unavailable(String),
+    /// etcd refused the request itself (e.g. the lease is gone).
+    #[error("etcd refused the request: {0}")]
+    Rejected(String),
+    /// A stored value is not the record expected.
+    #[error("bad record at {key}: {detail}")]
+    Record {
+        /// The key.
+        key: String,
+        /// Why.
+        detail: String,
+    },
+    /// No endpoint was given.
+    #[error("no etcd endpoint given")]
+    NoEndpoint,
+}
+
+/// What a fenced transaction did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Written, at this revision.
+    Committed(i64),
+    /// The leader key is not ours any more: nothing written.
+    Fenced,
+    /// The leader key is ours but another compare failed (e.g. the step was
+    /// already recorded): nothing written.
+    Precondition,
+}
+
+/// An etcd client over the cluster's endpoints.
+pub struct Store {
+    endpoints: Vec<String>,
+    clients: Vec<Option<Client>>,
+    cur: usize,
+    timeout: Duration,
+    keys: Keys,
+    fenced: bool,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("endpoints", &self.endpoints)
+            .field("cur", &self.cur)
+            .field("timeout", &self.timeout)
+            .field("fenced", &self.fenced)
+            .finish()
+    }
+}
+
+fn is_refusal(e: &etcd_client::Error) -> bool {
+    match e {
+        etcd_client::Error::GRpcStatus(s) => {
+            let m = s.message();
+            m.contains("lease not found") || m.contains("invalid") || m.contains("too large")
+        }
+        _ => false,
+    }
+}
+
+impl Store {
+    /// A store over `endpoints` (`http://ADDR:2379`), every request bounded
+    /// by `timeout`. With `fenced` false every write is a plain put without
+    /// compares — only for the lab's negative control (`--unfenced`).
+    pub fn new(
+        endpoints: Vec<String>,
+        timeout: Duration,
+        keys: Keys,
+        fenced: bool,
+    ) -> Result<Store, StoreError> {
+        if endpoints.is_empty() {
+            return Err(StoreError::NoEndpoint);
+        }
+        Ok(Store {
+            clients: endpoints.iter().map(|_| None).collect(),
+            endpoints,
+            cur: 0,
+            timeout,
+            keys,
+            fenced,
+        })
+    }
+
+    /// The key layout.
+    pub fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
+    /// Whether writes are fenced.
+    pub fn is_fenced(&self) -> bool {
+        self.fenced
+    }
+
+    async fn client(&mut self, i: usize) -> Result<Client, String> {
+        if let Some(c) = &self.clients[i] {
+            return Ok(c.clone());
+        }
+        let opts = ConnectOptions::new()
+            .with_connect_timeout(self.timeout)
+            .with_timeout(self.timeout)
+            .with_require_leader(true);
+        let ep = self.endpoints[i].clone();
+        match tokio::time::timeout(self.timeout, Client::connect([ep.as_str()], Some(opts))).await {
+            Ok(Ok(c)) => {
+                self.clients[i] = Some(c.clone());
+                Ok(c)
+            }
+            Ok(Err(e)) => Err(format!("{ep}: {e}")),
+            Err(_) => Err(format!("{ep}: connect timed out")),
+        }
+    }
+
+    /// Runs `f` against the current endpoint, then each other one once,
+    /// until one answers.
+    async fn call<T, F, Fut>(&mut self, mut f: F) -> Result<T, StoreError>
+    where
+        F: FnMut(Client) -> Fut,
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        let mut last = String::new();
+        for _ in 0..self.endpoints.len() {
+            let i = self.cur;
+            match self.client(i).await {
+                Ok(c) => match tokio::time::timeout(self.timeout, f(c)).await {
+                    Ok(Ok(v)) => return Ok(v),
+                    Ok(Err(e)) if is_refusal(&e) => {
+                        return Err(StoreError::Rejected(e.to_string()))
+                    }
+                    Ok(Err(e)) => {
+                        last = format!("{}: {e}", self.endpoints[i]);
+                        self.clients[i] = None;
+                    }
+                    Err(_) => last = format!("{}: timed out", self.endpoints[i]),
+                },
+                Err(e) => last = e,
+            }
+            tracing::debug!(endpoint = %self.endpoints[i], error = %last, "etcd endpoint failed");
+            self.cur = (i + 1) % self.endpoints.len();
+        }
+        Err(StoreError::Unavailable(last))
+    }
+
+    /// Grants a lease of `ttl` (rounded up to whole seconds, etcd's unit);
+    /// returns its id and the TTL granted.
+    pub async fn grant(&mut self, ttl: Duration) -> Result<(i64, Duration), StoreError> {
+        let secs = ttl.as_millis().div_ceil(1000).max(1) as i64;
+        let r = self
+            .call(|mut c| async move { c.lease_grant(secs, None).await })
+            .await?;
+        Ok((r.id(), Duration::from_secs(r.ttl().max(0) as u64)))
+    }
+
+    /// Renews a lease once; returns the TTL left (zero: the lease is gone).
+    pub async fn renew(&mut self, lease: i64) -> Result<Duration, StoreError> {
+        let ttl = self
+            .call(|mut c| async move {
+                let (mut keeper, mut stream) = c.lease_keep_alive(lease).await?;
+                keeper.keep_alive().await?;
+                match stream.message().await? {
+                    Some(r) => Ok(r.ttl()),
+                    None => Ok(0),
+                }
+            })
+            .await?;
+        Ok(Duration::from_secs(ttl.max(0) as u64))
+    }
+
+    /// Revokes a lease (its keys, the leader key among them, go with it).
+    pub async fn revoke(&mut self, lease: i64) -> Result<(), StoreError> {
+        self.call(|mut c| async move { c.lease_revoke(lease).await })
+            .await
+            .map(|_| ())
+    }
+
+    /// Creates the leader key with `lease` if it is absent. `Some(token)`
+    /// (the revision it was created at) if we did; `None` if it exists.
+    pub async fn campaign(&mut self, name: &str, lease: i64) -> Result<Option<Token>, StoreError> {
+        let key = self.keys.leader();
+        let value = to_json(&LeaderRecord {
+            schema: SCHEMA,
+            name: name.to_string(),
+            lease,
+        });
+        let r = self
+            .call(|mut c| {
+                let txn = Txn::new()
+                    .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+                    .and_then([TxnOp::put(
+                        key.clone(),
+                        value.clone(),
+                        Some(PutOptions::new().with_lease(lease)),
+                    )]);
+                async move { c.txn(txn).await }
+            })
+            .await?;
+        Ok(r.succeeded()
+            .then(|| Token(r.header().map_or(0, |h| h.revision()))))
+    }
+
+    /// The current leader: its record and token, if the key exists.
+    pub async fn leader(&mut self) -> Result<Option<(LeaderRecord, Token)>, StoreError> {
+        let key = self.keys.leader();
+        Ok(self.get_kv(&key).await?.map(|(v, rev)| (v, Token(rev))))
+    }
+
+    /// Reads one record and its key's `create_revision` (linearizable).
+    pub async fn get_kv<T: DeserializeOwned>(
+        &mut self,
+        key: &str,
+    ) -> Result<Option<(T, i64)>, StoreError> {
+        let k = key.to_string();
+        let r = self
+            .call(|mut c| {
+                let k = k.clone();
+                async move { c.get(k, None).await }
+            })
+            .await?;
+        match r.kvs().first() {
+            None => Ok(None),
+            Some(kv) => Ok(Some((from_json(key, kv.value())?, kv.create_revision()))),
+        }
+    }
+
+    /// Reads one record (linearizable).
+    pub async fn get<T: DeserializeOwned>(&mut self, key: &str) -> Result<Option<T>, StoreError> {
+        Ok(self.get_kv(key).await?.map(|(v, _)| v))
+    }
+
+    /// The keys (without the prefix) under `prefix` (linearizable).
+    pub async fn list(&mut self, prefix: &str) -> Result<Vec<String>, StoreError> {
+        let p = prefix.to_string();
+        let r = self
+            .call(|mut c| {
+                let p = p.clone();
+                async move {
+                    c.get(p, Some(GetOptions::new().with_prefix().with_keys_only()))
+                        .await
+                }
+            })
+            .await?;
+        Ok(r.kvs()
+            .iter()
+            .filter_map(|kv| kv.key_str().ok())
+            .filter_map(|k| k.strip_prefix(prefix).map(str::to_string))
+            .collect())
+    }
+
+    /// Writes `puts` (key, JSON value) atomically, if the leader key still
+    /// has `token` as its `create_revision` and each key of `absent` does not
+    /// exist (the compare-and-swap that records a step once). Unfenced
+    /// (`--unfenced`), it writes them without any compare.
+    pub async fn fenced_put(
+        &mut self,
+        token: Token,
+        absent: &[String],
+        puts: &[(String, String)],
+    ) -> Result<Outcome, StoreError> {
+        let leader = self.keys.leader();
+        let fenced = self.fenced;
+        let r = self
+            .call(|mut c| {
+                let mut when = Vec::new();
+                if fenced {
+                    when.push(Compare::create_revision(
+                        leader.clone(),
+                        CompareOp::Equal,
+                        token.0,
+                    ));
+                    when.extend(
+                        absent
+                            .iter()
+                            .map(|k| Compare::create_revision(k.clone(), CompareOp::Equal, 0)),
+                    );
+                }
+                let ops: Vec<TxnOp> = puts
+                    .iter()
+                    .map(|(k, v)| TxnOp::put(k.clone(), v.clone(), None))
+                    .collect();
+                let txn = Txn::new()
+                    .when(when)
+                    .and_then(ops)
+                    .or_else([TxnOp::get(leader.clone(), None)]);
+                async move { c.txn(txn).await }
+            })
+            .await?;
+        if r.succeeded() {
+            return Ok(Outcome::Committed(r.header().map_or(0, |h| h.revision())));
+        }
+        let ours = r.op_responses().into_iter().any(|o| match o {
+            TxnOpResponse::Get(g) => g
+                .kvs()
+                .first()
+                .is_some_and(|kv| kv.create_revision() == token.0),
+            _ => false,
+        });
+        Ok(if ours {
+            Outcome::Precondition
+        } else {
+            Outcome::Fenced
+        })
+    }
+}
+
+/// A record as JSON.
+pub fn to_json<T: Serialize>(v: &T) -> String {
+    serde_json::to_string(v).expect("records serialize")
+}
+
+fn from_json<T: DeserializeOwned>(key: &str, bytes: &[u8]) -> Result<T, StoreError> {
+    serde_json::from_slice(bytes).map_err(|e| StoreError::Record {
+        key: key.to_string(),
+        detail: e.to_string(),
+    })
+}
