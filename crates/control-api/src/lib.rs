@@ -39,6 +39,19 @@ mod tests {
     }
 
     #[test]
+    fn an_agent_following_the_rule_never_goes_back() {
+        let mut highest = 0;
+        let mut done = Vec::new();
+        for t in [3, 5, 4, 5, 9, 3, 10] {
+            if let Some(h) = accept_token(t, highest) {
+                highest = h;
+                done.push(t);
+            }
+        }
+        assert_eq!(done, vec![3, 5, 5, 9, 10]);
+    }
+
+    #[test]
     fn messages_round_trip() {
         let r = AgentReport {
             body: Some(agent_report::Body::Hello(Hello {

@@ -7,7 +7,8 @@
 //! * [`elect`]: the pure election core (`Elector::handle(now, Input) ->
 //!   Vec<Output>`) and its timing rule (act only until the last renewal's
 //!   send time + TTL − margin).
-//! * [`fence`]: the token and the agent-side check [`accept`].
+//! * [`fence`]: the fencing token (the agents check it with
+//!   `holdfast_control_api::accept_token`).
 //! * [`state`]: the key layout, the JSON records (schema-versioned) and the
 //!   pure [`next_step`] of a migration.
 //! * [`store`]: etcd over several endpoints, fenced transactions.
@@ -22,7 +23,7 @@ pub mod state;
 pub mod store;
 
 pub use elect::{Demotion, Elector, Role, Timing};
-pub use fence::{accept, Token};
+pub use fence::Token;
 pub use replica::{Config, Replica, Status};
 pub use state::{next_step, Keys, Migration, MigrationState, Next, SCHEMA};
 pub use store::{Outcome, Store, StoreError};
