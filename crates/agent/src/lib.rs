@@ -31,6 +31,7 @@
 pub mod core;
 pub mod probe;
 pub mod runtime;
+pub mod shell;
 pub mod watchdog;
 
 use std::time::Duration;

@@ -125,18 +125,17 @@ impl Watchdog {
         *self = Watchdog::new(self.cfg);
     }
 
-    /// The action due at `now`. `Fence` is returned once; afterwards `Hold`.
+    /// The action due at `now`. `Fence` is returned once; afterwards the
+    /// agent keeps asking for a lease (`Renew`, which must grant a new one:
+    /// the old lease may have expired) until [`Watchdog::reset`].
     pub fn check(&mut self, now: Time) -> Action {
-        if self.fenced {
-            return Action::Hold;
+        if let Some(r) = self.renewed_at.filter(|_| !self.fenced) {
+            if now.saturating_sub(r) + self.cfg.margin >= self.cfg.ttl {
+                self.fenced = true;
+                return Action::Fence;
+            }
         }
-        let Some(r) = self.renewed_at else {
-            return Action::Renew;
-        };
-        if now.saturating_sub(r) + self.cfg.margin >= self.cfg.ttl {
-            self.fenced = true;
-            return Action::Fence;
-        }
+        // Without a lease yet, the grant is retried at the same pace.
         let since_send = self
             .sent_at
             .map_or(Duration::MAX, |s| now.saturating_sub(s));
@@ -149,13 +148,15 @@ impl Watchdog {
 
     /// When [`Watchdog::check`] next has something to say.
     pub fn next_deadline(&self) -> Option<Time> {
-        if self.fenced {
-            return None;
+        let renew = self.sent_at.map(|s| s + self.cfg.renew);
+        let fence = self
+            .renewed_at
+            .filter(|_| !self.fenced)
+            .map(|r| r + self.cfg.ttl - self.cfg.margin);
+        match (renew, fence) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         }
-        let r = self.renewed_at?;
-        let fence = r + self.cfg.ttl - self.cfg.margin;
-        let renew = self.sent_at.map_or(r, |s| s + self.cfg.renew);
-        Some(fence.min(renew))
     }
 }
 
@@ -186,6 +187,9 @@ mod tests {
         let mut w = Watchdog::new(WatchdogConfig::DEFAULT);
         assert_eq!(w.check(Duration::ZERO), Action::Renew);
         w.sending(Duration::ZERO);
+        // No grant yet: retried at the renewal pace, not at once.
+        assert_eq!(w.check(MS), Action::Hold);
+        assert_eq!(w.next_deadline(), Some(500 * MS));
         w.renewed(Duration::ZERO);
         assert_eq!(w.check(100 * MS), Action::Hold);
         assert_eq!(w.check(500 * MS), Action::Renew);
@@ -200,8 +204,12 @@ mod tests {
         assert_eq!(w.check(1499 * MS), Action::Hold);
         assert_eq!(w.check(1500 * MS), Action::Fence);
         assert!(w.fenced());
+        // Fenced once; from then on it asks for a new lease at the renewal
+        // pace (the last request went out at 1 s).
+        assert_eq!(w.check(1501 * MS), Action::Renew);
+        w.sending(1501 * MS);
         assert_eq!(w.check(1600 * MS), Action::Hold, "fences once");
-        assert_eq!(w.next_deadline(), None);
+        assert_eq!(w.next_deadline(), Some(2001 * MS));
         w.reset();
         assert_eq!(w.check(2000 * MS), Action::Renew);
     }

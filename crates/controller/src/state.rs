@@ -11,6 +11,7 @@
 //! | `leader` | [`LeaderRecord`], attached to the leader's lease |
 //! | `epoch` | [`EpochRecord`]: the store epoch, the latest leader's token |
 //! | `units/<unit>` | [`UnitRecord`]: primary, backup, epoch |
+//! | `agents/<host>` | a host agent's presence, attached to its lease |
 //! | `hosts/failed/<host>` | a failed host (never reused until reset by hand) |
 //! | `migration` | [`Migration`]: the one in-flight migration |
 //! | `steps/<migration>/<step>` | [`StepRecord`]: a completed step, created once |
@@ -57,6 +58,12 @@ impl Keys {
     /// A unit's placement.
     pub fn unit(&self, unit: &str) -> String {
         format!("{}units/{unit}", self.prefix)
+    }
+
+    /// A host agent's presence, attached to the agent's lease: the key goes
+    /// when the lease expires.
+    pub fn agent(&self, host: &str) -> String {
+        format!("{}agents/{host}", self.prefix)
     }
 
     /// A failed host.

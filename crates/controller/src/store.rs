@@ -192,6 +192,23 @@ impl Store {
         Ok(Duration::from_secs(ttl.max(0) as u64))
     }
 
+    /// Puts `value` at `key`, attached to `lease` (it goes when the lease
+    /// expires or is revoked).
+    pub async fn put_leased(
+        &mut self,
+        key: &str,
+        value: &str,
+        lease: i64,
+    ) -> Result<(), StoreError> {
+        let (key, value) = (key.to_string(), value.to_string());
+        self.call(|mut c| {
+            let (k, v) = (key.clone(), value.clone());
+            async move { c.put(k, v, Some(PutOptions::new().with_lease(lease))).await }
+        })
+        .await
+        .map(|_| ())
+    }
+
     /// Revokes a lease (its keys, the leader key among them, go with it).
     pub async fn revoke(&mut self, lease: i64) -> Result<(), StoreError> {
         self.call(|mut c| async move { c.lease_revoke(lease).await })

@@ -1,0 +1,148 @@
+//! `holdfast-agent`: see the library's documentation.
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+use holdfast_agent::core::AgentConfig;
+use holdfast_agent::probe::{ProbeConfig, Target};
+use holdfast_agent::shell::{self, ShellConfig};
+use holdfast_agent::watchdog::WatchdogConfig;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "holdfast-agent",
+    about = "Holdfast host agent: runs, probes and fences the units on this host"
+)]
+struct Args {
+    /// This host's name.
+    #[arg(long)]
+    host: String,
+    /// The agent of the agent server (it probes every host and unit).
+    #[arg(long)]
+    agent_server: bool,
+    /// etcd endpoints, comma-separated (`http://ADDR:2379,...`).
+    #[arg(long, value_delimiter = ',', required = true)]
+    etcd: Vec<String>,
+    /// The cluster's name (etcd keys under `/holdfast/<cluster>/`).
+    #[arg(long, default_value = "default")]
+    cluster: String,
+    /// Controller replicas (`http://ADDR:PORT`, repeatable).
+    #[arg(long = "controller")]
+    controllers: Vec<String>,
+    /// The host's lease TTL; the lease is renewed every `--renew-ms` and
+    /// the host's units fenced `--margin-ms` before it could expire.
+    #[arg(long, default_value_t = 3000)]
+    lease_ttl_ms: u64,
+    #[arg(long, default_value_t = 500)]
+    renew_ms: u64,
+    #[arg(long, default_value_t = 1500)]
+    margin_ms: u64,
+    /// Heartbeat period on the controller stream.
+    #[arg(long, default_value_t = 100)]
+    heartbeat_ms: u64,
+    /// IP SLA probe targets, `NAME=ADDR:PORT` (repeatable).
+    #[arg(long = "probe")]
+    probes: Vec<String>,
+    #[arg(long, default_value_t = 100)]
+    probe_interval_ms: u64,
+    /// Units to start at boot, `NAME=CONFIG` (a holdfastd configuration).
+    #[arg(long = "unit")]
+    units: Vec<String>,
+    /// The holdfastd binary (default: next to this one).
+    #[arg(long)]
+    holdfastd: Option<PathBuf>,
+    /// Per-unit directories (configs, logs, control sockets).
+    #[arg(long, default_value = "/run/holdfast/agent")]
+    work_dir: PathBuf,
+    /// A JSON status file, rewritten as things change.
+    #[arg(long)]
+    status_file: Option<PathBuf>,
+}
+
+fn pair(s: &str, what: &str) -> Result<(String, String)> {
+    let Some((a, b)) = s.split_once('=') else {
+        bail!("{what} `{s}`: expected NAME=VALUE");
+    };
+    Ok((a.to_string(), b.to_string()))
+}
+
+fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let a = Args::parse();
+    let watchdog = WatchdogConfig {
+        ttl: Duration::from_millis(a.lease_ttl_ms),
+        renew: Duration::from_millis(a.renew_ms),
+        margin: Duration::from_millis(a.margin_ms),
+    };
+    // Fencing a unit takes well under 100 ms (SIGKILL through its pidfd).
+    watchdog
+        .validate(Duration::from_millis(100))
+        .context("--lease-ttl-ms / --renew-ms / --margin-ms")?;
+    let targets = a
+        .probes
+        .iter()
+        .map(|p| {
+            let (name, addr) = pair(p, "--probe")?;
+            Ok(Target {
+                name,
+                addr: addr.parse().with_context(|| format!("--probe {p}"))?,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let units = a
+        .units
+        .iter()
+        .map(|u| pair(u, "--unit").map(|(n, c)| (n, PathBuf::from(c))))
+        .collect::<Result<Vec<_>>>()?;
+    let holdfastd = match a.holdfastd {
+        Some(p) => p,
+        None => std::env::current_exe()?
+            .parent()
+            .map(|d| d.join("holdfastd"))
+            .context("the directory of this executable")?,
+    };
+    let interval = Duration::from_millis(a.probe_interval_ms.max(10));
+    let cfg = ShellConfig {
+        core: AgentConfig {
+            host: a.host,
+            agent_server: a.agent_server,
+            watchdog,
+            heartbeat: Duration::from_millis(a.heartbeat_ms.max(10)),
+            unix_origin_ms: 0,
+        },
+        etcd: a.etcd,
+        cluster: a.cluster,
+        controllers: a.controllers,
+        probe: ProbeConfig {
+            interval,
+            timeout: interval,
+        },
+        targets,
+        units,
+        holdfastd,
+        work_dir: a.work_dir,
+        status_file: a.status_file,
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let stop = async {
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                    .expect("SIGTERM handler");
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        };
+        shell::run(cfg, stop).await
+    })
+}

@@ -1,0 +1,572 @@
+//! The agent's I/O shell: it feeds the [`AgentCore`] and carries out what
+//! it answers. Three tasks feed one loop, so that nothing the network does
+//! can delay a fence:
+//!
+//! - the **lease task** grants and renews the host's etcd lease (and keeps
+//!   `agents/<host>` attached to it) when the core asks, and reports each
+//!   acknowledged renewal with the time its request was sent;
+//! - the **attach task** keeps one `Attach` stream open to whichever
+//!   controller replica leads (trying each `--controller` in turn), sends
+//!   the core's reports and hands the controller's commands to the loop;
+//! - **probes** run as blocking TCP connects, one per probe, their outcome
+//!   sent back to the loop.
+//!
+//! The loop owns the core, the prober and the runtime, and writes a JSON
+//! status file after every change of note.
+
+use crate::core::{AgentConfig, AgentCore, AgentInput, AgentOutput};
+use crate::probe::{self, ProbeConfig, Prober, Target};
+use crate::runtime::{ProcessRuntime, Runtime, UnitSpec};
+use crate::Time;
+use holdfast_control_api::v1::controller_client::ControllerClient;
+use holdfast_control_api::v1::{AgentReport, Command};
+use holdfast_controller::{Keys, Store};
+use serde::Serialize;
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::sync::mpsc;
+
+/// How the agent runs.
+#[derive(Debug, Clone)]
+pub struct ShellConfig {
+    pub core: AgentConfig,
+    /// etcd endpoints (`http://ADDR:2379`).
+    pub etcd: Vec<String>,
+    pub cluster: String,
+    /// Controller replicas (`http://ADDR:PORT`); none: no controller link.
+    pub controllers: Vec<String>,
+    pub probe: ProbeConfig,
+    pub targets: Vec<Target>,
+    /// Units started at boot: (name, holdfastd configuration file).
+    pub units: Vec<(String, PathBuf)>,
+    /// The holdfastd binary.
+    pub holdfastd: PathBuf,
+    /// Per-unit directories (configs, logs, control sockets).
+    pub work_dir: PathBuf,
+    /// Where the status JSON is written, if anywhere.
+    pub status_file: Option<PathBuf>,
+}
+
+/// What the status file holds.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct AgentStatus {
+    pub host: String,
+    pub lease: Option<i64>,
+    /// Milliseconds since the agent started: the last acknowledged renewal's
+    /// send time, and when the host's units were fenced by the watchdog.
+    pub renewed_at_ms: Option<u64>,
+    pub self_fenced_at_ms: Option<u64>,
+    pub units: Vec<(String, u32)>,
+    pub highest_token: u64,
+    pub attached_to: Option<String>,
+    pub probes_sent: u64,
+    pub probes_lost: u64,
+}
+
+enum Event {
+    LeaseGranted { id: i64, sent: Time },
+    LeaseRenewed { sent: Time },
+    LeaseFailed(String),
+    Attached(String),
+    Detached(String),
+    Command(Command),
+    Answered { target: usize, seq: u64, ok: bool },
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Runs the agent until `stop` resolves (then fences every unit it runs).
+pub async fn run(
+    cfg: ShellConfig,
+    stop: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let t0 = Instant::now();
+    let now = || t0.elapsed();
+    let mut core_cfg = cfg.core.clone();
+    core_cfg.unix_origin_ms = unix_ms();
+    let mut core = AgentCore::new(core_cfg);
+    let mut prober = Prober::new(&cfg.core.host, cfg.probe, cfg.targets.clone(), now());
+    let mut rt = ProcessRuntime::new();
+    let mut status = AgentStatus {
+        host: cfg.core.host.clone(),
+        ..AgentStatus::default()
+    };
+    let (ev_tx, mut ev_rx) = mpsc::unbounded_channel::<Event>();
+    // `true`: a new lease is needed (after a self-fence).
+    let (renew_tx, renew_rx) = mpsc::unbounded_channel::<bool>();
+    let (report_tx, report_rx) = mpsc::unbounded_channel::<AgentReport>();
+    tokio::spawn(lease_task(
+        LeaseTask {
+            etcd: cfg.etcd.clone(),
+            cluster: cfg.cluster.clone(),
+            host: cfg.core.host.clone(),
+            ttl: cfg.core.watchdog.ttl,
+            renew: cfg.core.watchdog.renew,
+            t0,
+        },
+        renew_rx,
+        ev_tx.clone(),
+    ));
+    if !cfg.controllers.is_empty() {
+        tokio::spawn(attach_task(
+            cfg.controllers.clone(),
+            report_rx,
+            ev_tx.clone(),
+        ));
+    }
+    std::fs::create_dir_all(&cfg.work_dir)?;
+    let mut pending: Vec<AgentOutput> = Vec::new();
+    for (name, config) in &cfg.units {
+        let spec = unit_spec(&cfg, name, config, None);
+        let pid = rt.start(&spec)?;
+        pending.extend(core.handle(
+            now(),
+            AgentInput::UnitStarted {
+                unit: name.clone(),
+                pid,
+                role: "primary".into(),
+                epoch: 0,
+            },
+        ));
+    }
+    tokio::pin!(stop);
+    loop {
+        // Carry out what the core said, feeding results back.
+        while !pending.is_empty() {
+            let outs = std::mem::take(&mut pending);
+            let mut x = Ctx {
+                cfg: &cfg,
+                core: &mut core,
+                rt: &mut rt,
+                status: &mut status,
+                renew_tx: &renew_tx,
+                report_tx: &report_tx,
+            };
+            for o in outs {
+                pending.extend(carry_out(&mut x, o, now()));
+            }
+        }
+        for e in rt.exited() {
+            tracing::warn!(unit = %e.unit, pid = e.pid, code = ?e.code, signal = ?e.signal, "unit exited");
+            pending.extend(core.handle(now(), AgentInput::UnitExited(e)));
+        }
+        for o in prober.handle(now(), probe::Input::Timer) {
+            match o {
+                probe::Output::Probe {
+                    target,
+                    seq,
+                    addr,
+                    timeout,
+                } => {
+                    status.probes_sent += 1;
+                    let tx = ev_tx.clone();
+                    tokio::task::spawn_blocking(move || {
+                        let ok = probe::tcp_probe(addr, timeout);
+                        let _ = tx.send(Event::Answered { target, seq, ok });
+                    });
+                }
+                probe::Output::Measured(m) => {
+                    status.probes_lost += u64::from(!m.ok);
+                    pending.extend(core.handle(now(), AgentInput::Measured(m)));
+                }
+            }
+        }
+        pending.extend(core.handle(now(), AgentInput::Tick));
+        status.units = rt.running();
+        status.highest_token = core.highest_token();
+        if let Some(p) = &cfg.status_file {
+            write_status(p, &status);
+        }
+        if !pending.is_empty() {
+            continue;
+        }
+        let wake = [core.next_deadline(), prober.next_deadline()]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(now() + Duration::from_millis(100));
+        // Unit exits are polled through their pidfds at least every 20 ms.
+        let sleep = wake.saturating_sub(now()).min(Duration::from_millis(20));
+        tokio::select! {
+            _ = &mut stop => break,
+            _ = tokio::time::sleep(sleep) => {}
+            Some(ev) = ev_rx.recv() => {
+                let t = now();
+                let input = match ev {
+                    Event::LeaseGranted { id, sent } => {
+                        status.lease = Some(id);
+                        status.renewed_at_ms = Some(sent.as_millis() as u64);
+                        Some(AgentInput::LeaseGranted { sent })
+                    }
+                    Event::LeaseRenewed { sent } => {
+                        status.renewed_at_ms = Some(sent.as_millis() as u64);
+                        Some(AgentInput::LeaseRenewed { sent })
+                    }
+                    Event::LeaseFailed(e) => {
+                        tracing::warn!("etcd lease: {e}");
+                        None
+                    }
+                    Event::Attached(to) => {
+                        status.attached_to = Some(to);
+                        Some(AgentInput::Connected)
+                    }
+                    Event::Detached(why) => {
+                        tracing::info!("controller stream closed: {why}");
+                        status.attached_to = None;
+                        None
+                    }
+                    Event::Command(c) => Some(AgentInput::Command(c)),
+                    Event::Answered { target, seq, ok } => {
+                        for o in prober.handle(t, probe::Input::Answered { target, seq, ok }) {
+                            if let probe::Output::Measured(m) = o {
+                                status.probes_lost += u64::from(!m.ok);
+                                pending.extend(core.handle(t, AgentInput::Measured(m)));
+                            }
+                        }
+                        None
+                    }
+                };
+                if let Some(i) = input {
+                    pending.extend(core.handle(t, i));
+                }
+            }
+        }
+    }
+    drop(rt);
+    Ok(())
+}
+
+fn unit_spec(
+    cfg: &ShellConfig,
+    name: &str,
+    config: &std::path::Path,
+    takeover: Option<u64>,
+) -> UnitSpec {
+    let dir = cfg.work_dir.join(name);
+    let _ = std::fs::create_dir_all(&dir);
+    let mut args = vec![
+        "--config".to_string(),
+        config.display().to_string(),
+        "--control-socket".to_string(),
+        dir.join("holdfastd.sock").display().to_string(),
+    ];
+    if takeover.is_some() {
+        args.push("--takeover".into());
+    }
+    UnitSpec {
+        name: name.to_string(),
+        netns: None,
+        program: cfg.holdfastd.clone(),
+        args,
+        env: vec![("RUST_LOG".into(), "info".into())],
+        log: Some(dir.join("holdfastd.log")),
+    }
+}
+
+/// The loop's state that carrying out an output touches.
+struct Ctx<'a> {
+    cfg: &'a ShellConfig,
+    core: &'a mut AgentCore,
+    rt: &'a mut ProcessRuntime,
+    status: &'a mut AgentStatus,
+    renew_tx: &'a mpsc::UnboundedSender<bool>,
+    report_tx: &'a mpsc::UnboundedSender<AgentReport>,
+}
+
+fn carry_out(x: &mut Ctx<'_>, o: AgentOutput, now: Time) -> Vec<AgentOutput> {
+    let Ctx {
+        cfg,
+        core,
+        rt,
+        status,
+        renew_tx,
+        report_tx,
+    } = x;
+    match o {
+        AgentOutput::Report(r) => {
+            let _ = report_tx.send(r);
+            Vec::new()
+        }
+        AgentOutput::RenewLease => {
+            let _ = renew_tx.send(core.fenced());
+            core.handle(now, AgentInput::LeaseRenewalSent)
+        }
+        AgentOutput::Fence { id, unit } => {
+            if id.is_none() {
+                status.self_fenced_at_ms = Some(now.as_millis() as u64);
+            }
+            let r = rt.fence(&unit, Duration::from_secs(5));
+            let mut out = Vec::new();
+            let res = match r {
+                Ok(exit) => {
+                    out.extend(core.handle(now, AgentInput::UnitExited(exit)));
+                    Ok(())
+                }
+                Err(e) => Err(e.to_string()),
+            };
+            if let Some(id) = id {
+                out.extend(core.handle(now, AgentInput::Done { id, result: res }));
+            }
+            out
+        }
+        AgentOutput::Start {
+            id,
+            unit,
+            config,
+            standby,
+            takeover,
+        } => {
+            let dir = cfg.work_dir.join(&unit);
+            let path = dir.join("holdfastd.toml");
+            let r = std::fs::create_dir_all(&dir)
+                .and_then(|()| std::fs::write(&path, config))
+                .map_err(|e| e.to_string())
+                .and_then(|()| {
+                    rt.start(&unit_spec(cfg, &unit, &path, takeover))
+                        .map_err(|e| e.to_string())
+                });
+            let mut out = Vec::new();
+            let res = r.map(|pid| {
+                out.extend(core.handle(
+                    now,
+                    AgentInput::UnitStarted {
+                        unit,
+                        pid,
+                        role: if standby { "backup" } else { "primary" }.into(),
+                        epoch: takeover.unwrap_or(0),
+                    },
+                ));
+            });
+            out.extend(core.handle(now, AgentInput::Done { id, result: res }));
+            out
+        }
+        AgentOutput::Address {
+            id,
+            unit: _,
+            addresses,
+            add,
+            interface,
+        } => {
+            let res = move_addresses(&addresses, add, &interface);
+            core.handle(now, AgentInput::Done { id, result: res })
+        }
+        AgentOutput::Switchover { id, unit } => {
+            let sock = cfg.work_dir.join(&unit).join("holdfastd.sock");
+            let res = switchover(&sock);
+            core.handle(now, AgentInput::Done { id, result: res })
+        }
+    }
+}
+
+/// Adds (and announces) or deletes the service addresses on `interface`.
+fn move_addresses(addresses: &[String], add: bool, interface: &str) -> Result<(), String> {
+    for a in addresses {
+        let (ip, len) = a.split_once('/').unwrap_or((a.as_str(), ""));
+        let ip: std::net::IpAddr = ip.parse().map_err(|e| format!("{a}: {e}"))?;
+        let prefix = if len.is_empty() {
+            if ip.is_ipv4() { "32" } else { "128" }.to_string()
+        } else {
+            len.to_string()
+        };
+        let st = std::process::Command::new("ip")
+            .args([
+                "addr",
+                if add { "replace" } else { "del" },
+                &format!("{ip}/{prefix}"),
+                "dev",
+                interface,
+            ])
+            .status()
+            .map_err(|e| format!("ip addr: {e}"))?;
+        if !st.success() {
+            return Err(format!(
+                "ip addr {} {ip} on {interface} failed",
+                if add { "add" } else { "del" }
+            ));
+        }
+        if add {
+            holdfast_linux::announce_address(interface, ip)
+                .map_err(|e| format!("announcing {ip}: {e}"))?;
+        }
+    }
+    Ok(())
+}
+
+/// `holdfast nsr switchover` through the unit's control socket.
+fn switchover(sock: &std::path::Path) -> Result<(), String> {
+    use holdfast_api::{Request, Response};
+    use std::io::{BufRead, BufReader, Write};
+    let mut s = std::os::unix::net::UnixStream::connect(sock)
+        .map_err(|e| format!("{}: {e}", sock.display()))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .map_err(|e| e.to_string())?;
+    let mut line = Request::NsrSwitchover { timeout_secs: None }.to_line();
+    line.push('\n');
+    s.write_all(line.as_bytes()).map_err(|e| e.to_string())?;
+    let mut answer = String::new();
+    BufReader::new(s)
+        .read_line(&mut answer)
+        .map_err(|e| e.to_string())?;
+    match Response::from_line(&answer).map_err(|e| e.to_string())? {
+        Response::Error { message } => Err(message),
+        _ => Ok(()),
+    }
+}
+
+fn write_status(path: &std::path::Path, s: &AgentStatus) {
+    let tmp = path.with_extension("tmp");
+    if let Ok(text) = serde_json::to_string(s) {
+        if std::fs::write(&tmp, text).is_ok() {
+            let _ = std::fs::rename(&tmp, path);
+        }
+    }
+}
+
+/// What the lease task needs.
+struct LeaseTask {
+    etcd: Vec<String>,
+    cluster: String,
+    host: String,
+    ttl: Duration,
+    renew: Duration,
+    t0: Instant,
+}
+
+/// Grants the host's lease, keeps `agents/<host>` on it, and renews it each
+/// time the loop asks; a lost lease is granted anew.
+async fn lease_task(
+    task: LeaseTask,
+    mut asks: mpsc::UnboundedReceiver<bool>,
+    ev: mpsc::UnboundedSender<Event>,
+) {
+    let LeaseTask {
+        etcd,
+        cluster,
+        host,
+        ttl,
+        renew,
+        t0,
+    } = task;
+    let keys = Keys::new(&cluster);
+    // Every request is bounded by the renewal period: a slow etcd must not
+    // hold a renewal past the point where the next one is due.
+    let mut store = match Store::new(etcd, renew, keys.clone(), true) {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = ev.send(Event::LeaseFailed(e.to_string()));
+            return;
+        }
+    };
+    let mut lease: Option<i64> = None;
+    while let Some(mut fresh) = asks.recv().await {
+        // Coalesce asks that queued up while etcd was slow.
+        while let Ok(f) = asks.try_recv() {
+            fresh |= f;
+        }
+        if fresh {
+            // After a self-fence the host starts over on a new lease, even if
+            // etcd kept the old one alive.
+            if let Some(old) = lease.take() {
+                let _ = store.revoke(old).await;
+            }
+        }
+        let sent = t0.elapsed();
+        match lease {
+            None => match store.grant(ttl).await {
+                Ok((id, _)) => {
+                    let value = format!(
+                        "{{\"schema\":1,\"host\":{}}}",
+                        serde_json::to_string(&host).unwrap_or_default()
+                    );
+                    match store.put_leased(&keys.agent(&host), &value, id).await {
+                        Ok(()) => {
+                            lease = Some(id);
+                            let _ = ev.send(Event::LeaseGranted { id, sent });
+                        }
+                        Err(e) => {
+                            let _ = ev.send(Event::LeaseFailed(e.to_string()));
+                        }
+                    }
+                }
+                Err(e) => {
+                    let _ = ev.send(Event::LeaseFailed(e.to_string()));
+                }
+            },
+            Some(id) => match store.renew(id).await {
+                Ok(left) if left > Duration::ZERO => {
+                    let _ = ev.send(Event::LeaseRenewed { sent });
+                }
+                Ok(_) => {
+                    lease = None;
+                    let _ = ev.send(Event::LeaseFailed("the lease expired".into()));
+                }
+                Err(e) => {
+                    let _ = ev.send(Event::LeaseFailed(e.to_string()));
+                }
+            },
+        }
+    }
+}
+
+/// Keeps one Attach stream open to the leading replica.
+async fn attach_task(
+    controllers: Vec<String>,
+    mut reports: mpsc::UnboundedReceiver<AgentReport>,
+    ev: mpsc::UnboundedSender<Event>,
+) {
+    let mut i = 0usize;
+    loop {
+        let url = controllers[i % controllers.len()].clone();
+        i += 1;
+        let client = tokio::time::timeout(
+            Duration::from_secs(1),
+            ControllerClient::connect(url.clone()),
+        )
+        .await;
+        let Ok(Ok(mut client)) = client else {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            continue;
+        };
+        let (tx, rx) = mpsc::unbounded_channel::<AgentReport>();
+        let outbound = tokio_stream::wrappers::UnboundedReceiverStream::new(rx);
+        let resp = client.attach(outbound).await;
+        let mut inbound = match resp {
+            Ok(r) => r.into_inner(),
+            Err(s) => {
+                let _ = ev.send(Event::Detached(format!("{url}: {}", s.message())));
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+        };
+        let _ = ev.send(Event::Attached(url.clone()));
+        loop {
+            tokio::select! {
+                r = reports.recv() => match r {
+                    Some(r) => {
+                        if tx.send(r).is_err() {
+                            break;
+                        }
+                    }
+                    None => return,
+                },
+                m = inbound.message() => match m {
+                    Ok(Some(c)) => {
+                        let _ = ev.send(Event::Command(c));
+                    }
+                    Ok(None) => {
+                        let _ = ev.send(Event::Detached(format!("{url}: closed")));
+                        break;
+                    }
+                    Err(s) => {
+                        let _ = ev.send(Event::Detached(format!("{url}: {}", s.message())));
+                        break;
+                    }
+                },
+            }
+        }
+    }
+}
