@@ -176,7 +176,7 @@ pub struct StepRecord {
 }
 
 /// A command to an agent. The agent carries it out only if
-/// [`crate::accept`]`(token, highest_seen)`.
+/// `holdfast_control_api::accept_token(token, highest_seen)` accepts it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Command {
     /// [`SCHEMA`].
