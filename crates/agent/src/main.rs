@@ -58,6 +58,10 @@ struct Args {
     /// A JSON status file, rewritten as things change.
     #[arg(long)]
     status_file: Option<PathBuf>,
+    /// The interface service addresses go on (when the controller names
+    /// none).
+    #[arg(long, default_value = "eth0")]
+    interface: String,
 }
 
 fn pair(s: &str, what: &str) -> Result<(String, String)> {
@@ -129,6 +133,7 @@ fn main() -> Result<()> {
         holdfastd,
         work_dir: a.work_dir,
         status_file: a.status_file,
+        interface: a.interface,
     };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

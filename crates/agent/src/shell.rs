@@ -45,6 +45,8 @@ pub struct ShellConfig {
     pub work_dir: PathBuf,
     /// Where the status JSON is written, if anywhere.
     pub status_file: Option<PathBuf>,
+    /// The interface service addresses go on when a command names none.
+    pub interface: String,
 }
 
 /// What the status file holds.
@@ -306,6 +308,9 @@ fn carry_out(x: &mut Ctx<'_>, o: AgentOutput, now: Time) -> Vec<AgentOutput> {
                     out.extend(core.handle(now, AgentInput::UnitExited(exit)));
                     Ok(())
                 }
+                // Not running here (it exited, or a fence is repeated by a
+                // new leader): fenced.
+                Err(crate::runtime::RuntimeError::NoUnit(_)) => Ok(()),
                 Err(e) => Err(e.to_string()),
             };
             if let Some(id) = id {
@@ -325,12 +330,17 @@ fn carry_out(x: &mut Ctx<'_>, o: AgentOutput, now: Time) -> Vec<AgentOutput> {
             let r = std::fs::create_dir_all(&dir)
                 .and_then(|()| std::fs::write(&path, config))
                 .map_err(|e| e.to_string())
-                .and_then(|()| {
-                    rt.start(&unit_spec(cfg, &unit, &path, takeover))
-                        .map_err(|e| e.to_string())
-                });
+                .and_then(
+                    |()| match rt.start(&unit_spec(cfg, &unit, &path, takeover)) {
+                        Ok(pid) => Ok(Some(pid)),
+                        // A repeated command (a new leader carrying on): done.
+                        Err(crate::runtime::RuntimeError::Running(_)) => Ok(None),
+                        Err(e) => Err(e.to_string()),
+                    },
+                );
             let mut out = Vec::new();
-            let res = r.map(|pid| {
+            let res = r.map(|started| {
+                let Some(pid) = started else { return };
                 out.extend(core.handle(
                     now,
                     AgentInput::UnitStarted {
@@ -351,7 +361,12 @@ fn carry_out(x: &mut Ctx<'_>, o: AgentOutput, now: Time) -> Vec<AgentOutput> {
             add,
             interface,
         } => {
-            let res = move_addresses(&addresses, add, &interface);
+            let ifname = if interface.is_empty() {
+                cfg.interface.as_str()
+            } else {
+                interface.as_str()
+            };
+            let res = move_addresses(&addresses, add, ifname);
             core.handle(now, AgentInput::Done { id, result: res })
         }
         AgentOutput::Switchover { id, unit } => {

@@ -12,12 +12,19 @@
 //! * [`state`]: the key layout, the JSON records (schema-versioned) and the
 //!   pure [`next_step`] of a migration.
 //! * [`store`]: etcd over several endpoints, fenced transactions.
-//! * [`replica`]: the I/O shell (elector and worker tasks, status file).
+//! * [`hub`]: the agents' `Attach` streams (gRPC), accepted only while the
+//!   replica may act as leader; commands with the leader's token, their
+//!   results, and unit events for failure detection.
+//! * [`replica`]: the I/O shell (elector and worker tasks, status file):
+//!   failure detection (a primary's process exit reported by its agent; an
+//!   agent's lease expiring in etcd), and migrations carried out through
+//!   the agents (fence, takeover, address).
 //!
 //! See docs/control-plane.md.
 
 pub mod elect;
 pub mod fence;
+pub mod hub;
 pub mod replica;
 pub mod state;
 pub mod store;
@@ -25,5 +32,7 @@ pub mod store;
 pub use elect::{Demotion, Elector, Role, Timing};
 pub use fence::Token;
 pub use replica::{Config, Replica, Status};
-pub use state::{next_step, Keys, Migration, MigrationState, Next, SCHEMA};
+pub use state::{
+    next_step, Keys, Migration, MigrationState, Next, UnitRecord, MIGRATION_STEPS, SCHEMA,
+};
 pub use store::{Outcome, Store, StoreError};

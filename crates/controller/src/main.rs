@@ -43,6 +43,12 @@ struct Args {
     /// about every 50 ms).
     #[arg(long)]
     status_file: Option<PathBuf>,
+    /// Serve the agents' Attach stream (gRPC) on this address.
+    #[arg(long)]
+    listen: Option<std::net::SocketAddr>,
+    /// How long a command to an agent may take, in ms.
+    #[arg(long, default_value_t = 10_000)]
+    command_timeout_ms: u64,
     /// Negative control for the lab only: write without the leader compare
     /// (and without the compare-and-swap of step records), as a controller
     /// trusting its lease alone would.
@@ -71,6 +77,8 @@ async fn main() -> anyhow::Result<()> {
         step_time: Duration::from_millis(a.step_ms),
         status_file: a.status_file,
         fenced: !a.unfenced,
+        listen: a.listen,
+        command_timeout: Duration::from_millis(a.command_timeout_ms),
     };
     tracing::info!(name = %cfg.name, cluster = %cfg.cluster, ttl = ?cfg.lease_ttl, fenced = cfg.fenced, "controller replica starting");
     let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;

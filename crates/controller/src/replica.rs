@@ -17,7 +17,7 @@
 //! its commit: a paused leader that wakes up past its deadline still tries
 //! to commit, and etcd's compare is what stops it.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -27,11 +27,13 @@ use tokio::sync::mpsc;
 
 use crate::elect::{Elector, Input, Op, Output, Role, Timing};
 use crate::fence::Token;
+use crate::hub::{AgentView, Event, Hub};
 use crate::state::{
     next_step, Command, EpochRecord, Keys, Migration, MigrationState, Next, StepRecord, UnitRecord,
-    SCHEMA,
+    MIGRATION_STEPS, SCHEMA,
 };
 use crate::store::{to_json, Outcome, Store, StoreError};
+use holdfast_control_api::v1::{command, unit_event, FenceUnit, MoveAddress, Takeover};
 
 /// How often the shell looks at the clock when nothing else is due.
 const TICK: Duration = Duration::from_millis(50);
@@ -53,6 +55,10 @@ pub struct Config {
     pub status_file: Option<PathBuf>,
     /// Fenced writes (false only for the lab's negative control).
     pub fenced: bool,
+    /// Where the agents' `Attach` service listens (gRPC), if anywhere.
+    pub listen: Option<std::net::SocketAddr>,
+    /// How long a command to an agent may take.
+    pub command_timeout: Duration,
 }
 
 /// What a replica reports in its status file.
@@ -83,6 +89,13 @@ pub struct Status {
     pub fenced: bool,
     /// Wall-clock time of this status, ms since the Unix epoch.
     pub updated_unix_ms: u64,
+    /// Agents attached to this replica (only while it leads).
+    #[serde(default)]
+    pub agents: Vec<AgentView>,
+    /// Migrations this replica started on a failure it detected: `(unit,
+    /// from, to, why, detected_after_ms)`.
+    #[serde(default)]
+    pub detected: Vec<(String, String, String, String, u64)>,
 }
 
 fn unix_ms() -> u64 {
@@ -146,17 +159,37 @@ impl Replica {
         let (tx, rx) = mpsc::unbounded_channel();
         let mut elector_store = self.store()?;
         let worker_store = self.store()?;
+        let acting = self.shared.clone();
+        let (hub, events) = Hub::new(std::sync::Arc::new(move || {
+            lock(&acting).elector.may_act(Instant::now())
+        }));
+        let server = self.cfg.listen.map(|addr| {
+            let svc =
+                holdfast_control_api::v1::controller_server::ControllerServer::new(hub.clone());
+            tracing::info!(%addr, "Attach service listening");
+            tokio::spawn(async move {
+                if let Err(e) = tonic::transport::Server::builder()
+                    .add_service(svc)
+                    .serve(addr)
+                    .await
+                {
+                    tracing::error!(%addr, error = %e, "Attach service stopped");
+                }
+            })
+        });
         let worker = tokio::spawn(work(
             self.shared.clone(),
             worker_store,
             self.cfg.clone(),
             tx,
+            hub.clone(),
+            events,
         ));
         let reporter = self
             .cfg
             .status_file
             .clone()
-            .map(|p| tokio::spawn(report(self.shared.clone(), p)));
+            .map(|p| tokio::spawn(report(self.shared.clone(), p, hub.clone())));
         tokio::select! {
             () = elect(&self.shared, &mut elector_store, &self.cfg, rx) => {}
             () = stop => {}
@@ -164,6 +197,9 @@ impl Replica {
         worker.abort();
         if let Some(r) = reporter {
             r.abort();
+        }
+        if let Some(sv) = server {
+            sv.abort();
         }
         let lease = lock(&self.shared).elector.lease();
         if let Some(lease) = lease {
@@ -269,10 +305,12 @@ async fn carry_out(
 
 /// The status writer task: every tick, the role as the worker sees it
 /// (`leader` only while [`Elector::may_act`]), written atomically.
-async fn report(shared: SharedRef, path: PathBuf) {
+async fn report(shared: SharedRef, path: PathBuf, hub: Hub) {
     loop {
+        let agents = hub.agents();
         let status = {
             let mut s = lock(&shared);
+            s.status.agents = agents;
             let Shared { elector, status } = &mut *s;
             status.token = elector.may_act(Instant::now());
             status.role = match (status.token, elector.role()) {
@@ -302,12 +340,25 @@ fn set_phase(shared: &SharedRef, phase: &str) {
 }
 
 /// The worker task: acts while the elector says we may.
-async fn work(shared: SharedRef, mut store: Store, cfg: Config, fenced: mpsc::UnboundedSender<()>) {
+async fn work(
+    shared: SharedRef,
+    mut store: Store,
+    cfg: Config,
+    fenced: mpsc::UnboundedSender<()>,
+    hub: Hub,
+    mut events: mpsc::UnboundedReceiver<Event>,
+) {
     let mut epoch_written: Option<Token> = None;
+    let mut hosts = HostWatch::default();
     loop {
         let token = lock(&shared).elector.may_act(Instant::now());
         let Some(token) = token else {
-            epoch_written = None;
+            if epoch_written.take().is_some() {
+                hub.close_all();
+            }
+            // Events seen while not leading are the next leader's to act on.
+            while events.try_recv().is_ok() {}
+            hosts = HostWatch::default();
             set_phase(&shared, "idle");
             tokio::time::sleep(TICK).await;
             continue;
@@ -319,7 +370,20 @@ async fn work(shared: SharedRef, mut store: Store, cfg: Config, fenced: mpsc::Un
             }
             res.map(Some)
         } else {
-            drive(&shared, &mut store, &cfg, token).await
+            let mut res = Ok(None);
+            while let Ok(e) = events.try_recv() {
+                res = detect_exit(&shared, &mut store, token, &e).await;
+                if res.is_err() {
+                    break;
+                }
+            }
+            if res.is_ok() {
+                res = hosts.check(&shared, &mut store, token).await;
+            }
+            match res {
+                Ok(None) => drive(&shared, &mut store, &cfg, token, &hub).await,
+                other => other,
+            }
         };
         match res {
             Ok(Some(Outcome::Fenced)) => {
@@ -365,6 +429,7 @@ async fn drive(
     store: &mut Store,
     cfg: &Config,
     token: Token,
+    hub: &Hub,
 ) -> Result<Option<Outcome>, StoreError> {
     let keys = store.keys().clone();
     let m: Option<Migration> = store.get(&keys.migration()).await?;
@@ -386,7 +451,11 @@ async fn drive(
         Next::Step(step) => {
             set_phase(shared, &format!("step {step}"));
             tracing::info!(migration = %m.id, %step, %token, "carrying out step");
-            tokio::time::sleep(cfg.step_time).await;
+            if let Err(e) = carry_out_step(store, cfg, token, hub, &m, &step).await? {
+                tracing::warn!(migration = %m.id, %step, error = %e, "step not done yet; retrying");
+                tokio::time::sleep(TICK).await;
+                return Ok(None);
+            }
             let step_key = keys.step(&m.id, &step);
             let rec = StepRecord {
                 schema: SCHEMA,
@@ -420,12 +489,22 @@ async fn drive(
         }
         Next::Finish => {
             set_phase(shared, "finishing");
+            let before: Option<UnitRecord> = store.get(&keys.unit(&m.unit)).await?;
             let unit = UnitRecord {
                 schema: SCHEMA,
                 unit: m.unit.clone(),
                 primary: m.to.clone(),
                 backup: Some(m.from.clone()),
                 epoch: token,
+                config: before
+                    .as_ref()
+                    .map(|u| u.config.clone())
+                    .unwrap_or_default(),
+                addresses: before
+                    .as_ref()
+                    .map(|u| u.addresses.clone())
+                    .unwrap_or_default(),
+                interface: before.map(|u| u.interface).unwrap_or_default(),
             };
             let mut fin = m.clone();
             fin.state = MigrationState::Done;
@@ -440,5 +519,236 @@ async fn drive(
             }
             Ok(Some(o))
         }
+    }
+}
+
+/// Carries out one step of `m` through the agents (see
+/// [`MIGRATION_STEPS`]); `Ok(Err(why))` when it cannot be done yet.
+async fn carry_out_step(
+    store: &mut Store,
+    cfg: &Config,
+    token: Token,
+    hub: &Hub,
+    m: &Migration,
+    step: &str,
+) -> Result<Result<(), String>, StoreError> {
+    if !MIGRATION_STEPS.contains(&step) {
+        tokio::time::sleep(cfg.step_time).await;
+        return Ok(Ok(()));
+    }
+    let keys = store.keys().clone();
+    let Some(u) = store.get::<UnitRecord>(&keys.unit(&m.unit)).await? else {
+        return Ok(Err(format!("no placement for unit {}", m.unit)));
+    };
+    let t = cfg.command_timeout;
+    Ok(match step {
+        "fence" => {
+            if hub.attached(&m.from) {
+                let body = command::Body::FenceUnit(FenceUnit {
+                    unit: m.unit.clone(),
+                });
+                let unplug = command::Body::MoveAddress(MoveAddress {
+                    unit: m.unit.clone(),
+                    addresses: u.addresses.clone(),
+                    add: false,
+                    interface: u.interface.clone(),
+                });
+                // The old host gives up the service addresses too (an
+                // address already gone is fine).
+                match hub.command(&m.from, token, body, t).await {
+                    Ok(()) => {
+                        if let Err(e) = hub.command(&m.from, token, unplug, t).await {
+                            tracing::info!(host = %m.from, error = %e, "service address not removed on the old host");
+                        }
+                        Ok(())
+                    }
+                    Err(e) => Err(e),
+                }
+            } else if store
+                .get::<serde_json::Value>(&keys.agent(&m.from))
+                .await?
+                .is_none()
+            {
+                // Its lease expired: the agent fenced its units before that.
+                Ok(())
+            } else {
+                Err(format!(
+                    "agent {} holds its lease but is not attached",
+                    m.from
+                ))
+            }
+        }
+        "takeover" => {
+            let body = command::Body::Takeover(Takeover {
+                unit: m.unit.clone(),
+                config: u.config.clone(),
+                epoch: u64::try_from(token.0).unwrap_or(0),
+            });
+            hub.command(&m.to, token, body, t).await
+        }
+        _ => {
+            let body = command::Body::MoveAddress(MoveAddress {
+                unit: m.unit.clone(),
+                addresses: u.addresses.clone(),
+                add: true,
+                interface: u.interface.clone(),
+            });
+            hub.command(&m.to, token, body, t).await
+        }
+    })
+}
+
+/// Starts the migration of `unit` off `from` unless one is under way.
+async fn start_migration(
+    shared: &SharedRef,
+    store: &mut Store,
+    token: Token,
+    unit: &str,
+    from: &str,
+    why: &str,
+    since: Instant,
+) -> Result<Option<Outcome>, StoreError> {
+    let keys = store.keys().clone();
+    let Some(u) = store.get::<UnitRecord>(&keys.unit(unit)).await? else {
+        return Ok(None);
+    };
+    let Some(to) = u.backup.clone().filter(|b| u.primary == from && b != from) else {
+        return Ok(None);
+    };
+    if let Some(m) = store.get::<Migration>(&keys.migration()).await? {
+        if m.state == MigrationState::Pending {
+            return Ok(None);
+        }
+    }
+    if store
+        .get::<serde_json::Value>(&keys.failed_host(&to))
+        .await?
+        .is_some()
+    {
+        tracing::warn!(unit, %to, "the backup host has failed (never reused until reset): no migration");
+        return Ok(None);
+    }
+    let id = format!("{unit}-{}-{}", token.0, unix_ms());
+    let m = Migration {
+        schema: SCHEMA,
+        id: id.clone(),
+        unit: unit.to_string(),
+        from: from.to_string(),
+        to: to.clone(),
+        steps: MIGRATION_STEPS.iter().map(|s| (*s).to_string()).collect(),
+        state: MigrationState::Pending,
+        finished_by: None,
+    };
+    let o = store
+        .fenced_put(token, &[], &[(keys.migration(), to_json(&m))])
+        .await?;
+    if let Outcome::Committed(rev) = o {
+        let after = since.elapsed().as_millis() as u64;
+        tracing::warn!(unit, from, %to, why, detected_after_ms = after, rev, "failure detected: migrating");
+        lock(shared).status.detected.push((
+            unit.to_string(),
+            from.to_string(),
+            to,
+            why.to_string(),
+            after,
+        ));
+    }
+    Ok(Some(o))
+}
+
+/// An agent reported its primary's process gone (an application or
+/// container failure): migrate the unit.
+async fn detect_exit(
+    shared: &SharedRef,
+    store: &mut Store,
+    token: Token,
+    e: &Event,
+) -> Result<Option<Outcome>, StoreError> {
+    if e.event.kind != unit_event::Kind::Exited as i32 {
+        return Ok(None);
+    }
+    let why = format!(
+        "holdfastd exited on {} (status {}, signal {})",
+        e.host, e.event.code, e.event.signal
+    );
+    start_migration(
+        shared,
+        store,
+        token,
+        &e.event.unit,
+        &e.host,
+        &why,
+        Instant::now(),
+    )
+    .await
+}
+
+/// Hosts whose agent's lease expired (its `agents/<host>` key gone): a host
+/// or host-network failure, confirmed by etcd's own clock (the TTL). Such a
+/// host is recorded in `hosts/failed/` (never reused until reset by hand)
+/// and its units are migrated one at a time.
+#[derive(Default)]
+struct HostWatch {
+    seen: BTreeSet<String>,
+    failed: BTreeMap<String, Instant>,
+    last: Option<Instant>,
+}
+
+impl HostWatch {
+    async fn check(
+        &mut self,
+        shared: &SharedRef,
+        store: &mut Store,
+        token: Token,
+    ) -> Result<Option<Outcome>, StoreError> {
+        if self
+            .last
+            .is_some_and(|t| t.elapsed() < Duration::from_millis(100))
+        {
+            return Ok(None);
+        }
+        self.last = Some(Instant::now());
+        let keys = store.keys().clone();
+        let now: BTreeSet<String> = store
+            .list(&format!("{}agents/", keys.prefix()))
+            .await?
+            .into_iter()
+            .collect();
+        for host in self.seen.difference(&now) {
+            self.failed.entry(host.clone()).or_insert_with(Instant::now);
+        }
+        self.seen.clone_from(&now);
+        let failed: Vec<(String, Instant)> =
+            self.failed.iter().map(|(h, t)| (h.clone(), *t)).collect();
+        for (host, since) in failed {
+            let mark = keys.failed_host(&host);
+            if store.get::<serde_json::Value>(&mark).await?.is_none() {
+                let rec = serde_json::json!({ "schema": SCHEMA, "host": host, "why": "agent lease expired", "by": token });
+                store
+                    .fenced_put(token, &[], &[(mark, rec.to_string())])
+                    .await?;
+            }
+            let units = store.list(&format!("{}units/", keys.prefix())).await?;
+            let mut left = 0;
+            for unit in units {
+                let Some(u) = store.get::<UnitRecord>(&keys.unit(&unit)).await? else {
+                    continue;
+                };
+                if u.primary != host {
+                    continue;
+                }
+                left += 1;
+                let why = format!("the lease of {host}'s agent expired");
+                if let Some(o) =
+                    start_migration(shared, store, token, &unit, &host, &why, since).await?
+                {
+                    return Ok(Some(o));
+                }
+            }
+            if left == 0 {
+                self.failed.remove(&host);
+            }
+        }
+        Ok(None)
     }
 }

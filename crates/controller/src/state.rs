@@ -127,7 +127,24 @@ pub struct UnitRecord {
     pub backup: Option<String>,
     /// The token of the leader that wrote this placement.
     pub epoch: Token,
+    /// The unit's holdfastd configuration (TOML), sent with a takeover.
+    #[serde(default)]
+    pub config: String,
+    /// Its service addresses (`ADDR/LEN`), moved with the primary.
+    #[serde(default)]
+    pub addresses: Vec<String>,
+    /// The interface the service addresses go on at every host.
+    #[serde(default)]
+    pub interface: String,
 }
+
+/// The steps of a migration the controller carries out through the agents
+/// (any other step name is bookkeeping that takes `step_time`):
+/// `fence` (the old primary, on `from`: `FenceUnit`; a host whose agent's
+/// lease has expired has fenced its units itself), `takeover` (`holdfastd
+/// --takeover` on `to` at the leader's epoch) and `address` (the service
+/// addresses added and announced on `to`).
+pub const MIGRATION_STEPS: [&str; 3] = ["fence", "takeover", "address"];
 
 /// Where a migration is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -135,13 +135,19 @@ impl NsrTopo {
     /// agent host of TENSOR §3.3.2 on the peers' L2 segment, where
     /// `holdfast-bfd-relay` runs.
     pub fn add_relay_host(&self, lab: &mut Lab) -> Result<NsrHost> {
-        let id = lab.host("relay")?;
+        self.add_host(lab, "relay", 6)
+    }
+
+    /// Adds a host `name` to the bridge with the addresses `.n` / `::n`
+    /// (the control plane's hosts, say).
+    pub fn add_host(&self, lab: &mut Lab, name: &str, n: u8) -> Result<NsrHost> {
+        let id = lab.host(name)?;
         lab.bridge_attach(
             self.bridge,
             id,
             &[
-                IfAddr::new(v4(6), NSR_V4_LEN),
-                IfAddr::new(v6(6), NSR_V6_LEN),
+                IfAddr::new(v4(n), NSR_V4_LEN),
+                IfAddr::new(v6(u16::from(n)), NSR_V6_LEN),
             ],
         )?;
         let ifname = lab
@@ -153,8 +159,8 @@ impl NsrTopo {
         Ok(NsrHost {
             id,
             ifname,
-            v4: v4(6),
-            v6: v6(6),
+            v4: v4(n),
+            v6: v6(u16::from(n)),
         })
     }
 

@@ -1,0 +1,262 @@
+//! The agents' `Attach` streams (`holdfast.control.v1`), served by every
+//! replica and accepted only by the one that may act as leader.
+//!
+//! Each attached agent has a [`Link`]: the sender of its command stream,
+//! its Hello, its last heartbeat, and the commands waiting for their
+//! results. [`Hub::command`] sends a command carrying the leader's token
+//! and waits (bounded) for the agent's `CommandResult`. Unit events go to
+//! the leader's worker through [`Hub::events`], which detects failures
+//! from them. When the replica stops leading, every stream is closed so
+//! the agents attach to the new leader.
+
+use std::collections::{BTreeMap, HashMap};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use holdfast_control_api::v1::controller_server::Controller;
+use holdfast_control_api::v1::{agent_report, command, AgentReport, Command, UnitEvent};
+use tokio::sync::{mpsc, oneshot};
+use tokio_stream::Stream;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::fence::Token;
+
+type CommandStream = Pin<Box<dyn Stream<Item = Result<Command, Status>> + Send>>;
+
+/// One attached agent.
+struct Link {
+    /// Distinguishes this stream from a later one of the same host.
+    session: u64,
+    tx: mpsc::UnboundedSender<Result<Command, Status>>,
+    agent_server: bool,
+    last_heartbeat: Instant,
+    pending: HashMap<u64, oneshot::Sender<Result<(), String>>>,
+}
+
+/// A unit event, as the worker sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    pub host: String,
+    pub event: UnitEvent,
+}
+
+#[derive(Default)]
+struct Inner {
+    links: BTreeMap<String, Link>,
+    next_session: u64,
+    next_id: u64,
+}
+
+/// The registry of attached agents (shared by the service and the worker).
+#[derive(Clone)]
+pub struct Hub {
+    inner: Arc<Mutex<Inner>>,
+    may_act: Arc<dyn Fn() -> Option<Token> + Send + Sync>,
+    events: mpsc::UnboundedSender<Event>,
+}
+
+fn lock(m: &Mutex<Inner>) -> std::sync::MutexGuard<'_, Inner> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// What an attached agent looks like from the controller (status file).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct AgentView {
+    pub host: String,
+    pub agent_server: bool,
+    /// Milliseconds since its last heartbeat.
+    pub heartbeat_age_ms: u64,
+}
+
+impl Hub {
+    /// A hub that accepts streams while `may_act` gives a token; unit
+    /// events go to the returned receiver.
+    pub fn new(
+        may_act: Arc<dyn Fn() -> Option<Token> + Send + Sync>,
+    ) -> (Hub, mpsc::UnboundedReceiver<Event>) {
+        let (events, rx) = mpsc::unbounded_channel();
+        (
+            Hub {
+                inner: Arc::new(Mutex::new(Inner::default())),
+                may_act,
+                events,
+            },
+            rx,
+        )
+    }
+
+    /// The attached agents.
+    pub fn agents(&self) -> Vec<AgentView> {
+        let now = Instant::now();
+        lock(&self.inner)
+            .links
+            .iter()
+            .map(|(h, l)| AgentView {
+                host: h.clone(),
+                agent_server: l.agent_server,
+                heartbeat_age_ms: now.duration_since(l.last_heartbeat).as_millis() as u64,
+            })
+            .collect()
+    }
+
+    /// Whether `host`'s agent is attached.
+    pub fn attached(&self, host: &str) -> bool {
+        lock(&self.inner).links.contains_key(host)
+    }
+
+    /// Closes every stream (the replica no longer leads).
+    pub fn close_all(&self) {
+        let mut g = lock(&self.inner);
+        for (_, l) in std::mem::take(&mut g.links) {
+            let _ =
+                l.tx.send(Err(Status::failed_precondition("no longer the leader")));
+        }
+    }
+
+    /// Sends `body` to `host`'s agent with `token`, and waits up to
+    /// `timeout` for its result.
+    pub async fn command(
+        &self,
+        host: &str,
+        token: Token,
+        body: command::Body,
+        timeout: Duration,
+    ) -> Result<(), String> {
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut g = lock(&self.inner);
+            g.next_id += 1;
+            let id = g.next_id;
+            let Some(l) = g.links.get_mut(host) else {
+                return Err(format!("agent {host} is not attached"));
+            };
+            l.pending.insert(id, tx);
+            let c = Command {
+                token: u64::try_from(token.0).unwrap_or(0),
+                id,
+                body: Some(body),
+            };
+            if l.tx.send(Ok(c)).is_err() {
+                return Err(format!("agent {host}'s stream is closed"));
+            }
+        }
+        match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(_)) => Err(format!("agent {host} went away")),
+            Err(_) => Err(format!("agent {host} did not answer in {timeout:?}")),
+        }
+    }
+
+    fn report(&self, host: &str, session: u64, r: AgentReport) {
+        let mut g = lock(&self.inner);
+        let Some(l) = g.links.get_mut(host).filter(|l| l.session == session) else {
+            return;
+        };
+        match r.body {
+            Some(agent_report::Body::Heartbeat(_)) => l.last_heartbeat = Instant::now(),
+            Some(agent_report::Body::Result(res)) => {
+                if let Some(tx) = l.pending.remove(&res.id) {
+                    let _ = tx.send(if res.ok { Ok(()) } else { Err(res.error) });
+                }
+            }
+            Some(agent_report::Body::UnitEvent(e)) => {
+                let _ = self.events.send(Event {
+                    host: host.to_string(),
+                    event: e,
+                });
+            }
+            Some(agent_report::Body::Measurement(_) | agent_report::Body::Hello(_)) | None => {}
+        }
+    }
+
+    fn detach(&self, host: &str, session: u64) {
+        let mut g = lock(&self.inner);
+        if g.links.get(host).is_some_and(|l| l.session == session) {
+            g.links.remove(host);
+            tracing::info!(host, "agent detached");
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl Controller for Hub {
+    type AttachStream = CommandStream;
+
+    async fn attach(
+        &self,
+        request: Request<Streaming<AgentReport>>,
+    ) -> Result<Response<Self::AttachStream>, Status> {
+        if (self.may_act)().is_none() {
+            return Err(Status::failed_precondition("not the leader"));
+        }
+        let mut inbound = request.into_inner();
+        let (tx, rx) = mpsc::unbounded_channel();
+        let hub = self.clone();
+        // The response (the command stream) goes back at once: the agent
+        // sends its Hello once its stream is open.
+        tokio::spawn(async move {
+            let first = tokio::time::timeout(Duration::from_secs(5), inbound.message()).await;
+            let hello = match first {
+                Ok(Ok(Some(AgentReport {
+                    body: Some(agent_report::Body::Hello(h)),
+                }))) => h,
+                Ok(Ok(_)) => {
+                    let _ = tx.send(Err(Status::invalid_argument(
+                        "the first report must be a Hello",
+                    )));
+                    return;
+                }
+                Ok(Err(e)) => {
+                    let _ = tx.send(Err(e));
+                    return;
+                }
+                Err(_) => {
+                    let _ = tx.send(Err(Status::deadline_exceeded("no Hello")));
+                    return;
+                }
+            };
+            if hello.schema > holdfast_control_api::SCHEMA {
+                let _ = tx.send(Err(Status::failed_precondition(format!(
+                    "agent speaks schema {}, this controller {}",
+                    hello.schema,
+                    holdfast_control_api::SCHEMA
+                ))));
+                return;
+            }
+            let host = hello.host.clone();
+            let session = {
+                let mut g = lock(&hub.inner);
+                g.next_session += 1;
+                let session = g.next_session;
+                if let Some(old) = g.links.insert(
+                    host.clone(),
+                    Link {
+                        session,
+                        tx,
+                        agent_server: hello.agent_server,
+                        last_heartbeat: Instant::now(),
+                        pending: HashMap::new(),
+                    },
+                ) {
+                    let _ = old
+                        .tx
+                        .send(Err(Status::aborted("a newer stream of this agent")));
+                }
+                session
+            };
+            tracing::info!(
+                host,
+                units = hello.units.len(),
+                highest_token = hello.highest_token,
+                "agent attached"
+            );
+            while let Ok(Some(r)) = inbound.message().await {
+                hub.report(&host, session, r);
+            }
+            hub.detach(&host, session);
+        });
+        let out = tokio_stream::wrappers::UnboundedReceiverStream::new(rx);
+        Ok(Response::new(Box::pin(out)))
+    }
+}

@@ -1,0 +1,406 @@
+//! The control plane end to end (issue 11): a failure found and taken over
+//! by the controller through the host agents, with no lab orchestrator in
+//! the loop; frr, the peer, sees nothing.
+//!
+//! ```text
+//!                 bridge `lan` 198.18.0.0/24
+//!   [ peer ]  .1   frr (AS 65001) --- BGP --- service .10 (holdfastd unit edge-1)
+//!   [ redis ] .2   redis-server (the NSR store)
+//!   [ a ]     .3   holdfast-agent --host a: starts edge-1 (primary)
+//!   [ b ]     .4   holdfast-agent --host b: the backup host
+//!   [ c1..c3 ] .31-.33  etcd members + holdfast-controller replicas (Attach on :50051)
+//! ```
+//!
+//! The unit's placement (primary a, backup b, its configuration and
+//! service address) is written to etcd with `etcdctl`, as an operator would.
+//! Checked:
+//! 1. one controller leads and both agents are attached to it (its status);
+//!    frr's session with .10 is Established with the unit's routes;
+//! 2. **application failure**: holdfastd on a is SIGKILLed. Agent a reports
+//!    the exit, the leader records the failure (its status: unit, from a
+//!    to b, why, detection time) and migrates it: fence on a (and the
+//!    address removed there), `holdfastd --takeover` on b, the address
+//!    added and announced on b. etcd then places edge-1 on b, backup a;
+//! 3. frr never noticed: its session never left Established (its CLI
+//!    every 100 ms: state, uptime never going back, established and
+//!    dropped counters), it logged no NOTIFICATION, and it still holds the
+//!    unit's 10 routes;
+//! 4. **negative control**: the same failure (of the new primary on b)
+//!    with every controller stopped: nobody takes over, and frr drops the
+//!    session within its hold time (9 s).
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use holdfast_lab::{
+    find_binary, nsr_config, skip, skip_unless_ready, skip_unless_tools, wait_for_every, Etcd, Frr,
+    Lab, NeighborSpec, NsrTopo, Peer, PeerKind, PeerSpec, PeerWatch, ProcId, Redis, RouteSpec,
+    SessionState, Signal,
+};
+use serde_json::Value;
+
+const PEER_AS: u32 = 65001;
+const INSTANCE: &str = "edge-1";
+
+struct Bins {
+    agent: String,
+    controller: String,
+    holdfastd: String,
+}
+
+fn bins() -> Option<Bins> {
+    let f = |n: &str, env: &str| find_binary(n, env).map(|p| p.to_string_lossy().to_string());
+    match (
+        f("holdfast-agent", "HOLDFAST_AGENT_BIN"),
+        f("holdfast-controller", "HOLDFAST_CONTROLLER_BIN"),
+        f("holdfastd", "HOLDFASTD"),
+    ) {
+        (Ok(agent), Ok(controller), Ok(holdfastd)) => Some(Bins {
+            agent,
+            controller,
+            holdfastd,
+        }),
+        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
+            skip(&format!("{e}"));
+            None
+        }
+    }
+}
+
+fn json_file(path: &PathBuf) -> Option<Value> {
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+}
+
+struct Plane {
+    lab: Lab,
+    topo: NsrTopo,
+    etcd: Etcd,
+    frr: Frr,
+    controllers: Vec<(ProcId, PathBuf)>,
+    agent_status: Vec<PathBuf>,
+}
+
+fn up(name: &str, b: &Bins) -> Plane {
+    let mut lab = Lab::new(name).expect("lab");
+    lab.capture_start().expect("pcap");
+    let topo = NsrTopo::build(&mut lab).expect("topology");
+    let redis =
+        Redis::start(&mut lab, topo.redis.id, IpAddr::V4(topo.redis.v4), 6379).expect("redis");
+    let mut members = Vec::new();
+    for (i, n) in ["c1", "c2", "c3"].iter().enumerate() {
+        let h = topo
+            .add_host(&mut lab, n, 31 + i as u8)
+            .expect("control host");
+        members.push((h.id, IpAddr::V4(h.v4)));
+    }
+    let etcd = Etcd::start(&mut lab, &members).expect("etcd");
+    let eps = etcd.endpoints();
+    let mut controllers = Vec::new();
+    let mut grpc = Vec::new();
+    for (i, (h, addr)) in members.iter().enumerate() {
+        let status = lab.work_dir().join(format!("c{}.status.json", i + 1));
+        let listen = format!("{addr}:50051");
+        grpc.push(format!("http://{listen}"));
+        let st = status.to_string_lossy().to_string();
+        let name = format!("c{}", i + 1);
+        let p = lab
+            .spawn(
+                *h,
+                &format!("controller-{name}"),
+                &[
+                    &b.controller,
+                    "--etcd",
+                    &eps,
+                    "--name",
+                    &name,
+                    "--listen",
+                    &listen,
+                    "--status-file",
+                    &st,
+                ],
+                &[("HOLDFAST_LOG", "info")],
+            )
+            .expect("controller");
+        controllers.push((p, status));
+    }
+    // The unit's configuration: frr as its one neighbour, NSR on the lab's Redis.
+    let config = nsr_config(
+        &topo,
+        &redis.url(),
+        INSTANCE,
+        &[(IpAddr::V4(topo.peer.v4), PEER_AS)],
+        "hold_time = 9\n[[network]]\nprefix = \"100.100.0.0/24\"\ncount = 10\n",
+    );
+    let cfg_path = lab.work_dir().join("edge-1.toml");
+    std::fs::write(&cfg_path, &config).expect("config");
+    let placement = serde_json::json!({
+        "schema": 1, "unit": "edge-1", "primary": "a", "backup": "b", "epoch": 0,
+        "config": config, "addresses": [format!("{}/24", topo.service_v4)], "interface": "",
+    });
+    etcd.ctl(
+        &mut lab,
+        &[
+            "put",
+            "/holdfast/default/units/edge-1",
+            &placement.to_string(),
+        ],
+    )
+    .expect("etcdctl put the placement");
+    // The primary starts with the service address on a.
+    topo.add_service(&lab, topo.a.id)
+        .expect("service address on a");
+    let mut agent_status = Vec::new();
+    for (host, boot) in [(&topo.a, true), (&topo.b, false)] {
+        let hname = if boot { "a" } else { "b" };
+        let dir = lab.work_dir().join(format!("agent-{hname}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let status = dir.join("status.json");
+        let (st, wd) = (
+            status.to_string_lossy().to_string(),
+            dir.join("units").to_string_lossy().to_string(),
+        );
+        let unit = format!("edge-1={}", cfg_path.display());
+        let mut args: Vec<&str> = vec![
+            &b.agent,
+            "--host",
+            hname,
+            "--etcd",
+            &eps,
+            "--holdfastd",
+            &b.holdfastd,
+            "--work-dir",
+            &wd,
+            "--status-file",
+            &st,
+            "--interface",
+            &host.ifname,
+        ];
+        for g in &grpc {
+            args.extend(["--controller", g.as_str()]);
+        }
+        if boot {
+            args.extend(["--unit", unit.as_str()]);
+        }
+        lab.spawn(
+            host.id,
+            &format!("agent-{hname}"),
+            &args,
+            &[("RUST_LOG", "info")],
+        )
+        .expect("agent");
+        agent_status.push(status);
+    }
+    let spec = PeerSpec::new(PEER_AS, "192.0.2.201".parse().unwrap())
+        .neighbor(
+            NeighborSpec::new(IpAddr::V4(topo.service_v4), 65000)
+                .local(IpAddr::V4(topo.peer.v4))
+                .hold_time(9)
+                .families(true, false),
+        )
+        .route(RouteSpec::new("203.0.113.0/24"));
+    let frr = Frr::start(&mut lab, topo.peer.id, &spec).expect("frr");
+    Plane {
+        lab,
+        topo,
+        etcd,
+        frr,
+        controllers,
+        agent_status,
+    }
+}
+
+/// The leader's status, once one leads with both agents attached.
+fn leader_with_agents(p: &Plane) -> Value {
+    wait_for_every(
+        "a leader with both agents attached",
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        || {
+            Ok(p.controllers.iter().find_map(|(_, s)| {
+                json_file(s).filter(|v| {
+                    v["role"] == "leader" && v["agents"].as_array().is_some_and(|a| a.len() == 2)
+                })
+            }))
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn unit_pid(p: &Plane, agent: usize) -> Option<u64> {
+    json_file(&p.agent_status[agent])
+        .and_then(|s| s["units"].as_array().and_then(|u| u.first().cloned()))
+        .and_then(|u| u[1].as_u64())
+}
+
+fn established(p: &Plane) {
+    let svc = IpAddr::V4(p.topo.service_v4);
+    wait_for_every(
+        "frr: session with the unit Established, its 10 routes received",
+        Duration::from_secs(60),
+        Duration::from_millis(200),
+        || {
+            Ok(p.frr
+                .sessions(&p.lab)?
+                .into_iter()
+                .find(|s| s.neighbor == svc)
+                .filter(|s| {
+                    s.state == SessionState::Established && s.prefixes_received == Some(10)
+                }))
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+}
+
+fn ready() -> Option<Bins> {
+    if skip_unless_ready(&[PeerKind::Frr]) || skip_unless_tools(&["etcd", "etcdctl"]) {
+        return None;
+    }
+    bins()
+}
+
+#[test]
+fn the_controller_takes_over_an_application_failure_unseen_by_frr() {
+    let Some(b) = ready() else { return };
+    let mut p = up("control_plane_takeover", &b);
+    established(&p);
+    let lead = leader_with_agents(&p);
+    println!("1. leader {} with agents {}", lead["name"], lead["agents"]);
+    // Let holdfastd replicate the session (PROTECTED) before the failure.
+    let sock = p.lab.work_dir().join("agent-a/units/edge-1/holdfastd.sock");
+    let cli = find_binary("holdfast", "HOLDFAST_BIN").expect("holdfast");
+    wait_for_every(
+        "edge-1 PROTECTED",
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        || {
+            let out = std::process::Command::new(&cli)
+                .args(["--socket", &sock.to_string_lossy(), "--json", "show", "nsr"])
+                .output()
+                .map(|o| o.stdout)
+                .unwrap_or_default();
+            let v: Value = serde_json::from_slice(&out).unwrap_or(Value::Null);
+            Ok((v["ok"]["nsr"]["protected"] == true).then_some(()))
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let svc = IpAddr::V4(p.topo.service_v4);
+    let mark = p.frr.log_mark();
+    let watch =
+        PeerWatch::start_every(p.frr.session_probe(&p.lab), svc, Duration::from_millis(100));
+    std::thread::sleep(Duration::from_millis(300));
+
+    // 2. Application failure.
+    let pid = unit_pid(&p, 0).expect("edge-1 runs on a");
+    let t0 = Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("SIGKILL holdfastd on a");
+    let new_pid = wait_for_every(
+        "the controller takes edge-1 over on b",
+        Duration::from_secs(30),
+        Duration::from_millis(20),
+        || Ok(unit_pid(&p, 1)),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let placed = wait_for_every(
+        "etcd places edge-1 on b",
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        || {
+            let out = p.etcd.ctl(
+                &mut p.lab,
+                &[
+                    "get",
+                    "/holdfast/default/units/edge-1",
+                    "--print-value-only",
+                ],
+            )?;
+            let v: Value = serde_json::from_str(out.trim()).unwrap_or(Value::Null);
+            Ok((v["primary"] == "b" && v["backup"] == "a").then_some(v))
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    println!(
+        "2. holdfastd on b (pid {new_pid}) {:?} after the kill; placement epoch {}",
+        t0.elapsed(),
+        placed["epoch"]
+    );
+    let detected = p
+        .controllers
+        .iter()
+        .filter_map(|(_, s)| json_file(s))
+        .flat_map(|v| v["detected"].as_array().cloned().unwrap_or_default())
+        .collect::<Vec<_>>();
+    println!("   the leader's verdicts: {detected:?}");
+    assert!(
+        detected
+            .iter()
+            .any(|d| d[0] == "edge-1" && d[1] == "a" && d[2] == "b"),
+        "the leader recorded the failure: {detected:?}"
+    );
+    assert!(
+        p.topo.service_addrs_on(&p.lab, p.topo.b.id).unwrap().0,
+        "address on b"
+    );
+    assert!(
+        !p.topo.service_addrs_on(&p.lab, p.topo.a.id).unwrap().0,
+        "address gone from a"
+    );
+
+    // 3. frr saw nothing.
+    std::thread::sleep(Duration::from_secs(2));
+    let report = watch.stop();
+    println!("3. frr: {}", report.summary());
+    report
+        .assert_uninterrupted()
+        .unwrap_or_else(|e| panic!("frr noticed: {e}"));
+    let notes = p.frr.notifications_since(&mark).expect("frr log");
+    assert!(notes.is_empty(), "frr logged NOTIFICATIONs: {notes:?}");
+    established(&p);
+
+    // 4. Negative control: the same failure with no controller.
+    for (proc, _) in &p.controllers {
+        p.lab.kill(*proc, Signal::Term);
+    }
+    for (proc, _) in &p.controllers {
+        let pr = *proc;
+        wait_for_every(
+            "controllers gone",
+            Duration::from_secs(10),
+            Duration::from_millis(20),
+            || Ok((!p.lab.is_running(pr)).then_some(())),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let t1 = Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(new_pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("SIGKILL holdfastd on b");
+    wait_for_every(
+        "negative control: frr drops the session (hold time 9 s)",
+        Duration::from_secs(20),
+        Duration::from_millis(200),
+        || {
+            Ok(p.frr
+                .sessions(&p.lab)?
+                .into_iter()
+                .find(|s| s.neighbor == svc)
+                .filter(|s| s.state != SessionState::Established)
+                .map(drop))
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    println!(
+        "4. negative control: no controller, frr dropped the session {:?} after the kill",
+        t1.elapsed()
+    );
+    assert!(unit_pid(&p, 0).is_none(), "nobody started edge-1 on a");
+    p.etcd.stop(&mut p.lab);
+}
