@@ -93,6 +93,15 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// The control plane (docs/control-plane.md): `[--etcd URL,...] status |
+    /// hosts | units | drain HOST | reset HOST | switchover UNIT`. Runs the
+    /// `holdfast-ctl` next to this executable (`holdfast ctl --help`).
+    #[command(disable_help_flag = true)]
+    Ctl {
+        /// `holdfast-ctl`'s arguments.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -172,25 +181,31 @@ fn request(socket: &PathBuf, req: &Request) -> anyhow::Result<Response> {
 /// executable, with the same arguments (and `--json` when it was given before `lab`),
 /// so its output and exit status are the command's.
 fn run_lab(args: &[String], json: bool) -> anyhow::Result<()> {
+    exec_sibling("holdfast-lab", "holdfast-labctl", args, json)
+}
+
+/// Replaces this process with the `name` next to this executable (built by
+/// `package`), with `args` (and `--json` first when it was given).
+fn exec_sibling(name: &str, package: &str, args: &[String], json: bool) -> anyhow::Result<()> {
     use std::os::unix::process::CommandExt;
     let exe = std::env::current_exe().context("locating the holdfast executable")?;
-    let labctl = exe
+    let sibling = exe
         .parent()
-        .map(|d| d.join("holdfast-lab"))
+        .map(|d| d.join(name))
         .filter(|p| p.is_file())
         .with_context(|| {
             format!(
-                "holdfast-lab is not next to {} (build it: cargo build --release -p holdfast-labctl)",
+                "{name} is not next to {} (build it: cargo build --release -p {package})",
                 exe.display()
             )
         })?;
-    let mut cmd = std::process::Command::new(&labctl);
+    let mut cmd = std::process::Command::new(&sibling);
     if json && !args.iter().any(|a| a == "--json") {
         cmd.arg("--json");
     }
     cmd.args(args);
     let e = cmd.exec();
-    Err(e).with_context(|| format!("running {}", labctl.display()))
+    Err(e).with_context(|| format!("running {}", sibling.display()))
 }
 
 /// `holdfast bench`: runs `holdfast-bench` from this executable's directory. With
@@ -281,6 +296,9 @@ fn run_replay(file: &std::path::Path, json: bool) -> anyhow::Result<()> {
 fn run(cli: Cli) -> anyhow::Result<()> {
     let req = match &cli.cmd {
         Cmd::Lab { args } => return run_lab(args, cli.json),
+        Cmd::Ctl { args } => {
+            return exec_sibling("holdfast-ctl", "holdfast-controller", args, cli.json)
+        }
         Cmd::Bench { quick, out, extra } => return run_bench(*quick, out, extra, cli.json),
         Cmd::Replay { file } => return run_replay(file, cli.json),
         Cmd::Show {

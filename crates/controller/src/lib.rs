@@ -33,6 +33,7 @@ pub use elect::{Demotion, Elector, Role, Timing};
 pub use fence::Token;
 pub use replica::{Config, Replica, Status};
 pub use state::{
-    next_step, Keys, Migration, MigrationState, Next, UnitRecord, MIGRATION_STEPS, SCHEMA,
+    next_step, Keys, Migration, MigrationState, Next, OperatorRequest, UnitRecord, MIGRATION_STEPS,
+    SCHEMA, SWITCHOVER_STEPS,
 };
 pub use store::{Outcome, Store, StoreError};

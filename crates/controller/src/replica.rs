@@ -29,11 +29,11 @@ use crate::elect::{Elector, Input, Op, Output, Role, Timing};
 use crate::fence::Token;
 use crate::hub::{AgentView, Event, Hub};
 use crate::state::{
-    next_step, Command, EpochRecord, Keys, Migration, MigrationState, Next, StepRecord, UnitRecord,
-    MIGRATION_STEPS, SCHEMA,
+    next_step, Command, EpochRecord, Keys, Migration, MigrationState, Next, OperatorRequest,
+    StepRecord, UnitRecord, MIGRATION_STEPS, SCHEMA, SWITCHOVER_STEPS,
 };
 use crate::store::{to_json, Outcome, Store, StoreError};
-use holdfast_control_api::v1::{command, unit_event, FenceUnit, MoveAddress, Takeover};
+use holdfast_control_api::v1::{command, unit_event, FenceUnit, MoveAddress, Switchover, Takeover};
 
 /// How often the shell looks at the clock when nothing else is due.
 const TICK: Duration = Duration::from_millis(50);
@@ -380,6 +380,9 @@ async fn work(
             if res.is_ok() {
                 res = hosts.check(&shared, &mut store, token).await;
             }
+            if matches!(res, Ok(None)) {
+                res = requests(&shared, &mut store, token).await;
+            }
             match res {
                 Ok(None) => drive(&shared, &mut store, &cfg, token, &hub).await,
                 other => other,
@@ -532,7 +535,7 @@ async fn carry_out_step(
     m: &Migration,
     step: &str,
 ) -> Result<Result<(), String>, StoreError> {
-    if !MIGRATION_STEPS.contains(&step) {
+    if !MIGRATION_STEPS.contains(&step) && !SWITCHOVER_STEPS.contains(&step) {
         tokio::time::sleep(cfg.step_time).await;
         return Ok(Ok(()));
     }
@@ -547,23 +550,7 @@ async fn carry_out_step(
                 let body = command::Body::FenceUnit(FenceUnit {
                     unit: m.unit.clone(),
                 });
-                let unplug = command::Body::MoveAddress(MoveAddress {
-                    unit: m.unit.clone(),
-                    addresses: u.addresses.clone(),
-                    add: false,
-                    interface: u.interface.clone(),
-                });
-                // The old host gives up the service addresses too (an
-                // address already gone is fine).
-                match hub.command(&m.from, token, body, t).await {
-                    Ok(()) => {
-                        if let Err(e) = hub.command(&m.from, token, unplug, t).await {
-                            tracing::info!(host = %m.from, error = %e, "service address not removed on the old host");
-                        }
-                        Ok(())
-                    }
-                    Err(e) => Err(e),
-                }
+                hub.command(&m.from, token, body, t).await
             } else if store
                 .get::<serde_json::Value>(&keys.agent(&m.from))
                 .await?
@@ -578,6 +565,12 @@ async fn carry_out_step(
                 ))
             }
         }
+        "switchover" => {
+            let body = command::Body::Switchover(Switchover {
+                unit: m.unit.clone(),
+            });
+            hub.command(&m.from, token, body, t).await
+        }
         "takeover" => {
             let body = command::Body::Takeover(Takeover {
                 unit: m.unit.clone(),
@@ -587,6 +580,19 @@ async fn carry_out_step(
             hub.command(&m.to, token, body, t).await
         }
         _ => {
+            // The old host gives up the service addresses first, when it can
+            // be reached (an address already gone is fine).
+            if hub.attached(&m.from) {
+                let unplug = command::Body::MoveAddress(MoveAddress {
+                    unit: m.unit.clone(),
+                    addresses: u.addresses.clone(),
+                    add: false,
+                    interface: u.interface.clone(),
+                });
+                if let Err(e) = hub.command(&m.from, token, unplug, t).await {
+                    tracing::info!(host = %m.from, error = %e, "service address not removed on the old host");
+                }
+            }
             let body = command::Body::MoveAddress(MoveAddress {
                 unit: m.unit.clone(),
                 addresses: u.addresses.clone(),
@@ -598,21 +604,99 @@ async fn carry_out_step(
     })
 }
 
-/// Starts the migration of `unit` off `from` unless one is under way.
+/// Carries out the first operator request (`holdfast ctl`), if any.
+async fn requests(
+    shared: &SharedRef,
+    store: &mut Store,
+    token: Token,
+) -> Result<Option<Outcome>, StoreError> {
+    let keys = store.keys().clone();
+    let ids = store.list(&format!("{}requests/", keys.prefix())).await?;
+    let Some(id) = ids.first() else {
+        return Ok(None);
+    };
+    let key = keys.request(id);
+    let req: Option<OperatorRequest> = match store.get(&key).await {
+        Ok(r) => r,
+        Err(StoreError::Record { detail, .. }) => {
+            tracing::warn!(request = %id, %detail, "unreadable operator request dropped");
+            return store.fenced_write(token, &[], &[], &[key]).await.map(Some);
+        }
+        Err(e) => return Err(e),
+    };
+    let Some(req) = req else { return Ok(None) };
+    tracing::info!(request = %id, ?req, "operator request");
+    match req {
+        OperatorRequest::Reset { host } => store
+            .fenced_write(token, &[], &[], &[keys.failed_host(&host), key])
+            .await
+            .map(Some),
+        OperatorRequest::Switchover { unit } => {
+            let why = "planned switchover (holdfast ctl)".to_string();
+            let plan = Plan {
+                unit: &unit,
+                from: None,
+                why: &why,
+                steps: &SWITCHOVER_STEPS,
+                done_request: Some(key.clone()),
+            };
+            // `None`: not possible now (a migration under way): later.
+            start_migration(shared, store, token, &plan, Instant::now()).await
+        }
+        OperatorRequest::Drain { host } => {
+            let units = store.list(&format!("{}units/", keys.prefix())).await?;
+            for unit in units {
+                let Some(u) = store.get::<UnitRecord>(&keys.unit(&unit)).await? else {
+                    continue;
+                };
+                if u.primary != host {
+                    continue;
+                }
+                let why = format!("drain of {host} (holdfast ctl)");
+                let plan = Plan {
+                    unit: &unit,
+                    from: Some(&host),
+                    why: &why,
+                    steps: &SWITCHOVER_STEPS,
+                    done_request: None,
+                };
+                return start_migration(shared, store, token, &plan, Instant::now()).await;
+            }
+            // Nothing left on the host: the drain is done.
+            store.fenced_write(token, &[], &[], &[key]).await.map(Some)
+        }
+    }
+}
+
+/// A migration to start.
+struct Plan<'a> {
+    unit: &'a str,
+    /// The host it must be leaving (`None`: wherever its primary is).
+    from: Option<&'a str>,
+    why: &'a str,
+    steps: &'a [&'a str],
+    /// An operator request deleted in the same transaction.
+    done_request: Option<String>,
+}
+
+/// Starts a migration of the unit to its backup unless one is under way
+/// (`None`: nothing written).
 async fn start_migration(
     shared: &SharedRef,
     store: &mut Store,
     token: Token,
-    unit: &str,
-    from: &str,
-    why: &str,
+    plan: &Plan<'_>,
     since: Instant,
 ) -> Result<Option<Outcome>, StoreError> {
     let keys = store.keys().clone();
-    let Some(u) = store.get::<UnitRecord>(&keys.unit(unit)).await? else {
+    let Some(u) = store.get::<UnitRecord>(&keys.unit(plan.unit)).await? else {
         return Ok(None);
     };
-    let Some(to) = u.backup.clone().filter(|b| u.primary == from && b != from) else {
+    if plan.from.is_some_and(|f| f != u.primary) {
+        return Ok(None);
+    }
+    let from = u.primary.clone();
+    let Some(to) = u.backup.clone().filter(|b| *b != from) else {
         return Ok(None);
     };
     if let Some(m) = store.get::<Migration>(&keys.migration()).await? {
@@ -625,31 +709,32 @@ async fn start_migration(
         .await?
         .is_some()
     {
-        tracing::warn!(unit, %to, "the backup host has failed (never reused until reset): no migration");
+        tracing::warn!(unit = plan.unit, %to, "the backup host has failed (never reused until reset): no migration");
         return Ok(None);
     }
-    let id = format!("{unit}-{}-{}", token.0, unix_ms());
+    let id = format!("{}-{}-{}", plan.unit, token.0, unix_ms());
     let m = Migration {
         schema: SCHEMA,
-        id: id.clone(),
-        unit: unit.to_string(),
-        from: from.to_string(),
+        id,
+        unit: plan.unit.to_string(),
+        from: from.clone(),
         to: to.clone(),
-        steps: MIGRATION_STEPS.iter().map(|s| (*s).to_string()).collect(),
+        steps: plan.steps.iter().map(|s| (*s).to_string()).collect(),
         state: MigrationState::Pending,
         finished_by: None,
     };
+    let deletes: Vec<String> = plan.done_request.iter().cloned().collect();
     let o = store
-        .fenced_put(token, &[], &[(keys.migration(), to_json(&m))])
+        .fenced_write(token, &[], &[(keys.migration(), to_json(&m))], &deletes)
         .await?;
     if let Outcome::Committed(rev) = o {
         let after = since.elapsed().as_millis() as u64;
-        tracing::warn!(unit, from, %to, why, detected_after_ms = after, rev, "failure detected: migrating");
+        tracing::warn!(unit = plan.unit, %from, %to, why = plan.why, detected_after_ms = after, rev, "migrating");
         lock(shared).status.detected.push((
-            unit.to_string(),
-            from.to_string(),
+            plan.unit.to_string(),
+            from,
             to,
-            why.to_string(),
+            plan.why.to_string(),
             after,
         ));
     }
@@ -671,16 +756,14 @@ async fn detect_exit(
         "holdfastd exited on {} (status {}, signal {})",
         e.host, e.event.code, e.event.signal
     );
-    start_migration(
-        shared,
-        store,
-        token,
-        &e.event.unit,
-        &e.host,
-        &why,
-        Instant::now(),
-    )
-    .await
+    let plan = Plan {
+        unit: &e.event.unit,
+        from: Some(&e.host),
+        why: &why,
+        steps: &MIGRATION_STEPS,
+        done_request: None,
+    };
+    start_migration(shared, store, token, &plan, Instant::now()).await
 }
 
 /// Hosts whose agent's lease expired (its `agents/<host>` key gone): a host
@@ -739,9 +822,14 @@ impl HostWatch {
                 }
                 left += 1;
                 let why = format!("the lease of {host}'s agent expired");
-                if let Some(o) =
-                    start_migration(shared, store, token, &unit, &host, &why, since).await?
-                {
+                let plan = Plan {
+                    unit: &unit,
+                    from: Some(&host),
+                    why: &why,
+                    steps: &MIGRATION_STEPS,
+                    done_request: None,
+                };
+                if let Some(o) = start_migration(shared, store, token, &plan, since).await? {
                     return Ok(Some(o));
                 }
             }

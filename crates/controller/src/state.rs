@@ -13,6 +13,7 @@
 //! | `units/<unit>` | [`UnitRecord`]: primary, backup, epoch |
 //! | `agents/<host>` | a host agent's presence, attached to its lease |
 //! | `hosts/failed/<host>` | a failed host (never reused until reset by hand) |
+//! | `requests/<id>` | [`OperatorRequest`]: `holdfast ctl switchover`, `drain`, `reset`, for the leader |
 //! | `migration` | [`Migration`]: the one in-flight migration |
 //! | `steps/<migration>/<step>` | [`StepRecord`]: a completed step, created once |
 //! | `commands/<agent>/<migration>/<step>/<token>` | [`Command`] to an agent |
@@ -64,6 +65,11 @@ impl Keys {
     /// when the lease expires.
     pub fn agent(&self, host: &str) -> String {
         format!("{}agents/{host}", self.prefix)
+    }
+
+    /// An operator's request to the leader (`holdfast ctl`).
+    pub fn request(&self, id: &str) -> String {
+        format!("{}requests/{id}", self.prefix)
     }
 
     /// A failed host.
@@ -137,6 +143,24 @@ pub struct UnitRecord {
     #[serde(default)]
     pub interface: String,
 }
+
+/// What an operator asks of the leader (`holdfast ctl`); the leader carries
+/// it out and deletes it, in one fenced transaction.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum OperatorRequest {
+    /// A planned switchover of a unit to its backup host.
+    Switchover { unit: String },
+    /// Every unit off a host, by planned switchover, one at a time.
+    Drain { host: String },
+    /// A failed host may be used again.
+    Reset { host: String },
+}
+
+/// The steps of a planned switchover: `switchover` (`holdfast nsr
+/// switchover` on the old primary, which exits once the new one has claimed
+/// the instance), then `takeover` and `address` as for a failure.
+pub const SWITCHOVER_STEPS: [&str; 3] = ["switchover", "takeover", "address"];
 
 /// The steps of a migration the controller carries out through the agents
 /// (any other step name is bookkeeping that takes `step_time`):

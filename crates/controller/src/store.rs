@@ -209,6 +209,18 @@ impl Store {
         .map(|_| ())
     }
 
+    /// Puts `value` at `key`, unfenced: an operator's request for the
+    /// leader (`holdfast ctl`), never desired state.
+    pub async fn put_request(&mut self, key: &str, value: &str) -> Result<(), StoreError> {
+        let (key, value) = (key.to_string(), value.to_string());
+        self.call(|mut c| {
+            let (k, v) = (key.clone(), value.clone());
+            async move { c.put(k, v, None).await }
+        })
+        .await
+        .map(|_| ())
+    }
+
     /// Revokes a lease (its keys, the leader key among them, go with it).
     pub async fn revoke(&mut self, lease: i64) -> Result<(), StoreError> {
         self.call(|mut c| async move { c.lease_revoke(lease).await })
@@ -299,6 +311,18 @@ impl Store {
         absent: &[String],
         puts: &[(String, String)],
     ) -> Result<Outcome, StoreError> {
+        self.fenced_write(token, absent, puts, &[]).await
+    }
+
+    /// [`Store::fenced_put`] that also deletes `deletes`, in the same
+    /// transaction.
+    pub async fn fenced_write(
+        &mut self,
+        token: Token,
+        absent: &[String],
+        puts: &[(String, String)],
+        deletes: &[String],
+    ) -> Result<Outcome, StoreError> {
         let leader = self.keys.leader();
         let fenced = self.fenced;
         let r = self
@@ -319,6 +343,7 @@ impl Store {
                 let ops: Vec<TxnOp> = puts
                     .iter()
                     .map(|(k, v)| TxnOp::put(k.clone(), v.clone(), None))
+                    .chain(deletes.iter().map(|k| TxnOp::delete(k.clone(), None)))
                     .collect();
                 let txn = Txn::new()
                     .when(when)

@@ -25,9 +25,19 @@
 //!    every 100 ms: state, uptime never going back, established and
 //!    dropped counters), it logged no NOTIFICATION, and it still holds the
 //!    unit's 10 routes;
-//! 4. **negative control**: the same failure (of the new primary on b)
-//!    with every controller stopped: nobody takes over, and frr drops the
-//!    session within its hold time (9 s).
+//! 4. **planned switchover** with the operator's CLI: `holdfast ctl units
+//!    --json` shows edge-1 on b with backup a; `holdfast ctl switchover
+//!    edge-1 --wait 30` moves it back to a (`holdfast nsr switchover` on b,
+//!    `--takeover` on a, the address moved); the old process on b exits by
+//!    itself; frr sees nothing (same checks);
+//! 5. **host failure** of a (every process in its namespace SIGKILLed —
+//!    agent and holdfastd — and its links down): a's lease expires in etcd
+//!    (TTL 3 s), the leader records a failed (`hosts/failed/a`, shown by
+//!    `holdfast ctl hosts --json`) and takes edge-1 over on b; frr again sees
+//!    nothing; `holdfast ctl reset a --wait 10` clears the mark;
+//! 6. **negative control**: the same application failure (of the primary
+//!    on b) with every controller stopped: nobody takes over, and frr drops
+//!    the session within its hold time (9 s).
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -46,6 +56,7 @@ const INSTANCE: &str = "edge-1";
 struct Bins {
     agent: String,
     controller: String,
+    ctl: String,
     holdfastd: String,
 }
 
@@ -54,14 +65,16 @@ fn bins() -> Option<Bins> {
     match (
         f("holdfast-agent", "HOLDFAST_AGENT_BIN"),
         f("holdfast-controller", "HOLDFAST_CONTROLLER_BIN"),
+        f("holdfast-ctl", "HOLDFAST_CTL_BIN"),
         f("holdfastd", "HOLDFASTD"),
     ) {
-        (Ok(agent), Ok(controller), Ok(holdfastd)) => Some(Bins {
+        (Ok(agent), Ok(controller), Ok(ctl), Ok(holdfastd)) => Some(Bins {
             agent,
             controller,
+            ctl,
             holdfastd,
         }),
-        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
+        (Err(e), _, _, _) | (_, Err(e), _, _) | (_, _, Err(e), _) | (_, _, _, Err(e)) => {
             skip(&format!("{e}"));
             None
         }
@@ -81,6 +94,8 @@ struct Plane {
     frr: Frr,
     controllers: Vec<(ProcId, PathBuf)>,
     agent_status: Vec<PathBuf>,
+    /// Where `holdfast ctl` runs (a control host: it reaches etcd).
+    ctl_host: holdfast_lab::HostId,
 }
 
 fn up(name: &str, b: &Bins) -> Plane {
@@ -202,6 +217,7 @@ fn up(name: &str, b: &Bins) -> Plane {
         )
         .route(RouteSpec::new("203.0.113.0/24"));
     let frr = Frr::start(&mut lab, topo.peer.id, &spec).expect("frr");
+    let ctl_host = members[0].0;
     Plane {
         lab,
         topo,
@@ -209,6 +225,7 @@ fn up(name: &str, b: &Bins) -> Plane {
         frr,
         controllers,
         agent_status,
+        ctl_host,
     }
 }
 
@@ -363,7 +380,148 @@ fn the_controller_takes_over_an_application_failure_unseen_by_frr() {
     assert!(notes.is_empty(), "frr logged NOTIFICATIONs: {notes:?}");
     established(&p);
 
-    // 4. Negative control: the same failure with no controller.
+    // 4. Planned switchover with `holdfast ctl`.
+    let ctl = |p: &mut Plane, args: &[&str]| -> Value {
+        let eps = p.etcd.endpoints();
+        let mut cmd = vec![b.ctl.as_str(), "--etcd", eps.as_str(), "--json"];
+        cmd.extend_from_slice(args);
+        let out = p
+            .lab
+            .exec_ok(p.ctl_host, &cmd)
+            .unwrap_or_else(|e| panic!("holdfast ctl {args:?}: {e}"));
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("holdfast ctl {args:?}: {e}: {out}"))
+    };
+    let units = ctl(&mut p, &["units"]);
+    assert_eq!(units[0]["primary"], "b", "{units}");
+    assert_eq!(units[0]["backup"], "a", "{units}");
+    let mark = p.frr.log_mark();
+    let watch =
+        PeerWatch::start_every(p.frr.session_probe(&p.lab), svc, Duration::from_millis(100));
+    std::thread::sleep(Duration::from_millis(300));
+    let t_sw = Instant::now();
+    let done = ctl(&mut p, &["switchover", "edge-1", "--wait", "30"]);
+    assert_eq!(done["done"], true, "{done}");
+    let on_a = wait_for_every(
+        "edge-1 runs on a again",
+        Duration::from_secs(10),
+        Duration::from_millis(20),
+        || Ok(unit_pid(&p, 0)),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    wait_for_every(
+        "the old primary on b exits by itself",
+        Duration::from_secs(10),
+        Duration::from_millis(20),
+        || Ok((!std::path::Path::new(&format!("/proc/{new_pid}")).exists()).then_some(())),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let units = ctl(&mut p, &["units"]);
+    assert_eq!(
+        (units[0]["primary"].as_str(), units[0]["backup"].as_str()),
+        (Some("a"), Some("b")),
+        "{units}"
+    );
+    println!("4. holdfast ctl switchover: edge-1 on a (pid {on_a}) {:?} after the request; b's process exited", t_sw.elapsed());
+    std::thread::sleep(Duration::from_secs(2));
+    let report = watch.stop();
+    println!("   frr: {}", report.summary());
+    report
+        .assert_uninterrupted()
+        .unwrap_or_else(|e| panic!("frr noticed the switchover: {e}"));
+    let notes = p.frr.notifications_since(&mark).expect("frr log");
+    assert!(notes.is_empty(), "frr logged NOTIFICATIONs: {notes:?}");
+    established(&p);
+
+    // 5. Host failure of a.
+    let mark = p.frr.log_mark();
+    let watch =
+        PeerWatch::start_every(p.frr.session_probe(&p.lab), svc, Duration::from_millis(100));
+    std::thread::sleep(Duration::from_millis(300));
+    let t_host = Instant::now();
+    let ns_a = p.lab.netns(p.topo.a.id).to_string();
+    for pid in holdfast_lab::netns_pids(&ns_a) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    p.lab
+        .set_host_links_up(p.topo.a.id, false)
+        .expect("a's links down");
+    let back_on_b = wait_for_every(
+        "the controller takes edge-1 over on b after a's lease expires",
+        Duration::from_secs(30),
+        Duration::from_millis(20),
+        || Ok(unit_pid(&p, 1).filter(|pid| *pid != new_pid)),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let took = t_host.elapsed();
+    let failed = p
+        .etcd
+        .ctl(
+            &mut p.lab,
+            &[
+                "get",
+                "/holdfast/default/hosts/failed/a",
+                "--print-value-only",
+            ],
+        )
+        .expect("etcdctl get");
+    assert!(
+        failed.contains("lease expired"),
+        "a recorded failed: {failed}"
+    );
+    let detected = p
+        .controllers
+        .iter()
+        .filter_map(|(_, s)| json_file(s))
+        .flat_map(|v| v["detected"].as_array().cloned().unwrap_or_default())
+        .collect::<Vec<_>>();
+    assert!(
+        detected.iter().any(|d| d[0] == "edge-1"
+            && d[1] == "a"
+            && d[2] == "b"
+            && d[3].as_str().is_some_and(|w| w.contains("lease"))),
+        "the leader recorded a's failure: {detected:?}"
+    );
+    println!(
+        "5. host a failed: holdfastd on b (pid {back_on_b}) {took:?} after; verdicts {detected:?}"
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    let report = watch.stop();
+    println!("   frr: {}", report.summary());
+    report
+        .assert_uninterrupted()
+        .unwrap_or_else(|e| panic!("frr noticed the host failure: {e}"));
+    let notes = p.frr.notifications_since(&mark).expect("frr log");
+    assert!(notes.is_empty(), "frr logged NOTIFICATIONs: {notes:?}");
+    established(&p);
+    let hosts = ctl(&mut p, &["hosts"]);
+    let a_row = hosts
+        .as_array()
+        .and_then(|r| r.iter().find(|h| h["host"] == "a"))
+        .cloned();
+    assert_eq!(
+        a_row.as_ref().map(|r| r["failed"].clone()),
+        Some(Value::Bool(true)),
+        "{hosts}"
+    );
+    let done = ctl(&mut p, &["reset", "a", "--wait", "10"]);
+    assert_eq!(done["done"], true, "{done}");
+    let hosts = ctl(&mut p, &["hosts"]);
+    let a_row = hosts
+        .as_array()
+        .and_then(|r| r.iter().find(|h| h["host"] == "a"))
+        .cloned();
+    assert_eq!(
+        a_row.map(|r| r["failed"].clone()),
+        Some(Value::Bool(false)),
+        "{hosts}"
+    );
+    println!("   holdfast ctl hosts showed a failed; holdfast ctl reset a cleared it");
+    let new_pid = back_on_b;
+
+    // 6. Negative control: the same failure with no controller.
     for (proc, _) in &p.controllers {
         p.lab.kill(*proc, Signal::Term);
     }
@@ -398,9 +556,8 @@ fn the_controller_takes_over_an_application_failure_unseen_by_frr() {
     )
     .unwrap_or_else(|e| panic!("{e}"));
     println!(
-        "4. negative control: no controller, frr dropped the session {:?} after the kill",
+        "6. negative control: no controller, frr dropped the session {:?} after the kill",
         t1.elapsed()
     );
-    assert!(unit_pid(&p, 0).is_none(), "nobody started edge-1 on a");
     p.etcd.stop(&mut p.lab);
 }

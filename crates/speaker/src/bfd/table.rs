@@ -432,8 +432,27 @@ impl Table {
         self.carry_out(d, outputs);
     }
 
+    /// Whether this process is handing its sessions to another (a planned
+    /// switchover it agreed to, or fenced): the new primary owns the BFD
+    /// sessions from then on.
+    fn handing_over(&self) -> bool {
+        self.nsr.as_ref().is_some_and(|n| {
+            n.shared.switching.load(std::sync::atomic::Ordering::SeqCst)
+                || n.shared.fenced.load(std::sync::atomic::Ordering::SeqCst)
+        })
+    }
+
     /// Carries out a session's outputs in order, then replicates it.
+    ///
+    /// While handing over (see [`Table::handing_over`]) a session that is no
+    /// longer Up is muted: its packets are not sent, its Down does not take
+    /// BGP down, and it is not replicated (an Up session still replicates
+    /// its changes until the new primary has claimed the instance). Once the service address has
+    /// moved this process stops hearing the peer and would declare the
+    /// session Down within the detection time; the peer must not see that
+    /// (the new primary and the relay keep it Up).
     fn carry_out(&mut self, d: u32, outputs: Vec<Output>) {
+        let handing_over = self.handing_over();
         let Some(e) = self.entries.get_mut(&d) else {
             return;
         };
@@ -441,6 +460,9 @@ impl Table {
         let _g = span.enter();
         for o in outputs {
             match o {
+                Output::Send(_) if handing_over && e.session.state() != State::Up => {
+                    self.metrics.bfd_packet(&e.labels, "dropped", None);
+                }
                 Output::Send(bytes) => {
                     let sent = send(e, &mut self.next_port, &bytes);
                     if sent {
@@ -463,6 +485,8 @@ impl Table {
                     e.last_tx = None;
                     if to == State::Up {
                         let _ = e.peer_tx.send(PeerCmd::Bfd(true));
+                    } else if handing_over {
+                        tracing::info!(%from, %to, "BFD state change while handing over to the new primary: not acted on");
                     } else if from == State::Up
                         && to == State::Down
                         && e.session.remote_state() != State::AdminDown
@@ -483,7 +507,10 @@ impl Table {
                 }
             }
         }
-        self.replicate(d);
+        let muted = handing_over && e.session.state() != State::Up;
+        if !muted {
+            self.replicate(d);
+        }
     }
 
     pub fn show(&self) -> Vec<BfdSessionInfo> {

@@ -1,0 +1,335 @@
+//! `holdfast-ctl` (what `holdfast ctl ...` runs): the operator's view of
+//! the control plane, read from etcd, and requests to its leader.
+//!
+//! ```text
+//! holdfast ctl [--etcd URL,...] [--cluster NAME] [--json] status
+//! holdfast ctl ... hosts | units
+//! holdfast ctl ... drain HOST | reset HOST | switchover UNIT  [--wait SECS]
+//! ```
+//!
+//! `drain`, `reset` and `switchover` write a request under
+//! `/holdfast/<cluster>/requests/` that the leading replica carries out and
+//! deletes in one fenced transaction; `--wait` waits until it is done (and,
+//! for a switchover or drain, until no migration is in flight).
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use holdfast_controller::state::OperatorRequest;
+use holdfast_controller::{Keys, Migration, MigrationState, Store, UnitRecord};
+use serde_json::{json, Value};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "holdfast-ctl",
+    version,
+    about = "The control plane: status, hosts, units, drain, reset, switchover"
+)]
+struct Args {
+    /// etcd client URLs, comma-separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        env = "HOLDFAST_ETCD",
+        default_value = "http://127.0.0.1:2379"
+    )]
+    etcd: Vec<String>,
+    /// The cluster (keys under /holdfast/<cluster>/).
+    #[arg(long, default_value = "default")]
+    cluster: String,
+    /// Print JSON.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    op: Op,
+}
+
+#[derive(Debug, Subcommand)]
+enum Op {
+    /// The leader, the store epoch, the agents, failed hosts, the migration
+    /// in flight and pending requests.
+    Status,
+    /// Every host: its agent, whether it failed, the units it carries as
+    /// primary and as backup.
+    Hosts,
+    /// Every unit's placement: primary, backup, epoch, service addresses.
+    Units,
+    /// Move every unit off HOST by planned switchover.
+    Drain {
+        host: String,
+        #[arg(long)]
+        wait: Option<u64>,
+    },
+    /// Let a failed HOST be used again.
+    Reset {
+        host: String,
+        #[arg(long)]
+        wait: Option<u64>,
+    },
+    /// Planned switchover of UNIT to its backup host.
+    Switchover {
+        unit: String,
+        #[arg(long)]
+        wait: Option<u64>,
+    },
+}
+
+struct View {
+    leader: Option<(String, i64)>,
+    epoch: Option<Value>,
+    agents: Vec<String>,
+    failed: Vec<String>,
+    units: Vec<UnitRecord>,
+    migration: Option<Migration>,
+    requests: Vec<String>,
+}
+
+async fn read(store: &mut Store, keys: &Keys) -> Result<View> {
+    let p = keys.prefix().to_string();
+    let leader = store
+        .leader()
+        .await?
+        .map(|(rec, token)| (rec.name, token.0));
+    let epoch = store.get::<Value>(&keys.epoch()).await?;
+    let agents = store.list(&format!("{p}agents/")).await?;
+    let failed = store.list(&format!("{p}hosts/failed/")).await?;
+    let mut units = Vec::new();
+    for u in store.list(&format!("{p}units/")).await? {
+        if let Some(r) = store.get::<UnitRecord>(&keys.unit(&u)).await? {
+            units.push(r);
+        }
+    }
+    let migration = store.get::<Migration>(&keys.migration()).await?;
+    let requests = store.list(&format!("{p}requests/")).await?;
+    Ok(View {
+        leader,
+        epoch,
+        agents,
+        failed,
+        units,
+        migration,
+        requests,
+    })
+}
+
+fn unit_json(u: &UnitRecord) -> Value {
+    json!({
+        "unit": u.unit, "primary": u.primary, "backup": u.backup,
+        "epoch": u.epoch.0, "addresses": u.addresses,
+    })
+}
+
+fn status(v: &View) -> (Value, String) {
+    let m = v.migration.as_ref().map(|m| {
+        json!({"id": m.id, "unit": m.unit, "from": m.from, "to": m.to,
+               "steps": m.steps, "state": m.state, "finished_by": m.finished_by.map(|t| t.0)})
+    });
+    let j = json!({
+        "leader": v.leader.as_ref().map(|(n, t)| json!({"name": n, "token": t})),
+        "epoch": v.epoch,
+        "agents": v.agents,
+        "failed_hosts": v.failed,
+        "units": v.units.len(),
+        "migration": m,
+        "pending_requests": v.requests,
+    });
+    let mut t = String::new();
+    t.push_str(&match &v.leader {
+        Some((n, tok)) => format!("leader: {n} (fencing token {tok})\n"),
+        None => "leader: none (no replica may act)\n".into(),
+    });
+    t.push_str(&format!(
+        "agents: {}\n",
+        if v.agents.is_empty() {
+            "none".into()
+        } else {
+            v.agents.join(", ")
+        }
+    ));
+    t.push_str(&format!(
+        "failed hosts: {}\n",
+        if v.failed.is_empty() {
+            "none".into()
+        } else {
+            v.failed.join(", ")
+        }
+    ));
+    t.push_str(&format!("units: {}\n", v.units.len()));
+    match &v.migration {
+        Some(m) if m.state == MigrationState::Pending => {
+            t.push_str(&format!(
+                "migration in flight: {} {} -> {} ({})\n",
+                m.unit,
+                m.from,
+                m.to,
+                m.steps.join(", ")
+            ));
+        }
+        Some(m) => t.push_str(&format!(
+            "last migration: {} {} -> {} (done)\n",
+            m.unit, m.from, m.to
+        )),
+        None => t.push_str("no migration yet\n"),
+    }
+    if !v.requests.is_empty() {
+        t.push_str(&format!("pending requests: {}\n", v.requests.join(", ")));
+    }
+    (j, t)
+}
+
+fn hosts(v: &View) -> (Value, String) {
+    let mut names: BTreeMap<String, (Vec<String>, Vec<String>)> = BTreeMap::new();
+    for h in v.agents.iter().chain(&v.failed) {
+        names.entry(h.clone()).or_default();
+    }
+    for u in &v.units {
+        names
+            .entry(u.primary.clone())
+            .or_default()
+            .0
+            .push(u.unit.clone());
+        if let Some(b) = &u.backup {
+            names.entry(b.clone()).or_default().1.push(u.unit.clone());
+        }
+    }
+    let rows: Vec<Value> = names
+        .iter()
+        .map(|(h, (p, b))| {
+            json!({"host": h, "agent": v.agents.contains(h), "failed": v.failed.contains(h),
+                   "primaries": p, "backups": b})
+        })
+        .collect();
+    let mut t = format!(
+        "{:<12} {:<6} {:<7} {:<24} {}\n",
+        "HOST", "AGENT", "FAILED", "PRIMARY OF", "BACKUP OF"
+    );
+    for (h, (p, b)) in &names {
+        t.push_str(&format!(
+            "{:<12} {:<6} {:<7} {:<24} {}\n",
+            h,
+            if v.agents.contains(h) { "up" } else { "-" },
+            if v.failed.contains(h) { "yes" } else { "no" },
+            p.join(","),
+            b.join(",")
+        ));
+    }
+    (json!(rows), t)
+}
+
+fn units(v: &View) -> (Value, String) {
+    let mut t = format!(
+        "{:<16} {:<10} {:<10} {:<6} {}\n",
+        "UNIT", "PRIMARY", "BACKUP", "EPOCH", "ADDRESSES"
+    );
+    for u in &v.units {
+        t.push_str(&format!(
+            "{:<16} {:<10} {:<10} {:<6} {}\n",
+            u.unit,
+            u.primary,
+            u.backup.as_deref().unwrap_or("-"),
+            u.epoch.0,
+            u.addresses.join(",")
+        ));
+    }
+    (json!(v.units.iter().map(unit_json).collect::<Vec<_>>()), t)
+}
+
+async fn request(
+    store: &mut Store,
+    keys: &Keys,
+    req: &OperatorRequest,
+    wait: Option<u64>,
+) -> Result<(Value, String)> {
+    let ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    let id = format!("{ms:015}-{}", std::process::id());
+    let key = keys.request(&id);
+    store
+        .put_request(&key, &serde_json::to_string(req)?)
+        .await
+        .context("writing the request")?;
+    let Some(secs) = wait else {
+        return Ok((
+            json!({"request": id, "done": false}),
+            format!("requested ({id})\n"),
+        ));
+    };
+    let end = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let pending = store.get::<Value>(&key).await?.is_some();
+        let migrating = store
+            .get::<Migration>(&keys.migration())
+            .await?
+            .is_some_and(|m| m.state == MigrationState::Pending);
+        if !pending && !migrating {
+            return Ok((
+                json!({"request": id, "done": true}),
+                format!("done ({id})\n"),
+            ));
+        }
+        if Instant::now() > end {
+            bail!("request {id} not done after {secs} s (pending: {pending}, migration in flight: {migrating})");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    let a = Args::parse();
+    let json_out = a.json;
+    if let Err(e) = run(a).await {
+        if json_out {
+            println!("{}", json!({"error": format!("{e:#}")}));
+        } else {
+            eprintln!("holdfast ctl: {e:#}");
+        }
+        std::process::exit(1);
+    }
+}
+
+async fn run(a: Args) -> Result<()> {
+    let keys = Keys::new(&a.cluster);
+    let mut store = Store::new(a.etcd.clone(), Duration::from_secs(2), keys.clone(), true)?;
+    let (j, t) = match &a.op {
+        Op::Status => status(&read(&mut store, &keys).await?),
+        Op::Hosts => hosts(&read(&mut store, &keys).await?),
+        Op::Units => units(&read(&mut store, &keys).await?),
+        Op::Drain { host, wait } => {
+            request(
+                &mut store,
+                &keys,
+                &OperatorRequest::Drain { host: host.clone() },
+                *wait,
+            )
+            .await?
+        }
+        Op::Reset { host, wait } => {
+            request(
+                &mut store,
+                &keys,
+                &OperatorRequest::Reset { host: host.clone() },
+                *wait,
+            )
+            .await?
+        }
+        Op::Switchover { unit, wait } => {
+            request(
+                &mut store,
+                &keys,
+                &OperatorRequest::Switchover { unit: unit.clone() },
+                *wait,
+            )
+            .await?
+        }
+    };
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&j)?);
+    } else {
+        print!("{t}");
+    }
+    Ok(())
+}
