@@ -1,0 +1,2 @@
+//! Holdfast's control plane as pure cores (issue 11).
+pub mod model;
