@@ -1,2 +1,3 @@
 //! Holdfast's control plane as pure cores (issue 11).
 pub mod model;
+pub mod placement;
