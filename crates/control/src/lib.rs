@@ -1,3 +1,4 @@
 //! Holdfast's control plane as pure cores (issue 11).
+pub mod localize;
 pub mod model;
 pub mod placement;
