@@ -2,3 +2,4 @@
 pub mod localize;
 pub mod model;
 pub mod placement;
+pub mod plan;

@@ -184,18 +184,31 @@ fn valid_backup(state: &DesiredState, primary: &HostId, backup: Option<&HostId>)
 }
 
 /// Places the backup of every unit that needs one (see the module docs),
-/// keeping every valid one.
+/// keeping every valid one. Fails on the first unit that fits nowhere.
 pub fn place(state: &DesiredState) -> Result<Placement, PlacementError> {
+    let (placement, mut errors) = place_partial(state);
+    if errors.is_empty() {
+        Ok(placement)
+    } else {
+        Err(errors.swap_remove(0))
+    }
+}
+
+/// [`place`], going on past the units that fit nowhere: they are left out
+/// of [`Placement::backups`] and reported, in placement order.
+pub fn place_partial(state: &DesiredState) -> (Placement, Vec<PlacementError>) {
     let hosts = live_hosts(state);
+    let mut errors = Vec::new();
     let mut loads = Loads::default();
     let mut out = Placement::default();
     let mut todo = Vec::new();
     for u in state.units.values() {
         let Some(primary) = state.hosts.get(&u.primary) else {
-            return Err(PlacementError::UnknownHost {
+            errors.push(PlacementError::UnknownHost {
                 unit: u.name.clone(),
                 host: u.primary.clone(),
             });
+            continue;
         };
         if primary.is_failed() {
             continue;
@@ -241,18 +254,19 @@ pub fn place(state: &DesiredState) -> Result<Placement, PlacementError> {
             }
         }
         let Some((_, host)) = best else {
-            return Err(PlacementError::NoHostFits {
+            errors.push(PlacementError::NoHostFits {
                 unit: u.name.clone(),
                 primary: u.primary.clone(),
                 weight: u.weight,
             });
+            continue;
         };
         loads.add_backup(&u.primary, host, u.backup_mode, u.weight);
         out.backups.insert(u.name.clone(), host.clone());
         out.changed.push(u.name.clone());
     }
     out.changed.sort();
-    Ok(out)
+    (out, errors)
 }
 
 /// What each live host carries after `failed` fails, by host: its base load
