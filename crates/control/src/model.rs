@@ -3,7 +3,7 @@
 //! One [`DesiredState`] holds the hosts (their capacity and whether they
 //! failed), the units (their primary and backup hosts, backup mode and
 //! epoch) and the migrations in flight. It is the target, not a report:
-//! when the planner ([`crate::plan`]) decides a takeover, the unit's new
+//! when the planner ([`crate::plan`](mod@crate::plan)) decides a takeover, the unit's new
 //! primary, its new epoch and its new backup are written at once, and the
 //! [`Migration`] record says which steps towards that target are done, so
 //! that a new leader carries on where its predecessor stopped.
