@@ -1,0 +1,860 @@
+//! Failure localization (TENSOR §3.3.2 "inter-component measurements" and
+//! §3.3.3 "failure location"): measurements in, verdicts out.
+//!
+//! [`Localizer::handle`] takes one [`Measurement`] at a time, stamped with
+//! the time it was taken ([`Millis`]); [`Localizer::poll`] is called at
+//! [`Localizer::next_deadline`] (the end of a host's confirmation window).
+//! Both return [`Verdict`]s: a [`Finding`], the [`Evidence`] behind it, the
+//! time of the first bad measurement and the time of the verdict. Only the
+//! five failure kinds act ([`Finding::acts`]); the rest are notes.
+//!
+//! # Vantage points and measurements
+//! - The controller's gRPC heartbeats ([`Measurement::Heartbeat`]) to each
+//!   host's agent (over the management network) and to each unit's
+//!   container (over the data network).
+//! - The agent on a unit's host: the process state by pidfd
+//!   ([`Measurement::Process`], immediate) and whether the unit's control
+//!   socket answers ([`Measurement::ControlSocket`]).
+//! - IP SLA probes ([`Measurement::Probe`]) from the agent server and from
+//!   the agents on other hosts, to hosts and to units' addresses.
+//!
+//! A probe path (vantage, target, channel) is *down* after
+//! [`LocalizeConfig::misses`] consecutive misses, and counts only while
+//! fresh (a report within [`LocalizeConfig::stale_after_ms`]).
+//!
+//! # Rules
+//! Every acting verdict needs agreeing evidence from at least
+//! [`LocalizeConfig::min_vantages`] distinct vantage points.
+//! - **Application** (E1): the agent reports the process exited (pidfd), the
+//!   controller's heartbeat to the unit confirms (`confirm_misses` misses),
+//!   the host is not under suspicion.
+//! - **Container** (E2): the agent reports the container gone (every
+//!   process, the namespace); the controller's heartbeat or an IP SLA probe
+//!   to the unit confirms.
+//! - **Container network** (E4): the process is not reported dead, the unit
+//!   is down from at least two vantage points, and its host answered a
+//!   probe after the unit stopped answering (and no path to the host is
+//!   down): the host is reachable.
+//! - **Host** (E3) and **host network** (E5): every fresh IP SLA path to the
+//!   host and to its units is down, from at least two vantage points. With
+//!   the controller's heartbeat to the host's agent stopped as well it is a
+//!   host failure, otherwise a host-network one. Either way a
+//!   [`Finding::Suspect`] note opens a confirmation window
+//!   ([`LocalizeConfig::host_confirm_ms`],
+//!   [`LocalizeConfig::host_network_confirm_ms`], 3 s each: TENSOR gives
+//!   both the extra timer); the verdict comes only if every measurement
+//!   still fails when it ends. A path that answers inside the window
+//!   cancels it ([`Finding::Recovered`]).
+//! - Not failures: a probe that misses fewer than `misses` times and then
+//!   answers gives [`Finding::LostProbe`]; the controller's heartbeat to a
+//!   host's agent stopping while another vantage point still reaches the
+//!   host (after the first missed heartbeat) gives
+//!   [`Finding::ControllerCutOff`].
+//!
+//! A host with a verdict is failed: no verdict about it or its units until
+//! [`Localizer::reset`] (`holdfast ctl reset HOST`), or until
+//! [`Localizer::sync`] reads a desired state in which it is healthy again.
+//! A unit gets one verdict per episode: the next needs the process running
+//! again, every probe of it answering, or a move to another host.
+//!
+//! With 100 ms probes, `misses` 3 and `confirm_misses` 2, application and
+//! container verdicts come within 0.2 s of the pidfd report, container
+//! network ones within 0.3 s of the first missed probe, host and host
+//! network ones within 0.3 s plus the 3 s confirmation.
+//!
+//! # Known issues
+//! - Every measurement re-evaluates every host and unit: fine for tens of
+//!   hosts and hundreds of units, not for thousands.
+//! - A host whose management and data networks fail together is reported
+//!   as a host failure, not a host-network one; the handling is the same.
+//! - A partial partition (some vantage points reach the host, others do
+//!   not) gives no verdict and no note.
+//! - A hung process (alive, socket silent) is not one of TENSOR's kinds: the
+//!   silent control socket is recorded as evidence only.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::{DesiredState, FailureKind, HostId, Millis, UnitId};
+
+/// What to do with an application failure (issue 11: configurable).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AppPolicy {
+    /// Restart holdfastd in its container (an NSR resume on the same host).
+    RestartInPlace,
+    /// Take over on the backup host.
+    Migrate,
+}
+
+/// Thresholds of the localization.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LocalizeConfig {
+    /// How often every probe and heartbeat is sent (default 100 ms).
+    pub probe_interval_ms: Millis,
+    /// Consecutive misses that make a path down on its own (default 3).
+    pub misses: u32,
+    /// Consecutive misses that confirm an agent's pidfd report (default 2).
+    pub confirm_misses: u32,
+    /// Distinct vantage points whose evidence must agree (default 2).
+    pub min_vantages: usize,
+    /// Confirmation window for a host failure (default 3000 ms).
+    pub host_confirm_ms: Millis,
+    /// Confirmation window for a host-network failure (default 3000 ms).
+    pub host_network_confirm_ms: Millis,
+    /// A path with no report for longer than this is ignored (default
+    /// 1000 ms).
+    pub stale_after_ms: Millis,
+    /// Restart in place or migrate on an application failure.
+    pub app_policy: AppPolicy,
+}
+
+impl Default for LocalizeConfig {
+    fn default() -> Self {
+        Self {
+            probe_interval_ms: 100,
+            misses: 3,
+            confirm_misses: 2,
+            min_vantages: 2,
+            host_confirm_ms: 3000,
+            host_network_confirm_ms: 3000,
+            stale_after_ms: 1000,
+            app_policy: AppPolicy::RestartInPlace,
+        }
+    }
+}
+
+impl LocalizeConfig {
+    fn confirm_ms(&self, kind: FailureKind) -> Millis {
+        match kind {
+            FailureKind::HostNetwork => self.host_network_confirm_ms,
+            _ => self.host_confirm_ms,
+        }
+    }
+}
+
+/// Where a measurement is taken from.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Vantage {
+    /// The controller (gRPC heartbeats).
+    Controller,
+    /// The agent server (the BFD relay's host).
+    AgentServer,
+    /// The agent on a host.
+    Agent(HostId),
+}
+
+/// What a measurement is about.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Target {
+    /// A host (its agent, or its address).
+    Host(HostId),
+    /// A unit (its container, or its address).
+    Unit(UnitId),
+}
+
+/// How a path measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Channel {
+    /// The controller's gRPC heartbeat.
+    Heartbeat,
+    /// An IP SLA probe.
+    IpSla,
+    /// The agent's check of the unit's control socket.
+    ControlSocket,
+}
+
+/// A unit's process as its agent sees it (pidfd).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProcessState {
+    /// holdfastd runs.
+    Running,
+    /// holdfastd exited; its container is still there.
+    Exited,
+    /// Every process of the container is gone, or its namespace.
+    ContainerGone,
+}
+
+/// One measurement.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Measurement {
+    /// The controller's gRPC heartbeat to a host's agent or a unit's
+    /// container.
+    Heartbeat {
+        /// The host or unit.
+        to: Target,
+        /// Answered in time.
+        ok: bool,
+    },
+    /// The agent on the unit's host reports its process state (pidfd): sent
+    /// when it changes.
+    Process {
+        /// The unit.
+        unit: UnitId,
+        /// Its state.
+        state: ProcessState,
+    },
+    /// The agent on the unit's host checked the unit's control socket.
+    ControlSocket {
+        /// The unit.
+        unit: UnitId,
+        /// It answered.
+        answers: bool,
+    },
+    /// An IP SLA probe.
+    Probe {
+        /// Who sent it.
+        from: Vantage,
+        /// To a host's or a unit's address.
+        to: Target,
+        /// Answered in time.
+        ok: bool,
+    },
+}
+
+/// What a piece of evidence says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Observation {
+    /// The pidfd report: the process exited.
+    ProcessExited,
+    /// The pidfd report: the container is gone.
+    ContainerGone,
+    /// Consecutive missed measurements on a path.
+    Missed(Channel),
+    /// The path answered (positive evidence, e.g. the host is reachable).
+    Answered(Channel),
+}
+
+/// One piece of evidence behind a verdict.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Evidence {
+    /// The vantage point.
+    pub from: Vantage,
+    /// About what.
+    pub to: Target,
+    /// What it says.
+    pub what: Observation,
+    /// Since when (the first miss, the report, or the last answer).
+    pub since: Millis,
+    /// Consecutive misses (0 for reports and answers).
+    pub count: u32,
+}
+
+/// What the localization found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Finding {
+    /// E1: the unit's process died; container and host are fine.
+    Application {
+        /// The unit.
+        unit: UnitId,
+        /// Its host.
+        host: HostId,
+    },
+    /// E2: the unit's container is gone; the host is fine.
+    Container {
+        /// The unit.
+        unit: UnitId,
+        /// Its host.
+        host: HostId,
+    },
+    /// E4: the unit's network; process and host are fine.
+    ContainerNetwork {
+        /// The unit.
+        unit: UnitId,
+        /// Its host.
+        host: HostId,
+    },
+    /// E3: the host (confirmed).
+    Host {
+        /// The host.
+        host: HostId,
+    },
+    /// E5: the host's network (confirmed: permanent).
+    HostNetwork {
+        /// The host.
+        host: HostId,
+    },
+    /// Note: the host is unreachable; the verdict waits for `confirm_at`.
+    Suspect {
+        /// The host.
+        host: HostId,
+        /// The kind it would be.
+        kind: FailureKind,
+        /// When the window ends.
+        confirm_at: Millis,
+    },
+    /// Note: a suspected host answered inside its window (a blip).
+    Recovered {
+        /// The host.
+        host: HostId,
+    },
+    /// Note: a probe missed fewer times than a failure needs, then
+    /// answered. No action.
+    LostProbe {
+        /// Its vantage point.
+        from: Vantage,
+        /// Its target.
+        to: Target,
+        /// How many it missed.
+        missed: u32,
+    },
+    /// Note: the controller lost a host's agent, but other vantage points
+    /// still reach the host. No action.
+    ControllerCutOff {
+        /// The host.
+        host: HostId,
+    },
+}
+
+impl Finding {
+    /// The failure kind, for the five that act.
+    pub fn failure_kind(&self) -> Option<FailureKind> {
+        match self {
+            Finding::Application { .. } => Some(FailureKind::Application),
+            Finding::Container { .. } => Some(FailureKind::Container),
+            Finding::ContainerNetwork { .. } => Some(FailureKind::ContainerNetwork),
+            Finding::Host { .. } => Some(FailureKind::Host),
+            Finding::HostNetwork { .. } => Some(FailureKind::HostNetwork),
+            _ => None,
+        }
+    }
+
+    /// Whether the controller acts on it.
+    pub fn acts(&self) -> bool {
+        self.failure_kind().is_some()
+    }
+}
+
+/// A finding with its evidence and timing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Verdict {
+    /// What was found.
+    pub finding: Finding,
+    /// The measurements behind it.
+    pub evidence: Vec<Evidence>,
+    /// The first bad measurement among the evidence.
+    pub first_bad: Millis,
+    /// When it was reached.
+    pub at: Millis,
+}
+
+impl Verdict {
+    /// From the first bad measurement to the verdict.
+    pub fn detection_ms(&self) -> Millis {
+        self.at.saturating_sub(self.first_bad)
+    }
+
+    /// The distinct vantage points of its evidence.
+    pub fn vantages(&self) -> BTreeSet<Vantage> {
+        self.evidence.iter().map(|e| e.from.clone()).collect()
+    }
+}
+
+type PathKey = (Vantage, Target, Channel);
+
+#[derive(Debug, Clone, Default)]
+struct Path {
+    misses: u32,
+    first_miss: Millis,
+    last_at: Millis,
+    last_ok: Option<Millis>,
+}
+
+#[derive(Debug, Clone)]
+struct Suspicion {
+    kind: FailureKind,
+    detected: Millis,
+    first_bad: Millis,
+}
+
+/// The localization state machine (see the module docs).
+#[derive(Debug, Clone)]
+pub struct Localizer {
+    cfg: LocalizeConfig,
+    hosts: BTreeSet<HostId>,
+    units: BTreeMap<UnitId, HostId>,
+    failed: BTreeSet<HostId>,
+    paths: BTreeMap<PathKey, Path>,
+    process: BTreeMap<UnitId, (ProcessState, Millis)>,
+    suspect: BTreeMap<HostId, Suspicion>,
+    cut_off: BTreeSet<HostId>,
+    fired: BTreeSet<UnitId>,
+}
+
+impl Localizer {
+    /// A localizer with no topology; see [`Localizer::sync`].
+    pub fn new(cfg: LocalizeConfig) -> Self {
+        Self {
+            cfg,
+            hosts: BTreeSet::new(),
+            units: BTreeMap::new(),
+            failed: BTreeSet::new(),
+            paths: BTreeMap::new(),
+            process: BTreeMap::new(),
+            suspect: BTreeMap::new(),
+            cut_off: BTreeSet::new(),
+            fired: BTreeSet::new(),
+        }
+    }
+
+    /// Its configuration.
+    pub fn config(&self) -> &LocalizeConfig {
+        &self.cfg
+    }
+
+    /// Reads the topology from the desired state: every host, the failed
+    /// ones, and each unit's primary host. Units with a migration in flight
+    /// are not watched until it ends. A unit that moved starts afresh.
+    pub fn sync(&mut self, state: &DesiredState) {
+        self.hosts = state.hosts.keys().cloned().collect();
+        self.failed = state
+            .hosts
+            .values()
+            .filter(|h| h.is_failed())
+            .map(|h| h.name.clone())
+            .collect();
+        let units: BTreeMap<UnitId, HostId> = state
+            .units
+            .values()
+            .filter(|u| !state.migrations.contains_key(&u.name))
+            .map(|u| (u.name.clone(), u.primary.clone()))
+            .collect();
+        let moved: Vec<UnitId> = self
+            .units
+            .iter()
+            .filter(|(u, h)| units.get(*u) != Some(*h))
+            .map(|(u, _)| u.clone())
+            .collect();
+        for u in moved {
+            self.forget_unit(&u);
+        }
+        self.units = units;
+        self.suspect.retain(|h, _| !self.failed.contains(h));
+    }
+
+    /// `holdfast ctl reset HOST`: the host may be judged (and used) again.
+    /// Its old measurements are forgotten.
+    pub fn reset(&mut self, host: &HostId) {
+        self.failed.remove(host);
+        self.suspect.remove(host);
+        self.cut_off.remove(host);
+        let agent = Vantage::Agent(host.clone());
+        let target = Target::Host(host.clone());
+        self.paths
+            .retain(|(from, to, _), _| *from != agent && *to != target);
+        let units: Vec<UnitId> = self
+            .units
+            .iter()
+            .filter(|(_, h)| *h == host)
+            .map(|(u, _)| u.clone())
+            .collect();
+        for u in units {
+            self.forget_unit(&u);
+        }
+    }
+
+    /// Whether a verdict failed the host (until reset).
+    pub fn is_failed(&self, host: &HostId) -> bool {
+        self.failed.contains(host)
+    }
+
+    /// When [`Localizer::poll`] must be called next: the end of the
+    /// earliest confirmation window.
+    pub fn next_deadline(&self) -> Option<Millis> {
+        self.suspect
+            .values()
+            .map(|s| s.detected + self.cfg.confirm_ms(s.kind))
+            .min()
+    }
+
+    /// Re-evaluates at `now` (confirmation windows that ended).
+    pub fn poll(&mut self, now: Millis) -> Vec<Verdict> {
+        let mut out = Vec::new();
+        self.evaluate(now, &mut out);
+        out
+    }
+
+    /// Takes one measurement, taken at `now`.
+    pub fn handle(&mut self, now: Millis, m: Measurement) -> Vec<Verdict> {
+        let mut out = Vec::new();
+        match m {
+            Measurement::Heartbeat { to, ok } => self.record(
+                now,
+                (Vantage::Controller, to, Channel::Heartbeat),
+                ok,
+                &mut out,
+            ),
+            Measurement::Probe { from, to, ok } => {
+                self.record(now, (from, to, Channel::IpSla), ok, &mut out)
+            }
+            Measurement::ControlSocket { unit, answers } => {
+                if let Some(host) = self.units.get(&unit).cloned() {
+                    let key = (
+                        Vantage::Agent(host),
+                        Target::Unit(unit),
+                        Channel::ControlSocket,
+                    );
+                    self.record(now, key, answers, &mut out);
+                }
+            }
+            Measurement::Process { unit, state } => {
+                if self.units.contains_key(&unit) {
+                    match self.process.get(&unit) {
+                        Some((s, _)) if *s == state => {}
+                        _ => {
+                            self.process.insert(unit.clone(), (state, now));
+                        }
+                    }
+                    if state == ProcessState::Running {
+                        self.fired.remove(&unit);
+                    }
+                }
+            }
+        }
+        self.evaluate(now, &mut out);
+        out
+    }
+
+    fn forget_unit(&mut self, unit: &UnitId) {
+        self.process.remove(unit);
+        self.fired.remove(unit);
+        let target = Target::Unit(unit.clone());
+        self.paths.retain(|(_, to, _), _| *to != target);
+    }
+
+    fn record(&mut self, now: Millis, key: PathKey, ok: bool, out: &mut Vec<Verdict>) {
+        let misses = self.cfg.misses;
+        let p = self.paths.entry(key.clone()).or_default();
+        p.last_at = now;
+        if ok {
+            if (1..misses).contains(&p.misses) {
+                out.push(Verdict {
+                    finding: Finding::LostProbe {
+                        from: key.0.clone(),
+                        to: key.1.clone(),
+                        missed: p.misses,
+                    },
+                    evidence: vec![Evidence {
+                        from: key.0,
+                        to: key.1,
+                        what: Observation::Missed(key.2),
+                        since: p.first_miss,
+                        count: p.misses,
+                    }],
+                    first_bad: p.first_miss,
+                    at: now,
+                });
+            }
+            p.misses = 0;
+            p.last_ok = Some(now);
+        } else {
+            if p.misses == 0 {
+                p.first_miss = now;
+            }
+            p.misses += 1;
+        }
+    }
+
+    fn fresh(&self, now: Millis, p: &Path) -> bool {
+        now.saturating_sub(p.last_at) <= self.cfg.stale_after_ms
+    }
+
+    fn missed(key: &PathKey, p: &Path) -> Evidence {
+        Evidence {
+            from: key.0.clone(),
+            to: key.1.clone(),
+            what: Observation::Missed(key.2),
+            since: p.first_miss,
+            count: p.misses,
+        }
+    }
+
+    fn answered(key: &PathKey, at: Millis) -> Evidence {
+        Evidence {
+            from: key.0.clone(),
+            to: key.1.clone(),
+            what: Observation::Answered(key.2),
+            since: at,
+            count: 0,
+        }
+    }
+
+    /// Fresh paths matching `f`.
+    fn paths_where(&self, now: Millis, f: impl Fn(&PathKey) -> bool) -> Vec<(PathKey, Path)> {
+        self.paths
+            .iter()
+            .filter(|(k, p)| f(k) && self.fresh(now, p))
+            .map(|(k, p)| (k.clone(), p.clone()))
+            .collect()
+    }
+
+    fn evaluate(&mut self, now: Millis, out: &mut Vec<Verdict>) {
+        let hosts: Vec<HostId> = self
+            .hosts
+            .iter()
+            .filter(|h| !self.failed.contains(*h))
+            .cloned()
+            .collect();
+        for h in &hosts {
+            self.evaluate_host(now, h, out);
+        }
+        let units: Vec<(UnitId, HostId)> = self
+            .units
+            .iter()
+            .filter(|(_, h)| !self.failed.contains(*h) && !self.suspect.contains_key(*h))
+            .map(|(u, h)| (u.clone(), h.clone()))
+            .collect();
+        for (u, h) in &units {
+            self.evaluate_unit(now, u, h, out);
+        }
+    }
+
+    fn evaluate_host(&mut self, now: Millis, host: &HostId, out: &mut Vec<Verdict>) {
+        let misses = self.cfg.misses;
+        let agent = Vantage::Agent(host.clone());
+        let hb_key = (
+            Vantage::Controller,
+            Target::Host(host.clone()),
+            Channel::Heartbeat,
+        );
+        let hb = self
+            .paths
+            .get(&hb_key)
+            .filter(|p| self.fresh(now, p))
+            .cloned();
+        let hb_down = hb.as_ref().is_some_and(|p| p.misses >= misses);
+        let reach = self.paths_where(now, |(from, to, ch)| {
+            *ch == Channel::IpSla
+                && *from != agent
+                && match to {
+                    Target::Host(h) => h == host,
+                    Target::Unit(u) => self.units.get(u) == Some(host),
+                }
+        });
+        let all_down = !reach.is_empty() && reach.iter().all(|(_, p)| p.misses >= misses);
+        let mut evidence: Vec<Evidence> = Vec::new();
+        let mut vantages: BTreeSet<Vantage> = BTreeSet::new();
+        if all_down {
+            for (k, p) in &reach {
+                evidence.push(Self::missed(k, p));
+                vantages.insert(k.0.clone());
+            }
+            if let Some(p) = hb.as_ref().filter(|_| hb_down) {
+                evidence.push(Self::missed(&hb_key, p));
+                vantages.insert(Vantage::Controller);
+            }
+        }
+        let cut_off_evidence: Vec<Evidence> = match hb.as_ref().filter(|_| hb_down) {
+            Some(hbp) => reach
+                .iter()
+                .filter(|(k, p)| {
+                    matches!(k.1, Target::Host(_))
+                        && p.misses == 0
+                        && p.last_ok.is_some_and(|t| t > hbp.first_miss)
+                })
+                .map(|(k, p)| Self::answered(k, p.last_ok.unwrap_or(now)))
+                .collect(),
+            None => Vec::new(),
+        };
+        let confirmed = all_down && vantages.len() >= self.cfg.min_vantages;
+
+        if !hb_down {
+            self.cut_off.remove(host);
+        } else if !cut_off_evidence.is_empty() && !self.cut_off.contains(host) {
+            self.cut_off.insert(host.clone());
+            let hbp = hb.clone().unwrap_or_default();
+            let mut ev = vec![Self::missed(&hb_key, &hbp)];
+            ev.extend(cut_off_evidence);
+            out.push(Verdict {
+                finding: Finding::ControllerCutOff { host: host.clone() },
+                evidence: ev,
+                first_bad: hbp.first_miss,
+                at: now,
+            });
+        }
+
+        let kind = if hb_down {
+            FailureKind::Host
+        } else {
+            FailureKind::HostNetwork
+        };
+        match self.suspect.get_mut(host) {
+            None if confirmed => {
+                let first_bad = evidence.iter().map(|e| e.since).min().unwrap_or(now);
+                self.suspect.insert(
+                    host.clone(),
+                    Suspicion {
+                        kind,
+                        detected: now,
+                        first_bad,
+                    },
+                );
+                out.push(Verdict {
+                    finding: Finding::Suspect {
+                        host: host.clone(),
+                        kind,
+                        confirm_at: now + self.cfg.confirm_ms(kind),
+                    },
+                    evidence,
+                    first_bad,
+                    at: now,
+                });
+            }
+            None => {}
+            Some(s) if confirmed => {
+                s.kind = kind;
+                if now >= s.detected + self.cfg.confirm_ms(kind) {
+                    let first_bad = s.first_bad;
+                    self.suspect.remove(host);
+                    self.failed.insert(host.clone());
+                    let finding = match kind {
+                        FailureKind::Host => Finding::Host { host: host.clone() },
+                        _ => Finding::HostNetwork { host: host.clone() },
+                    };
+                    out.push(Verdict {
+                        finding,
+                        evidence,
+                        first_bad,
+                        at: now,
+                    });
+                }
+            }
+            Some(s) => {
+                let first_bad = s.first_bad;
+                self.suspect.remove(host);
+                let evidence = reach
+                    .iter()
+                    .filter(|(_, p)| p.misses == 0)
+                    .map(|(k, p)| Self::answered(k, p.last_ok.unwrap_or(now)))
+                    .collect();
+                out.push(Verdict {
+                    finding: Finding::Recovered { host: host.clone() },
+                    evidence,
+                    first_bad,
+                    at: now,
+                });
+            }
+        }
+    }
+
+    fn evaluate_unit(&mut self, now: Millis, unit: &UnitId, host: &HostId, out: &mut Vec<Verdict>) {
+        let cfg = self.cfg;
+        let agent = Vantage::Agent(host.clone());
+        let target = Target::Unit(unit.clone());
+        let unit_paths = self.paths_where(now, |(from, to, ch)| {
+            *to == target && *from != agent && *ch != Channel::ControlSocket
+        });
+        let socket = self
+            .paths
+            .get(&(agent.clone(), target.clone(), Channel::ControlSocket))
+            .filter(|p| p.misses > 0 && self.fresh(now, p))
+            .map(|p| Self::missed(&(agent.clone(), target.clone(), Channel::ControlSocket), p));
+        let process = self.process.get(unit).copied();
+        let dead = matches!(
+            process,
+            Some((ProcessState::Exited | ProcessState::ContainerGone, _))
+        );
+        if self.fired.contains(unit) {
+            if !dead && unit_paths.iter().all(|(_, p)| p.misses == 0) {
+                self.fired.remove(unit);
+            }
+            return;
+        }
+        let finding_and_evidence = match process {
+            Some((state @ (ProcessState::Exited | ProcessState::ContainerGone), since)) => {
+                let report = Evidence {
+                    from: agent.clone(),
+                    to: target.clone(),
+                    what: match state {
+                        ProcessState::Exited => Observation::ProcessExited,
+                        _ => Observation::ContainerGone,
+                    },
+                    since,
+                    count: 0,
+                };
+                let mut evidence = vec![report];
+                evidence.extend(
+                    unit_paths
+                        .iter()
+                        .filter(|(k, p)| {
+                            p.misses >= cfg.confirm_misses
+                                && (k.2 == Channel::Heartbeat
+                                    || state == ProcessState::ContainerGone)
+                        })
+                        .map(|(k, p)| Self::missed(k, p)),
+                );
+                evidence.extend(socket);
+                let finding = match state {
+                    ProcessState::Exited => Finding::Application {
+                        unit: unit.clone(),
+                        host: host.clone(),
+                    },
+                    _ => Finding::Container {
+                        unit: unit.clone(),
+                        host: host.clone(),
+                    },
+                };
+                Some((finding, evidence))
+            }
+            _ => {
+                let down: Vec<Evidence> = unit_paths
+                    .iter()
+                    .filter(|(_, p)| p.misses >= cfg.misses)
+                    .map(|(k, p)| Self::missed(k, p))
+                    .collect();
+                let since = down.iter().map(|e| e.since).min().unwrap_or(now);
+                let host_target = Target::Host(host.clone());
+                let host_paths =
+                    self.paths_where(now, |(from, to, _)| *to == host_target && *from != agent);
+                let host_down = host_paths.iter().any(|(_, p)| p.misses >= cfg.misses);
+                let answered: Vec<Evidence> = host_paths
+                    .iter()
+                    .filter(|(_, p)| p.misses == 0 && p.last_ok.is_some_and(|t| t > since))
+                    .map(|(k, p)| Self::answered(k, p.last_ok.unwrap_or(now)))
+                    .collect();
+                if down.is_empty() || host_down || answered.is_empty() {
+                    None
+                } else {
+                    let mut evidence = down;
+                    evidence.extend(answered);
+                    let finding = Finding::ContainerNetwork {
+                        unit: unit.clone(),
+                        host: host.clone(),
+                    };
+                    Some((finding, evidence))
+                }
+            }
+        };
+        let Some((finding, evidence)) = finding_and_evidence else {
+            return;
+        };
+        let bad: Vec<&Evidence> = evidence
+            .iter()
+            .filter(|e| !matches!(e.what, Observation::Answered(_)))
+            .collect();
+        let vantages: BTreeSet<&Vantage> = bad.iter().map(|e| &e.from).collect();
+        if vantages.len() < cfg.min_vantages {
+            return;
+        }
+        let first_bad = bad.iter().map(|e| e.since).min().unwrap_or(now);
+        self.fired.insert(unit.clone());
+        out.push(Verdict {
+            finding,
+            evidence,
+            first_bad,
+            at: now,
+        });
+    }
+}
+
+#[cfg(test)]
+#[path = "localize_tests.rs"]
+mod tests;

@@ -1,0 +1,581 @@
+//! Table-driven tests of the localization, over a simulated cluster.
+
+use super::*;
+use crate::model::{Host, Unit};
+
+const PROBE: Millis = 100;
+
+fn h(n: &str) -> HostId {
+    HostId::new(n)
+}
+
+fn u(n: &str) -> UnitId {
+    UnitId::new(n)
+}
+
+/// A fault in the simulated world, from `start` until `end`.
+#[derive(Debug, Clone)]
+enum Fault {
+    App(UnitId),
+    Container(UnitId),
+    ContainerNet(UnitId),
+    Host(HostId),
+    HostNet(HostId),
+    /// The controller loses a host's agent (management path only).
+    ControllerCut(HostId),
+    /// One probe of this path is lost, the one sent at `start`.
+    LoseOne(Vantage, Target),
+    /// Only the agent server stops reaching a unit.
+    AgentServerBlind(UnitId),
+}
+
+#[derive(Debug, Clone)]
+struct Timed {
+    fault: Fault,
+    start: Millis,
+    end: Millis,
+}
+
+/// Hosts a, b, c, d; units a0, a1, b0, b1, c0, d0.
+struct World {
+    hosts: Vec<HostId>,
+    units: Vec<(UnitId, HostId)>,
+    faults: Vec<Timed>,
+}
+
+impl World {
+    fn new(faults: Vec<Timed>) -> Self {
+        let hosts = ["a", "b", "c", "d"].map(h).to_vec();
+        let units = [
+            ("a0", "a"),
+            ("a1", "a"),
+            ("b0", "b"),
+            ("b1", "b"),
+            ("c0", "c"),
+            ("d0", "d"),
+        ]
+        .map(|(x, y)| (u(x), h(y)))
+        .to_vec();
+        Self {
+            hosts,
+            units,
+            faults,
+        }
+    }
+
+    fn state(&self) -> DesiredState {
+        DesiredState::new(
+            self.hosts.iter().map(|x| Host::healthy(x.0.clone(), 10)),
+            self.units
+                .iter()
+                .map(|(x, y)| Unit::new(x.0.clone(), y, None)),
+        )
+    }
+
+    fn active(&self, t: Millis) -> impl Iterator<Item = &Fault> {
+        self.faults
+            .iter()
+            .filter(move |f| f.start <= t && t < f.end)
+            .map(|f| &f.fault)
+    }
+
+    fn any(&self, t: Millis, p: impl Fn(&Fault) -> bool) -> bool {
+        self.active(t).any(p)
+    }
+
+    fn host_alive(&self, t: Millis, x: &HostId) -> bool {
+        !self.any(t, |f| matches!(f, Fault::Host(y) if y == x))
+    }
+
+    fn data_ok(&self, t: Millis, x: &HostId) -> bool {
+        self.host_alive(t, x) && !self.any(t, |f| matches!(f, Fault::HostNet(y) if y == x))
+    }
+
+    fn host_of(&self, unit: &UnitId) -> &HostId {
+        &self.units.iter().find(|(x, _)| x == unit).expect("unit").1
+    }
+
+    fn unit_net_ok(&self, t: Millis, unit: &UnitId) -> bool {
+        self.data_ok(t, self.host_of(unit))
+            && !self.any(
+                t,
+                |f| matches!(f, Fault::Container(x) | Fault::ContainerNet(x) if x == unit),
+            )
+    }
+
+    fn app_ok(&self, t: Millis, unit: &UnitId) -> bool {
+        !self.any(t, |f| matches!(f, Fault::App(x) if x == unit))
+    }
+
+    fn lost(&self, t: Millis, from: &Vantage, to: &Target) -> bool {
+        self.faults.iter().any(|f| {
+            matches!(&f.fault, Fault::LoseOne(v, x) if v == from && x == to)
+                && f.start <= t
+                && t < f.start + PROBE
+        })
+    }
+
+    /// Every measurement up to `end`, in time order.
+    fn measurements(&self, end: Millis) -> Vec<(Millis, Measurement)> {
+        let mut out = Vec::new();
+        let mut t = 0;
+        while t < end {
+            // Controller heartbeats.
+            for x in &self.hosts {
+                let ok = self.host_alive(t, x)
+                    && !self.any(t, |f| matches!(f, Fault::ControllerCut(y) if y == x));
+                out.push((
+                    t,
+                    Measurement::Heartbeat {
+                        to: Target::Host(x.clone()),
+                        ok,
+                    },
+                ));
+            }
+            for (x, _) in &self.units {
+                let ok = self.unit_net_ok(t, x) && self.app_ok(t, x);
+                out.push((
+                    t,
+                    Measurement::Heartbeat {
+                        to: Target::Unit(x.clone()),
+                        ok,
+                    },
+                ));
+            }
+            // The agent server's IP SLA probes.
+            let ts = t + 10;
+            for x in &self.hosts {
+                let to = Target::Host(x.clone());
+                let ok = self.data_ok(ts, x) && !self.lost(ts, &Vantage::AgentServer, &to);
+                out.push((
+                    ts,
+                    Measurement::Probe {
+                        from: Vantage::AgentServer,
+                        to,
+                        ok,
+                    },
+                ));
+            }
+            for (x, _) in &self.units {
+                let to = Target::Unit(x.clone());
+                let blind = self.any(ts, |f| matches!(f, Fault::AgentServerBlind(y) if y == x));
+                let ok = self.unit_net_ok(ts, x) && !blind;
+                out.push((
+                    ts,
+                    Measurement::Probe {
+                        from: Vantage::AgentServer,
+                        to,
+                        ok,
+                    },
+                ));
+            }
+            // The agents' probes of each other's hosts.
+            for (i, x) in self.hosts.iter().enumerate() {
+                let ta = t + 20 + 5 * i as Millis;
+                if !self.host_alive(ta, x) {
+                    continue;
+                }
+                let from = Vantage::Agent(x.clone());
+                for y in self.hosts.iter().filter(|y| *y != x) {
+                    let to = Target::Host(y.clone());
+                    let ok =
+                        self.data_ok(ta, x) && self.data_ok(ta, y) && !self.lost(ta, &from, &to);
+                    out.push((
+                        ta,
+                        Measurement::Probe {
+                            from: from.clone(),
+                            to,
+                            ok,
+                        },
+                    ));
+                }
+            }
+            t += PROBE;
+        }
+        // The agents' pidfd reports, at once.
+        for f in &self.faults {
+            let state = match &f.fault {
+                Fault::App(_) => ProcessState::Exited,
+                Fault::Container(_) => ProcessState::ContainerGone,
+                _ => continue,
+            };
+            let (Fault::App(x) | Fault::Container(x)) = &f.fault else {
+                continue;
+            };
+            out.push((
+                f.start,
+                Measurement::Process {
+                    unit: x.clone(),
+                    state,
+                },
+            ));
+            if f.end < end {
+                let state = ProcessState::Running;
+                out.push((
+                    f.end,
+                    Measurement::Process {
+                        unit: x.clone(),
+                        state,
+                    },
+                ));
+            }
+        }
+        out.sort_by_key(|(t, _)| *t);
+        out
+    }
+}
+
+/// Runs `world` through a fresh localizer until `end`, polling at its
+/// deadlines.
+fn run(world: &World, cfg: LocalizeConfig, end: Millis) -> (Localizer, Vec<Verdict>) {
+    let mut l = Localizer::new(cfg);
+    l.sync(&world.state());
+    let out = feed(&mut l, world.measurements(end));
+    (l, out)
+}
+
+fn feed(l: &mut Localizer, ms: Vec<(Millis, Measurement)>) -> Vec<Verdict> {
+    let mut out = Vec::new();
+    for (t, m) in ms {
+        while let Some(d) = l.next_deadline().filter(|d| *d < t) {
+            out.extend(l.poll(d));
+        }
+        out.extend(l.handle(t, m));
+    }
+    out
+}
+
+fn acting(vs: &[Verdict]) -> Vec<&Verdict> {
+    vs.iter().filter(|v| v.finding.acts()).collect()
+}
+
+fn fault(fault: Fault, start: Millis, end: Millis) -> Timed {
+    Timed { fault, start, end }
+}
+
+const START: Millis = 1_000;
+
+struct Case {
+    name: &'static str,
+    faults: Vec<Timed>,
+    /// The one acting verdict expected, or none.
+    expect: Option<Finding>,
+    /// The bound on (verdict − fault start), for an expected verdict.
+    bar: Millis,
+    /// A note that must appear.
+    note: Option<fn(&Finding) -> bool>,
+}
+
+fn cases() -> Vec<Case> {
+    vec![
+        Case {
+            name: "application",
+            faults: vec![fault(Fault::App(u("a0")), START, 10_000)],
+            expect: Some(Finding::Application {
+                unit: u("a0"),
+                host: h("a"),
+            }),
+            bar: 300,
+            note: None,
+        },
+        Case {
+            name: "container",
+            faults: vec![fault(Fault::Container(u("b1")), START, 10_000)],
+            expect: Some(Finding::Container {
+                unit: u("b1"),
+                host: h("b"),
+            }),
+            bar: 300,
+            note: None,
+        },
+        Case {
+            name: "container network",
+            faults: vec![fault(Fault::ContainerNet(u("c0")), START, 10_000)],
+            expect: Some(Finding::ContainerNetwork {
+                unit: u("c0"),
+                host: h("c"),
+            }),
+            bar: 1_000,
+            note: None,
+        },
+        Case {
+            name: "host",
+            faults: vec![fault(Fault::Host(h("b")), START, 10_000)],
+            expect: Some(Finding::Host { host: h("b") }),
+            bar: 1_000 + 3_000,
+            note: Some(|f| {
+                matches!(
+                    f,
+                    Finding::Suspect {
+                        kind: FailureKind::Host,
+                        ..
+                    }
+                )
+            }),
+        },
+        Case {
+            name: "host network, 4 s outage",
+            faults: vec![fault(Fault::HostNet(h("d")), START, START + 4_000)],
+            expect: Some(Finding::HostNetwork { host: h("d") }),
+            bar: 1_000 + 3_000,
+            note: Some(|f| {
+                matches!(
+                    f,
+                    Finding::Suspect {
+                        kind: FailureKind::HostNetwork,
+                        ..
+                    }
+                )
+            }),
+        },
+        Case {
+            name: "host network, 1 s blip",
+            faults: vec![fault(Fault::HostNet(h("d")), START, START + 1_000)],
+            expect: None,
+            bar: 0,
+            note: Some(|f| matches!(f, Finding::Recovered { host } if host.0 == "d")),
+        },
+        Case {
+            name: "a single lost probe",
+            faults: vec![fault(
+                Fault::LoseOne(Vantage::AgentServer, Target::Host(h("a"))),
+                START,
+                START + PROBE,
+            )],
+            expect: None,
+            bar: 0,
+            note: Some(|f| matches!(f, Finding::LostProbe { missed: 1, .. })),
+        },
+        Case {
+            name: "controller cut off from a healthy host",
+            faults: vec![fault(Fault::ControllerCut(h("c")), START, 10_000)],
+            expect: None,
+            bar: 0,
+            note: Some(|f| matches!(f, Finding::ControllerCutOff { host } if host.0 == "c")),
+        },
+        Case {
+            name: "one vantage point only",
+            faults: vec![fault(Fault::AgentServerBlind(u("a1")), START, 10_000)],
+            expect: None,
+            bar: 0,
+            note: None,
+        },
+    ]
+}
+
+#[test]
+fn localizes_every_kind_and_ignores_the_non_failures() {
+    for case in cases() {
+        let world = World::new(case.faults.clone());
+        let (_, out) = run(&world, LocalizeConfig::default(), 10_000);
+        let acts = acting(&out);
+        match &case.expect {
+            Some(expect) => {
+                assert_eq!(acts.len(), 1, "{}: {acts:#?}", case.name);
+                let v = acts[0];
+                assert_eq!(&v.finding, expect, "{}", case.name);
+                assert!(v.vantages().len() >= 2, "{}: {:?}", case.name, v.evidence);
+                let after = v.at - START;
+                assert!(
+                    after <= case.bar,
+                    "{}: {after} ms after the fault",
+                    case.name
+                );
+                assert!(v.detection_ms() <= after, "{}", case.name);
+                assert!(v.first_bad >= START, "{}", case.name);
+            }
+            None => assert!(acts.is_empty(), "{}: {acts:#?}", case.name),
+        }
+        if let Some(note) = case.note {
+            assert!(
+                out.iter().any(|v| note(&v.finding)),
+                "{}: {out:#?}",
+                case.name
+            );
+            assert!(out
+                .iter()
+                .filter(|v| note(&v.finding))
+                .all(|v| !v.finding.acts()));
+        }
+    }
+}
+
+#[test]
+fn detection_times_meet_the_bars_with_100_ms_probes() {
+    // Fault starts at every phase of the probe period.
+    for offset in [0, 1, 25, 50, 75, 99] {
+        let start = START + offset;
+        let bars: [(Fault, Millis, Millis); 5] = [
+            (Fault::App(u("a0")), 0, 300),
+            (Fault::Container(u("a0")), 0, 300),
+            (Fault::ContainerNet(u("a0")), 0, 1_000),
+            (Fault::Host(h("a")), 3_000, 4_000),
+            (Fault::HostNet(h("a")), 3_000, 4_000),
+        ];
+        for (f, least, most) in bars {
+            let world = World::new(vec![fault(f.clone(), start, 10_000)]);
+            let (_, out) = run(&world, LocalizeConfig::default(), 10_000);
+            let acts = acting(&out);
+            assert_eq!(acts.len(), 1, "{f:?} at {start}: {acts:#?}");
+            let after = acts[0].at - start;
+            assert!(
+                (least..=most).contains(&after),
+                "{f:?} at {start}: {after} ms"
+            );
+            assert!(acts[0].detection_ms() <= most, "{f:?}");
+        }
+    }
+}
+
+#[test]
+fn host_network_confirmation_is_configurable() {
+    let world = World::new(vec![fault(Fault::HostNet(h("d")), START, START + 1_500)]);
+    // The 1.5 s outage is a blip under the 3 s default...
+    let (_, out) = run(&world, LocalizeConfig::default(), 6_000);
+    assert!(acting(&out).is_empty());
+    // ...and permanent under a 1 s confirmation (negative control).
+    let cfg = LocalizeConfig {
+        host_network_confirm_ms: 1_000,
+        ..LocalizeConfig::default()
+    };
+    let (_, out) = run(&world, cfg, 6_000);
+    let acts = acting(&out);
+    assert_eq!(acts.len(), 1);
+    assert_eq!(acts[0].finding, Finding::HostNetwork { host: h("d") });
+}
+
+#[test]
+fn one_vantage_point_would_act_if_the_rule_were_dropped() {
+    // Negative control of the two-vantage rule: the agent server alone loses
+    // the unit; with one vantage point enough, it would be moved.
+    let world = World::new(vec![fault(Fault::AgentServerBlind(u("a1")), START, 10_000)]);
+    let cfg = LocalizeConfig {
+        min_vantages: 1,
+        ..LocalizeConfig::default()
+    };
+    let (_, out) = run(&world, cfg, 5_000);
+    let acts = acting(&out);
+    assert_eq!(acts.len(), 1, "{acts:#?}");
+    assert_eq!(
+        acts[0].finding,
+        Finding::ContainerNetwork {
+            unit: u("a1"),
+            host: h("a")
+        }
+    );
+}
+
+#[test]
+fn a_pidfd_report_alone_does_not_act() {
+    // The agent says the process exited, but the controller still gets its
+    // heartbeats: one vantage point, no verdict.
+    let world = World::new(Vec::new());
+    let mut ms = world.measurements(3_000);
+    ms.push((
+        START,
+        Measurement::Process {
+            unit: u("b0"),
+            state: ProcessState::Exited,
+        },
+    ));
+    ms.sort_by_key(|(t, _)| *t);
+    let mut l = Localizer::new(LocalizeConfig::default());
+    l.sync(&world.state());
+    assert!(acting(&feed(&mut l, ms)).is_empty());
+}
+
+#[test]
+fn lost_probes_below_the_threshold_only_note() {
+    let cfg = LocalizeConfig::default();
+    let mut l = Localizer::new(cfg);
+    l.sync(&World::new(Vec::new()).state());
+    let to = Target::Host(h("a"));
+    let probe = |ok| Measurement::Probe {
+        from: Vantage::AgentServer,
+        to: to.clone(),
+        ok,
+    };
+    assert!(l.handle(0, probe(true)).is_empty());
+    assert!(l.handle(100, probe(false)).is_empty());
+    assert!(l.handle(200, probe(false)).is_empty());
+    let out = l.handle(300, probe(true));
+    assert_eq!(out.len(), 1);
+    assert_eq!(
+        out[0].finding,
+        Finding::LostProbe {
+            from: Vantage::AgentServer,
+            to: to.clone(),
+            missed: 2
+        }
+    );
+    assert_eq!(out[0].detection_ms(), 200);
+}
+
+#[test]
+fn a_failed_host_is_never_judged_again_until_reset() {
+    // b fails for 5 s, comes back, fails again: one verdict.
+    let faults = vec![
+        fault(Fault::Host(h("b")), START, 6_000),
+        fault(Fault::Host(h("b")), 8_000, 20_000),
+    ];
+    let world = World::new(faults);
+    let (mut l, out) = run(&world, LocalizeConfig::default(), 14_000);
+    let acts = acting(&out);
+    assert_eq!(acts.len(), 1, "{acts:#?}");
+    assert!(l.is_failed(&h("b")));
+    // After the reset, the same failure is judged again.
+    l.reset(&h("b"));
+    assert!(!l.is_failed(&h("b")));
+    let later: Vec<_> = world
+        .measurements(20_000)
+        .into_iter()
+        .filter(|(t, _)| *t >= 14_000)
+        .collect();
+    let again = feed(&mut l, later);
+    let acts = acting(&again);
+    assert_eq!(acts.len(), 1, "{acts:#?}");
+    assert_eq!(acts[0].finding, Finding::Host { host: h("b") });
+}
+
+#[test]
+fn a_synced_failed_host_stays_failed() {
+    let world = World::new(vec![fault(Fault::Host(h("c")), START, 10_000)]);
+    let mut state = world.state();
+    if let Some(x) = state.hosts.get_mut(&h("c")) {
+        x.state = crate::model::HostState::Failed {
+            kind: FailureKind::Host,
+            since: 0,
+        };
+    }
+    let mut l = Localizer::new(LocalizeConfig::default());
+    l.sync(&state);
+    assert!(l.is_failed(&h("c")));
+    assert!(feed(&mut l, world.measurements(10_000))
+        .iter()
+        .all(|v| !v.finding.acts()));
+}
+
+#[test]
+fn a_unit_gets_one_verdict_per_episode() {
+    let faults = vec![
+        fault(Fault::App(u("a0")), START, 3_000),
+        fault(Fault::App(u("a0")), 5_000, 10_000),
+    ];
+    let (_, out) = run(&World::new(faults), LocalizeConfig::default(), 10_000);
+    let acts = acting(&out);
+    assert_eq!(acts.len(), 2, "{acts:#?}");
+    assert!(acts.iter().all(|v| v.finding
+        == Finding::Application {
+            unit: u("a0"),
+            host: h("a")
+        }));
+}
+
+#[test]
+fn verdicts_serialize() {
+    let world = World::new(vec![fault(Fault::Container(u("d0")), START, 10_000)]);
+    let (_, out) = run(&world, LocalizeConfig::default(), 3_000);
+    let json = serde_json::to_string(&out).expect("encode");
+    let back: Vec<Verdict> = serde_json::from_str(&json).expect("decode");
+    assert_eq!(back, out);
+}
