@@ -12,6 +12,8 @@
 //! * [`state`]: the key layout, the JSON records (schema-versioned) and the
 //!   pure [`next_step`] of a migration.
 //! * [`store`]: etcd over several endpoints, fenced transactions.
+//! * [`placement`]: the desired state as `holdfast-control`'s model, and
+//!   TRIPOD's min-churn choice of a unit's new backup after a migration.
 //! * [`hub`]: the agents' `Attach` streams (gRPC), accepted only while the
 //!   replica may act as leader; commands with the leader's token, their
 //!   results, and unit events for failure detection.
@@ -25,6 +27,7 @@
 pub mod elect;
 pub mod fence;
 pub mod hub;
+pub mod placement;
 pub mod replica;
 pub mod state;
 pub mod store;

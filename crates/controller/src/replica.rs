@@ -493,11 +493,13 @@ async fn drive(
         Next::Finish => {
             set_phase(shared, "finishing");
             let before: Option<UnitRecord> = store.get(&keys.unit(&m.unit)).await?;
+            let desired = crate::placement::read_state(store).await?;
+            let backup = crate::placement::backup_after(&desired, &m.unit, &m.to, &m.from);
             let unit = UnitRecord {
                 schema: SCHEMA,
                 unit: m.unit.clone(),
                 primary: m.to.clone(),
-                backup: Some(m.from.clone()),
+                backup,
                 epoch: token,
                 config: before
                     .as_ref()
@@ -627,10 +629,32 @@ async fn requests(
     let Some(req) = req else { return Ok(None) };
     tracing::info!(request = %id, ?req, "operator request");
     match req {
-        OperatorRequest::Reset { host } => store
-            .fenced_write(token, &[], &[], &[keys.failed_host(&host), key])
-            .await
-            .map(Some),
+        OperatorRequest::Reset { host } => {
+            // The host is usable again: units left without a backup (their
+            // backup failed, or no host fitted) get one, by TRIPOD's
+            // placement; nothing else moves.
+            let mut desired = crate::placement::read_state(store).await?;
+            if let Some(h) = desired
+                .hosts
+                .get_mut(&holdfast_control::HostId::new(host.clone()))
+            {
+                h.state = holdfast_control::HostState::Healthy;
+            }
+            let (placed, _) = holdfast_control::place_partial(&desired);
+            let mut puts = Vec::new();
+            for unit in &placed.changed {
+                let Some(mut rec) = store.get::<UnitRecord>(&keys.unit(&unit.0)).await? else {
+                    continue;
+                };
+                rec.backup = placed.backups.get(unit).map(|h| h.0.clone());
+                rec.epoch = token;
+                puts.push((keys.unit(&unit.0), to_json(&rec)));
+            }
+            store
+                .fenced_write(token, &[], &puts, &[keys.failed_host(&host), key])
+                .await
+                .map(Some)
+        }
         OperatorRequest::Switchover { unit } => {
             let why = "planned switchover (holdfast ctl)".to_string();
             let plan = Plan {

@@ -179,7 +179,7 @@ fn status(v: &View) -> (Value, String) {
     (j, t)
 }
 
-fn hosts(v: &View) -> (Value, String) {
+fn hosts(v: &View, loads: &[holdfast_control::HostLoad]) -> (Value, String) {
     let mut names: BTreeMap<String, (Vec<String>, Vec<String>)> = BTreeMap::new();
     for h in v.agents.iter().chain(&v.failed) {
         names.entry(h.clone()).or_default();
@@ -194,27 +194,38 @@ fn hosts(v: &View) -> (Value, String) {
             names.entry(b.clone()).or_default().1.push(u.unit.clone());
         }
     }
+    let load_of = |h: &str| loads.iter().find(|l| l.host.0 == h);
     let rows: Vec<Value> = names
         .iter()
         .map(|(h, (p, b))| {
+            let l = load_of(h);
             json!({"host": h, "agent": v.agents.contains(h), "failed": v.failed.contains(h),
-                   "primaries": p, "backups": b})
+                   "primaries": p, "backups": b,
+                   "capacity": l.map(|l| l.capacity), "load": l.map(|l| l.load),
+                   "worst_after_one_failure": l.map(holdfast_control::HostLoad::worst)})
         })
         .collect();
     let mut t = format!(
-        "{:<12} {:<6} {:<7} {:<24} {}\n",
-        "HOST", "AGENT", "FAILED", "PRIMARY OF", "BACKUP OF"
+        "{:<12} {:<6} {:<7} {:<10} {:<24} {}\n",
+        "HOST", "AGENT", "FAILED", "LOAD", "PRIMARY OF", "BACKUP OF"
     );
     for (h, (p, b)) in &names {
+        let load = load_of(h).map_or("-".to_string(), |l| {
+            format!("{}/{}/{}", l.load, l.worst(), l.capacity)
+        });
         t.push_str(&format!(
-            "{:<12} {:<6} {:<7} {:<24} {}\n",
+            "{:<12} {:<6} {:<7} {:<10} {:<24} {}\n",
             h,
             if v.agents.contains(h) { "up" } else { "-" },
             if v.failed.contains(h) { "yes" } else { "no" },
+            load,
             p.join(","),
             b.join(",")
         ));
     }
+    t.push_str(
+        "LOAD: units now / after the worst single host failure (TRIPOD placement) / capacity\n",
+    );
     (json!(rows), t)
 }
 
@@ -296,7 +307,11 @@ async fn run(a: Args) -> Result<()> {
     let mut store = Store::new(a.etcd.clone(), Duration::from_secs(2), keys.clone(), true)?;
     let (j, t) = match &a.op {
         Op::Status => status(&read(&mut store, &keys).await?),
-        Op::Hosts => hosts(&read(&mut store, &keys).await?),
+        Op::Hosts => {
+            let v = read(&mut store, &keys).await?;
+            let desired = holdfast_controller::placement::read_state(&mut store).await?;
+            hosts(&v, &holdfast_control::failure_loads(&desired))
+        }
         Op::Units => units(&read(&mut store, &keys).await?),
         Op::Drain { host, wait } => {
             request(

@@ -34,7 +34,8 @@
 //!    agent and holdfastd — and its links down): a's lease expires in etcd
 //!    (TTL 3 s), the leader records a failed (`hosts/failed/a`, shown by
 //!    `holdfast ctl hosts --json`) and takes edge-1 over on b; frr again sees
-//!    nothing; `holdfast ctl reset a --wait 10` clears the mark;
+//!    nothing; `holdfast ctl reset a --wait 10` clears the mark and TRIPOD's
+//!    placement gives edge-1 its backup on a again (`holdfast ctl units`);
 //! 6. **negative control**: the same application failure (of the primary
 //!    on b) with every controller stopped: nobody takes over, and frr drops
 //!    the session within its hold time (9 s).
@@ -518,7 +519,19 @@ fn the_controller_takes_over_an_application_failure_unseen_by_frr() {
         Some(Value::Bool(false)),
         "{hosts}"
     );
-    println!("   holdfast ctl hosts showed a failed; holdfast ctl reset a cleared it");
+    // While a was failed edge-1 had no backup (no other usable host);
+    // after the reset TRIPOD's placement gives it a again.
+    let units = ctl(&mut p, &["units"]);
+    assert_eq!(
+        (units[0]["primary"].as_str(), units[0]["backup"].as_str()),
+        (Some("b"), Some("a")),
+        "{units}"
+    );
+    let b_row = hosts
+        .as_array()
+        .and_then(|r| r.iter().find(|h| h["host"] == "b"))
+        .cloned();
+    println!("   holdfast ctl hosts showed a failed; holdfast ctl reset a cleared it and re-placed edge-1's backup on a; b: {b_row:?}");
     let new_pid = back_on_b;
 
     // 6. Negative control: the same failure with no controller.
