@@ -32,11 +32,13 @@ struct Args {
     controllers: Vec<String>,
     /// The host's lease TTL; the lease is renewed every `--renew-ms` and
     /// the host's units fenced `--margin-ms` before it could expire.
+    /// (A host-network blip shorter than `TTL − margin − 2 × renew` — 1.5 s
+    /// with the defaults — fences nothing.)
     #[arg(long, default_value_t = 3000)]
     lease_ttl_ms: u64,
-    #[arg(long, default_value_t = 500)]
+    #[arg(long, default_value_t = 250)]
     renew_ms: u64,
-    #[arg(long, default_value_t = 1500)]
+    #[arg(long, default_value_t = 1000)]
     margin_ms: u64,
     /// Heartbeat period on the controller stream.
     #[arg(long, default_value_t = 100)]

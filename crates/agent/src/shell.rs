@@ -19,7 +19,7 @@ use crate::probe::{self, ProbeConfig, Prober, Target};
 use crate::runtime::{ProcessRuntime, Runtime, UnitSpec};
 use crate::Time;
 use holdfast_control_api::v1::controller_client::ControllerClient;
-use holdfast_control_api::v1::{AgentReport, Command};
+use holdfast_control_api::v1::{agent_report, AgentReport, Command};
 use holdfast_controller::{Keys, Store};
 use serde::Serialize;
 use std::path::PathBuf;
@@ -467,17 +467,28 @@ async fn lease_task(
         t0,
     } = task;
     let keys = Keys::new(&cluster);
-    // Every request is bounded by the renewal period: a slow etcd must not
-    // hold a renewal past the point where the next one is due.
-    let mut store = match Store::new(etcd, renew, keys.clone(), true) {
-        Ok(s) => s,
-        Err(e) => {
-            let _ = ev.send(Event::LeaseFailed(e.to_string()));
-            return;
+    // One client per member, one member per ask (the next one after a
+    // failure), every request bounded by the renewal period: an etcd that
+    // does not answer costs one renewal period, never a walk over every
+    // member, so the renewals after a short network blip come in time.
+    let mut stores = Vec::new();
+    for ep in etcd {
+        match Store::new(vec![ep], renew, keys.clone(), true) {
+            Ok(s) => stores.push(s),
+            Err(e) => {
+                let _ = ev.send(Event::LeaseFailed(e.to_string()));
+                return;
+            }
         }
-    };
+    }
+    if stores.is_empty() {
+        let _ = ev.send(Event::LeaseFailed("no etcd endpoint".into()));
+        return;
+    }
+    let mut cur = 0usize;
     let mut lease: Option<i64> = None;
     while let Some(mut fresh) = asks.recv().await {
+        let store = &mut stores[cur];
         // Coalesce asks that queued up while etcd was slow.
         while let Ok(f) = asks.try_recv() {
             fresh |= f;
@@ -490,7 +501,7 @@ async fn lease_task(
             }
         }
         let sent = t0.elapsed();
-        match lease {
+        let result: Result<Event, String> = match lease {
             None => match store.grant(ttl).await {
                 Ok((id, _)) => {
                     let value = format!(
@@ -500,31 +511,37 @@ async fn lease_task(
                     match store.put_leased(&keys.agent(&host), &value, id).await {
                         Ok(()) => {
                             lease = Some(id);
-                            let _ = ev.send(Event::LeaseGranted { id, sent });
+                            Ok(Event::LeaseGranted { id, sent })
                         }
-                        Err(e) => {
-                            let _ = ev.send(Event::LeaseFailed(e.to_string()));
-                        }
+                        Err(e) => Err(e.to_string()),
                     }
                 }
-                Err(e) => {
-                    let _ = ev.send(Event::LeaseFailed(e.to_string()));
-                }
+                Err(e) => Err(e.to_string()),
             },
             Some(id) => match store.renew(id).await {
-                Ok(left) if left > Duration::ZERO => {
-                    let _ = ev.send(Event::LeaseRenewed { sent });
-                }
+                Ok(left) if left > Duration::ZERO => Ok(Event::LeaseRenewed { sent }),
                 Ok(_) => {
                     lease = None;
-                    let _ = ev.send(Event::LeaseFailed("the lease expired".into()));
+                    Err("the lease expired".into())
                 }
-                Err(e) => {
-                    let _ = ev.send(Event::LeaseFailed(e.to_string()));
-                }
+                Err(e) => Err(e.to_string()),
             },
+        };
+        match result {
+            Ok(e) => {
+                let _ = ev.send(e);
+            }
+            Err(e) => {
+                next_member(&mut cur, stores.len());
+                let _ = ev.send(Event::LeaseFailed(e));
+            }
         }
     }
+}
+
+/// The next member after one that failed.
+fn next_member(cur: &mut usize, n: usize) {
+    *cur = (*cur + 1) % n;
 }
 
 /// Keeps one Attach stream open to the leading replica.
@@ -558,11 +575,16 @@ async fn attach_task(
             }
         };
         let _ = ev.send(Event::Attached(url.clone()));
+        // A stream starts with the core's Hello: reports queued for the
+        // stream before (heartbeats while it was failing) are dropped.
+        let mut hello_sent = false;
         loop {
             tokio::select! {
                 r = reports.recv() => match r {
                     Some(r) => {
-                        if tx.send(r).is_err() {
+                        let is_hello = matches!(r.body, Some(agent_report::Body::Hello(_)));
+                        hello_sent |= is_hello;
+                        if hello_sent && tx.send(r).is_err() {
                             break;
                         }
                     }

@@ -22,6 +22,10 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::fence::Token;
 
+/// An agent whose last heartbeat is older than this is not reachable (it
+/// sends one every 100 ms by default).
+pub const LIVE: Duration = Duration::from_secs(1);
+
 type CommandStream = Pin<Box<dyn Stream<Item = Result<Command, Status>> + Send>>;
 
 /// One attached agent.
@@ -100,9 +104,14 @@ impl Hub {
             .collect()
     }
 
-    /// Whether `host`'s agent is attached.
+    /// Whether `host`'s agent is attached and heard from within
+    /// [`LIVE`] (a stream cut off by the network stays open until TCP gives
+    /// up; its heartbeats stop at once).
     pub fn attached(&self, host: &str) -> bool {
-        lock(&self.inner).links.contains_key(host)
+        lock(&self.inner)
+            .links
+            .get(host)
+            .is_some_and(|l| l.last_heartbeat.elapsed() < LIVE)
     }
 
     /// Closes every stream (the replica no longer leads).

@@ -548,21 +548,21 @@ async fn carry_out_step(
     let t = cfg.command_timeout;
     Ok(match step {
         "fence" => {
-            if hub.attached(&m.from) {
-                let body = command::Body::FenceUnit(FenceUnit {
-                    unit: m.unit.clone(),
-                });
-                hub.command(&m.from, token, body, t).await
-            } else if store
+            if store
                 .get::<serde_json::Value>(&keys.agent(&m.from))
                 .await?
                 .is_none()
             {
                 // Its lease expired: the agent fenced its units before that.
                 Ok(())
+            } else if hub.attached(&m.from) {
+                let body = command::Body::FenceUnit(FenceUnit {
+                    unit: m.unit.clone(),
+                });
+                hub.command(&m.from, token, body, t).await
             } else {
                 Err(format!(
-                    "agent {} holds its lease but is not attached",
+                    "agent {} holds its lease but is not reachable: waiting for it to answer or for its lease to expire",
                     m.from
                 ))
             }

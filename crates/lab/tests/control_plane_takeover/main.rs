@@ -40,14 +40,24 @@
 //!    on b) with every controller stopped: nobody takes over, and frr drops
 //!    the session within its hold time (9 s).
 
+//!
+//! A second test, `a_host_network_blip_is_no_failure_but_an_outage_is` (its
+//! own lab, the same topology): a's bridge port down for 1 s causes no
+//! migration (the unit keeps its pid, the agent does not fence, no
+//! verdict), then down for good: a's agent fences its unit 1.5 s after its
+//! last renewal, its lease expires (the 3 s confirmation), and the
+//! controller takes the unit over on b, recording a failed; the port back
+//! up, a's agent holds a new lease but a stays failed (no backup there)
+//! until `holdfast ctl reset a`. frr sees nothing in either case.
+
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use holdfast_lab::{
-    find_binary, nsr_config, skip, skip_unless_ready, skip_unless_tools, wait_for_every, Etcd, Frr,
-    Lab, NeighborSpec, NsrTopo, Peer, PeerKind, PeerSpec, PeerWatch, ProcId, Redis, RouteSpec,
-    SessionState, Signal,
+    find_binary, hold_for, nsr_config, skip, skip_unless_ready, skip_unless_tools, wait_for_every,
+    Etcd, Frr, Lab, NeighborSpec, NsrTopo, Peer, PeerKind, PeerSpec, PeerWatch, ProcId, Redis,
+    RouteSpec, SessionState, Signal,
 };
 use serde_json::Value;
 
@@ -272,21 +282,8 @@ fn established(p: &Plane) {
     .unwrap_or_else(|e| panic!("{e}"));
 }
 
-fn ready() -> Option<Bins> {
-    if skip_unless_ready(&[PeerKind::Frr]) || skip_unless_tools(&["etcd", "etcdctl"]) {
-        return None;
-    }
-    bins()
-}
-
-#[test]
-fn the_controller_takes_over_an_application_failure_unseen_by_frr() {
-    let Some(b) = ready() else { return };
-    let mut p = up("control_plane_takeover", &b);
-    established(&p);
-    let lead = leader_with_agents(&p);
-    println!("1. leader {} with agents {}", lead["name"], lead["agents"]);
-    // Let holdfastd replicate the session (PROTECTED) before the failure.
+/// Waits until the unit on `a` has replicated its session (PROTECTED).
+fn protected(p: &Plane) {
     let sock = p.lab.work_dir().join("agent-a/units/edge-1/holdfastd.sock");
     let cli = find_binary("holdfast", "HOLDFAST_BIN").expect("holdfast");
     wait_for_every(
@@ -304,6 +301,32 @@ fn the_controller_takes_over_an_application_failure_unseen_by_frr() {
         },
     )
     .unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// The verdicts every replica recorded.
+fn verdicts(p: &Plane) -> Vec<Value> {
+    p.controllers
+        .iter()
+        .filter_map(|(_, s)| json_file(s))
+        .flat_map(|v| v["detected"].as_array().cloned().unwrap_or_default())
+        .collect()
+}
+
+fn ready() -> Option<Bins> {
+    if skip_unless_ready(&[PeerKind::Frr]) || skip_unless_tools(&["etcd", "etcdctl"]) {
+        return None;
+    }
+    bins()
+}
+
+#[test]
+fn the_controller_takes_over_an_application_failure_unseen_by_frr() {
+    let Some(b) = ready() else { return };
+    let mut p = up("control_plane_takeover", &b);
+    established(&p);
+    let lead = leader_with_agents(&p);
+    println!("1. leader {} with agents {}", lead["name"], lead["agents"]);
+    protected(&p);
     let svc = IpAddr::V4(p.topo.service_v4);
     let mark = p.frr.log_mark();
     let watch =
@@ -348,19 +371,19 @@ fn the_controller_takes_over_an_application_failure_unseen_by_frr() {
         t0.elapsed(),
         placed["epoch"]
     );
-    let detected = p
-        .controllers
-        .iter()
-        .filter_map(|(_, s)| json_file(s))
-        .flat_map(|v| v["detected"].as_array().cloned().unwrap_or_default())
-        .collect::<Vec<_>>();
+    let detected = wait_for_every(
+        "the leader records the failure",
+        Duration::from_secs(5),
+        Duration::from_millis(20),
+        || {
+            let v = verdicts(&p);
+            Ok(v.iter()
+                .any(|d| d[0] == "edge-1" && d[1] == "a" && d[2] == "b")
+                .then_some(v))
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     println!("   the leader's verdicts: {detected:?}");
-    assert!(
-        detected
-            .iter()
-            .any(|d| d[0] == "edge-1" && d[1] == "a" && d[2] == "b"),
-        "the leader recorded the failure: {detected:?}"
-    );
     assert!(
         p.topo.service_addrs_on(&p.lab, p.topo.b.id).unwrap().0,
         "address on b"
@@ -472,19 +495,24 @@ fn the_controller_takes_over_an_application_failure_unseen_by_frr() {
         failed.contains("lease expired"),
         "a recorded failed: {failed}"
     );
-    let detected = p
-        .controllers
-        .iter()
-        .filter_map(|(_, s)| json_file(s))
-        .flat_map(|v| v["detected"].as_array().cloned().unwrap_or_default())
-        .collect::<Vec<_>>();
-    assert!(
-        detected.iter().any(|d| d[0] == "edge-1"
-            && d[1] == "a"
-            && d[2] == "b"
-            && d[3].as_str().is_some_and(|w| w.contains("lease"))),
-        "the leader recorded a's failure: {detected:?}"
-    );
+    // The leader's status file is rewritten every 50 ms.
+    let detected = wait_for_every(
+        "the leader records a's failure",
+        Duration::from_secs(5),
+        Duration::from_millis(20),
+        || {
+            let v = verdicts(&p);
+            Ok(v.iter()
+                .any(|d| {
+                    d[0] == "edge-1"
+                        && d[1] == "a"
+                        && d[2] == "b"
+                        && d[3].as_str().is_some_and(|w| w.contains("lease"))
+                })
+                .then_some(v))
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     println!(
         "5. host a failed: holdfastd on b (pid {back_on_b}) {took:?} after; verdicts {detected:?}"
     );
@@ -572,5 +600,159 @@ fn the_controller_takes_over_an_application_failure_unseen_by_frr() {
         "6. negative control: no controller, frr dropped the session {:?} after the kill",
         t1.elapsed()
     );
+    p.etcd.stop(&mut p.lab);
+}
+
+#[test]
+fn a_host_network_blip_is_no_failure_but_an_outage_is() {
+    let Some(b) = ready() else { return };
+    let mut p = up("control_plane_blip", &b);
+    established(&p);
+    leader_with_agents(&p);
+    protected(&p);
+    let svc = IpAddr::V4(p.topo.service_v4);
+    let pid = unit_pid(&p, 0).expect("edge-1 on a");
+    let mark = p.frr.log_mark();
+    let watch =
+        PeerWatch::start_every(p.frr.session_probe(&p.lab), svc, Duration::from_millis(100));
+    std::thread::sleep(Duration::from_millis(300));
+    let (bridge, a) = (p.topo.bridge, p.topo.a.id);
+
+    // A 1 s blip: nothing happens.
+    p.lab
+        .set_bridge_port_up(bridge, a, false)
+        .expect("a's port down");
+    std::thread::sleep(Duration::from_secs(1));
+    p.lab
+        .set_bridge_port_up(bridge, a, true)
+        .expect("a's port up");
+    hold_for(Duration::from_secs(5), || {});
+    assert_eq!(
+        unit_pid(&p, 0),
+        Some(pid),
+        "edge-1 still runs on a, same process"
+    );
+    let st = json_file(&p.agent_status[0]).expect("agent a status");
+    assert!(
+        st["self_fenced_at_ms"].is_null(),
+        "a's agent did not fence: {st}"
+    );
+    assert!(verdicts(&p).is_empty(), "no verdict: {:?}", verdicts(&p));
+    println!("1. 1 s blip of a's network: no fence, no verdict, edge-1 still pid {pid} on a");
+
+    // Down for good.
+    let t0 = Instant::now();
+    p.lab
+        .set_bridge_port_up(bridge, a, false)
+        .expect("a's port down");
+    let on_b = wait_for_every(
+        "edge-1 taken over on b after a's lease expires",
+        Duration::from_secs(30),
+        Duration::from_millis(20),
+        || Ok(unit_pid(&p, 1)),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let took = t0.elapsed();
+    assert!(
+        took >= Duration::from_millis(1500),
+        "not before a's agent fenced: {took:?}"
+    );
+    // The leader's status file is rewritten every 50 ms.
+    let v = wait_for_every(
+        "the leader's verdict: a's lease expired",
+        Duration::from_secs(5),
+        Duration::from_millis(20),
+        || {
+            let v = verdicts(&p);
+            Ok(v.iter()
+                .any(|d| {
+                    d[1] == "a" && d[2] == "b" && d[3].as_str().is_some_and(|w| w.contains("lease"))
+                })
+                .then_some(v))
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    println!("2. a cut off: edge-1 on b (pid {on_b}) {took:?} after; verdicts {v:?}");
+    // a's agent fenced its unit on its own (it cannot reach etcd).
+    wait_for_every(
+        "a's agent fenced edge-1",
+        Duration::from_secs(5),
+        Duration::from_millis(20),
+        || {
+            Ok(json_file(&p.agent_status[0])
+                .filter(|s| s["self_fenced_at_ms"].is_u64())
+                .map(drop))
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    std::thread::sleep(Duration::from_secs(2));
+    let report = watch.stop();
+    println!("   frr: {}", report.summary());
+    report
+        .assert_uninterrupted()
+        .unwrap_or_else(|e| panic!("frr noticed: {e}"));
+    let notes = p.frr.notifications_since(&mark).expect("frr log");
+    assert!(notes.is_empty(), "frr logged NOTIFICATIONs: {notes:?}");
+    established(&p);
+
+    // Back up: what a queued while cut off is dropped first (as `holdfast lab
+    // heal` does), then a's agent gets a new lease, but a stays failed.
+    let ifname = p
+        .lab
+        .bridge_info(bridge)
+        .ports
+        .iter()
+        .find(|port| port.host == a)
+        .map(|port| port.host_if.clone())
+        .expect("a's port");
+    for cmd in [
+        vec!["ip", "neigh", "flush", "dev", ifname.as_str()],
+        vec![
+            "tc",
+            "qdisc",
+            "replace",
+            "dev",
+            ifname.as_str(),
+            "root",
+            "pfifo",
+        ],
+        vec!["tc", "qdisc", "del", "dev", ifname.as_str(), "root"],
+    ] {
+        p.lab.exec_ok(a, &cmd).expect("drop a's queues");
+    }
+    p.lab
+        .set_bridge_port_up(bridge, a, true)
+        .expect("a's port up");
+    let lease_before = json_file(&p.agent_status[0]).and_then(|s| s["lease"].as_i64());
+    wait_for_every(
+        "a's agent holds a new lease",
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        || {
+            Ok(json_file(&p.agent_status[0])
+                .and_then(|s| s["lease"].as_i64())
+                .filter(|l| Some(*l) != lease_before)
+                .map(drop))
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let eps = p.etcd.endpoints();
+    let units = p
+        .lab
+        .exec_ok(
+            p.ctl_host,
+            &[b.ctl.as_str(), "--etcd", eps.as_str(), "--json", "units"],
+        )
+        .expect("holdfast ctl units");
+    let units: Value = serde_json::from_str(&units).expect("json");
+    assert_eq!(units[0]["primary"], "b", "{units}");
+    assert!(
+        units[0]["backup"].is_null(),
+        "a is failed, not reused: {units}"
+    );
+    println!("3. a back: new lease, still failed; edge-1 on b without a backup until reset");
+    for (proc, _) in &p.controllers {
+        p.lab.kill(*proc, Signal::Term);
+    }
     p.etcd.stop(&mut p.lab);
 }
