@@ -303,6 +303,45 @@ fn protected(p: &Plane) {
     .unwrap_or_else(|e| panic!("{e}"));
 }
 
+/// frr's view while something happens: its CLI every 100 ms and its log.
+struct FrrWatch {
+    watch: PeerWatch,
+    mark: holdfast_lab::LogMark,
+}
+
+impl FrrWatch {
+    fn start(p: &Plane) -> FrrWatch {
+        let svc = IpAddr::V4(p.topo.service_v4);
+        let mark = p.frr.log_mark();
+        let watch =
+            PeerWatch::start_every(p.frr.session_probe(&p.lab), svc, Duration::from_millis(100));
+        std::thread::sleep(Duration::from_millis(300));
+        FrrWatch { watch, mark }
+    }
+
+    /// Two more seconds of watching, then: frr's session never left
+    /// Established (state, uptime, counters), it logged no NOTIFICATION,
+    /// and it holds the unit's routes.
+    fn saw_nothing(self, p: &Plane, what: &str) {
+        std::thread::sleep(Duration::from_secs(2));
+        let report = self.watch.stop();
+        println!("{what}{}", report.summary());
+        report
+            .assert_uninterrupted()
+            .unwrap_or_else(|e| panic!("{what}frr noticed: {e}"));
+        let notes = p.frr.notifications_since(&self.mark).expect("frr log");
+        assert!(notes.is_empty(), "frr logged NOTIFICATIONs: {notes:?}");
+        established(p);
+    }
+}
+
+fn sigkill(pid: u64) -> nix::Result<()> {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+}
+
 /// The verdicts every replica recorded.
 fn verdicts(p: &Plane) -> Vec<Value> {
     p.controllers
@@ -328,19 +367,12 @@ fn the_controller_takes_over_an_application_failure_unseen_by_frr() {
     println!("1. leader {} with agents {}", lead["name"], lead["agents"]);
     protected(&p);
     let svc = IpAddr::V4(p.topo.service_v4);
-    let mark = p.frr.log_mark();
-    let watch =
-        PeerWatch::start_every(p.frr.session_probe(&p.lab), svc, Duration::from_millis(100));
-    std::thread::sleep(Duration::from_millis(300));
+    let watch = FrrWatch::start(&p);
 
     // 2. Application failure.
     let pid = unit_pid(&p, 0).expect("edge-1 runs on a");
     let t0 = Instant::now();
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .expect("SIGKILL holdfastd on a");
+    sigkill(pid).expect("SIGKILL holdfastd on a");
     let new_pid = wait_for_every(
         "the controller takes edge-1 over on b",
         Duration::from_secs(30),
@@ -394,15 +426,7 @@ fn the_controller_takes_over_an_application_failure_unseen_by_frr() {
     );
 
     // 3. frr saw nothing.
-    std::thread::sleep(Duration::from_secs(2));
-    let report = watch.stop();
-    println!("3. frr: {}", report.summary());
-    report
-        .assert_uninterrupted()
-        .unwrap_or_else(|e| panic!("frr noticed: {e}"));
-    let notes = p.frr.notifications_since(&mark).expect("frr log");
-    assert!(notes.is_empty(), "frr logged NOTIFICATIONs: {notes:?}");
-    established(&p);
+    watch.saw_nothing(&p, "3. frr: ");
 
     // 4. Planned switchover with `holdfast ctl`.
     let ctl = |p: &mut Plane, args: &[&str]| -> Value {
@@ -418,10 +442,7 @@ fn the_controller_takes_over_an_application_failure_unseen_by_frr() {
     let units = ctl(&mut p, &["units"]);
     assert_eq!(units[0]["primary"], "b", "{units}");
     assert_eq!(units[0]["backup"], "a", "{units}");
-    let mark = p.frr.log_mark();
-    let watch =
-        PeerWatch::start_every(p.frr.session_probe(&p.lab), svc, Duration::from_millis(100));
-    std::thread::sleep(Duration::from_millis(300));
+    let watch = FrrWatch::start(&p);
     let t_sw = Instant::now();
     let done = ctl(&mut p, &["switchover", "edge-1", "--wait", "30"]);
     assert_eq!(done["done"], true, "{done}");
@@ -446,28 +467,14 @@ fn the_controller_takes_over_an_application_failure_unseen_by_frr() {
         "{units}"
     );
     println!("4. holdfast ctl switchover: edge-1 on a (pid {on_a}) {:?} after the request; b's process exited", t_sw.elapsed());
-    std::thread::sleep(Duration::from_secs(2));
-    let report = watch.stop();
-    println!("   frr: {}", report.summary());
-    report
-        .assert_uninterrupted()
-        .unwrap_or_else(|e| panic!("frr noticed the switchover: {e}"));
-    let notes = p.frr.notifications_since(&mark).expect("frr log");
-    assert!(notes.is_empty(), "frr logged NOTIFICATIONs: {notes:?}");
-    established(&p);
+    watch.saw_nothing(&p, "   frr: ");
 
     // 5. Host failure of a.
-    let mark = p.frr.log_mark();
-    let watch =
-        PeerWatch::start_every(p.frr.session_probe(&p.lab), svc, Duration::from_millis(100));
-    std::thread::sleep(Duration::from_millis(300));
+    let watch = FrrWatch::start(&p);
     let t_host = Instant::now();
     let ns_a = p.lab.netns(p.topo.a.id).to_string();
     for pid in holdfast_lab::netns_pids(&ns_a) {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid as i32),
-            nix::sys::signal::Signal::SIGKILL,
-        );
+        let _ = sigkill(u64::from(pid));
     }
     p.lab
         .set_host_links_up(p.topo.a.id, false)
@@ -516,15 +523,7 @@ fn the_controller_takes_over_an_application_failure_unseen_by_frr() {
     println!(
         "5. host a failed: holdfastd on b (pid {back_on_b}) {took:?} after; verdicts {detected:?}"
     );
-    std::thread::sleep(Duration::from_secs(2));
-    let report = watch.stop();
-    println!("   frr: {}", report.summary());
-    report
-        .assert_uninterrupted()
-        .unwrap_or_else(|e| panic!("frr noticed the host failure: {e}"));
-    let notes = p.frr.notifications_since(&mark).expect("frr log");
-    assert!(notes.is_empty(), "frr logged NOTIFICATIONs: {notes:?}");
-    established(&p);
+    watch.saw_nothing(&p, "   frr: ");
     let hosts = ctl(&mut p, &["hosts"]);
     let a_row = hosts
         .as_array()
@@ -577,11 +576,7 @@ fn the_controller_takes_over_an_application_failure_unseen_by_frr() {
         .unwrap_or_else(|e| panic!("{e}"));
     }
     let t1 = Instant::now();
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(new_pid as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .expect("SIGKILL holdfastd on b");
+    sigkill(new_pid).expect("SIGKILL holdfastd on b");
     wait_for_every(
         "negative control: frr drops the session (hold time 9 s)",
         Duration::from_secs(20),
@@ -610,12 +605,8 @@ fn a_host_network_blip_is_no_failure_but_an_outage_is() {
     established(&p);
     leader_with_agents(&p);
     protected(&p);
-    let svc = IpAddr::V4(p.topo.service_v4);
     let pid = unit_pid(&p, 0).expect("edge-1 on a");
-    let mark = p.frr.log_mark();
-    let watch =
-        PeerWatch::start_every(p.frr.session_probe(&p.lab), svc, Duration::from_millis(100));
-    std::thread::sleep(Duration::from_millis(300));
+    let watch = FrrWatch::start(&p);
     let (bridge, a) = (p.topo.bridge, p.topo.a.id);
 
     // A 1 s blip: nothing happens.
@@ -685,15 +676,7 @@ fn a_host_network_blip_is_no_failure_but_an_outage_is() {
         },
     )
     .unwrap_or_else(|e| panic!("{e}"));
-    std::thread::sleep(Duration::from_secs(2));
-    let report = watch.stop();
-    println!("   frr: {}", report.summary());
-    report
-        .assert_uninterrupted()
-        .unwrap_or_else(|e| panic!("frr noticed: {e}"));
-    let notes = p.frr.notifications_since(&mark).expect("frr log");
-    assert!(notes.is_empty(), "frr logged NOTIFICATIONs: {notes:?}");
-    established(&p);
+    watch.saw_nothing(&p, "   frr: ");
 
     // Back up: what a queued while cut off is dropped first (as `holdfast lab
     // heal` does), then a's agent gets a new lease, but a stays failed.
