@@ -342,6 +342,29 @@ fn sigkill(pid: u64) -> nix::Result<()> {
     )
 }
 
+/// Waits (the leader's status file is rewritten every 50 ms) until a
+/// replica recorded a verdict moving edge-1 from `from` to `to` (and, with
+/// `why`, saying so); returns every verdict.
+fn wait_verdict(p: &Plane, from: &str, to: &str, why: Option<&str>) -> Vec<Value> {
+    wait_for_every(
+        &format!("the leader's verdict: edge-1 from {from} to {to} ({why:?})"),
+        Duration::from_secs(5),
+        Duration::from_millis(20),
+        || {
+            let v = verdicts(p);
+            Ok(v.iter()
+                .any(|d| {
+                    d[0] == "edge-1"
+                        && d[1] == from
+                        && d[2] == to
+                        && why.is_none_or(|w| d[3].as_str().is_some_and(|t| t.contains(w)))
+                })
+                .then_some(v))
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
 /// The verdicts every replica recorded.
 fn verdicts(p: &Plane) -> Vec<Value> {
     p.controllers
@@ -403,18 +426,7 @@ fn the_controller_takes_over_an_application_failure_unseen_by_frr() {
         t0.elapsed(),
         placed["epoch"]
     );
-    let detected = wait_for_every(
-        "the leader records the failure",
-        Duration::from_secs(5),
-        Duration::from_millis(20),
-        || {
-            let v = verdicts(&p);
-            Ok(v.iter()
-                .any(|d| d[0] == "edge-1" && d[1] == "a" && d[2] == "b")
-                .then_some(v))
-        },
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
+    let detected = wait_verdict(&p, "a", "b", None);
     println!("   the leader's verdicts: {detected:?}");
     assert!(
         p.topo.service_addrs_on(&p.lab, p.topo.b.id).unwrap().0,
@@ -502,24 +514,7 @@ fn the_controller_takes_over_an_application_failure_unseen_by_frr() {
         failed.contains("lease expired"),
         "a recorded failed: {failed}"
     );
-    // The leader's status file is rewritten every 50 ms.
-    let detected = wait_for_every(
-        "the leader records a's failure",
-        Duration::from_secs(5),
-        Duration::from_millis(20),
-        || {
-            let v = verdicts(&p);
-            Ok(v.iter()
-                .any(|d| {
-                    d[0] == "edge-1"
-                        && d[1] == "a"
-                        && d[2] == "b"
-                        && d[3].as_str().is_some_and(|w| w.contains("lease"))
-                })
-                .then_some(v))
-        },
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
+    let detected = wait_verdict(&p, "a", "b", Some("lease"));
     println!(
         "5. host a failed: holdfastd on b (pid {back_on_b}) {took:?} after; verdicts {detected:?}"
     );
@@ -648,21 +643,7 @@ fn a_host_network_blip_is_no_failure_but_an_outage_is() {
         took >= Duration::from_millis(1500),
         "not before a's agent fenced: {took:?}"
     );
-    // The leader's status file is rewritten every 50 ms.
-    let v = wait_for_every(
-        "the leader's verdict: a's lease expired",
-        Duration::from_secs(5),
-        Duration::from_millis(20),
-        || {
-            let v = verdicts(&p);
-            Ok(v.iter()
-                .any(|d| {
-                    d[1] == "a" && d[2] == "b" && d[3].as_str().is_some_and(|w| w.contains("lease"))
-                })
-                .then_some(v))
-        },
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
+    let v = wait_verdict(&p, "a", "b", Some("lease"));
     println!("2. a cut off: edge-1 on b (pid {on_b}) {took:?} after; verdicts {v:?}");
     // a's agent fenced its unit on its own (it cannot reach etcd).
     wait_for_every(
