@@ -36,9 +36,12 @@
 //!    `holdfast ctl hosts --json`) and takes edge-1 over on b; frr again sees
 //!    nothing; `holdfast ctl reset a --wait 10` clears the mark and TRIPOD's
 //!    placement gives edge-1 its backup on a again (`holdfast ctl units`);
-//! 6. **negative control**: the same application failure (of the primary
-//!    on b) with every controller stopped: nobody takes over, and frr drops
-//!    the session within its hold time (9 s).
+//!    Then a comes back (its stale address removed, a new agent) and
+//!    `holdfast ctl drain b --wait 30` moves edge-1 onto it by planned
+//!    switchover; frr sees nothing;
+//! 6. **negative control**: the same application failure (of the primary,
+//!    now on a) with every controller stopped: nobody takes over, and frr
+//!    drops the session within its hold time (9 s).
 
 //!
 //! A second test, `a_host_network_blip_is_no_failure_but_an_outage_is` (its
@@ -105,6 +108,9 @@ struct Plane {
     frr: Frr,
     controllers: Vec<(ProcId, PathBuf)>,
     agent_status: Vec<PathBuf>,
+    /// Each agent's host, name and arguments (without the boot unit), to
+    /// start it again.
+    agents: Vec<(holdfast_lab::HostId, String, Vec<String>)>,
     /// Where `holdfast ctl` runs (a control host: it reaches etcd).
     ctl_host: holdfast_lab::HostId,
 }
@@ -179,6 +185,7 @@ fn up(name: &str, b: &Bins) -> Plane {
     topo.add_service(&lab, topo.a.id)
         .expect("service address on a");
     let mut agent_status = Vec::new();
+    let mut agents = Vec::new();
     for (host, boot) in [(&topo.a, true), (&topo.b, false)] {
         let hname = if boot { "a" } else { "b" };
         let dir = lab.work_dir().join(format!("agent-{hname}"));
@@ -188,9 +195,8 @@ fn up(name: &str, b: &Bins) -> Plane {
             status.to_string_lossy().to_string(),
             dir.join("units").to_string_lossy().to_string(),
         );
-        let unit = format!("edge-1={}", cfg_path.display());
-        let mut args: Vec<&str> = vec![
-            &b.agent,
+        let mut args: Vec<String> = [
+            b.agent.as_str(),
             "--host",
             hname,
             "--etcd",
@@ -203,17 +209,25 @@ fn up(name: &str, b: &Bins) -> Plane {
             &st,
             "--interface",
             &host.ifname,
-        ];
+        ]
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
         for g in &grpc {
-            args.extend(["--controller", g.as_str()]);
+            args.extend(["--controller".to_string(), g.clone()]);
         }
+        agents.push((host.id, hname.to_string(), args.clone()));
         if boot {
-            args.extend(["--unit", unit.as_str()]);
+            args.extend([
+                "--unit".to_string(),
+                format!("edge-1={}", cfg_path.display()),
+            ]);
         }
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
         lab.spawn(
             host.id,
             &format!("agent-{hname}"),
-            &args,
+            &argv,
             &[("RUST_LOG", "info")],
         )
         .expect("agent");
@@ -236,6 +250,7 @@ fn up(name: &str, b: &Bins) -> Plane {
         frr,
         controllers,
         agent_status,
+        agents,
         ctl_host,
     }
 }
@@ -554,7 +569,71 @@ fn the_controller_takes_over_an_application_failure_unseen_by_frr() {
         .and_then(|r| r.iter().find(|h| h["host"] == "b"))
         .cloned();
     println!("   holdfast ctl hosts showed a failed; holdfast ctl reset a cleared it and re-placed edge-1's backup on a; b: {b_row:?}");
-    let new_pid = back_on_b;
+
+    // 5b. a comes back (what it left queued dropped, its stale service
+    // address removed, a new agent) and b is drained onto it.
+    let a = p.topo.a.id;
+    p.topo
+        .del_service(&p.lab, a)
+        .expect("stale service address on a");
+    let ifname = p.topo.a.ifname.clone();
+    for cmd in [
+        vec!["ip", "neigh", "flush", "dev", ifname.as_str()],
+        vec![
+            "tc",
+            "qdisc",
+            "replace",
+            "dev",
+            ifname.as_str(),
+            "root",
+            "pfifo",
+        ],
+        vec!["tc", "qdisc", "del", "dev", ifname.as_str(), "root"],
+    ] {
+        p.lab.exec_ok(a, &cmd).expect("drop a's queues");
+    }
+    p.lab.set_host_links_up(a, true).expect("a's links up");
+    let (host, name, args) = p.agents[0].clone();
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    p.lab
+        .spawn(
+            host,
+            &format!("{name}-again"),
+            &argv,
+            &[("RUST_LOG", "info")],
+        )
+        .expect("agent a again");
+    leader_with_agents(&p);
+    let watch = FrrWatch::start(&p);
+    let t_drain = Instant::now();
+    let done = ctl(&mut p, &["drain", "b", "--wait", "30"]);
+    assert_eq!(done["done"], true, "{done}");
+    let drained_to = wait_for_every(
+        "edge-1 runs on a after the drain of b",
+        Duration::from_secs(10),
+        Duration::from_millis(20),
+        || Ok(unit_pid(&p, 0)),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    wait_for_every(
+        "the primary on b exits by itself after the drain",
+        Duration::from_secs(10),
+        Duration::from_millis(20),
+        || Ok((!std::path::Path::new(&format!("/proc/{back_on_b}")).exists()).then_some(())),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let units = ctl(&mut p, &["units"]);
+    assert_eq!(
+        (units[0]["primary"].as_str(), units[0]["backup"].as_str()),
+        (Some("a"), Some("b")),
+        "{units}"
+    );
+    println!(
+        "5b. a back with a new agent; holdfast ctl drain b: edge-1 on a (pid {drained_to}) {:?} after the request",
+        t_drain.elapsed()
+    );
+    watch.saw_nothing(&p, "   frr: ");
+    let new_pid = drained_to;
 
     // 6. Negative control: the same failure with no controller.
     for (proc, _) in &p.controllers {
@@ -571,7 +650,7 @@ fn the_controller_takes_over_an_application_failure_unseen_by_frr() {
         .unwrap_or_else(|e| panic!("{e}"));
     }
     let t1 = Instant::now();
-    sigkill(new_pid).expect("SIGKILL holdfastd on b");
+    sigkill(new_pid).expect("SIGKILL holdfastd on a");
     wait_for_every(
         "negative control: frr drops the session (hold time 9 s)",
         Duration::from_secs(20),
