@@ -380,6 +380,50 @@ fn wait_verdict(p: &Plane, from: &str, to: &str, why: Option<&str>) -> Vec<Value
     .unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// `holdfast ctl ARGS --json`, run on a control host (it reaches etcd).
+fn ctl(p: &mut Plane, b: &Bins, args: &[&str]) -> Value {
+    let eps = p.etcd.endpoints();
+    let mut cmd = vec![b.ctl.as_str(), "--etcd", eps.as_str(), "--json"];
+    cmd.extend_from_slice(args);
+    let out = p
+        .lab
+        .exec_ok(p.ctl_host, &cmd)
+        .unwrap_or_else(|e| panic!("holdfast ctl {args:?}: {e}"));
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("holdfast ctl {args:?}: {e}: {out}"))
+}
+
+/// A planned move of edge-1 from b onto a by `holdfast ctl REQUEST`: the
+/// request is done, edge-1 runs on a, the old process (`old_pid`, on b)
+/// exits by itself, and the placement is primary a, backup b. Returns the
+/// new pid and how long it took.
+fn planned_move_onto_a(p: &mut Plane, b: &Bins, request: &[&str], old_pid: u64) -> (u64, Duration) {
+    let t0 = Instant::now();
+    let done = ctl(p, b, request);
+    assert_eq!(done["done"], true, "{request:?}: {done}");
+    let pid = wait_for_every(
+        &format!("{request:?}: edge-1 runs on a"),
+        Duration::from_secs(10),
+        Duration::from_millis(20),
+        || Ok(unit_pid(p, 0).filter(|pid| *pid != old_pid)),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let took = t0.elapsed();
+    wait_for_every(
+        &format!("{request:?}: the old primary on b exits by itself"),
+        Duration::from_secs(10),
+        Duration::from_millis(20),
+        || Ok((!std::path::Path::new(&format!("/proc/{old_pid}")).exists()).then_some(())),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let units = ctl(p, b, &["units"]);
+    assert_eq!(
+        (units[0]["primary"].as_str(), units[0]["backup"].as_str()),
+        (Some("a"), Some("b")),
+        "{request:?}: {units}"
+    );
+    (pid, took)
+}
+
 /// The verdicts every replica recorded.
 fn verdicts(p: &Plane) -> Vec<Value> {
     p.controllers
@@ -456,44 +500,17 @@ fn the_controller_takes_over_an_application_failure_unseen_by_frr() {
     watch.saw_nothing(&p, "3. frr: ");
 
     // 4. Planned switchover with `holdfast ctl`.
-    let ctl = |p: &mut Plane, args: &[&str]| -> Value {
-        let eps = p.etcd.endpoints();
-        let mut cmd = vec![b.ctl.as_str(), "--etcd", eps.as_str(), "--json"];
-        cmd.extend_from_slice(args);
-        let out = p
-            .lab
-            .exec_ok(p.ctl_host, &cmd)
-            .unwrap_or_else(|e| panic!("holdfast ctl {args:?}: {e}"));
-        serde_json::from_str(&out).unwrap_or_else(|e| panic!("holdfast ctl {args:?}: {e}: {out}"))
-    };
-    let units = ctl(&mut p, &["units"]);
+    let units = ctl(&mut p, &b, &["units"]);
     assert_eq!(units[0]["primary"], "b", "{units}");
     assert_eq!(units[0]["backup"], "a", "{units}");
     let watch = FrrWatch::start(&p);
-    let t_sw = Instant::now();
-    let done = ctl(&mut p, &["switchover", "edge-1", "--wait", "30"]);
-    assert_eq!(done["done"], true, "{done}");
-    let on_a = wait_for_every(
-        "edge-1 runs on a again",
-        Duration::from_secs(10),
-        Duration::from_millis(20),
-        || Ok(unit_pid(&p, 0)),
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
-    wait_for_every(
-        "the old primary on b exits by itself",
-        Duration::from_secs(10),
-        Duration::from_millis(20),
-        || Ok((!std::path::Path::new(&format!("/proc/{new_pid}")).exists()).then_some(())),
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
-    let units = ctl(&mut p, &["units"]);
-    assert_eq!(
-        (units[0]["primary"].as_str(), units[0]["backup"].as_str()),
-        (Some("a"), Some("b")),
-        "{units}"
+    let (on_a, took_sw) = planned_move_onto_a(
+        &mut p,
+        &b,
+        &["switchover", "edge-1", "--wait", "30"],
+        new_pid,
     );
-    println!("4. holdfast ctl switchover: edge-1 on a (pid {on_a}) {:?} after the request; b's process exited", t_sw.elapsed());
+    println!("4. holdfast ctl switchover: edge-1 on a (pid {on_a}) {took_sw:?} after the request; b's process exited");
     watch.saw_nothing(&p, "   frr: ");
 
     // 5. Host failure of a.
@@ -534,7 +551,7 @@ fn the_controller_takes_over_an_application_failure_unseen_by_frr() {
         "5. host a failed: holdfastd on b (pid {back_on_b}) {took:?} after; verdicts {detected:?}"
     );
     watch.saw_nothing(&p, "   frr: ");
-    let hosts = ctl(&mut p, &["hosts"]);
+    let hosts = ctl(&mut p, &b, &["hosts"]);
     let a_row = hosts
         .as_array()
         .and_then(|r| r.iter().find(|h| h["host"] == "a"))
@@ -544,9 +561,9 @@ fn the_controller_takes_over_an_application_failure_unseen_by_frr() {
         Some(Value::Bool(true)),
         "{hosts}"
     );
-    let done = ctl(&mut p, &["reset", "a", "--wait", "10"]);
+    let done = ctl(&mut p, &b, &["reset", "a", "--wait", "10"]);
     assert_eq!(done["done"], true, "{done}");
-    let hosts = ctl(&mut p, &["hosts"]);
+    let hosts = ctl(&mut p, &b, &["hosts"]);
     let a_row = hosts
         .as_array()
         .and_then(|r| r.iter().find(|h| h["host"] == "a"))
@@ -558,7 +575,7 @@ fn the_controller_takes_over_an_application_failure_unseen_by_frr() {
     );
     // While a was failed edge-1 had no backup (no other usable host);
     // after the reset TRIPOD's placement gives it a again.
-    let units = ctl(&mut p, &["units"]);
+    let units = ctl(&mut p, &b, &["units"]);
     assert_eq!(
         (units[0]["primary"].as_str(), units[0]["backup"].as_str()),
         (Some("b"), Some("a")),
@@ -605,33 +622,9 @@ fn the_controller_takes_over_an_application_failure_unseen_by_frr() {
         .expect("agent a again");
     leader_with_agents(&p);
     let watch = FrrWatch::start(&p);
-    let t_drain = Instant::now();
-    let done = ctl(&mut p, &["drain", "b", "--wait", "30"]);
-    assert_eq!(done["done"], true, "{done}");
-    let drained_to = wait_for_every(
-        "edge-1 runs on a after the drain of b",
-        Duration::from_secs(10),
-        Duration::from_millis(20),
-        || Ok(unit_pid(&p, 0)),
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
-    wait_for_every(
-        "the primary on b exits by itself after the drain",
-        Duration::from_secs(10),
-        Duration::from_millis(20),
-        || Ok((!std::path::Path::new(&format!("/proc/{back_on_b}")).exists()).then_some(())),
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
-    let units = ctl(&mut p, &["units"]);
-    assert_eq!(
-        (units[0]["primary"].as_str(), units[0]["backup"].as_str()),
-        (Some("a"), Some("b")),
-        "{units}"
-    );
-    println!(
-        "5b. a back with a new agent; holdfast ctl drain b: edge-1 on a (pid {drained_to}) {:?} after the request",
-        t_drain.elapsed()
-    );
+    let (drained_to, took_drain) =
+        planned_move_onto_a(&mut p, &b, &["drain", "b", "--wait", "30"], back_on_b);
+    println!("5b. a back with a new agent; holdfast ctl drain b: edge-1 on a (pid {drained_to}) {took_drain:?} after the request");
     watch.saw_nothing(&p, "   frr: ");
     let new_pid = drained_to;
 
