@@ -691,6 +691,33 @@ impl Lab {
         &self.bridges[bridge.0]
     }
 
+    /// Before a cut-off host is reconnected: drops what its processes sent
+    /// while it was cut off and still waits on its port of `bridge` (the
+    /// neighbour queues and the qdisc), so that it does not reach anyone when
+    /// the port comes up. Returns the interface name.
+    pub fn drop_queued(&self, bridge: BridgeId, host: HostId) -> Result<String> {
+        let port = self
+            .bridge_info(bridge)
+            .ports
+            .iter()
+            .find(|p| p.host == host)
+            .map(|p| p.host_if.clone())
+            .ok_or_else(|| {
+                LabError::Invalid(format!(
+                    "host `{}` is not on the bridge",
+                    self.host_info(host).name
+                ))
+            })?;
+        for cmd in [
+            vec!["ip", "neigh", "flush", "dev", &port],
+            vec!["tc", "qdisc", "replace", "dev", &port, "root", "pfifo"],
+            vec!["tc", "qdisc", "del", "dev", &port, "root"],
+        ] {
+            self.exec_ok(host, &cmd)?;
+        }
+        Ok(port)
+    }
+
     /// Failure injection: set the switch side of `host`'s bridge port down or up.
     pub fn set_bridge_port_up(&self, bridge: BridgeId, host: HostId, up: bool) -> Result<()> {
         let b = &self.bridges[bridge.0];

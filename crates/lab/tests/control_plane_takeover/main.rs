@@ -593,22 +593,9 @@ fn the_controller_takes_over_an_application_failure_unseen_by_frr() {
     p.topo
         .del_service(&p.lab, a)
         .expect("stale service address on a");
-    let ifname = p.topo.a.ifname.clone();
-    for cmd in [
-        vec!["ip", "neigh", "flush", "dev", ifname.as_str()],
-        vec![
-            "tc",
-            "qdisc",
-            "replace",
-            "dev",
-            ifname.as_str(),
-            "root",
-            "pfifo",
-        ],
-        vec!["tc", "qdisc", "del", "dev", ifname.as_str(), "root"],
-    ] {
-        p.lab.exec_ok(a, &cmd).expect("drop a's queues");
-    }
+    p.lab
+        .drop_queued(p.topo.bridge, a)
+        .expect("drop a's queues");
     p.lab.set_host_links_up(a, true).expect("a's links up");
     let (host, name, args) = p.agents[0].clone();
     let argv: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -733,29 +720,7 @@ fn a_host_network_blip_is_no_failure_but_an_outage_is() {
 
     // Back up: what a queued while cut off is dropped first (as `holdfast lab
     // heal` does), then a's agent gets a new lease, but a stays failed.
-    let ifname = p
-        .lab
-        .bridge_info(bridge)
-        .ports
-        .iter()
-        .find(|port| port.host == a)
-        .map(|port| port.host_if.clone())
-        .expect("a's port");
-    for cmd in [
-        vec!["ip", "neigh", "flush", "dev", ifname.as_str()],
-        vec![
-            "tc",
-            "qdisc",
-            "replace",
-            "dev",
-            ifname.as_str(),
-            "root",
-            "pfifo",
-        ],
-        vec!["tc", "qdisc", "del", "dev", ifname.as_str(), "root"],
-    ] {
-        p.lab.exec_ok(a, &cmd).expect("drop a's queues");
-    }
+    p.lab.drop_queued(bridge, a).expect("drop a's queues");
     p.lab
         .set_bridge_port_up(bridge, a, true)
         .expect("a's port up");

@@ -74,6 +74,29 @@ fn since(s: &Samples, t: Instant) -> Vec<(Instant, Option<(String, String)>)> {
         .collect()
 }
 
+/// The watcher's first sample off Up since `t` (a bounded wait: it may not
+/// have sampled since bird went Down), then the watcher stopped.
+fn stop_at_first_off_up(
+    samples: &Samples,
+    t: Instant,
+    up: &(String, String),
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+) -> Option<(Duration, Option<(String, String)>)> {
+    let _ = wait_until(
+        "the watcher sees bird's BFD leave Up",
+        Duration::from_secs(10),
+        || Ok(since(samples, t)),
+        |v| v.iter().any(|x| x.1.as_ref() != Some(up)),
+    );
+    stop.store(true, Ordering::Relaxed);
+    thread.join().expect("watcher");
+    since(samples, t)
+        .into_iter()
+        .find(|x| x.1.as_ref() != Some(up))
+        .map(|x| (x.0 - t, x.1))
+}
+
 fn assert_up(what: &str, s: &Samples, t: Instant, want: &(String, String)) -> (usize, Duration) {
     let v = since(s, t);
     let bad: Vec<String> = v
@@ -161,20 +184,7 @@ fn bird_bfd_100ms_stays_up_through_a_slow_takeover_with_the_relay() {
     );
     let dropped = bird_dropped_bgp_for_bfd(&r, &mark, "negative control");
     let report = watch.stop();
-    // The watcher's first sample off Up (bounded wait: it may not have
-    // sampled since bird went Down).
-    let _ = wait_until(
-        "negative control: the watcher sees bird's BFD leave Up",
-        Duration::from_secs(10),
-        || Ok(since(&samples, t3)),
-        |v| v.iter().any(|x| x.1.as_ref() != Some(&up)),
-    );
-    stop.store(true, Ordering::Relaxed);
-    thread.join().expect("watcher");
-    let first_not_up = since(&samples, t3)
-        .into_iter()
-        .find(|x| x.1.as_ref() != Some(&up))
-        .map(|x| (x.0 - t3, x.1));
+    let first_not_up = stop_at_first_off_up(&samples, t3, &up, stop, thread);
     println!(
         "3. negative control: first sample off Up {first_not_up:?}; bird's log: {dropped:?}; peer watch: {}",
         report.summary()
@@ -294,18 +304,7 @@ fn bird_keyed_sha1_bfd_stays_up_through_a_slow_takeover() {
         "bird logs the relay's packets failing authentication"
     );
     let report = watch.stop();
-    let _ = wait_until(
-        "keyed SHA1 negative control: the watcher sees bird's BFD leave Up",
-        Duration::from_secs(10),
-        || Ok(since(&samples, t2)),
-        |v| v.iter().any(|x| x.1.as_ref() != Some(&up)),
-    );
-    stop.store(true, Ordering::Relaxed);
-    thread.join().expect("watcher");
-    let first_not_up = since(&samples, t2)
-        .into_iter()
-        .find(|x| x.1.as_ref() != Some(&up))
-        .map(|x| (x.0 - t2, x.1));
+    let first_not_up = stop_at_first_off_up(&samples, t2, &up, stop, thread);
     println!("2. keyed SHA1 negative control (wrong key): first sample off Up {first_not_up:?}; bird's log: {dropped:?}; peer watch: {}", report.summary());
     assert!(first_not_up.is_some(), "bird's BFD never left Up");
     assert!(

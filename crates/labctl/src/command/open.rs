@@ -638,23 +638,7 @@ impl OpenLab {
                 // What the fenced processes sent while cut off (BFD Down packets, say)
                 // waits in the host's neighbour queues and qdisc: dropped, so that it
                 // does not reach the peers when the port comes up.
-                let port = self
-                    .lab
-                    .bridge_info(self.topo.bridge)
-                    .ports
-                    .iter()
-                    .find(|p| p.host == id)
-                    .map(|p| p.host_if.clone())
-                    .ok_or_else(|| {
-                        LabError::Invalid(format!("host `{host}` is not on the bridge"))
-                    })?;
-                for cmd in [
-                    vec!["ip", "neigh", "flush", "dev", &port],
-                    vec!["tc", "qdisc", "replace", "dev", &port, "root", "pfifo"],
-                    vec!["tc", "qdisc", "del", "dev", &port, "root"],
-                ] {
-                    self.lab.exec_ok(id, &cmd)?;
-                }
+                let port = self.lab.drop_queued(self.topo.bridge, id)?;
                 actions.push(format!(
                     "dropped what the cut-off processes left queued on {port} (neighbour queues, qdisc)"
                 ));
