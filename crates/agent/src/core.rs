@@ -201,10 +201,10 @@ impl AgentCore {
             }
             AgentInput::UnitExited(e) => {
                 self.units.remove(&e.unit);
-                let kind = if e.fenced {
-                    unit_event::Kind::Fenced
-                } else {
-                    unit_event::Kind::Exited
+                let kind = match (e.fenced, e.container_gone) {
+                    (true, _) => unit_event::Kind::Fenced,
+                    (false, true) => unit_event::Kind::ContainerGone,
+                    (false, false) => unit_event::Kind::Exited,
                 };
                 out.push(unit_event(&e.unit, e.pid, kind, e.code, e.signal));
             }
@@ -559,6 +559,7 @@ mod tests {
                 code: None,
                 signal: Some(9),
                 fenced: false,
+                container_gone: false,
             }),
         );
         assert!(

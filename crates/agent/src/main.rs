@@ -64,6 +64,12 @@ struct Args {
     /// none).
     #[arg(long, default_value = "eth0")]
     interface: String,
+    /// A unit's container on this host, `UNIT=NETNS[:IFNAME]` (repeatable):
+    /// the unit runs in the network namespace NETNS and its service
+    /// addresses go on IFNAME there (default `eth0`). When the namespace
+    /// is gone after the unit exits, the agent reports a container failure.
+    #[arg(long = "container")]
+    containers: Vec<String>,
 }
 
 fn pair(s: &str, what: &str) -> Result<(String, String)> {
@@ -136,6 +142,11 @@ fn main() -> Result<()> {
         work_dir: a.work_dir,
         status_file: a.status_file,
         interface: a.interface,
+        containers: a
+            .containers
+            .iter()
+            .map(|c| pair(c, "--container").map(|(u, s)| (u, shell::Container::parse(&s))))
+            .collect::<Result<_>>()?,
     };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -38,6 +38,10 @@ pub struct Exit {
     pub signal: Option<i32>,
     /// Whether the agent fenced it.
     pub fenced: bool,
+    /// Whether its container went with it (set by the shell, which knows
+    /// what a container is on this host).
+    #[serde(default)]
+    pub container_gone: bool,
 }
 
 /// Errors of a runtime.
@@ -102,6 +106,7 @@ impl ProcessRuntime {
             code: st.and_then(|s| s.code()),
             signal: st.and_then(|s| s.signal()),
             fenced,
+            container_gone: false,
         }
     }
 }

@@ -22,6 +22,7 @@ use holdfast_control_api::v1::controller_client::ControllerClient;
 use holdfast_control_api::v1::{agent_report, AgentReport, Command};
 use holdfast_controller::{Keys, Store};
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::mpsc;
@@ -47,6 +48,34 @@ pub struct ShellConfig {
     pub status_file: Option<PathBuf>,
     /// The interface service addresses go on when a command names none.
     pub interface: String,
+    /// Units that run in a container of their own on this host (the lab's
+    /// containers are network namespaces), by unit name.
+    pub containers: BTreeMap<String, Container>,
+}
+
+/// A unit's container on this host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Container {
+    /// Its network namespace (`/run/netns/<netns>`).
+    pub netns: String,
+    /// The interface its service addresses go on, inside it.
+    pub interface: String,
+}
+
+impl Container {
+    /// Parses `NETNS[:IFNAME]` (the interface defaults to `eth0`).
+    pub fn parse(s: &str) -> Container {
+        let (netns, interface) = s.split_once(':').unwrap_or((s, "eth0"));
+        Container {
+            netns: netns.to_string(),
+            interface: interface.to_string(),
+        }
+    }
+
+    /// Whether it still exists (its namespace).
+    pub fn exists(&self) -> bool {
+        holdfast_linux::netns::netns_path(&self.netns).exists()
+    }
 }
 
 /// What the status file holds.
@@ -106,6 +135,7 @@ pub async fn run(
             etcd: cfg.etcd.clone(),
             cluster: cfg.cluster.clone(),
             host: cfg.core.host.clone(),
+            agent_server: cfg.core.agent_server,
             ttl: cfg.core.watchdog.ttl,
             renew: cfg.core.watchdog.renew,
             t0,
@@ -152,8 +182,10 @@ pub async fn run(
                 pending.extend(carry_out(&mut x, o, now()));
             }
         }
-        for e in rt.exited() {
-            tracing::warn!(unit = %e.unit, pid = e.pid, code = ?e.code, signal = ?e.signal, "unit exited");
+        for mut e in rt.exited() {
+            e.container_gone =
+                !e.fenced && cfg.containers.get(&e.unit).is_some_and(|c| !c.exists());
+            tracing::warn!(unit = %e.unit, pid = e.pid, code = ?e.code, signal = ?e.signal, container_gone = e.container_gone, "unit exited");
             pending.extend(core.handle(now(), AgentInput::UnitExited(e)));
         }
         for o in prober.handle(now(), probe::Input::Timer) {
@@ -261,7 +293,7 @@ fn unit_spec(
     }
     UnitSpec {
         name: name.to_string(),
-        netns: None,
+        netns: cfg.containers.get(name).map(|c| c.netns.clone()),
         program: cfg.holdfastd.clone(),
         args,
         env: vec![("RUST_LOG".into(), "info".into())],
@@ -356,17 +388,18 @@ fn carry_out(x: &mut Ctx<'_>, o: AgentOutput, now: Time) -> Vec<AgentOutput> {
         }
         AgentOutput::Address {
             id,
-            unit: _,
+            unit,
             addresses,
             add,
             interface,
         } => {
-            let ifname = if interface.is_empty() {
-                cfg.interface.as_str()
-            } else {
-                interface.as_str()
+            let res = match cfg.containers.get(&unit) {
+                Some(c) => move_addresses(&addresses, add, &c.interface, Some(&c.netns)),
+                None if interface.is_empty() => {
+                    move_addresses(&addresses, add, &cfg.interface, None)
+                }
+                None => move_addresses(&addresses, add, &interface, None),
             };
-            let res = move_addresses(&addresses, add, ifname);
             core.handle(now, AgentInput::Done { id, result: res })
         }
         AgentOutput::Switchover { id, unit } => {
@@ -377,8 +410,14 @@ fn carry_out(x: &mut Ctx<'_>, o: AgentOutput, now: Time) -> Vec<AgentOutput> {
     }
 }
 
-/// Adds (and announces) or deletes the service addresses on `interface`.
-fn move_addresses(addresses: &[String], add: bool, interface: &str) -> Result<(), String> {
+/// Adds (and announces) or deletes the service addresses on `interface`,
+/// in the network namespace `netns` when given (a unit's container).
+fn move_addresses(
+    addresses: &[String],
+    add: bool,
+    interface: &str,
+    netns: Option<&str>,
+) -> Result<(), String> {
     for a in addresses {
         let (ip, len) = a.split_once('/').unwrap_or((a.as_str(), ""));
         let ip: std::net::IpAddr = ip.parse().map_err(|e| format!("{a}: {e}"))?;
@@ -387,7 +426,11 @@ fn move_addresses(addresses: &[String], add: bool, interface: &str) -> Result<()
         } else {
             len.to_string()
         };
-        let st = std::process::Command::new("ip")
+        let mut ip_cmd = std::process::Command::new("ip");
+        if let Some(ns) = netns {
+            ip_cmd.args(["-n", ns]);
+        }
+        let st = ip_cmd
             .args([
                 "addr",
                 if add { "replace" } else { "del" },
@@ -404,8 +447,15 @@ fn move_addresses(addresses: &[String], add: bool, interface: &str) -> Result<()
             ));
         }
         if add {
-            holdfast_linux::announce_address(interface, ip)
-                .map_err(|e| format!("announcing {ip}: {e}"))?;
+            let ifname = interface.to_string();
+            let announced = match netns {
+                Some(ns) => holdfast_linux::netns::in_netns(ns, move || {
+                    holdfast_linux::announce_address(&ifname, ip)
+                })
+                .and_then(|r| r),
+                None => holdfast_linux::announce_address(&ifname, ip),
+            };
+            announced.map_err(|e| format!("announcing {ip}: {e}"))?;
         }
     }
     Ok(())
@@ -446,6 +496,8 @@ struct LeaseTask {
     etcd: Vec<String>,
     cluster: String,
     host: String,
+    /// The agent server's (not a host: `agent-servers/<host>`).
+    agent_server: bool,
     ttl: Duration,
     renew: Duration,
     t0: Instant,
@@ -462,11 +514,17 @@ async fn lease_task(
         etcd,
         cluster,
         host,
+        agent_server,
         ttl,
         renew,
         t0,
     } = task;
     let keys = Keys::new(&cluster);
+    let key = if agent_server {
+        keys.agent_server(&host)
+    } else {
+        keys.agent(&host)
+    };
     // One client per member, one member per ask (the next one after a
     // failure), every request bounded by the renewal period: an etcd that
     // does not answer costs one renewal period, never a walk over every
@@ -508,7 +566,7 @@ async fn lease_task(
                         "{{\"schema\":1,\"host\":{}}}",
                         serde_json::to_string(&host).unwrap_or_default()
                     );
-                    match store.put_leased(&keys.agent(&host), &value, id).await {
+                    match store.put_leased(&key, &value, id).await {
                         Ok(()) => {
                             lease = Some(id);
                             Ok(Event::LeaseGranted { id, sent })

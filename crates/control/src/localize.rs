@@ -106,6 +106,12 @@ pub struct LocalizeConfig {
     /// A path with no report for longer than this is ignored (default
     /// 1000 ms).
     pub stale_after_ms: Millis,
+    /// After a unit's process starts (a takeover, a restart) or the unit
+    /// moves, how long probes of it that miss are not a container-network
+    /// failure (default 2000 ms): a takeover drops inbound BGP segments
+    /// until its sockets are restored. Process reports still count.
+    #[serde(default = "default_settle_ms")]
+    pub settle_ms: Millis,
     /// Restart in place or migrate on an application failure.
     pub app_policy: AppPolicy,
 }
@@ -119,10 +125,15 @@ impl Default for LocalizeConfig {
             min_vantages: 2,
             host_confirm_ms: 3000,
             host_network_confirm_ms: 3000,
+            settle_ms: 2000,
             stale_after_ms: 1000,
             app_policy: AppPolicy::RestartInPlace,
         }
     }
+}
+
+fn default_settle_ms() -> Millis {
+    2000
 }
 
 impl LocalizeConfig {
@@ -387,6 +398,11 @@ pub struct Localizer {
     suspect: BTreeMap<HostId, Suspicion>,
     cut_off: BTreeSet<HostId>,
     fired: BTreeSet<UnitId>,
+    /// Units whose probes do not count as a container-network failure
+    /// until then.
+    settle_until: BTreeMap<UnitId, Millis>,
+    /// The latest time seen.
+    now: Millis,
 }
 
 impl Localizer {
@@ -402,6 +418,8 @@ impl Localizer {
             suspect: BTreeMap::new(),
             cut_off: BTreeSet::new(),
             fired: BTreeSet::new(),
+            settle_until: BTreeMap::new(),
+            now: 0,
         }
     }
 
@@ -435,6 +453,7 @@ impl Localizer {
             .collect();
         for u in moved {
             self.forget_unit(&u);
+            self.settle_until.insert(u, self.now + self.cfg.settle_ms);
         }
         self.units = units;
         self.suspect.retain(|h, _| !self.failed.contains(h));
@@ -466,6 +485,11 @@ impl Localizer {
         self.failed.contains(host)
     }
 
+    /// Whether the host is unreachable and its confirmation window open.
+    pub fn is_suspect(&self, host: &HostId) -> bool {
+        self.suspect.contains_key(host)
+    }
+
     /// When [`Localizer::poll`] must be called next: the end of the
     /// earliest confirmation window.
     pub fn next_deadline(&self) -> Option<Millis> {
@@ -477,6 +501,7 @@ impl Localizer {
 
     /// Re-evaluates at `now` (confirmation windows that ended).
     pub fn poll(&mut self, now: Millis) -> Vec<Verdict> {
+        self.now = self.now.max(now);
         let mut out = Vec::new();
         self.evaluate(now, &mut out);
         out
@@ -484,6 +509,7 @@ impl Localizer {
 
     /// Takes one measurement, taken at `now`.
     pub fn handle(&mut self, now: Millis, m: Measurement) -> Vec<Verdict> {
+        self.now = self.now.max(now);
         let mut out = Vec::new();
         match m {
             Measurement::Heartbeat { to, ok } => self.record(
@@ -515,6 +541,8 @@ impl Localizer {
                     }
                     if state == ProcessState::Running {
                         self.fired.remove(&unit);
+                        self.settle_until
+                            .insert(unit.clone(), now + self.cfg.settle_ms);
                     }
                 }
             }
@@ -587,10 +615,13 @@ impl Localizer {
         }
     }
 
-    /// Fresh paths matching `f`.
+    /// Fresh paths matching `f`, from vantage points on hosts that have
+    /// not failed (a failed host's agent may still report, over a network
+    /// that does not work).
     fn paths_where(&self, now: Millis, f: impl Fn(&PathKey) -> bool) -> Vec<(PathKey, Path)> {
         self.paths
             .iter()
+            .filter(|(k, _)| !matches!(&k.0, Vantage::Agent(h) if self.failed.contains(h)))
             .filter(|(k, p)| f(k) && self.fresh(now, p))
             .map(|(k, p)| (k.clone(), p.clone()))
             .collect()
@@ -814,13 +845,26 @@ impl Localizer {
                 let host_target = Target::Host(host.clone());
                 let host_paths =
                     self.paths_where(now, |(from, to, _)| *to == host_target && *from != agent);
-                let host_down = host_paths.iter().any(|(_, p)| p.misses >= cfg.misses);
+                // The host must be answering now: every fresh path to it
+                // answered its last probe, and one answered after the
+                // unit's latest miss (not merely before a blip that reached
+                // the unit's probes first).
+                let host_down = host_paths.iter().any(|(_, p)| p.misses > 0);
+                let confirmed = unit_paths
+                    .iter()
+                    .filter(|(_, p)| p.misses >= cfg.misses)
+                    .map(|(_, p)| p.last_at)
+                    .max()
+                    .unwrap_or(now);
                 let answered: Vec<Evidence> = host_paths
                     .iter()
-                    .filter(|(_, p)| p.misses == 0 && p.last_ok.is_some_and(|t| t > since))
+                    .filter(|(_, p)| {
+                        p.misses == 0 && p.last_ok.is_some_and(|t| t > since && t >= confirmed)
+                    })
                     .map(|(k, p)| Self::answered(k, p.last_ok.unwrap_or(now)))
                     .collect();
-                if down.is_empty() || host_down || answered.is_empty() {
+                let settling = self.settle_until.get(unit).is_some_and(|t| now < *t);
+                if down.is_empty() || host_down || answered.is_empty() || settling {
                     None
                 } else {
                     let mut evidence = down;

@@ -572,6 +572,75 @@ fn a_unit_gets_one_verdict_per_episode() {
 }
 
 #[test]
+fn a_unit_settling_after_a_restart_is_no_container_network_failure() {
+    // The process restarts at 3 s (a takeover in place), and its BGP port
+    // answers nobody for the next second (the takeover's guard).
+    let faults = vec![
+        fault(Fault::App(u("a0")), START, 3_000),
+        fault(Fault::ContainerNet(u("a0")), 3_000, 4_000),
+    ];
+    let world = World::new(faults);
+    let (_, out) = run(&world, LocalizeConfig::default(), 8_000);
+    let kinds: Vec<_> = acting(&out)
+        .iter()
+        .map(|v| v.finding.failure_kind())
+        .collect();
+    assert_eq!(kinds, vec![Some(FailureKind::Application)], "{out:#?}");
+    // Without the settling time the guard looks like a container-network
+    // failure.
+    let cfg = LocalizeConfig {
+        settle_ms: 0,
+        ..LocalizeConfig::default()
+    };
+    let (_, out) = run(&world, cfg, 8_000);
+    assert!(
+        acting(&out)
+            .iter()
+            .any(|v| v.finding.failure_kind() == Some(FailureKind::ContainerNetwork)),
+        "{out:#?}"
+    );
+}
+
+#[test]
+fn a_host_blip_that_reaches_the_units_probes_first_is_no_container_network_failure() {
+    // The unit's probes (agent server, agent c) miss from t=0; the host's
+    // last answer came at 150 and its probes miss from 250 on: the host is
+    // going down, not the unit's network.
+    let mut l = Localizer::new(LocalizeConfig::default());
+    l.sync(&World::new(vec![]).state());
+    let unit = Target::Unit(u("b0"));
+    let host = Target::Host(h("b"));
+    let mut ms = Vec::new();
+    for t in [1_000, 1_100, 1_200, 1_300] {
+        for from in [Vantage::AgentServer, Vantage::Agent(h("c"))] {
+            ms.push((
+                t,
+                Measurement::Probe {
+                    from: from.clone(),
+                    to: unit.clone(),
+                    ok: false,
+                },
+            ));
+        }
+    }
+    for (t, ok) in [(1_050, true), (1_150, true), (1_250, false), (1_350, false)] {
+        for from in [Vantage::AgentServer, Vantage::Agent(h("c"))] {
+            ms.push((
+                t,
+                Measurement::Probe {
+                    from,
+                    to: host.clone(),
+                    ok,
+                },
+            ));
+        }
+    }
+    ms.sort_by_key(|(t, _)| *t);
+    let out = feed(&mut l, ms);
+    assert!(acting(&out).is_empty(), "{out:#?}");
+}
+
+#[test]
 fn verdicts_serialize() {
     let world = World::new(vec![fault(Fault::Container(u("d0")), START, 10_000)]);
     let (_, out) = run(&world, LocalizeConfig::default(), 3_000);

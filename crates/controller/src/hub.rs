@@ -4,9 +4,11 @@
 //! Each attached agent has a [`Link`]: the sender of its command stream,
 //! its Hello, its last heartbeat, and the commands waiting for their
 //! results. [`Hub::command`] sends a command carrying the leader's token
-//! and waits (bounded) for the agent's `CommandResult`. Unit events go to
-//! the leader's worker through [`Hub::events`], which detects failures
-//! from them. When the replica stops leading, every stream is closed so
+//! and waits (bounded) for the agent's `CommandResult`. What the agents
+//! measure (their IP SLA probes, and their units' process states from the
+//! unit events) goes to the leader's localization ([`crate::sense`])
+//! through the receiver [`Hub::new`] returns, as `holdfast_control`
+//! measurements stamped on arrival. When the replica stops leading, every stream is closed so
 //! the agents attach to the new leader.
 
 use std::collections::{BTreeMap, HashMap};
@@ -14,8 +16,9 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use holdfast_control::{HostId, Measurement, ProcessState, Target, UnitId, Vantage};
 use holdfast_control_api::v1::controller_server::Controller;
-use holdfast_control_api::v1::{agent_report, command, AgentReport, Command, UnitEvent};
+use holdfast_control_api::v1::{agent_report, command, unit_event, AgentReport, Command};
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status, Streaming};
@@ -38,11 +41,24 @@ struct Link {
     pending: HashMap<u64, oneshot::Sender<Result<(), String>>>,
 }
 
-/// A unit event, as the worker sees it.
+/// A measurement, as the localization sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Event {
-    pub host: String,
-    pub event: UnitEvent,
+pub struct Observed {
+    /// When it arrived (or, for the controller's own, when it was sent).
+    pub at: Instant,
+    pub what: Measurement,
+    /// For a process state: the host whose agent reported it (it counts
+    /// only from the unit's primary host).
+    pub host: Option<String>,
+}
+
+/// Parses an agent's target name: `host:NAME` or `unit:NAME`.
+pub fn parse_target(name: &str) -> Option<Target> {
+    match name.split_once(':') {
+        Some(("host", h)) if !h.is_empty() => Some(Target::Host(HostId::new(h))),
+        Some(("unit", u)) if !u.is_empty() => Some(Target::Unit(UnitId::new(u))),
+        _ => None,
+    }
 }
 
 #[derive(Default)]
@@ -57,7 +73,7 @@ struct Inner {
 pub struct Hub {
     inner: Arc<Mutex<Inner>>,
     may_act: Arc<dyn Fn() -> Option<Token> + Send + Sync>,
-    events: mpsc::UnboundedSender<Event>,
+    observed: mpsc::UnboundedSender<Observed>,
 }
 
 fn lock(m: &Mutex<Inner>) -> std::sync::MutexGuard<'_, Inner> {
@@ -74,20 +90,38 @@ pub struct AgentView {
 }
 
 impl Hub {
-    /// A hub that accepts streams while `may_act` gives a token; unit
-    /// events go to the returned receiver.
+    /// A hub that accepts streams while `may_act` gives a token; the
+    /// agents' measurements go to the returned receiver.
     pub fn new(
         may_act: Arc<dyn Fn() -> Option<Token> + Send + Sync>,
-    ) -> (Hub, mpsc::UnboundedReceiver<Event>) {
-        let (events, rx) = mpsc::unbounded_channel();
+    ) -> (Hub, mpsc::UnboundedReceiver<Observed>) {
+        let (observed, rx) = mpsc::unbounded_channel();
         (
             Hub {
                 inner: Arc::new(Mutex::new(Inner::default())),
                 may_act,
-                events,
+                observed,
             },
             rx,
         )
+    }
+
+    /// The fencing token while this replica may act as leader.
+    pub fn may_act(&self) -> Option<Token> {
+        (self.may_act)()
+    }
+
+    /// A sender for measurements the replica takes itself.
+    pub fn observer(&self) -> mpsc::UnboundedSender<Observed> {
+        self.observed.clone()
+    }
+
+    /// How long since `host`'s agent's last heartbeat, if it is attached.
+    pub fn heartbeat_age(&self, host: &str) -> Option<Duration> {
+        lock(&self.inner)
+            .links
+            .get(host)
+            .map(|l| l.last_heartbeat.elapsed())
     }
 
     /// The attached agents.
@@ -170,12 +204,41 @@ impl Hub {
                 }
             }
             Some(agent_report::Body::UnitEvent(e)) => {
-                let _ = self.events.send(Event {
-                    host: host.to_string(),
-                    event: e,
-                });
+                let state = match unit_event::Kind::try_from(e.kind) {
+                    Ok(unit_event::Kind::Started) => Some(ProcessState::Running),
+                    Ok(unit_event::Kind::Exited) => Some(ProcessState::Exited),
+                    Ok(unit_event::Kind::ContainerGone) => Some(ProcessState::ContainerGone),
+                    // Fenced on purpose (a migration, or the agent's
+                    // watchdog, which the lease expiry reports).
+                    _ => None,
+                };
+                tracing::info!(host, unit = %e.unit, pid = e.pid, kind = e.kind, code = e.code, signal = e.signal, "unit event");
+                if let Some(state) = state {
+                    let _ = self.observed.send(Observed {
+                        at: Instant::now(),
+                        what: Measurement::Process {
+                            unit: UnitId::new(e.unit),
+                            state,
+                        },
+                        host: Some(host.to_string()),
+                    });
+                }
             }
-            Some(agent_report::Body::Measurement(_) | agent_report::Body::Hello(_)) | None => {}
+            Some(agent_report::Body::Measurement(m)) => {
+                let from = if l.agent_server {
+                    Vantage::AgentServer
+                } else {
+                    Vantage::Agent(HostId::new(host))
+                };
+                if let Some(to) = parse_target(&m.target) {
+                    let _ = self.observed.send(Observed {
+                        at: Instant::now(),
+                        what: Measurement::Probe { from, to, ok: m.ok },
+                        host: None,
+                    });
+                }
+            }
+            Some(agent_report::Body::Hello(_)) | None => {}
         }
     }
 

@@ -17,10 +17,13 @@
 //! * [`hub`]: the agents' `Attach` streams (gRPC), accepted only while the
 //!   replica may act as leader; commands with the leader's token, their
 //!   results, and unit events for failure detection.
+//! * [`sense`]: the leader's failure localization: the controller's own
+//!   heartbeats to hosts and units, the agents' and the agent server's
+//!   measurements, fed to `holdfast_control::Localizer`.
 //! * [`replica`]: the I/O shell (elector and worker tasks, status file):
-//!   failure detection (a primary's process exit reported by its agent; an
-//!   agent's lease expiring in etcd), and migrations carried out through
-//!   the agents (fence, takeover, address).
+//!   acting on the localizer's verdicts and on agents' leases expiring in
+//!   etcd, and migrations carried out through the agents (fence, takeover,
+//!   address).
 //!
 //! See docs/control-plane.md.
 
@@ -29,6 +32,7 @@ pub mod fence;
 pub mod hub;
 pub mod placement;
 pub mod replica;
+pub mod sense;
 pub mod state;
 pub mod store;
 
@@ -37,6 +41,6 @@ pub use fence::Token;
 pub use replica::{Config, Replica, Status};
 pub use state::{
     next_step, Keys, Migration, MigrationState, Next, OperatorRequest, UnitRecord, MIGRATION_STEPS,
-    SCHEMA, SWITCHOVER_STEPS,
+    RESTART_STEPS, SCHEMA, SWITCHOVER_STEPS,
 };
 pub use store::{Outcome, Store, StoreError};

@@ -15,6 +15,8 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::Parser;
+use holdfast_control::{AppPolicy, LocalizeConfig};
+use holdfast_controller::sense::SenseConfig;
 use holdfast_controller::{Config, Replica};
 use tokio::signal::unix::{signal, SignalKind};
 
@@ -49,11 +51,36 @@ struct Args {
     /// How long a command to an agent may take, in ms.
     #[arg(long, default_value_t = 10_000)]
     command_timeout_ms: u64,
+    /// The controller's heartbeat period (to hosts' agents and to units),
+    /// in ms; the agents' probes should use the same.
+    #[arg(long, default_value_t = 100)]
+    probe_interval_ms: u64,
+    /// Consecutive misses that make a path down.
+    #[arg(long, default_value_t = 3)]
+    misses: u32,
+    /// The confirmation window of a host or host-network failure, in ms
+    /// (TENSOR's extra 3 s).
+    #[arg(long, default_value_t = 3000)]
+    host_confirm_ms: u64,
+    /// On an application failure: `migrate` to the backup host, or
+    /// `restart` in place (an NSR takeover on the same host).
+    #[arg(long, value_enum, default_value_t = AppFailure::Migrate)]
+    app_failure: AppFailure,
+    /// The port of the controller's unit heartbeat (holdfastd's BGP port).
+    #[arg(long, default_value_t = 179)]
+    unit_port: u16,
     /// Negative control for the lab only: write without the leader compare
     /// (and without the compare-and-swap of step records), as a controller
     /// trusting its lease alone would.
     #[arg(long, hide = true)]
     unfenced: bool,
+}
+
+/// What to do on an application failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum AppFailure {
+    Migrate,
+    Restart,
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -79,6 +106,21 @@ async fn main() -> anyhow::Result<()> {
         fenced: !a.unfenced,
         listen: a.listen,
         command_timeout: Duration::from_millis(a.command_timeout_ms),
+        sense: SenseConfig {
+            localize: LocalizeConfig {
+                probe_interval_ms: a.probe_interval_ms.max(10),
+                misses: a.misses.max(1),
+                host_confirm_ms: a.host_confirm_ms,
+                host_network_confirm_ms: a.host_confirm_ms,
+                app_policy: match a.app_failure {
+                    AppFailure::Migrate => AppPolicy::Migrate,
+                    AppFailure::Restart => AppPolicy::RestartInPlace,
+                },
+                ..LocalizeConfig::default()
+            },
+            unit_port: a.unit_port,
+            ..SenseConfig::default()
+        },
     };
     tracing::info!(name = %cfg.name, cluster = %cfg.cluster, ttl = ?cfg.lease_ttl, fenced = cfg.fenced, "controller replica starting");
     let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;

@@ -17,7 +17,7 @@
 //! its commit: a paused leader that wakes up past its deadline still tries
 //! to commit, and etcd's compare is what stops it.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -27,13 +27,15 @@ use tokio::sync::mpsc;
 
 use crate::elect::{Elector, Input, Op, Output, Role, Timing};
 use crate::fence::Token;
-use crate::hub::{AgentView, Event, Hub};
+use crate::hub::{AgentView, Hub, Observed};
+use crate::sense::{Localization, SenseConfig, SharedTargets, VerdictView};
 use crate::state::{
     next_step, Command, EpochRecord, Keys, Migration, MigrationState, Next, OperatorRequest,
-    StepRecord, UnitRecord, MIGRATION_STEPS, SCHEMA, SWITCHOVER_STEPS,
+    StepRecord, UnitRecord, MIGRATION_STEPS, RESTART_STEPS, SCHEMA, SWITCHOVER_STEPS,
 };
 use crate::store::{to_json, Outcome, Store, StoreError};
-use holdfast_control_api::v1::{command, unit_event, FenceUnit, MoveAddress, Switchover, Takeover};
+use holdfast_control::{AppPolicy, Finding, Verdict};
+use holdfast_control_api::v1::{command, FenceUnit, MoveAddress, Switchover, Takeover};
 
 /// How often the shell looks at the clock when nothing else is due.
 const TICK: Duration = Duration::from_millis(50);
@@ -59,6 +61,9 @@ pub struct Config {
     pub listen: Option<std::net::SocketAddr>,
     /// How long a command to an agent may take.
     pub command_timeout: Duration,
+    /// Failure localization: heartbeat period, thresholds, application
+    /// failure policy.
+    pub sense: SenseConfig,
 }
 
 /// What a replica reports in its status file.
@@ -96,7 +101,21 @@ pub struct Status {
     /// from, to, why, detected_after_ms)`.
     #[serde(default)]
     pub detected: Vec<(String, String, String, String, u64)>,
+    /// The localizer's verdicts while this replica led (the last
+    /// [`VERDICTS_KEPT`]; lost probes are only counted).
+    #[serde(default)]
+    pub verdicts: Vec<VerdictView>,
+    /// Single lost probes (a note, no action).
+    #[serde(default)]
+    pub lost_probes: u64,
 }
+
+/// How many verdicts the status keeps.
+pub const VERDICTS_KEPT: usize = 64;
+
+/// How long an acting verdict waits for the migration under way to end
+/// before it is dropped (with a warning).
+const ACTION_PATIENCE: Duration = Duration::from_secs(60);
 
 fn unix_ms() -> u64 {
     SystemTime::now()
@@ -163,6 +182,12 @@ impl Replica {
         let (hub, events) = Hub::new(std::sync::Arc::new(move || {
             lock(&acting).elector.may_act(Instant::now())
         }));
+        let targets = SharedTargets::default();
+        let sensor = tokio::spawn(crate::sense::sensor(
+            hub.clone(),
+            targets.clone(),
+            self.cfg.sense,
+        ));
         let server = self.cfg.listen.map(|addr| {
             let svc =
                 holdfast_control_api::v1::controller_server::ControllerServer::new(hub.clone());
@@ -184,6 +209,7 @@ impl Replica {
             tx,
             hub.clone(),
             events,
+            targets,
         ));
         let reporter = self
             .cfg
@@ -195,6 +221,7 @@ impl Replica {
             () = stop => {}
         }
         worker.abort();
+        sensor.abort();
         if let Some(r) = reporter {
             r.abort();
         }
@@ -346,19 +373,24 @@ async fn work(
     cfg: Config,
     fenced: mpsc::UnboundedSender<()>,
     hub: Hub,
-    mut events: mpsc::UnboundedReceiver<Event>,
+    mut events: mpsc::UnboundedReceiver<Observed>,
+    targets: SharedTargets,
 ) {
     let mut epoch_written: Option<Token> = None;
     let mut hosts = HostWatch::default();
+    let mut loc = Localization::new(cfg.sense, targets);
+    let mut actions: VecDeque<(Verdict, Instant)> = VecDeque::new();
     loop {
         let token = lock(&shared).elector.may_act(Instant::now());
         let Some(token) = token else {
             if epoch_written.take().is_some() {
                 hub.close_all();
+                loc.reset();
             }
-            // Events seen while not leading are the next leader's to act on.
+            // Measurements taken while not leading are the next leader's.
             while events.try_recv().is_ok() {}
             hosts = HostWatch::default();
+            actions.clear();
             set_phase(&shared, "idle");
             tokio::time::sleep(TICK).await;
             continue;
@@ -370,15 +402,21 @@ async fn work(
             }
             res.map(Some)
         } else {
-            let mut res = Ok(None);
-            while let Ok(e) = events.try_recv() {
-                res = detect_exit(&shared, &mut store, token, &e).await;
-                if res.is_err() {
-                    break;
-                }
-            }
+            let mut res = loc.sync(&mut store).await.map(|()| None);
             if res.is_ok() {
-                res = hosts.check(&shared, &mut store, token).await;
+                while let Ok(o) = events.try_recv() {
+                    for v in loc.observe(o) {
+                        note(&shared, &v, &mut actions);
+                    }
+                }
+                for v in loc.poll() {
+                    note(&shared, &v, &mut actions);
+                }
+                res = act(&shared, &mut store, &cfg, token, &mut hosts, &mut actions).await;
+            }
+            if matches!(res, Ok(None)) {
+                let confirm = Duration::from_millis(cfg.sense.localize.host_confirm_ms);
+                res = hosts.check(&shared, &mut store, token, &loc, confirm).await;
             }
             if matches!(res, Ok(None)) {
                 res = requests(&shared, &mut store, token).await;
@@ -494,7 +532,12 @@ async fn drive(
             set_phase(shared, "finishing");
             let before: Option<UnitRecord> = store.get(&keys.unit(&m.unit)).await?;
             let desired = crate::placement::read_state(store).await?;
-            let backup = crate::placement::backup_after(&desired, &m.unit, &m.to, &m.from);
+            let backup = if m.to == m.from {
+                // A restart in place: the backup stays.
+                before.as_ref().and_then(|u| u.backup.clone())
+            } else {
+                crate::placement::backup_after(&desired, &m.unit, &m.to, &m.from)
+            };
             let unit = UnitRecord {
                 schema: SCHEMA,
                 unit: m.unit.clone(),
@@ -509,7 +552,11 @@ async fn drive(
                     .as_ref()
                     .map(|u| u.addresses.clone())
                     .unwrap_or_default(),
-                interface: before.map(|u| u.interface).unwrap_or_default(),
+                interface: before
+                    .as_ref()
+                    .map(|u| u.interface.clone())
+                    .unwrap_or_default(),
+                app_failure: before.and_then(|u| u.app_failure),
             };
             let mut fin = m.clone();
             fin.state = MigrationState::Done;
@@ -660,6 +707,7 @@ async fn requests(
             let plan = Plan {
                 unit: &unit,
                 from: None,
+                to: None,
                 why: &why,
                 steps: &SWITCHOVER_STEPS,
                 done_request: Some(key.clone()),
@@ -680,6 +728,7 @@ async fn requests(
                 let plan = Plan {
                     unit: &unit,
                     from: Some(&host),
+                    to: None,
                     why: &why,
                     steps: &SWITCHOVER_STEPS,
                     done_request: None,
@@ -697,6 +746,8 @@ struct Plan<'a> {
     unit: &'a str,
     /// The host it must be leaving (`None`: wherever its primary is).
     from: Option<&'a str>,
+    /// Where it goes (`None`: its backup host).
+    to: Option<&'a str>,
     why: &'a str,
     steps: &'a [&'a str],
     /// An operator request deleted in the same transaction.
@@ -720,8 +771,12 @@ async fn start_migration(
         return Ok(None);
     }
     let from = u.primary.clone();
-    let Some(to) = u.backup.clone().filter(|b| *b != from) else {
-        return Ok(None);
+    let to = match plan.to {
+        Some(to) => to.to_string(),
+        None => match u.backup.clone().filter(|b| *b != from) {
+            Some(b) => b,
+            None => return Ok(None),
+        },
     };
     if let Some(m) = store.get::<Migration>(&keys.migration()).await? {
         if m.state == MigrationState::Pending {
@@ -765,29 +820,103 @@ async fn start_migration(
     Ok(Some(o))
 }
 
-/// An agent reported its primary's process gone (an application or
-/// container failure): migrate the unit.
-async fn detect_exit(
+/// Records a verdict in the status and the log; queues it when it acts.
+fn note(shared: &SharedRef, v: &Verdict, actions: &mut VecDeque<(Verdict, Instant)>) {
+    let kind = v.finding.failure_kind();
+    if let Finding::LostProbe { from, to, missed } = &v.finding {
+        tracing::debug!(?from, ?to, missed, "a lost probe (no action)");
+        lock(shared).status.lost_probes += 1;
+        return;
+    }
+    let vantages: Vec<String> = v.vantages().iter().map(|x| format!("{x:?}")).collect();
+    if kind.is_some() {
+        tracing::warn!(finding = ?v.finding, detection_ms = v.detection_ms(), ?vantages, "failure localized");
+        actions.push_back((v.clone(), Instant::now()));
+    } else {
+        tracing::info!(finding = ?v.finding, detection_ms = v.detection_ms(), ?vantages, "localization note (no action)");
+    }
+    let mut s = lock(shared);
+    s.status.verdicts.push(VerdictView {
+        verdict: v.clone(),
+        kind,
+        detection_ms: v.detection_ms(),
+        unix_ms: unix_ms(),
+    });
+    let n = s.status.verdicts.len();
+    if n > VERDICTS_KEPT {
+        s.status.verdicts.drain(..n - VERDICTS_KEPT);
+    }
+}
+
+/// Acts on the first queued verdict: a unit's migration (or restart in
+/// place), or a failed host whose units [`HostWatch`] then migrates. A
+/// verdict that cannot be acted on yet (a migration under way) stays queued
+/// for up to [`ACTION_PATIENCE`].
+async fn act(
     shared: &SharedRef,
     store: &mut Store,
+    cfg: &Config,
     token: Token,
-    e: &Event,
+    hosts: &mut HostWatch,
+    actions: &mut VecDeque<(Verdict, Instant)>,
 ) -> Result<Option<Outcome>, StoreError> {
-    if e.event.kind != unit_event::Kind::Exited as i32 {
+    let Some((v, queued)) = actions.front().cloned() else {
         return Ok(None);
-    }
-    let why = format!(
-        "holdfastd exited on {} (status {}, signal {})",
-        e.host, e.event.code, e.event.signal
-    );
+    };
+    let why = format!("{:?}", v.finding);
+    let since = Instant::now()
+        .checked_sub(Duration::from_millis(v.detection_ms()))
+        .unwrap_or(queued);
+    let (unit, host, restart) = match &v.finding {
+        Finding::Host { host } | Finding::HostNetwork { host } => {
+            hosts.fail(&host.0, since, why);
+            actions.pop_front();
+            return Ok(None);
+        }
+        Finding::Application { unit, host } => {
+            let key = store.keys().unit(&unit.0);
+            let own = store
+                .get::<UnitRecord>(&key)
+                .await?
+                .and_then(|u| u.app_failure);
+            let policy = own.unwrap_or(cfg.sense.localize.app_policy);
+            (unit, host, policy == AppPolicy::RestartInPlace)
+        }
+        Finding::Container { unit, host } | Finding::ContainerNetwork { unit, host } => {
+            (unit, host, false)
+        }
+        _ => {
+            actions.pop_front();
+            return Ok(None);
+        }
+    };
     let plan = Plan {
-        unit: &e.event.unit,
-        from: Some(&e.host),
+        unit: &unit.0,
+        from: Some(&host.0),
+        to: restart.then_some(host.0.as_str()),
         why: &why,
-        steps: &MIGRATION_STEPS,
+        steps: if restart {
+            &RESTART_STEPS
+        } else {
+            &MIGRATION_STEPS
+        },
         done_request: None,
     };
-    start_migration(shared, store, token, &plan, Instant::now()).await
+    let o = start_migration(shared, store, token, &plan, since).await?;
+    if o.is_some() {
+        actions.pop_front();
+        return Ok(o);
+    }
+    let key = store.keys().migration();
+    let busy = store
+        .get::<Migration>(&key)
+        .await?
+        .is_some_and(|m| m.state == MigrationState::Pending);
+    if !busy || queued.elapsed() > ACTION_PATIENCE {
+        tracing::warn!(finding = ?v.finding, "no migration for this verdict (the unit moved, or has no usable backup)");
+        actions.pop_front();
+    }
+    Ok(o)
 }
 
 /// Hosts whose agent's lease expired (its `agents/<host>` key gone): a host
@@ -797,16 +926,28 @@ async fn detect_exit(
 #[derive(Default)]
 struct HostWatch {
     seen: BTreeSet<String>,
-    failed: BTreeMap<String, Instant>,
+    /// Failed hosts whose units are still to be migrated: since when, why.
+    failed: BTreeMap<String, (Instant, String)>,
+    /// Hosts whose lease expired while the localizer suspects them: its
+    /// verdict (host or host network) is awaited until the deadline.
+    deferred: BTreeMap<String, Instant>,
     last: Option<Instant>,
 }
 
 impl HostWatch {
+    /// A host failed (a verdict of the localization, or its lease expired):
+    /// it is recorded failed and its units migrated.
+    fn fail(&mut self, host: &str, since: Instant, why: String) {
+        self.failed.entry(host.to_string()).or_insert((since, why));
+    }
+
     async fn check(
         &mut self,
         shared: &SharedRef,
         store: &mut Store,
         token: Token,
+        loc: &Localization,
+        confirm: Duration,
     ) -> Result<Option<Outcome>, StoreError> {
         if self
             .last
@@ -821,19 +962,43 @@ impl HostWatch {
             .await?
             .into_iter()
             .collect();
-        for host in self.seen.difference(&now) {
-            self.failed.entry(host.clone()).or_insert_with(Instant::now);
+        let gone: Vec<String> = self.seen.difference(&now).cloned().collect();
+        for host in gone {
+            if loc.suspects(&host) {
+                tracing::info!(%host, "agent lease expired while the host is suspected: awaiting the localizer's verdict");
+                self.deferred
+                    .insert(host, Instant::now() + confirm + Duration::from_millis(1500));
+            } else {
+                let why = format!("{host}'s agent lease expired");
+                self.fail(&host, Instant::now(), why);
+            }
+        }
+        let due: Vec<String> = self
+            .deferred
+            .iter()
+            .filter(|(h, until)| !loc.suspects(h) || Instant::now() >= **until)
+            .map(|(h, _)| h.clone())
+            .collect();
+        for host in due {
+            self.deferred.remove(&host);
+            let why = format!("{host}'s agent lease expired");
+            self.fail(&host, Instant::now(), why);
         }
         self.seen.clone_from(&now);
-        let failed: Vec<(String, Instant)> =
-            self.failed.iter().map(|(h, t)| (h.clone(), *t)).collect();
-        for (host, since) in failed {
+        let failed: Vec<(String, Instant, String)> = self
+            .failed
+            .iter()
+            .map(|(h, (t, w))| (h.clone(), *t, w.clone()))
+            .collect();
+        for (host, since, why) in failed {
             let mark = keys.failed_host(&host);
             if store.get::<serde_json::Value>(&mark).await?.is_none() {
-                let rec = serde_json::json!({ "schema": SCHEMA, "host": host, "why": "agent lease expired", "by": token });
-                store
-                    .fenced_put(token, &[], &[(mark, rec.to_string())])
-                    .await?;
+                tracing::warn!(%host, %why, "host failed: never reused until `holdfast ctl reset`");
+                let rec =
+                    serde_json::json!({ "schema": SCHEMA, "host": host, "why": why, "by": token });
+                let mut puts = vec![(mark, rec.to_string())];
+                puts.extend(replace_backups_on(store, token, &host).await?);
+                store.fenced_put(token, &[], &puts).await?;
             }
             let units = store.list(&format!("{}units/", keys.prefix())).await?;
             let mut left = 0;
@@ -845,10 +1010,10 @@ impl HostWatch {
                     continue;
                 }
                 left += 1;
-                let why = format!("the lease of {host}'s agent expired");
                 let plan = Plan {
                     unit: &unit,
                     from: Some(&host),
+                    to: None,
                     why: &why,
                     steps: &MIGRATION_STEPS,
                     done_request: None,
@@ -863,4 +1028,38 @@ impl HostWatch {
         }
         Ok(None)
     }
+}
+
+/// The new placements of the units whose backup was `host`, which has just
+/// failed: TRIPOD's placement for those units only (every other backup
+/// stays where it is: min-churn).
+async fn replace_backups_on(
+    store: &mut Store,
+    token: Token,
+    host: &str,
+) -> Result<Vec<(String, String)>, StoreError> {
+    let keys = store.keys().clone();
+    let mut desired = crate::placement::read_state(store).await?;
+    let id = holdfast_control::HostId::new(host);
+    if let Some(h) = desired.hosts.get_mut(&id) {
+        h.state = holdfast_control::HostState::Failed {
+            kind: holdfast_control::FailureKind::Host,
+            since: 0,
+        };
+    }
+    let (placed, _) = holdfast_control::place_partial(&desired);
+    let mut puts = Vec::new();
+    for (unit, u) in &desired.units {
+        if u.backup.as_ref() != Some(&id) || u.primary == id {
+            continue;
+        }
+        let Some(mut rec) = store.get::<UnitRecord>(&keys.unit(&unit.0)).await? else {
+            continue;
+        };
+        rec.backup = placed.backups.get(unit).map(|h| h.0.clone());
+        rec.epoch = token;
+        tracing::info!(unit = %unit.0, failed = host, backup = ?rec.backup, "backup re-placed");
+        puts.push((keys.unit(&unit.0), to_json(&rec)));
+    }
+    Ok(puts)
 }

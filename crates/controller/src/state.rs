@@ -12,6 +12,7 @@
 //! | `epoch` | [`EpochRecord`]: the store epoch, the latest leader's token |
 //! | `units/<unit>` | [`UnitRecord`]: primary, backup, epoch |
 //! | `agents/<host>` | a host agent's presence, attached to its lease |
+//! | `agent-servers/<host>` | the agent server's agent, attached to its lease |
 //! | `hosts/failed/<host>` | a failed host (never reused until reset by hand) |
 //! | `requests/<id>` | [`OperatorRequest`]: `holdfast ctl switchover`, `drain`, `reset`, for the leader |
 //! | `migration` | [`Migration`]: the one in-flight migration |
@@ -65,6 +66,12 @@ impl Keys {
     /// when the lease expires.
     pub fn agent(&self, host: &str) -> String {
         format!("{}agents/{host}", self.prefix)
+    }
+
+    /// The agent server's presence (it carries no units, so it is not a
+    /// host), attached to its lease.
+    pub fn agent_server(&self, host: &str) -> String {
+        format!("{}agent-servers/{host}", self.prefix)
     }
 
     /// An operator's request to the leader (`holdfast ctl`).
@@ -142,6 +149,10 @@ pub struct UnitRecord {
     /// The interface the service addresses go on at every host.
     #[serde(default)]
     pub interface: String,
+    /// What an application failure of this unit gets (`migrate` or
+    /// `restart_in_place`); absent: the controller's `--app-failure`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app_failure: Option<holdfast_control::AppPolicy>,
 }
 
 /// What an operator asks of the leader (`holdfast ctl`); the leader carries
@@ -169,6 +180,11 @@ pub const SWITCHOVER_STEPS: [&str; 3] = ["switchover", "takeover", "address"];
 /// --takeover` on `to` at the leader's epoch) and `address` (the service
 /// addresses added and announced on `to`).
 pub const MIGRATION_STEPS: [&str; 3] = ["fence", "takeover", "address"];
+
+/// The steps of a restart in place after an application failure (the
+/// configured policy): the dead process fenced, and `holdfastd --takeover`
+/// on the same host (the service addresses stay).
+pub const RESTART_STEPS: [&str; 2] = ["fence", "takeover"];
 
 /// Where a migration is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

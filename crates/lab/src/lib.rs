@@ -100,6 +100,7 @@ pub mod nsr;
 mod orchestrator;
 pub mod pcap;
 pub mod peer;
+pub mod plane;
 mod redis;
 mod stale;
 mod wait;

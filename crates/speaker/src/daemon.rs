@@ -795,7 +795,13 @@ impl Daemon {
     }
 }
 
+/// How often a refused connection is logged per address: the control
+/// plane's heartbeat connects to the BGP port every 100 ms.
+const REFUSED_LOG_EVERY: Duration = Duration::from_secs(60);
+
 async fn accept_loop(listener: Arc<TcpListener>, vrf: Option<String>, lookup: Lookup) {
+    let mut refused: std::collections::HashMap<IpAddr, (Option<std::time::Instant>, u64)> =
+        std::collections::HashMap::new();
     loop {
         let (stream, remote) = match listener.accept().await {
             Ok(x) => x,
@@ -821,7 +827,22 @@ async fn accept_loop(listener: Arc<TcpListener>, vrf: Option<String>, lookup: Lo
             Some(tx) => {
                 let _ = tx.send(PeerCmd::Inbound(stream));
             }
-            None => tracing::info!(%remote, "connection from an unconfigured address refused"),
+            None => {
+                let now = std::time::Instant::now();
+                let e = refused.entry(ip).or_insert((None, 0));
+                e.1 += 1;
+                if e.0
+                    .is_none_or(|t| now.duration_since(t) >= REFUSED_LOG_EVERY)
+                {
+                    tracing::info!(%remote, refused = e.1, "connection from an unconfigured address refused (logged once a minute per address)");
+                    *e = (Some(now), 0);
+                }
+                if refused.len() > 4096 {
+                    refused.retain(|_, (t, _)| {
+                        t.is_some_and(|t| now.duration_since(t) < REFUSED_LOG_EVERY)
+                    });
+                }
+            }
         }
     }
 }

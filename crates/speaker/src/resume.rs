@@ -225,11 +225,11 @@ fn bring_up(cfg: &Config, role: Role) -> Result<Started, StartError> {
             }
         },
         Role::Takeover => {
-            let epoch = store.claim().map_err(StartError::Claim)?;
+            let epoch = patiently("claim", || store.claim()).map_err(StartError::Claim)?;
             claim_us = started.elapsed().as_micros() as u64;
             tracing::info!(instance = %n.instance, epoch, "takeover: instance claimed; the old primary is fenced");
             let t = Instant::now();
-            let state = store.load().map_err(StartError::Load)?;
+            let state = patiently("load", || store.load()).map_err(StartError::Load)?;
             (sessions, bfd) = (state.sessions, state.bfd);
             load_us = t.elapsed().as_micros() as u64;
             tracing::info!(
@@ -274,6 +274,25 @@ fn bring_up(cfg: &Config, role: Role) -> Result<Started, StartError> {
 
 /// A primary's steps 3–4: claim the instance and remove every session (BGP
 /// and BFD) an earlier owner left. Returns the epoch.
+/// How long a takeover retries a store that does not answer (a new host's
+/// first packets may wait for ARP, or the store may be failing over).
+const TAKEOVER_STORE_PATIENCE: Duration = Duration::from_secs(5);
+
+/// Runs `f` until it succeeds, fails with anything but
+/// [`StoreError::Unavailable`], or [`TAKEOVER_STORE_PATIENCE`] has passed.
+fn patiently<T>(what: &str, mut f: impl FnMut() -> Result<T, StoreError>) -> Result<T, StoreError> {
+    let start = Instant::now();
+    loop {
+        match f() {
+            Err(StoreError::Unavailable(e)) if start.elapsed() < TAKEOVER_STORE_PATIENCE => {
+                tracing::warn!(what, error = %e, "takeover: the state store does not answer; retrying");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            r => return r,
+        }
+    }
+}
+
 fn claim_and_forget(store: &mut LazyStore) -> Result<u64, StoreError> {
     let epoch = store.claim()?;
     let state = store.load()?;

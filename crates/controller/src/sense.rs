@@ -1,0 +1,302 @@
+//! The leader's failure localization (TENSOR §3.3.2 "inter-component
+//! measurements", §3.3.3 "failure location"): the I/O shell around the pure
+//! [`holdfast_control::Localizer`].
+//!
+//! Three vantage points feed it:
+//! - **the controller** ([`sensor`], only while the replica may act): every
+//!   probe interval (100 ms by default) a heartbeat per host — whether its
+//!   agent's Attach stream delivered a heartbeat within 2.5 intervals — and
+//!   per unit a TCP handshake with holdfastd on the unit's service address
+//!   (its BGP port). A completed handshake answers; a reset (nothing
+//!   listens: the process is gone) or a timeout misses;
+//! - **the agents** on the hosts: their units' process states (pidfd, and
+//!   whether the container went with the process), counted only from the
+//!   unit's primary host, and their IP SLA probes of the other hosts and
+//!   units ([`crate::hub`]);
+//! - **the agent server**'s agent: IP SLA probes of every host and unit.
+//!
+//! [`Localization`] re-reads the topology from etcd every
+//! [`SYNC_EVERY`] (hosts, failed hosts, each unit's primary; a unit with a
+//! migration under way is not judged), feeds every measurement to the
+//! localizer with the time it arrived, and polls it for the ends of host
+//! confirmation windows. The worker acts on the verdicts that act and
+//! records every verdict in the replica's status.
+//!
+//! # Known issues
+//! - A new leader starts with no measurements: for a host, the first
+//!   verdict needs fresh misses after the election (the lease expiry, which
+//!   etcd keeps across leaders, still applies).
+//! - The controller's unit heartbeat is a TCP handshake with holdfastd's BGP
+//!   port, not a gRPC call: holdfastd has no gRPC service of its own.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use holdfast_control::{
+    HostId, LocalizeConfig, Localizer, Measurement, Millis, Target, UnitId, Verdict,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::hub::{Hub, Observed};
+use crate::state::{Migration, MigrationState, UnitRecord};
+use crate::store::{Store, StoreError};
+
+/// How often the topology is re-read from etcd.
+pub const SYNC_EVERY: Duration = Duration::from_millis(300);
+
+/// Settings of the localization.
+#[derive(Debug, Clone, Copy)]
+pub struct SenseConfig {
+    /// The localizer's thresholds (its `probe_interval_ms` is the
+    /// controller's heartbeat period too).
+    pub localize: LocalizeConfig,
+    /// The port of the controller's unit heartbeat (holdfastd's BGP port).
+    pub unit_port: u16,
+    /// After an election, how long to wait for the agents to attach before
+    /// host heartbeats count.
+    pub grace: Duration,
+}
+
+impl Default for SenseConfig {
+    fn default() -> Self {
+        SenseConfig {
+            localize: LocalizeConfig::default(),
+            unit_port: 179,
+            grace: Duration::from_secs(2),
+        }
+    }
+}
+
+impl SenseConfig {
+    fn interval(&self) -> Duration {
+        Duration::from_millis(self.localize.probe_interval_ms.max(10))
+    }
+}
+
+/// What the controller measures itself (shared by the worker, which keeps
+/// it current, and the [`sensor`]).
+#[derive(Debug, Clone, Default)]
+pub struct Targets {
+    /// Hosts that are not failed.
+    pub hosts: Vec<String>,
+    /// Units (not migrating) and their service address.
+    pub units: Vec<(String, SocketAddr)>,
+}
+
+/// Shared [`Targets`].
+pub type SharedTargets = Arc<Mutex<Targets>>;
+
+fn lock(t: &SharedTargets) -> std::sync::MutexGuard<'_, Targets> {
+    t.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The controller's own heartbeats, while the replica may act; never
+/// returns.
+pub async fn sensor(hub: Hub, targets: SharedTargets, cfg: SenseConfig) {
+    let tx = hub.observer();
+    let interval = cfg.interval();
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut leading_since: Option<Instant> = None;
+    loop {
+        tick.tick().await;
+        if hub.may_act().is_none() {
+            leading_since = None;
+            continue;
+        }
+        let since = *leading_since.get_or_insert_with(Instant::now);
+        let t = lock(&targets).clone();
+        if since.elapsed() >= cfg.grace {
+            for h in &t.hosts {
+                let ok = hub
+                    .heartbeat_age(h)
+                    .is_some_and(|age| age <= interval * 5 / 2);
+                let _ = tx.send(Observed {
+                    at: Instant::now(),
+                    what: Measurement::Heartbeat {
+                        to: Target::Host(HostId::new(h.clone())),
+                        ok,
+                    },
+                    host: None,
+                });
+            }
+        }
+        for (unit, addr) in t.units {
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let ok = matches!(
+                    tokio::time::timeout(interval, tokio::net::TcpStream::connect(addr)).await,
+                    Ok(Ok(_))
+                );
+                let _ = tx.send(Observed {
+                    at: Instant::now(),
+                    what: Measurement::Heartbeat {
+                        to: Target::Unit(UnitId::new(unit)),
+                        ok,
+                    },
+                    host: None,
+                });
+            });
+        }
+    }
+}
+
+/// A verdict as the status file shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VerdictView {
+    /// The verdict, with its evidence.
+    #[serde(flatten)]
+    pub verdict: Verdict,
+    /// One of TENSOR's five kinds (the controller acts), or a note.
+    pub kind: Option<holdfast_control::FailureKind>,
+    /// From the first bad measurement to the verdict.
+    pub detection_ms: u64,
+    /// Wall-clock time of the verdict, ms since the Unix epoch.
+    pub unix_ms: u64,
+}
+
+/// The localizer and what it needs from etcd.
+pub struct Localization {
+    cfg: SenseConfig,
+    loc: Localizer,
+    t0: Instant,
+    synced: Option<Instant>,
+    /// Each judged unit's primary host.
+    primaries: BTreeMap<String, String>,
+    targets: SharedTargets,
+}
+
+impl Localization {
+    /// A localization with no topology yet.
+    pub fn new(cfg: SenseConfig, targets: SharedTargets) -> Localization {
+        Localization {
+            cfg,
+            loc: Localizer::new(cfg.localize),
+            t0: Instant::now(),
+            synced: None,
+            primaries: BTreeMap::new(),
+            targets,
+        }
+    }
+
+    /// Forgets everything (the replica stopped leading).
+    pub fn reset(&mut self) {
+        *self = Localization::new(self.cfg, self.targets.clone());
+        *lock(&self.targets) = Targets::default();
+    }
+
+    fn ms(&self, at: Instant) -> Millis {
+        at.saturating_duration_since(self.t0).as_millis() as Millis
+    }
+
+    /// Re-reads the topology when [`SYNC_EVERY`] has passed.
+    pub async fn sync(&mut self, store: &mut Store) -> Result<(), StoreError> {
+        if self.synced.is_some_and(|t| t.elapsed() < SYNC_EVERY) {
+            return Ok(());
+        }
+        let keys = store.keys().clone();
+        let mut state = crate::placement::read_state(store).await?;
+        let migrating = match store.get::<Migration>(&keys.migration()).await? {
+            Some(m) if m.state == MigrationState::Pending => Some(m.unit),
+            _ => None,
+        };
+        let mut records = Vec::new();
+        for u in store.list(&format!("{}units/", keys.prefix())).await? {
+            if let Some(r) = store.get::<UnitRecord>(&keys.unit(&u)).await? {
+                records.push(r);
+            }
+        }
+        if let Some(m) = &migrating {
+            state.units.remove(&UnitId::new(m.clone()));
+        }
+        self.loc.sync(&state);
+        self.primaries = records
+            .iter()
+            .filter(|r| Some(&r.unit) != migrating.as_ref())
+            .map(|r| (r.unit.clone(), r.primary.clone()))
+            .collect();
+        let port = self.cfg.unit_port;
+        *lock(&self.targets) = Targets {
+            hosts: state
+                .hosts
+                .values()
+                .filter(|h| !h.is_failed())
+                .map(|h| h.name.0.clone())
+                .collect(),
+            units: records
+                .iter()
+                .filter(|r| Some(&r.unit) != migrating.as_ref())
+                .filter_map(|r| service_addr(r, port).map(|a| (r.unit.clone(), a)))
+                .collect(),
+        };
+        self.synced = Some(Instant::now());
+        Ok(())
+    }
+
+    /// Takes one measurement.
+    pub fn observe(&mut self, o: Observed) -> Vec<Verdict> {
+        if let (Measurement::Process { unit, .. }, Some(host)) = (&o.what, &o.host) {
+            if self.primaries.get(&unit.0) != Some(host) {
+                return Vec::new();
+            }
+        }
+        let now = self.ms(o.at);
+        self.loc.handle(now, o.what)
+    }
+
+    /// Whether the localizer has `host` under suspicion (its verdict is
+    /// coming).
+    pub fn suspects(&self, host: &str) -> bool {
+        self.loc.is_suspect(&HostId::new(host))
+    }
+
+    /// Confirmation windows that ended.
+    pub fn poll(&mut self) -> Vec<Verdict> {
+        let now = self.ms(Instant::now());
+        if self.loc.next_deadline().is_some_and(|d| d <= now) {
+            self.loc.poll(now)
+        } else {
+            Vec::new()
+        }
+    }
+}
+
+/// The first service address of a unit, with `port`.
+fn service_addr(r: &UnitRecord, port: u16) -> Option<SocketAddr> {
+    let a = r.addresses.first()?;
+    let ip: IpAddr = a.split('/').next()?.parse().ok()?;
+    Some(SocketAddr::new(ip, port))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_units_heartbeat_goes_to_its_first_service_address() {
+        let mut r = UnitRecord {
+            schema: 1,
+            unit: "edge-1".into(),
+            primary: "a".into(),
+            backup: None,
+            epoch: crate::Token(1),
+            config: String::new(),
+            addresses: vec!["198.18.0.10/24".into(), "2001:db8::10/64".into()],
+            interface: String::new(),
+            app_failure: None,
+        };
+        assert_eq!(
+            service_addr(&r, 179),
+            Some("198.18.0.10:179".parse().unwrap())
+        );
+        r.addresses = vec!["2001:db8::10".into()];
+        assert_eq!(
+            service_addr(&r, 179),
+            Some("[2001:db8::10]:179".parse().unwrap())
+        );
+        r.addresses.clear();
+        assert_eq!(service_addr(&r, 179), None);
+    }
+}

@@ -1,0 +1,765 @@
+//! The control plane in the lab (issue 11): hosts whose units run in
+//! containers, a host agent per host, the agent server's agent, a 3-member
+//! etcd cluster with three `holdfast-controller` replicas, the Redis store
+//! and a real frr peer with a session to every unit. The controller, not
+//! the lab, finds and handles the failures the lab injects.
+//!
+//! ```text
+//!                       bridge `lan` 198.18.0.0/24
+//!   peer .1 (frr, AS 65001) -- BGP --> every unit's service address .10+i
+//!   redis .2                   the NSR store
+//!   hosts a .3, b .4, c .7 ... holdfast-agent each; per unit a container
+//!                              (its own namespace on the bridge: .64+, .96+, ...)
+//!   s .8                       the agent server's holdfast-agent (probes only)
+//!   c1..c3 .31-.33             holdfast-controller replicas (they heartbeat units here)
+//!
+//!                       bridge `mgmt` 198.19.0.0/24 (same last octets)
+//!   c1..c3                     etcd members + holdfast-controller replicas (:50051)
+//!   a, b, c ..., s             the agents' etcd leases and Attach streams
+//! ```
+//!
+//! A unit's container on a host is a network namespace with its own port
+//! on the bridge, as a container on a bridged network: the unit's service
+//! address goes on its interface there when the unit runs on that host.
+//! Failures act on exactly what they name: the unit's process, its
+//! container (every process, then the namespace deleted), the container's
+//! bridge port, the host (its processes and its containers', every link
+//! down, the management network's too), the host's data network (its and
+//! its containers' `lan` ports; the management network stays up, as
+//! TENSOR's host-network failure).
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::error::{LabError, Result};
+use crate::nsr::{nsr_config, NsrHost, NsrTopo};
+use crate::peer::{Frr, NeighborSpec, Peer, PeerSpec, RouteSpec, SessionState};
+use crate::{find_binary, netns_pids, wait_for_every, Etcd, HostId, Lab, ProcId, Redis, Signal};
+
+/// The peer's AS.
+pub const PLANE_PEER_AS: u32 = 65001;
+
+/// The control plane's binaries.
+#[derive(Debug, Clone)]
+pub struct PlaneBins {
+    pub agent: String,
+    pub controller: String,
+    pub ctl: String,
+    pub holdfastd: String,
+    pub holdfast: String,
+}
+
+impl PlaneBins {
+    /// Finds them next to the test binary (or through their env variables).
+    pub fn find() -> Result<PlaneBins> {
+        let f = |n: &str, env: &str| find_binary(n, env).map(|p| p.to_string_lossy().to_string());
+        Ok(PlaneBins {
+            agent: f("holdfast-agent", "HOLDFAST_AGENT_BIN")?,
+            controller: f("holdfast-controller", "HOLDFAST_CONTROLLER_BIN")?,
+            ctl: f("holdfast-ctl", "HOLDFAST_CTL_BIN")?,
+            holdfastd: f("holdfastd", "HOLDFASTD")?,
+            holdfast: f("holdfast", "HOLDFAST_BIN")?,
+        })
+    }
+}
+
+/// A unit to place.
+#[derive(Debug, Clone)]
+pub struct PlaneUnitSpec {
+    pub name: String,
+    pub primary: String,
+    pub backup: String,
+    /// Routes it originates (`100.<100+i>.0.0/24` and up).
+    pub routes: u32,
+    /// Its application-failure policy (`migrate` or `restart_in_place`),
+    /// if not the controller's.
+    pub app_failure: Option<String>,
+}
+
+/// What to build.
+#[derive(Debug, Clone)]
+pub struct PlaneSpec {
+    /// The hosts that carry units (at most 4: `a`, `b`, `c`, `d`).
+    pub hosts: Vec<String>,
+    pub units: Vec<PlaneUnitSpec>,
+    /// Extra arguments of every controller replica.
+    pub controller_args: Vec<String>,
+}
+
+/// A host with its agent.
+#[derive(Debug, Clone)]
+pub struct PlaneHost {
+    pub name: String,
+    pub host: NsrHost,
+    /// The agent's arguments (to start it again).
+    pub args: Vec<String>,
+    pub status: PathBuf,
+    pub work_dir: PathBuf,
+    pub agent: Option<ProcId>,
+}
+
+/// A unit and its containers.
+#[derive(Debug, Clone)]
+pub struct PlaneUnit {
+    pub name: String,
+    pub service: Ipv4Addr,
+    pub routes: u32,
+    /// Its container on each host.
+    pub containers: BTreeMap<String, NsrHost>,
+}
+
+/// The running control plane.
+pub struct Plane {
+    pub lab: Lab,
+    pub topo: NsrTopo,
+    pub etcd: Etcd,
+    pub frr: Frr,
+    pub redis: Redis,
+    pub bins: PlaneBins,
+    /// Each replica and its status file.
+    pub controllers: Vec<(ProcId, PathBuf)>,
+    pub hosts: Vec<PlaneHost>,
+    pub agent_server: PlaneHost,
+    pub units: Vec<PlaneUnit>,
+    /// Where `holdfast ctl` runs (it reaches etcd).
+    pub ctl_host: HostId,
+    /// The management bridge (etcd, the controllers, the agents' streams).
+    pub mgmt: crate::BridgeId,
+}
+
+const HOST_ADDR: [(&str, u8, u8); 4] = [("a", 3, 64), ("b", 4, 96), ("c", 7, 128), ("d", 9, 160)];
+
+fn json_file(path: &PathBuf) -> Option<Value> {
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+}
+
+impl Plane {
+    /// Builds the lab and starts everything; the units run on their
+    /// primaries once the agents are up.
+    pub fn up(name: &str, spec: &PlaneSpec, bins: PlaneBins) -> Result<Plane> {
+        let mut lab = Lab::new(name)?;
+        lab.capture_start()?;
+        let topo = NsrTopo::build(&mut lab)?;
+        topo.del_service(&lab, topo.a.id)?;
+        let redis = Redis::start(&mut lab, topo.redis.id, IpAddr::V4(topo.redis.v4), 6379)?;
+        let mut members = Vec::new();
+        for (i, n) in ["c1", "c2", "c3"].iter().enumerate() {
+            let h = topo.add_host(&mut lab, n, 31 + i as u8)?;
+            members.push((h.id, IpAddr::V4(h.v4)));
+        }
+        // Hosts, and every unit's container on each of them.
+        let mut host_nodes = BTreeMap::new();
+        for h in &spec.hosts {
+            let &(_, n, _) = HOST_ADDR
+                .iter()
+                .find(|(x, _, _)| x == h)
+                .ok_or_else(|| LabError::Invalid(format!("plane host `{h}`: a, b, c or d")))?;
+            let node = match h.as_str() {
+                "a" => topo.a.clone(),
+                "b" => topo.b.clone(),
+                _ => topo.add_host(&mut lab, h, n)?,
+            };
+            host_nodes.insert(h.clone(), node);
+        }
+        let mut units = Vec::new();
+        for (i, u) in spec.units.iter().enumerate() {
+            let mut containers = BTreeMap::new();
+            for h in &spec.hosts {
+                let &(_, _, base) = HOST_ADDR.iter().find(|(x, _, _)| x == h).expect("host");
+                let c = topo.add_host(
+                    &mut lab,
+                    &format!("{h}_{}", u.name.replace('-', "_")),
+                    base + i as u8,
+                )?;
+                containers.insert(h.clone(), c);
+            }
+            units.push(PlaneUnit {
+                name: u.name.clone(),
+                service: Ipv4Addr::new(198, 18, 0, 10 + i as u8),
+                routes: u.routes,
+                containers,
+            });
+        }
+        let s_node = topo.add_host(&mut lab, "s", 8)?;
+        // The management network: etcd, the controllers and the agents' streams.
+        let mut mgmt_members = Vec::new();
+        let mut mgmt_addr = std::collections::HashMap::new();
+        for (id, lan) in members
+            .iter()
+            .map(|(id, a)| (*id, *a))
+            .chain(host_nodes.values().map(|n| (n.id, IpAddr::V4(n.v4))))
+            .chain(std::iter::once((s_node.id, IpAddr::V4(s_node.v4))))
+        {
+            let IpAddr::V4(v4) = lan else { continue };
+            let m = Ipv4Addr::new(198, 19, 0, v4.octets()[3]);
+            mgmt_members.push((id, vec![crate::IfAddr::new(m, 24)]));
+            mgmt_addr.insert(id, m);
+        }
+        let mgmt = lab.bridge("mgmt", &mgmt_members)?;
+        let members: Vec<(HostId, IpAddr)> = members
+            .iter()
+            .map(|(id, _)| (*id, IpAddr::V4(mgmt_addr[id])))
+            .collect();
+        let etcd = Etcd::start(&mut lab, &members)?;
+        let eps = etcd.endpoints();
+        let mut controllers = Vec::new();
+        let mut grpc = Vec::new();
+        for (i, (h, addr)) in members.iter().enumerate() {
+            let status = lab.work_dir().join(format!("c{}.status.json", i + 1));
+            let listen = format!("{addr}:50051");
+            grpc.push(format!("http://{listen}"));
+            let st = status.to_string_lossy().to_string();
+            let cname = format!("c{}", i + 1);
+            let mut argv: Vec<&str> = vec![
+                &bins.controller,
+                "--etcd",
+                &eps,
+                "--name",
+                &cname,
+                "--listen",
+                &listen,
+                "--status-file",
+                &st,
+            ];
+            argv.extend(spec.controller_args.iter().map(String::as_str));
+            let p = lab.spawn(
+                *h,
+                &format!("controller-{cname}"),
+                &argv,
+                &[("HOLDFAST_LOG", "info")],
+            )?;
+            controllers.push((p, status));
+        }
+        // Placements in etcd, as an operator writes them.
+        for (i, (u, s)) in units.iter().zip(&spec.units).enumerate() {
+            let mut t = topo.clone();
+            t.service_v4 = u.service;
+            let extra = format!(
+                "hold_time = 9\n[[network]]\nprefix = \"100.{}.0.0/24\"\ncount = {}\n",
+                100 + i,
+                u.routes
+            );
+            let config = nsr_config(
+                &t,
+                &redis.url(),
+                &u.name,
+                &[(IpAddr::V4(topo.peer.v4), PLANE_PEER_AS)],
+                &extra,
+            );
+            std::fs::write(lab.work_dir().join(format!("{}.toml", u.name)), &config)
+                .map_err(|e| LabError::Invalid(format!("unit config: {e}")))?;
+            let mut rec = serde_json::json!({
+                "schema": 1, "unit": u.name, "primary": s.primary, "backup": s.backup,
+                "epoch": 0, "config": config, "addresses": [format!("{}/24", u.service)],
+                "interface": "",
+            });
+            if let Some(p) = &s.app_failure {
+                rec["app_failure"] = Value::String(p.clone());
+            }
+            etcd.ctl(
+                &mut lab,
+                &[
+                    "put",
+                    &format!("/holdfast/default/units/{}", u.name),
+                    &rec.to_string(),
+                ],
+            )?;
+            let c = &u.containers[&s.primary];
+            lab.exec_ok(
+                c.id,
+                &[
+                    "ip",
+                    "addr",
+                    "add",
+                    &format!("{}/24", u.service),
+                    "dev",
+                    &c.ifname,
+                ],
+            )?;
+        }
+        // Probes: every host, every unit's service address.
+        let mut probes = Vec::new();
+        for (h, node) in &host_nodes {
+            probes.push((format!("host:{h}"), format!("{}:7", node.v4)));
+        }
+        for u in &units {
+            probes.push((format!("unit:{}", u.name), format!("{}:179", u.service)));
+        }
+        let agent_args = |lab: &Lab, name: &str, server: bool| -> (Vec<String>, PathBuf, PathBuf) {
+            let dir = lab.work_dir().join(format!("agent-{name}"));
+            let _ = std::fs::create_dir_all(&dir);
+            let status = dir.join("status.json");
+            let work = dir.join("units");
+            let mut args: Vec<String> = vec![
+                bins.agent.clone(),
+                "--host".into(),
+                name.into(),
+                "--etcd".into(),
+                eps.clone(),
+                "--holdfastd".into(),
+                bins.holdfastd.clone(),
+                "--work-dir".into(),
+                work.to_string_lossy().to_string(),
+                "--status-file".into(),
+                status.to_string_lossy().to_string(),
+            ];
+            if server {
+                args.push("--agent-server".into());
+            }
+            for g in &grpc {
+                args.extend(["--controller".to_string(), g.clone()]);
+            }
+            for (t, addr) in &probes {
+                if *t != format!("host:{name}") {
+                    args.extend(["--probe".to_string(), format!("{t}={addr}")]);
+                }
+            }
+            (args, status, work)
+        };
+        let mut hosts = Vec::new();
+        for (h, node) in &host_nodes {
+            let (mut args, status, work_dir) = agent_args(&lab, h, false);
+            for u in &units {
+                let c = &u.containers[h];
+                args.extend([
+                    "--container".to_string(),
+                    format!("{}={}:{}", u.name, lab.netns(c.id), c.ifname),
+                ]);
+            }
+            let mut boot = args.clone();
+            for (u, s) in units.iter().zip(&spec.units) {
+                if s.primary == *h {
+                    let cfg = lab.work_dir().join(format!("{}.toml", u.name));
+                    boot.extend([
+                        "--unit".to_string(),
+                        format!("{}={}", u.name, cfg.display()),
+                    ]);
+                }
+            }
+            let argv: Vec<&str> = boot.iter().map(String::as_str).collect();
+            let p = lab.spawn(
+                node.id,
+                &format!("agent-{h}"),
+                &argv,
+                &[("RUST_LOG", "info")],
+            )?;
+            hosts.push(PlaneHost {
+                name: h.clone(),
+                host: node.clone(),
+                args,
+                status,
+                work_dir,
+                agent: Some(p),
+            });
+        }
+        let (args, status, work_dir) = agent_args(&lab, "s", true);
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        let p = lab.spawn(s_node.id, "agent-s", &argv, &[("RUST_LOG", "info")])?;
+        let agent_server = PlaneHost {
+            name: "s".into(),
+            host: s_node,
+            args,
+            status,
+            work_dir,
+            agent: Some(p),
+        };
+        let mut peer = PeerSpec::new(PLANE_PEER_AS, "192.0.2.201".parse().expect("router id"))
+            .route(RouteSpec::new("203.0.113.0/24"));
+        for u in &units {
+            peer = peer.neighbor(
+                NeighborSpec::new(IpAddr::V4(u.service), crate::NSR_LOCAL_AS)
+                    .local(IpAddr::V4(topo.peer.v4))
+                    .hold_time(9)
+                    .families(true, false),
+            );
+        }
+        let frr = Frr::start(&mut lab, topo.peer.id, &peer)?;
+        let ctl_host = members[0].0;
+        Ok(Plane {
+            lab,
+            topo,
+            etcd,
+            frr,
+            redis,
+            bins,
+            controllers,
+            hosts,
+            agent_server,
+            units,
+            ctl_host,
+            mgmt,
+        })
+    }
+
+    /// The host named `name`.
+    pub fn host(&self, name: &str) -> &PlaneHost {
+        self.hosts
+            .iter()
+            .find(|h| h.name == name)
+            .unwrap_or_else(|| panic!("no plane host {name}"))
+    }
+
+    /// The unit named `name`.
+    pub fn unit(&self, name: &str) -> &PlaneUnit {
+        self.units
+            .iter()
+            .find(|u| u.name == name)
+            .unwrap_or_else(|| panic!("no plane unit {name}"))
+    }
+
+    /// Every replica's status.
+    pub fn statuses(&self) -> Vec<Value> {
+        self.controllers
+            .iter()
+            .filter_map(|(_, s)| json_file(s))
+            .collect()
+    }
+
+    /// The leader's status, once one leads with `agents` agents attached.
+    pub fn wait_leader(&self, agents: usize, within: Duration) -> Result<Value> {
+        wait_for_every(
+            &format!("a leader with {agents} agents attached"),
+            within,
+            Duration::from_millis(100),
+            || {
+                Ok(self.statuses().into_iter().find(|v| {
+                    v["role"] == "leader"
+                        && v["agents"].as_array().is_some_and(|a| a.len() == agents)
+                }))
+            },
+        )
+    }
+
+    /// Every verdict any replica recorded, oldest first per replica.
+    pub fn verdicts(&self) -> Vec<Value> {
+        self.statuses()
+            .into_iter()
+            .flat_map(|v| v["verdicts"].as_array().cloned().unwrap_or_default())
+            .collect()
+    }
+
+    /// The pid of `unit` as `host`'s agent reports it.
+    pub fn unit_pid(&self, unit: &str, host: &str) -> Option<u64> {
+        json_file(&self.host(host).status).and_then(|s| {
+            s["units"]
+                .as_array()
+                .and_then(|us| us.iter().find(|u| u[0] == unit).and_then(|u| u[1].as_u64()))
+        })
+    }
+
+    /// `holdfast ctl ARGS --json` on a control host.
+    pub fn ctl(&self, args: &[&str]) -> Result<Value> {
+        let eps = self.etcd.endpoints();
+        let mut cmd = vec![self.bins.ctl.as_str(), "--etcd", eps.as_str(), "--json"];
+        cmd.extend_from_slice(args);
+        let out = self.lab.exec_ok(self.ctl_host, &cmd)?;
+        serde_json::from_str(&out)
+            .map_err(|e| LabError::Invalid(format!("holdfast ctl {args:?}: {e}: {out}")))
+    }
+
+    /// `(primary, backup)` of `unit` per `holdfast ctl units`.
+    pub fn placement(&self, unit: &str) -> Result<(String, Option<String>)> {
+        let units = self.ctl(&["units"])?;
+        let row = units
+            .as_array()
+            .and_then(|r| r.iter().find(|u| u["unit"] == unit))
+            .cloned()
+            .ok_or_else(|| {
+                LabError::Invalid(format!("{unit} not in holdfast ctl units: {units}"))
+            })?;
+        Ok((
+            row["primary"].as_str().unwrap_or_default().to_string(),
+            row["backup"].as_str().map(str::to_string),
+        ))
+    }
+
+    /// frr: every unit's session Established with its routes.
+    pub fn wait_established(&self, within: Duration) -> Result<()> {
+        wait_for_every(
+            "frr: every unit's session Established with its routes",
+            within,
+            Duration::from_millis(200),
+            || {
+                let s = self.frr.sessions(&self.lab)?;
+                let ok = self.units.iter().all(|u| {
+                    s.iter().any(|v| {
+                        v.neighbor == IpAddr::V4(u.service)
+                            && v.state == SessionState::Established
+                            && v.prefixes_received == Some(u.routes)
+                    })
+                });
+                Ok(ok.then_some(()))
+            },
+        )
+    }
+
+    /// Waits until `unit` on `host` has replicated its session (PROTECTED).
+    pub fn wait_protected(&self, unit: &str, host: &str, within: Duration) -> Result<()> {
+        let sock = self.host(host).work_dir.join(unit).join("holdfastd.sock");
+        wait_for_every(
+            &format!("{unit} on {host} PROTECTED"),
+            within,
+            Duration::from_millis(100),
+            || {
+                let out = std::process::Command::new(&self.bins.holdfast)
+                    .args(["--socket", &sock.to_string_lossy(), "--json", "show", "nsr"])
+                    .output()
+                    .map(|o| o.stdout)
+                    .unwrap_or_default();
+                let v: Value = serde_json::from_slice(&out).unwrap_or(Value::Null);
+                Ok((v["ok"]["nsr"]["protected"] == true).then_some(()))
+            },
+        )
+    }
+
+    /// Waits until `unit` runs on `host` with a pid other than `not`.
+    pub fn wait_running(
+        &self,
+        unit: &str,
+        host: &str,
+        not: Option<u64>,
+        within: Duration,
+    ) -> Result<u64> {
+        wait_for_every(
+            &format!("{unit} running on {host}"),
+            within,
+            Duration::from_millis(20),
+            || Ok(self.unit_pid(unit, host).filter(|p| Some(*p) != not)),
+        )
+    }
+
+    /// Waits for a verdict whose finding is `kind` (`application`,
+    /// `container`, `container_network`, `host`, `host_network`,
+    /// `controller_cut_off`, ...) about `subject` (a unit or host name).
+    pub fn wait_verdict(&self, kind: &str, subject: &str, within: Duration) -> Result<Value> {
+        wait_for_every(
+            &format!("a verdict {kind} about {subject}"),
+            within,
+            Duration::from_millis(20),
+            || {
+                Ok(self
+                    .verdicts()
+                    .into_iter()
+                    .find(|v| verdict_is(v, kind, subject)))
+            },
+        )
+    }
+
+    /// SIGKILLs `unit`'s holdfastd on `host` (an application failure).
+    pub fn kill_unit(&self, unit: &str, host: &str) -> Result<u64> {
+        let pid = self
+            .unit_pid(unit, host)
+            .ok_or_else(|| LabError::Invalid(format!("{unit} not running on {host}")))?;
+        if !crate::send_signal(pid as u32, Signal::Kill, false) {
+            return Err(LabError::Invalid(format!(
+                "SIGKILL {unit} (pid {pid}) failed"
+            )));
+        }
+        Ok(pid)
+    }
+
+    /// Every process of `unit`'s container on `host` SIGKILLed, then the
+    /// container deleted (a container failure).
+    pub fn kill_container(&mut self, unit: &str, host: &str) -> Result<Vec<u32>> {
+        let c = self.unit(unit).containers[host].clone();
+        let ns = self.lab.netns(c.id).to_string();
+        // The namespace goes first, so that the agent finds it gone when it
+        // sees the process exit.
+        let pids = netns_pids(&ns);
+        crate::cmd::run_ok(
+            &crate::cmd::argv(&["ip", "netns", "del", &ns]),
+            crate::DEFAULT_CMD_TIMEOUT,
+        )?;
+        for pid in &pids {
+            let _ = crate::send_signal(*pid, Signal::Kill, false);
+        }
+        Ok(pids)
+    }
+
+    /// `unit`'s container on `host`: its bridge port down or up (a
+    /// container-network failure).
+    pub fn container_link(&self, unit: &str, host: &str, up: bool) -> Result<()> {
+        let c = &self.unit(unit).containers[host];
+        self.lab.set_bridge_port_up(self.topo.bridge, c.id, up)
+    }
+
+    /// `host`'s bridge ports, its containers' included, down or up (a host
+    /// network failure, or a blip).
+    pub fn host_links(&self, host: &str, up: bool) -> Result<()> {
+        let h = self.host(host).host.id;
+        self.lab.set_bridge_port_up(self.topo.bridge, h, up)?;
+        for u in &self.units {
+            self.lab
+                .set_bridge_port_up(self.topo.bridge, u.containers[host].id, up)?;
+        }
+        Ok(())
+    }
+
+    /// A host failure: every process of `host` and of its containers
+    /// SIGKILLed, every link down.
+    pub fn fail_host(&mut self, host: &str) -> Result<Vec<u32>> {
+        let h = self.host(host).host.id;
+        let mut killed = kill_all(self.lab.netns(h));
+        for u in &self.units {
+            let c = u.containers[host].id;
+            if std::path::Path::new(&format!("/run/netns/{}", self.lab.netns(c))).exists() {
+                killed.extend(kill_all(self.lab.netns(c)));
+                self.lab.set_host_links_up(c, false)?;
+            }
+        }
+        self.lab.set_host_links_up(h, false)?;
+        if let Some(i) = self.hosts.iter().position(|x| x.name == host) {
+            self.hosts[i].agent = None;
+        }
+        Ok(killed)
+    }
+
+    /// Cuts (or restores) the gRPC streams between `host`'s agent and the
+    /// controllers (their port 50051), leaving etcd and the data network
+    /// alone: the controller is cut off from a healthy host.
+    pub fn cut_from_controllers(&self, host: &str, cut: bool) -> Result<()> {
+        let h = self.host(host).host.id;
+        let op = if cut { "-I" } else { "-D" };
+        for (chain, dir) in [("OUTPUT", "--dport"), ("INPUT", "--sport")] {
+            self.lab.exec_ok(
+                h,
+                &[
+                    "iptables", op, chain, "-p", "tcp", dir, "50051", "-j", "DROP",
+                ],
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Starts `host`'s agent again (after a host failure: links up first,
+    /// and what the bridge queued for it dropped).
+    pub fn restart_agent(&mut self, host: &str) -> Result<()> {
+        let i = self
+            .hosts
+            .iter()
+            .position(|x| x.name == host)
+            .ok_or_else(|| LabError::Invalid(format!("no plane host {host}")))?;
+        let h = self.hosts[i].clone();
+        let argv: Vec<&str> = h.args.iter().map(String::as_str).collect();
+        let p = self.lab.spawn(
+            h.host.id,
+            &format!("agent-{host}-again-{}", self.lab.proc_count()),
+            &argv,
+            &[("RUST_LOG", "info")],
+        )?;
+        self.hosts[i].agent = Some(p);
+        Ok(())
+    }
+}
+
+/// SIGKILLs every process of the namespace `ns`; returns their pids.
+fn kill_all(ns: &str) -> Vec<u32> {
+    let pids = netns_pids(ns);
+    for pid in &pids {
+        let _ = crate::send_signal(*pid, Signal::Kill, false);
+    }
+    pids
+}
+
+/// Whether a verdict (as the controller's status shows it) is a `kind`
+/// finding about `subject`.
+pub fn verdict_is(v: &Value, kind: &str, subject: &str) -> bool {
+    let Some(f) = v["finding"].as_object() else {
+        return false;
+    };
+    f.get(kind)
+        .is_some_and(|body| body["unit"] == subject || body["host"] == subject)
+}
+
+/// What frr sees while something happens: each unit's session sampled
+/// every 200 ms (when asked for: a sampler per session is a vtysh call
+/// each), and for every unit frr's counters and uptime before and after,
+/// and its log.
+pub struct PlaneWatch {
+    start: std::time::Instant,
+    before: Vec<crate::SessionView>,
+    sampled: Vec<crate::PeerWatch>,
+    mark: crate::LogMark,
+}
+
+impl Plane {
+    /// Starts watching (see [`PlaneWatch`]).
+    pub fn watch(&self, sampled: bool) -> Result<PlaneWatch> {
+        let mark = self.frr.log_mark();
+        let before = self.frr.sessions(&self.lab)?;
+        let sampled = if sampled {
+            self.units
+                .iter()
+                .map(|u| {
+                    crate::PeerWatch::start_every(
+                        self.frr.session_probe(&self.lab),
+                        IpAddr::V4(u.service),
+                        Duration::from_millis(200),
+                    )
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        std::thread::sleep(Duration::from_millis(300));
+        Ok(PlaneWatch {
+            start: std::time::Instant::now(),
+            before,
+            sampled,
+            mark,
+        })
+    }
+}
+
+impl PlaneWatch {
+    /// After `settle` more seconds of watching: no unit's session left
+    /// Established (samples; established and dropped counters unchanged;
+    /// uptime never went back), frr logged no NOTIFICATION, and it holds
+    /// every unit's routes. Returns a one-line summary.
+    pub fn check(self, p: &Plane, settle: Duration) -> Result<String> {
+        std::thread::sleep(settle);
+        let mut summary = Vec::new();
+        for w in self.sampled {
+            let r = w.stop();
+            r.assert_uninterrupted()?;
+            summary.push(format!("{}: {} samples", r.neighbor, r.samples));
+        }
+        let after = p.frr.sessions(&p.lab)?;
+        let elapsed = self.start.elapsed().as_secs();
+        for u in &p.units {
+            let n = IpAddr::V4(u.service);
+            let find = |v: &[crate::SessionView]| v.iter().find(|s| s.neighbor == n).cloned();
+            let (Some(b), Some(a)) = (find(&self.before), find(&after)) else {
+                return Err(LabError::Invalid(format!("frr has no session with {n}")));
+            };
+            let bad = a.state != SessionState::Established
+                || a.established_count != b.established_count
+                || a.dropped_count != b.dropped_count
+                || a.uptime_secs.unwrap_or(0) + 1 < b.uptime_secs.unwrap_or(0) + elapsed
+                || a.prefixes_received != Some(u.routes);
+            if bad {
+                return Err(LabError::Invalid(format!(
+                    "frr noticed {} ({n}): before {b:?}, after {a:?}, {elapsed} s apart",
+                    u.name
+                )));
+            }
+        }
+        let notes = p.frr.notifications_since(&self.mark)?;
+        if !notes.is_empty() {
+            return Err(LabError::Invalid(format!(
+                "frr logged NOTIFICATIONs: {notes:?}"
+            )));
+        }
+        summary.push(format!(
+            "{} sessions: counters and uptime unbroken over {elapsed} s, no NOTIFICATION, routes held",
+            p.units.len()
+        ));
+        Ok(summary.join("; "))
+    }
+}
