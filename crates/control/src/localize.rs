@@ -433,12 +433,19 @@ impl Localizer {
     /// are not watched until it ends. A unit that moved starts afresh.
     pub fn sync(&mut self, state: &DesiredState) {
         self.hosts = state.hosts.keys().cloned().collect();
-        self.failed = state
+        let failed: BTreeSet<HostId> = state
             .hosts
             .values()
             .filter(|h| h.is_failed())
             .map(|h| h.name.clone())
             .collect();
+        // A host reset by hand starts afresh: what was measured of it, and
+        // by its agent, while it was failed says nothing now.
+        let healed: Vec<HostId> = self.failed.difference(&failed).cloned().collect();
+        for h in &healed {
+            self.reset(h);
+        }
+        self.failed = failed;
         let units: BTreeMap<UnitId, HostId> = state
             .units
             .values()
@@ -460,7 +467,8 @@ impl Localizer {
     }
 
     /// `holdfast ctl reset HOST`: the host may be judged (and used) again.
-    /// Its old measurements are forgotten.
+    /// Its old measurements are forgotten (also done by [`Localizer::sync`]
+    /// when the host is no longer failed).
     pub fn reset(&mut self, host: &HostId) {
         self.failed.remove(host);
         self.suspect.remove(host);

@@ -686,6 +686,67 @@ impl Lab {
         Ok(())
     }
 
+    /// Re-creates a host whose namespace was deleted (a container after a
+    /// container failure, re-created by its runtime): the namespace again
+    /// under the same name, with its bridge ports (the same interface names
+    /// and addresses), up.
+    pub fn revive_host(&mut self, host: HostId) -> Result<()> {
+        let netns = self
+            .hosts
+            .get(host.0)
+            .ok_or_else(|| LabError::Invalid(format!("bad host {host:?}")))?
+            .netns
+            .clone();
+        if Path::new("/run/netns").join(&netns).exists() {
+            return Ok(());
+        }
+        self.ns_create(&netns)?;
+        for br in &self.bridges {
+            for p in br.ports.iter().filter(|p| p.host == host) {
+                let _ = run_ok(
+                    &argv(&["ip", "-n", &br.netns, "link", "del", &p.switch_if]),
+                    DEFAULT_CMD_TIMEOUT,
+                );
+                let mut cmds = vec![
+                    argv(&[
+                        "ip",
+                        "link",
+                        "add",
+                        &p.switch_if,
+                        "netns",
+                        &br.netns,
+                        "type",
+                        "veth",
+                        "peer",
+                        "name",
+                        &p.host_if,
+                        "netns",
+                        &netns,
+                    ]),
+                    argv(&[
+                        "ip",
+                        "-n",
+                        &br.netns,
+                        "link",
+                        "set",
+                        &p.switch_if,
+                        "master",
+                        &br.bridge_if,
+                    ]),
+                    argv(&["ip", "-n", &br.netns, "link", "set", &p.switch_if, "up"]),
+                ];
+                for a in &p.addrs {
+                    cmds.push(addr_cmd(&netns, &p.host_if, a.addr, a.prefix_len));
+                }
+                cmds.push(argv(&["ip", "-n", &netns, "link", "set", &p.host_if, "up"]));
+                for c in &cmds {
+                    run_ok(c, DEFAULT_CMD_TIMEOUT)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Information about a bridge.
     pub fn bridge_info(&self, bridge: BridgeId) -> &BridgeInfo {
         &self.bridges[bridge.0]

@@ -88,7 +88,15 @@ pub struct PlaneSpec {
     pub units: Vec<PlaneUnitSpec>,
     /// Extra arguments of every controller replica.
     pub controller_args: Vec<String>,
+    /// bird2 (AS 65002, on `feed` .5) and gobgpd (AS 65003, on `g` .6) as
+    /// peers of every unit too, beside frr.
+    pub more_peers: bool,
 }
+
+/// bird2's and gobgpd's AS in the plane.
+pub const PLANE_BIRD_AS: u32 = 65002;
+/// gobgpd's AS in the plane.
+pub const PLANE_GOBGP_AS: u32 = 65003;
 
 /// A host with its agent.
 #[derive(Debug, Clone)]
@@ -118,6 +126,8 @@ pub struct Plane {
     pub topo: NsrTopo,
     pub etcd: Etcd,
     pub frr: Frr,
+    /// bird2 and gobgpd (with [`PlaneSpec::more_peers`]).
+    pub others: Vec<Box<dyn Peer>>,
     pub redis: Redis,
     pub bins: PlaneBins,
     /// Each replica and its status file.
@@ -245,13 +255,12 @@ impl Plane {
                 100 + i,
                 u.routes
             );
-            let config = nsr_config(
-                &t,
-                &redis.url(),
-                &u.name,
-                &[(IpAddr::V4(topo.peer.v4), PLANE_PEER_AS)],
-                &extra,
-            );
+            let mut neighbors = vec![(IpAddr::V4(topo.peer.v4), PLANE_PEER_AS)];
+            if spec.more_peers {
+                neighbors.push((IpAddr::V4(topo.feed.v4), PLANE_BIRD_AS));
+                neighbors.push((IpAddr::V4(Ipv4Addr::new(198, 18, 0, 6)), PLANE_GOBGP_AS));
+            }
+            let config = nsr_config(&t, &redis.url(), &u.name, &neighbors, &extra);
             std::fs::write(lab.work_dir().join(format!("{}.toml", u.name)), &config)
                 .map_err(|e| LabError::Invalid(format!("unit config: {e}")))?;
             let mut rec = serde_json::json!({
@@ -380,12 +389,38 @@ impl Plane {
             );
         }
         let frr = Frr::start(&mut lab, topo.peer.id, &peer)?;
+        let mut others: Vec<Box<dyn Peer>> = Vec::new();
+        if spec.more_peers {
+            let g = topo.add_host(&mut lab, "g", 6)?;
+            for (asn, node, last, bird) in [
+                (PLANE_BIRD_AS, topo.feed.clone(), 5u8, true),
+                (PLANE_GOBGP_AS, g, 6, false),
+            ] {
+                let mut s = PeerSpec::new(asn, Ipv4Addr::new(192, 0, 2, 200 + last)).route(
+                    RouteSpec::new(&format!("203.0.{}.0/24", 113 + u32::from(last))),
+                );
+                for u in &units {
+                    s = s.neighbor(
+                        NeighborSpec::new(IpAddr::V4(u.service), crate::NSR_LOCAL_AS)
+                            .local(IpAddr::V4(node.v4))
+                            .hold_time(9)
+                            .families(true, false),
+                    );
+                }
+                others.push(if bird {
+                    Box::new(crate::Bird::start(&mut lab, node.id, &s)?)
+                } else {
+                    Box::new(crate::Gobgp::start(&mut lab, node.id, &s)?)
+                });
+            }
+        }
         let ctl_host = members[0].0;
         Ok(Plane {
             lab,
             topo,
             etcd,
             frr,
+            others,
             redis,
             bins,
             controllers,
@@ -479,22 +514,28 @@ impl Plane {
         ))
     }
 
-    /// frr: every unit's session Established with its routes.
+    /// Every peer: every unit's session Established with its routes (and
+    /// the one route of each other peer, which the units pass on).
     pub fn wait_established(&self, within: Duration) -> Result<()> {
         wait_for_every(
-            "frr: every unit's session Established with its routes",
+            "every peer: every unit's session Established with its routes",
             within,
             Duration::from_millis(200),
             || {
-                let s = self.frr.sessions(&self.lab)?;
-                let ok = self.units.iter().all(|u| {
-                    s.iter().any(|v| {
-                        v.neighbor == IpAddr::V4(u.service)
-                            && v.state == SessionState::Established
-                            && v.prefixes_received == Some(u.routes)
-                    })
-                });
-                Ok(ok.then_some(()))
+                for peer in self.peers() {
+                    let s = peer.sessions(&self.lab)?;
+                    let ok = self.units.iter().all(|u| {
+                        s.iter().any(|v| {
+                            v.neighbor == IpAddr::V4(u.service)
+                                && v.state == SessionState::Established
+                                && v.prefixes_received == Some(u.routes + self.others.len() as u32)
+                        })
+                    });
+                    if !ok {
+                        return Ok(None);
+                    }
+                }
+                Ok(Some(()))
             },
         )
     }
@@ -637,6 +678,46 @@ impl Plane {
         Ok(())
     }
 
+    /// `unit`'s container on `host` re-created after a container failure
+    /// (the same namespace name, interface and address), as a container
+    /// runtime would.
+    pub fn revive_container(&mut self, unit: &str, host: &str) -> Result<()> {
+        let c = self.unit(unit).containers[host].id;
+        self.lab.revive_host(c)
+    }
+
+    /// Brings `host` back after a host or host-network failure: no stale
+    /// service address left in its containers, what they left queued
+    /// dropped, every link up, an agent running (a new one after a host
+    /// failure), and `holdfast ctl reset HOST`.
+    pub fn heal_host(&mut self, host: &str) -> Result<()> {
+        let h = self.host(host).host.id;
+        for u in self.units.clone() {
+            let c = &u.containers[host];
+            if !std::path::Path::new(&format!("/run/netns/{}", self.lab.netns(c.id))).exists() {
+                continue;
+            }
+            let svc = format!("{}/24", u.service);
+            let _ = self
+                .lab
+                .exec(c.id, &["ip", "addr", "del", &svc, "dev", &c.ifname]);
+            self.lab.drop_queued(self.topo.bridge, c.id)?;
+            self.lab.set_host_links_up(c.id, true)?;
+        }
+        self.lab.drop_queued(self.topo.bridge, h)?;
+        self.lab.set_host_links_up(h, true)?;
+        if self.host(host).agent.is_none() {
+            self.restart_agent(host)?;
+        }
+        let done = self.ctl(&["reset", host, "--wait", "20"])?;
+        if done["done"] != true {
+            return Err(LabError::Invalid(format!(
+                "holdfast ctl reset {host}: {done}"
+            )));
+        }
+        Ok(())
+    }
+
     /// Starts `host`'s agent again (after a host failure: links up first,
     /// and what the bridge queued for it dropped).
     pub fn restart_agent(&mut self, host: &str) -> Result<()> {
@@ -677,22 +758,34 @@ pub fn verdict_is(v: &Value, kind: &str, subject: &str) -> bool {
         .is_some_and(|body| body["unit"] == subject || body["host"] == subject)
 }
 
-/// What frr sees while something happens: each unit's session sampled
-/// every 200 ms (when asked for: a sampler per session is a vtysh call
-/// each), and for every unit frr's counters and uptime before and after,
-/// and its log.
+/// What the peers see while something happens: for every peer (frr, and
+/// bird2 and gobgpd with [`PlaneSpec::more_peers`]) and every unit, the
+/// peer's counters, uptime and routes before and after, and its log; and,
+/// when asked for, frr's view of each unit's session sampled every 200 ms
+/// (a vtysh call each).
 pub struct PlaneWatch {
     start: std::time::Instant,
-    before: Vec<crate::SessionView>,
+    before: Vec<Vec<crate::SessionView>>,
     sampled: Vec<crate::PeerWatch>,
-    mark: crate::LogMark,
+    marks: Vec<crate::LogMark>,
 }
 
 impl Plane {
+    /// Every peer: frr first.
+    pub fn peers(&self) -> Vec<&dyn Peer> {
+        let mut v: Vec<&dyn Peer> = vec![&self.frr];
+        v.extend(self.others.iter().map(|p| p.as_ref()));
+        v
+    }
+
     /// Starts watching (see [`PlaneWatch`]).
     pub fn watch(&self, sampled: bool) -> Result<PlaneWatch> {
-        let mark = self.frr.log_mark();
-        let before = self.frr.sessions(&self.lab)?;
+        let marks = self.peers().iter().map(|p| p.log_mark()).collect();
+        let before = self
+            .peers()
+            .iter()
+            .map(|p| p.sessions(&self.lab))
+            .collect::<Result<Vec<_>>>()?;
         let sampled = if sampled {
             self.units
                 .iter()
@@ -712,17 +805,25 @@ impl Plane {
             start: std::time::Instant::now(),
             before,
             sampled,
-            mark,
+            marks,
         })
     }
 }
 
 impl PlaneWatch {
-    /// After `settle` more seconds of watching: no unit's session left
-    /// Established (samples; established and dropped counters unchanged;
-    /// uptime never went back), frr logged no NOTIFICATION, and it holds
-    /// every unit's routes. Returns a one-line summary.
+    /// [`PlaneWatch::check_grown`] with no routes added.
     pub fn check(self, p: &Plane, settle: Duration) -> Result<String> {
+        let none = vec![0; p.peers().len()];
+        self.check_grown(p, settle, &none)
+    }
+
+    /// After `settle` more seconds of watching: no session of any unit with
+    /// any peer left Established (frr's samples; established and dropped
+    /// counters unchanged; uptime never went back), no peer logged a
+    /// NOTIFICATION, and each peer holds exactly the routes it held from
+    /// each unit plus `added[i]` (peer `i` in [`Plane::peers`] order: routes
+    /// announced meanwhile by another peer). Returns a one-line summary.
+    pub fn check_grown(self, p: &Plane, settle: Duration, added: &[u32]) -> Result<String> {
         std::thread::sleep(settle);
         let mut summary = Vec::new();
         for w in self.sampled {
@@ -730,34 +831,59 @@ impl PlaneWatch {
             r.assert_uninterrupted()?;
             summary.push(format!("{}: {} samples", r.neighbor, r.samples));
         }
-        let after = p.frr.sessions(&p.lab)?;
         let elapsed = self.start.elapsed().as_secs();
-        for u in &p.units {
-            let n = IpAddr::V4(u.service);
-            let find = |v: &[crate::SessionView]| v.iter().find(|s| s.neighbor == n).cloned();
-            let (Some(b), Some(a)) = (find(&self.before), find(&after)) else {
-                return Err(LabError::Invalid(format!("frr has no session with {n}")));
-            };
-            let bad = a.state != SessionState::Established
-                || a.established_count != b.established_count
-                || a.dropped_count != b.dropped_count
-                || a.uptime_secs.unwrap_or(0) + 1 < b.uptime_secs.unwrap_or(0) + elapsed
-                || a.prefixes_received != Some(u.routes);
-            if bad {
+        let peers = p.peers();
+        for (i, peer) in peers.iter().enumerate() {
+            let name = format!("{:?}", peer.kind());
+            let want = added.get(i).copied().unwrap_or(0);
+            // The routes may still be on their way: a few seconds at most.
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            loop {
+                let after = peer.sessions(&p.lab)?;
+                let mut bad = None;
+                for u in &p.units {
+                    let n = IpAddr::V4(u.service);
+                    let find =
+                        |v: &[crate::SessionView]| v.iter().find(|s| s.neighbor == n).cloned();
+                    let (Some(b), Some(a)) = (find(&self.before[i]), find(&after)) else {
+                        return Err(LabError::Invalid(format!("{name} has no session with {n}")));
+                    };
+                    let broken = a.state != SessionState::Established
+                        || a.established_count != b.established_count
+                        || a.dropped_count != b.dropped_count
+                        || a.uptime_secs.unwrap_or(0) + 1 < b.uptime_secs.unwrap_or(0) + elapsed;
+                    if broken {
+                        return Err(LabError::Invalid(format!(
+                            "{name} noticed {} ({n}): before {b:?}, after {a:?}, {elapsed} s apart",
+                            u.name
+                        )));
+                    }
+                    let routes = b.prefixes_received.map(|x| x + want);
+                    if a.prefixes_received != routes {
+                        bad = Some(format!(
+                            "{name} holds {:?} routes from {} ({n}), expected {routes:?}",
+                            a.prefixes_received, u.name
+                        ));
+                    }
+                }
+                match bad {
+                    None => break,
+                    Some(e) if std::time::Instant::now() >= deadline => {
+                        return Err(LabError::Invalid(e))
+                    }
+                    Some(_) => std::thread::sleep(Duration::from_millis(200)),
+                }
+            }
+            let notes = peer.notifications_since(&self.marks[i])?;
+            if !notes.is_empty() {
                 return Err(LabError::Invalid(format!(
-                    "frr noticed {} ({n}): before {b:?}, after {a:?}, {elapsed} s apart",
-                    u.name
+                    "{name} logged NOTIFICATIONs: {notes:?}"
                 )));
             }
         }
-        let notes = p.frr.notifications_since(&self.mark)?;
-        if !notes.is_empty() {
-            return Err(LabError::Invalid(format!(
-                "frr logged NOTIFICATIONs: {notes:?}"
-            )));
-        }
         summary.push(format!(
-            "{} sessions: counters and uptime unbroken over {elapsed} s, no NOTIFICATION, routes held",
+            "{} peer(s) x {} sessions: counters and uptime unbroken over {elapsed} s, no NOTIFICATION, routes held",
+            peers.len(),
             p.units.len()
         ));
         Ok(summary.join("; "))

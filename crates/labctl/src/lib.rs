@@ -5,6 +5,8 @@
 //! * [`command`]: `lab up|status|fail|heal|down|list`: a lab kept running between
 //!   invocations through a state file, TENSOR's four failure kinds, each followed by a
 //!   takeover through the `Orchestrator` contract (the lab's `LabOrchestrator`).
+//! * [`chaos`]: `holdfast lab chaos`: randomized failures recovered by the
+//!   control plane (controller and agents), checked on frr, bird2 and gobgpd.
 //! * [`demo`]: `make demo`: the demo scenario through the four failure kinds, TENSOR
 //!   Table 1 with what the peers saw, as Markdown and a PNG.
 //!
@@ -17,6 +19,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod chaos;
 pub mod command;
 pub mod demo;
 pub mod scenario;

@@ -353,6 +353,23 @@ impl Frr {
         self.vtysh_daemon(lab, "bgpd", cmds)
     }
 
+    /// Something another thread can announce plain IPv4 prefixes with (one
+    /// vtysh call: a burst of UPDATEs), while the test thread injects a
+    /// failure. The peer's spec does not learn of them.
+    pub fn burst(&self) -> impl Fn(&[String]) -> Result<()> + Send + 'static {
+        let vty = self.vty.clone();
+        let local_as = self.spec.local_as;
+        move |prefixes: &[String]| {
+            let mut cmds = vec![
+                "configure terminal".to_string(),
+                format!("router bgp {local_as}"),
+                "address-family ipv4 unicast".to_string(),
+            ];
+            cmds.extend(prefixes.iter().map(|p| format!("network {p}")));
+            vty.run("bgpd", &cmds).map(drop)
+        }
+    }
+
     fn vtysh_daemon(&self, _lab: &Lab, daemon: &str, cmds: &[String]) -> Result<String> {
         self.vty.run(daemon, cmds)
     }

@@ -138,6 +138,7 @@ fn every_failure_kind_is_localized_and_handled_unseen_by_frr() {
             unit("u3", "c", "a", Some("restart_in_place")),
         ],
         controller_args: vec![],
+        more_peers: false,
     };
     let mut p = Plane::up("control_plane_localize", &spec, bins).expect("plane");
     p.wait_established(Duration::from_secs(60))

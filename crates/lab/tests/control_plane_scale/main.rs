@@ -94,6 +94,7 @@ fn a_host_with_16_units_fails_and_a_host_with_8_is_drained() {
             .map(|(i, n)| unit(n.clone(), "a", if i % 2 == 0 { "b" } else { "c" }))
             .collect(),
         controller_args: vec![],
+        more_peers: false,
     };
     let mut p = Plane::up("control_plane_scale", &spec, bins).expect("plane");
     p.wait_established(Duration::from_secs(120))
@@ -158,6 +159,7 @@ fn two_hosts_fail_at_once() {
         hosts: hosts(),
         units: vec![unit("u1".into(), "a", "c"), unit("u2".into(), "b", "c")],
         controller_args: vec![],
+        more_peers: false,
     };
     let mut p = Plane::up("control_plane_two", &spec, bins).expect("plane");
     p.wait_established(LONG).unwrap_or_else(|e| panic!("{e}"));

@@ -55,6 +55,19 @@ enum LabOp {
     /// primaries there, removes a stale service address and the packets they left
     /// queued, links up).
     Heal { host: String },
+    /// Randomized failures on the control-plane lab (three hosts with
+    /// containers, the agent server, three controllers on etcd; frr, bird2
+    /// and gobgpd peers), each found and handled by the controller, checked
+    /// on the peers; one line per iteration, then a summary. Builds its own
+    /// lab and removes it (kept, with captures, when something failed).
+    Chaos {
+        /// How many failures.
+        #[arg(long, default_value_t = 20)]
+        iterations: u32,
+        /// The seed of the random choices (the same seed, the same run).
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
     /// Tear the lab down, and remove what any crashed lab run left behind.
     Down,
     /// The shipped scenarios.
@@ -92,6 +105,21 @@ fn run_lab(state: Option<PathBuf>, op: &LabOp, json: bool) -> anyhow::Result<()>
             LabOp::Heal { host } => {
                 let r = lab::heal(&state, host)?;
                 (serde_json::to_value(&r)?, r.to_string())
+            }
+            LabOp::Chaos { iterations, seed } => {
+                let (summary, its) =
+                    holdfast_labctl::chaos::run(*iterations, *seed, |it| eprintln!("{it}"))?;
+                let v = serde_json::json!({ "summary": summary, "iterations": its });
+                let text = format!("{summary}\n");
+                if summary.failed > 0 || !summary.two_senders.is_empty() {
+                    if json {
+                        println!("{}", serde_json::to_string_pretty(&v)?);
+                    } else {
+                        print!("{text}");
+                    }
+                    anyhow::bail!("chaos found a problem (see above)");
+                }
+                (v, text)
             }
             LabOp::Down => {
                 let r = lab::down(&state)?;
