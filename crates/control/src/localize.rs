@@ -107,9 +107,11 @@ pub struct LocalizeConfig {
     /// 1000 ms).
     pub stale_after_ms: Millis,
     /// After a unit's process starts (a takeover, a restart) or the unit
-    /// moves, how long probes of it that miss are not a container-network
-    /// failure (default 2000 ms): a takeover drops inbound BGP segments
-    /// until its sockets are restored. Process reports still count.
+    /// moves, or its host becomes reachable again after a blip, how long
+    /// probes of it that miss are not a container-network failure (default
+    /// 2000 ms): a takeover drops inbound BGP segments until its sockets are
+    /// restored, and a unit comes back from a blip a little after its host.
+    /// Process reports still count.
     #[serde(default = "default_settle_ms")]
     pub settle_ms: Millis,
     /// Restart in place or migrate on an application failure.
@@ -377,6 +379,9 @@ struct Path {
     first_miss: Millis,
     last_at: Millis,
     last_ok: Option<Millis>,
+    /// When it last answered again after missing (the start of the
+    /// current run of answers; `None` before any miss, or while missing).
+    ok_since: Option<Millis>,
 }
 
 #[derive(Debug, Clone)]
@@ -589,6 +594,9 @@ impl Localizer {
                     at: now,
                 });
             }
+            if p.misses > 0 {
+                p.ok_since = Some(now);
+            }
             p.misses = 0;
             p.last_ok = Some(now);
         } else {
@@ -596,6 +604,7 @@ impl Localizer {
                 p.first_miss = now;
             }
             p.misses += 1;
+            p.ok_since = None;
         }
     }
 
@@ -871,7 +880,11 @@ impl Localizer {
                     })
                     .map(|(k, p)| Self::answered(k, p.last_ok.unwrap_or(now)))
                     .collect();
-                let settling = self.settle_until.get(unit).is_some_and(|t| now < *t);
+                // A host that has just become reachable again (after a
+                // blip) brings its units back a little later: they settle.
+                let host_back = host_paths.iter().filter_map(|(_, p)| p.ok_since).max();
+                let settling = self.settle_until.get(unit).is_some_and(|t| now < *t)
+                    || host_back.is_some_and(|t| now < t + cfg.settle_ms);
                 if down.is_empty() || host_down || answered.is_empty() || settling {
                     None
                 } else {

@@ -641,6 +641,29 @@ fn a_host_blip_that_reaches_the_units_probes_first_is_no_container_network_failu
 }
 
 #[test]
+fn a_unit_that_comes_back_after_its_host_from_a_blip_settles() {
+    // b's network blips for 1 s; b0 answers 500 ms after b does.
+    let faults = vec![
+        fault(Fault::HostNet(h("b")), START, 2_000),
+        fault(Fault::ContainerNet(u("b0")), 2_000, 2_500),
+    ];
+    let world = World::new(faults);
+    let (_, out) = run(&world, LocalizeConfig::default(), 6_000);
+    assert!(acting(&out).is_empty(), "{out:#?}");
+    let cfg = LocalizeConfig {
+        settle_ms: 0,
+        ..LocalizeConfig::default()
+    };
+    let (_, out) = run(&world, cfg, 6_000);
+    assert!(
+        acting(&out)
+            .iter()
+            .any(|v| v.finding.failure_kind() == Some(FailureKind::ContainerNetwork)),
+        "{out:#?}"
+    );
+}
+
+#[test]
 fn verdicts_serialize() {
     let world = World::new(vec![fault(Fault::Container(u("d0")), START, 10_000)]);
     let (_, out) = run(&world, LocalizeConfig::default(), 3_000);
