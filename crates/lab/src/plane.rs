@@ -91,6 +91,10 @@ pub struct PlaneSpec {
     /// bird2 (AS 65002, on `feed` .5) and gobgpd (AS 65003, on `g` .6) as
     /// peers of every unit too, beside frr.
     pub more_peers: bool,
+    /// No IP SLA probes from the agents and the agent server (a negative
+    /// control: the controller is then the only vantage point of a unit's
+    /// network).
+    pub no_probes: bool,
 }
 
 /// bird2's and gobgpd's AS in the plane.
@@ -324,7 +328,7 @@ impl Plane {
             for g in &grpc {
                 args.extend(["--controller".to_string(), g.clone()]);
             }
-            for (t, addr) in &probes {
+            for (t, addr) in probes.iter().filter(|_| !spec.no_probes) {
                 if *t != format!("host:{name}") {
                     args.extend(["--probe".to_string(), format!("{t}={addr}")]);
                 }

@@ -241,6 +241,7 @@ fn plane_spec() -> PlaneSpec {
         ],
         controller_args: vec![],
         more_peers: true,
+        no_probes: false,
     }
 }
 

@@ -139,6 +139,7 @@ fn every_failure_kind_is_localized_and_handled_unseen_by_frr() {
         ],
         controller_args: vec![],
         more_peers: false,
+        no_probes: false,
     };
     let mut p = Plane::up("control_plane_localize", &spec, bins).expect("plane");
     p.wait_established(Duration::from_secs(60))
@@ -318,4 +319,40 @@ fn wait_moved_off(p: &Plane, unit: &str, from: &str) -> String {
         },
     )
     .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Negative control: without the agents' and the agent server's probes the
+/// controller is the only vantage point of a unit's network, and a
+/// container-network failure is not acted on (one vantage point is not
+/// agreeing evidence); the same failure with the probes is migrated in
+/// `every_failure_kind_is_localized_and_handled_unseen_by_frr`.
+#[test]
+fn a_single_vantage_point_does_not_act() {
+    let Some(bins) = ready() else { return };
+    let spec = PlaneSpec {
+        hosts: vec!["a".into(), "b".into()],
+        units: vec![unit("u1", "a", "b", None)],
+        controller_args: vec![],
+        more_peers: false,
+        no_probes: true,
+    };
+    let p = Plane::up("control_plane_one_vantage", &spec, bins).expect("plane");
+    p.wait_established(Duration::from_secs(60))
+        .unwrap_or_else(|e| panic!("{e}"));
+    p.wait_leader(3, LONG).unwrap_or_else(|e| panic!("{e}"));
+    p.wait_protected("u1", "a", LONG)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let pid = p.unit_pid("u1", "a");
+    p.container_link("u1", "a", false)
+        .expect("u1's container off the bridge");
+    std::thread::sleep(Duration::from_secs(3));
+    let acting: Vec<Value> = p
+        .verdicts()
+        .into_iter()
+        .filter(|v| !v["kind"].is_null())
+        .collect();
+    assert!(acting.is_empty(), "acted on one vantage point: {acting:?}");
+    assert_eq!(p.unit_pid("u1", "a"), pid, "u1 not moved");
+    assert_eq!(p.placement("u1").expect("placement").0, "a");
+    println!("one vantage point (the controller): u1's container network down 3 s, no verdict, u1 still on a");
 }

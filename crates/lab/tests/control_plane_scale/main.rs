@@ -95,6 +95,7 @@ fn a_host_with_16_units_fails_and_a_host_with_8_is_drained() {
             .collect(),
         controller_args: vec![],
         more_peers: false,
+        no_probes: false,
     };
     let mut p = Plane::up("control_plane_scale", &spec, bins).expect("plane");
     p.wait_established(Duration::from_secs(120))
@@ -160,6 +161,7 @@ fn two_hosts_fail_at_once() {
         units: vec![unit("u1".into(), "a", "c"), unit("u2".into(), "b", "c")],
         controller_args: vec![],
         more_peers: false,
+        no_probes: false,
     };
     let mut p = Plane::up("control_plane_two", &spec, bins).expect("plane");
     p.wait_established(LONG).unwrap_or_else(|e| panic!("{e}"));
