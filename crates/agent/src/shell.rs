@@ -95,14 +95,31 @@ pub struct AgentStatus {
 }
 
 enum Event {
-    LeaseGranted { id: i64, sent: Time },
-    LeaseRenewed { sent: Time },
+    LeaseGranted {
+        id: i64,
+        sent: Time,
+    },
+    LeaseRenewed {
+        sent: Time,
+    },
     LeaseFailed(String),
     Attached(String),
     Detached(String),
     Command(Command),
-    Answered { target: usize, seq: u64, ok: bool },
+    Answered {
+        target: usize,
+        seq: u64,
+        ok: bool,
+    },
+    /// A takeover's holdfastd is ready for the service address (or not).
+    TakeoverReady {
+        id: u64,
+        result: Result<(), String>,
+    },
 }
+
+/// How long a takeover may take to become ready for the service address.
+const TAKEOVER_READY_WITHIN: Duration = Duration::from_secs(20);
 
 fn unix_ms() -> u64 {
     SystemTime::now()
@@ -177,6 +194,7 @@ pub async fn run(
                 status: &mut status,
                 renew_tx: &renew_tx,
                 report_tx: &report_tx,
+                ev_tx: &ev_tx,
             };
             for o in outs {
                 pending.extend(carry_out(&mut x, o, now()));
@@ -254,6 +272,12 @@ pub async fn run(
                         None
                     }
                     Event::Command(c) => Some(AgentInput::Command(c)),
+                    Event::TakeoverReady { id, result } => {
+                        if let Err(e) = &result {
+                            tracing::warn!(id, error = %e, "takeover not ready");
+                        }
+                        Some(AgentInput::Done { id, result })
+                    }
                     Event::Answered { target, seq, ok } => {
                         for o in prober.handle(t, probe::Input::Answered { target, seq, ok }) {
                             if let probe::Output::Measured(m) = o {
@@ -290,6 +314,8 @@ fn unit_spec(
     ];
     if takeover.is_some() {
         args.push("--takeover".into());
+        args.push("--takeover-ready-file".into());
+        args.push(ready_file(cfg, name).display().to_string());
     }
     UnitSpec {
         name: name.to_string(),
@@ -301,6 +327,39 @@ fn unit_spec(
     }
 }
 
+/// The file a takeover's holdfastd creates once it is ready for the
+/// service address (its guard is in place and its state loaded).
+fn ready_file(cfg: &ShellConfig, unit: &str) -> PathBuf {
+    cfg.work_dir.join(unit).join("takeover.ready")
+}
+
+/// Waits (without blocking the loop) until the takeover of `unit` (pid
+/// `pid`) is ready for the service address, then reports the command done:
+/// the address must not move before holdfastd guards its BGP ports, or a
+/// peer's segment would meet no socket and be answered with a reset.
+fn await_ready(path: PathBuf, pid: u32, id: u64, ev: mpsc::UnboundedSender<Event>) {
+    tokio::spawn(async move {
+        let start = Instant::now();
+        let result = loop {
+            if path.exists() {
+                break Ok(());
+            }
+            if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                break Err(format!(
+                    "holdfastd --takeover (pid {pid}) exited before it was ready"
+                ));
+            }
+            if start.elapsed() > TAKEOVER_READY_WITHIN {
+                break Err(format!(
+                    "holdfastd --takeover (pid {pid}) not ready after {TAKEOVER_READY_WITHIN:?}"
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        };
+        let _ = ev.send(Event::TakeoverReady { id, result });
+    });
+}
+
 /// The loop's state that carrying out an output touches.
 struct Ctx<'a> {
     cfg: &'a ShellConfig,
@@ -309,6 +368,7 @@ struct Ctx<'a> {
     status: &'a mut AgentStatus,
     renew_tx: &'a mpsc::UnboundedSender<bool>,
     report_tx: &'a mpsc::UnboundedSender<AgentReport>,
+    ev_tx: &'a mpsc::UnboundedSender<Event>,
 }
 
 fn carry_out(x: &mut Ctx<'_>, o: AgentOutput, now: Time) -> Vec<AgentOutput> {
@@ -319,6 +379,7 @@ fn carry_out(x: &mut Ctx<'_>, o: AgentOutput, now: Time) -> Vec<AgentOutput> {
         status,
         renew_tx,
         report_tx,
+        ev_tx,
     } = x;
     match o {
         AgentOutput::Report(r) => {
@@ -359,6 +420,8 @@ fn carry_out(x: &mut Ctx<'_>, o: AgentOutput, now: Time) -> Vec<AgentOutput> {
         } => {
             let dir = cfg.work_dir.join(&unit);
             let path = dir.join("holdfastd.toml");
+            let ready = ready_file(cfg, &unit);
+            let _ = std::fs::remove_file(&ready);
             let r = std::fs::create_dir_all(&dir)
                 .and_then(|()| std::fs::write(&path, config))
                 .map_err(|e| e.to_string())
@@ -371,8 +434,13 @@ fn carry_out(x: &mut Ctx<'_>, o: AgentOutput, now: Time) -> Vec<AgentOutput> {
                     },
                 );
             let mut out = Vec::new();
+            let mut waiting = false;
             let res = r.map(|started| {
                 let Some(pid) = started else { return };
+                if takeover.is_some() {
+                    await_ready(ready.clone(), pid, id, (*ev_tx).clone());
+                    waiting = true;
+                }
                 out.extend(core.handle(
                     now,
                     AgentInput::UnitStarted {
@@ -383,7 +451,9 @@ fn carry_out(x: &mut Ctx<'_>, o: AgentOutput, now: Time) -> Vec<AgentOutput> {
                     },
                 ));
             });
-            out.extend(core.handle(now, AgentInput::Done { id, result: res }));
+            if !waiting {
+                out.extend(core.handle(now, AgentInput::Done { id, result: res }));
+            }
             out
         }
         AgentOutput::Address {
