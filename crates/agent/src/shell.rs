@@ -316,6 +316,10 @@ fn unit_spec(
         args.push("--takeover".into());
         args.push("--takeover-ready-file".into());
         args.push(ready_file(cfg, name).display().to_string());
+        if let Some(epoch) = takeover.filter(|e| *e > 0) {
+            args.push("--takeover-epoch".into());
+            args.push(epoch.to_string());
+        }
     }
     UnitSpec {
         name: name.to_string(),

@@ -238,6 +238,13 @@ impl Store for MemoryStore {
         })
     }
 
+    fn claim_at_least(&mut self, min: u64) -> Result<u64, StoreError> {
+        self.instance_mut(|inst| {
+            inst.epoch = (inst.epoch + 1).max(min);
+            Ok(inst.epoch)
+        })
+    }
+
     fn epoch(&mut self) -> Result<u64, StoreError> {
         self.instance_mut(|inst| Ok(inst.epoch))
     }

@@ -134,6 +134,14 @@ fn host_port(h: &str, p: u16) -> String {
 }
 
 /// The script applying a batch; see the module documentation.
+/// `claim_at_least`: the epoch becomes max(epoch + 1, ARGV[1]), atomically.
+const CLAIM_AT_LEAST_SCRIPT: &str = r#"
+local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
+local new = math.max(cur + 1, tonumber(ARGV[1]))
+redis.call('SET', KEYS[1], new)
+return new
+"#;
+
 const WRITE_SCRIPT: &str = r#"
 local cur = redis.call('GET', KEYS[1])
 if not cur then cur = '0' end
@@ -869,6 +877,18 @@ impl Store for RedisStore {
     fn claim(&mut self) -> Result<u64, StoreError> {
         let key = self.epoch_key.clone();
         let r: redis::RedisResult<u64> = redis::cmd("INCR").arg(&key).query(self.conn()?);
+        r.map_err(|e| match e.code() {
+            Some("ERR") => self.corrupt(&key, e),
+            _ => self.fail(e),
+        })
+    }
+
+    fn claim_at_least(&mut self, min: u64) -> Result<u64, StoreError> {
+        let key = self.epoch_key.clone();
+        let r: redis::RedisResult<u64> = redis::Script::new(CLAIM_AT_LEAST_SCRIPT)
+            .key(&key)
+            .arg(min)
+            .invoke(self.conn()?);
         r.map_err(|e| match e.code() {
             Some("ERR") => self.corrupt(&key, e),
             _ => self.fail(e),

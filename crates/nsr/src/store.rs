@@ -33,6 +33,17 @@ pub trait Store: Send {
     /// Takes the instance over: atomically increments its epoch and returns
     /// the new value. From then on writes with an older epoch are refused.
     fn claim(&mut self) -> Result<u64, StoreError>;
+    /// [`Store::claim`], with the new epoch at least `min` (the controller's
+    /// fencing token: the store epoch advances with it).
+    fn claim_at_least(&mut self, min: u64) -> Result<u64, StoreError> {
+        let e = self.claim()?;
+        if e >= min {
+            return Ok(e);
+        }
+        Err(StoreError::Unavailable(format!(
+            "this store cannot raise the epoch to {min} (claimed {e})"
+        )))
+    }
     /// The instance's current epoch (0 if never claimed).
     fn epoch(&mut self) -> Result<u64, StoreError>;
     /// Reads every stored session of the instance.

@@ -501,6 +501,19 @@ fn fencing(env: &dyn Env) {
     ));
     // The new owner writes; the old one sees the new epoch.
     backup.write(e2, &[received("f", 38, &msg(19, 2))]).unwrap();
+    // A takeover ordered by the controller claims at least its token; a
+    // token already passed still moves the epoch on by one.
+    let mut third = env.handle("fence");
+    let e3 = third.claim_at_least(e2 + 100).unwrap();
+    assert_eq!(e3, e2 + 100);
+    let e4 = third.claim_at_least(5).unwrap();
+    assert_eq!(e4, e3 + 1);
+    assert!(matches!(
+        backup.write(e2, &[]),
+        Err(StoreError::Fenced { .. })
+    ));
+    let mut backup = third;
+    let e2 = e4;
     assert_eq!(primary.epoch().unwrap(), e2);
     let f = find(&primary.load().unwrap(), "f").clone();
     assert_eq!(f.rcv, 38);

@@ -127,6 +127,8 @@ impl Exit {
 /// `--takeover`: start as the backup of the `[nsr]` instance.
 pub struct TakeoverOpts {
     pub ready_file: Option<PathBuf>,
+    /// The store epoch to claim at least (the controller's fencing token).
+    pub epoch: u64,
 }
 
 pub async fn run(
@@ -141,7 +143,7 @@ pub async fn run(
     let nsr_on = cfg.nsr.as_ref().is_some_and(|n| n.enabled);
     let (nsr, takeover) = match (&takeover, nsr_on) {
         (Some(opts), _) => {
-            let t = Takeover::begin(&cfg, opts.ready_file.clone())?;
+            let t = Takeover::begin(&cfg, opts.ready_file.clone(), opts.epoch)?;
             (Some(t.nsr.clone()), Some(t))
         }
         (None, true) => (Some(resume::start_primary(&cfg)?), None),

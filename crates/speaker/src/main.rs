@@ -41,6 +41,11 @@ struct Args {
     /// With --takeover: create this file once ready for the service address.
     #[arg(long, requires = "takeover")]
     takeover_ready_file: Option<PathBuf>,
+    /// With --takeover: claim the NSR store epoch at least at this value
+    /// (the controller passes its fencing token, so the store epoch
+    /// advances with it).
+    #[arg(long, requires = "takeover", default_value_t = 0)]
+    takeover_epoch: u64,
     /// Record every peer's inputs and the core's outputs as JSON lines, one
     /// file per neighbour in this directory (`holdfast replay FILE` replays
     /// one).
@@ -73,6 +78,7 @@ fn main() -> anyhow::Result<()> {
         .context("starting the I/O runtime")?;
     let takeover = args.takeover.then(|| daemon::TakeoverOpts {
         ready_file: args.takeover_ready_file.clone(),
+        epoch: args.takeover_epoch,
     });
     let exit = rt.block_on(daemon::run(
         args.config,

@@ -114,6 +114,9 @@ impl Store for LazyStore {
     fn claim(&mut self) -> Result<u64, StoreError> {
         self.call(|s| s.claim())
     }
+    fn claim_at_least(&mut self, min: u64) -> Result<u64, StoreError> {
+        self.call(|s| s.claim_at_least(min))
+    }
     fn epoch(&mut self) -> Result<u64, StoreError> {
         self.call(|s| s.epoch())
     }
@@ -176,7 +179,9 @@ struct Started {
 }
 
 /// Steps 1–5 of the module documentation, for either role.
-fn bring_up(cfg: &Config, role: Role) -> Result<Started, StartError> {
+/// `min_epoch`: a takeover's epoch is at least this (the controller's
+/// fencing token; 0: just the next one).
+fn bring_up(cfg: &Config, role: Role, min_epoch: u64) -> Result<Started, StartError> {
     let started = Instant::now();
     let n = match &cfg.nsr {
         Some(n) if n.enabled => n,
@@ -225,7 +230,8 @@ fn bring_up(cfg: &Config, role: Role) -> Result<Started, StartError> {
             }
         },
         Role::Takeover => {
-            let epoch = patiently("claim", || store.claim()).map_err(StartError::Claim)?;
+            let epoch = patiently("claim", || store.claim_at_least(min_epoch))
+                .map_err(StartError::Claim)?;
             claim_us = started.elapsed().as_micros() as u64;
             tracing::info!(instance = %n.instance, epoch, "takeover: instance claimed; the old primary is fenced");
             let t = Instant::now();
@@ -311,7 +317,7 @@ fn claim_and_forget(store: &mut LazyStore) -> Result<u64, StoreError> {
 /// NSR for a primary started normally. A store that does not answer is
 /// not fatal: the speaker runs unprotected until it does.
 pub fn start_primary(cfg: &Config) -> Result<Nsr, StartError> {
-    bring_up(cfg, Role::Primary).map(|s| s.nsr)
+    bring_up(cfg, Role::Primary, 0).map(|s| s.nsr)
 }
 
 /// A takeover in progress.
@@ -332,9 +338,13 @@ pub struct Takeover {
 impl Takeover {
     /// Steps 1–5 as a takeover; the gate drops everything until
     /// [`Takeover::open_gate`].
-    pub fn begin(cfg: &Config, ready_file: Option<PathBuf>) -> Result<Takeover, StartError> {
+    pub fn begin(
+        cfg: &Config,
+        ready_file: Option<PathBuf>,
+        min_epoch: u64,
+    ) -> Result<Takeover, StartError> {
         let started = Instant::now();
-        let up = bring_up(cfg, Role::Takeover)?;
+        let up = bring_up(cfg, Role::Takeover, min_epoch)?;
         let n = cfg.nsr.as_ref().ok_or(StartError::NotConfigured)?;
         let mut sessions = HashMap::new();
         for s in up.sessions {
