@@ -29,6 +29,7 @@
 #![forbid(unsafe_code)]
 
 pub mod core;
+pub mod metrics;
 pub mod probe;
 pub mod runtime;
 pub mod shell;

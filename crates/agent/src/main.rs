@@ -70,6 +70,9 @@ struct Args {
     /// is gone after the unit exits, the agent reports a container failure.
     #[arg(long = "container")]
     containers: Vec<String>,
+    /// Serve Prometheus metrics at `GET /metrics` on this address.
+    #[arg(long)]
+    metrics_listen: Option<std::net::SocketAddr>,
 }
 
 fn pair(s: &str, what: &str) -> Result<(String, String)> {
@@ -147,6 +150,7 @@ fn main() -> Result<()> {
             .iter()
             .map(|c| pair(c, "--container").map(|(u, s)| (u, shell::Container::parse(&s))))
             .collect::<Result<_>>()?,
+        metrics_listen: a.metrics_listen,
     };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

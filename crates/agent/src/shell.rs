@@ -51,6 +51,8 @@ pub struct ShellConfig {
     /// Units that run in a container of their own on this host (the lab's
     /// containers are network namespaces), by unit name.
     pub containers: BTreeMap<String, Container>,
+    /// Where to serve the Prometheus metrics, if anywhere.
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 /// A unit's container on this host.
@@ -139,6 +141,16 @@ pub async fn run(
     let mut core = AgentCore::new(core_cfg);
     let mut prober = Prober::new(&cfg.core.host, cfg.probe, cfg.targets.clone(), now());
     let mut rt = ProcessRuntime::new();
+    let metrics = std::sync::Arc::new(crate::metrics::AgentMetrics::new());
+    if let Some(addr) = cfg.metrics_listen {
+        let m = metrics.clone();
+        tokio::spawn(async move {
+            let render = std::sync::Arc::new(move || m.render());
+            if let Err(e) = holdfast_controller::metrics::serve(addr, render).await {
+                tracing::error!(%addr, error = %e, "metrics endpoint stopped");
+            }
+        });
+    }
     let mut status = AgentStatus {
         host: cfg.core.host.clone(),
         ..AgentStatus::default()
@@ -195,6 +207,7 @@ pub async fn run(
                 renew_tx: &renew_tx,
                 report_tx: &report_tx,
                 ev_tx: &ev_tx,
+                metrics: &metrics,
             };
             for o in outs {
                 pending.extend(carry_out(&mut x, o, now()));
@@ -215,6 +228,7 @@ pub async fn run(
                     timeout,
                 } => {
                     status.probes_sent += 1;
+                    metrics.probes_sent.inc();
                     let tx = ev_tx.clone();
                     tokio::task::spawn_blocking(move || {
                         let ok = probe::tcp_probe(addr, timeout);
@@ -223,6 +237,9 @@ pub async fn run(
                 }
                 probe::Output::Measured(m) => {
                     status.probes_lost += u64::from(!m.ok);
+                    if !m.ok {
+                        metrics.probes_lost.inc();
+                    }
                     pending.extend(core.handle(now(), AgentInput::Measured(m)));
                 }
             }
@@ -230,6 +247,14 @@ pub async fn run(
         pending.extend(core.handle(now(), AgentInput::Tick));
         status.units = rt.running();
         status.highest_token = core.highest_token();
+        metrics.units_running.set(status.units.len() as i64);
+        metrics
+            .highest_token
+            .set(i64::try_from(status.highest_token).unwrap_or(i64::MAX));
+        metrics
+            .attached
+            .set(i64::from(status.attached_to.is_some()));
+
         if let Some(p) = &cfg.status_file {
             write_status(p, &status);
         }
@@ -251,6 +276,7 @@ pub async fn run(
                 let input = match ev {
                     Event::LeaseGranted { id, sent } => {
                         status.lease = Some(id);
+                        metrics.lease_grants.inc();
                         status.renewed_at_ms = Some(sent.as_millis() as u64);
                         Some(AgentInput::LeaseGranted { sent })
                     }
@@ -282,6 +308,9 @@ pub async fn run(
                         for o in prober.handle(t, probe::Input::Answered { target, seq, ok }) {
                             if let probe::Output::Measured(m) = o {
                                 status.probes_lost += u64::from(!m.ok);
+                                if !m.ok {
+                                    metrics.probes_lost.inc();
+                                }
                                 pending.extend(core.handle(t, AgentInput::Measured(m)));
                             }
                         }
@@ -373,6 +402,7 @@ struct Ctx<'a> {
     renew_tx: &'a mpsc::UnboundedSender<bool>,
     report_tx: &'a mpsc::UnboundedSender<AgentReport>,
     ev_tx: &'a mpsc::UnboundedSender<Event>,
+    metrics: &'a crate::metrics::AgentMetrics,
 }
 
 fn carry_out(x: &mut Ctx<'_>, o: AgentOutput, now: Time) -> Vec<AgentOutput> {
@@ -384,6 +414,7 @@ fn carry_out(x: &mut Ctx<'_>, o: AgentOutput, now: Time) -> Vec<AgentOutput> {
         renew_tx,
         report_tx,
         ev_tx,
+        metrics,
     } = x;
     match o {
         AgentOutput::Report(r) => {
@@ -397,6 +428,7 @@ fn carry_out(x: &mut Ctx<'_>, o: AgentOutput, now: Time) -> Vec<AgentOutput> {
         AgentOutput::Fence { id, unit } => {
             if id.is_none() {
                 status.self_fenced_at_ms = Some(now.as_millis() as u64);
+                metrics.self_fenced_units.inc();
             }
             let r = rt.fence(&unit, Duration::from_secs(5));
             let mut out = Vec::new();

@@ -20,6 +20,8 @@
 //! * [`sense`]: the leader's failure localization: the controller's own
 //!   heartbeats to hosts and units, the agents' and the agent server's
 //!   measurements, fed to `holdfast_control::Localizer`.
+//! * [`metrics`]: Prometheus metrics of the replica, and the `/metrics`
+//!   endpoint (the agent's too).
 //! * [`replica`]: the I/O shell (elector and worker tasks, status file):
 //!   acting on the localizer's verdicts and on agents' leases expiring in
 //!   etcd, and migrations carried out through the agents (fence, takeover,
@@ -30,6 +32,7 @@
 pub mod elect;
 pub mod fence;
 pub mod hub;
+pub mod metrics;
 pub mod placement;
 pub mod replica;
 pub mod sense;

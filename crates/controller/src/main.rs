@@ -69,6 +69,9 @@ struct Args {
     /// The port of the controller's unit heartbeat (holdfastd's BGP port).
     #[arg(long, default_value_t = 179)]
     unit_port: u16,
+    /// Serve Prometheus metrics at `GET /metrics` on this address.
+    #[arg(long)]
+    metrics_listen: Option<std::net::SocketAddr>,
     /// Negative control for the lab only: write without the leader compare
     /// (and without the compare-and-swap of step records), as a controller
     /// trusting its lease alone would.
@@ -121,6 +124,7 @@ async fn main() -> anyhow::Result<()> {
             unit_port: a.unit_port,
             ..SenseConfig::default()
         },
+        metrics_listen: a.metrics_listen,
     };
     tracing::info!(name = %cfg.name, cluster = %cfg.cluster, ttl = ?cfg.lease_ttl, fenced = cfg.fenced, "controller replica starting");
     let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;

@@ -28,6 +28,7 @@ use tokio::sync::mpsc;
 use crate::elect::{Elector, Input, Op, Output, Role, Timing};
 use crate::fence::Token;
 use crate::hub::{AgentView, Hub, Observed};
+use crate::metrics::{ControllerMetrics, FindingLabel, Reason, ReasonLabel};
 use crate::sense::{Localization, SenseConfig, SharedTargets, VerdictView};
 use crate::state::{
     next_step, Command, EpochRecord, Keys, Migration, MigrationState, Next, OperatorRequest,
@@ -64,6 +65,8 @@ pub struct Config {
     /// Failure localization: heartbeat period, thresholds, application
     /// failure policy.
     pub sense: SenseConfig,
+    /// Where to serve the Prometheus metrics (`GET /metrics`), if anywhere.
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 /// What a replica reports in its status file.
@@ -126,6 +129,20 @@ fn unix_ms() -> u64 {
 struct Shared {
     elector: Elector,
     status: Status,
+    metrics: Arc<ControllerMetrics>,
+}
+
+fn metrics(s: &SharedRef) -> Arc<ControllerMetrics> {
+    lock(s).metrics.clone()
+}
+
+/// The finding's name (as in the status file): `application`, `suspect`...
+fn finding_name(f: &Finding) -> String {
+    match serde_json::to_value(f) {
+        Ok(serde_json::Value::Object(m)) => m.keys().next().cloned().unwrap_or_default(),
+        Ok(serde_json::Value::String(s)) => s,
+        _ => String::new(),
+    }
 }
 
 type SharedRef = Arc<Mutex<Shared>>;
@@ -153,7 +170,11 @@ impl Replica {
         };
         let elector = Elector::new(Timing::from_ttl(cfg.lease_ttl));
         Replica {
-            shared: Arc::new(Mutex::new(Shared { elector, status })),
+            shared: Arc::new(Mutex::new(Shared {
+                elector,
+                status,
+                metrics: Arc::new(ControllerMetrics::new()),
+            })),
             cfg,
         }
     }
@@ -202,6 +223,15 @@ impl Replica {
                 }
             })
         });
+        let metrics_server = self.cfg.metrics_listen.map(|addr| {
+            let m = metrics(&self.shared);
+            tracing::info!(%addr, "metrics at /metrics");
+            tokio::spawn(async move {
+                if let Err(e) = crate::metrics::serve(addr, Arc::new(move || m.render())).await {
+                    tracing::error!(%addr, error = %e, "metrics endpoint stopped");
+                }
+            })
+        });
         let worker = tokio::spawn(work(
             self.shared.clone(),
             worker_store,
@@ -222,6 +252,9 @@ impl Replica {
         }
         worker.abort();
         sensor.abort();
+        if let Some(m) = metrics_server {
+            m.abort();
+        }
         if let Some(r) = reporter {
             r.abort();
         }
@@ -318,12 +351,14 @@ async fn carry_out(
         Output::Elected(token) => {
             let mut s = lock(shared);
             s.status.elections += 1;
+            s.metrics.elections.inc();
             tracing::info!(%token, "elected leader");
             None
         }
         Output::Demoted(why) => {
             let mut s = lock(shared);
             s.status.demotions += 1;
+            s.metrics.demotions.inc();
             tracing::warn!(?why, "demoted: no longer acting as leader");
             None
         }
@@ -337,9 +372,15 @@ async fn report(shared: SharedRef, path: PathBuf, hub: Hub) {
         let agents = hub.agents();
         let status = {
             let mut s = lock(&shared);
+            s.metrics.agents_attached.set(agents.len() as i64);
             s.status.agents = agents;
-            let Shared { elector, status } = &mut *s;
+            let Shared {
+                elector,
+                status,
+                metrics,
+            } = &mut *s;
             status.token = elector.may_act(Instant::now());
+            metrics.is_leader.set(i64::from(status.token.is_some()));
             status.role = match (status.token, elector.role()) {
                 (Some(_), _) => "leader".into(),
                 (None, Role::Leader(_)) => "leader-expired".into(),
@@ -429,6 +470,7 @@ async fn work(
         match res {
             Ok(Some(Outcome::Fenced)) => {
                 lock(&shared).status.fenced_rejections += 1;
+                metrics(&shared).fenced_rejections.inc();
                 tracing::warn!(%token, "fenced write refused by etcd: the leader key is not ours");
                 let _ = fenced.send(());
                 tokio::time::sleep(TICK).await;
@@ -519,6 +561,7 @@ async fn drive(
             match o {
                 Outcome::Committed(rev) => {
                     lock(shared).status.steps_committed += 1;
+                    metrics(shared).steps_committed.inc();
                     tracing::info!(migration = %m.id, %step, %token, rev, "step committed");
                 }
                 Outcome::Precondition => {
@@ -567,6 +610,7 @@ async fn drive(
             ];
             let o = store.fenced_put(token, &[], &puts).await?;
             if let Outcome::Committed(rev) = o {
+                metrics(shared).migrations_finished.inc();
                 tracing::info!(migration = %m.id, %token, rev, "migration done");
             }
             Ok(Some(o))
@@ -711,6 +755,7 @@ async fn requests(
                 why: &why,
                 steps: &SWITCHOVER_STEPS,
                 done_request: Some(key.clone()),
+                reason: Reason::Switchover,
             };
             // `None`: not possible now (a migration under way): later.
             start_migration(shared, store, token, &plan, Instant::now()).await
@@ -732,6 +777,7 @@ async fn requests(
                     why: &why,
                     steps: &SWITCHOVER_STEPS,
                     done_request: None,
+                    reason: Reason::Drain,
                 };
                 return start_migration(shared, store, token, &plan, Instant::now()).await;
             }
@@ -752,6 +798,8 @@ struct Plan<'a> {
     steps: &'a [&'a str],
     /// An operator request deleted in the same transaction.
     done_request: Option<String>,
+    /// What started it (metrics).
+    reason: Reason,
 }
 
 /// Starts a migration of the unit to its backup unless one is under way
@@ -807,6 +855,12 @@ async fn start_migration(
         .fenced_write(token, &[], &[(keys.migration(), to_json(&m))], &deletes)
         .await?;
     if let Outcome::Committed(rev) = o {
+        metrics(shared)
+            .migrations_started
+            .get_or_create(&ReasonLabel {
+                reason: plan.reason.clone(),
+            })
+            .inc();
         let after = since.elapsed().as_millis() as u64;
         tracing::warn!(unit = plan.unit, %from, %to, why = plan.why, detected_after_ms = after, rev, "migrating");
         lock(shared).status.detected.push((
@@ -826,7 +880,21 @@ fn note(shared: &SharedRef, v: &Verdict, actions: &mut VecDeque<(Verdict, Instan
     if let Finding::LostProbe { from, to, missed } = &v.finding {
         tracing::debug!(?from, ?to, missed, "a lost probe (no action)");
         lock(shared).status.lost_probes += 1;
+        let finding = FindingLabel {
+            finding: "lost_probe".into(),
+        };
+        metrics(shared).verdicts.get_or_create(&finding).inc();
         return;
+    }
+    let finding = FindingLabel {
+        finding: finding_name(&v.finding),
+    };
+    metrics(shared).verdicts.get_or_create(&finding).inc();
+    if kind.is_some() {
+        metrics(shared)
+            .detection_seconds
+            .get_or_create(&finding)
+            .observe(v.detection_ms() as f64 / 1000.0);
     }
     let vantages: Vec<String> = v.vantages().iter().map(|x| format!("{x:?}")).collect();
     if kind.is_some() {
@@ -901,6 +969,7 @@ async fn act(
             &MIGRATION_STEPS
         },
         done_request: None,
+        reason: finding_reason(&v.finding),
     };
     let o = start_migration(shared, store, token, &plan, since).await?;
     if o.is_some() {
@@ -1017,6 +1086,7 @@ impl HostWatch {
                     why: &why,
                     steps: &MIGRATION_STEPS,
                     done_request: None,
+                    reason: host_reason(&why),
                 };
                 if let Some(o) = start_migration(shared, store, token, &plan, since).await? {
                     return Ok(Some(o));
@@ -1062,4 +1132,24 @@ async fn replace_backups_on(
         puts.push((keys.unit(&unit.0), to_json(&rec)));
     }
     Ok(puts)
+}
+
+/// What a host failure's migrations count as.
+fn host_reason(why: &str) -> Reason {
+    if why.contains("lease") {
+        Reason::LeaseExpired
+    } else if why.contains("HostNetwork") {
+        Reason::HostNetwork
+    } else {
+        Reason::Host
+    }
+}
+
+/// What a unit's verdict's migration counts as.
+fn finding_reason(f: &Finding) -> Reason {
+    match f {
+        Finding::Container { .. } => Reason::Container,
+        Finding::ContainerNetwork { .. } => Reason::ContainerNetwork,
+        _ => Reason::Application,
+    }
 }

@@ -143,6 +143,8 @@ pub struct Plane {
     pub ctl_host: HostId,
     /// The management bridge (etcd, the controllers, the agents' streams).
     pub mgmt: crate::BridgeId,
+    /// Where each controller replica runs.
+    pub controller_hosts: Vec<HostId>,
 }
 
 const HOST_ADDR: [(&str, u8, u8); 4] = [("a", 3, 64), ("b", 4, 96), ("c", 7, 128), ("d", 9, 160)];
@@ -240,6 +242,8 @@ impl Plane {
                 &listen,
                 "--status-file",
                 &st,
+                "--metrics-listen",
+                "127.0.0.1:9180",
             ];
             argv.extend(spec.controller_args.iter().map(String::as_str));
             let p = lab.spawn(
@@ -321,6 +325,8 @@ impl Plane {
                 work.to_string_lossy().to_string(),
                 "--status-file".into(),
                 status.to_string_lossy().to_string(),
+                "--metrics-listen".into(),
+                "127.0.0.1:9181".into(),
             ];
             if server {
                 args.push("--agent-server".into());
@@ -433,6 +439,7 @@ impl Plane {
             units,
             ctl_host,
             mgmt,
+            controller_hosts: members.iter().map(|(h, _)| *h).collect(),
         })
     }
 
@@ -481,6 +488,36 @@ impl Plane {
             .into_iter()
             .flat_map(|v| v["verdicts"].as_array().cloned().unwrap_or_default())
             .collect()
+    }
+
+    /// `GET /metrics` of a process listening on 127.0.0.1:`port` in the
+    /// namespace of `host` (controllers: 9180, agents: 9181).
+    pub fn scrape(&self, host: HostId, port: u16) -> Result<String> {
+        let ns = self.lab.netns(host).to_string();
+        let got = holdfast_linux::netns::in_netns(&ns, move || -> std::io::Result<String> {
+            use std::io::{Read, Write};
+            let mut s = std::net::TcpStream::connect(("127.0.0.1", port))?;
+            s.set_read_timeout(Some(Duration::from_secs(5)))?;
+            s.write_all(b"GET /metrics HTTP/1.1\r\nHost: lab\r\nConnection: close\r\n\r\n")?;
+            let mut body = String::new();
+            s.read_to_string(&mut body)?;
+            Ok(body)
+        })
+        .and_then(|r| r)
+        .map_err(|e| LabError::Invalid(format!("scraping 127.0.0.1:{port} in {ns}: {e}")))?;
+        Ok(got)
+    }
+
+    /// The leader's replica (its index in [`Plane::controllers`]).
+    pub fn leader_index(&self) -> Option<usize> {
+        self.controllers
+            .iter()
+            .position(|(_, s)| json_file(s).is_some_and(|v| v["role"] == "leader"))
+    }
+
+    /// The host the `i`th controller replica runs on.
+    pub fn controller_host(&self, i: usize) -> HostId {
+        self.controller_hosts[i]
     }
 
     /// The pid of `unit` as `host`'s agent reports it.

@@ -169,6 +169,29 @@ fn every_failure_kind_is_localized_and_handled_unseen_by_frr() {
     p.wait_protected("u1", "b", LONG)
         .unwrap_or_else(|e| panic!("{e}"));
     frr_saw_nothing(&p, w, "2");
+    // The same events in the leader's and the agents' Prometheus metrics.
+    let leader = p.leader_index().expect("a leader");
+    let text = p
+        .scrape(p.controller_host(leader), 9180)
+        .expect("the leader's metrics");
+    for want in [
+        "holdfast_controller_is_leader 1",
+        "holdfast_controller_migrations_started_total{reason=\"Application\"} 1",
+        "holdfast_controller_migrations_finished_total 1",
+        "holdfast_controller_verdicts_total{finding=\"application\"} 1",
+        "holdfast_controller_agents_attached 4",
+    ] {
+        assert!(
+            text.contains(want),
+            "the leader's metrics lack `{want}`:\n{text}"
+        );
+    }
+    let agent = p
+        .scrape(p.host("b").host.id, 9181)
+        .expect("agent b's metrics");
+    assert!(agent.contains("holdfast_agent_units_running 2"), "{agent}");
+    assert!(agent.contains("holdfast_agent_attached 1"), "{agent}");
+    println!("   metrics: the leader counts the migration and the verdict; agent b runs 2 units");
 
     // 3. Application failure, restarted in place.
     let w = p.watch(true).expect("watch");

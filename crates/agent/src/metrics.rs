@@ -1,0 +1,80 @@
+//! The host agent's Prometheus metrics (`holdfast-agent --metrics-listen`),
+//! served by `holdfast_controller::metrics::serve`. The shell bumps each one
+//! where it records the same fact in its status file.
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+/// The agent's metrics, registered under `holdfast_agent_`.
+pub struct AgentMetrics {
+    registry: Registry,
+    pub probes_sent: Counter,
+    pub probes_lost: Counter,
+    pub lease_grants: Counter,
+    pub self_fenced_units: Counter,
+    pub units_running: Gauge,
+    pub highest_token: Gauge,
+    pub attached: Gauge,
+}
+
+impl Default for AgentMetrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl AgentMetrics {
+    pub fn new() -> AgentMetrics {
+        let mut registry = Registry::with_prefix("holdfast_agent");
+        let m = AgentMetrics {
+            registry: Registry::default(),
+            probes_sent: Counter::default(),
+            probes_lost: Counter::default(),
+            lease_grants: Counter::default(),
+            self_fenced_units: Counter::default(),
+            units_running: Gauge::default(),
+            highest_token: Gauge::default(),
+            attached: Gauge::default(),
+        };
+        registry.register("probes_sent", "IP SLA probes sent", m.probes_sent.clone());
+        registry.register(
+            "probes_lost",
+            "IP SLA probes lost (no answer in time)",
+            m.probes_lost.clone(),
+        );
+        registry.register(
+            "lease_grants",
+            "etcd leases granted to this host",
+            m.lease_grants.clone(),
+        );
+        registry.register(
+            "self_fenced_units",
+            "Units the lease watchdog fenced (the host lost its etcd lease)",
+            m.self_fenced_units.clone(),
+        );
+        registry.register(
+            "units_running",
+            "Units running on this host",
+            m.units_running.clone(),
+        );
+        registry.register(
+            "highest_token",
+            "The highest fencing token accepted from a controller",
+            m.highest_token.clone(),
+        );
+        registry.register(
+            "attached",
+            "1 while attached to the leading controller",
+            m.attached.clone(),
+        );
+        AgentMetrics { registry, ..m }
+    }
+
+    /// The text exposition.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}

@@ -1,0 +1,196 @@
+//! Prometheus metrics of the control plane: the controller replica's
+//! ([`ControllerMetrics`]) and, through [`serve`], the host agent's, in the
+//! text exposition format at `GET /metrics` (axum over HTTP/1.1).
+//!
+//! The controller's counters are bumped by the same calls that log the
+//! events (election, demotion, a refused fenced write, a committed step, a
+//! migration started and finished, a verdict); its gauges (leading, agents
+//! attached, failed hosts) are set by the status writer every tick.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+/// What started a migration.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum Reason {
+    Application,
+    Container,
+    ContainerNetwork,
+    Host,
+    HostNetwork,
+    LeaseExpired,
+    Switchover,
+    Drain,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    pub reason: Reason,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FindingLabel {
+    /// The verdict's finding (`application`, ..., `suspect`,
+    /// `controller_cut_off`, `lost_probe`).
+    pub finding: String,
+}
+
+/// The controller replica's metrics.
+pub struct ControllerMetrics {
+    registry: Registry,
+    pub is_leader: Gauge,
+    pub elections: Counter,
+    pub demotions: Counter,
+    pub fenced_rejections: Counter,
+    pub steps_committed: Counter,
+    pub migrations_started: Family<ReasonLabel, Counter>,
+    pub migrations_finished: Counter,
+    pub verdicts: Family<FindingLabel, Counter>,
+    pub detection_seconds: Family<FindingLabel, Histogram>,
+    pub agents_attached: Gauge,
+}
+
+impl Default for ControllerMetrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ControllerMetrics {
+    /// Every metric, registered under `holdfast_controller_`.
+    pub fn new() -> ControllerMetrics {
+        let mut registry = Registry::with_prefix("holdfast_controller");
+        let m = ControllerMetrics {
+            registry: Registry::default(),
+            is_leader: Gauge::default(),
+            elections: Counter::default(),
+            demotions: Counter::default(),
+            fenced_rejections: Counter::default(),
+            steps_committed: Counter::default(),
+            migrations_started: Family::default(),
+            migrations_finished: Counter::default(),
+            verdicts: Family::default(),
+            detection_seconds: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.05, 2.0, 10))
+            }),
+            agents_attached: Gauge::default(),
+        };
+        registry.register(
+            "is_leader",
+            "1 while this replica may act as leader",
+            m.is_leader.clone(),
+        );
+        registry.register("elections", "Times elected", m.elections.clone());
+        registry.register("demotions", "Times demoted", m.demotions.clone());
+        registry.register(
+            "fenced_rejections",
+            "Fenced writes etcd refused (the leader key was not ours)",
+            m.fenced_rejections.clone(),
+        );
+        registry.register(
+            "steps_committed",
+            "Migration steps committed",
+            m.steps_committed.clone(),
+        );
+        registry.register(
+            "migrations_started",
+            "Migrations started, by what started them",
+            m.migrations_started.clone(),
+        );
+        registry.register(
+            "migrations_finished",
+            "Migrations finished (the placement rewritten)",
+            m.migrations_finished.clone(),
+        );
+        registry.register(
+            "verdicts",
+            "The localizer's verdicts and notes, by finding",
+            m.verdicts.clone(),
+        );
+        registry.register(
+            "detection_seconds",
+            "From a failure's first bad measurement to its verdict",
+            m.detection_seconds.clone(),
+        );
+        registry.register(
+            "agents_attached",
+            "Agents attached to this replica",
+            m.agents_attached.clone(),
+        );
+        ControllerMetrics { registry, ..m }
+    }
+
+    /// The text exposition.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+/// Serves `render()` at `GET /metrics` on `addr` until the task is dropped.
+pub async fn serve(
+    addr: SocketAddr,
+    render: Arc<dyn Fn() -> String + Send + Sync>,
+) -> std::io::Result<()> {
+    let app = axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(move || {
+            let render = render.clone();
+            async move {
+                (
+                    [(
+                        axum::http::header::CONTENT_TYPE,
+                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    )],
+                    render(),
+                )
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    axum::serve(listener, app).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_show_in_the_exposition() {
+        let m = ControllerMetrics::new();
+        m.elections.inc();
+        m.migrations_started
+            .get_or_create(&ReasonLabel {
+                reason: Reason::ContainerNetwork,
+            })
+            .inc();
+        m.detection_seconds
+            .get_or_create(&FindingLabel {
+                finding: "host".into(),
+            })
+            .observe(3.3);
+        let text = m.render();
+        assert!(
+            text.contains("holdfast_controller_elections_total 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "holdfast_controller_migrations_started_total{reason=\"ContainerNetwork\"} 1"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("holdfast_controller_detection_seconds_count{finding=\"host\"} 1"),
+            "{text}"
+        );
+    }
+}
