@@ -119,6 +119,10 @@ pub struct AgentCore {
     heartbeat_seq: u64,
     next_heartbeat: Time,
     connected: bool,
+    /// Units whose process exited by itself and has not been started again
+    /// nor fenced: their exit is reported again on every new stream (a
+    /// new leader must hear of a failure its predecessor saw and died on).
+    exited: BTreeMap<String, AgentOutput>,
 }
 
 fn report(body: agent_report::Body) -> AgentOutput {
@@ -143,6 +147,7 @@ impl AgentCore {
             heartbeat_seq: 0,
             next_heartbeat: Duration::ZERO,
             connected: false,
+            exited: BTreeMap::new(),
         }
     }
 
@@ -166,6 +171,7 @@ impl AgentCore {
             AgentInput::Connected => {
                 self.connected = true;
                 out.push(self.hello());
+                out.extend(self.exited.values().cloned());
                 self.next_heartbeat = now;
             }
             AgentInput::Command(c) => self.command(c, &mut out),
@@ -190,6 +196,7 @@ impl AgentCore {
                 role,
                 epoch,
             } => {
+                self.exited.remove(&unit);
                 self.units.insert(unit.clone(), Unit { pid, role, epoch });
                 out.push(unit_event(
                     &unit,
@@ -206,7 +213,13 @@ impl AgentCore {
                     (false, true) => unit_event::Kind::ContainerGone,
                     (false, false) => unit_event::Kind::Exited,
                 };
-                out.push(unit_event(&e.unit, e.pid, kind, e.code, e.signal));
+                let ev = unit_event(&e.unit, e.pid, kind, e.code, e.signal);
+                if e.fenced {
+                    self.exited.remove(&e.unit);
+                } else {
+                    self.exited.insert(e.unit.clone(), ev.clone());
+                }
+                out.push(ev);
             }
             AgentInput::LeaseRenewed { sent } => self.watchdog.renewed(sent),
             AgentInput::LeaseRenewalSent => self.watchdog.sending(now),
@@ -329,10 +342,13 @@ impl AgentCore {
                 standby: false,
                 takeover: Some(t.epoch),
             }),
-            command::Body::FenceUnit(f) => out.push(AgentOutput::Fence {
-                id: Some(id),
-                unit: f.unit,
-            }),
+            command::Body::FenceUnit(f) => {
+                self.exited.remove(&f.unit);
+                out.push(AgentOutput::Fence {
+                    id: Some(id),
+                    unit: f.unit,
+                });
+            }
             command::Body::MoveAddress(m) => out.push(AgentOutput::Address {
                 id,
                 unit: m.unit,
@@ -603,5 +619,44 @@ mod tests {
             )),
             vec![(1, true)]
         );
+    }
+
+    #[test]
+    fn an_exit_is_reported_again_on_a_new_stream_until_fenced_or_restarted() {
+        let mut c = core();
+        c.handle(Duration::ZERO, AgentInput::Connected);
+        let exit = AgentInput::UnitExited(Exit {
+            unit: "edge-1".into(),
+            pid: 10,
+            code: None,
+            signal: Some(9),
+            fenced: false,
+            container_gone: false,
+        });
+        c.handle(MS, exit);
+        let events = |o: &[AgentOutput]| {
+            o.iter()
+                .filter(|x| {
+                    matches!(
+                        x,
+                        AgentOutput::Report(AgentReport {
+                            body: Some(agent_report::Body::UnitEvent(_))
+                        })
+                    )
+                })
+                .count()
+        };
+        // A new leader's stream hears of it again.
+        assert_eq!(events(&c.handle(2 * MS, AgentInput::Connected)), 1);
+        // Once the unit is fenced by a command, no more.
+        let fence = Command {
+            token: 5,
+            id: 1,
+            body: Some(command::Body::FenceUnit(FenceUnit {
+                unit: "edge-1".into(),
+            })),
+        };
+        c.handle(3 * MS, AgentInput::Command(fence));
+        assert_eq!(events(&c.handle(4 * MS, AgentInput::Connected)), 0);
     }
 }

@@ -145,6 +145,8 @@ pub struct Plane {
     pub mgmt: crate::BridgeId,
     /// Where each controller replica runs.
     pub controller_hosts: Vec<HostId>,
+    /// Each replica's command line (to start it again).
+    pub controller_argv: Vec<Vec<String>>,
 }
 
 const HOST_ADDR: [(&str, u8, u8); 4] = [("a", 3, 64), ("b", 4, 96), ("c", 7, 128), ("d", 9, 160)];
@@ -225,6 +227,7 @@ impl Plane {
         let etcd = Etcd::start(&mut lab, &members)?;
         let eps = etcd.endpoints();
         let mut controllers = Vec::new();
+        let mut controller_argv = Vec::new();
         let mut grpc = Vec::new();
         for (i, (h, addr)) in members.iter().enumerate() {
             let status = lab.work_dir().join(format!("c{}.status.json", i + 1));
@@ -253,6 +256,7 @@ impl Plane {
                 &[("HOLDFAST_LOG", "info")],
             )?;
             controllers.push((p, status));
+            controller_argv.push(argv.iter().map(|s| s.to_string()).collect::<Vec<_>>());
         }
         // Placements in etcd, as an operator writes them.
         for (i, (u, s)) in units.iter().zip(&spec.units).enumerate() {
@@ -440,6 +444,7 @@ impl Plane {
             ctl_host,
             mgmt,
             controller_hosts: members.iter().map(|(h, _)| *h).collect(),
+            controller_argv,
         })
     }
 
@@ -513,6 +518,27 @@ impl Plane {
         self.controllers
             .iter()
             .position(|(_, s)| json_file(s).is_some_and(|v| v["role"] == "leader"))
+    }
+
+    /// SIGKILLs the `i`th controller replica.
+    pub fn kill_controller(&mut self, i: usize) {
+        let p = self.controllers[i].0;
+        self.lab.kill(p, Signal::Kill);
+    }
+
+    /// Starts the `i`th controller replica again (after
+    /// [`Plane::kill_controller`]).
+    pub fn restart_controller(&mut self, i: usize) -> Result<()> {
+        let argv: Vec<&str> = self.controller_argv[i].iter().map(String::as_str).collect();
+        let name = format!("controller-c{}-again-{}", i + 1, self.lab.proc_count());
+        let p = self.lab.spawn(
+            self.controller_hosts[i],
+            &name,
+            &argv,
+            &[("HOLDFAST_LOG", "info")],
+        )?;
+        self.controllers[i].0 = p;
+        Ok(())
     }
 
     /// The host the `i`th controller replica runs on.

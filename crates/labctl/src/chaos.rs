@@ -52,10 +52,13 @@ pub enum ChaosKind {
     Switchover,
     Blip,
     ControllerCutOff,
+    /// An application failure, then the leading controller SIGKILLed
+    /// 0–300 ms later (mid-migration): the next leader finishes it once.
+    LeaderKill,
 }
 
 impl ChaosKind {
-    const ALL: [ChaosKind; 8] = [
+    const ALL: [ChaosKind; 9] = [
         ChaosKind::Application,
         ChaosKind::Container,
         ChaosKind::ContainerNetwork,
@@ -64,12 +67,13 @@ impl ChaosKind {
         ChaosKind::Switchover,
         ChaosKind::Blip,
         ChaosKind::ControllerCutOff,
+        ChaosKind::LeaderKill,
     ];
 
     /// The verdict it should get (`None`: none, nothing moves).
     fn verdict(&self) -> Option<&'static str> {
         match self {
-            ChaosKind::Application => Some("application"),
+            ChaosKind::Application | ChaosKind::LeaderKill => Some("application"),
             ChaosKind::Container => Some("container"),
             ChaosKind::ContainerNetwork => Some("container_network"),
             ChaosKind::Host => Some("host"),
@@ -401,9 +405,19 @@ fn run_one(
     std::thread::sleep(Duration::from_millis(it.delay_ms));
     let t0 = Instant::now();
     let since = unix_ms();
+    let mut killed_controller = None;
     match it.kind {
         ChaosKind::Application => {
             p.kill_unit(&it.target, &host)?;
+        }
+        ChaosKind::LeaderKill => {
+            let leader = p
+                .leader_index()
+                .ok_or_else(|| LabError::Invalid("no leader".into()))?;
+            p.kill_unit(&it.target, &host)?;
+            std::thread::sleep(Duration::from_millis(rng.u64(0..=300)));
+            p.kill_controller(leader);
+            killed_controller = Some(leader);
         }
         ChaosKind::Container => {
             p.kill_container(&it.target, &host)?;
@@ -482,6 +496,21 @@ fn run_one(
                 it.kind
             )));
         }
+    }
+    if it.kind == ChaosKind::LeaderKill {
+        // Exactly once: the unit runs on its new host only.
+        for h in ["a", "b", "c"] {
+            let (primary, _) = p.placement(&it.target)?;
+            if h != primary && p.unit_pid(&it.target, h).is_some() {
+                return Err(LabError::Invalid(format!(
+                    "{} runs on {h} too (placed on {primary})",
+                    it.target
+                )));
+            }
+        }
+    }
+    if let Some(i) = killed_controller {
+        p.restart_controller(i)?;
     }
     let added = [0, it.burst, it.burst];
     watch.check_grown(p, Duration::from_millis(500), &added)?;
