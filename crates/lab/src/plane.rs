@@ -78,6 +78,22 @@ pub struct PlaneUnitSpec {
     /// Its application-failure policy (`migrate` or `restart_in_place`),
     /// if not the controller's.
     pub app_failure: Option<String>,
+    /// Whom it peers with: `frr`, `bird`, `gobgp`, or `unit:NAME` (iBGP
+    /// with that unit; `rr-client:NAME`: with that unit as a route
+    /// reflector client of this one). Empty: frr, and bird2 and gobgpd
+    /// with [`PlaneSpec::more_peers`].
+    pub peers: Vec<String>,
+}
+
+impl PlaneUnitSpec {
+    /// Whether it peers with the external peer `name`.
+    fn peers_with(&self, name: &str, more_peers: bool) -> bool {
+        if self.peers.is_empty() {
+            name == "frr" || more_peers
+        } else {
+            self.peers.iter().any(|p| p == name)
+        }
+    }
 }
 
 /// What to build.
@@ -147,6 +163,8 @@ pub struct Plane {
     pub controller_hosts: Vec<HostId>,
     /// Each replica's command line (to start it again).
     pub controller_argv: Vec<Vec<String>>,
+    /// Some unit has its own list of peers ([`PlaneUnitSpec::peers`]).
+    pub custom_peers: bool,
 }
 
 const HOST_ADDR: [(&str, u8, u8); 4] = [("a", 3, 64), ("b", 4, 96), ("c", 7, 128), ("d", 9, 160)];
@@ -267,10 +285,34 @@ impl Plane {
                 100 + i,
                 u.routes
             );
-            let mut neighbors = vec![(IpAddr::V4(topo.peer.v4), PLANE_PEER_AS)];
-            if spec.more_peers {
-                neighbors.push((IpAddr::V4(topo.feed.v4), PLANE_BIRD_AS));
-                neighbors.push((IpAddr::V4(Ipv4Addr::new(198, 18, 0, 6)), PLANE_GOBGP_AS));
+            let mut neighbors = Vec::new();
+            for (name, addr, asn) in [
+                ("frr", topo.peer.v4, PLANE_PEER_AS),
+                ("bird", topo.feed.v4, PLANE_BIRD_AS),
+                ("gobgp", Ipv4Addr::new(198, 18, 0, 6), PLANE_GOBGP_AS),
+            ] {
+                if s.peers_with(name, spec.more_peers) {
+                    neighbors.push((IpAddr::V4(addr), asn));
+                }
+            }
+            let mut extra = extra;
+            for peer in &s.peers {
+                let (client, other) = match peer.split_once(':') {
+                    Some(("unit", n)) => (false, n),
+                    Some(("rr-client", n)) => (true, n),
+                    _ => continue,
+                };
+                let idx = spec
+                    .units
+                    .iter()
+                    .position(|x| x.name == other)
+                    .ok_or_else(|| LabError::Invalid(format!("{}: no unit {other}", u.name)))?;
+                extra.push_str(&format!(
+                    "\n[[neighbor]]\naddress = \"{}\"\nremote_asn = {}\nlocal_address = \"{}\"\nimport = \"all\"\nexport = \"all\"\nroute_reflector_client = {client}\n",
+                    Ipv4Addr::new(198, 18, 0, 10 + idx as u8),
+                    crate::NSR_LOCAL_AS,
+                    u.service
+                ));
             }
             let config = nsr_config(&t, &redis.url(), &u.name, &neighbors, &extra);
             std::fs::write(lab.work_dir().join(format!("{}.toml", u.name)), &config)
@@ -394,7 +436,10 @@ impl Plane {
         };
         let mut peer = PeerSpec::new(PLANE_PEER_AS, "192.0.2.201".parse().expect("router id"))
             .route(RouteSpec::new("203.0.113.0/24"));
-        for u in &units {
+        for (u, s) in units.iter().zip(&spec.units) {
+            if !s.peers_with("frr", spec.more_peers) {
+                continue;
+            }
             peer = peer.neighbor(
                 NeighborSpec::new(IpAddr::V4(u.service), crate::NSR_LOCAL_AS)
                     .local(IpAddr::V4(topo.peer.v4))
@@ -413,7 +458,11 @@ impl Plane {
                 let mut s = PeerSpec::new(asn, Ipv4Addr::new(192, 0, 2, 200 + last)).route(
                     RouteSpec::new(&format!("203.0.{}.0/24", 113 + u32::from(last))),
                 );
-                for u in &units {
+                let name = if bird { "bird" } else { "gobgp" };
+                for (u, us) in units.iter().zip(&spec.units) {
+                    if !us.peers_with(name, spec.more_peers) {
+                        continue;
+                    }
                     s = s.neighbor(
                         NeighborSpec::new(IpAddr::V4(u.service), crate::NSR_LOCAL_AS)
                             .local(IpAddr::V4(node.v4))
@@ -445,6 +494,7 @@ impl Plane {
             mgmt,
             controller_hosts: members.iter().map(|(h, _)| *h).collect(),
             controller_argv,
+            custom_peers: spec.units.iter().any(|u| !u.peers.is_empty()),
         })
     }
 
@@ -592,9 +642,16 @@ impl Plane {
                 for peer in self.peers() {
                     let s = peer.sessions(&self.lab)?;
                     let ok = self.units.iter().all(|u| {
-                        s.iter().any(|v| {
-                            v.neighbor == IpAddr::V4(u.service)
-                                && v.state == SessionState::Established
+                        let mine: Vec<_> = s
+                            .iter()
+                            .filter(|v| v.neighbor == IpAddr::V4(u.service))
+                            .collect();
+                        if self.custom_peers {
+                            // Custom peerings: Established where configured.
+                            return mine.iter().all(|v| v.state == SessionState::Established);
+                        }
+                        mine.iter().any(|v| {
+                            v.state == SessionState::Established
                                 && v.prefixes_received == Some(u.routes + self.others.len() as u32)
                         })
                     });
@@ -912,8 +969,14 @@ impl PlaneWatch {
                     let n = IpAddr::V4(u.service);
                     let find =
                         |v: &[crate::SessionView]| v.iter().find(|s| s.neighbor == n).cloned();
-                    let (Some(b), Some(a)) = (find(&self.before[i]), find(&after)) else {
-                        return Err(LabError::Invalid(format!("{name} has no session with {n}")));
+                    let (b, a) = match (find(&self.before[i]), find(&after)) {
+                        (Some(b), Some(a)) => (b, a),
+                        (None, None) => continue,
+                        _ => {
+                            return Err(LabError::Invalid(format!(
+                                "{name}'s session with {n} came or went"
+                            )))
+                        }
                     };
                     let broken = a.state != SessionState::Established
                         || a.established_count != b.established_count

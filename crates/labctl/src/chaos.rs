@@ -235,6 +235,7 @@ fn plane_spec() -> PlaneSpec {
         backup: b.into(),
         routes: 10,
         app_failure: None,
+        peers: vec![],
     };
     PlaneSpec {
         hosts: vec!["a".into(), "b".into(), "c".into()],

@@ -73,6 +73,7 @@ fn unit(name: &str, primary: &str, backup: &str, policy: Option<&str>) -> PlaneU
         backup: backup.into(),
         routes: 10,
         app_failure: policy.map(str::to_string),
+        peers: vec![],
     }
 }
 

@@ -48,6 +48,7 @@ fn unit(name: String, primary: &str, backup: &str) -> PlaneUnitSpec {
         backup: backup.into(),
         routes: 10,
         app_failure: None,
+        peers: vec![],
     }
 }
 
