@@ -384,6 +384,13 @@ mod tests {
 
     const MS: Duration = Duration::from_millis(1);
 
+    /// How many reports in `o` match `is`.
+    fn reports(o: &[AgentOutput], is: impl Fn(&agent_report::Body) -> bool) -> usize {
+        o.iter()
+            .filter(|x| matches!(x, AgentOutput::Report(AgentReport { body: Some(b) }) if is(b)))
+            .count()
+    }
+
     fn core() -> AgentCore {
         AgentCore::new(AgentConfig {
             host: "b".into(),
@@ -553,18 +560,8 @@ mod tests {
             })
         ));
         assert_eq!(c.next_deadline(), Some(110 * MS));
-        let beats = |o: &[AgentOutput]| {
-            o.iter()
-                .filter(|o| {
-                    matches!(
-                        o,
-                        AgentOutput::Report(AgentReport {
-                            body: Some(agent_report::Body::Heartbeat(_))
-                        })
-                    )
-                })
-                .count()
-        };
+        let beats =
+            |o: &[AgentOutput]| reports(o, |b| matches!(b, agent_report::Body::Heartbeat(_)));
         assert_eq!(beats(&c.handle(109 * MS, AgentInput::Tick)), 0);
         assert_eq!(beats(&c.handle(110 * MS, AgentInput::Tick)), 1);
         let o = c.handle(
@@ -634,18 +631,8 @@ mod tests {
             container_gone: false,
         });
         c.handle(MS, exit);
-        let events = |o: &[AgentOutput]| {
-            o.iter()
-                .filter(|x| {
-                    matches!(
-                        x,
-                        AgentOutput::Report(AgentReport {
-                            body: Some(agent_report::Body::UnitEvent(_))
-                        })
-                    )
-                })
-                .count()
-        };
+        let events =
+            |o: &[AgentOutput]| reports(o, |b| matches!(b, agent_report::Body::UnitEvent(_)));
         // A new leader's stream hears of it again.
         assert_eq!(events(&c.handle(2 * MS, AgentInput::Connected)), 1);
         // Once the unit is fenced by a command, no more.

@@ -588,11 +588,17 @@ fn a_unit_settling_after_a_restart_is_no_container_network_failure() {
     assert_eq!(kinds, vec![Some(FailureKind::Application)], "{out:#?}");
     // Without the settling time the guard looks like a container-network
     // failure.
+    assert_unsettled_is_container_network(&world, 8_000);
+}
+
+/// Without the settling time (`settle_ms` 0), `world` gives a
+/// container-network verdict.
+fn assert_unsettled_is_container_network(world: &World, end: Millis) {
     let cfg = LocalizeConfig {
         settle_ms: 0,
         ..LocalizeConfig::default()
     };
-    let (_, out) = run(&world, cfg, 8_000);
+    let (_, out) = run(world, cfg, end);
     assert!(
         acting(&out)
             .iter()
@@ -650,17 +656,7 @@ fn a_unit_that_comes_back_after_its_host_from_a_blip_settles() {
     let world = World::new(faults);
     let (_, out) = run(&world, LocalizeConfig::default(), 6_000);
     assert!(acting(&out).is_empty(), "{out:#?}");
-    let cfg = LocalizeConfig {
-        settle_ms: 0,
-        ..LocalizeConfig::default()
-    };
-    let (_, out) = run(&world, cfg, 6_000);
-    assert!(
-        acting(&out)
-            .iter()
-            .any(|v| v.finding.failure_kind() == Some(FailureKind::ContainerNetwork)),
-        "{out:#?}"
-    );
+    assert_unsettled_is_container_network(&world, 6_000);
 }
 
 #[test]

@@ -54,6 +54,24 @@ pub struct PlaneBins {
 }
 
 impl PlaneBins {
+    /// The binaries, when the plane can run here with these peers and
+    /// tools (`etcd`, `etcdctl` and `iptables` always); `None` after
+    /// reporting why (a failure under `HOLDFAST_REQUIRE_LAB=1`).
+    pub fn ready(peers: &[crate::PeerKind], tools: &[&str]) -> Option<PlaneBins> {
+        let mut all = vec!["etcd", "etcdctl", "iptables"];
+        all.extend_from_slice(tools);
+        if crate::skip_unless_ready(peers) || crate::skip_unless_tools(&all) {
+            return None;
+        }
+        match PlaneBins::find() {
+            Ok(b) => Some(b),
+            Err(e) => {
+                crate::skip(&format!("{e}"));
+                None
+            }
+        }
+    }
+
     /// Finds them next to the test binary (or through their env variables).
     pub fn find() -> Result<PlaneBins> {
         let f = |n: &str, env: &str| find_binary(n, env).map(|p| p.to_string_lossy().to_string());
@@ -679,6 +697,23 @@ impl Plane {
                     .unwrap_or_default();
                 let v: Value = serde_json::from_slice(&out).unwrap_or(Value::Null);
                 Ok((v["ok"]["nsr"]["protected"] == true).then_some(()))
+            },
+        )
+    }
+
+    /// Waits until `unit` is placed on a host not in `from` and that host's
+    /// agent runs it; returns the host.
+    pub fn wait_moved_off(&self, unit: &str, from: &[&str], within: Duration) -> Result<String> {
+        wait_for_every(
+            &format!("{unit} taken over off {from:?}"),
+            within,
+            Duration::from_millis(20),
+            || {
+                let (primary, _) = self.placement(unit)?;
+                Ok(
+                    (!from.contains(&primary.as_str()) && self.unit_pid(unit, &primary).is_some())
+                        .then_some(primary),
+                )
             },
         )
     }

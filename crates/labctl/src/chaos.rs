@@ -464,15 +464,7 @@ fn run_one(
     let moves = it.kind.verdict().is_some() || it.kind == ChaosKind::Switchover;
     if moves {
         for u in &affected {
-            let to = holdfast_lab::wait_for_every(
-                &format!("{u} off {host}"),
-                LONG,
-                Duration::from_millis(20),
-                || {
-                    let (primary, _) = p.placement(u)?;
-                    Ok((primary != host && p.unit_pid(u, &primary).is_some()).then_some(primary))
-                },
-            )?;
+            let to = p.wait_moved_off(u, &[host.as_str()], LONG)?;
             p.wait_protected(u, &to, LONG)?;
             it.moved.push((u.clone(), host.clone(), to));
         }

@@ -50,20 +50,11 @@
 use std::time::{Duration, Instant};
 
 use holdfast_lab::plane::{Plane, PlaneBins, PlaneSpec, PlaneUnitSpec};
-use holdfast_lab::{skip, skip_unless_ready, skip_unless_tools, PeerKind};
+use holdfast_lab::PeerKind;
 use serde_json::Value;
 
 fn ready() -> Option<PlaneBins> {
-    if skip_unless_ready(&[PeerKind::Frr]) || skip_unless_tools(&["etcd", "etcdctl", "iptables"]) {
-        return None;
-    }
-    match PlaneBins::find() {
-        Ok(b) => Some(b),
-        Err(e) => {
-            skip(&format!("{e}"));
-            None
-        }
-    }
+    PlaneBins::ready(&[PeerKind::Frr], &[])
 }
 
 fn unit(name: &str, primary: &str, backup: &str, policy: Option<&str>) -> PlaneUnitSpec {
@@ -330,19 +321,9 @@ fn every_failure_kind_is_localized_and_handled_unseen_by_frr() {
     frr_saw_nothing(&p, w, "9");
 }
 
-/// Waits until `unit` runs on a host other than `from` per its placement
-/// and that host's agent.
 fn wait_moved_off(p: &Plane, unit: &str, from: &str) -> String {
-    holdfast_lab::wait_for_every(
-        &format!("{unit} taken over off {from}"),
-        LONG,
-        Duration::from_millis(50),
-        || {
-            let (primary, _) = p.placement(unit)?;
-            Ok((primary != from && p.unit_pid(unit, &primary).is_some()).then_some(primary))
-        },
-    )
-    .unwrap_or_else(|e| panic!("{e}"))
+    p.wait_moved_off(unit, &[from], LONG)
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Negative control: without the agents' and the agent server's probes the

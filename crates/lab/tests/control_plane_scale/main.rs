@@ -26,19 +26,10 @@
 use std::time::{Duration, Instant};
 
 use holdfast_lab::plane::{Plane, PlaneBins, PlaneSpec, PlaneUnitSpec};
-use holdfast_lab::{skip, skip_unless_ready, skip_unless_tools, PeerKind};
+use holdfast_lab::PeerKind;
 
 fn ready() -> Option<PlaneBins> {
-    if skip_unless_ready(&[PeerKind::Frr]) || skip_unless_tools(&["etcd", "etcdctl", "iptables"]) {
-        return None;
-    }
-    match PlaneBins::find() {
-        Ok(b) => Some(b),
-        Err(e) => {
-            skip(&format!("{e}"));
-            None
-        }
-    }
+    PlaneBins::ready(&[PeerKind::Frr], &[])
 }
 
 fn unit(name: String, primary: &str, backup: &str) -> PlaneUnitSpec {
@@ -63,19 +54,9 @@ fn hosts() -> Vec<String> {
 fn wait_all_moved(p: &Plane, units: &[String], from: &[&str]) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for u in units {
-        let to = holdfast_lab::wait_for_every(
-            &format!("{u} off {from:?}"),
-            LONG,
-            Duration::from_millis(50),
-            || {
-                let (primary, _) = p.placement(u)?;
-                Ok(
-                    (!from.contains(&primary.as_str()) && p.unit_pid(u, &primary).is_some())
-                        .then_some(primary),
-                )
-            },
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
+        let to = p
+            .wait_moved_off(u, from, LONG)
+            .unwrap_or_else(|e| panic!("{e}"));
         p.wait_protected(u, &to, LONG)
             .unwrap_or_else(|e| panic!("{e}"));
         out.push((u.clone(), to));

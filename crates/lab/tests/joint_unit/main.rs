@@ -33,24 +33,13 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use holdfast_lab::plane::{Plane, PlaneBins, PlaneSpec, PlaneUnitSpec};
-use holdfast_lab::{skip, skip_unless_ready, skip_unless_tools, Peer, PeerKind, RouteSpec, Signal};
+use holdfast_lab::{Peer, PeerKind, RouteSpec, Signal};
 use serde_json::Value;
 
 const LONG: Duration = Duration::from_secs(30);
 
 fn ready() -> Option<PlaneBins> {
-    if skip_unless_ready(&[PeerKind::Frr, PeerKind::Bird, PeerKind::Gobgp])
-        || skip_unless_tools(&["etcd", "etcdctl", "iptables"])
-    {
-        return None;
-    }
-    match PlaneBins::find() {
-        Ok(b) => Some(b),
-        Err(e) => {
-            skip(&format!("{e}"));
-            None
-        }
-    }
+    PlaneBins::ready(&[PeerKind::Frr, PeerKind::Bird, PeerKind::Gobgp], &[])
 }
 
 fn unit(name: &str, primary: &str, backup: &str, peers: &[&str]) -> PlaneUnitSpec {
@@ -188,16 +177,9 @@ fn a_joint_unit_shares_best_paths_and_every_takeover_is_unseen() {
         p.kill_unit(u, &host).expect("kill");
         p.wait_verdict("application", u, LONG)
             .unwrap_or_else(|e| panic!("{e}"));
-        let to = holdfast_lab::wait_for_every(
-            &format!("{u} taken over off {host}"),
-            LONG,
-            Duration::from_millis(50),
-            || {
-                let (primary, _) = p.placement(u)?;
-                Ok((primary != host && p.unit_pid(u, &primary).is_some()).then_some(primary))
-            },
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
+        let to = p
+            .wait_moved_off(u, &[host.as_str()], LONG)
+            .unwrap_or_else(|e| panic!("{e}"));
         p.wait_protected(u, &to, LONG)
             .unwrap_or_else(|e| panic!("{e}"));
         let took = t.elapsed();
