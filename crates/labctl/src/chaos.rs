@@ -447,19 +447,31 @@ fn run_one(
     }
     if let Some(v) = it.kind.verdict() {
         let subject = if it.kind.on_host() { &host } else { &it.target };
+        // A leader killed right after its verdict may die before its status
+        // file shows it; the next leader then finishes the migration it
+        // wrote without a verdict of its own (the unit is migrating): the
+        // unit leaving its host is the evidence then.
+        let leader_killed = it.kind == ChaosKind::LeaderKill;
         let found = holdfast_lab::wait_for_every(
             &format!("a verdict {v} about {subject}"),
             LONG,
             Duration::from_millis(20),
             || {
-                Ok(p.verdicts().into_iter().find(|x| {
+                let v = p.verdicts().into_iter().find(|x| {
                     verdict_is(x, v, subject) && x["unix_ms"].as_u64().unwrap_or(0) >= since
-                }))
+                });
+                if v.is_some() {
+                    return Ok(Some(v));
+                }
+                let gone = leader_killed && p.placement(subject)?.0 != host;
+                Ok(gone.then_some(None))
             },
         )?;
         // From the failure's injection (the verdict's own figure counts from
         // its first bad measurement).
-        it.detection_ms = found["unix_ms"].as_u64().map(|t| t.saturating_sub(since));
+        it.detection_ms = found
+            .and_then(|f| f["unix_ms"].as_u64())
+            .map(|t| t.saturating_sub(since));
     }
     let moves = it.kind.verdict().is_some() || it.kind == ChaosKind::Switchover;
     if moves {
