@@ -13,6 +13,12 @@
 //!   on the host and refuses commands that start units until a new lease
 //!   is granted. The controller migrates the units only after the lease
 //!   has expired in etcd, by which time they are gone.
+//! - **Failsafe** (an etcd outage): while renewals are late the core asks
+//!   every other host agent, once per renewal period, whether it cannot
+//!   renew either; a round every one of them agreed to keeps the units (see
+//!   [`crate::watchdog`]). Asked by another agent, the core agrees when its
+//!   own renewals are late, and then starts none of that agent's units for
+//!   one lease TTL.
 //! - **Reports.** A `Hello` on every new Attach stream (the host, its
 //!   units, the highest token), a heartbeat every `heartbeat` interval,
 //!   every probe measurement, every unit event and every command result.
@@ -69,6 +75,15 @@ pub enum AgentInput {
     LeaseRenewalSent,
     /// A new lease after a self-fence.
     LeaseGranted { sent: Time },
+    /// Another host's agent asks whether this one cannot renew its lease
+    /// either (`id`: the shell's, for the answer).
+    FailsafeAsked {
+        id: u64,
+        from: String,
+        units: Vec<String>,
+    },
+    /// Every other host agent agreed to the failsafe round sent at `sent`.
+    FailsafeConfirmed { sent: Time },
     /// Time passed.
     Tick,
 }
@@ -100,6 +115,14 @@ pub enum AgentOutput {
     Switchover { id: u64, unit: String },
     /// Renew the etcd lease now.
     RenewLease,
+    /// Ask every other host agent for a failsafe round (this host's units).
+    AskFailsafe { units: Vec<String> },
+    /// The answer to [`AgentInput::FailsafeAsked`] `id`.
+    FailsafeAnswer {
+        id: u64,
+        agree: bool,
+        promise: Duration,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -123,6 +146,8 @@ pub struct AgentCore {
     /// nor fenced: their exit is reported again on every new stream (a
     /// new leader must hear of a failure its predecessor saw and died on).
     exited: BTreeMap<String, AgentOutput>,
+    /// Other hosts' units this agent promised not to start, until when.
+    promised: BTreeMap<String, Time>,
 }
 
 fn report(body: agent_report::Body) -> AgentOutput {
@@ -148,7 +173,14 @@ impl AgentCore {
             next_heartbeat: Duration::ZERO,
             connected: false,
             exited: BTreeMap::new(),
+            promised: BTreeMap::new(),
         }
+    }
+
+    /// Whether the host's units are kept by a confirmed failsafe round (an
+    /// etcd outage) rather than by the lease.
+    pub fn in_failsafe(&self) -> bool {
+        self.watchdog.in_failsafe()
     }
 
     /// The highest fencing token accepted so far.
@@ -174,7 +206,7 @@ impl AgentCore {
                 out.extend(self.exited.values().cloned());
                 self.next_heartbeat = now;
             }
-            AgentInput::Command(c) => self.command(c, &mut out),
+            AgentInput::Command(c) => self.command(c, now, &mut out),
             AgentInput::Done { id, result: r } => out.push(result(id, r)),
             AgentInput::Measured(m) => {
                 out.push(report(agent_report::Body::Measurement(
@@ -228,6 +260,19 @@ impl AgentCore {
                 self.watchdog.sending(sent);
                 self.watchdog.renewed(sent);
             }
+            AgentInput::FailsafeAsked { id, from, units } => {
+                let agree = self.watchdog.behind(now);
+                let promise = self.cfg.watchdog.ttl;
+                if agree {
+                    for u in units {
+                        let until = self.promised.entry(u).or_insert(now);
+                        *until = (*until).max(now + promise);
+                    }
+                }
+                tracing::info!(from = %from, agree, "failsafe round asked");
+                out.push(AgentOutput::FailsafeAnswer { id, agree, promise });
+            }
+            AgentInput::FailsafeConfirmed { sent } => self.watchdog.confirmed(sent),
             AgentInput::Tick => {}
         }
         self.timers(now, &mut out);
@@ -235,6 +280,15 @@ impl AgentCore {
     }
 
     fn timers(&mut self, now: Time, out: &mut Vec<AgentOutput>) {
+        self.promised.retain(|_, until| *until > now);
+        if self.watchdog.ask_due(now) {
+            self.watchdog.asking(now);
+            if !self.units.is_empty() {
+                out.push(AgentOutput::AskFailsafe {
+                    units: self.units.keys().cloned().collect(),
+                });
+            }
+        }
         match self.watchdog.check(now) {
             Action::Hold => {}
             Action::Renew => out.push(AgentOutput::RenewLease),
@@ -290,7 +344,7 @@ impl AgentCore {
         }))
     }
 
-    fn command(&mut self, c: Command, out: &mut Vec<AgentOutput>) {
+    fn command(&mut self, c: Command, now: Time, out: &mut Vec<AgentOutput>) {
         let Some(highest) = accept_token(c.token, self.highest_token) else {
             tracing::warn!(
                 token = c.token,
@@ -324,6 +378,24 @@ impl AgentCore {
                     "this host fenced its units (lease lost): no unit starts until a new lease"
                         .into(),
                 ),
+            ));
+            return;
+        }
+        let unit = match &body {
+            command::Body::StartUnit(s) => Some(&s.unit),
+            command::Body::Takeover(t) => Some(&t.unit),
+            _ => None,
+        };
+        if let Some(until) = unit
+            .and_then(|u| self.promised.get(u))
+            .filter(|t| **t > now)
+        {
+            out.push(result(
+                id,
+                Err(format!(
+                    "failsafe: promised its host not to start this unit for {:?} more",
+                    until.saturating_sub(now)
+                )),
             ));
             return;
         }
@@ -645,5 +717,104 @@ mod tests {
         };
         c.handle(3 * MS, AgentInput::Command(fence));
         assert_eq!(events(&c.handle(4 * MS, AgentInput::Connected)), 0);
+    }
+
+    fn answers(o: &[AgentOutput]) -> Vec<(u64, bool)> {
+        o.iter()
+            .filter_map(|o| match o {
+                AgentOutput::FailsafeAnswer { id, agree, .. } => Some((*id, *agree)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn asked(o: &[AgentOutput]) -> Option<Vec<String>> {
+        o.iter().find_map(|o| match o {
+            AgentOutput::AskFailsafe { units } => Some(units.clone()),
+            _ => None,
+        })
+    }
+
+    #[test]
+    fn failsafe_keeps_units_through_an_etcd_outage_every_agent_agrees_to() {
+        // `a` runs edge-1; etcd stops answering after the grant at 0.
+        let mut a = core();
+        a.handle(
+            Duration::ZERO,
+            AgentInput::LeaseGranted {
+                sent: Duration::ZERO,
+            },
+        );
+        a.handle(
+            MS,
+            AgentInput::UnitStarted {
+                unit: "edge-1".into(),
+                pid: 10,
+                role: "primary".into(),
+                epoch: 1,
+            },
+        );
+        assert_eq!(asked(&a.handle(999 * MS, AgentInput::Tick)), None);
+        let o = a.handle(1000 * MS, AgentInput::Tick);
+        assert_eq!(asked(&o), Some(vec!["edge-1".to_string()]), "{o:?}");
+        // `b`, asked: healthy (renewed at 900 ms) it disagrees and promises
+        // nothing; late itself it agrees and then refuses to start edge-1
+        // for one TTL, while other units start.
+        let mut b = core();
+        b.handle(900 * MS, AgentInput::LeaseGranted { sent: 900 * MS });
+        let ask = |id| AgentInput::FailsafeAsked {
+            id,
+            from: "a".into(),
+            units: vec!["edge-1".into()],
+        };
+        assert_eq!(answers(&b.handle(1000 * MS, ask(1))), vec![(1, false)]);
+        let take = |u: &str| {
+            command::Body::Takeover(Takeover {
+                unit: u.into(),
+                config: String::new(),
+                epoch: 2,
+            })
+        };
+        assert!(matches!(
+            b.handle(1001 * MS, cmd(3, 1, take("edge-1")))[0],
+            AgentOutput::Start { .. }
+        ));
+        // Its own renewals late (none acknowledged since 900 ms), it agrees.
+        assert_eq!(answers(&b.handle(1900 * MS, ask(2))), vec![(2, true)]);
+        assert_eq!(
+            results(&b.handle(1901 * MS, cmd(3, 2, take("edge-1")))),
+            vec![(2, false)]
+        );
+        assert!(matches!(
+            b.handle(1902 * MS, cmd(3, 3, take("edge-9")))[0],
+            AgentOutput::Start { .. }
+        ));
+        // etcd answers `b` again; the promise still holds until 4.9 s.
+        for t in [2000, 3000, 4000] {
+            b.handle(t * MS, AgentInput::LeaseRenewed { sent: t * MS });
+        }
+        assert_eq!(
+            results(&b.handle(4899 * MS, cmd(3, 4, take("edge-1")))),
+            vec![(4, false)]
+        );
+        assert!(matches!(
+            b.handle(4900 * MS, cmd(3, 5, take("edge-1")))[0],
+            AgentOutput::Start { .. }
+        ));
+        // Back at `a`: every agent agreed to the round sent at 1 s: edge-1 is
+        // kept past 1.5 s (until 1 s + 3 s - 1.5 s), and rounds go on.
+        a.handle(1010 * MS, AgentInput::FailsafeConfirmed { sent: 1000 * MS });
+        assert!(a.in_failsafe());
+        let o = a.handle(1500 * MS, AgentInput::Tick);
+        assert!(fences(&o).is_empty(), "{o:?}");
+        assert!(asked(&o).is_some());
+        a.handle(1510 * MS, AgentInput::FailsafeConfirmed { sent: 1500 * MS });
+        assert!(fences(&a.handle(2999 * MS, AgentInput::Tick)).is_empty());
+        // The next rounds are refused: fenced at 1.5 s + 1.5 s.
+        assert_eq!(fences(&a.handle(3000 * MS, AgentInput::Tick)).len(), 1);
+        // etcd back: a new lease, renewals on time, no more rounds.
+        a.handle(4000 * MS, AgentInput::LeaseGranted { sent: 4000 * MS });
+        assert!(!a.in_failsafe());
+        assert_eq!(asked(&a.handle(4100 * MS, AgentInput::Tick)), None);
     }
 }

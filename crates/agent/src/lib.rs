@@ -15,7 +15,11 @@
 //!   either proves the target's stack is up.
 //! - [`watchdog`]: the self-fencing rule. An agent that cannot renew its
 //!   etcd lease fences its own units before the lease can expire, so the
-//!   controller may migrate them once it has (Patroni's watchdog).
+//!   controller may migrate them once it has (Patroni's watchdog); through
+//!   an etcd outage every host agent agrees on, it keeps them (Patroni's
+//!   failsafe mode).
+//! - [`failsafe`]: the agents' failsafe service and rounds (gRPC, on the
+//!   management network) and the peers read from etcd.
 //! - [`runtime`]: the [`runtime::Runtime`] trait (start a unit, watch it,
 //!   fence it) and [`runtime::ProcessRuntime`], which runs each unit as a
 //!   process, optionally inside a network namespace (the lab's container),
@@ -29,6 +33,7 @@
 #![forbid(unsafe_code)]
 
 pub mod core;
+pub mod failsafe;
 pub mod metrics;
 pub mod probe;
 pub mod runtime;

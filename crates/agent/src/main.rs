@@ -73,6 +73,12 @@ struct Args {
     /// Serve Prometheus metrics at `GET /metrics` on this address.
     #[arg(long)]
     metrics_listen: Option<std::net::SocketAddr>,
+    /// Serve the other host agents' failsafe asks on this address (the
+    /// management network; published in this host's etcd record). Without
+    /// it, no other host's units survive an etcd outage: none of their
+    /// failsafe rounds can be confirmed.
+    #[arg(long)]
+    failsafe_listen: Option<std::net::SocketAddr>,
 }
 
 fn pair(s: &str, what: &str) -> Result<(String, String)> {
@@ -151,6 +157,7 @@ fn main() -> Result<()> {
             .map(|c| pair(c, "--container").map(|(u, s)| (u, shell::Container::parse(&s))))
             .collect::<Result<_>>()?,
         metrics_listen: a.metrics_listen,
+        failsafe_listen: a.failsafe_listen,
     };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

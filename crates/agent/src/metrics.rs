@@ -13,6 +13,8 @@ pub struct AgentMetrics {
     pub probes_lost: Counter,
     pub lease_grants: Counter,
     pub self_fenced_units: Counter,
+    pub failsafe_rounds_confirmed: Counter,
+    pub failsafe_rounds_refused: Counter,
     pub units_running: Gauge,
     pub highest_token: Gauge,
     pub attached: Gauge,
@@ -33,6 +35,8 @@ impl AgentMetrics {
             probes_lost: Counter::default(),
             lease_grants: Counter::default(),
             self_fenced_units: Counter::default(),
+            failsafe_rounds_confirmed: Counter::default(),
+            failsafe_rounds_refused: Counter::default(),
             units_running: Gauge::default(),
             highest_token: Gauge::default(),
             attached: Gauge::default(),
@@ -52,6 +56,16 @@ impl AgentMetrics {
             "self_fenced_units",
             "Units the lease watchdog fenced (the host lost its etcd lease)",
             m.self_fenced_units.clone(),
+        );
+        registry.register(
+            "failsafe_rounds_confirmed",
+            "Failsafe rounds every other host agent agreed to (an etcd outage: the units are kept)",
+            m.failsafe_rounds_confirmed.clone(),
+        );
+        registry.register(
+            "failsafe_rounds_refused",
+            "Failsafe rounds some host agent refused or did not answer",
+            m.failsafe_rounds_refused.clone(),
         );
         registry.register(
             "units_running",

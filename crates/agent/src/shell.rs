@@ -9,12 +9,16 @@
 //!   controller replica leads (trying each `--controller` in turn), sends
 //!   the core's reports and hands the controller's commands to the loop;
 //! - **probes** run as blocking TCP connects, one per probe, their outcome
-//!   sent back to the loop.
+//!   sent back to the loop;
+//! - the **failsafe service** (`--failsafe-listen`) hands other agents'
+//!   asks to the loop, and each failsafe round runs as a task of its own
+//!   ([`crate::failsafe`]).
 //!
 //! The loop owns the core, the prober and the runtime, and writes a JSON
 //! status file after every change of note.
 
 use crate::core::{AgentConfig, AgentCore, AgentInput, AgentOutput};
+use crate::failsafe::{self, Peers};
 use crate::probe::{self, ProbeConfig, Prober, Target};
 use crate::runtime::{ProcessRuntime, Runtime, UnitSpec};
 use crate::Time;
@@ -53,6 +57,9 @@ pub struct ShellConfig {
     pub containers: BTreeMap<String, Container>,
     /// Where to serve the Prometheus metrics, if anywhere.
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// Where to serve the other host agents' failsafe asks (on the
+    /// management network); published in this host's `agents/` record.
+    pub failsafe_listen: Option<std::net::SocketAddr>,
 }
 
 /// A unit's container on this host.
@@ -94,6 +101,14 @@ pub struct AgentStatus {
     pub attached_to: Option<String>,
     pub probes_sent: u64,
     pub probes_lost: u64,
+    /// The other host agents a failsafe round asks (`None`: not read yet).
+    pub failsafe_peers: Option<Vec<String>>,
+    /// The units are kept by a confirmed failsafe round (an etcd outage).
+    pub in_failsafe: bool,
+    /// The send time of the last confirmed round (ms since the start), and
+    /// why the last refused one was refused.
+    pub failsafe_confirmed_at_ms: Option<u64>,
+    pub failsafe_refused: Option<String>,
 }
 
 enum Event {
@@ -105,6 +120,15 @@ enum Event {
         sent: Time,
     },
     LeaseFailed(String),
+    /// The other host agents, read from etcd.
+    Peers(Peers),
+    /// Another agent's failsafe ask.
+    FailsafeAsked(failsafe::Asked),
+    /// A failsafe round sent at `sent` came back.
+    FailsafeRound {
+        sent: Time,
+        result: Result<(), String>,
+    },
     Attached(String),
     Detached(String),
     Command(Command),
@@ -167,6 +191,7 @@ pub async fn run(
             agent_server: cfg.core.agent_server,
             ttl: cfg.core.watchdog.ttl,
             renew: cfg.core.watchdog.renew,
+            failsafe: cfg.failsafe_listen.map(|a| a.to_string()),
             t0,
         },
         renew_rx,
@@ -178,6 +203,19 @@ pub async fn run(
             report_rx,
             ev_tx.clone(),
         ));
+    }
+    let mut fs = FailsafeState::default();
+    if let Some(addr) = cfg.failsafe_listen {
+        let (tx, mut rx) = mpsc::unbounded_channel::<failsafe::Asked>();
+        failsafe::serve(addr, cfg.core.host.clone(), tx);
+        let ev = ev_tx.clone();
+        tokio::spawn(async move {
+            while let Some(a) = rx.recv().await {
+                if ev.send(Event::FailsafeAsked(a)).is_err() {
+                    return;
+                }
+            }
+        });
     }
     std::fs::create_dir_all(&cfg.work_dir)?;
     let mut pending: Vec<AgentOutput> = Vec::new();
@@ -208,6 +246,7 @@ pub async fn run(
                 report_tx: &report_tx,
                 ev_tx: &ev_tx,
                 metrics: &metrics,
+                fs: &mut fs,
             };
             for o in outs {
                 pending.extend(carry_out(&mut x, o, now()));
@@ -246,6 +285,7 @@ pub async fn run(
         }
         pending.extend(core.handle(now(), AgentInput::Tick));
         status.units = rt.running();
+        status.in_failsafe = core.in_failsafe();
         status.highest_token = core.highest_token();
         metrics.units_running.set(status.units.len() as i64);
         metrics
@@ -288,6 +328,38 @@ pub async fn run(
                         tracing::warn!("etcd lease: {e}");
                         None
                     }
+                    Event::Peers(p) => {
+                        status.failsafe_peers = Some(p.keys().cloned().collect());
+                        fs.peers = Some(p);
+                        None
+                    }
+                    Event::FailsafeAsked(a) => {
+                        fs.next_id += 1;
+                        fs.replies.insert(fs.next_id, a.reply);
+                        Some(AgentInput::FailsafeAsked {
+                            id: fs.next_id,
+                            from: a.from,
+                            units: a.units,
+                        })
+                    }
+                    Event::FailsafeRound { sent, result } => match result {
+                        Ok(()) => {
+                            metrics.failsafe_rounds_confirmed.inc();
+                            if !core.in_failsafe() {
+                                tracing::warn!("etcd unavailable, and every other host agent agrees: keeping this host's units (failsafe)");
+                            }
+                            status.failsafe_confirmed_at_ms = Some(sent.as_millis() as u64);
+                            Some(AgentInput::FailsafeConfirmed { sent })
+                        }
+                        Err(why) => {
+                            metrics.failsafe_rounds_refused.inc();
+                            if status.failsafe_refused.as_deref() != Some(why.as_str()) {
+                                tracing::warn!(%why, "failsafe round refused");
+                            }
+                            status.failsafe_refused = Some(why);
+                            None
+                        }
+                    },
                     Event::Attached(to) => {
                         status.attached_to = Some(to);
                         Some(AgentInput::Connected)
@@ -403,6 +475,17 @@ struct Ctx<'a> {
     report_tx: &'a mpsc::UnboundedSender<AgentReport>,
     ev_tx: &'a mpsc::UnboundedSender<Event>,
     metrics: &'a crate::metrics::AgentMetrics,
+    fs: &'a mut FailsafeState,
+}
+
+/// The loop's side of the failsafe.
+#[derive(Default)]
+struct FailsafeState {
+    /// The other host agents (`None` until etcd first answered).
+    peers: Option<Peers>,
+    /// Asks waiting for the core's answer, by the id given to the core.
+    replies: BTreeMap<u64, tokio::sync::oneshot::Sender<(bool, u64)>>,
+    next_id: u64,
 }
 
 fn carry_out(x: &mut Ctx<'_>, o: AgentOutput, now: Time) -> Vec<AgentOutput> {
@@ -415,6 +498,7 @@ fn carry_out(x: &mut Ctx<'_>, o: AgentOutput, now: Time) -> Vec<AgentOutput> {
         report_tx,
         ev_tx,
         metrics,
+        fs,
     } = x;
     match o {
         AgentOutput::Report(r) => {
@@ -513,6 +597,24 @@ fn carry_out(x: &mut Ctx<'_>, o: AgentOutput, now: Time) -> Vec<AgentOutput> {
             let res = switchover(&sock);
             core.handle(now, AgentInput::Done { id, result: res })
         }
+        AgentOutput::AskFailsafe { units } => {
+            // Peers never read from etcd: nobody to ask, nothing confirmed.
+            if let Some(peers) = fs.peers.clone() {
+                let (me, ev) = (cfg.core.host.clone(), (*ev_tx).clone());
+                let timeout = cfg.core.watchdog.renew;
+                tokio::spawn(async move {
+                    let result = failsafe::round(me, peers, units, timeout).await;
+                    let _ = ev.send(Event::FailsafeRound { sent: now, result });
+                });
+            }
+            Vec::new()
+        }
+        AgentOutput::FailsafeAnswer { id, agree, promise } => {
+            if let Some(reply) = fs.replies.remove(&id) {
+                let _ = reply.send((agree, promise.as_millis() as u64));
+            }
+            Vec::new()
+        }
     }
 }
 
@@ -606,8 +708,13 @@ struct LeaseTask {
     agent_server: bool,
     ttl: Duration,
     renew: Duration,
+    /// This agent's failsafe address, for its record.
+    failsafe: Option<String>,
     t0: Instant,
 }
+
+/// How often the lease task reads the other host agents from etcd.
+const PEERS_EVERY: Duration = Duration::from_secs(1);
 
 /// Grants the host's lease, keeps `agents/<host>` on it, and renews it each
 /// time the loop asks; a lost lease is granted anew.
@@ -623,6 +730,7 @@ async fn lease_task(
         agent_server,
         ttl,
         renew,
+        failsafe,
         t0,
     } = task;
     let keys = Keys::new(&cluster);
@@ -651,6 +759,7 @@ async fn lease_task(
     }
     let mut cur = 0usize;
     let mut lease: Option<i64> = None;
+    let mut peers_read: Option<Instant> = None;
     while let Some(mut fresh) = asks.recv().await {
         let store = &mut stores[cur];
         // Coalesce asks that queued up while etcd was slow.
@@ -668,10 +777,10 @@ async fn lease_task(
         let result: Result<Event, String> = match lease {
             None => match store.grant(ttl).await {
                 Ok((id, _)) => {
-                    let value = format!(
-                        "{{\"schema\":1,\"host\":{}}}",
-                        serde_json::to_string(&host).unwrap_or_default()
-                    );
+                    let value = serde_json::json!({
+                        "schema": 1, "host": host, "failsafe": failsafe,
+                    })
+                    .to_string();
                     match store.put_leased(&key, &value, id).await {
                         Ok(()) => {
                             lease = Some(id);
@@ -694,6 +803,14 @@ async fn lease_task(
         match result {
             Ok(e) => {
                 let _ = ev.send(e);
+                // The agent server runs no units: it neither asks nor is asked.
+                if !agent_server && peers_read.is_none_or(|t| t.elapsed() >= PEERS_EVERY) {
+                    let prefix = keys.agent("");
+                    if let Ok(records) = store.scan::<failsafe::AgentRecord>(&prefix).await {
+                        peers_read = Some(Instant::now());
+                        let _ = ev.send(Event::Peers(failsafe::peers(&host, records)));
+                    }
+                }
             }
             Err(e) => {
                 next_member(&mut cur, stores.len());

@@ -14,6 +14,20 @@
 //! A renewal is counted from the moment the request was *sent*, not when
 //! the answer came back: etcd may have applied it any time in between, so
 //! the lease is only known to last `ttl` from the send.
+//!
+//! **Failsafe** (Patroni's `failsafe_mode`). When etcd itself is down (its
+//! quorum lost), no controller can write a migration, and fencing every
+//! unit of every host would turn a control-plane outage into a data-plane
+//! one. So an agent whose renewals are late ([`Watchdog::behind`]) asks
+//! every other host agent whether it cannot renew either; an agent that
+//! agrees promises not to start any of the asking host's units for one TTL
+//! from its answer. Only agents start units, so when every one of them
+//! agreed to a round sent at `f`, none can start these units before
+//! `f + ttl`, and the agent may keep them until `f + ttl - margin`
+//! ([`Watchdog::confirmed`]): a confirmed round counts like an acknowledged
+//! renewal for the fence deadline. One agent that is not asked, does not
+//! answer, or renews fine (so the asking host alone is cut off) and the
+//! agent fences on the usual deadline.
 
 use crate::Time;
 use std::time::Duration;
@@ -90,6 +104,10 @@ pub struct Watchdog {
     renewed_at: Option<Time>,
     /// When the last renewal was sent (acknowledged or not).
     sent_at: Option<Time>,
+    /// When the last failsafe round every other agent agreed to was sent.
+    confirmed_at: Option<Time>,
+    /// When the last failsafe round was sent.
+    asked_at: Option<Time>,
     fenced: bool,
 }
 
@@ -99,8 +117,58 @@ impl Watchdog {
             cfg,
             renewed_at: None,
             sent_at: None,
+            confirmed_at: None,
+            asked_at: None,
             fenced: false,
         }
+    }
+
+    /// Every other agent agreed to a failsafe round sent at `sent`: none of
+    /// them starts this host's units before `sent + ttl`.
+    pub fn confirmed(&mut self, sent: Time) {
+        if self.confirmed_at.is_none_or(|c| sent > c) {
+            self.confirmed_at = Some(sent);
+        }
+    }
+
+    /// Whether the renewals are late: none acknowledged (or none ever)
+    /// among those sent over the last two renewal periods. An agent that is
+    /// behind agrees to other agents' failsafe rounds.
+    pub fn behind(&self, now: Time) -> bool {
+        self.fenced
+            || self
+                .renewed_at
+                .is_none_or(|r| now.saturating_sub(r) >= 2 * self.cfg.renew)
+    }
+
+    /// Whether a failsafe round is due: the host holds units under a lease
+    /// whose renewals are late, and none was sent this renewal period.
+    pub fn ask_due(&self, now: Time) -> bool {
+        !self.fenced
+            && self.renewed_at.is_some()
+            && self.behind(now)
+            && self
+                .asked_at
+                .is_none_or(|a| now.saturating_sub(a) >= self.cfg.renew)
+    }
+
+    /// A failsafe round is sent at `now`.
+    pub fn asking(&mut self, now: Time) {
+        self.asked_at = Some(now);
+    }
+
+    /// Whether the units are kept by a confirmed failsafe round rather than
+    /// by the lease (the last confirmation is newer than the last renewal).
+    pub fn in_failsafe(&self) -> bool {
+        !self.fenced && matches!((self.confirmed_at, self.renewed_at), (Some(c), Some(r)) if c > r)
+    }
+
+    /// The send time the fence deadline counts from: the last acknowledged
+    /// renewal or the last confirmed failsafe round, whichever is later
+    /// (`None` before the first lease: nothing to fence against).
+    fn alive_from(&self) -> Option<Time> {
+        let r = self.renewed_at?;
+        Some(self.confirmed_at.map_or(r, |c| c.max(r)))
     }
 
     /// The lease was granted or renewed by a request sent at `sent`.
@@ -129,7 +197,7 @@ impl Watchdog {
     /// agent keeps asking for a lease (`Renew`, which must grant a new one:
     /// the old lease may have expired) until [`Watchdog::reset`].
     pub fn check(&mut self, now: Time) -> Action {
-        if let Some(r) = self.renewed_at.filter(|_| !self.fenced) {
+        if let Some(r) = self.alive_from().filter(|_| !self.fenced) {
             if now.saturating_sub(r) + self.cfg.margin >= self.cfg.ttl {
                 self.fenced = true;
                 return Action::Fence;
@@ -150,13 +218,14 @@ impl Watchdog {
     pub fn next_deadline(&self) -> Option<Time> {
         let renew = self.sent_at.map(|s| s + self.cfg.renew);
         let fence = self
-            .renewed_at
+            .alive_from()
             .filter(|_| !self.fenced)
             .map(|r| r + self.cfg.ttl - self.cfg.margin);
-        match (renew, fence) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let ask = self.renewed_at.filter(|_| !self.fenced).map(|r| {
+            let late = r + 2 * self.cfg.renew;
+            self.asked_at.map_or(late, |a| late.max(a + self.cfg.renew))
+        });
+        [renew, fence, ask].into_iter().flatten().min()
     }
 }
 
@@ -198,6 +267,11 @@ mod tests {
         assert_eq!(w.check(900 * MS), Action::Hold);
         assert_eq!(w.check(1000 * MS), Action::Renew);
         w.sending(1000 * MS);
+        // Renewals are late from 1 s: a failsafe round is due (nobody
+        // agrees to it here).
+        assert_eq!(w.next_deadline(), Some(1000 * MS));
+        assert!(w.ask_due(1000 * MS));
+        w.asking(1000 * MS);
         assert_eq!(w.next_deadline(), Some(1500 * MS));
         // The last acknowledged renewal was sent at 0: the lease may expire
         // at 3 s; the agent fences at 3 s - 1.5 s.
@@ -234,5 +308,53 @@ mod tests {
         assert_eq!(w.check(2299 * MS), Action::Renew);
         w.sending(2299 * MS);
         assert_eq!(w.check(2300 * MS), Action::Fence);
+    }
+
+    #[test]
+    fn a_confirmed_failsafe_round_moves_the_fence_deadline() {
+        let mut w = Watchdog::new(WatchdogConfig::DEFAULT);
+        w.sending(Duration::ZERO);
+        w.renewed(Duration::ZERO);
+        assert!(!w.behind(999 * MS));
+        assert!(!w.ask_due(999 * MS), "renewals on time: nothing to ask");
+        // Renewals from 500 ms on go unanswered.
+        assert!(w.behind(1000 * MS));
+        assert!(w.ask_due(1000 * MS));
+        w.asking(1000 * MS);
+        assert!(!w.ask_due(1200 * MS), "one round per renewal period");
+        assert!(w.ask_due(1500 * MS));
+        // The round sent at 1 s is confirmed: the deadline is 1 s + 1.5 s.
+        w.confirmed(1000 * MS);
+        assert!(w.in_failsafe());
+        w.asking(1500 * MS);
+        assert_eq!(w.check(1501 * MS), Action::Renew, "no fence at 1.5 s");
+        w.sending(1501 * MS);
+        assert_eq!(w.next_deadline(), Some(2000 * MS));
+        assert_eq!(w.check(2499 * MS), Action::Renew);
+        w.sending(2499 * MS);
+        // The round sent at 1.5 s was refused (an agent renews fine, or one
+        // did not answer): the deadline stays at 2.5 s.
+        assert_eq!(w.check(2500 * MS), Action::Fence);
+        assert!(!w.in_failsafe() && w.behind(2500 * MS));
+        assert!(!w.ask_due(3000 * MS), "fenced: nothing left to keep");
+        // Negative: without the confirmation the same agent fences at 1.5 s.
+        let mut w = Watchdog::new(WatchdogConfig::DEFAULT);
+        w.sending(Duration::ZERO);
+        w.renewed(Duration::ZERO);
+        assert_eq!(w.check(1500 * MS), Action::Fence);
+        // An older confirmation than the last renewal changes nothing.
+        let mut w = Watchdog::new(WatchdogConfig::DEFAULT);
+        w.renewed(800 * MS);
+        w.confirmed(300 * MS);
+        assert!(!w.in_failsafe());
+        w.sending(800 * MS);
+        assert_eq!(w.check(2300 * MS), Action::Fence);
+    }
+
+    #[test]
+    fn an_agent_without_a_lease_agrees_but_never_asks() {
+        let w = Watchdog::new(WatchdogConfig::DEFAULT);
+        assert!(w.behind(Duration::ZERO));
+        assert!(!w.ask_due(10_000 * MS), "no lease: no units kept by one");
     }
 }

@@ -301,6 +301,29 @@ impl Store {
             .collect())
     }
 
+    /// The records under `prefix`, by key without the prefix
+    /// (linearizable); a record that does not parse as `T` is skipped.
+    pub async fn scan<T: DeserializeOwned>(
+        &mut self,
+        prefix: &str,
+    ) -> Result<Vec<(String, T)>, StoreError> {
+        let p = prefix.to_string();
+        let r = self
+            .call(|mut c| {
+                let p = p.clone();
+                async move { c.get(p, Some(GetOptions::new().with_prefix())).await }
+            })
+            .await?;
+        Ok(r.kvs()
+            .iter()
+            .filter_map(|kv| {
+                let k = kv.key_str().ok()?.strip_prefix(prefix)?.to_string();
+                let v = serde_json::from_slice(kv.value()).ok()?;
+                Some((k, v))
+            })
+            .collect())
+    }
+
     /// Writes `puts` (key, JSON value) atomically, if the leader key still
     /// has `token` as its `create_revision` and each key of `absent` does not
     /// exist (the compare-and-swap that records a step once). Unfenced

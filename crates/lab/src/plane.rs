@@ -15,7 +15,8 @@
 //!
 //!                       bridge `mgmt` 198.19.0.0/24 (same last octets)
 //!   c1..c3                     etcd members + holdfast-controller replicas (:50051)
-//!   a, b, c ..., s             the agents' etcd leases and Attach streams
+//!   a, b, c ..., s             the agents' etcd leases and Attach streams;
+//!                              the host agents' failsafe service (:50052)
 //! ```
 //!
 //! A unit's container on a host is a network namespace with its own port
@@ -42,6 +43,8 @@ use crate::{find_binary, netns_pids, wait_for_every, Etcd, HostId, Lab, ProcId, 
 
 /// The peer's AS.
 pub const PLANE_PEER_AS: u32 = 65001;
+/// Where each host agent serves the failsafe, on the management network.
+pub const FAILSAFE_PORT: u16 = 50052;
 
 /// The control plane's binaries.
 #[derive(Debug, Clone)]
@@ -408,6 +411,11 @@ impl Plane {
         let mut hosts = Vec::new();
         for (h, node) in &host_nodes {
             let (mut args, status, work_dir) = agent_args(&lab, h, false);
+            // The other host agents ask this one in an etcd outage.
+            args.extend([
+                "--failsafe-listen".to_string(),
+                format!("{}:{FAILSAFE_PORT}", mgmt_addr[&node.id]),
+            ]);
             for u in &units {
                 let c = &u.containers[h];
                 args.extend([

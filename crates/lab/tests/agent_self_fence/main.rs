@@ -1,28 +1,35 @@
 //! A host agent that loses its etcd lease fences its own units before the
-//! lease can expire (issue 11; Patroni's watchdog).
+//! lease can expire (issue 11; Patroni's watchdog), when another host
+//! agent still renews (so etcd works and the controller may move them).
 //!
 //! ```text
-//!   host e1        host e2        host e3        host h
-//!   etcd-e1        etcd-e2        etcd-e3        holdfast-agent --host h
-//!   192.0.2.1      192.0.2.2      192.0.2.3        unit u1: a real holdfastd
-//!        \______________|______________|______________/
-//!                  bridge "agt" (own namespace)
+//!   host e1     host e2     host e3     host h                   host g
+//!   etcd-e1     etcd-e2     etcd-e3     holdfast-agent --host h  holdfast-agent --host g
+//!   192.0.2.1   192.0.2.2   192.0.2.3   .4, unit u1: a real      .5, no units
+//!        \___________|___________|______  holdfastd  ____________/
+//!                  bridge "agt" (own namespace); both agents serve
+//!                  the failsafe on :50052
 //! ```
 //!
 //! Lease TTL 3 s, renewed every 500 ms, fence margin 1.5 s. Checked:
 //! 1. the agent holds a lease: `etcdctl get /holdfast/default/agents/h`
 //!    shows its key, attached to a lease `etcdctl lease timetolive` knows;
 //!    the unit's holdfastd runs (its control socket answers `holdfast
-//!    show summary`);
+//!    show summary`); h knows g as its failsafe peer;
 //! 2. **negative control**: with etcd healthy for 4 s (longer than the
 //!    TTL), the unit keeps running and renewals keep being acknowledged;
-//! 3. two of the three members killed (quorum lost): the agent fences the
-//!    unit (its process is gone) before the lease could expire: the time
-//!    from the send of the last acknowledged renewal to the fence is at
-//!    most TTL − margin plus one loop tick, so below the TTL;
-//! 4. quorum back: the agent is granted a new lease and its key is back in
-//!    etcd, and the unit stays fenced (a fenced unit is the controller's to
-//!    place again).
+//! 3. h cut off from etcd (its packets to port 2379 dropped) while g
+//!    renews: g refuses h's failsafe rounds ("g renews its lease"), and
+//!    the agent fences the unit (its process is gone) before the lease
+//!    could expire: the time from the send of the last acknowledged
+//!    renewal to the fence is at most TTL − margin plus one loop tick, so
+//!    below the TTL;
+//! 4. etcd reachable again: the agent is granted a new lease and its key
+//!    is back in etcd, and the unit stays fenced (a fenced unit is the
+//!    controller's to place again).
+//!
+//! (With quorum lost, every agent cannot renew and the units are kept:
+//! `etcd_quorum_loss`.)
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -48,7 +55,7 @@ fn pid_alive(pid: u64) -> bool {
 }
 
 #[test]
-fn an_agent_that_loses_its_lease_fences_its_units_first() {
+fn an_agent_cut_off_from_etcd_fences_its_units_first() {
     if skip_unless_ready(&[]) || skip_unless_tools(&["etcd", "etcdctl"]) {
         return;
     }
@@ -66,7 +73,7 @@ fn an_agent_that_loses_its_lease_fences_its_units_first() {
     let mut hosts: Vec<HostId> = Vec::new();
     let mut members = Vec::new();
     let mut ports = Vec::new();
-    for (i, name) in ["e1", "e2", "e3", "h"].iter().enumerate() {
+    for (i, name) in ["e1", "e2", "e3", "h", "g"].iter().enumerate() {
         let h = lab.host(name).expect("host");
         let a: IpAddr = [192, 0, 2, i as u8 + 1].into();
         if i < 3 {
@@ -76,7 +83,7 @@ fn an_agent_that_loses_its_lease_fences_its_units_first() {
         hosts.push(h);
     }
     lab.bridge("agt", &ports).expect("bridge");
-    let mut etcd = Etcd::start(&mut lab, &members).expect("etcd cluster");
+    let etcd = Etcd::start(&mut lab, &members).expect("etcd cluster");
 
     // The unit: a holdfastd with no neighbours.
     let work = lab.work_dir().join("agent-h");
@@ -120,10 +127,44 @@ fn an_agent_that_loses_its_lease_fences_its_units_first() {
                 "500",
                 "--margin-ms",
                 &margin,
+                "--failsafe-listen",
+                "192.0.2.4:50052",
             ],
             &[("RUST_LOG", "info")],
         )
         .expect("agent");
+    let g_dir = lab.work_dir().join("agent-g");
+    let (g_wd, g_st) = (
+        g_dir.join("units").display().to_string(),
+        g_dir.join("status.json").display().to_string(),
+    );
+    lab.spawn(
+        hosts[4],
+        "agent-g",
+        &[
+            &bin,
+            "--host",
+            "g",
+            "--etcd",
+            &eps,
+            "--holdfastd",
+            &hf,
+            "--work-dir",
+            &g_wd,
+            "--status-file",
+            &g_st,
+            "--lease-ttl-ms",
+            &ttl,
+            "--renew-ms",
+            "500",
+            "--margin-ms",
+            &margin,
+            "--failsafe-listen",
+            "192.0.2.5:50052",
+        ],
+        &[("RUST_LOG", "info")],
+    )
+    .expect("agent g");
 
     // 1. A lease, the key in etcd, the unit running.
     let s = wait_for_every(
@@ -132,7 +173,9 @@ fn an_agent_that_loses_its_lease_fences_its_units_first() {
         Duration::from_millis(50),
         || {
             Ok(status(&status_file).filter(|s| {
-                s["lease"].is_i64() && s["units"].as_array().is_some_and(|u| u.len() == 1)
+                s["lease"].is_i64()
+                    && s["units"].as_array().is_some_and(|u| u.len() == 1)
+                    && s["failsafe_peers"] == serde_json::json!(["g"])
             }))
         },
     )
@@ -187,10 +230,11 @@ fn an_agent_that_loses_its_lease_fences_its_units_first() {
         "2. negative control: 4 s with etcd healthy, u1 alive, renewed at {before} -> {after} ms"
     );
 
-    // 3. Quorum lost.
+    // 3. h cut off from etcd; g still renews.
+    let cut = ["OUTPUT", "-p", "tcp", "--dport", "2379", "-j", "DROP"];
     let t0 = Instant::now();
-    etcd.kill(&mut lab, 0).expect("kill e1");
-    etcd.kill(&mut lab, 1).expect("kill e2");
+    lab.exec_ok(hosts[3], &[&["iptables", "-I"], &cut[..]].concat())
+        .expect("cut h off from etcd");
     let fenced = wait_for_every(
         "the agent fences u1",
         Duration::from_secs(10),
@@ -209,8 +253,13 @@ fn an_agent_that_loses_its_lease_fences_its_units_first() {
     let at = s["self_fenced_at_ms"].as_u64().unwrap();
     let gap = at - renewed;
     println!(
-        "3. quorum lost: u1 fenced {:?} after the kill, {gap} ms after the last acknowledged renewal was sent (TTL {TTL_MS} ms, margin {MARGIN_MS} ms)",
-        fenced - t0
+        "3. h cut off from etcd: u1 fenced {:?} after the cut, {gap} ms after the last acknowledged renewal was sent (TTL {TTL_MS} ms, margin {MARGIN_MS} ms); failsafe refused: {}",
+        fenced - t0,
+        s["failsafe_refused"]
+    );
+    assert_eq!(
+        s["failsafe_refused"], "g renews its lease",
+        "g refused h's failsafe rounds: {s}"
     );
     assert!(
         gap <= TTL_MS - MARGIN_MS + 50,
@@ -220,9 +269,9 @@ fn an_agent_that_loses_its_lease_fences_its_units_first() {
     let log = std::fs::read_to_string(lab.proc_logs(agent).1).unwrap_or_default();
     assert!(log.contains("fencing every unit"), "agent log:\n{log}");
 
-    // 4. Quorum back: a new lease, the key back, u1 still fenced.
-    etcd.restart(&mut lab, 0).expect("restart e1");
-    etcd.restart(&mut lab, 1).expect("restart e2");
+    // 4. etcd reachable again: a new lease, the key back, u1 still fenced.
+    lab.exec_ok(hosts[3], &[&["iptables", "-D"], &cut[..]].concat())
+        .expect("h reaches etcd again");
     let s = wait_for_every(
         "a new lease",
         Duration::from_secs(30),
@@ -243,6 +292,6 @@ fn an_agent_that_loses_its_lease_fences_its_units_first() {
         s["units"].as_array().is_some_and(Vec::is_empty),
         "u1 stays fenced: {s}"
     );
-    println!("4. quorum back: new lease {new:x}, key back, u1 stays fenced");
+    println!("4. etcd reachable again: new lease {new:x}, key back, u1 stays fenced");
     etcd.stop(&mut lab);
 }
