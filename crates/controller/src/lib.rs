@@ -1,6 +1,6 @@
 //! `holdfast-controller`: the control plane's replicas (TENSOR §3.3). Three
 //! replicas elect a leader on an etcd lease; desired state (units, failed
-//! hosts, the store epoch, the in-flight migration) lives in etcd; a new
+//! hosts, the store epoch, the migrations in flight) lives in etcd; a new
 //! leader carries on a migration its predecessor began, each step exactly
 //! once; every command carries the leader's fencing token.
 //!

@@ -10,7 +10,6 @@ use std::collections::BTreeSet;
 
 use holdfast_control::{place, DesiredState, FailureKind, Host, HostId, HostState, Unit, UnitId};
 
-use crate::state::UnitRecord;
 use crate::store::{Store, StoreError};
 
 /// Units a host may carry (primaries plus the backups that land on it after
@@ -31,12 +30,7 @@ pub async fn read_state(store: &mut Store) -> Result<DesiredState, StoreError> {
         .await?
         .into_iter()
         .collect();
-    let mut units = Vec::new();
-    for u in store.list(&format!("{p}units/")).await? {
-        if let Some(r) = store.get::<UnitRecord>(&keys.unit(&u)).await? {
-            units.push(r);
-        }
-    }
+    let units = store.units().await?;
     let mut names: BTreeSet<String> = agents.union(&failed).cloned().collect();
     for u in &units {
         names.insert(u.primary.clone());

@@ -5,12 +5,14 @@
 //!   store operations (grant, campaign, renew, revoke) and carries out what
 //!   it asks, one operation at a time.
 //! * The **worker** acts only while [`Elector::may_act`] gives a token. On
-//!   a new token it advances the store epoch to it; then it drives the
-//!   in-flight migration ([`next_step`]): each step takes `step_time` (the
-//!   synthetic work of an agent) and is then committed with one fenced
-//!   transaction that records the step (created once) and writes the
-//!   agent's command carrying the token. A commit that finds the leader key
-//!   no longer ours is reported to the elector, which demotes.
+//!   a new token it advances the store epoch to it; then it drives every
+//!   migration in flight, one per unit, all at once (`migrate`,
+//!   [`crate::state::next_step`]): each step is carried out through the
+//!   agents (or, for a bookkeeping step, takes `step_time`) and is then
+//!   committed with one fenced transaction that records the step (created
+//!   once) and writes the agent's command carrying the token. A commit that
+//!   finds the leader key no longer ours is reported to the elector, which
+//!   demotes.
 //! * The **reporter** writes the status file every tick.
 //!
 //! The worker does not look at the clock again between a step's work and
@@ -28,15 +30,17 @@ use tokio::sync::mpsc;
 use crate::elect::{Elector, Input, Op, Output, Role, Timing};
 use crate::fence::Token;
 use crate::hub::{AgentView, Hub, Observed};
-use crate::metrics::{ControllerMetrics, FindingLabel, Reason, ReasonLabel};
+use crate::metrics::{ControllerMetrics, FindingLabel, Reason};
 use crate::sense::{Localization, SenseConfig, SharedTargets, VerdictView};
 use crate::state::{
-    next_step, Command, EpochRecord, Keys, Migration, MigrationState, Next, OperatorRequest,
-    StepRecord, UnitRecord, MIGRATION_STEPS, RESTART_STEPS, SCHEMA, SWITCHOVER_STEPS,
+    EpochRecord, Keys, OperatorRequest, UnitRecord, MIGRATION_STEPS, RESTART_STEPS, SCHEMA,
+    SWITCHOVER_STEPS,
 };
 use crate::store::{to_json, Outcome, Store, StoreError};
 use holdfast_control::{AppPolicy, Finding, Verdict};
-use holdfast_control_api::v1::{command, FenceUnit, MoveAddress, Switchover, Takeover};
+
+mod migrate;
+use migrate::{drive, migrating, start_migration, Plan};
 
 /// How often the shell looks at the clock when nothing else is due.
 const TICK: Duration = Duration::from_millis(50);
@@ -116,8 +120,8 @@ pub struct Status {
 /// How many verdicts the status keeps.
 pub const VERDICTS_KEPT: usize = 64;
 
-/// How long an acting verdict waits for the migration under way to end
-/// before it is dropped (with a warning).
+/// How long an acting verdict waits for its unit's migration under way to
+/// end before it is dropped (with a warning).
 const ACTION_PATIENCE: Duration = Duration::from_secs(60);
 
 fn unix_ms() -> u64 {
@@ -505,198 +509,6 @@ async fn advance_epoch(
     Ok(o)
 }
 
-/// One step of the in-flight migration, if there is one (`None`: nothing
-/// to do, nothing written).
-async fn drive(
-    shared: &SharedRef,
-    store: &mut Store,
-    cfg: &Config,
-    token: Token,
-    hub: &Hub,
-) -> Result<Option<Outcome>, StoreError> {
-    let keys = store.keys().clone();
-    let m: Option<Migration> = store.get(&keys.migration()).await?;
-    let done: BTreeSet<String> = match &m {
-        Some(m) => store.list(&keys.steps(&m.id)).await?.into_iter().collect(),
-        None => BTreeSet::new(),
-    };
-    let next = next_step(m.as_ref(), &done);
-    let (m, next) = match (m, next) {
-        (Some(m), next) if next != Next::Idle => (m, next),
-        _ => {
-            set_phase(shared, "idle");
-            tokio::time::sleep(TICK).await;
-            return Ok(None);
-        }
-    };
-    match next {
-        Next::Idle => Ok(None),
-        Next::Step(step) => {
-            set_phase(shared, &format!("step {step}"));
-            tracing::info!(migration = %m.id, %step, %token, "carrying out step");
-            if let Err(e) = carry_out_step(store, cfg, token, hub, &m, &step).await? {
-                tracing::warn!(migration = %m.id, %step, error = %e, "step not done yet; retrying");
-                tokio::time::sleep(TICK).await;
-                return Ok(None);
-            }
-            let step_key = keys.step(&m.id, &step);
-            let rec = StepRecord {
-                schema: SCHEMA,
-                step: step.clone(),
-                token,
-                by: cfg.name.clone(),
-            };
-            let cmd = Command {
-                schema: SCHEMA,
-                token,
-                unit: m.unit.clone(),
-                action: step.clone(),
-                migration: m.id.clone(),
-            };
-            let puts = [
-                (step_key.clone(), to_json(&rec)),
-                (keys.command(&m.to, &m.id, &step, token), to_json(&cmd)),
-            ];
-            let o = store.fenced_put(token, &[step_key], &puts).await?;
-            match o {
-                Outcome::Committed(rev) => {
-                    lock(shared).status.steps_committed += 1;
-                    metrics(shared).steps_committed.inc();
-                    tracing::info!(migration = %m.id, %step, %token, rev, "step committed");
-                }
-                Outcome::Precondition => {
-                    tracing::info!(migration = %m.id, %step, "step already recorded");
-                }
-                Outcome::Fenced => {}
-            }
-            Ok(Some(o))
-        }
-        Next::Finish => {
-            set_phase(shared, "finishing");
-            let before: Option<UnitRecord> = store.get(&keys.unit(&m.unit)).await?;
-            let desired = crate::placement::read_state(store).await?;
-            let backup = if m.to == m.from {
-                // A restart in place: the backup stays.
-                before.as_ref().and_then(|u| u.backup.clone())
-            } else {
-                crate::placement::backup_after(&desired, &m.unit, &m.to, &m.from)
-            };
-            let unit = UnitRecord {
-                schema: SCHEMA,
-                unit: m.unit.clone(),
-                primary: m.to.clone(),
-                backup,
-                epoch: token,
-                config: before
-                    .as_ref()
-                    .map(|u| u.config.clone())
-                    .unwrap_or_default(),
-                addresses: before
-                    .as_ref()
-                    .map(|u| u.addresses.clone())
-                    .unwrap_or_default(),
-                interface: before
-                    .as_ref()
-                    .map(|u| u.interface.clone())
-                    .unwrap_or_default(),
-                app_failure: before.and_then(|u| u.app_failure),
-            };
-            let mut fin = m.clone();
-            fin.state = MigrationState::Done;
-            fin.finished_by = Some(token);
-            let puts = [
-                (keys.unit(&m.unit), to_json(&unit)),
-                (keys.migration(), to_json(&fin)),
-            ];
-            let o = store.fenced_put(token, &[], &puts).await?;
-            if let Outcome::Committed(rev) = o {
-                metrics(shared).migrations_finished.inc();
-                tracing::info!(migration = %m.id, %token, rev, "migration done");
-            }
-            Ok(Some(o))
-        }
-    }
-}
-
-/// Carries out one step of `m` through the agents (see
-/// [`MIGRATION_STEPS`]); `Ok(Err(why))` when it cannot be done yet.
-async fn carry_out_step(
-    store: &mut Store,
-    cfg: &Config,
-    token: Token,
-    hub: &Hub,
-    m: &Migration,
-    step: &str,
-) -> Result<Result<(), String>, StoreError> {
-    if !MIGRATION_STEPS.contains(&step) && !SWITCHOVER_STEPS.contains(&step) {
-        tokio::time::sleep(cfg.step_time).await;
-        return Ok(Ok(()));
-    }
-    let keys = store.keys().clone();
-    let Some(u) = store.get::<UnitRecord>(&keys.unit(&m.unit)).await? else {
-        return Ok(Err(format!("no placement for unit {}", m.unit)));
-    };
-    let t = cfg.command_timeout;
-    Ok(match step {
-        "fence" => {
-            if store
-                .get::<serde_json::Value>(&keys.agent(&m.from))
-                .await?
-                .is_none()
-            {
-                // Its lease expired: the agent fenced its units before that.
-                Ok(())
-            } else if hub.attached(&m.from) {
-                let body = command::Body::FenceUnit(FenceUnit {
-                    unit: m.unit.clone(),
-                });
-                hub.command(&m.from, token, body, t).await
-            } else {
-                Err(format!(
-                    "agent {} holds its lease but is not reachable: waiting for it to answer or for its lease to expire",
-                    m.from
-                ))
-            }
-        }
-        "switchover" => {
-            let body = command::Body::Switchover(Switchover {
-                unit: m.unit.clone(),
-            });
-            hub.command(&m.from, token, body, t).await
-        }
-        "takeover" => {
-            let body = command::Body::Takeover(Takeover {
-                unit: m.unit.clone(),
-                config: u.config.clone(),
-                epoch: u64::try_from(token.0).unwrap_or(0),
-            });
-            hub.command(&m.to, token, body, t).await
-        }
-        _ => {
-            // The old host gives up the service addresses first, when it can
-            // be reached (an address already gone is fine).
-            if hub.attached(&m.from) {
-                let unplug = command::Body::MoveAddress(MoveAddress {
-                    unit: m.unit.clone(),
-                    addresses: u.addresses.clone(),
-                    add: false,
-                    interface: u.interface.clone(),
-                });
-                if let Err(e) = hub.command(&m.from, token, unplug, t).await {
-                    tracing::info!(host = %m.from, error = %e, "service address not removed on the old host");
-                }
-            }
-            let body = command::Body::MoveAddress(MoveAddress {
-                unit: m.unit.clone(),
-                addresses: u.addresses.clone(),
-                add: true,
-                interface: u.interface.clone(),
-            });
-            hub.command(&m.to, token, body, t).await
-        }
-    })
-}
-
 /// Carries out the first operator request (`holdfast ctl`), if any.
 async fn requests(
     shared: &SharedRef,
@@ -761,11 +573,9 @@ async fn requests(
             start_migration(shared, store, token, &plan, Instant::now()).await
         }
         OperatorRequest::Drain { host } => {
-            let units = store.list(&format!("{}units/", keys.prefix())).await?;
-            for unit in units {
-                let Some(u) = store.get::<UnitRecord>(&keys.unit(&unit)).await? else {
-                    continue;
-                };
+            let (mut left, mut started) = (false, None);
+            for u in store.units().await? {
+                let unit = u.unit;
                 if u.primary != host {
                     continue;
                 }
@@ -779,99 +589,21 @@ async fn requests(
                     done_request: None,
                     reason: Reason::Drain,
                 };
-                return start_migration(shared, store, token, &plan, Instant::now()).await;
+                // Every unit at once (each at most one migration at a time).
+                left = true;
+                match start_migration(shared, store, token, &plan, Instant::now()).await? {
+                    Some(Outcome::Fenced) => return Ok(Some(Outcome::Fenced)),
+                    Some(o) => started = Some(o),
+                    None => {}
+                }
+            }
+            if left {
+                return Ok(started);
             }
             // Nothing left on the host: the drain is done.
             store.fenced_write(token, &[], &[], &[key]).await.map(Some)
         }
     }
-}
-
-/// A migration to start.
-struct Plan<'a> {
-    unit: &'a str,
-    /// The host it must be leaving (`None`: wherever its primary is).
-    from: Option<&'a str>,
-    /// Where it goes (`None`: its backup host).
-    to: Option<&'a str>,
-    why: &'a str,
-    steps: &'a [&'a str],
-    /// An operator request deleted in the same transaction.
-    done_request: Option<String>,
-    /// What started it (metrics).
-    reason: Reason,
-}
-
-/// Starts a migration of the unit to its backup unless one is under way
-/// (`None`: nothing written).
-async fn start_migration(
-    shared: &SharedRef,
-    store: &mut Store,
-    token: Token,
-    plan: &Plan<'_>,
-    since: Instant,
-) -> Result<Option<Outcome>, StoreError> {
-    let keys = store.keys().clone();
-    let Some(u) = store.get::<UnitRecord>(&keys.unit(plan.unit)).await? else {
-        return Ok(None);
-    };
-    if plan.from.is_some_and(|f| f != u.primary) {
-        return Ok(None);
-    }
-    let from = u.primary.clone();
-    let to = match plan.to {
-        Some(to) => to.to_string(),
-        None => match u.backup.clone().filter(|b| *b != from) {
-            Some(b) => b,
-            None => return Ok(None),
-        },
-    };
-    if let Some(m) = store.get::<Migration>(&keys.migration()).await? {
-        if m.state == MigrationState::Pending {
-            return Ok(None);
-        }
-    }
-    if store
-        .get::<serde_json::Value>(&keys.failed_host(&to))
-        .await?
-        .is_some()
-    {
-        tracing::warn!(unit = plan.unit, %to, "the backup host has failed (never reused until reset): no migration");
-        return Ok(None);
-    }
-    let id = format!("{}-{}-{}", plan.unit, token.0, unix_ms());
-    let m = Migration {
-        schema: SCHEMA,
-        id,
-        unit: plan.unit.to_string(),
-        from: from.clone(),
-        to: to.clone(),
-        steps: plan.steps.iter().map(|s| (*s).to_string()).collect(),
-        state: MigrationState::Pending,
-        finished_by: None,
-    };
-    let deletes: Vec<String> = plan.done_request.iter().cloned().collect();
-    let o = store
-        .fenced_write(token, &[], &[(keys.migration(), to_json(&m))], &deletes)
-        .await?;
-    if let Outcome::Committed(rev) = o {
-        metrics(shared)
-            .migrations_started
-            .get_or_create(&ReasonLabel {
-                reason: plan.reason.clone(),
-            })
-            .inc();
-        let after = since.elapsed().as_millis() as u64;
-        tracing::warn!(unit = plan.unit, %from, %to, why = plan.why, detected_after_ms = after, rev, "migrating");
-        lock(shared).status.detected.push((
-            plan.unit.to_string(),
-            from,
-            to,
-            plan.why.to_string(),
-            after,
-        ));
-    }
-    Ok(Some(o))
 }
 
 /// Records a verdict in the status and the log; queues it when it acts.
@@ -918,8 +650,8 @@ fn note(shared: &SharedRef, v: &Verdict, actions: &mut VecDeque<(Verdict, Instan
 
 /// Acts on the first queued verdict: a unit's migration (or restart in
 /// place), or a failed host whose units [`HostWatch`] then migrates. A
-/// verdict that cannot be acted on yet (a migration under way) stays queued
-/// for up to [`ACTION_PATIENCE`].
+/// verdict that cannot be acted on yet (its unit's migration under way)
+/// stays queued for up to [`ACTION_PATIENCE`].
 async fn act(
     shared: &SharedRef,
     store: &mut Store,
@@ -976,11 +708,7 @@ async fn act(
         actions.pop_front();
         return Ok(o);
     }
-    let key = store.keys().migration();
-    let busy = store
-        .get::<Migration>(&key)
-        .await?
-        .is_some_and(|m| m.state == MigrationState::Pending);
+    let busy = migrating(store, &unit.0).await?;
     if !busy || queued.elapsed() > ACTION_PATIENCE {
         tracing::warn!(finding = ?v.finding, "no migration for this verdict (the unit moved, or has no usable backup)");
         actions.pop_front();
@@ -991,7 +719,7 @@ async fn act(
 /// Hosts whose agent's lease expired (its `agents/<host>` key gone): a host
 /// or host-network failure, confirmed by etcd's own clock (the TTL). Such a
 /// host is recorded in `hosts/failed/` (never reused until reset by hand)
-/// and its units are migrated one at a time.
+/// and its units are migrated, all at once.
 #[derive(Default)]
 struct HostWatch {
     seen: BTreeSet<String>,
@@ -1054,6 +782,7 @@ impl HostWatch {
             self.fail(&host, Instant::now(), why);
         }
         self.seen.clone_from(&now);
+        let mut started = None;
         let failed: Vec<(String, Instant, String)> = self
             .failed
             .iter()
@@ -1069,12 +798,9 @@ impl HostWatch {
                 puts.extend(replace_backups_on(store, token, &host).await?);
                 store.fenced_put(token, &[], &puts).await?;
             }
-            let units = store.list(&format!("{}units/", keys.prefix())).await?;
             let mut left = 0;
-            for unit in units {
-                let Some(u) = store.get::<UnitRecord>(&keys.unit(&unit)).await? else {
-                    continue;
-                };
+            for u in store.units().await? {
+                let unit = u.unit;
                 if u.primary != host {
                     continue;
                 }
@@ -1088,15 +814,18 @@ impl HostWatch {
                     done_request: None,
                     reason: host_reason(&why),
                 };
-                if let Some(o) = start_migration(shared, store, token, &plan, since).await? {
-                    return Ok(Some(o));
+                // Every unit of the host at once.
+                match start_migration(shared, store, token, &plan, since).await? {
+                    Some(Outcome::Fenced) => return Ok(Some(Outcome::Fenced)),
+                    Some(o) => started = Some(o),
+                    None => {}
                 }
             }
             if left == 0 {
                 self.failed.remove(&host);
             }
         }
-        Ok(None)
+        Ok(started)
     }
 }
 

@@ -40,7 +40,7 @@ use holdfast_control::{
 use serde::{Deserialize, Serialize};
 
 use crate::hub::{Hub, Observed};
-use crate::state::{Migration, MigrationState, UnitRecord};
+use crate::state::UnitRecord;
 use crate::store::{Store, StoreError};
 
 /// How often the topology is re-read from etcd.
@@ -196,25 +196,21 @@ impl Localization {
         if self.synced.is_some_and(|t| t.elapsed() < SYNC_EVERY) {
             return Ok(());
         }
-        let keys = store.keys().clone();
         let mut state = crate::placement::read_state(store).await?;
-        let migrating = match store.get::<Migration>(&keys.migration()).await? {
-            Some(m) if m.state == MigrationState::Pending => Some(m.unit),
-            _ => None,
-        };
-        let mut records = Vec::new();
-        for u in store.list(&format!("{}units/", keys.prefix())).await? {
-            if let Some(r) = store.get::<UnitRecord>(&keys.unit(&u)).await? {
-                records.push(r);
-            }
-        }
-        if let Some(m) = &migrating {
+        let migrating: Vec<String> = store
+            .migrations_in_flight()
+            .await?
+            .into_iter()
+            .map(|(_, m)| m.unit)
+            .collect();
+        let records = store.units().await?;
+        for m in &migrating {
             state.units.remove(&UnitId::new(m.clone()));
         }
         self.loc.sync(&state);
         self.primaries = records
             .iter()
-            .filter(|r| Some(&r.unit) != migrating.as_ref())
+            .filter(|r| !migrating.contains(&r.unit))
             .map(|r| (r.unit.clone(), r.primary.clone()))
             .collect();
         let port = self.cfg.unit_port;
@@ -227,7 +223,7 @@ impl Localization {
                 .collect(),
             units: records
                 .iter()
-                .filter(|r| Some(&r.unit) != migrating.as_ref())
+                .filter(|r| !migrating.contains(&r.unit))
                 .filter_map(|r| service_addr(r, port).map(|a| (r.unit.clone(), a)))
                 .collect(),
         };

@@ -15,7 +15,8 @@
 //! | `agent-servers/<host>` | the agent server's agent, attached to its lease |
 //! | `hosts/failed/<host>` | a failed host (never reused until reset by hand) |
 //! | `requests/<id>` | [`OperatorRequest`]: `holdfast ctl switchover`, `drain`, `reset`, for the leader |
-//! | `migration` | [`Migration`]: the one in-flight migration |
+//! | `migrations/<unit>` | [`Migration`]: the unit's migration, in flight or the last done; migrations of different units run at once |
+//! | `migration` | [`Migration`]: a migration written by an earlier layout (or by hand); carried on and finished there |
 //! | `steps/<migration>/<step>` | [`StepRecord`]: a completed step, created once |
 //! | `commands/<agent>/<migration>/<step>/<token>` | [`Command`] to an agent |
 
@@ -84,9 +85,20 @@ impl Keys {
         format!("{}hosts/failed/{host}", self.prefix)
     }
 
-    /// The in-flight migration.
+    /// A migration under the earlier layout (one at a time): still carried
+    /// on and finished where it was written.
     pub fn migration(&self) -> String {
         format!("{}migration", self.prefix)
+    }
+
+    /// The prefix of every unit's migration.
+    pub fn migrations(&self) -> String {
+        format!("{}migrations/", self.prefix)
+    }
+
+    /// `unit`'s migration (in flight, or the last one done).
+    pub fn migration_of(&self, unit: &str) -> String {
+        format!("{}{unit}", self.migrations())
     }
 
     /// The prefix of a migration's completed steps.

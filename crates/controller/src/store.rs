@@ -18,7 +18,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::fence::Token;
-use crate::state::{Keys, LeaderRecord, SCHEMA};
+use crate::state::{Keys, LeaderRecord, Migration, MigrationState, UnitRecord, SCHEMA};
 
 /// What went wrong talking to etcd.
 #[derive(Debug, thiserror::Error)]
@@ -318,10 +318,44 @@ impl Store {
             .iter()
             .filter_map(|kv| {
                 let k = kv.key_str().ok()?.strip_prefix(prefix)?.to_string();
-                let v = serde_json::from_slice(kv.value()).ok()?;
-                Some((k, v))
+                match serde_json::from_slice(kv.value()) {
+                    Ok(v) => Some((k, v)),
+                    Err(e) => {
+                        tracing::warn!(key = %k, error = %e, "unreadable record skipped");
+                        None
+                    }
+                }
             })
             .collect())
+    }
+
+    /// Every unit's placement, in one read.
+    pub async fn units(&mut self) -> Result<Vec<UnitRecord>, StoreError> {
+        let p = format!("{}units/", self.keys.prefix());
+        Ok(self
+            .scan::<UnitRecord>(&p)
+            .await?
+            .into_iter()
+            .map(|(_, u)| u)
+            .collect())
+    }
+
+    /// Every migration in flight, with the key it is under: each unit's
+    /// (`migrations/<unit>`), and one written under the earlier layout
+    /// (`migration`).
+    pub async fn migrations_in_flight(&mut self) -> Result<Vec<(String, Migration)>, StoreError> {
+        let keys = self.keys.clone();
+        let mut out: Vec<(String, Migration)> = self
+            .scan::<Migration>(&keys.migrations())
+            .await?
+            .into_iter()
+            .map(|(unit, m)| (keys.migration_of(&unit), m))
+            .collect();
+        if let Some(m) = self.get::<Migration>(&keys.migration()).await? {
+            out.push((keys.migration(), m));
+        }
+        out.retain(|(_, m)| m.state == MigrationState::Pending);
+        Ok(out)
     }
 
     /// Writes `puts` (key, JSON value) atomically, if the leader key still

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use holdfast_controller::state::OperatorRequest;
-use holdfast_controller::{Keys, Migration, MigrationState, Store, UnitRecord};
+use holdfast_controller::{Keys, Migration, Store, UnitRecord};
 use serde_json::{json, Value};
 
 #[derive(Debug, Parser)]
@@ -48,8 +48,8 @@ struct Args {
 
 #[derive(Debug, Subcommand)]
 enum Op {
-    /// The leader, the store epoch, the agents, failed hosts, the migration
-    /// in flight and pending requests.
+    /// The leader, the store epoch, the agents, failed hosts, the
+    /// migrations in flight and pending requests.
     Status,
     /// Every host: its agent, whether it failed, the units it carries as
     /// primary and as backup.
@@ -82,7 +82,8 @@ struct View {
     agents: Vec<String>,
     failed: Vec<String>,
     units: Vec<UnitRecord>,
-    migration: Option<Migration>,
+    /// In flight, one per unit at most.
+    migrations: Vec<Migration>,
     requests: Vec<String>,
 }
 
@@ -95,13 +96,13 @@ async fn read(store: &mut Store, keys: &Keys) -> Result<View> {
     let epoch = store.get::<Value>(&keys.epoch()).await?;
     let agents = store.list(&format!("{p}agents/")).await?;
     let failed = store.list(&format!("{p}hosts/failed/")).await?;
-    let mut units = Vec::new();
-    for u in store.list(&format!("{p}units/")).await? {
-        if let Some(r) = store.get::<UnitRecord>(&keys.unit(&u)).await? {
-            units.push(r);
-        }
-    }
-    let migration = store.get::<Migration>(&keys.migration()).await?;
+    let units = store.units().await?;
+    let migrations = store
+        .migrations_in_flight()
+        .await?
+        .into_iter()
+        .map(|(_, m)| m)
+        .collect();
     let requests = store.list(&format!("{p}requests/")).await?;
     Ok(View {
         leader,
@@ -109,7 +110,7 @@ async fn read(store: &mut Store, keys: &Keys) -> Result<View> {
         agents,
         failed,
         units,
-        migration,
+        migrations,
         requests,
     })
 }
@@ -122,17 +123,21 @@ fn unit_json(u: &UnitRecord) -> Value {
 }
 
 fn status(v: &View) -> (Value, String) {
-    let m = v.migration.as_ref().map(|m| {
-        json!({"id": m.id, "unit": m.unit, "from": m.from, "to": m.to,
-               "steps": m.steps, "state": m.state, "finished_by": m.finished_by.map(|t| t.0)})
-    });
+    let m: Vec<Value> = v
+        .migrations
+        .iter()
+        .map(|m| {
+            json!({"id": m.id, "unit": m.unit, "from": m.from, "to": m.to,
+                   "steps": m.steps, "state": m.state})
+        })
+        .collect();
     let j = json!({
         "leader": v.leader.as_ref().map(|(n, t)| json!({"name": n, "token": t})),
         "epoch": v.epoch,
         "agents": v.agents,
         "failed_hosts": v.failed,
         "units": v.units.len(),
-        "migration": m,
+        "migrations": m,
         "pending_requests": v.requests,
     });
     let mut t = String::new();
@@ -157,21 +162,17 @@ fn status(v: &View) -> (Value, String) {
         }
     ));
     t.push_str(&format!("units: {}\n", v.units.len()));
-    match &v.migration {
-        Some(m) if m.state == MigrationState::Pending => {
-            t.push_str(&format!(
-                "migration in flight: {} {} -> {} ({})\n",
-                m.unit,
-                m.from,
-                m.to,
-                m.steps.join(", ")
-            ));
-        }
-        Some(m) => t.push_str(&format!(
-            "last migration: {} {} -> {} (done)\n",
-            m.unit, m.from, m.to
-        )),
-        None => t.push_str("no migration yet\n"),
+    if v.migrations.is_empty() {
+        t.push_str("migrations in flight: none\n");
+    }
+    for m in &v.migrations {
+        t.push_str(&format!(
+            "migration in flight: {} {} -> {} ({})\n",
+            m.unit,
+            m.from,
+            m.to,
+            m.steps.join(", ")
+        ));
     }
     if !v.requests.is_empty() {
         t.push_str(&format!("pending requests: {}\n", v.requests.join(", ")));
@@ -271,10 +272,7 @@ async fn request(
     let end = Instant::now() + Duration::from_secs(secs);
     loop {
         let pending = store.get::<Value>(&key).await?.is_some();
-        let migrating = store
-            .get::<Migration>(&keys.migration())
-            .await?
-            .is_some_and(|m| m.state == MigrationState::Pending);
+        let migrating = !store.migrations_in_flight().await?.is_empty();
         if !pending && !migrating {
             return Ok((
                 json!({"request": id, "done": true}),
