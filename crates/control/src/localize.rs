@@ -57,8 +57,8 @@
 //! A unit gets one verdict per episode: the next needs the process running
 //! again, every probe of it answering, or a move to another host.
 //!
-//! With 100 ms probes, `misses` 3 and `confirm_misses` 2, application and
-//! container verdicts come within 0.2 s of the pidfd report, container
+//! With 100 ms probes, `misses` 3 and `confirm_misses` 1, application and
+//! container verdicts come within one probe interval of the pidfd report, container
 //! network ones within 0.3 s of the first missed probe, host and host
 //! network ones within 0.3 s plus the 3 s confirmation.
 //!
@@ -95,7 +95,9 @@ pub struct LocalizeConfig {
     pub probe_interval_ms: Millis,
     /// Consecutive misses that make a path down on its own (default 3).
     pub misses: u32,
-    /// Consecutive misses that confirm an agent's pidfd report (default 2).
+    /// Consecutive misses that confirm an agent's pidfd report (default 1:
+    /// the report is the process's own exit, the miss a second vantage
+    /// point's agreement).
     pub confirm_misses: u32,
     /// Distinct vantage points whose evidence must agree (default 2).
     pub min_vantages: usize,
@@ -123,7 +125,7 @@ impl Default for LocalizeConfig {
         Self {
             probe_interval_ms: 100,
             misses: 3,
-            confirm_misses: 2,
+            confirm_misses: 1,
             min_vantages: 2,
             host_confirm_ms: 3000,
             host_network_confirm_ms: 3000,
