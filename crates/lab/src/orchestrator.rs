@@ -196,6 +196,45 @@ impl Orchestrator for LabOrchestrator {
     }
 }
 
+impl LabOrchestrator {
+    /// [`Orchestrator::takeover`] by a preheated standby already running on
+    /// `standby.host` (`holdfastd --standby`): fence the old unit, send the standby
+    /// `holdfast nsr takeover` (its ready file is `<work dir>/<name>/takeover.ready`),
+    /// wait for the ready file, move the service address, wait for every session. The
+    /// times are measured as [`holdfast_orchestrate::run_takeover`] measures them,
+    /// `ready` being from the takeover request to the ready file.
+    pub fn takeover_standby(
+        &mut self,
+        lab: &mut Lab,
+        old: &Holdfastd,
+        standby: &mut Holdfastd,
+        fence: Fence,
+    ) -> Result<TakeoverTimes> {
+        let d = self.deadlines;
+        let t0 = Instant::now();
+        self.fence(lab, old, fence, d.fence)?;
+        let t_fenced = Instant::now();
+        let ready_file = lab.work_dir().join(&standby.name).join("takeover.ready");
+        let answer = standby.standby_takeover(ready_file, None)?;
+        self.note(format!("standby {}: {answer}", standby.name));
+        standby.wait_ready_file(d.ready)?;
+        let t_ready = Instant::now();
+        self.move_address(lab, standby.host)?;
+        let t_moved = Instant::now();
+        self.wait_established(lab, standby, d.established)?;
+        let t_up = Instant::now();
+        let times = TakeoverTimes {
+            fence: t_fenced - t0,
+            ready: t_ready - t_fenced,
+            address: t_moved - t_ready,
+            established: t_up - t_moved,
+            total: t_up - t0,
+        };
+        self.note(format!("takeover by standby {}: {times:?}", standby.name));
+        Ok(times)
+    }
+}
+
 /// The state letter of a process (`/proc/PID/stat`), if it exists.
 fn proc_state(pid: u32) -> Option<char> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;

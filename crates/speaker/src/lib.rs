@@ -31,6 +31,7 @@ pub mod peer;
 mod resume;
 mod rib_thread;
 mod socket;
+mod standby;
 mod tables;
 
 pub use nsr::core as repl_core;

@@ -46,9 +46,12 @@ use holdfast_linux::announce::{address_is_local, announce_address};
 use holdfast_linux::nfq::{AckGate, ConnKey, GateMode};
 use holdfast_linux::repair::{self, Restore, TcpRepairState};
 use holdfast_linux::rules;
-use holdfast_nsr::{InstanceState, Op, RedisStore, Store, StoreError, StoreUrl, StoredSession};
+use holdfast_nsr::{
+    InstanceState, LogPos, Op, RedisStore, Store, StoreError, StoreUrl, StoredSession,
+};
 use holdfast_wire::Open;
 use std::collections::HashMap;
+use std::collections::HashSet;
 use std::io;
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -75,13 +78,22 @@ pub struct Resumed {
 }
 
 /// A Redis store that may be unreachable at start: it connects on demand.
-struct LazyStore {
+pub(crate) struct LazyStore {
     url: StoreUrl,
     instance: String,
     inner: Option<RedisStore>,
 }
 
 impl LazyStore {
+    /// The store of `[nsr]`, not connected yet.
+    pub(crate) fn new(n: &holdfast_config::Nsr) -> LazyStore {
+        LazyStore {
+            url: n.store.clone(),
+            instance: n.instance.clone(),
+            inner: None,
+        }
+    }
+
     fn get(&mut self) -> Result<&mut RedisStore, StoreError> {
         if self.inner.is_none() {
             self.inner = Some(RedisStore::connect(
@@ -122,6 +134,9 @@ impl Store for LazyStore {
     }
     fn load(&mut self) -> Result<InstanceState, StoreError> {
         self.call(|s| s.load())
+    }
+    fn load_since(&mut self, from: &HashMap<String, LogPos>) -> Result<InstanceState, StoreError> {
+        self.call(|s| s.load_since(from))
     }
     fn reconnect(&mut self) -> Result<(), StoreError> {
         self.inner = None;
@@ -176,12 +191,21 @@ struct Started {
     bfd: Vec<holdfast_nsr::StoredBfd>,
     claim_us: u64,
     load_us: u64,
+    /// Takeover from a standby: the sessions whose logs continue what the
+    /// standby followed (their `adj_in`/`adj_out` hold only what is new).
+    preheated: HashSet<String>,
 }
 
 /// Steps 1–5 of the module documentation, for either role.
 /// `min_epoch`: a takeover's epoch is at least this (the controller's
-/// fencing token; 0: just the next one).
-fn bring_up(cfg: &Config, role: Role, min_epoch: u64) -> Result<Started, StartError> {
+/// fencing token; 0: just the next one). `followed`: a preheated standby's
+/// positions in the stored logs; only what follows them is loaded.
+fn bring_up(
+    cfg: &Config,
+    role: Role,
+    min_epoch: u64,
+    followed: Option<&HashMap<String, LogPos>>,
+) -> Result<Started, StartError> {
     let started = Instant::now();
     let n = match &cfg.nsr {
         Some(n) if n.enabled => n,
@@ -210,11 +234,8 @@ fn bring_up(cfg: &Config, role: Role, min_epoch: u64) -> Result<Started, StartEr
         source,
     })?;
     // 3.–4. Claim; then forget (primary) or load (takeover).
-    let mut store = LazyStore {
-        url: n.store.clone(),
-        instance: n.instance.clone(),
-        inner: None,
-    };
+    let mut store = LazyStore::new(n);
+    let mut preheated = HashSet::new();
     let mut sessions = Vec::new();
     let mut bfd = Vec::new();
     let (mut claim_us, mut load_us) = (0, 0);
@@ -235,7 +256,14 @@ fn bring_up(cfg: &Config, role: Role, min_epoch: u64) -> Result<Started, StartEr
             claim_us = started.elapsed().as_micros() as u64;
             tracing::info!(instance = %n.instance, epoch, "takeover: instance claimed; the old primary is fenced");
             let t = Instant::now();
-            let state = patiently("load", || store.load()).map_err(StartError::Load)?;
+            let state = match followed {
+                None => patiently("load", || store.load()),
+                Some(from) => patiently("load", || store.load_since(from)),
+            }
+            .map_err(StartError::Load)?;
+            if let Some(from) = followed {
+                preheated = continued(from, &state.sessions);
+            }
             (sessions, bfd) = (state.sessions, state.bfd);
             load_us = t.elapsed().as_micros() as u64;
             tracing::info!(
@@ -275,7 +303,39 @@ fn bring_up(cfg: &Config, role: Role, min_epoch: u64) -> Result<Started, StartEr
         bfd,
         claim_us,
         load_us,
+        preheated,
     })
+}
+
+/// The sessions whose stored logs continue where a standby left them
+/// (same version, read from its position). Every other session was read
+/// whole and is rebuilt cold; each is logged with the reason.
+fn continued(from: &HashMap<String, LogPos>, sessions: &[StoredSession]) -> HashSet<String> {
+    let mut out = HashSet::new();
+    for s in sessions {
+        match from.get(&s.key) {
+            Some(pos) if *pos == s.log => {
+                out.insert(s.key.clone());
+            }
+            Some(pos) => tracing::warn!(
+                key = %s.key,
+                followed_version = pos.version,
+                stored_version = s.log.version,
+                "takeover: the session's logs were replaced since the standby read them (written anew or compacted): its tables are rebuilt cold"
+            ),
+            None => tracing::warn!(
+                key = %s.key,
+                "takeover: the standby had not followed this session: its tables are rebuilt cold"
+            ),
+        }
+    }
+    for k in from
+        .keys()
+        .filter(|k| !sessions.iter().any(|s| &s.key == *k))
+    {
+        tracing::info!(key = %k, "takeover: a session the standby followed is no longer stored: its tables are dropped");
+    }
+    out
 }
 
 /// A primary's steps 3–4: claim the instance and remove every session (BGP
@@ -317,7 +377,7 @@ fn claim_and_forget(store: &mut LazyStore) -> Result<u64, StoreError> {
 /// NSR for a primary started normally. A store that does not answer is
 /// not fatal: the speaker runs unprotected until it does.
 pub fn start_primary(cfg: &Config) -> Result<Nsr, StartError> {
-    bring_up(cfg, Role::Primary, 0).map(|s| s.nsr)
+    bring_up(cfg, Role::Primary, 0, None).map(|s| s.nsr)
 }
 
 /// A takeover in progress.
@@ -331,20 +391,24 @@ pub struct Takeover {
     /// daemon as it adds each neighbour's BFD session.
     pub bfd: HashMap<String, holdfast_nsr::BfdRecord>,
     pub ready_file: Option<PathBuf>,
+    /// Sessions whose tables a standby built already (keys).
+    pub preheated: HashSet<String>,
     tag: String,
     manage_address: Option<IpAddr>,
 }
 
 impl Takeover {
     /// Steps 1–5 as a takeover; the gate drops everything until
-    /// [`Takeover::open_gate`].
+    /// [`Takeover::open_gate`]. `followed`: the positions of a preheated
+    /// standby in the stored logs (only what follows is loaded).
     pub fn begin(
         cfg: &Config,
         ready_file: Option<PathBuf>,
         min_epoch: u64,
+        followed: Option<&HashMap<String, LogPos>>,
     ) -> Result<Takeover, StartError> {
         let started = Instant::now();
-        let up = bring_up(cfg, Role::Takeover, min_epoch)?;
+        let up = bring_up(cfg, Role::Takeover, min_epoch, followed)?;
         let n = cfg.nsr.as_ref().ok_or(StartError::NotConfigured)?;
         let mut sessions = HashMap::new();
         for s in up.sessions {
@@ -356,6 +420,7 @@ impl Takeover {
             sessions: sessions.len() as u64,
             claim_us: up.claim_us,
             load_us: up.load_us,
+            preheated: up.preheated.len() as u64,
             ..Default::default()
         };
         Ok(Takeover {
@@ -365,6 +430,7 @@ impl Takeover {
             sessions,
             bfd,
             ready_file,
+            preheated: up.preheated,
             tag: tag(&n.instance),
             manage_address: if n.manage_address { n.address } else { None },
         })

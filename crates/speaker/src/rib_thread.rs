@@ -68,6 +68,30 @@ pub enum RibCmd {
         peers: Vec<ResumePeer>,
         reply: oneshot::Sender<ResumeReport>,
     },
+    /// NSR standby: build the tables of stored sessions ahead of a
+    /// takeover, from the logs as they grow (nothing is sent to anyone).
+    Preheat(Preheat),
+}
+
+/// What a preheated standby read from the store since its last poll.
+#[derive(Default)]
+pub struct Preheat {
+    /// Sessions whose tables go on from where they were, or (`restart`)
+    /// start again.
+    pub peers: Vec<PreheatPeer>,
+    /// Sessions no longer stored: their tables are dropped.
+    pub gone: Vec<PeerId>,
+}
+
+/// One session followed by a standby.
+pub struct PreheatPeer {
+    /// The neighbour as configured (what `AddPeer` would give the engine).
+    pub configured: PeerSpec,
+    /// The session as the stored OPENs negotiate it, as for a takeover.
+    pub resume: ResumePeer,
+    /// The logs were replaced (or this is the first read): the session's
+    /// tables are rebuilt from `resume`'s logs alone.
+    pub restart: bool,
 }
 
 /// One session taken over, as the RIB thread needs it.
@@ -79,6 +103,9 @@ pub struct ResumePeer {
     pub adj_in: Vec<bytes::Bytes>,
     /// Adj-RIB-Out log (every message written to the peer).
     pub adj_out: Vec<bytes::Bytes>,
+    /// A preheated standby already built this session's tables from the
+    /// logs before `adj_in` and `adj_out`, which continue them.
+    pub preheated: bool,
 }
 
 /// What rebuilding the tables took.
@@ -160,6 +187,7 @@ pub fn spawn(
                 mailboxes,
                 metrics,
                 gens: HashMap::new(),
+                preheated: HashMap::new(),
             }
             .run()
         })
@@ -176,6 +204,9 @@ struct RibThread {
     /// Current session generation per peer, stamped on outgoing messages so
     /// that output computed for an old session never reaches a new one.
     gens: HashMap<PeerId, u64>,
+    /// Standby: sessions whose tables are built ahead of a takeover, with
+    /// what each peer holds from us (its Adj-RIB-Out log replayed, sorted).
+    preheated: HashMap<PeerId, Vec<(Prefix, Arc<PathAttrs>)>>,
 }
 
 impl RibThread {
@@ -222,7 +253,11 @@ impl RibThread {
     fn handle(&mut self, cmd: RibCmd) {
         let out = match cmd {
             RibCmd::AddPeer(spec) => {
-                self.engine.add_peer(spec);
+                // A preheated session is in the engine already, up, with
+                // its negotiated spec.
+                if !self.preheated.contains_key(&spec.id) {
+                    self.engine.add_peer(spec);
+                }
                 return;
             }
             RibCmd::RemovePeer(p) => {
@@ -259,6 +294,10 @@ impl RibThread {
                 let _ = reply.send(report);
                 return;
             }
+            RibCmd::Preheat(p) => {
+                self.preheat(p);
+                return;
+            }
         };
         self.dispatch(out);
     }
@@ -268,38 +307,37 @@ impl RibThread {
     /// the way is not sent (the peers already have it or something close).
     /// Then each peer gets exactly the difference between what it holds
     /// from us (the replayed Adj-RIB-Out log) and what we now advertise.
+    ///
+    /// A session a standby preheated (`preheated`) is up already and its
+    /// logs continue what was applied; the tables of any other preheated
+    /// session (a cold fallback, or a session no longer stored) are
+    /// dropped first, as if never built.
     fn resume(&mut self, peers: Vec<ResumePeer>) -> ResumeReport {
         let started = Instant::now();
         let mut report = ResumeReport::default();
+        let mut held_before: HashMap<PeerId, Vec<(Prefix, Arc<PathAttrs>)>> = HashMap::new();
         for p in &peers {
-            self.gens.insert(p.spec.id, p.gen);
-            drop(self.engine.peer_up(p.spec.clone()));
-        }
-        let mut batch: Vec<(PeerId, Vec<u8>)> = Vec::new();
-        let mut bytes = 0;
-        for p in &peers {
-            for chunk in &p.adj_in {
-                for (ty, body) in tables::messages(chunk) {
-                    if ty != holdfast_wire::msg_type::UPDATE {
-                        continue;
-                    }
-                    bytes += body.len();
-                    batch.push((p.spec.id, body.to_vec()));
-                    if batch.len() >= MAX_BATCH_MSGS || bytes >= MAX_BATCH_BYTES {
-                        drop(self.engine.apply_raw(std::mem::take(&mut batch)));
-                        bytes = 0;
-                    }
+            if p.preheated {
+                if let Some(h) = self.preheated.remove(&p.spec.id) {
+                    held_before.insert(p.spec.id, h);
                 }
             }
         }
-        if !batch.is_empty() {
-            drop(self.engine.apply_raw(batch));
+        let stale: Vec<PeerId> = self.preheated.keys().copied().collect();
+        self.unpreheat(&stale);
+        for p in &peers {
+            self.gens.insert(p.spec.id, p.gen);
+            if !held_before.contains_key(&p.spec.id) {
+                drop(self.engine.peer_up(p.spec.clone()));
+            }
         }
+        self.apply_logs(&peers);
         let applied = started.elapsed();
         let mut out = Output::default();
         for p in &peers {
             let t = Instant::now();
-            let held = tables::replay(&p.adj_out, &p.ctx);
+            let before = held_before.remove(&p.spec.id).unwrap_or_default();
+            let held = tables::replay_onto(before, &p.adj_out, &p.ctx);
             let replayed = t.elapsed();
             let id = p.spec.id;
             let engine = &self.engine;
@@ -353,6 +391,68 @@ impl RibThread {
         self.dispatch(out);
         report.micros = started.elapsed().as_micros() as u64;
         report
+    }
+
+    /// The UPDATEs of the sessions' Adj-RIB-In logs, applied in batches;
+    /// the output is not sent (the peers have it, or the diff sends it).
+    fn apply_logs(&mut self, peers: &[ResumePeer]) {
+        let mut batch: Vec<(PeerId, Vec<u8>)> = Vec::new();
+        let mut bytes = 0;
+        for p in peers {
+            for chunk in &p.adj_in {
+                for (ty, body) in tables::messages(chunk) {
+                    if ty != holdfast_wire::msg_type::UPDATE {
+                        continue;
+                    }
+                    bytes += body.len();
+                    batch.push((p.spec.id, body.to_vec()));
+                    if batch.len() >= MAX_BATCH_MSGS || bytes >= MAX_BATCH_BYTES {
+                        drop(self.engine.apply_raw(std::mem::take(&mut batch)));
+                        bytes = 0;
+                    }
+                }
+            }
+        }
+        if !batch.is_empty() {
+            drop(self.engine.apply_raw(batch));
+        }
+    }
+
+    /// Standby: the sessions' tables built (or continued) from their logs,
+    /// as [`RibThread::resume`] would build them; nothing is sent (no
+    /// session generation is set, so no output has a mailbox).
+    fn preheat(&mut self, p: Preheat) {
+        self.unpreheat(&p.gone);
+        let mut logs = Vec::with_capacity(p.peers.len());
+        for peer in p.peers {
+            let id = peer.resume.spec.id;
+            if peer.restart || !self.preheated.contains_key(&id) {
+                self.unpreheat(&[id]);
+                self.engine.add_peer(peer.configured);
+                drop(self.engine.peer_up(peer.resume.spec.clone()));
+                self.preheated.insert(id, Vec::new());
+            }
+            logs.push(peer.resume);
+        }
+        self.apply_logs(&logs);
+        for r in &logs {
+            if r.adj_out.is_empty() {
+                continue;
+            }
+            if let Some(held) = self.preheated.get_mut(&r.spec.id) {
+                *held = tables::replay_onto(std::mem::take(held), &r.adj_out, &r.ctx);
+            }
+        }
+    }
+
+    /// Drops the preheated tables of `ids` (the sessions go down in the
+    /// engine; the output is not sent).
+    fn unpreheat(&mut self, ids: &[PeerId]) {
+        for id in ids {
+            if self.preheated.remove(id).is_some() {
+                drop(self.engine.peer_down(*id, false));
+            }
+        }
     }
 
     fn query(&self, q: RibQuery) -> QueryResult {

@@ -1,0 +1,230 @@
+//! The preheated standby (`holdfastd --standby`): follows the store of the
+//! `[nsr]` instance and builds the tables of every stored session ahead of
+//! a takeover, so that the takeover skips the table build (TENSOR §3's
+//! preheated backup against the cold one).
+//!
+//! [`FollowCore`] is pure: given what a poll read from the store
+//! ([`Store::load_since`] from the positions it holds), it decides, per
+//! routing instance, which sessions' tables continue with the new log
+//! chunks, which start again (first read, or logs replaced: written anew
+//! or compacted — their version changed), and which sessions are gone; it
+//! keeps the positions and the figures of `show nsr`. The thread
+//! ([`Follower`]) only polls the store, hands the result to the core, and
+//! sends each instance's [`Preheat`] to its RIB thread.
+//!
+//! A standby never writes to the store, never claims the instance, and
+//! has no session, gate, guard or address: the RIB threads' output has no
+//! mailbox while no session generation is set, so nothing reaches a peer.
+//!
+//! # Known issues
+//! - Polling: every [`POLL`] the standby reads the set of sessions and,
+//!   per session, its small keys and the log chunks past its position
+//!   (one `SMEMBERS` and one `MULTI`/`EXEC`; nothing else when idle). It
+//!   is up to one poll behind; the takeover reads the rest.
+//! - The send tail is read on every poll and dropped (it is read again at
+//!   takeover); under a bulk load it can be a few MiB per poll.
+//! - A session whose neighbour is not configured, or whose stored OPENs no
+//!   longer negotiate, is not followed; a takeover then restores it cold
+//!   (or forgets it), as `--takeover` does.
+
+use crate::daemon::takeover_resume_spec as resume_spec;
+use crate::peer::PeerSettings;
+use crate::rib_thread::{Preheat, PreheatPeer, ResumePeer, RibCmd, RibHandle};
+use holdfast_api::StandbyStatus;
+use holdfast_nsr::{InstanceState, LogPos, Store, StoreError};
+use holdfast_rib::PeerId;
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::Duration;
+
+/// How often the standby reads the store.
+pub const POLL: Duration = Duration::from_millis(100);
+
+/// A neighbour the standby may follow a stored session for.
+pub struct Target {
+    pub settings: PeerSettings,
+}
+
+/// The pure part of the follower.
+pub struct FollowCore {
+    /// By (routing instance, peer address).
+    targets: HashMap<(String, IpAddr), Target>,
+    /// Positions in the stored logs, by session key.
+    positions: HashMap<String, LogPos>,
+    /// Session key → (routing instance, engine peer id).
+    followed: HashMap<String, (String, PeerId)>,
+    pub status: StandbyStatus,
+}
+
+impl FollowCore {
+    pub fn new(targets: HashMap<(String, IpAddr), Target>) -> FollowCore {
+        FollowCore {
+            targets,
+            positions: HashMap::new(),
+            followed: HashMap::new(),
+            status: StandbyStatus::default(),
+        }
+    }
+
+    /// Where the standby is in the stored logs (what a takeover loads from).
+    pub fn positions(&self) -> &HashMap<String, LogPos> {
+        &self.positions
+    }
+
+    /// A failed poll: nothing changes but the figures.
+    pub fn failed(&mut self, e: &StoreError) {
+        self.status.polls += 1;
+        self.status.poll_errors += 1;
+        self.status.caught_up = false;
+        self.status.last_error = Some(e.to_string());
+    }
+
+    /// What a poll read (from [`FollowCore::positions`]): the work of each
+    /// routing instance's RIB thread.
+    pub fn handle(&mut self, state: InstanceState) -> Vec<(String, Preheat)> {
+        let mut work: HashMap<String, Preheat> = HashMap::new();
+        let mut changed = false;
+        let mut present = std::collections::HashSet::new();
+        for s in state.sessions {
+            present.insert(s.key.clone());
+            let continues = self.positions.get(&s.key) == Some(&s.log);
+            if continues && s.adj_in.is_empty() && s.adj_out.is_empty() {
+                continue;
+            }
+            let pos = LogPos {
+                version: s.log.version,
+                adj_in: s.log.adj_in + s.adj_in.len(),
+                adj_out: s.log.adj_out + s.adj_out.len(),
+            };
+            let target = (s.record.instance.clone(), s.record.peer);
+            let Some(t) = self.targets.get(&target) else {
+                if !continues {
+                    tracing::warn!(key = %s.key, "standby: a stored session has no neighbour in the configuration: not followed");
+                }
+                // Remembered, so that it is reported once and not read
+                // whole at every poll.
+                self.positions.insert(s.key.clone(), pos);
+                continue;
+            };
+            let Some((spec, ctx)) = resume_spec(&t.settings, &s.record) else {
+                self.positions.insert(s.key.clone(), pos);
+                continue;
+            };
+            changed = true;
+            self.status.chunks += (s.adj_in.len() + s.adj_out.len()) as u64;
+            if !continues {
+                self.status.restarts += 1;
+                tracing::info!(key = %s.key, version = s.log.version, "standby: following the session's logs from the start");
+            }
+            self.positions.insert(s.key.clone(), pos);
+            self.followed
+                .insert(s.key.clone(), (target.0.clone(), spec.id));
+            work.entry(target.0.clone())
+                .or_default()
+                .peers
+                .push(PreheatPeer {
+                    configured: t.settings.spec.clone(),
+                    resume: ResumePeer {
+                        spec,
+                        gen: 1,
+                        ctx,
+                        adj_in: s.adj_in,
+                        adj_out: s.adj_out,
+                        preheated: false,
+                    },
+                    restart: !continues,
+                });
+        }
+        let gone: Vec<String> = self
+            .positions
+            .keys()
+            .filter(|k| !present.contains(*k))
+            .cloned()
+            .collect();
+        for k in gone {
+            self.positions.remove(&k);
+            if let Some((inst, id)) = self.followed.remove(&k) {
+                tracing::info!(key = %k, "standby: the session is no longer stored: its tables are dropped");
+                work.entry(inst).or_default().gone.push(id);
+                changed = true;
+            }
+        }
+        self.status.polls += 1;
+        self.status.sessions = self.followed.len() as u64;
+        self.status.store_epoch = state.epoch;
+        self.status.caught_up = !changed;
+        self.status.last_error = None;
+        work.into_iter().collect()
+    }
+}
+
+/// The follower thread.
+pub struct Follower {
+    stop: mpsc::Sender<()>,
+    thread: Option<std::thread::JoinHandle<HashMap<String, LogPos>>>,
+    pub status: Arc<Mutex<StandbyStatus>>,
+}
+
+impl Follower {
+    /// Starts following `store` for `core`'s targets; each instance's work
+    /// goes to its RIB thread in `ribs`.
+    pub fn start(
+        mut store: Box<dyn Store>,
+        mut core: FollowCore,
+        ribs: HashMap<String, RibHandle>,
+    ) -> std::io::Result<Follower> {
+        let (stop, stopped) = mpsc::channel::<()>();
+        let status = Arc::new(Mutex::new(StandbyStatus::default()));
+        let shared = status.clone();
+        let thread = std::thread::Builder::new()
+            .name("nsr-standby".into())
+            .spawn(move || {
+                let mut last_error: Option<String> = None;
+                loop {
+                    match store.load_since(core.positions()) {
+                        Ok(state) => {
+                            if last_error.take().is_some() {
+                                tracing::info!("standby: the state store answers again");
+                            }
+                            for (inst, work) in core.handle(state) {
+                                if let Some(rib) = ribs.get(&inst) {
+                                    rib.send(RibCmd::Preheat(work));
+                                }
+                            }
+                        }
+                        Err(e) => {
+                            let text = e.to_string();
+                            if last_error.as_deref() != Some(text.as_str()) {
+                                tracing::warn!(error = %text, "standby: reading the state store failed; retrying");
+                            }
+                            last_error = Some(text);
+                            core.failed(&e);
+                        }
+                    }
+                    if let Ok(mut s) = shared.lock() {
+                        *s = core.status.clone();
+                    }
+                    match stopped.recv_timeout(POLL) {
+                        Err(mpsc::RecvTimeoutError::Timeout) => continue,
+                        _ => return core.positions,
+                    }
+                }
+            })?;
+        Ok(Follower {
+            stop,
+            thread: Some(thread),
+            status,
+        })
+    }
+
+    /// Stops following (after the poll in progress, whose work is already
+    /// queued to the RIB threads) and returns the positions reached.
+    pub fn stop(mut self) -> HashMap<String, LogPos> {
+        let _ = self.stop.send(());
+        self.thread
+            .take()
+            .and_then(|t| t.join().ok())
+            .unwrap_or_default()
+    }
+}
