@@ -364,8 +364,9 @@ impl RibThread {
                     .collect();
                 tables::diff(&held, &wanted, &p.ctx)
             };
-            tracing::debug!(
+            tracing::info!(
                 peer = %p.spec.address,
+                preheated = p.preheated,
                 applied_ms = applied.as_millis() as u64,
                 replay_ms = replayed.as_millis() as u64,
                 adj_out_ms = (computed - replayed).as_millis() as u64,
