@@ -681,3 +681,71 @@ fn kill_stale_socket(local: std::net::SocketAddr, remote: std::net::SocketAddr) 
         Err(e) => tracing::warn!(error = %e, "ss -K failed"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use holdfast_nsr::{SessionRecord, TcpParams, SCHEMA_VERSION};
+
+    fn stored(key: &str, log: LogPos) -> StoredSession {
+        StoredSession {
+            key: key.into(),
+            record: SessionRecord {
+                schema: SCHEMA_VERSION,
+                instance: "default".into(),
+                peer: "192.0.2.1".parse().expect("addr"),
+                local: "192.0.2.2:179".parse().expect("addr"),
+                remote: "192.0.2.1:40000".parse().expect("addr"),
+                outbound: false,
+                open_sent: Vec::new(),
+                open_received: Vec::new(),
+                tcp: TcpParams {
+                    mss: 1460,
+                    snd_wscale: 7,
+                    rcv_wscale: 7,
+                    sack: true,
+                    timestamps: true,
+                    ts_val: 0,
+                    ts_unix_ms: 0,
+                    snd_wnd: 65535,
+                    rcv_wnd: 65535,
+                },
+                snd_seq: 1,
+                rcv_seq: 1,
+                established_unix_ms: 0,
+            },
+            rcv: 1,
+            partial: bytes::Bytes::new(),
+            adj_in: Vec::new(),
+            adj_out: Vec::new(),
+            snd_una: 1,
+            send_tail: Vec::new(),
+            log,
+        }
+    }
+
+    #[test]
+    fn only_sessions_read_from_the_standby_position_are_preheated() {
+        let at = |version, adj_in, adj_out| LogPos {
+            version,
+            adj_in,
+            adj_out,
+        };
+        let followed: HashMap<String, LogPos> = [
+            ("same".to_string(), at(7, 3, 4)),
+            ("compacted".to_string(), at(8, 5, 5)),
+            ("gone".to_string(), at(9, 1, 1)),
+        ]
+        .into_iter()
+        .collect();
+        let sessions = vec![
+            stored("same", at(7, 3, 4)),
+            // Logs replaced: read whole from a new version.
+            stored("compacted", at(12, 0, 0)),
+            // Never followed.
+            stored("new", at(13, 0, 0)),
+        ];
+        let got = continued(&followed, &sessions);
+        assert_eq!(got, HashSet::from(["same".to_string()]));
+    }
+}

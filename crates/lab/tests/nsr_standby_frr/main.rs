@@ -13,14 +13,17 @@
 //! Checks (topology and helpers of `support/nsr.rs`):
 //! * the standby follows both stored sessions (`show nsr`: role standby,
 //!   2 sessions, caught up) and keeps following: a route frr announces and
-//!   10,000 routes from the feed, all sent after the standby started, are
+//!   50,000 routes from the feed, all sent after the standby started, are
 //!   applied by it (its applied log chunks grow) before the primary dies;
+//!   with `compact_bytes` at its 64 KiB minimum those routes compact the
+//!   replicated logs into snapshots (a new log version), and the standby
+//!   reads the compacted sessions anew (its restarts grow);
 //! * after SIGKILL of the primary and `holdfast nsr takeover`, holdfastd
 //!   reports both sessions taken over with their tables preheated;
 //! * frr's own CLI (sampled every 200 ms for the whole run) shows the
 //!   session never left Established, frr logged no NOTIFICATION, the routes
 //!   it holds from us never went down (nothing withdrawn), and it holds
-//!   exactly our Adj-RIB-Out, including the 10,000 routes;
+//!   exactly our Adj-RIB-Out, including the 50,000 routes;
 //! * the new primary's Adj-RIB-In equals what frr advertises, including the
 //!   route frr announced after the standby started; new UPDATEs flow both
 //!   ways; the capture holds no FIN or RST from the service address;
@@ -35,6 +38,12 @@ use holdfast_api::RibTable;
 use holdfast_lab::{Frr, PeerKind};
 use std::time::Duration;
 
+/// `[nsr] compact_bytes` (the smallest allowed): the routes sent while the
+/// standby follows compact the logs, which it must then read anew.
+const COMPACT: u64 = 65536;
+/// Routes from the feed through holdfastd to frr while the standby follows.
+const LATE_ROUTES: usize = 50_000;
+
 #[test]
 fn frr_never_notices_a_preheated_standby_taking_over() {
     let Some(mut r) = nsr_common::Run::<Frr>::start(
@@ -42,7 +51,7 @@ fn frr_never_notices_a_preheated_standby_taking_over() {
         PeerKind::Frr,
         nsr_common::Options {
             md5: None,
-            compact_bytes: None,
+            compact_bytes: Some(COMPACT),
             bfd: None,
             bfd_auth: None,
         },
@@ -60,7 +69,7 @@ fn frr_never_notices_a_preheated_standby_taking_over() {
     // holdfastd to frr. The standby must apply them from the logs.
     let late = "198.51.100.200/32";
     r.peer_announces(late);
-    r.outbound_routes("while the standby follows", 10_000);
+    r.outbound_routes("while the standby follows", LATE_ROUTES);
     let peer_ip = r.peer_ip();
     holdfast_lab::wait_ok(
         "the primary learned frr's late route",
@@ -78,10 +87,15 @@ fn frr_never_notices_a_preheated_standby_taking_over() {
     )
     .unwrap_or_else(|e| panic!("{e}"));
     let caught = r.wait_standby_caught_up(&sb, 2);
-    let applied = |v: &serde_json::Value| v["chunks"].as_u64().unwrap_or(0);
+    println!("standby caught up: {caught}");
+    let n = |v: &serde_json::Value, k: &str| v[k].as_u64().unwrap_or(0);
     assert!(
-        applied(&caught) > applied(&first),
+        n(&caught, "chunks") > n(&first, "chunks"),
         "the standby applied nothing sent after it started: {first} then {caught}"
+    );
+    assert!(
+        n(&caught, "restarts") > n(&first, "restarts"),
+        "the logs were compacted ({LATE_ROUTES} routes, compact_bytes {COMPACT}): the standby must have read them anew: {first} then {caught}"
     );
 
     // The takeover.
