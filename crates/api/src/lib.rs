@@ -243,6 +243,10 @@ pub struct StandbyStatus {
     pub poll_errors: u64,
     /// The last poll found nothing new (and did not fail).
     pub caught_up: bool,
+    /// Caught up, and each session's Adj-RIB-Out already compared with
+    /// what its peer holds: a takeover now skips the comparison too.
+    #[serde(default)]
+    pub prepared: bool,
     /// The store's epoch at the last poll.
     pub store_epoch: u64,
     /// The last poll's error, if it failed.

@@ -118,14 +118,15 @@ pub struct Takeover {
     pub routes_kept: bool,
 }
 
-/// Waits until a standby has followed both sessions and its last poll found
-/// nothing new (the primary is idle by then).
+/// Waits until a standby has followed both sessions, its last poll found
+/// nothing new (the primary is idle by then), and it has compared the
+/// Adj-RIB-Outs (`prepared`).
 fn wait_caught_up(sb: &Holdfastd, lab: &Lab, n: usize) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let v = show_nsr(sb, lab)?;
         let s = &v["standby"];
-        if s["sessions"].as_u64() == Some(2) && s["caught_up"].as_bool() == Some(true) {
+        if s["sessions"].as_u64() == Some(2) && s["prepared"].as_bool() == Some(true) {
             return Ok(());
         }
         if Instant::now() > deadline {

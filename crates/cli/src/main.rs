@@ -485,7 +485,11 @@ fn print_nsr(n: &NsrStatus) {
             sb.restarts,
             sb.polls,
             sb.poll_errors,
-            if sb.caught_up { "caught up" } else { "catching up" },
+            match (sb.caught_up, sb.prepared) {
+                (true, true) => "caught up, tables compared",
+                (true, false) => "caught up",
+                _ => "catching up",
+            },
             sb.last_error.as_deref().map(|e| format!("; last error: {e}")).unwrap_or_default()
         );
     }

@@ -71,6 +71,11 @@ pub enum RibCmd {
     /// NSR standby: build the tables of stored sessions ahead of a
     /// takeover, from the logs as they grow (nothing is sent to anyone).
     Preheat(Preheat),
+    /// NSR standby, caught up with the store: compare each preheated
+    /// session's Adj-RIB-Out with what its peer holds now, so that a
+    /// takeover before anything else changes the tables needs no
+    /// comparison. Answered when done.
+    Prepare(oneshot::Sender<()>),
 }
 
 /// What a preheated standby read from the store since its last poll.
@@ -188,6 +193,7 @@ pub fn spawn(
                 metrics,
                 gens: HashMap::new(),
                 preheated: HashMap::new(),
+                prepared: None,
             }
             .run()
         })
@@ -207,6 +213,10 @@ struct RibThread {
     /// Standby: sessions whose tables are built ahead of a takeover, with
     /// what each peer holds from us (its Adj-RIB-Out log replayed, sorted).
     preheated: HashMap<PeerId, Vec<(Prefix, Arc<PathAttrs>)>>,
+    /// Standby: per preheated session, the prefixes on which its
+    /// Adj-RIB-Out and what its peer holds differ, computed by
+    /// `RibCmd::Prepare`; dropped by anything that may change the tables.
+    prepared: Option<HashMap<PeerId, Vec<Prefix>>>,
 }
 
 impl RibThread {
@@ -240,6 +250,7 @@ impl RibThread {
                     }
                     let n = batch.len();
                     let started = Instant::now();
+                    self.prepared = None;
                     let out = self.engine.apply_raw(batch);
                     self.metrics
                         .rib_batch(&self.name, n, started.elapsed(), out.timing);
@@ -251,6 +262,19 @@ impl RibThread {
     }
 
     fn handle(&mut self, cmd: RibCmd) {
+        let unchanged = match &cmd {
+            RibCmd::Query(..)
+            | RibCmd::Snapshot { .. }
+            | RibCmd::Resume { .. }
+            | RibCmd::Prepare(_) => true,
+            // Skipped below: the session is preheated.
+            RibCmd::AddPeer(spec) => self.preheated.contains_key(&spec.id),
+            _ => false,
+        };
+        if !unchanged {
+            // The tables may change: a comparison made before is stale.
+            self.prepared = None;
+        }
         let out = match cmd {
             RibCmd::AddPeer(spec) => {
                 // A preheated session is in the engine already, up, with
@@ -298,6 +322,11 @@ impl RibThread {
                 self.preheat(p);
                 return;
             }
+            RibCmd::Prepare(done) => {
+                self.prepare();
+                let _ = done.send(());
+                return;
+            }
         };
         self.dispatch(out);
     }
@@ -324,6 +353,22 @@ impl RibThread {
             }
         }
         let stale: Vec<PeerId> = self.preheated.keys().copied().collect();
+        // The comparison prepared while standby still holds if the tables
+        // are exactly as they were: every session resumed is preheated, none
+        // is dropped, and nothing after the standby's position is an UPDATE.
+        let updates = |chunks: &[bytes::Bytes]| {
+            chunks
+                .iter()
+                .any(|c| tables::messages(c).any(|(ty, _)| ty == holdfast_wire::msg_type::UPDATE))
+        };
+        let mut prepared = self.prepared.take().filter(|_| {
+            stale.is_empty()
+                && peers.iter().all(|p| {
+                    held_before.contains_key(&p.spec.id)
+                        && !updates(&p.adj_in)
+                        && !updates(&p.adj_out)
+                })
+        });
         self.unpreheat(&stale);
         for p in &peers {
             self.gens.insert(p.spec.id, p.gen);
@@ -341,13 +386,20 @@ impl RibThread {
             let replayed = t.elapsed();
             let id = p.spec.id;
             let engine = &self.engine;
-            let fingerprints = engine.adj_rib_out_fingerprints(id);
-            let changed = tables::differing(&held, &fingerprints, |afi, a| {
-                engine.out_fingerprint(id, afi, a)
-            });
+            let cached = prepared.as_mut().and_then(|c| c.remove(&id));
+            let from_standby = cached.is_some();
+            let (changed, wanted_len) = match cached {
+                Some(changed) => (changed, engine.counts(id).advertised as usize),
+                None => {
+                    let fingerprints = engine.adj_rib_out_fingerprints(id);
+                    let changed = tables::differing(&held, &fingerprints, |afi, a| {
+                        engine.out_fingerprint(id, afi, a)
+                    });
+                    (changed, fingerprints.len())
+                }
+            };
             let computed = t.elapsed();
             let held_len = held.len();
-            let wanted_len = fingerprints.len();
             let (msgs, ann, wd) = if changed.is_empty() {
                 (Vec::new(), 0, 0)
             } else {
@@ -367,6 +419,7 @@ impl RibThread {
             tracing::info!(
                 peer = %p.spec.address,
                 preheated = p.preheated,
+                compared_while_standby = from_standby,
                 applied_ms = applied.as_millis() as u64,
                 replay_ms = replayed.as_millis() as u64,
                 adj_out_ms = (computed - replayed).as_millis() as u64,
@@ -444,6 +497,33 @@ impl RibThread {
                 *held = tables::replay_onto(std::mem::take(held), &r.adj_out, &r.ctx);
             }
         }
+    }
+
+    /// Standby: the comparison `resume` would make for every preheated
+    /// session, made now (see `RibCmd::Prepare`).
+    fn prepare(&mut self) {
+        let started = Instant::now();
+        let engine = &self.engine;
+        let prepared: HashMap<PeerId, Vec<Prefix>> = self
+            .preheated
+            .iter()
+            .map(|(id, held)| {
+                let id = *id;
+                let fingerprints = engine.adj_rib_out_fingerprints(id);
+                let changed = tables::differing(held, &fingerprints, |afi, a| {
+                    engine.out_fingerprint(id, afi, a)
+                });
+                (id, changed)
+            })
+            .collect();
+        tracing::info!(
+            instance = %self.name,
+            sessions = prepared.len(),
+            differing = prepared.values().map(Vec::len).sum::<usize>(),
+            ms = started.elapsed().as_millis() as u64,
+            "NSR standby: Adj-RIB-Out compared with what the peers hold"
+        );
+        self.prepared = Some(prepared);
     }
 
     /// Drops the preheated tables of `ids` (the sessions go down in the

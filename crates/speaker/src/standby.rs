@@ -10,7 +10,11 @@
 //! or compacted — their version changed), and which sessions are gone; it
 //! keeps the positions and the figures of `show nsr`. The thread
 //! ([`Follower`]) only polls the store, hands the result to the core, and
-//! sends each instance's [`Preheat`] to its RIB thread.
+//! sends each instance's [`Preheat`] to its RIB thread; once a poll finds
+//! nothing new after a change, it asks the RIB threads to compare each
+//! session's Adj-RIB-Out with what its peer holds (`RibCmd::Prepare`), so
+//! that a takeover while the tables are unchanged skips that comparison
+//! too.
 //!
 //! A standby never writes to the store, never claims the instance, and
 //! has no session, gate, guard or address: the RIB threads' output has no
@@ -21,6 +25,12 @@
 //!   per session, its small keys and the log chunks past its position
 //!   (one `SMEMBERS` and one `MULTI`/`EXEC`; nothing else when idle). It
 //!   is up to one poll behind; the takeover reads the rest.
+//! - The comparison of `RibCmd::Prepare` costs about as much as a
+//!   takeover's (a quarter of a second at 1M routes) and is made again
+//!   after every quiet-after-change poll (the follower waits for it before
+//!   polling again); a primary whose tables change just under every 100 ms
+//!   keeps it from being ready, and a takeover requested while it runs
+//!   waits for it (no worse than making it then).
 //! - The send tail is read on every poll and dropped (it is read again at
 //!   takeover); under a bulk load it can be a few MiB per poll.
 //! - A session whose neighbour is not configured, or whose stored OPENs no
@@ -181,6 +191,9 @@ impl Follower {
             .name("nsr-standby".into())
             .spawn(move || {
                 let mut last_error: Option<String> = None;
+                // Whether the RIB threads compared the tables since they
+                // last changed.
+                let mut prepared = false;
                 loop {
                     match store.load_since(core.positions()) {
                         Ok(state) => {
@@ -190,8 +203,26 @@ impl Follower {
                             for (inst, work) in core.handle(state) {
                                 if let Some(rib) = ribs.get(&inst) {
                                     rib.send(RibCmd::Preheat(work));
+                                    prepared = false;
                                 }
                             }
+                            if !core.status.caught_up {
+                                prepared = false;
+                            }
+                            if core.status.caught_up && !prepared {
+                                let waits: Vec<_> = ribs
+                                    .values()
+                                    .map(|rib| {
+                                        let (tx, rx) = tokio::sync::oneshot::channel();
+                                        rib.send(RibCmd::Prepare(tx));
+                                        rx
+                                    })
+                                    .collect();
+                                // The RIB threads answer once compared (or
+                                // never, if one has ended: then not ready).
+                                prepared = waits.into_iter().all(|rx| rx.blocking_recv().is_ok());
+                            }
+                            core.status.prepared = prepared && core.status.caught_up;
                         }
                         Err(e) => {
                             let text = e.to_string();

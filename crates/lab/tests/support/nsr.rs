@@ -468,7 +468,9 @@ impl<P: Peer> Run<P> {
     pub fn wait_standby_caught_up(&self, sb: &Holdfastd, sessions: u64) -> serde_json::Value {
         wait_ok("the standby follows the store and caught up", T, || {
             let s = self.standby_status(sb);
-            (s["sessions"].as_u64() == Some(sessions) && s["caught_up"] == true)
+            (s["sessions"].as_u64() == Some(sessions)
+                && s["caught_up"] == true
+                && s["prepared"] == true)
                 .then_some(s.clone())
                 .ok_or(s.to_string())
         })

@@ -64,6 +64,9 @@ impl Daemon {
                 Target { settings },
             );
         }
+        // Networks originated now, as the takeover's configuration would:
+        // the preheated tables then hold them.
+        self.sync_networks(cfg, &compiled)?;
         let ribs = self
             .instances
             .iter()
