@@ -77,9 +77,20 @@ impl FollowCore {
         }
     }
 
-    /// Where the standby is in the stored logs (what a takeover loads from).
+    /// Where the standby is in the stored logs (what the next poll reads
+    /// from).
     pub fn positions(&self) -> &HashMap<String, LogPos> {
         &self.positions
+    }
+
+    /// The positions of the sessions whose tables are built (what a
+    /// takeover loads from); any other session is read whole then.
+    pub fn followed_positions(&self) -> HashMap<String, LogPos> {
+        self.positions
+            .iter()
+            .filter(|(k, _)| self.followed.contains_key(*k))
+            .map(|(k, p)| (k.clone(), *p))
+            .collect()
     }
 
     /// A failed poll: nothing changes but the figures.
@@ -108,17 +119,25 @@ impl FollowCore {
                 adj_out: s.log.adj_out + s.adj_out.len(),
             };
             let target = (s.record.instance.clone(), s.record.peer);
-            let Some(t) = self.targets.get(&target) else {
-                if !continues {
-                    tracing::warn!(key = %s.key, "standby: a stored session has no neighbour in the configuration: not followed");
+            let spec = match self.targets.get(&target) {
+                Some(t) => resume_spec(&t.settings, &s.record).map(|r| (t, r)),
+                None => {
+                    if !continues {
+                        tracing::warn!(key = %s.key, "standby: a stored session has no neighbour in the configuration: not followed");
+                    }
+                    None
                 }
-                // Remembered, so that it is reported once and not read
-                // whole at every poll.
-                self.positions.insert(s.key.clone(), pos);
-                continue;
             };
-            let Some((spec, ctx)) = resume_spec(&t.settings, &s.record) else {
+            let Some((t, (spec, ctx))) = spec else {
+                // Not followed (a takeover rebuilds it cold, or forgets
+                // it). Its position is remembered so that it is reported
+                // once and not read whole at every poll; tables built for
+                // it before are dropped.
                 self.positions.insert(s.key.clone(), pos);
+                if let Some((inst, id)) = self.followed.remove(&s.key) {
+                    work.entry(inst).or_default().gone.push(id);
+                    changed = true;
+                }
                 continue;
             };
             changed = true;
@@ -238,7 +257,7 @@ impl Follower {
                     }
                     match stopped.recv_timeout(POLL) {
                         Err(mpsc::RecvTimeoutError::Timeout) => continue,
-                        _ => return core.positions,
+                        _ => return core.followed_positions(),
                     }
                 }
             })?;
@@ -257,5 +276,161 @@ impl Follower {
             .take()
             .and_then(|t| t.join().ok())
             .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use holdfast_nsr::{MemoryStore, Op, SessionRecord, TcpParams, SCHEMA_VERSION};
+    use holdfast_wire::{encode_open, Open};
+
+    const KEY: &str = "default/192.0.2.1";
+
+    fn core() -> FollowCore {
+        let (cfg, _) = holdfast_config::parse(
+            "[global]\nasn = 65000\nrouter_id = \"192.0.2.2\"\n\
+             [[neighbor]]\naddress = \"192.0.2.1\"\nremote_asn = 65001\nimport = \"all\"\nexport = \"all\"\n",
+        )
+        .expect("configuration");
+        let compiled = crate::convert::compile(&cfg).expect("policies");
+        let settings =
+            crate::convert::peer_settings(&cfg, &compiled, &cfg.neighbors[0], 1).expect("settings");
+        let targets = HashMap::from([(
+            (settings.instance.clone(), settings.address),
+            Target { settings },
+        )]);
+        FollowCore::new(targets)
+    }
+
+    fn open_body(asn: u16, id: [u8; 4]) -> Vec<u8> {
+        let mut m = Vec::new();
+        encode_open(
+            &Open {
+                version: 4,
+                my_as: asn,
+                hold_time: 90,
+                bgp_id: id.into(),
+                capabilities: Vec::new(),
+            },
+            &mut m,
+        );
+        m.split_off(holdfast_wire::HEADER_LEN)
+    }
+
+    fn session() -> Op {
+        Op::Session {
+            key: KEY.into(),
+            record: SessionRecord {
+                schema: SCHEMA_VERSION,
+                instance: "default".into(),
+                peer: "192.0.2.1".parse().expect("addr"),
+                local: "192.0.2.2:179".parse().expect("addr"),
+                remote: "192.0.2.1:40000".parse().expect("addr"),
+                outbound: false,
+                open_sent: open_body(65000, [192, 0, 2, 2]),
+                open_received: open_body(65001, [192, 0, 2, 1]),
+                tcp: TcpParams {
+                    mss: 1460,
+                    snd_wscale: 7,
+                    rcv_wscale: 7,
+                    sack: true,
+                    timestamps: true,
+                    ts_val: 0,
+                    ts_unix_ms: 0,
+                    snd_wnd: 65535,
+                    rcv_wnd: 65535,
+                },
+                snd_seq: 1000,
+                rcv_seq: 2000,
+                established_unix_ms: 0,
+            },
+        }
+    }
+
+    fn received(ack: u32, bytes: &[u8]) -> Op {
+        Op::Received {
+            key: KEY.into(),
+            ack,
+            updates: Bytes::copy_from_slice(bytes),
+            partial: Bytes::new(),
+        }
+    }
+
+    /// One poll, as the follower thread makes it.
+    fn poll(core: &mut FollowCore, store: &mut MemoryStore) -> Vec<(String, Preheat)> {
+        let state = store.load_since(core.positions()).expect("load");
+        core.handle(state)
+    }
+
+    fn only(work: Vec<(String, Preheat)>) -> Preheat {
+        let mut work = work.into_iter();
+        let (inst, p) = work.next().expect("work for one instance");
+        assert_eq!(inst, "default");
+        assert!(work.next().is_none());
+        p
+    }
+
+    #[test]
+    fn follows_appends_restarts_on_compaction_and_drops_removed_sessions() {
+        let mut store = MemoryStore::new("edge-1");
+        let epoch = store.claim().expect("claim");
+        store
+            .write(epoch, &[session(), received(2010, b"first")])
+            .expect("write");
+        let mut core = core();
+        // First read: the session's tables start from its whole log.
+        let p = only(poll(&mut core, &mut store));
+        assert_eq!(p.peers.len(), 1);
+        let first = &p.peers[0];
+        assert!(first.restart);
+        assert_eq!(first.resume.spec.id, 1);
+        assert_eq!(first.resume.adj_in, vec![Bytes::from_static(b"first")]);
+        assert!(!core.status.caught_up);
+        // Nothing new: no work, caught up.
+        assert!(poll(&mut core, &mut store).is_empty());
+        assert!(core.status.caught_up);
+        assert_eq!(core.status.sessions, 1);
+        // Appended: only the new chunk, continuing.
+        store
+            .write(epoch, &[received(2020, b"second")])
+            .expect("write");
+        let p = only(poll(&mut core, &mut store));
+        assert!(!p.peers[0].restart);
+        assert_eq!(
+            p.peers[0].resume.adj_in,
+            vec![Bytes::from_static(b"second")]
+        );
+        let at = core.followed_positions()[KEY];
+        assert_eq!((at.adj_in, at.adj_out), (2, 0));
+        // Compacted: a new version, the tables rebuilt from the snapshot.
+        store
+            .write(
+                epoch,
+                &[Op::Snapshot {
+                    key: KEY.into(),
+                    adj_in: Bytes::from_static(b"snapshot"),
+                    adj_out: Bytes::new(),
+                }],
+            )
+            .expect("write");
+        let p = only(poll(&mut core, &mut store));
+        assert!(p.peers[0].restart);
+        assert_eq!(
+            p.peers[0].resume.adj_in,
+            vec![Bytes::from_static(b"snapshot")]
+        );
+        assert_ne!(core.followed_positions()[KEY].version, at.version);
+        assert_eq!(core.status.restarts, 2);
+        // Removed: its tables are dropped, nothing left to take over.
+        store
+            .write(epoch, &[Op::Remove { key: KEY.into() }])
+            .expect("write");
+        let p = only(poll(&mut core, &mut store));
+        assert!(p.peers.is_empty());
+        assert_eq!(p.gone, vec![1]);
+        assert!(core.followed_positions().is_empty());
+        assert_eq!(core.status.sessions, 0);
     }
 }
