@@ -12,8 +12,11 @@
 //! 3. claim the instance (bump its epoch): an old primary is fenced from
 //!    here on;
 //! 4. a primary forgets what an earlier owner left; a takeover loads every
-//!    stored session and destroys leftover sockets of a dead process on
-//!    this host (their RST goes to the gate, which drops it);
+//!    stored session (a preheated standby's takeover: only the log chunks
+//!    after the positions it followed, for the sessions whose logs kept
+//!    their version — [`continued`]) and destroys leftover sockets of a
+//!    dead process on this host (their RST goes to the gate, which drops
+//!    it);
 //! 5. start the replicator ([`Nsr::start`]).
 //!
 //! A primary whose store does not answer at steps 3–4 starts unprotected;
