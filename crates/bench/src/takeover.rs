@@ -262,13 +262,13 @@ pub fn one_run(
         if backup != Backup::None {
             let mut orch = LabOrchestrator::new(&topo);
             let (new, killed, times) = match standby.take() {
-                Some(mut sb) => {
+                Some(sb) => {
                     wait_caught_up(&sb, &lab, n)?;
                     let killed = Instant::now();
-                    let times = orch
-                        .takeover_standby(&mut lab, &hf, &mut sb, Fence::Kill)
+                    let (new, times) = orch
+                        .takeover_standby(&mut lab, &hf, sb, Fence::Kill)
                         .map_err(|e| anyhow::anyhow!("standby takeover: {e}"))?;
-                    (sb, killed, times)
+                    (new, killed, times)
                 }
                 None => {
                     let killed = Instant::now();

@@ -198,40 +198,80 @@ impl Orchestrator for LabOrchestrator {
 
 impl LabOrchestrator {
     /// [`Orchestrator::takeover`] by a preheated standby already running on
-    /// `standby.host` (`holdfastd --standby`): fence the old unit, send the standby
-    /// `holdfast nsr takeover` (its ready file is `<work dir>/<name>/takeover.ready`),
-    /// wait for the ready file, move the service address, wait for every session. The
-    /// times are measured as [`holdfast_orchestrate::run_takeover`] measures them,
-    /// `ready` being from the takeover request to the ready file.
+    /// `standby.host` (`holdfastd --standby`): [`holdfast_orchestrate::run_takeover`]
+    /// with starting the backup replaced by sending the standby `holdfast nsr
+    /// takeover` (its ready file is `<work dir>/<name>/takeover.ready`) and waiting for
+    /// the ready file. Returns the unit that took over (the standby) and the times.
     pub fn takeover_standby(
         &mut self,
         lab: &mut Lab,
         old: &Holdfastd,
-        standby: &mut Holdfastd,
+        standby: Holdfastd,
         fence: Fence,
-    ) -> Result<TakeoverTimes> {
-        let d = self.deadlines;
-        let t0 = Instant::now();
-        self.fence(lab, old, fence, d.fence)?;
-        let t_fenced = Instant::now();
-        let ready_file = lab.work_dir().join(&standby.name).join("takeover.ready");
-        let answer = standby.standby_takeover(ready_file, None)?;
-        self.note(format!("standby {}: {answer}", standby.name));
-        standby.wait_ready_file(d.ready)?;
-        let t_ready = Instant::now();
-        self.move_address(lab, standby.host)?;
-        let t_moved = Instant::now();
-        self.wait_established(lab, standby, d.established)?;
-        let t_up = Instant::now();
-        let times = TakeoverTimes {
-            fence: t_fenced - t0,
-            ready: t_ready - t_fenced,
-            address: t_moved - t_ready,
-            established: t_up - t_moved,
-            total: t_up - t0,
+    ) -> Result<(Holdfastd, TakeoverTimes)> {
+        let deadlines = self.deadlines;
+        let (host, name) = (standby.host, standby.name.clone());
+        let mut via = ViaStandby {
+            orch: self,
+            standby: Some(standby),
         };
-        self.note(format!("takeover by standby {}: {times:?}", standby.name));
-        Ok(times)
+        run_takeover(&mut via, lab, old, host, &name, "", fence, &deadlines)
+    }
+}
+
+/// The lab orchestrator whose "start the backup" is a standby's takeover.
+struct ViaStandby<'a> {
+    orch: &'a mut LabOrchestrator,
+    standby: Option<Holdfastd>,
+}
+
+impl Orchestrator for ViaStandby<'_> {
+    type Env = Lab;
+    type Unit = Holdfastd;
+    type Host = HostId;
+    type Error = LabError;
+
+    fn fence(
+        &mut self,
+        lab: &mut Lab,
+        old: &Holdfastd,
+        how: Fence,
+        deadline: Duration,
+    ) -> Result<()> {
+        self.orch.fence(lab, old, how, deadline)
+    }
+
+    /// Sends the standby `nsr takeover`; its configuration is the one it started with.
+    fn start_takeover(
+        &mut self,
+        lab: &mut Lab,
+        _host: HostId,
+        name: &str,
+        _config: &str,
+        ready: Duration,
+    ) -> Result<Holdfastd> {
+        let mut sb = self
+            .standby
+            .take()
+            .ok_or_else(|| LabError::Invalid(format!("{name}: the standby was used already")))?;
+        let ready_file = lab.work_dir().join(name).join("takeover.ready");
+        let answer = sb.standby_takeover(ready_file, None)?;
+        self.orch.note(format!("standby {name}: {answer}"));
+        sb.wait_ready_file(ready)?;
+        Ok(sb)
+    }
+
+    fn move_address(&mut self, lab: &mut Lab, to: HostId) -> Result<()> {
+        self.orch.move_address(lab, to)
+    }
+
+    fn wait_established(
+        &mut self,
+        lab: &mut Lab,
+        unit: &Holdfastd,
+        deadline: Duration,
+    ) -> Result<()> {
+        self.orch.wait_established(lab, unit, deadline)
     }
 }
 

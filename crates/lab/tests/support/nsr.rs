@@ -483,14 +483,14 @@ impl<P: Peer> Run<P> {
     pub fn standby_takeover(
         &mut self,
         what: &str,
-        mut sb: Holdfastd,
+        sb: Holdfastd,
     ) -> (Holdfastd, serde_json::Value) {
         let t0 = Instant::now();
-        let times = self
+        let (new, times) = self
             .orch
-            .takeover_standby(&mut self.lab, &self.hf, &mut sb, Fence::Kill)
+            .takeover_standby(&mut self.lab, &self.hf, sb, Fence::Kill)
             .unwrap_or_else(|e| panic!("{what}: standby takeover failed: {e}"));
-        let old = std::mem::replace(&mut self.hf, sb);
+        let old = std::mem::replace(&mut self.hf, new);
         let nsr = wait_ok(&format!("{what}: tables rebuilt"), T, || {
             let n = self.nsr();
             (n["takeover"]["tables_us"].as_u64().unwrap_or(0) > 0)
