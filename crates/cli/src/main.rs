@@ -463,7 +463,9 @@ fn print_nsr(n: &NsrStatus) {
         n.role,
         n.epoch,
         n.store_epoch,
-        if n.protected {
+        if n.standby.is_some() {
+            "STANDBY (claims nothing, serves no session)"
+        } else if n.protected {
             "PROTECTED"
         } else {
             "UNPROTECTED"
