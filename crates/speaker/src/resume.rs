@@ -313,7 +313,10 @@ fn bring_up(
 /// The sessions whose stored logs continue where a standby left them
 /// (same version, read from its position). Every other session was read
 /// whole and is rebuilt cold; each is logged with the reason.
-fn continued(from: &HashMap<String, LogPos>, sessions: &[StoredSession]) -> HashSet<String> {
+pub(crate) fn continued(
+    from: &HashMap<String, LogPos>,
+    sessions: &[StoredSession],
+) -> HashSet<String> {
     let mut out = HashSet::new();
     for s in sessions {
         match from.get(&s.key) {

@@ -433,4 +433,148 @@ mod tests {
         assert!(core.followed_positions().is_empty());
         assert_eq!(core.status.sessions, 0);
     }
+
+    /// A RIB thread for the test configuration's instance.
+    fn rib() -> RibHandle {
+        let (cfg, _) = holdfast_config::parse("[global]\nasn = 65000\nrouter_id = \"192.0.2.2\"\n")
+            .expect("configuration");
+        let engine =
+            holdfast_rib::Engine::new(crate::convert::engine_config(&cfg, &cfg.instances[0]));
+        crate::rib_thread::spawn(
+            "default".into(),
+            engine,
+            Arc::new(std::sync::RwLock::new(HashMap::new())),
+            Arc::new(crate::obs::Metrics::new()),
+        )
+    }
+
+    /// An UPDATE announcing `announce` (and withdrawing `withdraw`).
+    fn update(announce: &[&str], withdraw: &[&str]) -> Vec<u8> {
+        let attrs = Arc::new(holdfast_wire::PathAttrs {
+            origin: Some(holdfast_wire::Origin::Igp),
+            as_path: holdfast_wire::AsPath {
+                segments: vec![holdfast_wire::AsSegment::Sequence(vec![65001])],
+            },
+            next_hop: Some("192.0.2.1".parse().expect("addr")),
+            ..Default::default()
+        });
+        let routes: Vec<_> = announce
+            .iter()
+            .map(|p| (p.parse().expect("prefix"), attrs.clone()))
+            .collect();
+        let ctx = holdfast_wire::CodecCtx {
+            four_octet_as: false,
+            ibgp: false,
+        };
+        let mut out = crate::tables::encode_table(&routes, &ctx);
+        let gone: Vec<holdfast_wire::Prefix> = withdraw
+            .iter()
+            .map(|p| p.parse().expect("prefix"))
+            .collect();
+        if !gone.is_empty() {
+            holdfast_wire::pack_withdraw(&gone, &mut out);
+        }
+        out
+    }
+
+    fn adj_in(rib: &RibHandle) -> Vec<String> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        let Some(crate::rib_thread::QueryResult::Routes(r)) =
+            rt.block_on(rib.query(crate::rib_thread::RibQuery::AdjIn(1)))
+        else {
+            panic!("no answer");
+        };
+        let mut v: Vec<String> = r.into_iter().map(|(p, ..)| p.to_string()).collect();
+        v.sort();
+        v
+    }
+
+    /// The takeover's side: load from the standby's positions, resume every
+    /// session (preheated where its logs continue), wait for the tables.
+    fn take_over(core: &FollowCore, store: &mut MemoryStore, rib: &RibHandle) -> usize {
+        let from = core.followed_positions();
+        let state = store.load_since(&from).expect("load");
+        let preheated = crate::resume::continued(&from, &state.sessions);
+        let t = &core.targets[&("default".to_string(), "192.0.2.1".parse().expect("addr"))];
+        let peers = state
+            .sessions
+            .iter()
+            .map(|s| {
+                let (spec, ctx) = resume_spec(&t.settings, &s.record).expect("negotiates");
+                ResumePeer {
+                    spec,
+                    gen: 1,
+                    ctx,
+                    adj_in: s.adj_in.clone(),
+                    adj_out: s.adj_out.clone(),
+                    preheated: preheated.contains(&s.key),
+                }
+            })
+            .collect();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        rib.send(RibCmd::Resume { peers, reply: tx });
+        rx.blocking_recv().expect("resumed");
+        preheated.len()
+    }
+
+    /// Polls and hands the work to the RIB thread, as the follower does.
+    fn follow(core: &mut FollowCore, store: &mut MemoryStore, rib: &RibHandle) {
+        for (_, work) in poll(core, store) {
+            rib.send(RibCmd::Preheat(work));
+        }
+    }
+
+    fn preheated_rib() -> (FollowCore, MemoryStore, RibHandle, u64) {
+        let mut store = MemoryStore::new("edge-1");
+        let epoch = store.claim().expect("claim");
+        let first = update(&["10.0.0.0/24", "10.0.1.0/24"], &[]);
+        store
+            .write(epoch, &[session(), received(2100, &first)])
+            .expect("write");
+        let (mut core, rib) = (core(), rib());
+        follow(&mut core, &mut store, &rib);
+        assert_eq!(adj_in(&rib), ["10.0.0.0/24", "10.0.1.0/24"]);
+        let second = update(&["10.0.2.0/24"], &["10.0.0.0/24"]);
+        store
+            .write(epoch, &[received(2200, &second)])
+            .expect("write");
+        follow(&mut core, &mut store, &rib);
+        assert_eq!(adj_in(&rib), ["10.0.1.0/24", "10.0.2.0/24"]);
+        (core, store, rib, epoch)
+    }
+
+    #[test]
+    fn a_takeover_applies_only_what_the_standby_had_not_read() {
+        let (core, mut store, rib, epoch) = preheated_rib();
+        let late = update(&["10.0.3.0/24"], &[]);
+        store.write(epoch, &[received(2300, &late)]).expect("write");
+        assert_eq!(take_over(&core, &mut store, &rib), 1);
+        assert_eq!(adj_in(&rib), ["10.0.1.0/24", "10.0.2.0/24", "10.0.3.0/24"]);
+    }
+
+    #[test]
+    fn a_session_compacted_after_the_last_poll_is_rebuilt_cold() {
+        let (core, mut store, rib, epoch) = preheated_rib();
+        // Compacted (and appended to) after the standby's last poll: the
+        // preheated tables must be dropped, not continued.
+        let snapshot = update(&["10.9.0.0/24"], &[]);
+        let after = update(&["10.9.1.0/24"], &[]);
+        store
+            .write(
+                epoch,
+                &[Op::Snapshot {
+                    key: KEY.into(),
+                    adj_in: Bytes::from(snapshot),
+                    adj_out: Bytes::new(),
+                }],
+            )
+            .expect("write");
+        store
+            .write(epoch, &[received(2400, &after)])
+            .expect("write");
+        assert_eq!(take_over(&core, &mut store, &rib), 0);
+        assert_eq!(adj_in(&rib), ["10.9.0.0/24", "10.9.1.0/24"]);
+    }
 }
