@@ -200,7 +200,10 @@ pub async fn run(
         Start::Primary => {}
         Start::Standby => {
             serve(tx.clone())?;
-            let Some(trigger) = d.standby(&cfg, &mut rx, &mut term, &mut int).await? else {
+            let Some(trigger) = d
+                .standby(&cfg, &mut rx, [&mut hup, &mut term, &mut int])
+                .await?
+            else {
                 let _ = std::fs::remove_file(&control_path);
                 return Ok(Exit::Stopped);
             };

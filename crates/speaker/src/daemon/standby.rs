@@ -44,9 +44,9 @@ impl Daemon {
         &mut self,
         cfg: &Config,
         rx: &mut mpsc::UnboundedReceiver<DaemonReq>,
-        term: &mut Signal,
-        int: &mut Signal,
+        signals: [&mut Signal; 3],
     ) -> anyhow::Result<Option<Trigger>> {
+        let [hup, term, int] = signals;
         let n = cfg
             .nsr
             .as_ref()
@@ -116,6 +116,9 @@ impl Daemon {
                         let _ = reply.send(self.metrics.encode());
                     }
                 },
+                _ = hup.recv() => {
+                    tracing::warn!("standby: SIGHUP ignored; the configuration read at start is the one the takeover uses");
+                }
                 _ = term.recv() => break,
                 _ = int.recv() => break,
             }
