@@ -62,6 +62,19 @@ pub enum Request {
     },
     /// The BFD sessions (RFC 5880) under the BGP sessions.
     ShowBfd,
+    /// A preheated standby (`holdfastd --standby`) takes the instance
+    /// over now, as `holdfastd --takeover` would, with the tables it has
+    /// built. Answered once the instance is claimed and the state loaded.
+    NsrTakeover {
+        /// Claim the store epoch at least at this value (the controller's
+        /// fencing token).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        epoch: Option<u64>,
+        /// Created once ready for the service address, as
+        /// `--takeover-ready-file`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        ready_file: Option<String>,
+    },
 }
 
 impl Request {
@@ -210,6 +223,35 @@ pub struct NsrStatus {
     /// Phases of the takeover that started this process, if it was one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub takeover: Option<TakeoverTimes>,
+    /// A preheated standby (role `standby`): how far it follows the store.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub standby: Option<StandbyStatus>,
+}
+
+/// `show nsr` of a preheated standby: what it has read of the store.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StandbyStatus {
+    /// Sessions followed (their tables are built).
+    pub sessions: u64,
+    /// Log chunks applied since the standby started (Adj-RIB-In + Adj-RIB-Out).
+    pub chunks: u64,
+    /// Times a session's tables were rebuilt from the start (first read,
+    /// or its logs were replaced).
+    pub restarts: u64,
+    /// Polls of the store, and polls that failed.
+    pub polls: u64,
+    pub poll_errors: u64,
+    /// The last poll found nothing new (and did not fail).
+    pub caught_up: bool,
+    /// Caught up, and each session's Adj-RIB-Out already compared with
+    /// what its peer holds: a takeover now skips the comparison too.
+    #[serde(default)]
+    pub prepared: bool,
+    /// The store's epoch at the last poll.
+    pub store_epoch: u64,
+    /// The last poll's error, if it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
 }
 
 /// One replicated session.
@@ -249,6 +291,10 @@ pub struct TakeoverTimes {
     pub resumed_us: u64,
     /// Until the tables are rebuilt and the Adj-RIB-Out diff is sent.
     pub tables_us: u64,
+    /// Sessions whose tables a preheated standby had built (0: a cold
+    /// takeover).
+    #[serde(default)]
+    pub preheated: u64,
 }
 
 impl Response {

@@ -537,7 +537,7 @@ pub fn takeover_fig(plan: &Plan) -> Figure {
     for &n in &plan.takeover_sizes {
         let label = format!("takeover {}", size_label(n));
         let cells = repeat(plan.runs, Slow::Never, &label, plan.started, 4, |_| {
-            let s = takeover::one_run(n, Kind::Packed, true, true, plan.timeout)?;
+            let s = takeover::one_run(n, Kind::Packed, true, takeover::Backup::Cold, plan.timeout)?;
             let t = s
                 .takeover
                 .ok_or_else(|| anyhow::anyhow!("no takeover measured"))?;

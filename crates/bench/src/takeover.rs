@@ -13,7 +13,7 @@
 
 use anyhow::{bail, Result};
 use holdfast_lab::{
-    nsr_config, Fence, Holdfastd, Lab, LabOrchestrator, NsrTopo, Orchestrator, Redis,
+    nsr_config, Fence, Holdfastd, Lab, LabOrchestrator, NsrTopo, Orchestrator, Redis, StartOpts,
 };
 use holdfast_tester::workload::{generate, prefix_count, Kind};
 use holdfast_tester::{encode_routes, netns::in_netns, Config, Peer as Tester};
@@ -118,6 +118,24 @@ pub struct Takeover {
     pub routes_kept: bool,
 }
 
+/// Waits until a standby has followed both sessions, its last poll found
+/// nothing new (the primary is idle by then), and it has compared the
+/// Adj-RIB-Outs (`prepared`).
+fn wait_caught_up(sb: &Holdfastd, lab: &Lab, n: usize) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let v = show_nsr(sb, lab)?;
+        let s = &v["standby"];
+        if s["sessions"].as_u64() == Some(2) && s["prepared"].as_bool() == Some(true) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("the standby did not catch up with {n} routes: {s}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn show_nsr(hf: &Holdfastd, lab: &Lab) -> Result<serde_json::Value> {
     let v = hf.cli_json(lab, &["show", "nsr"])?;
     Ok(v.get("ok").and_then(|b| b.get("nsr")).cloned().unwrap_or(v))
@@ -142,13 +160,25 @@ fn store_bytes(lab: &Lab, redis: &Redis) -> Result<Vec<(String, u64)>> {
     Ok(per.into_iter().collect())
 }
 
-/// One run: N routes of `kind` learned with NSR on or off; with `takeover`
+/// Which backup takes over at the end of a run (NSR on).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backup {
+    /// No takeover.
+    None,
+    /// Cold: `holdfastd --takeover` started after the kill loads the store.
+    Cold,
+    /// Preheated: `holdfastd --standby` started on b before the routes are
+    /// sent follows the store; after the kill it is sent `nsr takeover`.
+    Preheated,
+}
+
+/// One run: N routes of `kind` learned with NSR on or off; with a `backup`
 /// (NSR on), the primary is then killed and the backup takes over.
 pub fn one_run(
     n: usize,
     kind: Kind,
     nsr: bool,
-    takeover: bool,
+    backup: Backup,
     deadline: Duration,
 ) -> Result<Sample> {
     let mut lab = Lab::new(if nsr { "nsr_bench_on" } else { "nsr_bench_off" })?;
@@ -172,6 +202,19 @@ pub fn one_run(
     let mon = tester(&lab, topo.peer.id, topo.peer.v4, svc, MON_AS)?;
     let inj = tester(&lab, topo.feed.id, topo.feed.v4, svc, INJ_AS)?;
     hf.wait_all_established(Duration::from_secs(30))?;
+    let mut standby = match (&redis, backup) {
+        (Some(_), Backup::Preheated) => Some(Holdfastd::start_with(
+            &mut lab,
+            topo.b.id,
+            "hf1",
+            &cfg,
+            &StartOpts {
+                standby: true,
+                ..StartOpts::default()
+            },
+        )?),
+        _ => None,
+    };
     let w = generate(kind, n, INJ_AS, topo.feed.v4);
     let n = prefix_count(&w);
     let mut bytes = Vec::new();
@@ -216,12 +259,25 @@ pub fn one_run(
             std::thread::sleep(Duration::from_millis(50));
         }
         sample.store_bytes = store_bytes(&lab, redis)?;
-        if takeover {
+        if backup != Backup::None {
             let mut orch = LabOrchestrator::new(&topo);
-            let killed = Instant::now();
-            let (new, times) = orch
-                .takeover(&mut lab, &hf, topo.b.id, "hf1", &cfg, Fence::Kill)
-                .map_err(|e| anyhow::anyhow!("takeover: {e}"))?;
+            let (new, killed, times) = match standby.take() {
+                Some(sb) => {
+                    wait_caught_up(&sb, &lab, n)?;
+                    let killed = Instant::now();
+                    let (new, times) = orch
+                        .takeover_standby(&mut lab, &hf, sb, Fence::Kill)
+                        .map_err(|e| anyhow::anyhow!("standby takeover: {e}"))?;
+                    (new, killed, times)
+                }
+                None => {
+                    let killed = Instant::now();
+                    let (new, times) = orch
+                        .takeover(&mut lab, &hf, topo.b.id, "hf1", &cfg, Fence::Kill)
+                        .map_err(|e| anyhow::anyhow!("takeover: {e}"))?;
+                    (new, killed, times)
+                }
+            };
             let command = killed + times.fence;
             let deadline = Instant::now() + Duration::from_secs(30);
             let first = loop {
@@ -254,6 +310,7 @@ pub fn one_run(
             drop(new);
         }
     }
+    drop(standby);
     drop(hf);
     Ok(sample)
 }

@@ -114,6 +114,19 @@ enum NsrOp {
         #[arg(long)]
         timeout: Option<u64>,
     },
+    /// Tell a preheated standby (`holdfastd --standby`) to take the
+    /// instance over now, as `holdfastd --takeover` would, with the tables
+    /// it has built; answers once it has claimed the instance and loaded
+    /// the state.
+    Takeover {
+        /// Claim the store epoch at least at this value (the controller's
+        /// fencing token).
+        #[arg(long)]
+        epoch: Option<u64>,
+        /// Created by the standby once ready for the service address.
+        #[arg(long)]
+        ready_file: Option<String>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -330,6 +343,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         } => Request::NsrSwitchover {
             timeout_secs: *timeout,
         },
+        Cmd::Nsr {
+            op: NsrOp::Takeover { epoch, ready_file },
+        } => Request::NsrTakeover {
+            epoch: *epoch,
+            ready_file: ready_file.clone(),
+        },
         Cmd::Reload => Request::Reload,
         Cmd::Neighbor {
             op: NeighborOp::Reset { address },
@@ -444,7 +463,9 @@ fn print_nsr(n: &NsrStatus) {
         n.role,
         n.epoch,
         n.store_epoch,
-        if n.protected {
+        if n.standby.is_some() {
+            "STANDBY (claims nothing, serves no session)"
+        } else if n.protected {
             "PROTECTED"
         } else {
             "UNPROTECTED"
@@ -458,10 +479,26 @@ fn print_nsr(n: &NsrStatus) {
         "added ACK delay p50 {} us p99 {} us  (held {} packets, clamped {})",
         n.ack_delay_p50_us, n.ack_delay_p99_us, n.ack_packets_held, n.ack_packets_clamped
     );
+    if let Some(sb) = &n.standby {
+        println!(
+            "standby: following {} sessions; {} log chunks applied, {} restarts; {} polls ({} failed); {}{}",
+            sb.sessions,
+            sb.chunks,
+            sb.restarts,
+            sb.polls,
+            sb.poll_errors,
+            match (sb.caught_up, sb.prepared) {
+                (true, true) => "caught up, tables compared",
+                (true, false) => "caught up",
+                _ => "catching up",
+            },
+            sb.last_error.as_deref().map(|e| format!("; last error: {e}")).unwrap_or_default()
+        );
+    }
     if let Some(t) = &n.takeover {
         println!(
-            "takeover: {} sessions, {} routes; claim {} us, load {} us, address wait {} us, TCP restore {} us (max {} us/session), resumed at {} us, tables at {} us",
-            t.sessions, t.routes, t.claim_us, t.load_us, t.address_wait_us, t.tcp_restore_us, t.tcp_restore_max_us, t.resumed_us, t.tables_us
+            "takeover: {} sessions ({} preheated), {} routes; claim {} us, load {} us, address wait {} us, TCP restore {} us (max {} us/session), resumed at {} us, tables at {} us",
+            t.sessions, t.preheated, t.routes, t.claim_us, t.load_us, t.address_wait_us, t.tcp_restore_us, t.tcp_restore_max_us, t.resumed_us, t.tables_us
         );
     }
     println!(

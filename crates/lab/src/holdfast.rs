@@ -53,6 +53,9 @@ pub struct StartOpts {
     /// Start as the backup taking over the `[nsr]` instance of the configuration
     /// (`--takeover`): the control socket answers before any session is restored.
     pub takeover: bool,
+    /// Start as a preheated standby (`--standby`): it follows the store until
+    /// [`Holdfastd::standby_takeover`].
+    pub standby: bool,
     /// `--takeover-ready-file PATH`: created by holdfastd once its state is loaded and it
     /// waits for the service address (see [`Holdfastd::wait_ready_file`]).
     pub ready_file: Option<PathBuf>,
@@ -68,6 +71,7 @@ impl StartOpts {
     pub fn takeover(ready_file: PathBuf) -> Self {
         StartOpts {
             takeover: true,
+            standby: false,
             ready_file: Some(ready_file),
             env: Vec::new(),
             args: Vec::new(),
@@ -137,6 +141,9 @@ impl Holdfastd {
         ];
         if opts.takeover {
             args.push("--takeover".into());
+        }
+        if opts.standby {
+            args.push("--standby".into());
         }
         if let Some(f) = &opts.ready_file {
             args.push("--takeover-ready-file".into());
@@ -276,6 +283,30 @@ impl Holdfastd {
         let text = inject_control_socket(config, &self.socket);
         std::fs::write(&self.config_path, text)
             .map_err(io_ctx(format!("writing {}", self.config_path.display())))
+    }
+
+    /// A standby started with [`StartOpts::standby`] takes over now (`holdfast nsr
+    /// takeover`): answered once it has claimed the instance and loaded the state; it
+    /// creates `ready_file` (kept as [`Holdfastd::ready_file`]) when ready for the
+    /// service address. Returns holdfastd's message.
+    pub fn standby_takeover(&mut self, ready_file: PathBuf, epoch: Option<u64>) -> Result<String> {
+        if let Err(e) = std::fs::remove_file(&ready_file) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                return Err(io_ctx(format!("removing {}", ready_file.display()))(e));
+            }
+        }
+        let body = self.request(&Request::NsrTakeover {
+            epoch,
+            ready_file: Some(ready_file.to_string_lossy().into_owned()),
+        })?;
+        self.ready_file = Some(ready_file);
+        match body {
+            Body::Message(m) => Ok(m),
+            other => Err(LabError::Invalid(format!(
+                "{}: unexpected answer to nsr takeover: {other:?}",
+                self.name
+            ))),
+        }
     }
 
     /// One request over the control socket.

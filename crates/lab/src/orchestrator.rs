@@ -196,6 +196,85 @@ impl Orchestrator for LabOrchestrator {
     }
 }
 
+impl LabOrchestrator {
+    /// [`Orchestrator::takeover`] by a preheated standby already running on
+    /// `standby.host` (`holdfastd --standby`): [`holdfast_orchestrate::run_takeover`]
+    /// with starting the backup replaced by sending the standby `holdfast nsr
+    /// takeover` (its ready file is `<work dir>/<name>/takeover.ready`) and waiting for
+    /// the ready file. Returns the unit that took over (the standby) and the times.
+    pub fn takeover_standby(
+        &mut self,
+        lab: &mut Lab,
+        old: &Holdfastd,
+        standby: Holdfastd,
+        fence: Fence,
+    ) -> Result<(Holdfastd, TakeoverTimes)> {
+        let deadlines = self.deadlines;
+        let (host, name) = (standby.host, standby.name.clone());
+        let mut via = ViaStandby {
+            orch: self,
+            standby: Some(standby),
+        };
+        run_takeover(&mut via, lab, old, host, &name, "", fence, &deadlines)
+    }
+}
+
+/// The lab orchestrator whose "start the backup" is a standby's takeover.
+struct ViaStandby<'a> {
+    orch: &'a mut LabOrchestrator,
+    standby: Option<Holdfastd>,
+}
+
+impl Orchestrator for ViaStandby<'_> {
+    type Env = Lab;
+    type Unit = Holdfastd;
+    type Host = HostId;
+    type Error = LabError;
+
+    fn fence(
+        &mut self,
+        lab: &mut Lab,
+        old: &Holdfastd,
+        how: Fence,
+        deadline: Duration,
+    ) -> Result<()> {
+        self.orch.fence(lab, old, how, deadline)
+    }
+
+    /// Sends the standby `nsr takeover`; its configuration is the one it started with.
+    fn start_takeover(
+        &mut self,
+        lab: &mut Lab,
+        _host: HostId,
+        name: &str,
+        _config: &str,
+        ready: Duration,
+    ) -> Result<Holdfastd> {
+        let mut sb = self
+            .standby
+            .take()
+            .ok_or_else(|| LabError::Invalid(format!("{name}: the standby was used already")))?;
+        let ready_file = lab.work_dir().join(name).join("takeover.ready");
+        let answer = sb.standby_takeover(ready_file, None)?;
+        self.orch.note(format!("standby {name}: {answer}"));
+        sb.wait_ready_file(ready)?;
+        Ok(sb)
+    }
+
+    fn move_address(&mut self, lab: &mut Lab, to: HostId) -> Result<()> {
+        self.orch.move_address(lab, to)
+    }
+
+    fn wait_established(
+        &mut self,
+        lab: &mut Lab,
+        unit: &Holdfastd,
+        deadline: Duration,
+    ) -> Result<()> {
+        self.orch.wait_established(lab, unit, deadline)
+    }
+}
+
 /// The state letter of a process (`/proc/PID/stat`), if it exists.
 fn proc_state(pid: u32) -> Option<char> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;

@@ -19,7 +19,7 @@ mod url;
 
 pub use memory::MemoryStore;
 pub use record::{
-    BfdRecord, InstanceState, Op, SessionRecord, StoredBfd, StoredSession, TcpParams,
+    BfdRecord, InstanceState, LogPos, Op, SessionRecord, StoredBfd, StoredSession, TcpParams,
     SCHEMA_VERSION,
 };
 pub use redis_store::{RedisStore, StoreUrl};

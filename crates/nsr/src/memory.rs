@@ -20,7 +20,7 @@
 //!   too, but do not rely on that order elsewhere.
 
 use crate::batch::{self, Step};
-use crate::record::{InstanceState, Op, StoredBfd, StoredSession};
+use crate::record::{InstanceState, LogPos, Op, StoredBfd, StoredSession};
 use crate::store::{Store, StoreError};
 use bytes::Bytes;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -37,6 +37,8 @@ struct MemSession {
     tail: VecDeque<(u32, Bytes)>,
     una: Option<u32>,
     partial: Bytes,
+    /// The logs' version ([`crate::LogPos`]).
+    ver: u64,
 }
 
 #[derive(Debug, Default)]
@@ -46,6 +48,8 @@ struct Instance {
     data: BTreeMap<String, MemSession>,
     /// BFD records (JSON), as the Redis `bfd` hash.
     bfd: BTreeMap<String, Bytes>,
+    /// The counter log versions are drawn from (`logver`).
+    logver: u64,
 }
 
 #[derive(Debug, Default)]
@@ -137,12 +141,14 @@ fn apply(inst: &mut Instance, step: &Step<'_>) -> Result<(), StoreError> {
     match step {
         Step::Session { record, .. } => {
             let rec = batch::encode_record(key, record)?;
+            inst.logver += 1;
             inst.data.insert(
                 key.to_string(),
                 MemSession {
                     rec: Some(Bytes::from(rec)),
                     rcv: Some(record.rcv_seq),
                     una: Some(record.snd_seq),
+                    ver: inst.logver,
                     ..MemSession::default()
                 },
             );
@@ -183,7 +189,9 @@ fn apply(inst: &mut Instance, step: &Step<'_>) -> Result<(), StoreError> {
         Step::Snapshot {
             adj_in, adj_out, ..
         } => {
+            inst.logver += 1;
             let s = inst.data.entry(key.to_string()).or_default();
+            s.ver = inst.logver;
             s.adj_in.clear();
             s.adj_out.clear();
             if !adj_in.is_empty() {
@@ -273,6 +281,7 @@ impl Store for MemoryStore {
                     adj_out: s.adj_out.clone(),
                     snd_una: s.una.ok_or_else(|| missing("una"))?,
                     send_tail: s.tail.iter().cloned().collect(),
+                    log: LogPos::start(s.ver),
                 });
             }
             let bfd = inst

@@ -185,6 +185,40 @@ pub struct StoredSession {
     pub snd_una: u32,
     /// Send-tail chunks, oldest first, each with the sequence after it.
     pub send_tail: Vec<(u32, Bytes)>,
+    /// Where `adj_in` and `adj_out` start in the stored logs, and the logs'
+    /// version (see [`LogPos`]).
+    pub log: LogPos,
+}
+
+/// A position in a session's stored logs, for a reader that follows them
+/// (a preheated standby): the logs' version and how many chunks of each
+/// log come before.
+///
+/// The version changes whenever the logs are replaced rather than
+/// appended to — the session is written anew ([`Op::Session`]) or
+/// compacted ([`Op::Snapshot`]) — and is never reused within an instance
+/// (it is drawn from one counter per instance). Chunks read at a position
+/// of the same version continue what was read before; at another version
+/// the logs must be read again from the start. Logs written before
+/// versions existed have version 0.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct LogPos {
+    pub version: u64,
+    /// Index of the first Adj-RIB-In chunk.
+    pub adj_in: usize,
+    /// Index of the first Adj-RIB-Out chunk.
+    pub adj_out: usize,
+}
+
+impl LogPos {
+    /// The start of the logs of `version`.
+    pub fn start(version: u64) -> LogPos {
+        LogPos {
+            version,
+            adj_in: 0,
+            adj_out: 0,
+        }
+    }
 }
 
 impl StoredSession {

@@ -18,6 +18,8 @@
 //! | `s:K:tail` | list | send tail: chunks `[seq_end: 4 bytes big-endian][bytes]`, oldest first |
 //! | `s:K:una` | string | lower bound of the peer's acknowledgement, `u32` in decimal |
 //! | `s:K:part` | string | received bytes just before `rcv` that are not yet a whole message |
+//! | `s:K:ver` | string (integer) | version of the session's `in` and `out` logs ([`crate::LogPos`]): drawn from `logver` whenever they are replaced (`S`, `P`) |
+//! | `logver` | string (integer) | the counter log versions are drawn from; created at the server's time in microseconds, so that a store restarted without its data does not hand out a version again |
 //! | `bfd` | hash | BFD records: field = key, value = [`crate::BfdRecord`] JSON (non-stop BFD) |
 //!
 //! `K` may contain anything; the suffixes contain no `:`, so no two
@@ -31,8 +33,8 @@
 //! answering the error `FENCED <current>` and writing nothing when they
 //! differ — and then applies the operations in order. Redis runs a script
 //! atomically, so a batch is applied whole and fenced as a whole. Every key
-//! the script touches is passed in `KEYS` (`epoch`, `sessions`, then the
-//! seven keys of each session of the batch), the operations in `ARGV`
+//! the script touches is passed in `KEYS` (`epoch`, `sessions`, `logver`,
+//! then the eight keys of each session of the batch), the operations in `ARGV`
 //! (binary-safe): `ARGV[1]` is the epoch, then per operation a head `<op
 //! letter><session slot>` and its arguments: `S` name record rcv una; `R`
 //! ack updates partial; `T` `[seq_end BE32][bytes]`; `A` snd_una; `P` adj_in
@@ -114,7 +116,7 @@
 //!   fenced) for an exact picture.
 
 use crate::batch::{self, Step};
-use crate::record::{InstanceState, Op, StoredBfd, StoredSession};
+use crate::record::{InstanceState, LogPos, Op, StoredBfd, StoredSession};
 use crate::store::{Store, StoreError};
 use bytes::Bytes;
 use redis::{ConnectionAddr, ConnectionInfo, RedisConnectionInfo, Value};
@@ -153,7 +155,7 @@ local n = #ARGV
 while i <= n do
   local h = ARGV[i]
   local op = string.byte(h, 1)
-  local k = 2 + 7 * (tonumber(string.sub(h, 2)) - 1)
+  local k = 3 + 8 * (tonumber(string.sub(h, 2)) - 1)
   if op == 82 then -- R: ack, updates, partial
     redis.call('SET', KEYS[k + 2], ARGV[i + 1])
     if #ARGV[i + 2] > 0 then redis.call('RPUSH', KEYS[k + 3], ARGV[i + 2]) end
@@ -185,15 +187,25 @@ while i <= n do
     redis.call('SET', KEYS[k + 1], ARGV[i + 2])
     redis.call('SET', KEYS[k + 2], ARGV[i + 3])
     redis.call('SET', KEYS[k + 6], ARGV[i + 4])
+    if redis.call('EXISTS', KEYS[3]) == 0 then
+      local t = redis.call('TIME')
+      redis.call('SET', KEYS[3], t[1] .. string.format('%06d', tonumber(t[2])))
+    end
+    redis.call('SET', KEYS[k + 8], redis.call('INCR', KEYS[3]))
     redis.call('SADD', KEYS[2], ARGV[i + 1])
     i = i + 5
   elseif op == 80 then -- P: adj_in, adj_out
     redis.call('DEL', KEYS[k + 3], KEYS[k + 4])
     if #ARGV[i + 1] > 0 then redis.call('RPUSH', KEYS[k + 3], ARGV[i + 1]) end
     if #ARGV[i + 2] > 0 then redis.call('RPUSH', KEYS[k + 4], ARGV[i + 2]) end
+    if redis.call('EXISTS', KEYS[3]) == 0 then
+      local t = redis.call('TIME')
+      redis.call('SET', KEYS[3], t[1] .. string.format('%06d', tonumber(t[2])))
+    end
+    redis.call('SET', KEYS[k + 8], redis.call('INCR', KEYS[3]))
     i = i + 3
   elseif op == 88 then -- X: name
-    redis.call('DEL', KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5], KEYS[k + 6], KEYS[k + 7])
+    redis.call('DEL', KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5], KEYS[k + 6], KEYS[k + 7], KEYS[k + 8])
     redis.call('SREM', KEYS[2], ARGV[i + 1])
     i = i + 2
   else
@@ -225,7 +237,7 @@ return i
 "#;
 
 /// Suffixes of a session's keys, in the order the script expects them.
-const SESSION_SUFFIXES: [&str; 7] = ["rec", "rcv", "in", "out", "tail", "una", "part"];
+const SESSION_SUFFIXES: [&str; 8] = ["rec", "rcv", "in", "out", "tail", "una", "part", "ver"];
 
 /// Room left before the packed arguments for the `EVALSHA` header.
 const HEADER_ROOM: usize = 96;
@@ -241,6 +253,8 @@ pub struct RedisStore {
     prefix: String,
     epoch_key: String,
     sessions_key: String,
+    /// The counter of log versions.
+    logver_key: String,
     /// The hash of BFD records (field: key, value: JSON).
     bfd_key: String,
     script_sha: String,
@@ -410,6 +424,7 @@ impl RedisStore {
             timeout,
             epoch_key: format!("{prefix}epoch"),
             sessions_key: format!("{prefix}sessions"),
+            logver_key: format!("{prefix}logver"),
             bfd_key: format!("{prefix}bfd"),
             prefix,
             script_sha: redis::Script::new(WRITE_SCRIPT).get_hash().to_string(),
@@ -558,9 +573,10 @@ impl RedisStore {
             HEADER_ROOM,
             payload + order.len() * SESSION_SUFFIXES.len() * 64,
         );
-        p.arg_num(2 + (SESSION_SUFFIXES.len() * order.len()) as u64);
+        p.arg_num(3 + (SESSION_SUFFIXES.len() * order.len()) as u64);
         p.arg(self.epoch_key.as_bytes());
         p.arg(self.sessions_key.as_bytes());
+        p.arg(self.logver_key.as_bytes());
         for key in &order {
             for suffix in SESSION_SUFFIXES {
                 p.arg(self.session_key(key, suffix).as_bytes());
@@ -862,6 +878,84 @@ impl RedisStore {
             Err(e) => Err(self.fail(e)),
         }
     }
+
+    /// One `MULTI`/`EXEC`: the epoch, and every session of `wanted` with
+    /// its logs from the given position (the version is not compared:
+    /// the caller does). A session removed meanwhile is left out.
+    fn read_sessions(
+        &mut self,
+        wanted: &[(String, LogPos)],
+    ) -> Result<(u64, Vec<StoredSession>), StoreError> {
+        const PER_SESSION: usize = 8;
+        let mut p = redis::pipe();
+        p.atomic();
+        p.cmd("GET").arg(&self.epoch_key);
+        for (k, pos) in wanted {
+            p.cmd("GET").arg(self.session_key(k, "rec"));
+            p.cmd("GET").arg(self.session_key(k, "rcv"));
+            p.cmd("GET").arg(self.session_key(k, "una"));
+            p.cmd("LRANGE")
+                .arg(self.session_key(k, "in"))
+                .arg(pos.adj_in)
+                .arg(-1);
+            p.cmd("LRANGE")
+                .arg(self.session_key(k, "out"))
+                .arg(pos.adj_out)
+                .arg(-1);
+            p.cmd("LRANGE")
+                .arg(self.session_key(k, "tail"))
+                .arg(0)
+                .arg(-1);
+            p.cmd("GET").arg(self.session_key(k, "part"));
+            p.cmd("GET").arg(self.session_key(k, "ver"));
+        }
+        let r: redis::RedisResult<Vec<Value>> = p.query(self.conn()?);
+        let values = r.map_err(|e| self.fail(e))?;
+        if values.len() != 1 + PER_SESSION * wanted.len() {
+            return Err(StoreError::Unavailable(format!(
+                "{}: load: {} replies for {} sessions",
+                self.peer,
+                values.len(),
+                wanted.len()
+            )));
+        }
+        let mut it = values.into_iter();
+        let epoch = parse_epoch(&self.epoch_key, it.next().and_then(bulk))?;
+        let mut sessions = Vec::with_capacity(wanted.len());
+        for (key, pos) in wanted {
+            let key = key.clone();
+            let mut next = || it.next().unwrap_or(Value::Nil);
+            let (rec, rcv, una) = (next(), next(), next());
+            let (adj_in, adj_out, tail, part, ver) = (next(), next(), next(), next(), next());
+            let Some(rec) = bulk(rec) else {
+                // Removed since SMEMBERS (or a dangling member).
+                continue;
+            };
+            let record = batch::decode_record(&key, &rec)?;
+            let rcv = bulk(rcv).ok_or_else(|| self.corrupt(&key, "rcv missing"))?;
+            let una = bulk(una).ok_or_else(|| self.corrupt(&key, "una missing"))?;
+            let adj_in = list(adj_in).ok_or_else(|| self.corrupt(&key, "in: not a list"))?;
+            let adj_out = list(adj_out).ok_or_else(|| self.corrupt(&key, "out: not a list"))?;
+            let tail = list(tail).ok_or_else(|| self.corrupt(&key, "tail: not a list"))?;
+            let version = parse_epoch(&key, bulk(ver))?;
+            let send_tail = tail
+                .into_iter()
+                .map(|c| batch::decode_tail_chunk(&key, c))
+                .collect::<Result<Vec<_>, _>>()?;
+            sessions.push(StoredSession {
+                rcv: batch::decode_u32(&key, "rcv", &rcv)?,
+                partial: bulk(part).unwrap_or_default(),
+                snd_una: batch::decode_u32(&key, "una", &una)?,
+                key,
+                record,
+                adj_in,
+                adj_out,
+                send_tail,
+                log: LogPos { version, ..*pos },
+            });
+        }
+        Ok((epoch, sessions))
+    }
 }
 
 impl Store for RedisStore {
@@ -903,6 +997,13 @@ impl Store for RedisStore {
     }
 
     fn load(&mut self) -> Result<InstanceState, StoreError> {
+        self.load_since(&HashMap::new())
+    }
+
+    /// One `SMEMBERS`, one `MULTI`/`EXEC` reading every session from its
+    /// position, and for the sessions whose logs changed version since,
+    /// one more reading them whole.
+    fn load_since(&mut self, from: &HashMap<String, LogPos>) -> Result<InstanceState, StoreError> {
         let members: redis::RedisResult<Vec<Vec<u8>>> = redis::cmd("SMEMBERS")
             .arg(&self.sessions_key)
             .query(self.conn()?);
@@ -920,67 +1021,37 @@ impl Store for RedisStore {
             }
         }
         keys.sort();
-        let mut p = redis::pipe();
-        p.atomic();
-        p.cmd("GET").arg(&self.epoch_key);
-        for k in &keys {
-            p.cmd("GET").arg(self.session_key(k, "rec"));
-            p.cmd("GET").arg(self.session_key(k, "rcv"));
-            p.cmd("GET").arg(self.session_key(k, "una"));
-            p.cmd("LRANGE")
-                .arg(self.session_key(k, "in"))
-                .arg(0)
-                .arg(-1);
-            p.cmd("LRANGE")
-                .arg(self.session_key(k, "out"))
-                .arg(0)
-                .arg(-1);
-            p.cmd("LRANGE")
-                .arg(self.session_key(k, "tail"))
-                .arg(0)
-                .arg(-1);
-            p.cmd("GET").arg(self.session_key(k, "part"));
-        }
-        let r: redis::RedisResult<Vec<Value>> = p.query(self.conn()?);
-        let values = r.map_err(|e| self.fail(e))?;
-        if values.len() != 1 + 7 * keys.len() {
-            return Err(StoreError::Unavailable(format!(
-                "{}: load: {} replies for {} sessions",
-                self.peer,
-                values.len(),
-                keys.len()
-            )));
-        }
-        let mut it = values.into_iter();
-        let epoch = parse_epoch(&self.epoch_key, it.next().and_then(bulk))?;
-        let mut sessions = Vec::with_capacity(keys.len());
-        for key in keys {
-            let mut next = || it.next().unwrap_or(Value::Nil);
-            let (rec, rcv, una) = (next(), next(), next());
-            let (adj_in, adj_out, tail, part) = (next(), next(), next(), next());
-            let Some(rec) = bulk(rec) else {
-                // Removed since SMEMBERS (or a dangling member).
-                continue;
-            };
-            let record = batch::decode_record(&key, &rec)?;
-            let rcv = bulk(rcv).ok_or_else(|| self.corrupt(&key, "rcv missing"))?;
-            let una = bulk(una).ok_or_else(|| self.corrupt(&key, "una missing"))?;
-            let adj_in = list(adj_in).ok_or_else(|| self.corrupt(&key, "in: not a list"))?;
-            let adj_out = list(adj_out).ok_or_else(|| self.corrupt(&key, "out: not a list"))?;
-            let tail = list(tail).ok_or_else(|| self.corrupt(&key, "tail: not a list"))?;
-            let send_tail = tail
-                .into_iter()
-                .map(|c| batch::decode_tail_chunk(&key, c))
-                .collect::<Result<Vec<_>, _>>()?;
-            sessions.push(StoredSession {
-                rcv: batch::decode_u32(&key, "rcv", &rcv)?,
-                partial: bulk(part).unwrap_or_default(),
-                snd_una: batch::decode_u32(&key, "una", &una)?,
-                key,
-                record,
-                adj_in,
-                adj_out,
-                send_tail,
+        let wanted: Vec<(String, LogPos)> = keys
+            .into_iter()
+            .map(|k| {
+                let pos = from.get(&k).copied().unwrap_or_default();
+                (k, pos)
+            })
+            .collect();
+        let (epoch, mut sessions) = self.read_sessions(&wanted)?;
+        // Logs replaced since the reader's position: read those whole.
+        let again: Vec<(String, LogPos)> = sessions
+            .iter()
+            .filter(|s| s.log.version != from.get(&s.key).map_or(0, |p| p.version))
+            .filter(|s| s.log.adj_in != 0 || s.log.adj_out != 0)
+            .map(|s| (s.key.clone(), LogPos::default()))
+            .collect();
+        if !again.is_empty() {
+            let (_, whole) = self.read_sessions(&again)?;
+            let mut whole: HashMap<String, StoredSession> =
+                whole.into_iter().map(|s| (s.key.clone(), s)).collect();
+            sessions.retain_mut(|s| {
+                if !again.iter().any(|(k, _)| *k == s.key) {
+                    return true;
+                }
+                match whole.remove(&s.key) {
+                    Some(w) => {
+                        *s = w;
+                        true
+                    }
+                    // Removed in between.
+                    None => false,
+                }
             });
         }
         let r: redis::RedisResult<Vec<(String, Vec<u8>)>> =

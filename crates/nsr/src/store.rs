@@ -1,6 +1,7 @@
 //! The state-store interface.
 
-use crate::record::{InstanceState, Op};
+use crate::record::{InstanceState, LogPos, Op};
+use std::collections::HashMap;
 use thiserror::Error;
 
 #[derive(Debug, Error)]
@@ -48,6 +49,30 @@ pub trait Store: Send {
     fn epoch(&mut self) -> Result<u64, StoreError>;
     /// Reads every stored session of the instance.
     fn load(&mut self) -> Result<InstanceState, StoreError>;
+    /// [`Store::load`] for a reader that already holds the logs up to
+    /// `from` (by session key): a session whose logs are still at that
+    /// version comes with only the chunks after the position (its
+    /// [`StoredSession::log`](crate::StoredSession::log) is `from`'s);
+    /// any other session comes whole (its `log` starts at 0). Everything
+    /// but the two logs is always read whole. The default reads
+    /// everything and drops what the reader has.
+    fn load_since(&mut self, from: &HashMap<String, LogPos>) -> Result<InstanceState, StoreError> {
+        let mut state = self.load()?;
+        for s in &mut state.sessions {
+            let Some(pos) = from.get(&s.key) else {
+                continue;
+            };
+            if pos.version == s.log.version
+                && pos.adj_in <= s.adj_in.len()
+                && pos.adj_out <= s.adj_out.len()
+            {
+                s.adj_in.drain(..pos.adj_in);
+                s.adj_out.drain(..pos.adj_out);
+                s.log = *pos;
+            }
+        }
+        Ok(state)
+    }
     /// Drops the connection and opens a new one.
     fn reconnect(&mut self) -> Result<(), StoreError>;
 }

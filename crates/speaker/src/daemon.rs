@@ -13,7 +13,10 @@
 //!   request being served (say `show rib` on a large table) finishes first.
 //!   The ACK gate drops every packet meanwhile.
 
+mod standby;
 mod takeover;
+
+pub(crate) use takeover::resume_spec as takeover_resume_spec;
 
 use crate::bfd::{Bfd, BfdCmd};
 use crate::control::{self, DaemonReq};
@@ -73,6 +76,9 @@ struct Daemon {
     lookup: Lookup,
     metrics: Arc<Metrics>,
     next_id: PeerId,
+    /// Standby: the engine ids its preheated sessions were given, taken
+    /// by `add_peer` for the same neighbours.
+    preassigned: HashMap<NeighborKey, PeerId>,
     started: Instant,
     nsr: Option<Nsr>,
     /// While taking over: the stored sessions, and for each neighbour that
@@ -131,28 +137,31 @@ pub struct TakeoverOpts {
     pub epoch: u64,
 }
 
+/// How the daemon starts.
+pub enum Start {
+    /// A primary (or without NSR, a plain speaker).
+    Primary,
+    /// `--takeover`: the backup taking the `[nsr]` instance over now.
+    Takeover(TakeoverOpts),
+    /// `--standby`: a preheated backup; it follows the store and takes
+    /// over on `holdfast nsr takeover` (docs/nsr.md).
+    Standby,
+}
+
 pub async fn run(
     path: PathBuf,
     cfg: Config,
     workers: Option<usize>,
     control_override: Option<PathBuf>,
-    takeover: Option<TakeoverOpts>,
+    start: Start,
     record: Option<PathBuf>,
 ) -> anyhow::Result<Exit> {
     let metrics = Arc::new(Metrics::new());
-    let nsr_on = cfg.nsr.as_ref().is_some_and(|n| n.enabled);
-    let (nsr, takeover) = match (&takeover, nsr_on) {
-        (Some(opts), _) => {
-            let t = Takeover::begin(&cfg, opts.ready_file.clone(), opts.epoch)?;
-            (Some(t.nsr.clone()), Some(t))
-        }
-        (None, true) => (Some(resume::start_primary(&cfg)?), None),
-        (None, false) => (None, None),
-    };
     let (tx, mut rx) = mpsc::unbounded_channel();
     let (takeover_failed, mut failed_rx) = mpsc::unbounded_channel();
-    let fenced = fenced(nsr.clone());
-    tokio::pin!(fenced);
+    let mut hup = signal(SignalKind::hangup())?;
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
     let mut d = Daemon {
         path,
         cfg: cfg.clone(),
@@ -164,29 +173,81 @@ pub async fn run(
         lookup: Arc::new(RwLock::new(HashMap::new())),
         metrics,
         next_id: 1,
+        preassigned: HashMap::new(),
         started: Instant::now(),
-        nsr,
-        takeover,
+        nsr: None,
+        takeover: None,
         resume_peers: HashMap::new(),
         resume_targets: Vec::new(),
         record,
         takeover_failed,
         bfd: None,
     };
+    let control_path = d.cfg.global.control_socket.clone();
+    let serve = |tx| {
+        control::serve_control(&control_path, tx)
+            .with_context(|| format!("control socket {}", control_path.display()))
+    };
+    let nsr_on = cfg.nsr.as_ref().is_some_and(|n| n.enabled);
+    let standby = matches!(start, Start::Standby);
+    match start {
+        Start::Takeover(opts) => {
+            let t = Takeover::begin(&cfg, opts.ready_file.clone(), opts.epoch, None)?;
+            d.nsr = Some(t.nsr.clone());
+            d.takeover = Some(t);
+        }
+        Start::Primary if nsr_on => d.nsr = Some(resume::start_primary(&cfg)?),
+        Start::Primary => {}
+        Start::Standby => {
+            serve(tx.clone())?;
+            let Some(trigger) = d
+                .standby(&cfg, &mut rx, [&mut hup, &mut term, &mut int])
+                .await?
+            else {
+                let _ = std::fs::remove_file(&control_path);
+                return Ok(Exit::Stopped);
+            };
+            let opts = &trigger.opts;
+            match Takeover::begin(
+                &cfg,
+                opts.ready_file.clone(),
+                opts.epoch,
+                Some(&trigger.positions),
+            ) {
+                Ok(t) => {
+                    let _ = trigger.reply.send(Response::message(format!(
+                        "taking over instance {:?} at epoch {}: {} session(s) loaded, {} with their tables preheated",
+                        t.nsr.shared.instance,
+                        t.nsr.shared.epoch.load(std::sync::atomic::Ordering::SeqCst),
+                        t.sessions.len(),
+                        t.preheated.len()
+                    )));
+                    d.nsr = Some(t.nsr.clone());
+                    d.takeover = Some(t);
+                }
+                Err(e) => {
+                    let _ = trigger
+                        .reply
+                        .send(Response::error(format!("takeover failed: {e}")));
+                    return Err(e.into());
+                }
+            }
+        }
+    }
+    let fenced = fenced(d.nsr.clone());
+    tokio::pin!(fenced);
     d.apply(cfg, true)?;
     if d.takeover.is_some() {
         d.complete_takeover()?;
     }
-    control::serve_control(&d.cfg.global.control_socket, tx.clone())
-        .with_context(|| format!("control socket {}", d.cfg.global.control_socket.display()))?;
+    if !standby {
+        serve(tx.clone())?;
+    }
     if let Some(addr) = d.cfg.global.metrics_listen {
         control::serve_metrics(addr, tx.clone())
             .await
             .with_context(|| format!("metrics listener {addr}"))?;
     }
-    let mut hup = signal(SignalKind::hangup())?;
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
     tracing::info!(
         asn = d.cfg.global.asn,
         router_id = %d.cfg.global.router_id,
@@ -247,26 +308,7 @@ impl Daemon {
                 "[global] changed: asn, router_id and listen take effect for new sessions only"
             );
         }
-        for inst in &cfg.instances {
-            if !self.instances.contains_key(&inst.name) {
-                let engine = holdfast_rib::Engine::new(convert::engine_config(&cfg, inst));
-                let mailboxes: Mailboxes = Arc::new(RwLock::new(HashMap::new()));
-                let rib = rib_thread::spawn(
-                    inst.name.clone(),
-                    engine,
-                    mailboxes.clone(),
-                    self.metrics.clone(),
-                );
-                self.instances.insert(
-                    inst.name.clone(),
-                    Instance {
-                        rib,
-                        mailboxes,
-                        originated: BTreeMap::new(),
-                    },
-                );
-            }
-        }
+        self.ensure_instances(&cfg);
         let mut added = 0;
         let mut changed = 0;
         let mut removed = 0;
@@ -327,6 +369,41 @@ impl Daemon {
         ))
     }
 
+    /// A RIB thread for every routing instance of `cfg` that has none.
+    fn ensure_instances(&mut self, cfg: &Config) {
+        for inst in &cfg.instances {
+            if !self.instances.contains_key(&inst.name) {
+                let engine = holdfast_rib::Engine::new(convert::engine_config(cfg, inst));
+                let mailboxes: Mailboxes = Arc::new(RwLock::new(HashMap::new()));
+                let rib = rib_thread::spawn(
+                    inst.name.clone(),
+                    engine,
+                    mailboxes.clone(),
+                    self.metrics.clone(),
+                );
+                self.instances.insert(
+                    inst.name.clone(),
+                    Instance {
+                        rib,
+                        mailboxes,
+                        originated: BTreeMap::new(),
+                    },
+                );
+            }
+        }
+    }
+
+    /// The engine id of a new neighbour: the one a standby gave it, or
+    /// the next.
+    fn new_peer_id(&mut self, key: &NeighborKey) -> PeerId {
+        if let Some(id) = self.preassigned.remove(key) {
+            return id;
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
     /// The BFD thread, started on first use.
     fn bfd(&mut self) -> anyhow::Result<&Bfd> {
         if self.bfd.is_none() {
@@ -378,8 +455,7 @@ impl Daemon {
     }
 
     fn add_peer(&mut self, cfg: &Config, compiled: &Compiled, n: &Neighbor) -> anyhow::Result<()> {
-        let id = self.next_id;
-        self.next_id += 1;
+        let id = self.new_peer_id(&n.key());
         let settings: PeerSettings = convert::peer_settings(cfg, compiled, n, id)?;
         let inst = self.instance(&settings.instance)?;
         inst.rib.send(RibCmd::AddPeer(settings.spec.clone()));
@@ -717,6 +793,9 @@ impl Daemon {
                 None => Response::bfd(Vec::new()),
             },
             Request::NsrSwitchover { timeout_secs } => self.switchover(timeout_secs),
+            Request::NsrTakeover { .. } => Response::error(
+                "this holdfastd is not a standby (`holdfastd --standby`): nothing to take over",
+            ),
             Request::NeighborReset { address } => {
                 let Ok(ip) = address.parse::<IpAddr>() else {
                     return Response::error(format!("{address}: not an IP address"));

@@ -6,6 +6,8 @@
 //! to a worker pool of `--workers` threads. Session liveness therefore never
 //! waits on route processing. BFD, when a neighbour asks for it, runs on a
 //! thread of its own ("bfd", `bfd/`), so neither can delay its packets.
+//! A preheated standby (`--standby`) follows the NSR store on a thread of
+//! its own ("nsr-standby", `standby.rs`) and feeds the RIB threads.
 //!
 //! Signals: SIGHUP reloads the configuration (only what changed is touched),
 //! SIGTERM/SIGINT stop the daemon after sending Cease to every peer.
@@ -31,6 +33,7 @@ pub mod peer;
 mod resume;
 mod rib_thread;
 mod socket;
+mod standby;
 mod tables;
 
 pub use nsr::core as repl_core;

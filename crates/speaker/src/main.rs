@@ -46,6 +46,13 @@ struct Args {
     /// advances with it).
     #[arg(long, requires = "takeover", default_value_t = 0)]
     takeover_epoch: u64,
+    /// Start as a preheated standby of the `[nsr]` instance: follow the
+    /// state store and build the tables of every stored session, without
+    /// claiming the instance or touching any session; `holdfast nsr
+    /// takeover` then takes over as --takeover does, without the table
+    /// build (docs/nsr.md).
+    #[arg(long, conflicts_with = "takeover")]
+    standby: bool,
     /// Record every peer's inputs and the core's outputs as JSON lines, one
     /// file per neighbour in this directory (`holdfast replay FILE` replays
     /// one).
@@ -76,16 +83,22 @@ fn main() -> anyhow::Result<()> {
         .thread_name("holdfast-io")
         .build()
         .context("starting the I/O runtime")?;
-    let takeover = args.takeover.then(|| daemon::TakeoverOpts {
-        ready_file: args.takeover_ready_file.clone(),
-        epoch: args.takeover_epoch,
-    });
+    let start = if args.takeover {
+        daemon::Start::Takeover(daemon::TakeoverOpts {
+            ready_file: args.takeover_ready_file.clone(),
+            epoch: args.takeover_epoch,
+        })
+    } else if args.standby {
+        daemon::Start::Standby
+    } else {
+        daemon::Start::Primary
+    };
     let exit = rt.block_on(daemon::run(
         args.config,
         cfg,
         args.workers,
         args.control_socket,
-        takeover,
+        start,
         args.record,
     ))?;
     match exit {

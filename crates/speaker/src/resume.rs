@@ -12,8 +12,11 @@
 //! 3. claim the instance (bump its epoch): an old primary is fenced from
 //!    here on;
 //! 4. a primary forgets what an earlier owner left; a takeover loads every
-//!    stored session and destroys leftover sockets of a dead process on
-//!    this host (their RST goes to the gate, which drops it);
+//!    stored session (a preheated standby's takeover: only the log chunks
+//!    after the positions it followed, for the sessions whose logs kept
+//!    their version — [`continued`]) and destroys leftover sockets of a
+//!    dead process on this host (their RST goes to the gate, which drops
+//!    it);
 //! 5. start the replicator ([`Nsr::start`]).
 //!
 //! A primary whose store does not answer at steps 3–4 starts unprotected;
@@ -46,9 +49,12 @@ use holdfast_linux::announce::{address_is_local, announce_address};
 use holdfast_linux::nfq::{AckGate, ConnKey, GateMode};
 use holdfast_linux::repair::{self, Restore, TcpRepairState};
 use holdfast_linux::rules;
-use holdfast_nsr::{InstanceState, Op, RedisStore, Store, StoreError, StoreUrl, StoredSession};
+use holdfast_nsr::{
+    InstanceState, LogPos, Op, RedisStore, Store, StoreError, StoreUrl, StoredSession,
+};
 use holdfast_wire::Open;
 use std::collections::HashMap;
+use std::collections::HashSet;
 use std::io;
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -75,13 +81,22 @@ pub struct Resumed {
 }
 
 /// A Redis store that may be unreachable at start: it connects on demand.
-struct LazyStore {
+pub(crate) struct LazyStore {
     url: StoreUrl,
     instance: String,
     inner: Option<RedisStore>,
 }
 
 impl LazyStore {
+    /// The store of `[nsr]`, not connected yet.
+    pub(crate) fn new(n: &holdfast_config::Nsr) -> LazyStore {
+        LazyStore {
+            url: n.store.clone(),
+            instance: n.instance.clone(),
+            inner: None,
+        }
+    }
+
     fn get(&mut self) -> Result<&mut RedisStore, StoreError> {
         if self.inner.is_none() {
             self.inner = Some(RedisStore::connect(
@@ -122,6 +137,9 @@ impl Store for LazyStore {
     }
     fn load(&mut self) -> Result<InstanceState, StoreError> {
         self.call(|s| s.load())
+    }
+    fn load_since(&mut self, from: &HashMap<String, LogPos>) -> Result<InstanceState, StoreError> {
+        self.call(|s| s.load_since(from))
     }
     fn reconnect(&mut self) -> Result<(), StoreError> {
         self.inner = None;
@@ -176,12 +194,21 @@ struct Started {
     bfd: Vec<holdfast_nsr::StoredBfd>,
     claim_us: u64,
     load_us: u64,
+    /// Takeover from a standby: the sessions whose logs continue what the
+    /// standby followed (their `adj_in`/`adj_out` hold only what is new).
+    preheated: HashSet<String>,
 }
 
 /// Steps 1–5 of the module documentation, for either role.
 /// `min_epoch`: a takeover's epoch is at least this (the controller's
-/// fencing token; 0: just the next one).
-fn bring_up(cfg: &Config, role: Role, min_epoch: u64) -> Result<Started, StartError> {
+/// fencing token; 0: just the next one). `followed`: a preheated standby's
+/// positions in the stored logs; only what follows them is loaded.
+fn bring_up(
+    cfg: &Config,
+    role: Role,
+    min_epoch: u64,
+    followed: Option<&HashMap<String, LogPos>>,
+) -> Result<Started, StartError> {
     let started = Instant::now();
     let n = match &cfg.nsr {
         Some(n) if n.enabled => n,
@@ -210,11 +237,8 @@ fn bring_up(cfg: &Config, role: Role, min_epoch: u64) -> Result<Started, StartEr
         source,
     })?;
     // 3.–4. Claim; then forget (primary) or load (takeover).
-    let mut store = LazyStore {
-        url: n.store.clone(),
-        instance: n.instance.clone(),
-        inner: None,
-    };
+    let mut store = LazyStore::new(n);
+    let mut preheated = HashSet::new();
     let mut sessions = Vec::new();
     let mut bfd = Vec::new();
     let (mut claim_us, mut load_us) = (0, 0);
@@ -235,7 +259,14 @@ fn bring_up(cfg: &Config, role: Role, min_epoch: u64) -> Result<Started, StartEr
             claim_us = started.elapsed().as_micros() as u64;
             tracing::info!(instance = %n.instance, epoch, "takeover: instance claimed; the old primary is fenced");
             let t = Instant::now();
-            let state = patiently("load", || store.load()).map_err(StartError::Load)?;
+            let state = match followed {
+                None => patiently("load", || store.load()),
+                Some(from) => patiently("load", || store.load_since(from)),
+            }
+            .map_err(StartError::Load)?;
+            if let Some(from) = followed {
+                preheated = continued(from, &state.sessions);
+            }
             (sessions, bfd) = (state.sessions, state.bfd);
             load_us = t.elapsed().as_micros() as u64;
             tracing::info!(
@@ -275,7 +306,42 @@ fn bring_up(cfg: &Config, role: Role, min_epoch: u64) -> Result<Started, StartEr
         bfd,
         claim_us,
         load_us,
+        preheated,
     })
+}
+
+/// The sessions whose stored logs continue where a standby left them
+/// (same version, read from its position). Every other session was read
+/// whole and is rebuilt cold; each is logged with the reason.
+pub(crate) fn continued(
+    from: &HashMap<String, LogPos>,
+    sessions: &[StoredSession],
+) -> HashSet<String> {
+    let mut out = HashSet::new();
+    for s in sessions {
+        match from.get(&s.key) {
+            Some(pos) if *pos == s.log => {
+                out.insert(s.key.clone());
+            }
+            Some(pos) => tracing::warn!(
+                key = %s.key,
+                followed_version = pos.version,
+                stored_version = s.log.version,
+                "takeover: the session's logs were replaced since the standby read them (written anew or compacted): its tables are rebuilt cold"
+            ),
+            None => tracing::warn!(
+                key = %s.key,
+                "takeover: the standby had not followed this session: its tables are rebuilt cold"
+            ),
+        }
+    }
+    for k in from
+        .keys()
+        .filter(|k| !sessions.iter().any(|s| &s.key == *k))
+    {
+        tracing::info!(key = %k, "takeover: a session the standby followed is no longer stored: its tables are dropped");
+    }
+    out
 }
 
 /// A primary's steps 3–4: claim the instance and remove every session (BGP
@@ -317,7 +383,7 @@ fn claim_and_forget(store: &mut LazyStore) -> Result<u64, StoreError> {
 /// NSR for a primary started normally. A store that does not answer is
 /// not fatal: the speaker runs unprotected until it does.
 pub fn start_primary(cfg: &Config) -> Result<Nsr, StartError> {
-    bring_up(cfg, Role::Primary, 0).map(|s| s.nsr)
+    bring_up(cfg, Role::Primary, 0, None).map(|s| s.nsr)
 }
 
 /// A takeover in progress.
@@ -331,20 +397,24 @@ pub struct Takeover {
     /// daemon as it adds each neighbour's BFD session.
     pub bfd: HashMap<String, holdfast_nsr::BfdRecord>,
     pub ready_file: Option<PathBuf>,
+    /// Sessions whose tables a standby built already (keys).
+    pub preheated: HashSet<String>,
     tag: String,
     manage_address: Option<IpAddr>,
 }
 
 impl Takeover {
     /// Steps 1–5 as a takeover; the gate drops everything until
-    /// [`Takeover::open_gate`].
+    /// [`Takeover::open_gate`]. `followed`: the positions of a preheated
+    /// standby in the stored logs (only what follows is loaded).
     pub fn begin(
         cfg: &Config,
         ready_file: Option<PathBuf>,
         min_epoch: u64,
+        followed: Option<&HashMap<String, LogPos>>,
     ) -> Result<Takeover, StartError> {
         let started = Instant::now();
-        let up = bring_up(cfg, Role::Takeover, min_epoch)?;
+        let up = bring_up(cfg, Role::Takeover, min_epoch, followed)?;
         let n = cfg.nsr.as_ref().ok_or(StartError::NotConfigured)?;
         let mut sessions = HashMap::new();
         for s in up.sessions {
@@ -356,6 +426,7 @@ impl Takeover {
             sessions: sessions.len() as u64,
             claim_us: up.claim_us,
             load_us: up.load_us,
+            preheated: up.preheated.len() as u64,
             ..Default::default()
         };
         Ok(Takeover {
@@ -365,6 +436,7 @@ impl Takeover {
             sessions,
             bfd,
             ready_file,
+            preheated: up.preheated,
             tag: tag(&n.instance),
             manage_address: if n.manage_address { n.address } else { None },
         })
@@ -613,5 +685,73 @@ fn kill_stale_socket(local: std::net::SocketAddr, remote: std::net::SocketAddr) 
             "takeover: destroyed a leftover socket of a dead process"
         ),
         Err(e) => tracing::warn!(error = %e, "ss -K failed"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use holdfast_nsr::{SessionRecord, TcpParams, SCHEMA_VERSION};
+
+    fn stored(key: &str, log: LogPos) -> StoredSession {
+        StoredSession {
+            key: key.into(),
+            record: SessionRecord {
+                schema: SCHEMA_VERSION,
+                instance: "default".into(),
+                peer: "192.0.2.1".parse().expect("addr"),
+                local: "192.0.2.2:179".parse().expect("addr"),
+                remote: "192.0.2.1:40000".parse().expect("addr"),
+                outbound: false,
+                open_sent: Vec::new(),
+                open_received: Vec::new(),
+                tcp: TcpParams {
+                    mss: 1460,
+                    snd_wscale: 7,
+                    rcv_wscale: 7,
+                    sack: true,
+                    timestamps: true,
+                    ts_val: 0,
+                    ts_unix_ms: 0,
+                    snd_wnd: 65535,
+                    rcv_wnd: 65535,
+                },
+                snd_seq: 1,
+                rcv_seq: 1,
+                established_unix_ms: 0,
+            },
+            rcv: 1,
+            partial: bytes::Bytes::new(),
+            adj_in: Vec::new(),
+            adj_out: Vec::new(),
+            snd_una: 1,
+            send_tail: Vec::new(),
+            log,
+        }
+    }
+
+    #[test]
+    fn only_sessions_read_from_the_standby_position_are_preheated() {
+        let at = |version, adj_in, adj_out| LogPos {
+            version,
+            adj_in,
+            adj_out,
+        };
+        let followed: HashMap<String, LogPos> = [
+            ("same".to_string(), at(7, 3, 4)),
+            ("compacted".to_string(), at(8, 5, 5)),
+            ("gone".to_string(), at(9, 1, 1)),
+        ]
+        .into_iter()
+        .collect();
+        let sessions = vec![
+            stored("same", at(7, 3, 4)),
+            // Logs replaced: read whole from a new version.
+            stored("compacted", at(12, 0, 0)),
+            // Never followed.
+            stored("new", at(13, 0, 0)),
+        ];
+        let got = continued(&followed, &sessions);
+        assert_eq!(got, HashSet::from(["same".to_string()]));
     }
 }

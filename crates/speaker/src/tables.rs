@@ -84,12 +84,19 @@ pub fn encode_table(routes: &[(Prefix, Arc<PathAttrs>)], ctx: &CodecCtx) -> Vec<
 }
 
 /// Replays logged messages into a table: what the peer holds from us (or
-/// what we hold from it), sorted by prefix. Non-UPDATE messages are
-/// skipped; the routes of one message share one attribute set. Built by
-/// sorting the (prefix, order, route) events and keeping the last per
-/// prefix, which is several times faster than a hash map at a million
-/// routes.
-pub fn replay(chunks: &[bytes::Bytes], ctx: &CodecCtx) -> Vec<(Prefix, Arc<PathAttrs>)> {
+/// what we hold from it), sorted by prefix — `held` (sorted by prefix, as
+/// this returns it; empty to replay a whole log) with the messages of
+/// `chunks` applied after it. Non-UPDATE messages are skipped; the routes
+/// of one message share one attribute set. The new events are sorted by
+/// (prefix, order) and the last per prefix kept, which is several times
+/// faster than a hash map at a million routes, then merged with `held` in
+/// one pass. A preheated standby keeps what a peer holds from us this way
+/// as the log grows.
+pub fn replay_onto(
+    held: Vec<(Prefix, Arc<PathAttrs>)>,
+    chunks: &[bytes::Bytes],
+    ctx: &CodecCtx,
+) -> Vec<(Prefix, Arc<PathAttrs>)> {
     let mut events: Vec<(Prefix, u32, Option<Arc<PathAttrs>>)> = Vec::new();
     let mut order: u32 = 0;
     for chunk in chunks {
@@ -113,17 +120,31 @@ pub fn replay(chunks: &[bytes::Bytes], ctx: &CodecCtx) -> Vec<(Prefix, Arc<PathA
             }
         }
     }
+    if events.is_empty() {
+        return held;
+    }
     events.sort_unstable_by_key(|(p, o, _)| (*p, *o));
-    let mut t: Vec<(Prefix, Arc<PathAttrs>)> = Vec::with_capacity(events.len());
+    // The last event per prefix.
+    let mut last: Vec<(Prefix, Option<Arc<PathAttrs>>)> = Vec::with_capacity(events.len());
     let mut it = events.into_iter().peekable();
     while let Some((p, _, a)) = it.next() {
         if it.peek().is_some_and(|(q, _, _)| *q == p) {
             continue;
         }
+        last.push((p, a));
+    }
+    let mut t: Vec<(Prefix, Arc<PathAttrs>)> = Vec::with_capacity(held.len() + last.len());
+    let mut old = held.into_iter().peekable();
+    for (p, a) in last {
+        while let Some(h) = old.next_if(|(q, _)| *q < p) {
+            t.push(h);
+        }
+        old.next_if(|(q, _)| *q == p);
         if let Some(a) = a {
             t.push((p, a));
         }
     }
+    t.extend(old);
     t
 }
 
@@ -176,7 +197,7 @@ pub fn differing(
 /// routes that are new or changed, withdrawals of routes no longer wanted.
 /// Returns the encoded messages and (announced, withdrawn) counts. Both
 /// tables are walked in prefix order (a merge, no hashing); `held` must be
-/// sorted by prefix, as [`replay`] returns it.
+/// sorted by prefix, as [`replay_onto`] returns it.
 pub fn diff(
     held: &[(Prefix, Arc<PathAttrs>)],
     wanted: &[(Prefix, Arc<PathAttrs>)],
@@ -271,7 +292,7 @@ mod tests {
             v4("2001:db8::/48", &c),
         ];
         let enc = encode_table(&table, &ctx);
-        let back = replay(&[bytes::Bytes::from(enc)], &ctx);
+        let back = replay_onto(Vec::new(), &[bytes::Bytes::from(enc)], &ctx);
         assert_eq!(back.len(), 4);
         let get = |t: &[(Prefix, Arc<PathAttrs>)], p: &Prefix| {
             t.iter().find(|(q, _)| q == p).map(|(_, a)| a.clone())
@@ -292,7 +313,7 @@ mod tests {
         let (msgs, ann, wd) = diff(&back, &wanted, &ctx);
         assert_eq!((ann, wd), (2, 1));
         let mut after: HashMap<Prefix, Arc<PathAttrs>> = back.iter().cloned().collect();
-        for (p, x) in replay(&[bytes::Bytes::from(msgs.clone())], &ctx) {
+        for (p, x) in replay_onto(Vec::new(), &[bytes::Bytes::from(msgs.clone())], &ctx) {
             after.insert(p, x);
         }
         for (ty, body) in messages(&msgs) {
@@ -303,6 +324,14 @@ mod tests {
             }
         }
         assert_eq!(after.len(), wanted.len());
+        // The same messages replayed onto the first table give the same.
+        let onto = replay_onto(back.clone(), &[bytes::Bytes::from(msgs.clone())], &ctx);
+        let mut sorted_after: Vec<(Prefix, Arc<PathAttrs>)> = after.clone().into_iter().collect();
+        sorted_after.sort_by_key(|(p, _)| *p);
+        assert_eq!(onto.len(), sorted_after.len());
+        for ((p, a), (q, b)) in onto.iter().zip(&sorted_after) {
+            assert_eq!((p, a.as_ref()), (q, b.as_ref()));
+        }
         for (p, x) in &wanted {
             assert_eq!(after.get(p).map(|a| a.as_ref()), Some(x.as_ref()), "{p}");
         }

@@ -18,7 +18,7 @@
 
 use anyhow::{Context, Result};
 use clap::Parser;
-use holdfast_bench::takeover::one_run;
+use holdfast_bench::takeover::{one_run, Backup, Sample};
 use holdfast_tester::workload::Kind;
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -59,6 +59,112 @@ fn median(mut v: Vec<f64>) -> f64 {
     v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
+/// One takeover's figures, in milliseconds.
+struct Takeover {
+    resume_ms: f64,
+    all_ms: f64,
+    load_ms: f64,
+    claim_ms: f64,
+    orchestrator_ms: f64,
+    sessions: u64,
+    preheated: u64,
+    routes: u64,
+    kept: bool,
+}
+
+impl Takeover {
+    fn of(t: &holdfast_bench::takeover::Takeover) -> Takeover {
+        let h = &t.holdfastd;
+        let ms = |k: &str| h[k].as_u64().unwrap_or(0) as f64 / 1000.0;
+        Takeover {
+            resume_ms: t.resume_ms,
+            all_ms: ms("tables_us"),
+            load_ms: ms("load_us"),
+            claim_ms: ms("claim_us"),
+            orchestrator_ms: t.orchestrator_ms,
+            sessions: h["sessions"].as_u64().unwrap_or(0),
+            preheated: h["preheated"].as_u64().unwrap_or(0),
+            routes: h["routes"].as_u64().unwrap_or(0),
+            kept: t.routes_kept,
+        }
+    }
+}
+
+/// ACK delay and store size of the last NSR-on run.
+fn store_figures(report: &mut String, s: &Sample) {
+    if let Some(v) = &s.nsr {
+        let _ = writeln!(
+            report,
+            "Added ACK delay under that load: p50 {} µs, p99 {} µs ({} ACKs held, {} clamped); store write p50 {} µs, p99 {} µs over {} writes.\n",
+            v["ack_delay_p50_us"], v["ack_delay_p99_us"], v["ack_packets_held"], v["ack_packets_clamped"],
+            v["store_latency_p50_us"], v["store_latency_p99_us"], v["writes"]
+        );
+    }
+    let _ = writeln!(
+        report,
+        "Store size at rest (Redis MEMORY USAGE):\n\n| session | bytes |\n|---|---|"
+    );
+    for (k, b) in &s.store_bytes {
+        let _ = writeln!(report, "| {k} | {b} |");
+    }
+    let _ = writeln!(report);
+}
+
+/// Cold against preheated takeovers of the same run: medians and every run.
+fn takeover_table(report: &mut String, size: &str, all: &[(Backup, Takeover)]) {
+    let _ = writeln!(
+        report,
+        "Takeover with {size} routes (SIGKILL of the primary; cold: `holdfastd --takeover` started after the kill; preheated: `holdfastd --standby` following the store since before the routes were sent, then `nsr takeover`). Median, and every run:\n\n| | cold | preheated |\n|---|---|---|"
+    );
+    let of = |b: Backup| -> Vec<&Takeover> {
+        all.iter()
+            .filter(|(x, _)| *x == b)
+            .map(|(_, t)| t)
+            .collect()
+    };
+    let (cold, pre) = (of(Backup::Cold), of(Backup::Preheated));
+    let row = |report: &mut String, name: &str, f: &dyn Fn(&Takeover) -> f64| {
+        let c: Vec<f64> = cold.iter().map(|t| f(t)).collect();
+        let p: Vec<f64> = pre.iter().map(|t| f(t)).collect();
+        let _ = writeln!(
+            report,
+            "| {name} | **{:.1}** ({c:.1?}) | **{:.1}** ({p:.1?}) |",
+            median(c.clone()),
+            median(p.clone())
+        );
+    };
+    row(report, "claim + guard (ms)", &|t| t.claim_ms);
+    row(report, "loading state (ms)", &|t| t.load_ms);
+    row(
+        report,
+        "BGP resume: first message at the peer, from the takeover command (ms)",
+        &|t| t.resume_ms,
+    );
+    row(report, "all state resumed: tables rebuilt, Adj-RIB-Out compared, difference sent, from the takeover command (ms)", &|t| t.all_ms);
+    row(
+        report,
+        "orchestrator total: kill → sessions Established (ms)",
+        &|t| t.orchestrator_ms,
+    );
+    let info = |v: &[&Takeover]| {
+        v.iter()
+            .map(|t| {
+                format!(
+                    "{}/{} preheated, {} routes, kept {}",
+                    t.preheated, t.sessions, t.routes, t.kept
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    let _ = writeln!(
+        report,
+        "\nSessions: cold {}; preheated {}.\n",
+        info(&cold),
+        info(&pre)
+    );
+}
+
 fn main() -> Result<()> {
     let args = Args::parse();
     let kind: Kind = args.kind.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -76,20 +182,37 @@ fn main() -> Result<()> {
         let n = parse_size(size)?;
         let (mut off, mut on) = (Vec::new(), Vec::new());
         let mut last_on = None;
+        let mut takeovers: Vec<(Backup, Takeover)> = Vec::new();
         for run in 0..args.runs {
-            let s = one_run(n, kind, false, false, DEADLINE)?;
+            let s = one_run(n, kind, false, Backup::None, DEADLINE)?;
             println!(
                 "{size} run {run} NSR off: learn {:.3} s",
                 s.learn.as_secs_f64()
             );
             off.push(s.learn.as_secs_f64());
-            let s = one_run(n, kind, true, run + 1 == args.runs, DEADLINE)?;
-            println!(
-                "{size} run {run} NSR on: learn {:.3} s",
-                s.learn.as_secs_f64()
-            );
-            on.push(s.learn.as_secs_f64());
-            last_on = Some(s);
+            for backup in [Backup::Cold, Backup::Preheated] {
+                let mut s = one_run(n, kind, true, backup, DEADLINE)?;
+                let t = s
+                    .takeover
+                    .take()
+                    .map(|t| Takeover::of(&t))
+                    .ok_or_else(|| anyhow::anyhow!("no takeover measured"))?;
+                println!(
+                    "{size} run {run} NSR on, {backup:?} backup: learn {:.3} s; takeover: BGP resume {:.1} ms, all state resumed {:.1} ms (load {:.1} ms, {} of {} sessions preheated, routes kept: {})",
+                    s.learn.as_secs_f64(),
+                    t.resume_ms,
+                    t.all_ms,
+                    t.load_ms,
+                    t.preheated,
+                    t.sessions,
+                    t.kept
+                );
+                takeovers.push((backup, t));
+                if backup == Backup::Cold {
+                    on.push(s.learn.as_secs_f64());
+                    last_on = Some(s);
+                }
+            }
         }
         let (m_off, m_on) = (median(off.clone()), median(on.clone()));
         let _ = writeln!(report, "## {size} routes\n");
@@ -99,43 +222,9 @@ fn main() -> Result<()> {
             m_on / m_off
         );
         if let Some(s) = last_on {
-            if let Some(v) = &s.nsr {
-                let _ = writeln!(
-                    report,
-                    "Added ACK delay under that load: p50 {} µs, p99 {} µs ({} ACKs held, {} clamped); store write p50 {} µs, p99 {} µs over {} writes.\n",
-                    v["ack_delay_p50_us"], v["ack_delay_p99_us"], v["ack_packets_held"], v["ack_packets_clamped"],
-                    v["store_latency_p50_us"], v["store_latency_p99_us"], v["writes"]
-                );
-            }
-            let _ = writeln!(
-                report,
-                "Store size at rest (Redis MEMORY USAGE):\n\n| session | bytes |\n|---|---|"
-            );
-            for (k, b) in &s.store_bytes {
-                let _ = writeln!(report, "| {k} | {b} |");
-            }
-            let _ = writeln!(report);
-            if let Some(t) = &s.takeover {
-                let h = &t.holdfastd;
-                let ms = |k: &str| h[k].as_u64().unwrap_or(0) as f64 / 1000.0;
-                let _ = writeln!(
-                    report,
-                    "Takeover with {} routes in the tables (TENSOR Table 1 phases):\n\n| phase | ms |\n|---|---|\n| claim + guard | {:.1} |\n| loading state | {:.1} |\n| waiting for the address (orchestrator) | {:.1} |\n| TCP restore, all sessions ({} ) | {:.3} |\n| TCP restore, worst session | {:.3} |\n| session resumed (from process start) | {:.1} |\n| BGP resume: first message from the backup at the peer, from the takeover command | {:.1} |\n| all state resumed (tables rebuilt, diff sent; from process start) | {:.1} |\n| orchestrator total (kill → sessions Established at the backup) | {:.1} |\n\nThe peer kept every route and got no NOTIFICATION: {}.\n",
-                    h["routes"],
-                    ms("claim_us"),
-                    ms("load_us"),
-                    ms("address_wait_us"),
-                    h["sessions"],
-                    ms("tcp_restore_us"),
-                    ms("tcp_restore_max_us"),
-                    ms("resumed_us"),
-                    t.resume_ms,
-                    ms("tables_us"),
-                    t.orchestrator_ms,
-                    t.routes_kept
-                );
-            }
+            store_figures(&mut report, &s);
         }
+        takeover_table(&mut report, size, &takeovers);
     }
     println!("\n{report}");
     Ok(())

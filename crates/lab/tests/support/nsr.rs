@@ -395,8 +395,15 @@ impl<P: Peer> Run<P> {
         }
     }
 
-    fn peer_ip(&self) -> IpAddr {
+    pub fn peer_ip(&self) -> IpAddr {
         IpAddr::V4(self.topo.peer.v4)
+    }
+
+    /// The peer announces `prefix` to us.
+    pub fn peer_announces(&mut self, prefix: &str) {
+        self.peer
+            .announce(&self.lab, &[RouteSpec::new(prefix)])
+            .expect("the peer announces");
     }
 
     /// Routes the peer holds from us, by the peer's own count.
@@ -430,6 +437,105 @@ impl<P: Peer> Run<P> {
         self.phases
             .push((what.to_string(), times, nsr["takeover"].clone()));
         old
+    }
+
+    /// Starts a preheated standby (`holdfastd --standby`) of the running unit
+    /// on the other host, and waits until it follows every stored session.
+    pub fn start_standby(&mut self) -> Holdfastd {
+        let name = format!("hf{}", self.units);
+        self.units += 1;
+        let to = self.other_host();
+        let opts = holdfast_lab::StartOpts {
+            standby: true,
+            ..holdfast_lab::StartOpts::default()
+        };
+        let sb = Holdfastd::start_with(&mut self.lab, to, &name, &self.config, &opts)
+            .expect("holdfastd --standby");
+        self.wait_standby_caught_up(&sb, 2);
+        sb
+    }
+
+    /// `show nsr` of a standby: its `standby` object.
+    pub fn standby_status(&self, sb: &Holdfastd) -> serde_json::Value {
+        let v = sb.cli_json(&self.lab, &["show", "nsr"]).expect("show nsr");
+        let v = v.get("ok").and_then(|b| b.get("nsr")).cloned().unwrap_or(v);
+        assert_eq!(v["role"], "standby", "not a standby: {v}");
+        v["standby"].clone()
+    }
+
+    /// Waits until the standby follows `sessions` sessions and its last poll
+    /// found nothing new.
+    pub fn wait_standby_caught_up(&self, sb: &Holdfastd, sessions: u64) -> serde_json::Value {
+        wait_ok("the standby follows the store and caught up", T, || {
+            let s = self.standby_status(sb);
+            (s["sessions"].as_u64() == Some(sessions)
+                && s["caught_up"] == true
+                && s["prepared"] == true)
+                .then_some(s.clone())
+                .ok_or(s.to_string())
+        })
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// SIGKILLs the primary and has the standby `sb` take over (`holdfast nsr
+    /// takeover`, the address moved by the lab orchestrator). Returns the old unit
+    /// and holdfastd's takeover figures.
+    pub fn standby_takeover(
+        &mut self,
+        what: &str,
+        sb: Holdfastd,
+    ) -> (Holdfastd, serde_json::Value) {
+        let t0 = Instant::now();
+        let (new, times) = self
+            .orch
+            .takeover_standby(&mut self.lab, &self.hf, sb, Fence::Kill)
+            .unwrap_or_else(|e| panic!("{what}: standby takeover failed: {e}"));
+        let old = std::mem::replace(&mut self.hf, new);
+        let nsr = wait_ok(&format!("{what}: tables rebuilt"), T, || {
+            let n = self.nsr();
+            (n["takeover"]["tables_us"].as_u64().unwrap_or(0) > 0)
+                .then_some(n.clone())
+                .ok_or(n.to_string())
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        println!(
+            "{what}: the standby took over in {:?}: {times:?}\n  holdfastd: {}",
+            t0.elapsed(),
+            nsr["takeover"]
+        );
+        self.phases
+            .push((what.to_string(), times, nsr["takeover"].clone()));
+        (old, nsr["takeover"].clone())
+    }
+
+    /// Sends `n` routes from the outbound feed (through holdfastd to the peer) and
+    /// waits until the peer holds them all.
+    pub fn outbound_routes(&mut self, what: &str, n: usize) {
+        let before = self.held_from_us();
+        let mut w = generate(Kind::Packed, n, FEED_OUT_AS, self.topo.feed.v4);
+        for (_, ps) in &mut w {
+            for p in ps.iter_mut() {
+                if let Prefix::V4(p4) = p {
+                    p4.addr += OUT_OFFSET;
+                }
+            }
+        }
+        let mut bytes = Vec::new();
+        encode_routes(&w, &self.feed_out.ctx, &mut bytes);
+        self.feed_out
+            .send_stream(&bytes)
+            .expect("outbound routes sent");
+        wait_ok(
+            &format!("{what}: the peer holds {n} more routes"),
+            T,
+            || {
+                let h = self.held_from_us();
+                (h as usize >= before as usize + n)
+                    .then_some(())
+                    .ok_or(format!("peer holds {h}, had {before}"))
+            },
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
     }
 
     /// Everything the scenario promises, after a takeover.
@@ -687,7 +793,7 @@ impl<P: Peer> Run<P> {
     /// No FIN or RST from the service address ever reached the wire: dying
     /// primaries leaked nothing (TCPR's "Romeo and Juliet" RST, the
     /// spurious FIN), and no orphan socket was destroyed in the open.
-    fn assert_nothing_leaked(&self, since: std::time::SystemTime) {
+    pub fn assert_nothing_leaked(&self, since: std::time::SystemTime) {
         let since = since
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs_f64())

@@ -34,28 +34,10 @@ impl Daemon {
         let Some(stored) = t.sessions.get(&(s.instance.clone(), s.address)) else {
             return false;
         };
-        let rec = &stored.record;
-        let opens =
-            decode_open(&rec.open_sent).and_then(|l| Ok((l, decode_open(&rec.open_received)?)));
-        let neg = match opens {
-            Ok((local, remote)) => negotiate(&local, &remote, &s.session),
-            Err(e) => {
-                tracing::error!(peer = %s.address, error = %e, "stored OPEN unreadable: session starts afresh");
-                return false;
-            }
+        let Some((spec, ctx)) = resume_spec(s, &stored.record) else {
+            return false;
         };
-        let neg = match neg {
-            Ok(n) => n,
-            Err(n) => {
-                tracing::error!(peer = %s.address, code = n.code, subcode = n.subcode, "stored OPENs no longer negotiate with this configuration: session starts afresh");
-                return false;
-            }
-        };
-        let spec = session_spec(s, &neg, Some(rec.local));
-        let ctx = CodecCtx {
-            four_octet_as: neg.four_octet_as,
-            ibgp: neg.remote_as == s.session.local_as,
-        };
+        let preheated = t.preheated.contains(&stored.key);
         self.resume_peers
             .entry(s.instance.clone())
             .or_default()
@@ -65,6 +47,7 @@ impl Daemon {
                 ctx,
                 adj_in: stored.adj_in.clone(),
                 adj_out: stored.adj_out.clone(),
+                preheated,
             });
         true
     }
@@ -176,6 +159,37 @@ impl Daemon {
             limit.as_secs()
         ))
     }
+}
+
+/// The engine spec and codec context of a stored session resumed by the
+/// neighbour `s`: what its stored OPENs negotiate with the configuration.
+/// `None` (logged) when they cannot be read or no longer negotiate: the
+/// session then starts afresh.
+pub(crate) fn resume_spec(
+    s: &PeerSettings,
+    rec: &holdfast_nsr::SessionRecord,
+) -> Option<(holdfast_rib::PeerSpec, CodecCtx)> {
+    let opens = decode_open(&rec.open_sent).and_then(|l| Ok((l, decode_open(&rec.open_received)?)));
+    let neg = match opens {
+        Ok((local, remote)) => negotiate(&local, &remote, &s.session),
+        Err(e) => {
+            tracing::error!(peer = %s.address, error = %e, "stored OPEN unreadable: session starts afresh");
+            return None;
+        }
+    };
+    let neg = match neg {
+        Ok(n) => n,
+        Err(n) => {
+            tracing::error!(peer = %s.address, code = n.code, subcode = n.subcode, "stored OPENs no longer negotiate with this configuration: session starts afresh");
+            return None;
+        }
+    };
+    let spec = session_spec(s, &neg, Some(rec.local));
+    let ctx = CodecCtx {
+        four_octet_as: neg.four_octet_as,
+        ibgp: neg.remote_as == s.session.local_as,
+    };
+    Some((spec, ctx))
 }
 
 /// Takeover steps 4–7: ready, address, sockets, guard.

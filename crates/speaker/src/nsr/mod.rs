@@ -347,6 +347,7 @@ impl Nsr {
             write_errors: sh.write_errors.load(Ordering::SeqCst),
             sessions,
             takeover: sh.takeover.lock().ok().and_then(|t| t.clone()),
+            standby: None,
         }
     }
 }

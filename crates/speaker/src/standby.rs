@@ -1,0 +1,580 @@
+//! The preheated standby (`holdfastd --standby`): follows the store of the
+//! `[nsr]` instance and builds the tables of every stored session ahead of
+//! a takeover, so that the takeover skips the table build (TENSOR §3's
+//! preheated backup against the cold one).
+//!
+//! [`FollowCore`] is pure: given what a poll read from the store
+//! ([`Store::load_since`] from the positions it holds), it decides, per
+//! routing instance, which sessions' tables continue with the new log
+//! chunks, which start again (first read, or logs replaced: written anew
+//! or compacted — their version changed), and which sessions are gone; it
+//! keeps the positions and the figures of `show nsr`. The thread
+//! ([`Follower`]) only polls the store, hands the result to the core, and
+//! sends each instance's [`Preheat`] to its RIB thread; once a poll finds
+//! nothing new after a change, it asks the RIB threads to compare each
+//! session's Adj-RIB-Out with what its peer holds (`RibCmd::Prepare`), so
+//! that a takeover while the tables are unchanged skips that comparison
+//! too.
+//!
+//! A standby never writes to the store, never claims the instance, and
+//! has no session, gate, guard or address: the RIB threads' output has no
+//! mailbox while no session generation is set, so nothing reaches a peer.
+//!
+//! # Known issues
+//! - Polling: every [`POLL`] the standby reads the set of sessions and,
+//!   per session, its small keys and the log chunks past its position
+//!   (one `SMEMBERS` and one `MULTI`/`EXEC`; nothing else when idle). It
+//!   is up to one poll behind; the takeover reads the rest.
+//! - The comparison of `RibCmd::Prepare` costs about as much as a
+//!   takeover's (a quarter of a second at 1M routes) and is made again
+//!   after every quiet-after-change poll (the follower waits for it before
+//!   polling again); a primary whose tables change just under every 100 ms
+//!   keeps it from being ready, and a takeover requested while it runs
+//!   waits for it (no worse than making it then).
+//! - The send tail is read on every poll and dropped (it is read again at
+//!   takeover); under a bulk load it can be a few MiB per poll.
+//! - A session whose neighbour is not configured, or whose stored OPENs no
+//!   longer negotiate, is not followed; a takeover then restores it cold
+//!   (or forgets it), as `--takeover` does.
+
+use crate::daemon::takeover_resume_spec as resume_spec;
+use crate::peer::PeerSettings;
+use crate::rib_thread::{Preheat, PreheatPeer, ResumePeer, RibCmd, RibHandle};
+use holdfast_api::StandbyStatus;
+use holdfast_nsr::{InstanceState, LogPos, Store, StoreError};
+use holdfast_rib::PeerId;
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::Duration;
+
+/// How often the standby reads the store.
+pub const POLL: Duration = Duration::from_millis(100);
+
+/// A neighbour the standby may follow a stored session for.
+pub struct Target {
+    pub settings: PeerSettings,
+}
+
+/// The pure part of the follower.
+pub struct FollowCore {
+    /// By (routing instance, peer address).
+    targets: HashMap<(String, IpAddr), Target>,
+    /// Positions in the stored logs, by session key.
+    positions: HashMap<String, LogPos>,
+    /// Session key → (routing instance, engine peer id).
+    followed: HashMap<String, (String, PeerId)>,
+    pub status: StandbyStatus,
+}
+
+impl FollowCore {
+    pub fn new(targets: HashMap<(String, IpAddr), Target>) -> FollowCore {
+        FollowCore {
+            targets,
+            positions: HashMap::new(),
+            followed: HashMap::new(),
+            status: StandbyStatus::default(),
+        }
+    }
+
+    /// Where the standby is in the stored logs (what the next poll reads
+    /// from).
+    pub fn positions(&self) -> &HashMap<String, LogPos> {
+        &self.positions
+    }
+
+    /// The positions of the sessions whose tables are built (what a
+    /// takeover loads from); any other session is read whole then.
+    pub fn followed_positions(&self) -> HashMap<String, LogPos> {
+        self.positions
+            .iter()
+            .filter(|(k, _)| self.followed.contains_key(*k))
+            .map(|(k, p)| (k.clone(), *p))
+            .collect()
+    }
+
+    /// A failed poll: nothing changes but the figures.
+    pub fn failed(&mut self, e: &StoreError) {
+        self.status.polls += 1;
+        self.status.poll_errors += 1;
+        self.status.caught_up = false;
+        self.status.last_error = Some(e.to_string());
+    }
+
+    /// What a poll read (from [`FollowCore::positions`]): the work of each
+    /// routing instance's RIB thread.
+    pub fn handle(&mut self, state: InstanceState) -> Vec<(String, Preheat)> {
+        let mut work: HashMap<String, Preheat> = HashMap::new();
+        let mut changed = false;
+        let mut present = std::collections::HashSet::new();
+        for s in state.sessions {
+            present.insert(s.key.clone());
+            let continues = self.positions.get(&s.key) == Some(&s.log);
+            if continues && s.adj_in.is_empty() && s.adj_out.is_empty() {
+                continue;
+            }
+            let pos = LogPos {
+                version: s.log.version,
+                adj_in: s.log.adj_in + s.adj_in.len(),
+                adj_out: s.log.adj_out + s.adj_out.len(),
+            };
+            let target = (s.record.instance.clone(), s.record.peer);
+            let spec = match self.targets.get(&target) {
+                Some(t) => resume_spec(&t.settings, &s.record).map(|r| (t, r)),
+                None => {
+                    if !continues {
+                        tracing::warn!(key = %s.key, "standby: a stored session has no neighbour in the configuration: not followed");
+                    }
+                    None
+                }
+            };
+            let Some((t, (spec, ctx))) = spec else {
+                // Not followed (a takeover rebuilds it cold, or forgets
+                // it). Its position is remembered so that it is reported
+                // once and not read whole at every poll; tables built for
+                // it before are dropped.
+                self.positions.insert(s.key.clone(), pos);
+                if let Some((inst, id)) = self.followed.remove(&s.key) {
+                    work.entry(inst).or_default().gone.push(id);
+                    changed = true;
+                }
+                continue;
+            };
+            changed = true;
+            self.status.chunks += (s.adj_in.len() + s.adj_out.len()) as u64;
+            if !continues {
+                self.status.restarts += 1;
+                tracing::info!(key = %s.key, version = s.log.version, "standby: following the session's logs from the start");
+            }
+            self.positions.insert(s.key.clone(), pos);
+            self.followed
+                .insert(s.key.clone(), (target.0.clone(), spec.id));
+            work.entry(target.0.clone())
+                .or_default()
+                .peers
+                .push(PreheatPeer {
+                    configured: t.settings.spec.clone(),
+                    resume: ResumePeer {
+                        spec,
+                        gen: 1,
+                        ctx,
+                        adj_in: s.adj_in,
+                        adj_out: s.adj_out,
+                        preheated: false,
+                    },
+                    restart: !continues,
+                });
+        }
+        let gone: Vec<String> = self
+            .positions
+            .keys()
+            .filter(|k| !present.contains(*k))
+            .cloned()
+            .collect();
+        for k in gone {
+            self.positions.remove(&k);
+            if let Some((inst, id)) = self.followed.remove(&k) {
+                tracing::info!(key = %k, "standby: the session is no longer stored: its tables are dropped");
+                work.entry(inst).or_default().gone.push(id);
+                changed = true;
+            }
+        }
+        self.status.polls += 1;
+        self.status.sessions = self.followed.len() as u64;
+        self.status.store_epoch = state.epoch;
+        self.status.caught_up = !changed;
+        self.status.last_error = None;
+        work.into_iter().collect()
+    }
+}
+
+/// The follower thread.
+pub struct Follower {
+    stop: mpsc::Sender<()>,
+    thread: Option<std::thread::JoinHandle<HashMap<String, LogPos>>>,
+    pub status: Arc<Mutex<StandbyStatus>>,
+}
+
+impl Follower {
+    /// Starts following `store` for `core`'s targets; each instance's work
+    /// goes to its RIB thread in `ribs`.
+    pub fn start(
+        mut store: Box<dyn Store>,
+        mut core: FollowCore,
+        ribs: HashMap<String, RibHandle>,
+    ) -> std::io::Result<Follower> {
+        let (stop, stopped) = mpsc::channel::<()>();
+        let status = Arc::new(Mutex::new(StandbyStatus::default()));
+        let shared = status.clone();
+        let thread = std::thread::Builder::new()
+            .name("nsr-standby".into())
+            .spawn(move || {
+                let mut last_error: Option<String> = None;
+                // Whether the RIB threads compared the tables since they
+                // last changed.
+                let mut prepared = false;
+                loop {
+                    match store.load_since(core.positions()) {
+                        Ok(state) => {
+                            if last_error.take().is_some() {
+                                tracing::info!("standby: the state store answers again");
+                            }
+                            for (inst, work) in core.handle(state) {
+                                if let Some(rib) = ribs.get(&inst) {
+                                    rib.send(RibCmd::Preheat(work));
+                                    prepared = false;
+                                }
+                            }
+                            if !core.status.caught_up {
+                                prepared = false;
+                            }
+                            if core.status.caught_up && !prepared {
+                                let waits: Vec<_> = ribs
+                                    .values()
+                                    .map(|rib| {
+                                        let (tx, rx) = tokio::sync::oneshot::channel();
+                                        rib.send(RibCmd::Prepare(tx));
+                                        rx
+                                    })
+                                    .collect();
+                                // The RIB threads answer once compared (or
+                                // never, if one has ended: then not ready).
+                                prepared = waits.into_iter().all(|rx| rx.blocking_recv().is_ok());
+                            }
+                            core.status.prepared = prepared && core.status.caught_up;
+                        }
+                        Err(e) => {
+                            let text = e.to_string();
+                            if last_error.as_deref() != Some(text.as_str()) {
+                                tracing::warn!(error = %text, "standby: reading the state store failed; retrying");
+                            }
+                            last_error = Some(text);
+                            core.failed(&e);
+                        }
+                    }
+                    if let Ok(mut s) = shared.lock() {
+                        *s = core.status.clone();
+                    }
+                    match stopped.recv_timeout(POLL) {
+                        Err(mpsc::RecvTimeoutError::Timeout) => continue,
+                        _ => return core.followed_positions(),
+                    }
+                }
+            })?;
+        Ok(Follower {
+            stop,
+            thread: Some(thread),
+            status,
+        })
+    }
+
+    /// Stops following (after the poll in progress, whose work is already
+    /// queued to the RIB threads) and returns the positions reached.
+    pub fn stop(mut self) -> HashMap<String, LogPos> {
+        let _ = self.stop.send(());
+        self.thread
+            .take()
+            .and_then(|t| t.join().ok())
+            .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use holdfast_nsr::{MemoryStore, Op, SessionRecord, TcpParams, SCHEMA_VERSION};
+    use holdfast_wire::{encode_open, Open};
+
+    const KEY: &str = "default/192.0.2.1";
+
+    fn core() -> FollowCore {
+        let (cfg, _) = holdfast_config::parse(
+            "[global]\nasn = 65000\nrouter_id = \"192.0.2.2\"\n\
+             [[neighbor]]\naddress = \"192.0.2.1\"\nremote_asn = 65001\nimport = \"all\"\nexport = \"all\"\n",
+        )
+        .expect("configuration");
+        let compiled = crate::convert::compile(&cfg).expect("policies");
+        let settings =
+            crate::convert::peer_settings(&cfg, &compiled, &cfg.neighbors[0], 1).expect("settings");
+        let targets = HashMap::from([(
+            (settings.instance.clone(), settings.address),
+            Target { settings },
+        )]);
+        FollowCore::new(targets)
+    }
+
+    fn open_body(asn: u16, id: [u8; 4]) -> Vec<u8> {
+        let mut m = Vec::new();
+        encode_open(
+            &Open {
+                version: 4,
+                my_as: asn,
+                hold_time: 90,
+                bgp_id: id.into(),
+                capabilities: Vec::new(),
+            },
+            &mut m,
+        );
+        m.split_off(holdfast_wire::HEADER_LEN)
+    }
+
+    fn session() -> Op {
+        Op::Session {
+            key: KEY.into(),
+            record: SessionRecord {
+                schema: SCHEMA_VERSION,
+                instance: "default".into(),
+                peer: "192.0.2.1".parse().expect("addr"),
+                local: "192.0.2.2:179".parse().expect("addr"),
+                remote: "192.0.2.1:40000".parse().expect("addr"),
+                outbound: false,
+                open_sent: open_body(65000, [192, 0, 2, 2]),
+                open_received: open_body(65001, [192, 0, 2, 1]),
+                tcp: TcpParams {
+                    mss: 1460,
+                    snd_wscale: 7,
+                    rcv_wscale: 7,
+                    sack: true,
+                    timestamps: true,
+                    ts_val: 0,
+                    ts_unix_ms: 0,
+                    snd_wnd: 65535,
+                    rcv_wnd: 65535,
+                },
+                snd_seq: 1000,
+                rcv_seq: 2000,
+                established_unix_ms: 0,
+            },
+        }
+    }
+
+    fn received(ack: u32, bytes: &[u8]) -> Op {
+        Op::Received {
+            key: KEY.into(),
+            ack,
+            updates: Bytes::copy_from_slice(bytes),
+            partial: Bytes::new(),
+        }
+    }
+
+    /// One poll, as the follower thread makes it.
+    fn poll(core: &mut FollowCore, store: &mut MemoryStore) -> Vec<(String, Preheat)> {
+        let state = store.load_since(core.positions()).expect("load");
+        core.handle(state)
+    }
+
+    fn only(work: Vec<(String, Preheat)>) -> Preheat {
+        let mut work = work.into_iter();
+        let (inst, p) = work.next().expect("work for one instance");
+        assert_eq!(inst, "default");
+        assert!(work.next().is_none());
+        p
+    }
+
+    #[test]
+    fn follows_appends_restarts_on_compaction_and_drops_removed_sessions() {
+        let mut store = MemoryStore::new("edge-1");
+        let epoch = store.claim().expect("claim");
+        store
+            .write(epoch, &[session(), received(2010, b"first")])
+            .expect("write");
+        let mut core = core();
+        // First read: the session's tables start from its whole log.
+        let p = only(poll(&mut core, &mut store));
+        assert_eq!(p.peers.len(), 1);
+        let first = &p.peers[0];
+        assert!(first.restart);
+        assert_eq!(first.resume.spec.id, 1);
+        assert_eq!(first.resume.adj_in, vec![Bytes::from_static(b"first")]);
+        assert!(!core.status.caught_up);
+        // Nothing new: no work, caught up.
+        assert!(poll(&mut core, &mut store).is_empty());
+        assert!(core.status.caught_up);
+        assert_eq!(core.status.sessions, 1);
+        // Appended: only the new chunk, continuing.
+        store
+            .write(epoch, &[received(2020, b"second")])
+            .expect("write");
+        let p = only(poll(&mut core, &mut store));
+        assert!(!p.peers[0].restart);
+        assert_eq!(
+            p.peers[0].resume.adj_in,
+            vec![Bytes::from_static(b"second")]
+        );
+        let at = core.followed_positions()[KEY];
+        assert_eq!((at.adj_in, at.adj_out), (2, 0));
+        // Compacted: a new version, the tables rebuilt from the snapshot.
+        store
+            .write(
+                epoch,
+                &[Op::Snapshot {
+                    key: KEY.into(),
+                    adj_in: Bytes::from_static(b"snapshot"),
+                    adj_out: Bytes::new(),
+                }],
+            )
+            .expect("write");
+        let p = only(poll(&mut core, &mut store));
+        assert!(p.peers[0].restart);
+        assert_eq!(
+            p.peers[0].resume.adj_in,
+            vec![Bytes::from_static(b"snapshot")]
+        );
+        assert_ne!(core.followed_positions()[KEY].version, at.version);
+        assert_eq!(core.status.restarts, 2);
+        // Removed: its tables are dropped, nothing left to take over.
+        store
+            .write(epoch, &[Op::Remove { key: KEY.into() }])
+            .expect("write");
+        let p = only(poll(&mut core, &mut store));
+        assert!(p.peers.is_empty());
+        assert_eq!(p.gone, vec![1]);
+        assert!(core.followed_positions().is_empty());
+        assert_eq!(core.status.sessions, 0);
+    }
+
+    /// A RIB thread for the test configuration's instance.
+    fn rib() -> RibHandle {
+        let (cfg, _) = holdfast_config::parse("[global]\nasn = 65000\nrouter_id = \"192.0.2.2\"\n")
+            .expect("configuration");
+        let engine =
+            holdfast_rib::Engine::new(crate::convert::engine_config(&cfg, &cfg.instances[0]));
+        crate::rib_thread::spawn(
+            "default".into(),
+            engine,
+            Arc::new(std::sync::RwLock::new(HashMap::new())),
+            Arc::new(crate::obs::Metrics::new()),
+        )
+    }
+
+    /// An UPDATE announcing `announce` (and withdrawing `withdraw`).
+    fn update(announce: &[&str], withdraw: &[&str]) -> Vec<u8> {
+        let attrs = Arc::new(holdfast_wire::PathAttrs {
+            origin: Some(holdfast_wire::Origin::Igp),
+            as_path: holdfast_wire::AsPath {
+                segments: vec![holdfast_wire::AsSegment::Sequence(vec![65001])],
+            },
+            next_hop: Some("192.0.2.1".parse().expect("addr")),
+            ..Default::default()
+        });
+        let routes: Vec<_> = announce
+            .iter()
+            .map(|p| (p.parse().expect("prefix"), attrs.clone()))
+            .collect();
+        let ctx = holdfast_wire::CodecCtx {
+            four_octet_as: false,
+            ibgp: false,
+        };
+        let mut out = crate::tables::encode_table(&routes, &ctx);
+        let gone: Vec<holdfast_wire::Prefix> = withdraw
+            .iter()
+            .map(|p| p.parse().expect("prefix"))
+            .collect();
+        if !gone.is_empty() {
+            holdfast_wire::pack_withdraw(&gone, &mut out);
+        }
+        out
+    }
+
+    fn adj_in(rib: &RibHandle) -> Vec<String> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        let Some(crate::rib_thread::QueryResult::Routes(r)) =
+            rt.block_on(rib.query(crate::rib_thread::RibQuery::AdjIn(1)))
+        else {
+            panic!("no answer");
+        };
+        let mut v: Vec<String> = r.into_iter().map(|(p, ..)| p.to_string()).collect();
+        v.sort();
+        v
+    }
+
+    /// The takeover's side: load from the standby's positions, resume every
+    /// session (preheated where its logs continue), wait for the tables.
+    fn take_over(core: &FollowCore, store: &mut MemoryStore, rib: &RibHandle) -> usize {
+        let from = core.followed_positions();
+        let state = store.load_since(&from).expect("load");
+        let preheated = crate::resume::continued(&from, &state.sessions);
+        let t = &core.targets[&("default".to_string(), "192.0.2.1".parse().expect("addr"))];
+        let peers = state
+            .sessions
+            .iter()
+            .map(|s| {
+                let (spec, ctx) = resume_spec(&t.settings, &s.record).expect("negotiates");
+                ResumePeer {
+                    spec,
+                    gen: 1,
+                    ctx,
+                    adj_in: s.adj_in.clone(),
+                    adj_out: s.adj_out.clone(),
+                    preheated: preheated.contains(&s.key),
+                }
+            })
+            .collect();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        rib.send(RibCmd::Resume { peers, reply: tx });
+        rx.blocking_recv().expect("resumed");
+        preheated.len()
+    }
+
+    /// Polls and hands the work to the RIB thread, as the follower does.
+    fn follow(core: &mut FollowCore, store: &mut MemoryStore, rib: &RibHandle) {
+        for (_, work) in poll(core, store) {
+            rib.send(RibCmd::Preheat(work));
+        }
+    }
+
+    fn preheated_rib() -> (FollowCore, MemoryStore, RibHandle, u64) {
+        let mut store = MemoryStore::new("edge-1");
+        let epoch = store.claim().expect("claim");
+        let first = update(&["10.0.0.0/24", "10.0.1.0/24"], &[]);
+        store
+            .write(epoch, &[session(), received(2100, &first)])
+            .expect("write");
+        let (mut core, rib) = (core(), rib());
+        follow(&mut core, &mut store, &rib);
+        assert_eq!(adj_in(&rib), ["10.0.0.0/24", "10.0.1.0/24"]);
+        let second = update(&["10.0.2.0/24"], &["10.0.0.0/24"]);
+        store
+            .write(epoch, &[received(2200, &second)])
+            .expect("write");
+        follow(&mut core, &mut store, &rib);
+        assert_eq!(adj_in(&rib), ["10.0.1.0/24", "10.0.2.0/24"]);
+        (core, store, rib, epoch)
+    }
+
+    #[test]
+    fn a_takeover_applies_only_what_the_standby_had_not_read() {
+        let (core, mut store, rib, epoch) = preheated_rib();
+        let late = update(&["10.0.3.0/24"], &[]);
+        store.write(epoch, &[received(2300, &late)]).expect("write");
+        assert_eq!(take_over(&core, &mut store, &rib), 1);
+        assert_eq!(adj_in(&rib), ["10.0.1.0/24", "10.0.2.0/24", "10.0.3.0/24"]);
+    }
+
+    #[test]
+    fn a_session_compacted_after_the_last_poll_is_rebuilt_cold() {
+        let (core, mut store, rib, epoch) = preheated_rib();
+        // Compacted (and appended to) after the standby's last poll: the
+        // preheated tables must be dropped, not continued.
+        let snapshot = update(&["10.9.0.0/24"], &[]);
+        let after = update(&["10.9.1.0/24"], &[]);
+        store
+            .write(
+                epoch,
+                &[Op::Snapshot {
+                    key: KEY.into(),
+                    adj_in: Bytes::from(snapshot),
+                    adj_out: Bytes::new(),
+                }],
+            )
+            .expect("write");
+        store
+            .write(epoch, &[received(2400, &after)])
+            .expect("write");
+        assert_eq!(take_over(&core, &mut store, &rib), 0);
+        assert_eq!(adj_in(&rib), ["10.9.0.0/24", "10.9.1.0/24"]);
+    }
+}
