@@ -113,6 +113,10 @@ pub enum AgentOutput {
     },
     /// Ask a unit's primary for a planned switchover.
     Switchover { id: u64, unit: String },
+    /// Have the unit's preheated standby on this host take over at `epoch`
+    /// (`holdfast nsr takeover`); done once it is ready for the service
+    /// address.
+    Promote { id: u64, unit: String, epoch: u64 },
     /// Renew the etcd lease now.
     RenewLease,
     /// Ask every other host agent for a failsafe round (this host's units).
@@ -148,7 +152,13 @@ pub struct AgentCore {
     exited: BTreeMap<String, AgentOutput>,
     /// Other hosts' units this agent promised not to start, until when.
     promised: BTreeMap<String, Time>,
+    /// Takeovers through a standby under way: command id -> unit.
+    promoting: BTreeMap<u64, String>,
 }
+
+/// A unit's role on this host: its primary, or its preheated standby.
+pub const PRIMARY: &str = "primary";
+pub const STANDBY: &str = "backup";
 
 fn report(body: agent_report::Body) -> AgentOutput {
     AgentOutput::Report(AgentReport { body: Some(body) })
@@ -174,6 +184,7 @@ impl AgentCore {
             connected: false,
             exited: BTreeMap::new(),
             promised: BTreeMap::new(),
+            promoting: BTreeMap::new(),
         }
     }
 
@@ -207,7 +218,23 @@ impl AgentCore {
                 self.next_heartbeat = now;
             }
             AgentInput::Command(c) => self.command(c, now, &mut out),
-            AgentInput::Done { id, result: r } => out.push(result(id, r)),
+            AgentInput::Done { id, result: r } => {
+                if let Some(unit) = self.promoting.remove(&id) {
+                    if r.is_ok() {
+                        if let Some(u) = self.units.get_mut(&unit) {
+                            u.role = PRIMARY.into();
+                            out.push(unit_event(
+                                &unit,
+                                u.pid,
+                                unit_event::Kind::Started,
+                                (None, None),
+                                PRIMARY,
+                            ));
+                        }
+                    }
+                }
+                out.push(result(id, r));
+            }
             AgentInput::Measured(m) => {
                 out.push(report(agent_report::Body::Measurement(
                     holdfast_control_api::v1::Measurement {
@@ -229,24 +256,27 @@ impl AgentCore {
                 epoch,
             } => {
                 self.exited.remove(&unit);
-                self.units.insert(unit.clone(), Unit { pid, role, epoch });
                 out.push(unit_event(
                     &unit,
                     pid,
                     unit_event::Kind::Started,
-                    None,
-                    None,
+                    (None, None),
+                    &role,
                 ));
+                self.units.insert(unit, Unit { pid, role, epoch });
             }
             AgentInput::UnitExited(e) => {
-                self.units.remove(&e.unit);
+                let role = self
+                    .units
+                    .remove(&e.unit)
+                    .map_or_else(|| PRIMARY.to_string(), |u| u.role);
                 let kind = match (e.fenced, e.container_gone) {
                     (true, _) => unit_event::Kind::Fenced,
                     (false, true) => unit_event::Kind::ContainerGone,
                     (false, false) => unit_event::Kind::Exited,
                 };
-                let ev = unit_event(&e.unit, e.pid, kind, e.code, e.signal);
-                if e.fenced {
+                let ev = unit_event(&e.unit, e.pid, kind, (e.code, e.signal), &role);
+                if e.fenced || role == STANDBY {
                     self.exited.remove(&e.unit);
                 } else {
                     self.exited.insert(e.unit.clone(), ev.clone());
@@ -407,13 +437,24 @@ impl AgentCore {
                 standby: s.standby,
                 takeover: None,
             }),
-            command::Body::Takeover(t) => out.push(AgentOutput::Start {
-                id,
-                unit: t.unit,
-                config: t.config,
-                standby: false,
-                takeover: Some(t.epoch),
-            }),
+            command::Body::Takeover(t) => {
+                if self.units.get(&t.unit).is_some_and(|u| u.role == STANDBY) {
+                    self.promoting.insert(id, t.unit.clone());
+                    out.push(AgentOutput::Promote {
+                        id,
+                        unit: t.unit,
+                        epoch: t.epoch,
+                    });
+                } else {
+                    out.push(AgentOutput::Start {
+                        id,
+                        unit: t.unit,
+                        config: t.config,
+                        standby: false,
+                        takeover: Some(t.epoch),
+                    });
+                }
+            }
             command::Body::FenceUnit(f) => {
                 self.exited.remove(&f.unit);
                 out.push(AgentOutput::Fence {
@@ -437,8 +478,8 @@ fn unit_event(
     unit: &str,
     pid: u32,
     kind: unit_event::Kind,
-    code: Option<i32>,
-    signal: Option<i32>,
+    (code, signal): (Option<i32>, Option<i32>),
+    role: &str,
 ) -> AgentOutput {
     report(agent_report::Body::UnitEvent(UnitEvent {
         unit: unit.to_string(),
@@ -446,6 +487,7 @@ fn unit_event(
         kind: kind as i32,
         code: code.unwrap_or(-1),
         signal: signal.unwrap_or(0),
+        role: role.to_string(),
     }))
 }
 

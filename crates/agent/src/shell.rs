@@ -17,7 +17,7 @@
 //! The loop owns the core, the prober and the runtime, and writes a JSON
 //! status file after every change of note.
 
-use crate::core::{AgentConfig, AgentCore, AgentInput, AgentOutput};
+use crate::core::{AgentConfig, AgentCore, AgentInput, AgentOutput, PRIMARY, STANDBY};
 use crate::failsafe::{self, Peers};
 use crate::probe::{self, ProbeConfig, Prober, Target};
 use crate::runtime::{ProcessRuntime, Runtime, UnitSpec};
@@ -220,14 +220,14 @@ pub async fn run(
     std::fs::create_dir_all(&cfg.work_dir)?;
     let mut pending: Vec<AgentOutput> = Vec::new();
     for (name, config) in &cfg.units {
-        let spec = unit_spec(&cfg, name, config, None);
+        let spec = unit_spec(&cfg, name, config, None, false);
         let pid = rt.start(&spec)?;
         pending.extend(core.handle(
             now(),
             AgentInput::UnitStarted {
                 unit: name.clone(),
                 pid,
-                role: "primary".into(),
+                role: PRIMARY.into(),
                 epoch: 0,
             },
         ));
@@ -404,6 +404,7 @@ fn unit_spec(
     name: &str,
     config: &std::path::Path,
     takeover: Option<u64>,
+    standby: bool,
 ) -> UnitSpec {
     let dir = cfg.work_dir.join(name);
     let _ = std::fs::create_dir_all(&dir);
@@ -413,7 +414,9 @@ fn unit_spec(
         "--control-socket".to_string(),
         dir.join("holdfastd.sock").display().to_string(),
     ];
-    if takeover.is_some() {
+    if standby {
+        args.push("--standby".into());
+    } else if takeover.is_some() {
         args.push("--takeover".into());
         args.push("--takeover-ready-file".into());
         args.push(ready_file(cfg, name).display().to_string());
@@ -546,7 +549,7 @@ fn carry_out(x: &mut Ctx<'_>, o: AgentOutput, now: Time) -> Vec<AgentOutput> {
                 .and_then(|()| std::fs::write(&path, config))
                 .map_err(|e| e.to_string())
                 .and_then(
-                    |()| match rt.start(&unit_spec(cfg, &unit, &path, takeover)) {
+                    |()| match rt.start(&unit_spec(cfg, &unit, &path, takeover, standby)) {
                         Ok(pid) => Ok(Some(pid)),
                         // A repeated command (a new leader carrying on): done.
                         Err(crate::runtime::RuntimeError::Running(_)) => Ok(None),
@@ -566,7 +569,7 @@ fn carry_out(x: &mut Ctx<'_>, o: AgentOutput, now: Time) -> Vec<AgentOutput> {
                     AgentInput::UnitStarted {
                         unit,
                         pid,
-                        role: if standby { "backup" } else { "primary" }.into(),
+                        role: if standby { STANDBY } else { PRIMARY }.into(),
                         epoch: takeover.unwrap_or(0),
                     },
                 ));
@@ -594,8 +597,50 @@ fn carry_out(x: &mut Ctx<'_>, o: AgentOutput, now: Time) -> Vec<AgentOutput> {
         }
         AgentOutput::Switchover { id, unit } => {
             let sock = cfg.work_dir.join(&unit).join("holdfastd.sock");
-            let res = switchover(&sock);
+            let res = control(
+                &sock,
+                &holdfast_api::Request::NsrSwitchover { timeout_secs: None },
+            );
             core.handle(now, AgentInput::Done { id, result: res })
+        }
+        AgentOutput::Promote { id, unit, epoch } => {
+            let sock = cfg.work_dir.join(&unit).join("holdfastd.sock");
+            let ready = ready_file(cfg, &unit);
+            let _ = std::fs::remove_file(&ready);
+            let pid = rt
+                .running()
+                .into_iter()
+                .find(|(u, _)| *u == unit)
+                .map(|(_, p)| p);
+            let req = holdfast_api::Request::NsrTakeover {
+                epoch: Some(epoch),
+                ready_file: Some(ready.display().to_string()),
+            };
+            match (pid, control(&sock, &req)) {
+                (Some(pid), Ok(())) => {
+                    tracing::info!(%unit, pid, epoch, "takeover through the preheated standby");
+                    await_ready(ready, pid, id, (*ev_tx).clone());
+                    Vec::new()
+                }
+                (_, r) => {
+                    // The standby cannot take over: it goes, so that the
+                    // controller's retry starts a cold `--takeover`.
+                    let why = r.err().unwrap_or_else(|| "the standby is gone".into());
+                    tracing::warn!(%unit, error = %why, "standby takeover failed: fencing the standby");
+                    let mut out = Vec::new();
+                    if let Ok(exit) = rt.fence(&unit, Duration::from_secs(5)) {
+                        out.extend(core.handle(now, AgentInput::UnitExited(exit)));
+                    }
+                    out.extend(core.handle(
+                        now,
+                        AgentInput::Done {
+                            id,
+                            result: Err(format!("standby takeover: {why}")),
+                        },
+                    ));
+                    out
+                }
+            }
         }
         AgentOutput::AskFailsafe { units } => {
             // Peers never read from etcd: nobody to ask, nothing confirmed.
@@ -670,14 +715,15 @@ fn move_addresses(
 }
 
 /// `holdfast nsr switchover` through the unit's control socket.
-fn switchover(sock: &std::path::Path) -> Result<(), String> {
-    use holdfast_api::{Request, Response};
+/// One request to a unit's control socket; an error answer is an error.
+fn control(sock: &std::path::Path, req: &holdfast_api::Request) -> Result<(), String> {
+    use holdfast_api::Response;
     use std::io::{BufRead, BufReader, Write};
     let mut s = std::os::unix::net::UnixStream::connect(sock)
         .map_err(|e| format!("{}: {e}", sock.display()))?;
     s.set_read_timeout(Some(Duration::from_secs(10)))
         .map_err(|e| e.to_string())?;
-    let mut line = Request::NsrSwitchover { timeout_secs: None }.to_line();
+    let mut line = req.to_line();
     line.push('\n');
     s.write_all(line.as_bytes()).map_err(|e| e.to_string())?;
     let mut answer = String::new();

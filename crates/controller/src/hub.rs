@@ -39,6 +39,9 @@ struct Link {
     agent_server: bool,
     last_heartbeat: Instant,
     pending: HashMap<u64, oneshot::Sender<Result<(), String>>>,
+    /// The units its agent runs, by name: their role (`primary`, or
+    /// `backup` for a preheated standby).
+    units: BTreeMap<String, String>,
 }
 
 /// A measurement, as the localization sees it.
@@ -75,6 +78,9 @@ pub struct Hub {
     may_act: Arc<dyn Fn() -> Option<Token> + Send + Sync>,
     observed: mpsc::UnboundedSender<Observed>,
 }
+
+/// The role a preheated standby reports.
+pub const STANDBY_ROLE: &str = "backup";
 
 fn lock(m: &Mutex<Inner>) -> std::sync::MutexGuard<'_, Inner> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -148,6 +154,15 @@ impl Hub {
             .is_some_and(|l| l.last_heartbeat.elapsed() < LIVE)
     }
 
+    /// The role of `unit` on `host`'s agent, if it runs there (as its
+    /// agent last reported).
+    pub fn runs(&self, host: &str, unit: &str) -> Option<String> {
+        lock(&self.inner)
+            .links
+            .get(host)
+            .and_then(|l| l.units.get(unit).cloned())
+    }
+
     /// Closes every stream (the replica no longer leads).
     pub fn close_all(&self) {
         let mut g = lock(&self.inner);
@@ -204,6 +219,14 @@ impl Hub {
                 }
             }
             Some(agent_report::Body::UnitEvent(e)) => {
+                if matches!(
+                    unit_event::Kind::try_from(e.kind),
+                    Ok(unit_event::Kind::Started)
+                ) {
+                    l.units.insert(e.unit.clone(), e.role.clone());
+                } else {
+                    l.units.remove(&e.unit);
+                }
                 let state = match unit_event::Kind::try_from(e.kind) {
                     Ok(unit_event::Kind::Started) => Some(ProcessState::Running),
                     Ok(unit_event::Kind::Exited) => Some(ProcessState::Exited),
@@ -212,8 +235,9 @@ impl Hub {
                     // watchdog, which the lease expiry reports).
                     _ => None,
                 };
-                tracing::info!(host, unit = %e.unit, pid = e.pid, kind = e.kind, code = e.code, signal = e.signal, "unit event");
-                if let Some(state) = state {
+                tracing::info!(host, unit = %e.unit, pid = e.pid, kind = e.kind, code = e.code, signal = e.signal, role = %e.role, "unit event");
+                // A preheated standby's events are not the unit's.
+                if let Some(state) = state.filter(|_| e.role != STANDBY_ROLE) {
                     let _ = self.observed.send(Observed {
                         at: Instant::now(),
                         what: Measurement::Process {
@@ -309,6 +333,11 @@ impl Controller for Hub {
                         agent_server: hello.agent_server,
                         last_heartbeat: Instant::now(),
                         pending: HashMap::new(),
+                        units: hello
+                            .units
+                            .iter()
+                            .map(|u| (u.unit.clone(), u.role.clone()))
+                            .collect(),
                     },
                 ) {
                     let _ = old

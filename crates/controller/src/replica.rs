@@ -40,10 +40,12 @@ use crate::store::{to_json, Outcome, Store, StoreError};
 use holdfast_control::{AppPolicy, Finding, Verdict};
 
 mod migrate;
-use migrate::{drive, migrating, start_migration, Plan};
+use migrate::{drive, migrating, standbys, start_migration, Plan};
 
 /// How often the shell looks at the clock when nothing else is due.
 const TICK: Duration = Duration::from_millis(50);
+/// How often the leader checks that every preheated standby runs.
+const STANDBYS_EVERY: Duration = Duration::from_secs(1);
 
 /// A replica's configuration.
 #[derive(Debug, Clone)]
@@ -425,6 +427,7 @@ async fn work(
     let mut hosts = HostWatch::default();
     let mut loc = Localization::new(cfg.sense, targets);
     let mut actions: VecDeque<(Verdict, Instant)> = VecDeque::new();
+    let mut standbys_checked = Instant::now();
     loop {
         let token = lock(&shared).elector.may_act(Instant::now());
         let Some(token) = token else {
@@ -465,6 +468,10 @@ async fn work(
             }
             if matches!(res, Ok(None)) {
                 res = requests(&shared, &mut store, token).await;
+            }
+            if matches!(res, Ok(None)) && standbys_checked.elapsed() >= STANDBYS_EVERY {
+                standbys_checked = Instant::now();
+                res = standbys(&mut store, &cfg, token, &hub).await.map(|()| None);
             }
             match res {
                 Ok(None) => drive(&shared, &mut store, &cfg, token, &hub).await,

@@ -282,6 +282,7 @@ mod tests {
             addresses: vec!["198.18.0.10/24".into(), "2001:db8::10/64".into()],
             interface: String::new(),
             app_failure: None,
+            preheated: false,
         };
         assert_eq!(
             service_addr(&r, 179),

@@ -165,6 +165,10 @@ pub struct UnitRecord {
     /// `restart_in_place`); absent: the controller's `--app-failure`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub app_failure: Option<holdfast_control::AppPolicy>,
+    /// A preheated standby follows the store on the backup host (the
+    /// leader starts it there); a takeover then goes through it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub preheated: bool,
 }
 
 /// What an operator asks of the leader (`holdfast ctl`); the leader carries

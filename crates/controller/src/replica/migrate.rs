@@ -21,7 +21,7 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use holdfast_control_api::v1::{command, FenceUnit, MoveAddress, Switchover, Takeover};
+use holdfast_control_api::v1::{command, FenceUnit, MoveAddress, StartUnit, Switchover, Takeover};
 
 use super::{lock, metrics, set_phase, unix_ms, Config, SharedRef, TICK};
 use crate::fence::Token;
@@ -130,6 +130,53 @@ pub(super) async fn start_migration(
         ));
     }
     Ok(Some(o))
+}
+
+/// Starts the preheated standbys that should run and do not: a unit whose
+/// placement asks for one (`preheated`) gets it on its backup host, once
+/// that host's agent is attached and the unit has no migration in flight.
+/// A takeover then goes through it (the agent sends `holdfast nsr
+/// takeover`), and after the migration the new backup host gets one.
+pub(super) async fn standbys(
+    store: &mut Store,
+    cfg: &Config,
+    token: Token,
+    hub: &Hub,
+) -> Result<(), StoreError> {
+    let keys = store.keys().clone();
+    let moving: BTreeSet<String> = store
+        .migrations_in_flight()
+        .await?
+        .into_iter()
+        .map(|(_, m)| m.unit)
+        .collect();
+    for u in store.units().await? {
+        let Some(backup) = u.backup.as_ref().filter(|_| u.preheated) else {
+            continue;
+        };
+        if moving.contains(&u.unit)
+            || !hub.attached(backup)
+            || hub.runs(backup, &u.unit).is_some()
+            || store
+                .get::<serde_json::Value>(&keys.failed_host(backup))
+                .await?
+                .is_some()
+        {
+            continue;
+        }
+        let body = command::Body::StartUnit(StartUnit {
+            unit: u.unit.clone(),
+            config: u.config.clone(),
+            standby: true,
+        });
+        match hub.command(backup, token, body, cfg.command_timeout).await {
+            Ok(()) => tracing::info!(unit = %u.unit, host = %backup, "preheated standby started"),
+            Err(e) => {
+                tracing::warn!(unit = %u.unit, host = %backup, error = %e, "preheated standby not started")
+            }
+        }
+    }
+    Ok(())
 }
 
 /// What carrying out one step takes, read from etcd beforehand.
@@ -387,6 +434,7 @@ async fn finish(
             .as_ref()
             .map(|u| u.interface.clone())
             .unwrap_or_default(),
+        preheated: before.as_ref().is_some_and(|u| u.preheated),
         app_failure: before.and_then(|u| u.app_failure),
     };
     let mut fin = m.clone();
