@@ -859,4 +859,73 @@ mod tests {
         assert!(!a.in_failsafe());
         assert_eq!(asked(&a.handle(4100 * MS, AgentInput::Tick)), None);
     }
+
+    #[test]
+    fn a_takeover_goes_through_the_standby_running_here() {
+        let mut c = core();
+        c.handle(
+            Duration::ZERO,
+            AgentInput::LeaseGranted {
+                sent: Duration::ZERO,
+            },
+        );
+        let o = c.handle(
+            MS,
+            AgentInput::UnitStarted {
+                unit: "edge-1".into(),
+                pid: 42,
+                role: STANDBY.into(),
+                epoch: 0,
+            },
+        );
+        assert!(
+            matches!(&o[0], AgentOutput::Report(AgentReport { body: Some(agent_report::Body::UnitEvent(e)) }) if e.role == STANDBY),
+            "{o:?}"
+        );
+        let take = |u: &str| {
+            command::Body::Takeover(Takeover {
+                unit: u.into(),
+                config: String::new(),
+                epoch: 9,
+            })
+        };
+        let o = c.handle(2 * MS, cmd(9, 1, take("edge-1")));
+        assert_eq!(
+            o[0],
+            AgentOutput::Promote {
+                id: 1,
+                unit: "edge-1".into(),
+                epoch: 9
+            }
+        );
+        // Another unit without a standby here: a cold start.
+        let o = c.handle(3 * MS, cmd(9, 2, take("edge-2")));
+        assert!(
+            matches!(
+                o[0],
+                AgentOutput::Start {
+                    takeover: Some(9),
+                    ..
+                }
+            ),
+            "{o:?}"
+        );
+        // Ready: the standby is the primary now (its own pid, reported).
+        let o = c.handle(
+            4 * MS,
+            AgentInput::Done {
+                id: 1,
+                result: Ok(()),
+            },
+        );
+        assert!(
+            matches!(&o[0], AgentOutput::Report(AgentReport { body: Some(agent_report::Body::UnitEvent(e)) })
+                if e.pid == 42 && e.role == PRIMARY && e.kind == unit_event::Kind::Started as i32),
+            "{o:?}"
+        );
+        assert_eq!(results(&o), vec![(1, true)]);
+        // A second takeover of it here is no longer through a standby.
+        let o = c.handle(5 * MS, cmd(9, 3, take("edge-1")));
+        assert!(matches!(o[0], AgentOutput::Start { .. }), "{o:?}");
+    }
 }
