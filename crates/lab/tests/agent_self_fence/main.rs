@@ -50,6 +50,55 @@ fn status(path: &PathBuf) -> Option<Value> {
         .and_then(|t| serde_json::from_str(&t).ok())
 }
 
+/// Starts `holdfast-agent --host NAME` on `host` (lease TTL 3 s, renewals
+/// every 500 ms, margin 1.5 s, the failsafe served on `listen`), with `unit`
+/// to start at boot; its directory is `agent-NAME` in the work directory.
+fn spawn_agent(
+    lab: &mut Lab,
+    (host, name, listen): (HostId, &str, &str),
+    eps: &str,
+    (agent, holdfastd): &(String, String),
+    unit: Option<&str>,
+) -> holdfast_lab::ProcId {
+    let dir = lab.work_dir().join(format!("agent-{name}"));
+    let (wd, st) = (
+        dir.join("units").display().to_string(),
+        dir.join("status.json").display().to_string(),
+    );
+    let (ttl, margin) = (TTL_MS.to_string(), MARGIN_MS.to_string());
+    let mut argv: Vec<&str> = vec![
+        agent,
+        "--host",
+        name,
+        "--etcd",
+        eps,
+        "--holdfastd",
+        holdfastd,
+        "--work-dir",
+        &wd,
+        "--status-file",
+        &st,
+        "--lease-ttl-ms",
+        &ttl,
+        "--renew-ms",
+        "500",
+        "--margin-ms",
+        &margin,
+        "--failsafe-listen",
+        listen,
+    ];
+    if let Some(u) = unit {
+        argv.extend(["--unit", u]);
+    }
+    lab.spawn(
+        host,
+        &format!("agent-{name}"),
+        &argv,
+        &[("RUST_LOG", "info")],
+    )
+    .expect("agent")
+}
+
 fn pid_alive(pid: u64) -> bool {
     std::path::Path::new(&format!("/proc/{pid}")).exists()
 }
@@ -95,76 +144,26 @@ fn an_agent_cut_off_from_etcd_fences_its_units_first() {
     )
     .unwrap();
     let status_file = work.join("status.json");
-    let (eps, bin) = (etcd.endpoints(), agent_bin.to_string_lossy().to_string());
+    let eps = etcd.endpoints();
     let unit = format!("u1={}", unit_cfg.display());
-    let hf = hf_bin.to_string_lossy().to_string();
-    let (wd, st) = (
-        work.join("units").display().to_string(),
-        status_file.display().to_string(),
+    let bins = (
+        agent_bin.to_string_lossy().to_string(),
+        hf_bin.to_string_lossy().to_string(),
     );
-    let (ttl, margin) = (TTL_MS.to_string(), MARGIN_MS.to_string());
-    let agent = lab
-        .spawn(
-            hosts[3],
-            "agent-h",
-            &[
-                &bin,
-                "--host",
-                "h",
-                "--etcd",
-                &eps,
-                "--unit",
-                &unit,
-                "--holdfastd",
-                &hf,
-                "--work-dir",
-                &wd,
-                "--status-file",
-                &st,
-                "--lease-ttl-ms",
-                &ttl,
-                "--renew-ms",
-                "500",
-                "--margin-ms",
-                &margin,
-                "--failsafe-listen",
-                "192.0.2.4:50052",
-            ],
-            &[("RUST_LOG", "info")],
-        )
-        .expect("agent");
-    let g_dir = lab.work_dir().join("agent-g");
-    let (g_wd, g_st) = (
-        g_dir.join("units").display().to_string(),
-        g_dir.join("status.json").display().to_string(),
+    let agent = spawn_agent(
+        &mut lab,
+        (hosts[3], "h", "192.0.2.4:50052"),
+        &eps,
+        &bins,
+        Some(&unit),
     );
-    lab.spawn(
-        hosts[4],
-        "agent-g",
-        &[
-            &bin,
-            "--host",
-            "g",
-            "--etcd",
-            &eps,
-            "--holdfastd",
-            &hf,
-            "--work-dir",
-            &g_wd,
-            "--status-file",
-            &g_st,
-            "--lease-ttl-ms",
-            &ttl,
-            "--renew-ms",
-            "500",
-            "--margin-ms",
-            &margin,
-            "--failsafe-listen",
-            "192.0.2.5:50052",
-        ],
-        &[("RUST_LOG", "info")],
-    )
-    .expect("agent g");
+    spawn_agent(
+        &mut lab,
+        (hosts[4], "g", "192.0.2.5:50052"),
+        &eps,
+        &bins,
+        None,
+    );
 
     // 1. A lease, the key in etcd, the unit running.
     let s = wait_for_every(
