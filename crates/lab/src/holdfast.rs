@@ -280,21 +280,7 @@ impl Holdfastd {
 
     /// One request over the control socket.
     pub fn request(&self, req: &Request) -> Result<Body> {
-        let ctx = || format!("control socket {}", self.socket.display());
-        let mut s = UnixStream::connect(&self.socket).map_err(io_ctx(ctx()))?;
-        s.set_read_timeout(Some(Duration::from_secs(30)))
-            .map_err(io_ctx(ctx()))?;
-        let mut line = req.to_line();
-        line.push('\n');
-        s.write_all(line.as_bytes()).map_err(io_ctx(ctx()))?;
-        let mut answer = String::new();
-        BufReader::new(s)
-            .read_line(&mut answer)
-            .map_err(io_ctx(ctx()))?;
-        let resp = Response::from_line(&answer)
-            .map_err(|e| parse_err("holdfastd control answer", format!("{answer:?}: {e}")))?;
-        resp.into_result()
-            .map_err(|m| LabError::Invalid(format!("holdfastd refused the request: {m}")))
+        control_request(&self.socket, req)
     }
 
     pub fn summary(&self) -> Result<Summary> {
@@ -410,6 +396,26 @@ fn inject_control_socket(config: &str, socket: &Path) -> String {
         }
     }
     out
+}
+
+/// One request over the holdfastd control socket `socket` (a unit the lab
+/// did not start itself, such as one a host agent runs).
+pub fn control_request(socket: &Path, req: &Request) -> Result<Body> {
+    let ctx = || format!("control socket {}", socket.display());
+    let mut s = UnixStream::connect(socket).map_err(io_ctx(ctx()))?;
+    s.set_read_timeout(Some(Duration::from_secs(30)))
+        .map_err(io_ctx(ctx()))?;
+    let mut line = req.to_line();
+    line.push('\n');
+    s.write_all(line.as_bytes()).map_err(io_ctx(ctx()))?;
+    let mut answer = String::new();
+    BufReader::new(s)
+        .read_line(&mut answer)
+        .map_err(io_ctx(ctx()))?;
+    let resp = Response::from_line(&answer)
+        .map_err(|e| parse_err("holdfastd control answer", format!("{answer:?}: {e}")))?;
+    resp.into_result()
+        .map_err(|m| LabError::Invalid(format!("holdfastd refused the request: {m}")))
 }
 
 #[cfg(test)]
