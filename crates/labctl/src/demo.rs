@@ -644,15 +644,20 @@ fn one_failure(
     let peers = obs.finish(open, taps)?;
     let new = open.holdfastd(&open.state.units[0].primary)?;
     let routes_after: u64 = new.summary()?.loc_rib_routes.values().sum();
-    let o = &t.orchestrator_ms;
-    let (tcp_restore_ms, tables_ms) = t.holdfastd.as_ref().map_or((0.0, 0.0), |h| {
-        (h.tcp_restore_us as f64 / 1e3, h.tables_us as f64 / 1e3)
+    let o = &t.phases_ms;
+    let us = |x: u64| x as f64 / 1e3;
+    let (claim_load, tcp, tables) = t.holdfastd.as_ref().map_or((0.0, 0.0, 0.0), |h| {
+        (
+            us(h.claim_us + h.load_us),
+            us(h.address_wait_us + h.tcp_restore_us),
+            us(h.tables_us),
+        )
     });
-    let detection = fail.detected_ms.unwrap_or(0.0);
-    let initiate = o.fence + o.ready;
-    let tcp = o.address + tcp_restore_ms;
-    let up_from_start = o.ready + o.address + o.established;
-    let bgp = (o.established - tcp_restore_ms).max(0.0) + (tables_ms - up_from_start).max(0.0);
+    let detection = o.detection;
+    // The verdict until the new process started (the controller's fencing and
+    // commands, the agent's start), then its claim and load.
+    let initiate = (o.started - o.verdict).max(0.0) + claim_load;
+    let bgp = (tables - claim_load - tcp).max(0.0);
     Ok(Row {
         kind,
         target: target.to_string(),
