@@ -66,7 +66,13 @@ impl OpenLab {
         let (host, unit_idx) = if kind.targets_host() {
             let h = self.host_id(target)?;
             let name = self.lab.host_info(h).name.clone();
-            if !self.state.plane.agents.iter().any(|a| a.host == name && !a.server) {
+            if !self
+                .state
+                .plane
+                .agents
+                .iter()
+                .any(|a| a.host == name && !a.server)
+            {
                 return Err(LabError::Invalid(format!(
                     "`{kind}` needs a host with a host agent, not `{target}` (hosts: {})",
                     self.state
@@ -174,7 +180,9 @@ impl OpenLab {
         let containers = self.containers_on(&host)?;
         match kind {
             FailureKind::Application => {
-                let u = self.state.units[unit_idx.expect("a unit target")].primary.clone();
+                let u = self.state.units[unit_idx.expect("a unit target")]
+                    .primary
+                    .clone();
                 if !holdfast_lab::send_signal(u.pid, holdfast_lab::Signal::Kill, false) {
                     return Err(LabError::Invalid(format!("SIGKILL pid {} failed", u.pid)));
                 }
@@ -191,7 +199,9 @@ impl OpenLab {
                 ));
             }
             FailureKind::Container => {
-                let unit = self.state.units[unit_idx.expect("a unit target")].name.clone();
+                let unit = self.state.units[unit_idx.expect("a unit target")]
+                    .name
+                    .clone();
                 let (c, _) = self.container(&unit, &host)?;
                 let ns = self.lab.netns(c).to_string();
                 let killed = kill_container_ns(&ns)?;
@@ -230,7 +240,9 @@ impl OpenLab {
                 ));
             }
             FailureKind::Switchover => {
-                let unit = self.state.units[unit_idx.expect("a unit target")].name.clone();
+                let unit = self.state.units[unit_idx.expect("a unit target")]
+                    .name
+                    .clone();
                 let out = self.plane.ctl(&self.lab, &["switchover", &unit])?;
                 report
                     .injected
@@ -265,7 +277,9 @@ impl OpenLab {
             let unit = self.state.units[i].name.clone();
             let (c, _) = self.container(&unit, &host)?;
             self.lab.revive_host(c)?;
-            step(&format!("container of `{unit}` on {host} re-created (empty)"));
+            step(&format!(
+                "container of `{unit}` on {host} re-created (empty)"
+            ));
         }
         self.state.history.push(report.clone());
         r?;
@@ -319,8 +333,10 @@ impl OpenLab {
             Duration::from_millis(20),
             || {
                 let (primary, _) = self.plane.placement(&self.lab, &unit)?;
-                Ok((primary != host && self.plane.unit_pid(&unit, &primary).is_some())
-                    .then_some(primary))
+                Ok(
+                    (primary != host && self.plane.unit_pid(&unit, &primary).is_some())
+                        .then_some(primary),
+                )
             },
         )?;
         let pid = self.plane.wait_running(&unit, &to, None, MOVE_TIMEOUT)?;
@@ -452,7 +468,9 @@ impl OpenLab {
             self.plane.rec = self.state.plane.clone();
             actions.push(format!("agent on {host} started again (pid {pid})"));
         }
-        let done = self.plane.ctl(&self.lab, &["reset", host, "--wait", "20"])?;
+        let done = self
+            .plane
+            .ctl(&self.lab, &["reset", host, "--wait", "20"])?;
         if done["done"] != true {
             return Err(LabError::Invalid(format!(
                 "holdfast ctl reset {host}: {done}"

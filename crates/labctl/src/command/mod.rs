@@ -39,10 +39,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use holdfast_lab::{
-    cleanup_stale, find_binary, io_ctx, list_netns, netns_pids, preflight, require_tool,
-    run_id_of, stale_namespaces, wait_ok, Bird, Exabgp, Frr, Gobgp, HostId, IfAddr, Lab,
-    LabError, NsrHost, NsrTopo, Peer, PeerKind, PeerSpec, Redis, Result, NSR_V4_LEN,
-    NSR_V6_LEN,
+    cleanup_stale, find_binary, io_ctx, list_netns, netns_pids, preflight, require_tool, run_id_of,
+    stale_namespaces, wait_ok, Bird, Exabgp, Frr, Gobgp, HostId, IfAddr, Lab, LabError, NsrHost,
+    NsrTopo, Peer, PeerKind, PeerSpec, Redis, Result, NSR_V4_LEN, NSR_V6_LEN,
 };
 
 use crate::scenario::{parse_peer_kind, Scenario};
@@ -60,8 +59,8 @@ pub use plane::{
     has_addr, AgentRecord, ContainerRecord, ControllerRecord, LabPlane, PlaneRecord, UnitSocket,
 };
 pub use report::{
-    ControlStatus, DownReport, FailReport, HealReport, HostStatus, PhaseMs, ServiceStatus,
-    Status, TakeoverReport, UnitStatus,
+    ControlStatus, DownReport, FailReport, HealReport, HostStatus, PhaseMs, ServiceStatus, Status,
+    TakeoverReport, UnitStatus,
 };
 pub use state::{
     default_state_file, find_scenario, list_scenarios, scenario_dirs, FailedHost, FailureKind,
@@ -305,19 +304,29 @@ fn build(
         peers.push((p, drv));
     }
     let service = IpAddr::V4(sc.service.v4);
-    wait_ok(&format!("{name}: every session Established"), UP_TIMEOUT, || {
-        hf.all_established()
-            .then_some(())
-            .ok_or_else(|| format!("{:?}", hf.neighbors().map(|n| n.into_iter().map(|x| x.state).collect::<Vec<_>>())))
-    })?;
+    wait_ok(
+        &format!("{name}: every session Established"),
+        UP_TIMEOUT,
+        || {
+            hf.all_established().then_some(()).ok_or_else(|| {
+                format!(
+                    "{:?}",
+                    hf.neighbors()
+                        .map(|n| n.into_iter().map(|x| x.state).collect::<Vec<_>>())
+                )
+            })
+        },
+    )?;
     for (_, drv) in &peers {
         drv.wait_established(lab, service, UP_TIMEOUT)?;
     }
     step("every session Established (holdfastd and each peer's own CLI)");
-    wait_ok(&format!("{name}: PROTECTED"), UP_TIMEOUT, || match hf.nsr() {
-        Ok(n) if n.protected => Ok(()),
-        Ok(n) => Err(format!("role {}, epoch {}, unprotected", n.role, n.epoch)),
-        Err(e) => Err(e.to_string()),
+    wait_ok(&format!("{name}: PROTECTED"), UP_TIMEOUT, || {
+        match hf.nsr() {
+            Ok(n) if n.protected => Ok(()),
+            Ok(n) => Err(format!("role {}, epoch {}, unprotected", n.role, n.epoch)),
+            Err(e) => Err(e.to_string()),
+        }
     })?;
     // Routes both ways.
     let ours = sc.unit_route_count(unit);

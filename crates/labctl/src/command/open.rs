@@ -6,8 +6,8 @@ use std::path::Path;
 
 use holdfast_api::{NeighborInfo, Summary};
 use holdfast_lab::{
-    adopt_peer, link_state, list_netns, netns_pids, HostId, Lab, LabError, NsrTopo, Peer,
-    ProcId, Redis, Result, SessionView,
+    adopt_peer, link_state, list_netns, netns_pids, HostId, Lab, LabError, NsrTopo, Peer, ProcId,
+    Redis, Result, SessionView,
 };
 use serde_json::{json, Value};
 
@@ -24,7 +24,7 @@ pub struct OpenLab {
     pub state: LabState,
     /// The adopted lab.
     pub lab: Lab,
-    /// The NSR topology (for the orchestrator).
+    /// The NSR topology (hosts, the bridge `lan`).
     pub topo: NsrTopo,
     /// The Redis unit.
     pub redis: Redis,

@@ -20,12 +20,11 @@ use std::time::Duration;
 
 use holdfast_api::{Body, NeighborInfo, NsrStatus, Request, Summary};
 use holdfast_lab::plane::{
-    agent_unit_pid, controller_statuses, controller_verdicts, ctl_json, placement_of,
-    unit_record, AgentOpts, ControlPlane, PlaneBins,
+    agent_unit_pid, controller_statuses, controller_verdicts, ctl_json, placement_of, unit_record,
+    AgentOpts, ControlPlane, PlaneBins,
 };
 use holdfast_lab::{
-    control_request, parse_err, wait_for_every, HostId, Lab, LabError, NsrTopo, Result,
-    NSR_V4_LEN,
+    control_request, parse_err, wait_for_every, HostId, Lab, LabError, NsrTopo, Result, NSR_V4_LEN,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

@@ -245,11 +245,7 @@ impl Status {
             .agents
             .iter()
             .all(|a| a["running"] == json!(true) || a["failed"] == json!(true));
-        self.redis.running
-            && peers_ok
-            && primary_ok
-            && self.control.leader.is_some()
-            && agents_ok
+        self.redis.running && peers_ok && primary_ok && self.control.leader.is_some() && agents_ok
     }
 }
 
@@ -474,7 +470,10 @@ impl fmt::Display for FailReport {
             writeln!(f, "  {l}")?;
         }
         if let (Some(d), Some(p)) = (self.detected_ms, &self.detector) {
-            writeln!(f, "detected in {d:.1} ms (the controller's own figure): {p}")?;
+            writeln!(
+                f,
+                "detected in {d:.1} ms (the controller's own figure): {p}"
+            )?;
         }
         let Some(t) = &self.takeover else {
             return writeln!(f, "no holdfastd primary was hit: no takeover");

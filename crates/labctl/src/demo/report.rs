@@ -145,7 +145,7 @@ impl DemoReport {
         );
         let _ = writeln!(
             s,
-            "Peers: {}. holdfastd learns {} routes from them and announces {} to each; hold time {} s. Each failure kind is injected into the primary, detected by the lab's probe, and recovered by a takeover onto the backup host through the orchestrator.\n",
+            "Peers: {}. holdfastd learns {} routes from them and announces {} to each; hold time {} s. Each failure kind is injected into the primary by the lab; the control plane (etcd, three `holdfast-controller` replicas, a `holdfast-agent` per host, the agent server's agent) detects and localizes it and moves the unit onto the other host through the agents.\n",
             self.peers.join(", "),
             self.routes_in,
             self.routes_out,
