@@ -338,7 +338,7 @@ impl OpenLab {
                 "pid": pid,
                 "running": running,
                 "failed": self.state.failed(&a.host).is_some(),
-                "attached": attached.iter().any(|h| *h == a.host),
+                "attached": attached.contains(&a.host),
                 "units": units,
             }));
         }
