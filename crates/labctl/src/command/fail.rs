@@ -2,6 +2,13 @@
 //! the controller finds it (its verdict, with its own detection time) and moves the
 //! unit through the agents, and the lab waits for the unit to run PROTECTED on its
 //! new host and reports what it measured.
+//!
+//! Known issues: the phases after the verdict are the lab's view (the controller's
+//! status file polled every 20 ms, the new process's `/proc` start time at 10 ms
+//! resolution, holdfastd's control socket polled every 10 ms); the controller's
+//! migration steps carry no times of their own. A container failure's container is
+//! re-created (empty) right after the unit runs elsewhere, as a container runtime
+//! would.
 
 use std::time::{Duration, Instant};
 
