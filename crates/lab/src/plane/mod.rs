@@ -28,6 +28,13 @@
 //! down, the management network's too), the host's data network (its and
 //! its containers' `lan` ports; the management network stays up, as
 //! TENSOR's host-network failure).
+//!
+//! Its parts (the management network with etcd and the controllers, the
+//! agents' command lines, placements, the status readers) are in `parts`,
+//! shared with `holdfast lab`'s control plane (crates/labctl).
+//!
+//! Known issues: at most four unit hosts (`a`..`d`) with a fixed address
+//! plan; the peers are frr (and bird2, gobgpd) with fixed ASes.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
