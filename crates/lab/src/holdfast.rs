@@ -9,7 +9,7 @@ use crate::cmd::{pid_alive, Signal};
 use crate::error::{io_ctx, parse_err, LabError, Result};
 use crate::lab::{HostId, Lab, ProcId};
 use crate::wait::{wait_until, DEFAULT_POLL_INTERVAL};
-use holdfast_api::{Body, NeighborInfo, Request, Response, RibEntry, RibTable, Summary};
+use holdfast_api::{Body, NeighborInfo, NsrStatus, Request, Response, RibEntry, RibTable, Summary};
 use std::io::{BufRead, BufReader, Write};
 use std::net::IpAddr;
 use std::os::unix::net::UnixStream;
@@ -284,23 +284,16 @@ impl Holdfastd {
     }
 
     pub fn summary(&self) -> Result<Summary> {
-        match self.request(&Request::ShowSummary)? {
-            Body::Summary(s) => Ok(s),
-            other => Err(parse_err(
-                "holdfastd control answer",
-                format!("unexpected {other:?}"),
-            )),
-        }
+        self.control().summary()
     }
 
     pub fn neighbors(&self) -> Result<Vec<NeighborInfo>> {
-        match self.request(&Request::ShowNeighbors)? {
-            Body::Neighbors(n) => Ok(n),
-            other => Err(parse_err(
-                "holdfastd control answer",
-                format!("unexpected {other:?}"),
-            )),
-        }
+        self.control().neighbors()
+    }
+
+    /// Its control socket.
+    pub fn control(&self) -> ControlSocket {
+        ControlSocket(self.socket.clone())
     }
 
     pub fn neighbor(&self, addr: IpAddr) -> Result<Option<NeighborInfo>> {
@@ -396,6 +389,46 @@ fn inject_control_socket(config: &str, socket: &Path) -> String {
         }
     }
     out
+}
+
+/// A holdfastd control socket: a unit's, whoever started it (a host agent, say).
+#[derive(Debug, Clone)]
+pub struct ControlSocket(pub PathBuf);
+
+impl ControlSocket {
+    fn unexpected(other: Body) -> LabError {
+        parse_err("holdfastd control answer", format!("unexpected {other:?}"))
+    }
+
+    /// `show summary`.
+    pub fn summary(&self) -> Result<Summary> {
+        match control_request(&self.0, &Request::ShowSummary)? {
+            Body::Summary(s) => Ok(s),
+            other => Err(Self::unexpected(other)),
+        }
+    }
+
+    /// `show neighbors`.
+    pub fn neighbors(&self) -> Result<Vec<NeighborInfo>> {
+        match control_request(&self.0, &Request::ShowNeighbors)? {
+            Body::Neighbors(n) => Ok(n),
+            other => Err(Self::unexpected(other)),
+        }
+    }
+
+    /// `show nsr`.
+    pub fn nsr(&self) -> Result<NsrStatus> {
+        match control_request(&self.0, &Request::ShowNsr)? {
+            Body::Nsr(n) => Ok(*n),
+            other => Err(Self::unexpected(other)),
+        }
+    }
+
+    /// Whether it has sessions and every one is Established.
+    pub fn all_established(&self) -> bool {
+        self.neighbors()
+            .is_ok_and(|ns| !ns.is_empty() && ns.iter().all(|n| n.state == "Established"))
+    }
 }
 
 /// One request over the holdfastd control socket `socket` (a unit the lab

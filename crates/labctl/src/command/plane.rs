@@ -18,18 +18,18 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use holdfast_api::{Body, NeighborInfo, NsrStatus, Request, Summary};
 use holdfast_lab::plane::{
     agent_unit_pid, controller_statuses, controller_verdicts, ctl_json, placement_of, unit_record,
     AgentOpts, ControlPlane, PlaneBins,
 };
-use holdfast_lab::{
-    control_request, parse_err, wait_for_every, HostId, Lab, LabError, NsrTopo, Result, NSR_V4_LEN,
-};
+use holdfast_lab::{wait_for_every, HostId, Lab, LabError, NsrTopo, Result, NSR_V4_LEN};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::scenario::{HoldfastdSpec, Scenario};
+
+/// A holdfastd unit run by an agent, through its control socket.
+pub use holdfast_lab::ControlSocket as UnitSocket;
 
 /// Deadline for the control plane to come up (a leader with every agent
 /// attached, the unit running).
@@ -381,49 +381,6 @@ impl LabPlane {
     /// The leading replica's status, if one leads.
     pub fn leader(&self) -> Option<Value> {
         self.statuses().into_iter().find(|v| v["role"] == "leader")
-    }
-}
-
-/// A holdfastd unit run by an agent, through its control socket.
-pub struct UnitSocket(pub PathBuf);
-
-impl UnitSocket {
-    fn ask(&self, req: Request) -> Result<Body> {
-        control_request(&self.0, &req)
-    }
-
-    fn unexpected(other: Body) -> LabError {
-        parse_err("holdfastd control answer", format!("unexpected {other:?}"))
-    }
-
-    /// `show summary`.
-    pub fn summary(&self) -> Result<Summary> {
-        match self.ask(Request::ShowSummary)? {
-            Body::Summary(s) => Ok(s),
-            other => Err(Self::unexpected(other)),
-        }
-    }
-
-    /// `show neighbors`.
-    pub fn neighbors(&self) -> Result<Vec<NeighborInfo>> {
-        match self.ask(Request::ShowNeighbors)? {
-            Body::Neighbors(n) => Ok(n),
-            other => Err(Self::unexpected(other)),
-        }
-    }
-
-    /// `show nsr`.
-    pub fn nsr(&self) -> Result<NsrStatus> {
-        match self.ask(Request::ShowNsr)? {
-            Body::Nsr(n) => Ok(*n),
-            other => Err(Self::unexpected(other)),
-        }
-    }
-
-    /// Whether every session is Established.
-    pub fn all_established(&self) -> bool {
-        self.neighbors()
-            .is_ok_and(|ns| !ns.is_empty() && ns.iter().all(|n| n.state == "Established"))
     }
 }
 
