@@ -6,8 +6,9 @@
 //!
 //! `holdfast lab ...` runs `holdfast-lab` (package `holdfast-labctl`) from the
 //! directory of this executable with the same arguments: scenarios from
-//! `lab/scenarios/` built in network namespaces, TENSOR's failures injected,
-//! takeovers onto the backup. It needs root. The CLI itself depends on no lab or
+//! `lab/scenarios/` built in network namespaces with the control plane (etcd,
+//! controllers, host agents), TENSOR's failures injected and handled by the
+//! controller. It needs root. The CLI itself depends on no lab or
 //! test code.
 //!
 //! `holdfast replay FILE` re-runs a neighbour's recorded inputs
@@ -84,7 +85,8 @@ enum Cmd {
         extra: Vec<String>,
     },
     /// The lab: a scenario of lab/scenarios/ in network namespaces (holdfastd primary
-    /// and backup hosts, Redis, real peers), failures, takeovers. Runs the
+    /// and backup hosts, Redis, real peers, etcd, controllers, host agents), failures
+    /// handled by the controller. Runs the
     /// `holdfast-lab` next to this executable with these arguments: `[--state FILE]
     /// up|status|fail|heal|down|list ...` (`holdfast lab --help`). Needs root.
     #[command(disable_help_flag = true)]

@@ -9,7 +9,7 @@ use crate::cmd::{pid_alive, Signal};
 use crate::error::{io_ctx, parse_err, LabError, Result};
 use crate::lab::{HostId, Lab, ProcId};
 use crate::wait::{wait_until, DEFAULT_POLL_INTERVAL};
-use holdfast_api::{Body, NeighborInfo, Request, Response, RibEntry, RibTable, Summary};
+use holdfast_api::{Body, NeighborInfo, NsrStatus, Request, Response, RibEntry, RibTable, Summary};
 use std::io::{BufRead, BufReader, Write};
 use std::net::IpAddr;
 use std::os::unix::net::UnixStream;
@@ -311,41 +311,20 @@ impl Holdfastd {
 
     /// One request over the control socket.
     pub fn request(&self, req: &Request) -> Result<Body> {
-        let ctx = || format!("control socket {}", self.socket.display());
-        let mut s = UnixStream::connect(&self.socket).map_err(io_ctx(ctx()))?;
-        s.set_read_timeout(Some(Duration::from_secs(30)))
-            .map_err(io_ctx(ctx()))?;
-        let mut line = req.to_line();
-        line.push('\n');
-        s.write_all(line.as_bytes()).map_err(io_ctx(ctx()))?;
-        let mut answer = String::new();
-        BufReader::new(s)
-            .read_line(&mut answer)
-            .map_err(io_ctx(ctx()))?;
-        let resp = Response::from_line(&answer)
-            .map_err(|e| parse_err("holdfastd control answer", format!("{answer:?}: {e}")))?;
-        resp.into_result()
-            .map_err(|m| LabError::Invalid(format!("holdfastd refused the request: {m}")))
+        control_request(&self.socket, req)
     }
 
     pub fn summary(&self) -> Result<Summary> {
-        match self.request(&Request::ShowSummary)? {
-            Body::Summary(s) => Ok(s),
-            other => Err(parse_err(
-                "holdfastd control answer",
-                format!("unexpected {other:?}"),
-            )),
-        }
+        self.control().summary()
     }
 
     pub fn neighbors(&self) -> Result<Vec<NeighborInfo>> {
-        match self.request(&Request::ShowNeighbors)? {
-            Body::Neighbors(n) => Ok(n),
-            other => Err(parse_err(
-                "holdfastd control answer",
-                format!("unexpected {other:?}"),
-            )),
-        }
+        self.control().neighbors()
+    }
+
+    /// Its control socket.
+    pub fn control(&self) -> ControlSocket {
+        ControlSocket(self.socket.clone())
     }
 
     pub fn neighbor(&self, addr: IpAddr) -> Result<Option<NeighborInfo>> {
@@ -441,6 +420,66 @@ fn inject_control_socket(config: &str, socket: &Path) -> String {
         }
     }
     out
+}
+
+/// A holdfastd control socket: a unit's, whoever started it (a host agent, say).
+#[derive(Debug, Clone)]
+pub struct ControlSocket(pub PathBuf);
+
+impl ControlSocket {
+    fn unexpected(other: Body) -> LabError {
+        parse_err("holdfastd control answer", format!("unexpected {other:?}"))
+    }
+
+    /// `show summary`.
+    pub fn summary(&self) -> Result<Summary> {
+        match control_request(&self.0, &Request::ShowSummary)? {
+            Body::Summary(s) => Ok(s),
+            other => Err(Self::unexpected(other)),
+        }
+    }
+
+    /// `show neighbors`.
+    pub fn neighbors(&self) -> Result<Vec<NeighborInfo>> {
+        match control_request(&self.0, &Request::ShowNeighbors)? {
+            Body::Neighbors(n) => Ok(n),
+            other => Err(Self::unexpected(other)),
+        }
+    }
+
+    /// `show nsr`.
+    pub fn nsr(&self) -> Result<NsrStatus> {
+        match control_request(&self.0, &Request::ShowNsr)? {
+            Body::Nsr(n) => Ok(*n),
+            other => Err(Self::unexpected(other)),
+        }
+    }
+
+    /// Whether it has sessions and every one is Established.
+    pub fn all_established(&self) -> bool {
+        self.neighbors()
+            .is_ok_and(|ns| !ns.is_empty() && ns.iter().all(|n| n.state == "Established"))
+    }
+}
+
+/// One request over the holdfastd control socket `socket` (a unit the lab
+/// did not start itself, such as one a host agent runs).
+pub fn control_request(socket: &Path, req: &Request) -> Result<Body> {
+    let ctx = || format!("control socket {}", socket.display());
+    let mut s = UnixStream::connect(socket).map_err(io_ctx(ctx()))?;
+    s.set_read_timeout(Some(Duration::from_secs(30)))
+        .map_err(io_ctx(ctx()))?;
+    let mut line = req.to_line();
+    line.push('\n');
+    s.write_all(line.as_bytes()).map_err(io_ctx(ctx()))?;
+    let mut answer = String::new();
+    BufReader::new(s)
+        .read_line(&mut answer)
+        .map_err(io_ctx(ctx()))?;
+    let resp = Response::from_line(&answer)
+        .map_err(|e| parse_err("holdfastd control answer", format!("{answer:?}: {e}")))?;
+    resp.into_result()
+        .map_err(|m| LabError::Invalid(format!("holdfastd refused the request: {m}")))
 }
 
 #[cfg(test)]

@@ -111,7 +111,7 @@ pub use cmd::{
 };
 pub use error::{io_ctx, parse_err, LabError, Result};
 pub use etcd::{Etcd, EtcdMember, EtcdStatus, ETCD_CLIENT_PORT, ETCD_PEER_PORT};
-pub use holdfast::{find_binary, Holdfastd, StartOpts};
+pub use holdfast::{control_request, find_binary, ControlSocket, Holdfastd, StartOpts};
 pub use holdfast_orchestrate::{
     run_takeover, Fence, Orchestrator, TakeoverDeadlines, TakeoverTimes,
 };

@@ -5,7 +5,14 @@
 //! namespace ([`holdfast_linux::netns::in_netns`]); the ready file of a new unit is
 //! `<work dir>/<name>/takeover.ready`.
 //!
+//! Only the NSR lab tests that drive a takeover step by step use it (`nsr_frr`,
+//! `nsr_bird`, `nsr_gobgp`, `nsr_bfd_*`, `nsr_lab_self`): `holdfast lab` and `make demo`
+//! run the real control plane ([`crate::plane`]), whose controller detects the failure
+//! and migrates the unit through the host agents.
+//!
 //! # Known issues
+//! * A test double of the controller: its detection is a lab probe, not the controller's
+//!   localization, and its phase times are not Table 1's.
 //! * A host it is told is unreachable ([`LabOrchestrator::set_reachable`]) keeps the
 //!   service address: after a move both hosts hold it until a reachable move cleans it
 //!   up, as a real controller would leave it.

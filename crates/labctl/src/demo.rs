@@ -3,20 +3,21 @@
 //!
 //! [`run`] builds a scenario with [`crate::command::up`] (by default
 //! `lab/scenarios/demo`: an frr and a bird2 peer sending 100k routes in, holdfastd
-//! announcing 10k out), captures inside each peer's namespace, waits until every route
-//! is where it belongs, then injects each failure kind of TENSOR Table 1 in turn with
-//! [`OpenLab::fail`] (detection by probe, fencing, takeover onto the backup through the
-//! [`holdfast_orchestrate::Orchestrator`]), heals failed hosts, and tears the lab down on
-//! every exit path.
+//! announcing 10k out) with its control plane (etcd, three `holdfast-controller`
+//! replicas, the host agents, the agent server's agent), captures inside each peer's
+//! namespace, waits until every route is where it belongs, then injects each failure
+//! kind of TENSOR Table 1 in turn with [`OpenLab::fail`] (the lab injects; the
+//! controller finds the failure and moves the unit through the agents), heals failed
+//! hosts (`holdfast ctl reset` included), and tears the lab down on every exit path.
 //!
-//! For every failure it reports TENSOR Table 1's phases, measured by the lab:
+//! For every failure it reports TENSOR Table 1's phases:
 //!
 //! | column | what it covers |
 //! |---|---|
-//! | failure detection | end of the injection → the probe declared the target failed ([`holdfast_orchestrate::detect()`]) |
-//! | initiate NSR migration | fencing the old primary, starting the backup, claiming the store's epoch, loading the state (until its ready file) |
-//! | TCP recovery | moving and announcing the service address, and the TCP_REPAIR restore holdfastd reports |
-//! | BGP application recovery | the rest until every session is Established at the new primary and its tables are rebuilt |
+//! | failure detection | the controller's own detection and localization time: its verdict's `detection_ms` (first bad measurement → verdict) |
+//! | initiate NSR migration | the verdict → the new holdfastd's start on the other host (the controller fencing the old primary and commanding the agents), then its claim of the store's epoch and the load of the replicated state (holdfastd's `show nsr` figures) |
+//! | TCP recovery | the wait for the service address (moved by the agent) and the TCP_REPAIR restore holdfastd reports |
+//! | BGP application recovery | the rest until holdfastd's tables are rebuilt |
 //!
 //! and, next to them, what each peer saw, from the peer's own side:
 //!
@@ -31,10 +32,12 @@
 //! [`DemoReport::check`] asserts the zero columns, BFD Down included (and a gap below
 //! the hold time).
 //!
-//! Known issues: the phases come from the lab's orchestrator (there is no controller
-//! yet), so detection is the lab's probe, not a production detector's; holdfastd's
-//! table rebuild is measured from its own start, which the lab takes as the end of
-//! fencing.
+//! Known issues: a host or host-network failure takes about 3.3–3.7 s to detect (the
+//! agents' 3 s etcd lease, the localization's 3 s confirmation): BGP's 9 s hold time and
+//! the BFD relay (its `--cover-ms` 10 s) cover it. The verdict's time and the new
+//! process's start come from two clocks of the same machine (the controller's status,
+//! `/proc`), with `/proc`'s 10 ms resolution; the detection column does not include the
+//! time from the failure to the controller's first bad measurement.
 
 use std::fmt::Write as _;
 use std::net::IpAddr;
@@ -644,15 +647,20 @@ fn one_failure(
     let peers = obs.finish(open, taps)?;
     let new = open.holdfastd(&open.state.units[0].primary)?;
     let routes_after: u64 = new.summary()?.loc_rib_routes.values().sum();
-    let o = &t.orchestrator_ms;
-    let (tcp_restore_ms, tables_ms) = t.holdfastd.as_ref().map_or((0.0, 0.0), |h| {
-        (h.tcp_restore_us as f64 / 1e3, h.tables_us as f64 / 1e3)
+    let o = &t.phases_ms;
+    let us = |x: u64| x as f64 / 1e3;
+    let (claim_load, tcp, tables) = t.holdfastd.as_ref().map_or((0.0, 0.0, 0.0), |h| {
+        (
+            us(h.claim_us + h.load_us),
+            us(h.address_wait_us + h.tcp_restore_us),
+            us(h.tables_us),
+        )
     });
-    let detection = fail.detected_ms.unwrap_or(0.0);
-    let initiate = o.fence + o.ready;
-    let tcp = o.address + tcp_restore_ms;
-    let up_from_start = o.ready + o.address + o.established;
-    let bgp = (o.established - tcp_restore_ms).max(0.0) + (tables_ms - up_from_start).max(0.0);
+    let detection = o.detection;
+    // The verdict until the new process started (the controller's fencing and
+    // commands, the agent's start), then its claim and load.
+    let initiate = (o.started - o.verdict).max(0.0) + claim_load;
+    let bgp = (tables - claim_load - tcp).max(0.0);
     Ok(Row {
         kind,
         target: target.to_string(),

@@ -1,10 +1,11 @@
 //! `holdfast-labctl`: the `holdfast lab` operator command and `make demo`, built on the
-//! `holdfast-lab` harness and the `holdfast-orchestrate` contract.
+//! `holdfast-lab` harness and its control plane (`holdfast_lab::plane`).
 //!
 //! * [`scenario`]: the TOML scenarios of `holdfast lab` (`lab/scenarios/`).
 //! * [`command`]: `lab up|status|fail|heal|down|list`: a lab kept running between
-//!   invocations through a state file, TENSOR's four failure kinds, each followed by a
-//!   takeover through the `Orchestrator` contract (the lab's `LabOrchestrator`).
+//!   invocations through a state file, with its control plane (etcd, three controller
+//!   replicas, the host agents); TENSOR's four failure kinds injected, each found and
+//!   handled by the controller.
 //! * [`chaos`]: `holdfast lab chaos`: randomized failures recovered by the
 //!   control plane (controller and agents), checked on frr, bird2 and gobgpd.
 //! * [`demo`]: `make demo`: the demo scenario through the four failure kinds, TENSOR

@@ -36,14 +36,15 @@ enum LabOp {
     /// list`), a directory, or a scenario.toml.
     Up { scenario: String },
     /// Every unit: processes, holdfastd's summary and NSR state (control socket),
-    /// each peer's sessions (the peer's own CLI), links, failures so far.
+    /// each peer's sessions (the peer's own CLI), links, the controllers (which
+    /// leads) and the agents, failures so far.
     Status,
-    /// Inject a failure, then take over onto the backup host. KIND TARGET:
-    /// `application UNIT` (SIGKILL holdfastd), `container UNIT` (SIGKILL every
-    /// process of its namespace), `host HOST` (every unit on it, links down),
-    /// `host-network HOST` (bridge port down, processes stay up), or a planned
-    /// `switchover UNIT` (`holdfast nsr switchover` on the primary, then the backup
-    /// takes over).
+    /// Inject a failure; the controller finds it and moves the unit; waits for its
+    /// verdict and the unit PROTECTED on its new host. KIND TARGET: `application
+    /// UNIT` (SIGKILL holdfastd), `container UNIT` (SIGKILL every process of its
+    /// container, which is deleted), `host HOST` (every process of the host and its
+    /// containers, links down), `host-network HOST` (its `lan` ports down, processes
+    /// stay up), or a planned `switchover UNIT` (`holdfast ctl switchover`).
     Fail {
         /// application | container | host | host-network | switchover
         kind: FailureKind,
@@ -51,9 +52,9 @@ enum LabOp {
         /// host-network).
         target: String,
     },
-    /// Bring a host back after a host or host-network failure (kills fenced old
-    /// primaries there, removes a stale service address and the packets they left
-    /// queued, links up).
+    /// Bring a host back after a host or host-network failure (removes a stale
+    /// service address and the packets its containers left queued, links up, its
+    /// agent started again, `holdfast ctl reset HOST`).
     Heal { host: String },
     /// Randomized failures on the control-plane lab (three hosts with
     /// containers, the agent server, three controllers on etcd; frr, bird2

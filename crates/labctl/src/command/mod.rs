@@ -1,20 +1,24 @@
 //! `holdfast lab`: a [`Scenario`] brought up, inspected, failed and torn down by
 //! separate invocations, which share a state file.
 //!
-//! * [`up`] builds the scenario (namespaces on one bridge, Redis, holdfastd primary,
-//!   peers), waits until every session is Established and the unit PROTECTED, keeps it
-//!   running ([`Lab::keep`]) and writes a [`LabState`] (run id, namespaces, processes
-//!   with their pids, addresses, which host holds the service address).
+//! * [`up`] builds the scenario (namespaces on one bridge, Redis, the peers) with its
+//!   control plane (`plane`: etcd, three `holdfast-controller` replicas, a
+//!   `holdfast-agent` on the unit's primary and backup hosts with a container per unit,
+//!   the agent server's agent), writes the unit's placement to etcd so that the
+//!   primary's agent starts it, waits until every session is Established and the unit
+//!   PROTECTED, keeps it running ([`Lab::keep`]) and writes a [`LabState`] (run id,
+//!   namespaces, processes with their pids, the control plane, which host runs the
+//!   unit).
 //! * [`status`] reads it back: every unit's processes (alive?), holdfastd's `show
 //!   summary` / `show nsr` over its control socket, each peer's sessions through its own
-//!   CLI, the hosts' links.
-//! * [`fail`] injects one failure of TENSOR's Table 1 ([`FailureKind`]) and, when it hit
-//!   the primary, takes over onto the backup through the
-//!   [`holdfast_orchestrate::Orchestrator`] trait ([`holdfast_lab::LabOrchestrator`]
-//!   today, a controller later). The state then records the new primary and the host
-//!   holding the service address.
-//! * [`heal`] brings a failed host back (kills what a host-network failure left fenced
-//!   on it, removes a stale service address, links up), so it can be the backup again.
+//!   CLI, the hosts' links, the controllers (which leads) and the agents.
+//! * [`fail`] injects one failure of TENSOR's Table 1 ([`FailureKind`]) and nothing
+//!   else: the controller finds it and moves the unit through the agents; `fail` waits
+//!   for the controller's verdict and for the unit to run PROTECTED on its new host, and
+//!   reports the controller's own detection time and the migration's phases. The state
+//!   then records the new primary and its host.
+//! * [`heal`] brings a failed host back (links up, its agent started again after a host
+//!   failure, `holdfast ctl reset HOST`), so the controller may place a backup there.
 //! * [`down`] tears the lab down from the state file and always runs
 //!   [`cleanup_stale`], which removes what any crashed run left.
 //!
@@ -22,33 +26,41 @@
 //! when `HOLDFAST_LAB_DIR` is set, else `/run/holdfast-lab/state.json`
 //! ([`default_state_file`]). One lab per state file.
 //!
-//! Split by concern: [`LabState`] and the scenario search in `state`, [`OpenLab`]
-//! (status, failure injection and takeover, heal) in `open`, the reports in `report`.
+//! Split by concern: [`LabState`] and the scenario search in `state`, [`OpenLab`] and
+//! status in `open`, failure injection and heal in `fail`, the control plane in
+//! `plane`, the reports in `report`.
+//!
+//! Known issues: the scenario's one holdfastd unit is the only one placed; its
+//! primary and backup hosts are its agents' hosts, so after a host failure the unit has
+//! no backup until `heal` (the controller places none on a failed host).
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use holdfast_api::{Body, NsrStatus, Request};
 use holdfast_lab::{
-    cleanup_stale, find_binary, io_ctx, list_netns, netns_pids, parse_err, preflight, require_tool,
-    run_id_of, send_signal, stale_namespaces, wait_ok, Bird, Exabgp, Frr, Gobgp, Holdfastd, HostId,
-    IfAddr, Lab, LabError, NsrHost, NsrTopo, Peer, PeerKind, PeerSpec, Redis, Result, Signal,
-    NSR_V4_LEN, NSR_V6_LEN,
+    cleanup_stale, find_binary, io_ctx, list_netns, netns_pids, preflight, require_tool, run_id_of,
+    stale_namespaces, wait_ok, Bird, Exabgp, Frr, Gobgp, HostId, IfAddr, Lab, LabError, NsrHost,
+    NsrTopo, Peer, PeerKind, PeerSpec, Redis, Result, NSR_V4_LEN, NSR_V6_LEN,
 };
 
 use crate::scenario::{parse_peer_kind, Scenario};
 use state::unix_ms;
 
+mod fail;
 mod open;
+mod plane;
 mod report;
 mod state;
 
 pub use holdfast_lab::link_state;
 pub use open::OpenLab;
+pub use plane::{
+    has_addr, AgentRecord, ContainerRecord, ControllerRecord, LabPlane, PlaneRecord, UnitSocket,
+};
 pub use report::{
-    DownReport, FailReport, HealReport, HostStatus, PhaseMs, ServiceStatus, Status, TakeoverReport,
-    UnitStatus,
+    ControlStatus, DownReport, FailReport, HealReport, HostStatus, PhaseMs, ServiceStatus, Status,
+    TakeoverReport, UnitStatus,
 };
 pub use state::{
     default_state_file, find_scenario, list_scenarios, scenario_dirs, FailedHost, FailureKind,
@@ -66,8 +78,6 @@ const PROTECTED_TIMEOUT: Duration = Duration::from_secs(30);
 const WORK_DIR_PREFIX: &str = "lab_";
 /// Deadline for killed processes to be gone.
 const KILL_TIMEOUT: Duration = Duration::from_secs(5);
-/// The closed port the host probe connects to (the discard service; nothing listens).
-const DETECT_PORT: u16 = 9;
 
 /// The NSR topology of a built scenario: `a` = the unit's first primary host, `b` = its
 /// first backup host, `redis` = the Redis host, `peer` = the host of its first
@@ -143,54 +153,6 @@ fn start_peer(
     })
 }
 
-/// `show nsr` of a unit.
-pub fn nsr_status(hf: &Holdfastd) -> Result<NsrStatus> {
-    match hf.request(&Request::ShowNsr)? {
-        Body::Nsr(n) => Ok(*n),
-        other => Err(parse_err(
-            "holdfastd control answer",
-            format!("unexpected {other:?}"),
-        )),
-    }
-}
-
-fn wait_protected(hf: &Holdfastd, timeout: Duration) -> Result<()> {
-    wait_ok(
-        &format!("{}: PROTECTED", hf.name),
-        timeout,
-        || match nsr_status(hf) {
-            Ok(n) if n.protected => Ok(()),
-            Ok(n) => Err(format!("role {}, epoch {}, unprotected", n.role, n.epoch)),
-            Err(e) => Err(e.to_string()),
-        },
-    )
-}
-
-/// SIGKILLs every process in namespace `ns` (found with `ip netns pids`), by pid, until
-/// none is left; returns the pids killed.
-fn kill_namespace(ns: &str) -> Result<Vec<u32>> {
-    let mut killed: Vec<u32> = Vec::new();
-    let deadline = Instant::now() + KILL_TIMEOUT;
-    loop {
-        let pids = netns_pids(ns);
-        if pids.is_empty() {
-            return Ok(killed);
-        }
-        if Instant::now() >= deadline {
-            return Err(LabError::Invalid(format!(
-                "processes still in {ns} {KILL_TIMEOUT:?} after SIGKILL: {pids:?}"
-            )));
-        }
-        for pid in pids {
-            if !killed.contains(&pid) {
-                killed.push(pid);
-            }
-            send_signal(pid, Signal::Kill, false);
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// `lab up`: builds the scenario in `scenario_file`, keeps it running and writes
 /// `state_file`. Refuses when a lab of that state file is up. Progress lines go to
 /// `progress`. On failure everything built is torn down (the work directory is kept and
@@ -227,6 +189,9 @@ pub fn up(
         require_tool(tool)?;
     }
     find_binary("holdfastd", "HOLDFASTD_BIN")?;
+    for tool in ["etcd", "etcdctl", "iptables"] {
+        require_tool(tool)?;
+    }
     let removed = cleanup_stale()?;
     let t0 = Instant::now();
     let mut step = |m: &str| progress(&format!("[{:>6.2}s] {m}", t0.elapsed().as_secs_f64()));
@@ -270,15 +235,11 @@ fn build(
     }
     lab.bridge(BRIDGE_NAME, &members)?;
     let topo = topo_of(lab, sc)?;
-    topo.add_service(lab, topo.a.id)?;
     let unit = &sc.holdfastd[0];
     step(&format!(
-        "{} hosts on bridge `{BRIDGE_NAME}` (run {}); service address {} / {} on {}",
+        "{} hosts on bridge `{BRIDGE_NAME}` (run {})",
         sc.hosts.len(),
         lab.run_id(),
-        sc.service.v4,
-        sc.service.v6,
-        unit.primary
     ));
     let redis_host = sc
         .host(&sc.redis.host)
@@ -291,11 +252,25 @@ fn build(
         redis.pid()
     ));
     let config = sc.holdfastd_config(unit, &topo, &redis.url())?;
+    let plane = plane::start(lab, sc, &topo, unit, &config, step)?;
     let name = format!("{}_0", unit.name);
-    let hf = Holdfastd::start(lab, topo.a.id, &name, &config)?;
+    let pid = plane
+        .agents
+        .iter()
+        .find(|a| a.host == unit.primary)
+        .and_then(|a| holdfast_lab::plane::agent_unit_pid(&a.status, &unit.name))
+        .and_then(|p| u32::try_from(p).ok())
+        .ok_or_else(|| LabError::Invalid(format!("{} not running", unit.name)))?;
+    let socket = plane
+        .agents
+        .iter()
+        .find(|a| a.host == unit.primary)
+        .map(|a| a.work_dir.join(&unit.name).join("holdfastd.sock"))
+        .unwrap_or_default();
+    let hf = UnitSocket(socket);
     step(&format!(
-        "holdfastd {name} (instance {}) on {}, pid {}",
-        unit.instance, unit.primary, hf.os_pid
+        "holdfastd {name} (instance {}) in its container on {}, pid {pid}; service address {} there",
+        unit.instance, unit.primary, sc.service.v4
     ));
     let mut peers = Vec::new();
     let mut records = Vec::new();
@@ -329,12 +304,30 @@ fn build(
         peers.push((p, drv));
     }
     let service = IpAddr::V4(sc.service.v4);
-    hf.wait_all_established(UP_TIMEOUT)?;
+    wait_ok(
+        &format!("{name}: every session Established"),
+        UP_TIMEOUT,
+        || {
+            hf.all_established().then_some(()).ok_or_else(|| {
+                format!(
+                    "{:?}",
+                    hf.neighbors()
+                        .map(|n| n.into_iter().map(|x| x.state).collect::<Vec<_>>())
+                )
+            })
+        },
+    )?;
     for (_, drv) in &peers {
         drv.wait_established(lab, service, UP_TIMEOUT)?;
     }
     step("every session Established (holdfastd and each peer's own CLI)");
-    wait_protected(&hf, UP_TIMEOUT)?;
+    wait_ok(&format!("{name}: PROTECTED"), UP_TIMEOUT, || {
+        match hf.nsr() {
+            Ok(n) if n.protected => Ok(()),
+            Ok(n) => Err(format!("role {}, epoch {}, unprotected", n.role, n.epoch)),
+            Err(e) => Err(e.to_string()),
+        }
+    })?;
     // Routes both ways.
     let ours = sc.unit_route_count(unit);
     wait_ok("routes exchanged", UP_TIMEOUT, || {
@@ -406,12 +399,11 @@ fn build(
             primary: UnitProc {
                 name,
                 host: unit.primary.clone(),
-                proc: hf.proc.index(),
-                pid: hf.os_pid,
+                pid,
             },
             backup_host: unit.backup.clone(),
-            fenced: Vec::new(),
         }],
+        plane,
         service_host: unit.primary.clone(),
         failed_hosts: Vec::new(),
         history: Vec::new(),
@@ -457,10 +449,10 @@ pub fn status(state_file: &Path) -> Result<Status> {
 
 /// `lab fail KIND TARGET`: injects the failure (TARGET is a holdfastd unit for
 /// `application` / `container` / `switchover`, a host for `host` / `host-network`;
-/// `switchover` is the planned one, with nothing to detect) and, when the
-/// unit's primary was hit, takes over onto its backup host through the
-/// [`holdfast_orchestrate::Orchestrator`]; the state then records the new primary and
-/// the service address's host. The state is written even when the takeover fails.
+/// `switchover` is the planned one, `holdfast ctl switchover`) and nothing else; when
+/// the unit's primary was hit, waits for the controller's verdict and for the unit to
+/// run PROTECTED on the host the controller moved it to; the state then records the
+/// new primary and its host. The state is written even when the wait fails.
 pub fn fail(
     state_file: &Path,
     kind: FailureKind,
@@ -475,12 +467,12 @@ pub fn fail(
     Ok(report)
 }
 
-/// `lab heal HOST`: brings a host back after a `host` or `host-network` failure: kills
-/// the fenced old primaries still alive on it, deletes a stale service address there,
-/// after a host-network failure drops the packets they left queued (neighbour queues,
-/// qdisc: a late BFD Down would reach the peers), and sets its links (or bridge port)
-/// up, so it can be the backup of the next takeover.
-/// Units that died with the host are not restarted.
+/// `lab heal HOST`: brings a host back after a `host` or `host-network` failure:
+/// deletes a stale service address in its containers, drops the packets they left
+/// queued (neighbour queues, qdisc: a late BFD Down would reach the peers), sets every
+/// link up, starts its agent again after a host failure, and runs `holdfast ctl reset
+/// HOST` (a failed host is not reused until reset), after which the controller may
+/// place the unit's backup there.
 pub fn heal(state_file: &Path, host: &str) -> Result<HealReport> {
     let mut open = OpenLab::load(state_file)?;
     let r = open.heal(host);

@@ -1,27 +1,20 @@
-//! A kept lab opened again ([`OpenLab`]): what `status` reads back, and the failure
-//! injection, detection and takeover of `fail`, and `heal`.
+//! A kept lab opened again ([`OpenLab`]) and what `status` reads back; `fail` and
+//! `heal` are in `fail`.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::path::Path;
-use std::time::{Duration, Instant};
 
 use holdfast_api::{NeighborInfo, Summary};
 use holdfast_lab::{
-    adopt_peer, link_state, list_netns, netns_pids, wait_for_every, Fence, Holdfastd, HostId, Lab,
-    LabError, LabOrchestrator, NsrTopo, Orchestrator, Peer, ProcId, Redis, Result, SessionView,
-    Signal,
+    adopt_peer, link_state, list_netns, netns_pids, HostId, Lab, LabError, NsrTopo, Peer, ProcId,
+    Redis, Result, SessionView,
 };
-use holdfast_orchestrate::Probe;
 use serde_json::{json, Value};
 
-use super::report::{
-    FailReport, HealReport, HostStatus, PhaseMs, ServiceStatus, Status, TakeoverReport, UnitStatus,
-};
-use super::state::{ms, unix_ms, FailedHost, FailureKind, LabState, UnitProc};
-use super::{
-    kill_namespace, nsr_status, topo_of, wait_protected, DETECT_PORT, KILL_TIMEOUT,
-    PROTECTED_TIMEOUT,
-};
+use super::plane::{has_addr, LabPlane, UnitSocket};
+use super::report::{ControlStatus, HostStatus, ServiceStatus, Status, UnitStatus};
+use super::state::{LabState, UnitProc};
+use super::topo_of;
 use crate::scenario::parse_peer_kind;
 
 /// A kept lab opened again: the state, the adopted [`Lab`] (dropping it tears nothing
@@ -31,12 +24,14 @@ pub struct OpenLab {
     pub state: LabState,
     /// The adopted lab.
     pub lab: Lab,
-    /// The NSR topology (for the orchestrator).
+    /// The NSR topology (hosts, the bridge `lan`).
     pub topo: NsrTopo,
     /// The Redis unit.
     pub redis: Redis,
     /// The peer units: (name, driver).
     pub peers: Vec<(String, Box<dyn Peer>)>,
+    /// The control plane.
+    pub plane: LabPlane,
 }
 
 impl OpenLab {
@@ -84,12 +79,14 @@ impl OpenLab {
             let drv = adopt_peer(kind, &lab, host, &sc.peer_spec(p)?, &procs)?;
             peers.push((rec.name.clone(), drv));
         }
+        let plane = LabPlane::open(state.plane.clone())?;
         Ok(OpenLab {
             state,
             lab,
             topo,
             redis,
             peers,
+            plane,
         })
     }
 
@@ -116,18 +113,21 @@ impl OpenLab {
         })
     }
 
-    /// The holdfastd process `u`.
-    pub fn holdfastd(&self, u: &UnitProc) -> Result<Holdfastd> {
-        let proc = self
-            .lab
-            .proc_id(u.proc)
-            .ok_or_else(|| LabError::Invalid(format!("lab state: no process #{}", u.proc)))?;
-        Ok(Holdfastd::adopt(
-            &self.lab,
-            self.host_id(&u.host)?,
-            proc,
-            &u.name,
-        ))
+    /// The control socket of the holdfastd process `u`.
+    pub fn holdfastd(&self, u: &UnitProc) -> Result<UnitSocket> {
+        let unit = self
+            .state
+            .units
+            .iter()
+            .find(|r| r.primary.name == u.name)
+            .map_or_else(|| u.name.clone(), |r| r.name.clone());
+        Ok(UnitSocket(self.plane.socket(&unit, &u.host)?))
+    }
+
+    /// The container namespace and interface of `unit` on `host`.
+    pub fn container(&self, unit: &str, host: &str) -> Result<(HostId, String)> {
+        let c = self.plane.container(unit, host)?;
+        Ok((self.host_id(&c.name)?, c.ifname.clone()))
     }
 
     fn running(&mut self, i: usize) -> bool {
@@ -229,50 +229,45 @@ impl OpenLab {
             }
             peers.push(u);
         }
-        // holdfastd units.
+        // holdfastd units, run by the agents.
         let mut units = Vec::new();
-        for rec in &st.units {
-            let procs = std::iter::once(("primary", &rec.primary))
-                .chain(rec.fenced.iter().map(|f| ("fenced", f)));
-            for (role, p) in procs {
-                let running = self.running(p.proc);
-                let mut u = UnitStatus {
-                    name: p.name.clone(),
-                    kind: "holdfastd".into(),
-                    role: Some(role.to_string()),
-                    host: p.host.clone(),
-                    netns: netns_of(&p.host),
-                    pids: vec![p.pid],
-                    running,
-                    detail: json!({ "unit": rec.name, "backup_host": rec.backup_host }),
-                    error: None,
-                };
-                if running {
-                    match self.holdfastd(p).and_then(|hf| unit_detail(&hf)) {
-                        Ok(d) => {
-                            if let (Some(obj), Value::Object(more)) = (u.detail.as_object_mut(), d)
-                            {
-                                obj.extend(more);
-                            }
-                        }
-                        Err(e) => u.error = Some(e.to_string()),
-                    }
-                }
-                units.push(u);
-            }
-        }
         let mut on = Vec::new();
-        for h in [&self.topo.a, &self.topo.b] {
-            if let Ok((v4, v6)) = self.topo.service_addrs_on(&self.lab, h.id) {
-                if v4 || v6 {
-                    on.push(format!(
-                        "{}{}",
-                        self.lab.host_info(h.id).name,
-                        if v4 && v6 { "" } else { " (partly)" }
-                    ));
+        for rec in &st.units {
+            let p = &rec.primary;
+            let pid = self.plane.unit_pid(&rec.name, &p.host);
+            let mut u = UnitStatus {
+                name: p.name.clone(),
+                kind: "holdfastd".into(),
+                role: Some("primary".to_string()),
+                host: p.host.clone(),
+                netns: self
+                    .plane
+                    .container(&rec.name, &p.host)
+                    .map(|c| netns_of(&c.name))
+                    .unwrap_or_default(),
+                pids: vec![pid.unwrap_or(p.pid)],
+                running: pid == Some(p.pid),
+                detail: json!({ "unit": rec.name, "backup_host": rec.backup_host }),
+                error: None,
+            };
+            if u.running {
+                match self.holdfastd(p).and_then(|hf| unit_detail(&hf)) {
+                    Ok(d) => {
+                        if let (Some(obj), Value::Object(more)) = (u.detail.as_object_mut(), d) {
+                            obj.extend(more);
+                        }
+                    }
+                    Err(e) => u.error = Some(e.to_string()),
+                }
+            }
+            units.push(u);
+            for c in st.plane.containers.iter().filter(|c| c.unit == rec.name) {
+                if has_addr(&netns_of(&c.name), &c.ifname, IpAddr::V4(sc.service.v4)) {
+                    on.push(format!("{} ({})", c.host, c.name));
                 }
             }
         }
+        let control = self.control_status();
         let mut s = Status {
             healthy: false,
             scenario: sc.name.clone(),
@@ -290,372 +285,74 @@ impl OpenLab {
             redis,
             peers,
             holdfastd: units,
+            control,
             failures: st.history.clone(),
         };
         s.healthy = s.compute_healthy();
         s
     }
 
-    /// Injects a failure and takes over when it hit the primary (see [`super::fail`]).
-    pub fn fail(
-        &mut self,
-        kind: FailureKind,
-        target: &str,
-        progress: &mut dyn FnMut(&str),
-    ) -> Result<FailReport> {
-        let t0 = Instant::now();
-        let mut step = |m: &str| progress(&format!("[{:>7.3}s] {m}", t0.elapsed().as_secs_f64()));
-        // What is hit.
-        let (host, unit_idx) = if kind.targets_host() {
-            let h = self.host_id(target)?;
-            let name = self.lab.host_info(h).name.clone();
-            let unit = self.state.units.iter().position(|u| u.primary.host == name);
-            (name, unit)
-        } else {
-            let i = self
-                .state
-                .units
+    /// The replicas, the leader, the agents, the placements.
+    fn control_status(&mut self) -> ControlStatus {
+        let statuses = self.plane.statuses();
+        let leader = statuses
+            .iter()
+            .find(|v| v["role"] == "leader")
+            .and_then(|v| v["name"].as_str().map(str::to_string));
+        let attached: Vec<String> = statuses
+            .iter()
+            .find(|v| v["role"] == "leader")
+            .and_then(|v| v["agents"].as_array().cloned())
+            .unwrap_or_default()
+            .iter()
+            .map(|a| {
+                a["host"]
+                    .as_str()
+                    .map_or_else(|| a.to_string(), str::to_string)
+            })
+            .collect();
+        let mut replicas = Vec::new();
+        for c in self.plane.rec.controllers.clone() {
+            let status = statuses.iter().find(|v| v["name"] == c.name.as_str());
+            let pid = self.lab.proc_id(c.proc).map(|p| self.lab.pid(p));
+            replicas.push(json!({
+                "name": c.name,
+                "role": status.map(|v| v["role"].clone()),
+                "pid": pid,
+                "running": self.running(c.proc),
+            }));
+        }
+        let mut agents = Vec::new();
+        for a in self.plane.rec.agents.clone() {
+            let running = a.proc.is_some_and(|p| self.running(p));
+            let pid = a
+                .proc
+                .and_then(|p| self.lab.proc_id(p))
+                .map(|p| self.lab.pid(p));
+            let units = holdfast_lab::plane::json_file(&a.status)
+                .map(|v| v["units"].clone())
+                .unwrap_or(Value::Null);
+            agents.push(json!({
+                "host": a.host,
+                "server": a.server,
+                "pid": pid,
+                "running": running,
+                "failed": self.state.failed(&a.host).is_some(),
+                "attached": attached.contains(&a.host),
+                "units": units,
+            }));
+        }
+        ControlStatus {
+            etcd: self.plane.rec.endpoints.clone(),
+            leader,
+            replicas,
+            agents,
+            units: self.plane.ctl(&self.lab, &["units"]).unwrap_or(Value::Null),
+            verdicts: statuses
                 .iter()
-                .position(|u| u.name == target || u.primary.name == target)
-                .ok_or_else(|| {
-                    LabError::Invalid(format!(
-                        "`{kind}` needs a holdfastd unit, not `{target}` (units: {})",
-                        self.state
-                            .units
-                            .iter()
-                            .map(|u| u.name.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ))
-                })?;
-            (self.state.units[i].primary.host.clone(), Some(i))
-        };
-        if let Some(k) = self.state.failed(&host) {
-            return Err(LabError::Invalid(format!(
-                "host `{host}` is already down ({k} failure): `holdfast lab heal {host}` first"
-            )));
+                .flat_map(|v| v["verdicts"].as_array().cloned().unwrap_or_default())
+                .collect(),
         }
-        if let Some(i) = unit_idx {
-            let u = self.state.units[i].clone();
-            if let Some(k) = self.state.failed(&u.backup_host) {
-                return Err(LabError::Invalid(format!(
-                    "unit `{}` cannot take over: its backup host `{}` is down ({k} failure); `holdfast lab heal {}` first",
-                    u.name, u.backup_host, u.backup_host
-                )));
-            }
-            let p = u.primary.proc;
-            if !self.running(p) {
-                return Err(LabError::Invalid(format!(
-                    "unit `{}`: holdfastd {} (pid {}) is not running",
-                    u.name, u.primary.name, u.primary.pid
-                )));
-            }
-        }
-        let host_id = self.host_id(&host)?;
-        let ns = self.lab.netns(host_id).to_string();
-        let mut report = FailReport {
-            kind,
-            target: target.to_string(),
-            host: host.clone(),
-            at_unix_ms: unix_ms(),
-            injected: Vec::new(),
-            killed_pids: Vec::new(),
-            inject_ms: 0.0,
-            detected_ms: None,
-            detector: None,
-            takeover: None,
-        };
-        // Inject.
-        match kind {
-            FailureKind::Application => {
-                let i = unit_idx.expect("a unit target");
-                let u = self.state.units[i].primary.clone();
-                let hf = self.holdfastd(&u)?;
-                self.lab.kill(hf.proc, Signal::Kill);
-                let p = hf.proc;
-                wait_for_every(
-                    &format!("{} (pid {}) to be gone after SIGKILL", u.name, u.pid),
-                    KILL_TIMEOUT,
-                    Duration::from_millis(5),
-                    || Ok((!self.lab.is_running(p)).then_some(())),
-                )?;
-                report.killed_pids.push(u.pid);
-                report.injected.push(format!(
-                    "SIGKILL holdfastd {} (pid {}) on {host}",
-                    u.name, u.pid
-                ));
-            }
-            FailureKind::Container | FailureKind::Host => {
-                let killed = kill_namespace(&ns)?;
-                report.injected.push(format!(
-                    "SIGKILL every process of namespace {ns} ({}): pids {killed:?}",
-                    if kind == FailureKind::Host {
-                        "every unit on the host"
-                    } else {
-                        "the unit's container"
-                    }
-                ));
-                report.killed_pids = killed;
-                if kind == FailureKind::Host {
-                    self.state.failed_hosts.push(FailedHost {
-                        host: host.clone(),
-                        kind,
-                    });
-                    self.lab.set_host_links_up(host_id, false)?;
-                    report
-                        .injected
-                        .push(format!("links of {host} down (both ends)"));
-                }
-            }
-            FailureKind::HostNetwork => {
-                self.state.failed_hosts.push(FailedHost {
-                    host: host.clone(),
-                    kind,
-                });
-                self.lab
-                    .set_bridge_port_up(self.topo.bridge, host_id, false)?;
-                report.injected.push(format!(
-                    "bridge port of {host} down; its processes stay up, cut off"
-                ));
-            }
-            FailureKind::Switchover => {
-                let i = unit_idx.expect("a unit target");
-                let u = self.state.units[i].primary.clone();
-                let out = self
-                    .holdfastd(&u)?
-                    .cli(&self.lab, &["nsr", "switchover", "--timeout", "60"])?;
-                report.injected.push(format!(
-                    "holdfast nsr switchover on {} (pid {}): {}",
-                    u.name,
-                    u.pid,
-                    out.trim()
-                ));
-            }
-        }
-        report.inject_ms = ms(t0.elapsed());
-        for line in &report.injected {
-            step(line);
-        }
-        let Some(i) = unit_idx else {
-            step(&format!("no holdfastd primary on {host}: no takeover"));
-            self.state.history.push(report.clone());
-            return Ok(report);
-        };
-        let old = self.state.units[i].primary.clone();
-        let old_hf = self.holdfastd(&old)?;
-        let mut orch = LabOrchestrator::new(&self.topo);
-        for f in &self.state.failed_hosts {
-            orch.set_reachable(self.host_id(&f.host)?, false);
-        }
-        if kind == FailureKind::Switchover {
-            // Planned: nothing to detect.
-            report.detected_ms = Some(0.0);
-            report.detector = Some("planned (holdfast nsr switchover)".to_string());
-        } else {
-            self.detect(&mut orch, kind, &host, &old_hf, &mut report)?;
-            step(&format!(
-                "detected after {:.1} ms ({})",
-                report.detected_ms.unwrap_or(0.0),
-                report.detector.as_deref().unwrap_or("?")
-            ));
-        }
-        // Take over onto the backup, through the orchestrator.
-        let to = self.state.units[i].backup_host.clone();
-        let to_id = self.host_id(&to)?;
-        let fence = if matches!(kind, FailureKind::HostNetwork | FailureKind::Switchover) {
-            // Cut off: the orchestrator cannot reach it; the store's epoch fences it.
-            // Switchover: it exits by itself once the backup has claimed the instance.
-            Fence::None
-        } else {
-            Fence::Kill
-        };
-        let unit = &mut self.state.units[i];
-        let new_name = format!("{}_{}", unit.name, unit.generation);
-        unit.generation += 1;
-        let config = unit.config.clone();
-        let unit_name = unit.name.clone();
-        step(&format!(
-            "takeover: {unit_name} from {} on {host} to {new_name} on {to} (fence {fence:?})",
-            old.name
-        ));
-        let r = orch.takeover(&mut self.lab, &old_hf, to_id, &new_name, &config, fence);
-        let (new, times) = match r {
-            Ok(v) => v,
-            Err(e) => {
-                self.state.history.push(report);
-                return Err(LabError::Invalid(format!(
-                    "takeover onto {to} failed: {e}; orchestrator: {}",
-                    orch.actions.join("; ")
-                )));
-            }
-        };
-        let new_proc = UnitProc {
-            name: new_name.clone(),
-            host: to.clone(),
-            proc: new.proc.index(),
-            pid: new.os_pid,
-        };
-        let unit = &mut self.state.units[i];
-        unit.primary = new_proc;
-        unit.backup_host = old.host.clone();
-        if kind == FailureKind::HostNetwork {
-            unit.fenced.push(old.clone());
-        }
-        self.state.service_host = to.clone();
-        step(&format!(
-            "{new_name} (pid {}) has every session Established; service address on {to}",
-            new.os_pid
-        ));
-        if kind == FailureKind::Switchover {
-            let p = old_hf.proc;
-            wait_for_every(
-                &format!(
-                    "{} (pid {}) to exit after the switchover",
-                    old.name, old.pid
-                ),
-                KILL_TIMEOUT,
-                Duration::from_millis(10),
-                || Ok((!self.lab.is_running(p)).then_some(())),
-            )?;
-            step(&format!("{} exited by itself", old.name));
-        }
-        let tp = Instant::now();
-        let protected = wait_protected(&new, PROTECTED_TIMEOUT);
-        let protected_after_ms = ms(tp.elapsed());
-        let holdfastd = nsr_status(&new).ok().and_then(|n| n.takeover);
-        report.takeover = Some(TakeoverReport {
-            unit: unit_name,
-            from_host: host.clone(),
-            to_host: to.clone(),
-            old_process: old.name.clone(),
-            old_pid: old.pid,
-            new_process: new_name,
-            new_pid: new.os_pid,
-            fence: format!("{fence:?}"),
-            orchestrator_ms: PhaseMs::from(times),
-            protected_after_ms,
-            holdfastd,
-            actions: orch.actions.clone(),
-        });
-        self.state.history.push(report.clone());
-        protected?;
-        step(&format!("PROTECTED again after {protected_after_ms} ms"));
-        Ok(report)
-    }
-
-    /// Detects a failure of `kind` on `host` the way the controller would (the
-    /// control socket for a unit, TCP probes from the store's host for a host) and
-    /// records it in `report`.
-    fn detect(
-        &mut self,
-        orch: &mut LabOrchestrator,
-        kind: FailureKind,
-        host: &str,
-        old_hf: &Holdfastd,
-        report: &mut FailReport,
-    ) -> Result<()> {
-        let probe = if kind.targets_host() {
-            let watched = self
-                .state
-                .scenario
-                .host(host)
-                .map(|h| h.v4)
-                .ok_or_else(|| LabError::Invalid(format!("lab state: no host `{host}`")))?;
-            let from = self.host_id(&self.state.scenario.redis.host.clone())?;
-            Probe::Tcp {
-                from: self.lab.netns(from).to_string(),
-                addr: SocketAddr::new(IpAddr::V4(watched), DETECT_PORT),
-            }
-        } else {
-            Probe::ControlSocket(old_hf.socket.clone())
-        };
-        let found = orch
-            .detect(&probe)
-            .inspect_err(|_| self.state.history.push(report.clone()))?;
-        report.detected_ms = Some(ms(found.after));
-        report.detector = Some(format!("{} probes: {}", found.probes, probe.describe()));
-        Ok(())
-    }
-
-    /// Brings a failed host back (see [`super::heal`]).
-    pub fn heal(&mut self, host: &str) -> Result<HealReport> {
-        let id = self.host_id(host)?;
-        let Some(pos) = self.state.failed_hosts.iter().position(|f| f.host == host) else {
-            return Err(LabError::Invalid(format!(
-                "host `{host}` has not failed (down: {})",
-                if self.state.failed_hosts.is_empty() {
-                    "none".to_string()
-                } else {
-                    self.state
-                        .failed_hosts
-                        .iter()
-                        .map(|f| format!("{} ({})", f.host, f.kind))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                }
-            )));
-        };
-        let kind = self.state.failed_hosts[pos].kind;
-        let mut actions = Vec::new();
-        // 1. Old primaries still alive there are fenced: kill them before reconnecting.
-        for ui in 0..self.state.units.len() {
-            let fenced: Vec<UnitProc> = self.state.units[ui]
-                .fenced
-                .iter()
-                .filter(|f| f.host == host)
-                .cloned()
-                .collect();
-            for f in fenced {
-                let hf = self.holdfastd(&f)?;
-                let was = self.lab.is_running(hf.proc);
-                self.lab.kill(hf.proc, Signal::Kill);
-                let p = hf.proc;
-                wait_for_every(
-                    &format!("{} (pid {}) to be gone", f.name, f.pid),
-                    KILL_TIMEOUT,
-                    Duration::from_millis(5),
-                    || Ok((!self.lab.is_running(p)).then_some(())),
-                )?;
-                actions.push(if was {
-                    format!("SIGKILL fenced holdfastd {} (pid {})", f.name, f.pid)
-                } else {
-                    format!("fenced holdfastd {} (pid {}) had exited", f.name, f.pid)
-                });
-                self.state.units[ui].fenced.retain(|x| x.proc != f.proc);
-            }
-        }
-        // 2. A service address left there by an unreachable delete.
-        if host != self.state.service_host && (id == self.topo.a.id || id == self.topo.b.id) {
-            let (v4, v6) = self.topo.service_addrs_on(&self.lab, id)?;
-            if v4 || v6 {
-                self.topo.del_service(&self.lab, id)?;
-                actions.push(format!("deleted the stale service address on {host}"));
-            }
-        }
-        // 3. Links up.
-        match kind {
-            FailureKind::HostNetwork => {
-                // What the fenced processes sent while cut off (BFD Down packets, say)
-                // waits in the host's neighbour queues and qdisc: dropped, so that it
-                // does not reach the peers when the port comes up.
-                let port = self.lab.drop_queued(self.topo.bridge, id)?;
-                actions.push(format!(
-                    "dropped what the cut-off processes left queued on {port} (neighbour queues, qdisc)"
-                ));
-                self.lab.set_bridge_port_up(self.topo.bridge, id, true)?;
-                actions.push(format!("bridge port of {host} up"));
-            }
-            _ => {
-                self.lab.set_host_links_up(id, true)?;
-                actions.push(format!("links of {host} up"));
-            }
-        }
-        self.state.failed_hosts.remove(pos);
-        Ok(HealReport {
-            host: host.to_string(),
-            kind,
-            actions,
-        })
     }
 }
 
@@ -672,10 +369,10 @@ fn session_json(s: &SessionView) -> Value {
     })
 }
 
-fn unit_detail(hf: &Holdfastd) -> Result<Value> {
+fn unit_detail(hf: &UnitSocket) -> Result<Value> {
     let summary: Summary = hf.summary()?;
     let neighbors: Vec<NeighborInfo> = hf.neighbors()?;
-    let nsr = nsr_status(hf)?;
+    let nsr = hf.nsr()?;
     Ok(json!({
         "summary": summary,
         "neighbors": neighbors,

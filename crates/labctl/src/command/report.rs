@@ -8,38 +8,27 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use holdfast_lab::TakeoverTimes;
+use super::state::FailureKind;
 
-use super::state::{ms, FailureKind};
-
-/// Orchestrator phase times in milliseconds ([`TakeoverTimes`]).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+/// A takeover's phases in milliseconds, from the end of the injection (the lab's
+/// clock), and the controller's own detection time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct PhaseMs {
-    /// Fencing the old primary.
-    pub fence: f64,
-    /// Until the new unit's ready file.
-    pub ready: f64,
-    /// Moving and announcing the service address.
-    pub address: f64,
-    /// Until every session is Established at the new unit.
+    /// The controller's own detection and localization time (its verdict's
+    /// `detection_ms`: from its first bad measurement to the verdict); 0 for a
+    /// switchover.
+    pub detection: f64,
+    /// Until the controller recorded its verdict (0 for a switchover).
+    pub verdict: f64,
+    /// Until the new holdfastd process started (its `/proc` start time).
+    pub started: f64,
+    /// Until the lab saw every session Established at the new primary.
     pub established: f64,
-    /// All of it.
-    pub total: f64,
+    /// Until the new primary was PROTECTED.
+    pub protected: f64,
 }
 
-impl From<TakeoverTimes> for PhaseMs {
-    fn from(t: TakeoverTimes) -> Self {
-        PhaseMs {
-            fence: ms(t.fence),
-            ready: ms(t.ready),
-            address: ms(t.address),
-            established: ms(t.established),
-            total: ms(t.total),
-        }
-    }
-}
-
-/// A takeover after a failure.
+/// A takeover by the controller.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TakeoverReport {
     /// The unit.
@@ -56,16 +45,17 @@ pub struct TakeoverReport {
     pub new_process: String,
     /// Its pid.
     pub new_pid: u32,
-    /// How the orchestrator fenced the old primary.
-    pub fence: String,
-    /// The orchestrator's phases.
-    pub orchestrator_ms: PhaseMs,
-    /// From every session Established until PROTECTED again.
-    pub protected_after_ms: f64,
+    /// The controller's verdict, as its status file shows it (`None` for a
+    /// switchover).
+    pub verdict: Option<Value>,
+    /// The leading replica.
+    pub leader: Option<String>,
+    /// The phases.
+    pub phases_ms: PhaseMs,
     /// holdfastd's own phases (`show nsr --json`, `takeover`).
     pub holdfastd: Option<holdfast_api::TakeoverTimes>,
-    /// What the orchestrator did, in order.
-    pub actions: Vec<String>,
+    /// The new backup host the controller placed (empty: none).
+    pub new_backup: String,
 }
 
 /// What `lab fail` did.
@@ -85,10 +75,11 @@ pub struct FailReport {
     pub killed_pids: Vec<u32>,
     /// How long the injection took.
     pub inject_ms: f64,
-    /// From the end of the injection until the probe declared the target failed.
+    /// The controller's own detection and localization time (its verdict's
+    /// `detection_ms`).
     #[serde(default)]
     pub detected_ms: Option<f64>,
-    /// The probe that detected it.
+    /// The controller's finding and its vantage points.
     #[serde(default)]
     pub detector: Option<String>,
     /// The takeover, when the failure hit a primary.
@@ -183,6 +174,23 @@ pub struct UnitStatus {
     pub error: Option<String>,
 }
 
+/// The control plane's state.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ControlStatus {
+    /// etcd's client URLs.
+    pub etcd: String,
+    /// The leading replica.
+    pub leader: Option<String>,
+    /// Each replica: name, role, pid, running.
+    pub replicas: Vec<Value>,
+    /// Each agent: host, pid, running, attached to the leader, its units.
+    pub agents: Vec<Value>,
+    /// `holdfast ctl units` (the placements).
+    pub units: Value,
+    /// The controller's last verdicts.
+    pub verdicts: Vec<Value>,
+}
+
 /// What `lab status` shows.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Status {
@@ -207,8 +215,10 @@ pub struct Status {
     pub redis: UnitStatus,
     /// Peer units.
     pub peers: Vec<UnitStatus>,
-    /// holdfastd processes (primary, and fenced ones still alive).
+    /// holdfastd processes (the primary).
     pub holdfastd: Vec<UnitStatus>,
+    /// The control plane: the replicas, the leader, the agents.
+    pub control: ControlStatus,
     /// Failures injected so far.
     pub failures: Vec<FailReport>,
 }
@@ -230,7 +240,12 @@ impl Status {
                         .as_array()
                         .is_some_and(|ns| ns.iter().all(|n| n["state"] == "Established"))
             });
-        self.redis.running && peers_ok && primary_ok
+        let agents_ok = self
+            .control
+            .agents
+            .iter()
+            .all(|a| a["running"] == json!(true) || a["failed"] == json!(true));
+        self.redis.running && peers_ok && primary_ok && self.control.leader.is_some() && agents_ok
     }
 }
 
@@ -383,6 +398,47 @@ impl fmt::Display for Status {
                 }
             }
         }
+        let c = &self.control;
+        writeln!(
+            f,
+            "control plane: etcd {}, leader {}",
+            c.etcd,
+            c.leader.as_deref().unwrap_or("NONE")
+        )?;
+        for r in &c.replicas {
+            writeln!(
+                f,
+                "  controller {:<4} {:<15} pid {:<8} {}",
+                r["name"].as_str().unwrap_or("-"),
+                r["role"].as_str().unwrap_or("-"),
+                r["pid"],
+                if r["running"] == json!(true) {
+                    "running"
+                } else {
+                    "NOT RUNNING"
+                }
+            )?;
+        }
+        for a in &c.agents {
+            writeln!(
+                f,
+                "  agent on {:<4} pid {:<8} {:<11} {} units {}",
+                a["host"].as_str().unwrap_or("-"),
+                a["pid"],
+                if a["running"] == json!(true) {
+                    "running"
+                } else {
+                    "NOT RUNNING"
+                },
+                if a["attached"] == json!(true) {
+                    "attached"
+                } else {
+                    "not attached"
+                },
+                a["units"]
+            )?;
+        }
+        writeln!(f, "  placements: {}", c.units)?;
         if !self.failures.is_empty() {
             writeln!(f, "failures:")?;
             for r in &self.failures {
@@ -391,8 +447,8 @@ impl fmt::Display for Status {
                     .as_ref()
                     .map(|t| {
                         format!(
-                            "takeover {} -> {} in {} ms",
-                            t.from_host, t.to_host, t.orchestrator_ms.total
+                            "takeover {} -> {}: verdict after {} ms, PROTECTED after {} ms",
+                            t.from_host, t.to_host, t.phases_ms.verdict, t.phases_ms.protected
                         )
                     })
                     .unwrap_or_else(|| "no takeover".into());
@@ -414,28 +470,32 @@ impl fmt::Display for FailReport {
             writeln!(f, "  {l}")?;
         }
         if let (Some(d), Some(p)) = (self.detected_ms, &self.detector) {
-            writeln!(f, "detected after {d:.1} ms by {p}")?;
+            writeln!(
+                f,
+                "detected in {d:.1} ms (the controller's own figure): {p}"
+            )?;
         }
         let Some(t) = &self.takeover else {
             return writeln!(f, "no holdfastd primary was hit: no takeover");
         };
         writeln!(
             f,
-            "takeover of `{}`: {} (pid {}) on {} -> {} (pid {}) on {}, fence {}",
+            "takeover of `{}` by the controller (leader {}): {} (pid {}) on {} -> {} (pid {}) on {}; new backup {}",
             t.unit,
+            t.leader.as_deref().unwrap_or("?"),
             t.old_process,
             t.old_pid,
             t.from_host,
             t.new_process,
             t.new_pid,
             t.to_host,
-            t.fence
+            if t.new_backup.is_empty() { "none" } else { &t.new_backup }
         )?;
-        let o = &t.orchestrator_ms;
+        let p = &t.phases_ms;
         writeln!(
             f,
-            "  orchestrator: fence {} ms, ready {} ms, address {} ms, established {} ms, total {} ms; PROTECTED {} ms later",
-            o.fence, o.ready, o.address, o.established, o.total, t.protected_after_ms
+            "  controller's detection {} ms; from the injection: verdict {} ms, new holdfastd started {} ms, Established {} ms, PROTECTED {} ms",
+            p.detection, p.verdict, p.started, p.established, p.protected
         )?;
         match &t.holdfastd {
             Some(h) => writeln!(
@@ -452,9 +512,6 @@ impl fmt::Display for FailReport {
                 h.tables_us
             )?,
             None => writeln!(f, "  holdfastd: no takeover figures")?,
-        }
-        for a in &t.actions {
-            writeln!(f, "  {a}")?;
         }
         writeln!(f, "service address now on {}", t.to_host)
     }

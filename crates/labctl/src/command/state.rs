@@ -14,23 +14,24 @@ use super::report::FailReport;
 use crate::scenario::{Scenario, SCENARIO_FILE};
 
 /// Version of the state file format.
-pub const STATE_VERSION: u32 = 1;
+pub const STATE_VERSION: u32 = 2;
 
 /// The failure kinds of TENSOR's Table 1, and the planned switchover: every way a
-/// unit's primary is taken over.
+/// unit's primary is moved by the controller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum FailureKind {
     /// The daemon: SIGKILL the unit's holdfastd process.
     Application,
-    /// The container: SIGKILL every process in the unit's namespace.
+    /// The container: SIGKILL every process in the unit's container, which is deleted.
     Container,
-    /// The host: every process of every unit on the host, and its links down.
+    /// The host: every process of the host and its containers (its agent too), and
+    /// every link down (the management network's too).
     Host,
-    /// The host's network: its bridge port down; its processes stay up, cut off.
+    /// The host's network: its and its containers' `lan` ports down; its processes
+    /// stay up, the management network too.
     HostNetwork,
-    /// Not a failure: a planned switchover (`holdfast nsr switchover` on the primary,
-    /// then the backup takes over and the old primary exits by itself).
+    /// Not a failure: a planned switchover (`holdfast ctl switchover UNIT`).
     Switchover,
 }
 
@@ -66,6 +67,17 @@ impl FailureKind {
     /// Whether the target is a host (else a holdfastd unit).
     pub fn targets_host(self) -> bool {
         matches!(self, FailureKind::Host | FailureKind::HostNetwork)
+    }
+
+    /// The controller's finding for it (`None`: the switchover, nothing to find).
+    pub fn finding(self) -> Option<&'static str> {
+        match self {
+            FailureKind::Application => Some("application"),
+            FailureKind::Container => Some("container"),
+            FailureKind::Host => Some("host"),
+            FailureKind::HostNetwork => Some("host_network"),
+            FailureKind::Switchover => None,
+        }
     }
 }
 
@@ -109,21 +121,19 @@ pub struct PeerRecord {
     pub pids: Vec<u32>,
 }
 
-/// One holdfastd process of a unit.
+/// One holdfastd process of a unit, run by its host's agent.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UnitProc {
-    /// Process name (`<unit>_<n>`; also its work directory).
+    /// Process name (`<unit>_<n>`: the n-th start).
     pub name: String,
-    /// Host it runs on.
+    /// Host it runs on (in the unit's container there).
     pub host: String,
-    /// Lab process index.
-    pub proc: usize,
-    /// Its pid.
+    /// Its pid (as the agent reports it).
     pub pid: u32,
 }
 
-/// A holdfastd unit: its current primary, its backup host, and old primaries left
-/// alive (but fenced) by a host-network failure.
+/// A holdfastd unit: its current primary and its backup host, as the controller
+/// placed them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UnitRecord {
     /// Unit name (as in the scenario).
@@ -134,14 +144,12 @@ pub struct UnitRecord {
     pub generation: u32,
     /// The primary.
     pub primary: UnitProc,
-    /// Where the next takeover goes.
+    /// Where the next takeover goes (the controller's placement; empty: none).
     pub backup_host: String,
-    /// Old primaries cut off by a host-network failure: alive, fenced by the store's
-    /// epoch; [`super::heal`] kills them before their host is reconnected.
-    pub fenced: Vec<UnitProc>,
 }
 
-/// A host that [`super::fail`] took down and [`super::heal`] has not brought back.
+/// A host that [`super::fail`] took down and [`super::heal`] has not brought back
+/// (nor `holdfast ctl reset`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FailedHost {
     /// Host name.
@@ -167,6 +175,8 @@ pub struct LabState {
     pub peers: Vec<PeerRecord>,
     /// The holdfastd units.
     pub units: Vec<UnitRecord>,
+    /// The control plane: etcd, the controllers, the agents, the containers.
+    pub plane: super::plane::PlaneRecord,
     /// The host holding the service address.
     pub service_host: String,
     /// Hosts down after `host` / `host-network` failures.

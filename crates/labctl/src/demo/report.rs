@@ -145,7 +145,7 @@ impl DemoReport {
         );
         let _ = writeln!(
             s,
-            "Peers: {}. holdfastd learns {} routes from them and announces {} to each; hold time {} s. Each failure kind is injected into the primary, detected by the lab's probe, and recovered by a takeover onto the backup host through the orchestrator.\n",
+            "Peers: {}. holdfastd learns {} routes from them and announces {} to each; hold time {} s. Each failure kind is injected into the primary by the lab; the control plane (etcd, three `holdfast-controller` replicas, a `holdfast-agent` per host, the agent server's agent) detects and localizes it and moves the unit onto the other host through the agents.\n",
             self.peers.join(", "),
             self.routes_in,
             self.routes_out,
@@ -158,11 +158,11 @@ impl DemoReport {
         }
         s.push_str("## Columns\n\n");
         s.push_str(
-            "- **detection**: end of the injection → the lab's probe declared the target failed (control socket refused for application/container; 3 missed TCP probes of 30 ms from the store's host for host/host-network).\n\
-             - **initiate NSR migration**: fence the old primary, start holdfastd `--takeover` on the backup, claim the store's epoch, load the replicated state (until its ready file).\n\
-             - **TCP recovery**: move and announce the service address (gratuitous ARP / unsolicited NA), and holdfastd's TCP_REPAIR restore of every session.\n\
-             - **BGP recovery**: the rest, until every session is Established at the new primary and its tables are rebuilt.\n\
-             - **TENSOR total**: the paper's Table 1 total for the same kind (its peers, its hardware, a real controller).\n\
+            "- **detection**: the controller's own detection and localization time: its verdict's `detection_ms`, from its first bad measurement (an agent's report of the unit's exit or its container gone, a missed heartbeat or probe, an agent's etcd lease expiring) to the verdict. A host or host-network failure takes the agents' 3 s etcd lease or the localization's 3 s confirmation. 0 for a planned switchover.\n\
+             - **initiate NSR migration**: from the verdict (its time in the controller's status) until the agent on the new host started holdfastd `--takeover` (the process's start time), with the controller's fencing of the old primary and the agents' commands in between, plus holdfastd's claim of the store's epoch and the load of the replicated state.\n\
+             - **TCP recovery**: the wait for the service address (moved by the agent, announced by gratuitous ARP) and holdfastd's TCP_REPAIR restore of every session.\n\
+             - **BGP recovery**: the rest, until holdfastd's tables are rebuilt and its Adj-RIB-Out diff sent.\n\
+             - **TENSOR total**: the paper's Table 1 total for the same kind (its peers, its hardware, its controller).\n\
              - Peer columns, per peer: session resets (the peer's CLI every 100 ms: state, counters, uptime; new TCP connections in a capture inside the peer's namespace), NOTIFICATIONs (its log and the capture), prefixes withdrawn / announced again in the UPDATEs it received since the failure, and the longest time between two BGP messages it received from the last one before the failure to the first one after recovery (KEEPALIVEs are every hold/3 s, so up to about that much is the normal rhythm), and BFD Down events of its BFD session with holdfastd by its own CLI before and after the failure (frr: `show bfd peers counters json` `session-down`, and `show bfd peers json` state and uptime going back; bird2: `show bfd sessions` state and \"Since\" changing; `–`: no BFD).\n\n",
         );
         if let Some(c) = &self.control {
@@ -192,11 +192,20 @@ impl DemoReport {
                 let _ = writeln!(s, "- detected by: {d}");
             }
             if let Some(t) = &r.fail.takeover {
-                let o = &t.orchestrator_ms;
+                let o = &t.phases_ms;
                 let _ = writeln!(
                     s,
-                    "- takeover {} → {} (fence {}): orchestrator fence {:.1} ms, ready {:.1} ms, address {:.1} ms, established {:.1} ms",
-                    t.old_process, t.new_process, t.fence, o.fence, o.ready, o.address, o.established
+                    "- takeover {} on {} → {} on {} by the controller (leader {}): from the injection, verdict {:.1} ms, new holdfastd started {:.1} ms, Established {:.1} ms, PROTECTED {:.1} ms; new backup {}",
+                    t.old_process,
+                    t.from_host,
+                    t.new_process,
+                    t.to_host,
+                    t.leader.as_deref().unwrap_or("?"),
+                    o.verdict,
+                    o.started,
+                    o.established,
+                    o.protected,
+                    if t.new_backup.is_empty() { "none" } else { &t.new_backup }
                 );
                 if let Some(h) = &t.holdfastd {
                     let _ = writeln!(

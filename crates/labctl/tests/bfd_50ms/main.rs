@@ -6,11 +6,16 @@
 //!                      bridge `lan`: 198.18.0.0/24
 //!   [ frr ]   .1  frr (AS 65001), bfdd 50 ms x 3 ---+
 //!   [ redis ] .2  the NSR state store              -+--- service .10 (moves a <-> b)
-//!   [ a ]     .3  holdfastd primary, 1k routes out  -+
-//!   [ b ]     .4  holdfastd backup                  -+
+//!   [ a ]     .3  agent; holdfastd primary in a_edge, 1k routes out
+//!   [ b ]     .4  agent; container b_edge, the backup
 //!   [ bird ]  .5  bird2 (AS 65002), BFD 50 ms x 3  -+
 //!   [ relay ] .6  holdfast-bfd-relay ---------------+
+//!   [ c1..c3 ]    etcd + holdfast-controller; [ s ] the agent server's agent
 //! ```
+//!
+//! The controller finds every failure and moves the unit; a host or host-network
+//! failure takes it about 3.4 s (the agents' 3 s etcd lease, the localization's
+//! confirmation), 23 BFD detection times at 50 ms x 3, which the relay covers.
 //!
 //! Checked:
 //! * `every_kind_at_50ms`: application, container, host, host-network and a planned

@@ -6,17 +6,21 @@
 //!                      bridge `lan`: 198.18.0.0/24
 //!   [ frr ]   .1  frr (AS 65001), 500 routes in ---+
 //!   [ redis ] .2  the NSR state store             -+--- service .10 (moves a <-> b)
-//!   [ a ]     .3  holdfastd primary, 1k routes out -+
-//!   [ b ]     .4  holdfastd backup                 -+
+//!   [ a ]     .3  agent; holdfastd primary in a_edge, 1k routes out
+//!   [ b ]     .4  agent; container b_edge, the backup
 //!   [ bird ]  .5  bird2 (AS 65002), 500 routes in --+
 //!   [ relay ] .6  holdfast-bfd-relay ----------------+
+//!   [ c1..c3 ]    etcd + holdfast-controller; [ s ] the agent server's agent
 //! ```
+//!
+//! The lab only injects the failures; the controller finds each (its verdict) and
+//! moves the unit through the agents.
 //!
 //! BFD runs under both sessions at 100 ms x 3, with the relay on.
 //!
 //! Checked, per takeover (application, container, host, host-network, switchover):
-//! * the failure was detected and taken over onto the other host, and the new primary
-//!   holds all 2k routes;
+//! * the failure was found by the controller (its verdict; a switchover needs none) and
+//!   the unit moved onto the other host, and the new primary holds all 2k routes;
 //! * each peer (frr, bird2) saw no session reset (its CLI every 100 ms, new TCP
 //!   connections in a capture in its namespace), no NOTIFICATION (its log, the
 //!   capture), no route withdrawn and none announced again (the UPDATEs it received),

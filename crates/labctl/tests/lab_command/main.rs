@@ -1,17 +1,20 @@
 //! `holdfast lab` (`holdfast_labctl::command`): the shipped scenarios come up and go down
-//! cleanly, and each of TENSOR's four failure kinds does to the namespaces what it says
-//! and is followed by a takeover the peers never notice. Every step goes through the
-//! state file, as separate `holdfast lab` invocations would.
+//! cleanly with their control plane, and each of TENSOR's four failure kinds does to the
+//! namespaces what it says, is found by the controller (its verdict) and handled by it
+//! (the unit moved through the agents), and the peers never notice. Every step goes
+//! through the state file, as separate `holdfast lab` invocations would.
 //!
 //! ```text
 //!   scenario `demo` (lab/scenarios/demo), bridge `lan` 198.18.0.0/24, fd00::/64
 //!   [ frr ]   .1   frr (AS 65001)   --BGP-->  service .10 (holdfastd AS 65000)
 //!   [ redis ] .2   redis-server, the NSR state store
-//!   [ a ]     .3   holdfastd `edge`: primary at first     } the service address .10
-//!   [ b ]     .4   the backup                             } moves with the primary
+//!   [ a ]     .3   holdfast-agent; container a_edge runs `edge` at first   } the service
+//!   [ b ]     .4   holdfast-agent; container b_edge, the backup            } address .10
 //!   [ bird ]  .5   bird2 (AS 65002) --BGP-->  service .10
+//!   [ c1..c3 ]     etcd + holdfast-controller (bridge `mgmt` 198.19.0.0/24 with a, b, s)
+//!   [ s ]          the agent server's agent (probes)
 //!
-//!   failures, each followed by a takeover onto the other host:
+//!   failures, each handled by the controller:
 //!     application edge (on a) -> b,  container edge (on b) -> a,
 //!     host a -> b,  heal a,  host-network b -> a,  heal b
 //! ```
@@ -19,24 +22,25 @@
 //! Checks:
 //! * `every_scenario_up_and_down`: each scenario in `lab/scenarios/` comes up with
 //!   `up` (status healthy: every unit running, every peer's session Established by its
-//!   own CLI, holdfastd PROTECTED), one namespace per host plus the switch, every
-//!   recorded pid alive; `down` leaves no namespace of the run (`ip netns list`), no
-//!   process (every recorded pid gone), no state file, no work directory, no registry
-//!   entry.
+//!   own CLI, holdfastd PROTECTED, a controller leading), one namespace per host, per
+//!   control-plane host and per container plus the two switches, every recorded pid
+//!   alive; `down` leaves no namespace of the run (`ip netns list`), no process (every
+//!   recorded pid gone), no state file, no work directory, no registry entry.
 //! * `four_failures_and_takeovers` (scenario `demo`): after each `fail`, what the
-//!   namespaces look like: application — the old holdfastd pid is gone, its namespace
-//!   and links are up; container — `ip netns pids` of the unit's namespace is empty;
-//!   host — that too, and the host's interface and its bridge port are DOWN;
-//!   host-network — the bridge port is DOWN while the old primary is still alive (and
-//!   fenced: its epoch is behind the new primary's). Each time the new primary runs on
-//!   the other host, the service address is there, every holdfastd session is
-//!   Established and PROTECTED, the state file names the new primary and host. A
-//!   failure whose takeover target is down is refused before anything is done; `heal`
-//!   brings links back and kills the fenced old primary. Throughout, a watch of each
-//!   peer's own CLI (frr, bird) sees its session with the service address never leave
-//!   Established (uptime never back, counters unchanged; watched one hold time past the
-//!   last takeover), the routes it holds from us never drop, and no NOTIFICATION in
-//!   either peer's log. Then `down` is clean.
+//!   namespaces look like: application — the old holdfastd pid is gone, its container
+//!   empty, the host's agent and links up; container — the container's processes gone;
+//!   host — the host's processes (its agent too) gone, its interface and bridge port
+//!   DOWN; host-network — the bridge port DOWN while the host's agent runs, and the old
+//!   primary fenced (killed) by that agent on the controller's command. Each time the
+//!   report carries the controller's verdict of the right kind, the new primary runs on
+//!   the other host, the service address is in its container there, every holdfastd
+//!   session is Established and PROTECTED, the state file names the new primary and
+//!   host. A failure with no backup to go to is refused before anything is done; `heal`
+//!   brings links back and `holdfast ctl reset`s the host, which becomes the backup
+//!   again. Throughout, a watch of each peer's own CLI (frr, bird) sees its session
+//!   with the service address never leave Established (uptime never back, counters
+//!   unchanged; watched one hold time past the last takeover), the routes it holds from
+//!   us never drop, and no NOTIFICATION in either peer's log. Then `down` is clean.
 //! * `down_after_a_crashed_up`: `holdfast lab up` (the binary) SIGKILLed in the middle
 //!   of building leaves namespaces and daemons behind; `down` removes them all, and the
 //!   run's work directory.
@@ -58,7 +62,7 @@ fn scenarios_dir() -> PathBuf {
 
 fn ready() -> bool {
     if skip_unless_ready(&[PeerKind::Frr, PeerKind::Bird])
-        || skip_unless_tools(&["redis-server", "redis-cli"])
+        || skip_unless_tools(&["redis-server", "redis-cli", "etcd", "etcdctl", "iptables"])
     {
         return false;
     }
@@ -158,6 +162,32 @@ fn link_state(ns: &str, ifname: &str) -> String {
     command::link_state(ns, ifname).unwrap_or_else(|| "?".into())
 }
 
+/// The namespace and interface of the unit's container on `host`.
+fn container_of(st: &LabState, host: &str) -> (String, String) {
+    let c = st
+        .plane
+        .containers
+        .iter()
+        .find(|c| c.host == host)
+        .expect("a container on the host");
+    (
+        st.netns(&c.name).expect("container namespace").to_string(),
+        c.ifname.clone(),
+    )
+}
+
+/// The controller's verdict of `finding` is in the report.
+fn assert_verdict(r: &command::FailReport, finding: &str) {
+    let t = r.takeover.as_ref().expect("a takeover");
+    let v = t.verdict.as_ref().expect("the controller's verdict");
+    assert!(
+        v["finding"].get(finding).is_some(),
+        "{}: verdict {v}, expected {finding}",
+        r.kind
+    );
+    assert!(r.detected_ms.is_some(), "the controller's detection time");
+}
+
 /// Asserts what a healthy lab with the primary on `host` looks like.
 fn assert_primary_on(state: &Path, host: &str, what: &str) -> Status {
     let st = LabState::load(state).expect("state");
@@ -167,13 +197,11 @@ fn assert_primary_on(state: &Path, host: &str, what: &str) -> Status {
         "{what}: state's primary host"
     );
     let svc = IpAddr::V4(st.scenario.service.v4);
-    for h in ["a", "b"] {
-        let (ifname, ns, _, _) = port_of(&st, h);
-        let has = has_addr(&ns, &ifname, svc);
-        if h == host {
-            assert!(has, "{what}: the service address is not on {h}");
-        }
-    }
+    let (ns, ifname) = container_of(&st, host);
+    assert!(
+        has_addr(&ns, &ifname, svc),
+        "{what}: the service address is not in {host}'s container"
+    );
     let status = wait_ok(
         &format!("{what}: lab healthy"),
         Duration::from_secs(30),
@@ -245,9 +273,11 @@ fn every_scenario_up_and_down() {
         let ns = namespaces_of(&run_id);
         assert_eq!(
             ns.len(),
-            st.scenario.hosts.len() + 1,
-            "{name}: one namespace per host plus the switch: {ns:?}"
+            st.scenario.hosts.len() + 4 + st.plane.containers.len() + 2,
+            "{name}: one namespace per host, per control-plane host (c1..c3, s) and per container, plus the two switches: {ns:?}"
         );
+        assert!(status.control.leader.is_some(), "{name}: no leader");
+        assert_eq!(status.control.agents.len(), 3, "{name}: agents on a, b, s");
         for p in &st.lab.procs {
             assert!(alive(p), "{name}: {} (pid {}) not running", p.name, p.pid);
         }
@@ -316,17 +346,23 @@ fn four_failures_and_takeovers() {
     let before = LabState::load(&state).expect("state");
     let old = before.units[0].primary.clone();
     let (_, ns_a, _, _) = port_of(&before, "a");
+    let (cns_a, cif_a) = container_of(&before, "a");
     let r = command::fail(&state, FailureKind::Application, "edge", &mut progress)
         .expect("application failure");
     println!("{r}");
+    assert_verdict(&r, "application");
     assert!(
         !pid_alive(old.pid),
         "application: old holdfastd still alive"
     );
     assert_eq!(r.killed_pids, vec![old.pid]);
     assert!(
-        netns_pids(&ns_a).is_empty(),
-        "application: a ran only holdfastd"
+        netns_pids(&cns_a).is_empty(),
+        "application: a's container ran only holdfastd"
+    );
+    assert!(
+        !netns_pids(&ns_a).is_empty(),
+        "application: a's agent runs on"
     );
     let (if_a, _, sw_a, sw_ns) = port_of(&before, "a");
     assert_eq!(
@@ -339,8 +375,8 @@ fn four_failures_and_takeovers() {
     assert_eq!((t.from_host.as_str(), t.to_host.as_str()), ("a", "b"));
     assert!(t.holdfastd.is_some(), "holdfastd's takeover figures");
     assert!(
-        !has_addr(&ns_a, &if_a, svc),
-        "application: address left on a"
+        !has_addr(&cns_a, &cif_a, svc),
+        "application: address left in a's container"
     );
     assert_primary_on(&state, "b", "application");
 
@@ -348,13 +384,15 @@ fn four_failures_and_takeovers() {
     let before = LabState::load(&state).expect("state");
     let old = before.units[0].primary.clone();
     let (if_b, ns_b, sw_b, _) = port_of(&before, "b");
-    assert!(netns_pids(&ns_b).contains(&old.pid));
+    let (cns_b, cif_b) = container_of(&before, "b");
+    assert!(netns_pids(&cns_b).contains(&old.pid));
     let r = command::fail(&state, FailureKind::Container, "edge", &mut progress)
         .expect("container failure");
     println!("{r}");
+    assert_verdict(&r, "container");
     assert!(
-        netns_pids(&ns_b).is_empty(),
-        "container: processes left in b"
+        netns_pids(&cns_b).is_empty(),
+        "container: processes left in b's container"
     );
     assert!(r.killed_pids.contains(&old.pid) && !pid_alive(old.pid));
     assert_eq!(
@@ -370,7 +408,12 @@ fn four_failures_and_takeovers() {
     let old = before.units[0].primary.clone();
     let r = command::fail(&state, FailureKind::Host, "a", &mut progress).expect("host failure");
     println!("{r}");
+    assert_verdict(&r, "host");
     assert!(netns_pids(&ns_a).is_empty(), "host: processes left in a");
+    assert!(
+        netns_pids(&cns_a).is_empty(),
+        "host: processes left in a's container"
+    );
     assert!(!pid_alive(old.pid));
     assert_eq!(link_state(&ns_a, &if_a), "DOWN", "host: a's interface");
     assert_eq!(link_state(&sw_ns, &sw_a), "DOWN", "host: a's bridge port");
@@ -393,15 +436,20 @@ fn four_failures_and_takeovers() {
     assert_eq!(link_state(&ns_a, &if_a), "UP", "heal: a's interface");
     assert_eq!(link_state(&sw_ns, &sw_a), "UP", "heal: a's bridge port");
     assert!(
-        !has_addr(&ns_a, &if_a, svc),
-        "heal: stale service address on a"
+        !has_addr(&cns_a, &cif_a, svc),
+        "heal: stale service address in a's container"
+    );
+    assert_eq!(
+        LabState::load(&state).expect("state").units[0].backup_host,
+        "a",
+        "heal: the controller places the backup on a again"
     );
     assert!(
         command::heal(&state, "a").is_err(),
         "a is not down any more"
     );
 
-    // 4. host-network: b's bridge port; b's processes stay up, cut off.
+    // 4. host-network: b's and its containers' `lan` ports; b's agent stays up.
     let before = LabState::load(&state).expect("state");
     let old = before.units[0].primary.clone();
     let r = command::fail(&state, FailureKind::HostNetwork, "b", &mut progress)
@@ -412,46 +460,36 @@ fn four_failures_and_takeovers() {
         "DOWN",
         "host-network: b's bridge port"
     );
-    assert!(
-        pid_alive(old.pid),
-        "host-network: the old primary stays alive"
-    );
-    assert!(netns_pids(&ns_b).contains(&old.pid));
+    assert_verdict(&r, "host_network");
     assert_eq!(r.takeover.as_ref().map(|t| t.to_host.as_str()), Some("a"));
-    assert_eq!(r.takeover.as_ref().map(|t| t.fence.as_str()), Some("None"));
-    let status = assert_primary_on(&state, "a", "host-network");
-    let fenced = status
-        .holdfastd
-        .iter()
-        .find(|u| u.role.as_deref() == Some("fenced"))
-        .expect("the old primary listed as fenced");
-    let primary = status
-        .holdfastd
-        .iter()
-        .find(|u| u.role.as_deref() == Some("primary"))
-        .expect("primary");
-    assert!(fenced.running && fenced.pids == vec![old.pid]);
-    let epoch = |u: &command::UnitStatus| u.detail["nsr"]["epoch"].as_u64().unwrap_or(0);
     assert!(
-        epoch(fenced) < epoch(primary),
-        "the cut-off primary's epoch {} is behind the new primary's {}",
-        epoch(fenced),
-        epoch(primary)
+        !netns_pids(&ns_b).is_empty(),
+        "host-network: b's agent runs on"
     );
+    assert_primary_on(&state, "a", "host-network");
+    // b's agent still reaches the controller over the management network: it
+    // fences the cut-off old primary on the controller's command.
+    wait_ok(
+        "the cut-off old primary fenced by b's agent",
+        Duration::from_secs(30),
+        || {
+            (!pid_alive(old.pid))
+                .then_some(())
+                .ok_or_else(|| "alive".to_string())
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     let h = command::heal(&state, "b").expect("heal b");
     println!("{h}");
-    assert!(
-        !pid_alive(old.pid),
-        "heal: the fenced old primary is killed"
-    );
-    assert!(netns_pids(&ns_b).is_empty());
+    assert!(netns_pids(&cns_b).is_empty());
     assert_eq!(link_state(&sw_ns, &sw_b), "UP", "heal: b's bridge port");
+    assert_eq!(link_state(&ns_b, &if_b), "UP", "heal: b's interface");
     assert!(
-        !has_addr(&ns_b, &if_b, svc),
-        "heal: stale service address on b"
+        !has_addr(&cns_b, &cif_b, svc),
+        "heal: stale service address in b's container"
     );
     let status = assert_primary_on(&state, "a", "after healing b");
-    assert!(status.holdfastd.len() == 1, "no fenced unit left");
+    assert!(status.holdfastd.len() == 1, "one holdfastd unit");
     assert_eq!(status.failures.len(), 4);
 
     // The peers never noticed: watched one hold time more, so a session whose
@@ -518,13 +556,14 @@ fn down_after_a_crashed_up() {
         .stderr(Stdio::null())
         .spawn()
         .expect("holdfast lab up");
-    // Once holdfastd runs on `a`, the builder is killed in the middle of its work.
+    // Once a's agent runs holdfastd in its container, the builder is killed in the
+    // middle of its work.
     let deadline = Instant::now() + Duration::from_secs(60);
     let run_id = loop {
         let found = list_netns()
             .expect("netns")
             .into_iter()
-            .filter(|n| !existing.contains(n) && n.ends_with("-a"))
+            .filter(|n| !existing.contains(n) && n.contains("-a_"))
             .find(|n| {
                 netns_pids(n).into_iter().any(|p| {
                     std::fs::read_to_string(format!("/proc/{p}/comm"))

@@ -28,6 +28,13 @@
 //! down, the management network's too), the host's data network (its and
 //! its containers' `lan` ports; the management network stays up, as
 //! TENSOR's host-network failure).
+//!
+//! Its parts (the management network with etcd and the controllers, the
+//! agents' command lines, placements, the status readers) are in `parts`,
+//! shared with `holdfast lab`'s control plane (crates/labctl).
+//!
+//! Known issues: at most four unit hosts (`a`..`d`) with a fixed address
+//! plan; the peers are frr (and bird2, gobgpd) with fixed ASes.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
@@ -39,12 +46,19 @@ use serde_json::Value;
 use crate::error::{LabError, Result};
 use crate::nsr::{nsr_config, NsrHost, NsrTopo};
 use crate::peer::{Frr, NeighborSpec, Peer, PeerSpec, RouteSpec, SessionState};
-use crate::{find_binary, netns_pids, wait_for_every, Etcd, HostId, Lab, ProcId, Redis, Signal};
+use crate::{find_binary, wait_for_every, Etcd, HostId, Lab, ProcId, Redis, Signal};
+
+mod parts;
+
+pub use parts::{
+    agent_unit_pid, controller_statuses, controller_verdicts, ctl_json, json_file, kill_all,
+    kill_container_ns, placement_of, relink_host, show_nsr, unit_record, verdict_is,
+    wait_leader_in, wait_protected_at, AgentArgs, AgentOpts, ControlPlane, CONTROLLER_PORT,
+    FAILSAFE_PORT, UNITS_PREFIX,
+};
 
 /// The peer's AS.
 pub const PLANE_PEER_AS: u32 = 65001;
-/// Where each host agent serves the failsafe, on the management network.
-pub const FAILSAFE_PORT: u16 = 50052;
 
 /// The control plane's binaries.
 #[derive(Debug, Clone)]
@@ -190,12 +204,6 @@ pub struct Plane {
 
 const HOST_ADDR: [(&str, u8, u8); 4] = [("a", 3, 64), ("b", 4, 96), ("c", 7, 128), ("d", 9, 160)];
 
-fn json_file(path: &PathBuf) -> Option<Value> {
-    std::fs::read_to_string(path)
-        .ok()
-        .and_then(|t| serde_json::from_str(&t).ok())
-}
-
 impl Plane {
     /// Builds the lab and starts everything; the units run on their
     /// primaries once the agents are up.
@@ -208,7 +216,7 @@ impl Plane {
         let mut members = Vec::new();
         for (i, n) in ["c1", "c2", "c3"].iter().enumerate() {
             let h = topo.add_host(&mut lab, n, 31 + i as u8)?;
-            members.push((h.id, IpAddr::V4(h.v4)));
+            members.push((h.id, h.v4));
         }
         // Hosts, and every unit's container on each of them.
         let mut host_nodes = BTreeMap::new();
@@ -245,58 +253,12 @@ impl Plane {
         }
         let s_node = topo.add_host(&mut lab, "s", 8)?;
         // The management network: etcd, the controllers and the agents' streams.
-        let mut mgmt_members = Vec::new();
-        let mut mgmt_addr = std::collections::HashMap::new();
-        for (id, lan) in members
-            .iter()
-            .map(|(id, a)| (*id, *a))
-            .chain(host_nodes.values().map(|n| (n.id, IpAddr::V4(n.v4))))
-            .chain(std::iter::once((s_node.id, IpAddr::V4(s_node.v4))))
-        {
-            let IpAddr::V4(v4) = lan else { continue };
-            let m = Ipv4Addr::new(198, 19, 0, v4.octets()[3]);
-            mgmt_members.push((id, vec![crate::IfAddr::new(m, 24)]));
-            mgmt_addr.insert(id, m);
-        }
-        let mgmt = lab.bridge("mgmt", &mgmt_members)?;
-        let members: Vec<(HostId, IpAddr)> = members
-            .iter()
-            .map(|(id, _)| (*id, IpAddr::V4(mgmt_addr[id])))
+        let others: Vec<(HostId, Ipv4Addr)> = host_nodes
+            .values()
+            .map(|n| (n.id, n.v4))
+            .chain(std::iter::once((s_node.id, s_node.v4)))
             .collect();
-        let etcd = Etcd::start(&mut lab, &members)?;
-        let eps = etcd.endpoints();
-        let mut controllers = Vec::new();
-        let mut controller_argv = Vec::new();
-        let mut grpc = Vec::new();
-        for (i, (h, addr)) in members.iter().enumerate() {
-            let status = lab.work_dir().join(format!("c{}.status.json", i + 1));
-            let listen = format!("{addr}:50051");
-            grpc.push(format!("http://{listen}"));
-            let st = status.to_string_lossy().to_string();
-            let cname = format!("c{}", i + 1);
-            let mut argv: Vec<&str> = vec![
-                &bins.controller,
-                "--etcd",
-                &eps,
-                "--name",
-                &cname,
-                "--listen",
-                &listen,
-                "--status-file",
-                &st,
-                "--metrics-listen",
-                "127.0.0.1:9180",
-            ];
-            argv.extend(spec.controller_args.iter().map(String::as_str));
-            let p = lab.spawn(
-                *h,
-                &format!("controller-{cname}"),
-                &argv,
-                &[("HOLDFAST_LOG", "info")],
-            )?;
-            controllers.push((p, status));
-            controller_argv.push(argv.iter().map(|s| s.to_string()).collect::<Vec<_>>());
-        }
+        let cp = ControlPlane::start(&mut lab, &bins, &members, &others, &spec.controller_args)?;
         // Placements in etcd, as an operator writes them.
         for (i, (u, s)) in units.iter().zip(&spec.units).enumerate() {
             let mut t = topo.clone();
@@ -338,22 +300,15 @@ impl Plane {
             let config = nsr_config(&t, &redis.url(), &u.name, &neighbors, &extra);
             std::fs::write(lab.work_dir().join(format!("{}.toml", u.name)), &config)
                 .map_err(|e| LabError::Invalid(format!("unit config: {e}")))?;
-            let mut rec = serde_json::json!({
-                "schema": 1, "unit": u.name, "primary": s.primary, "backup": s.backup,
-                "epoch": 0, "config": config, "addresses": [format!("{}/24", u.service)],
-                "interface": "",
-            });
-            if let Some(p) = &s.app_failure {
-                rec["app_failure"] = Value::String(p.clone());
-            }
-            etcd.ctl(
-                &mut lab,
-                &[
-                    "put",
-                    &format!("/holdfast/default/units/{}", u.name),
-                    &rec.to_string(),
-                ],
-            )?;
+            let rec = unit_record(
+                &u.name,
+                &s.primary,
+                &s.backup,
+                &config,
+                &[format!("{}/24", u.service)],
+                s.app_failure.as_deref(),
+            );
+            cp.place(&mut lab, &rec)?;
             let c = &u.containers[&s.primary];
             lab.exec_ok(
                 c.id,
@@ -375,55 +330,31 @@ impl Plane {
         for u in &units {
             probes.push((format!("unit:{}", u.name), format!("{}:179", u.service)));
         }
-        let agent_args = |lab: &Lab, name: &str, server: bool| -> (Vec<String>, PathBuf, PathBuf) {
-            let dir = lab.work_dir().join(format!("agent-{name}"));
-            let _ = std::fs::create_dir_all(&dir);
-            let status = dir.join("status.json");
-            let work = dir.join("units");
-            let mut args: Vec<String> = vec![
-                bins.agent.clone(),
-                "--host".into(),
-                name.into(),
-                "--etcd".into(),
-                eps.clone(),
-                "--holdfastd".into(),
-                bins.holdfastd.clone(),
-                "--work-dir".into(),
-                work.to_string_lossy().to_string(),
-                "--status-file".into(),
-                status.to_string_lossy().to_string(),
-                "--metrics-listen".into(),
-                "127.0.0.1:9181".into(),
-            ];
-            if server {
-                args.push("--agent-server".into());
-            }
-            for g in &grpc {
-                args.extend(["--controller".to_string(), g.clone()]);
-            }
-            for (t, addr) in probes.iter().filter(|_| !spec.no_probes) {
-                if *t != format!("host:{name}") {
-                    args.extend(["--probe".to_string(), format!("{t}={addr}")]);
-                }
-            }
-            (args, status, work)
-        };
+        let probes: Vec<(String, String)> = if spec.no_probes { Vec::new() } else { probes };
         let mut hosts = Vec::new();
         for (h, node) in &host_nodes {
-            let (mut args, status, work_dir) = agent_args(&lab, h, false);
-            // The other host agents ask this one in an etcd outage.
-            args.extend([
-                "--failsafe-listen".to_string(),
-                format!("{}:{FAILSAFE_PORT}", mgmt_addr[&node.id]),
-            ]);
-            for u in &units {
-                let c = &u.containers[h];
-                args.extend([
-                    "--container".to_string(),
-                    format!("{}={}:{}", u.name, lab.netns(c.id), c.ifname),
-                ]);
-            }
-            let mut boot = args.clone();
+            let a = cp.agent_args(
+                &lab,
+                &bins,
+                &AgentOpts {
+                    name: h.clone(),
+                    failsafe: Some(cp.mgmt_addr[&node.id]),
+                    probes: probes.clone(),
+                    containers: units
+                        .iter()
+                        .map(|u| {
+                            let c = &u.containers[h];
+                            (
+                                u.name.clone(),
+                                lab.netns(c.id).to_string(),
+                                c.ifname.clone(),
+                            )
+                        })
+                        .collect(),
+                    ..AgentOpts::default()
+                },
+            );
+            let mut boot = a.args.clone();
             for (u, s) in units.iter().zip(&spec.units) {
                 if s.primary == *h {
                     let cfg = lab.work_dir().join(format!("{}.toml", u.name));
@@ -443,21 +374,30 @@ impl Plane {
             hosts.push(PlaneHost {
                 name: h.clone(),
                 host: node.clone(),
-                args,
-                status,
-                work_dir,
+                args: a.args,
+                status: a.status,
+                work_dir: a.work_dir,
                 agent: Some(p),
             });
         }
-        let (args, status, work_dir) = agent_args(&lab, "s", true);
-        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        let a = cp.agent_args(
+            &lab,
+            &bins,
+            &AgentOpts {
+                name: "s".into(),
+                server: true,
+                probes,
+                ..AgentOpts::default()
+            },
+        );
+        let argv: Vec<&str> = a.args.iter().map(String::as_str).collect();
         let p = lab.spawn(s_node.id, "agent-s", &argv, &[("RUST_LOG", "info")])?;
         let agent_server = PlaneHost {
             name: "s".into(),
             host: s_node,
-            args,
-            status,
-            work_dir,
+            args: a.args,
+            status: a.status,
+            work_dir: a.work_dir,
             agent: Some(p),
         };
         let mut peer = PeerSpec::new(PLANE_PEER_AS, "192.0.2.201".parse().expect("router id"))
@@ -507,19 +447,19 @@ impl Plane {
         Ok(Plane {
             lab,
             topo,
-            etcd,
+            etcd: cp.etcd,
             frr,
             others,
             redis,
             bins,
-            controllers,
+            controllers: cp.controllers,
             hosts,
             agent_server,
             units,
             ctl_host,
-            mgmt,
-            controller_hosts: members.iter().map(|(h, _)| *h).collect(),
-            controller_argv,
+            mgmt: cp.mgmt,
+            controller_hosts: cp.controller_hosts,
+            controller_argv: cp.controller_argv,
             custom_peers: spec.units.iter().any(|u| !u.peers.is_empty()),
         })
     }
@@ -542,33 +482,22 @@ impl Plane {
 
     /// Every replica's status.
     pub fn statuses(&self) -> Vec<Value> {
-        self.controllers
-            .iter()
-            .filter_map(|(_, s)| json_file(s))
-            .collect()
+        controller_statuses(&self.status_files())
     }
 
     /// The leader's status, once one leads with `agents` agents attached.
     pub fn wait_leader(&self, agents: usize, within: Duration) -> Result<Value> {
-        wait_for_every(
-            &format!("a leader with {agents} agents attached"),
-            within,
-            Duration::from_millis(100),
-            || {
-                Ok(self.statuses().into_iter().find(|v| {
-                    v["role"] == "leader"
-                        && v["agents"].as_array().is_some_and(|a| a.len() == agents)
-                }))
-            },
-        )
+        wait_leader_in(&self.status_files(), agents, within)
     }
 
     /// Every verdict any replica recorded, oldest first per replica.
     pub fn verdicts(&self) -> Vec<Value> {
-        self.statuses()
-            .into_iter()
-            .flat_map(|v| v["verdicts"].as_array().cloned().unwrap_or_default())
-            .collect()
+        controller_verdicts(&self.status_files())
+    }
+
+    /// The replicas' status files.
+    fn status_files(&self) -> Vec<PathBuf> {
+        self.controllers.iter().map(|(_, s)| s.clone()).collect()
     }
 
     /// `GET /metrics` of a process listening on 127.0.0.1:`port` in the
@@ -624,37 +553,23 @@ impl Plane {
 
     /// The pid of `unit` as `host`'s agent reports it.
     pub fn unit_pid(&self, unit: &str, host: &str) -> Option<u64> {
-        json_file(&self.host(host).status).and_then(|s| {
-            s["units"]
-                .as_array()
-                .and_then(|us| us.iter().find(|u| u[0] == unit).and_then(|u| u[1].as_u64()))
-        })
+        agent_unit_pid(&self.host(host).status, unit)
     }
 
     /// `holdfast ctl ARGS --json` on a control host.
     pub fn ctl(&self, args: &[&str]) -> Result<Value> {
-        let eps = self.etcd.endpoints();
-        let mut cmd = vec![self.bins.ctl.as_str(), "--etcd", eps.as_str(), "--json"];
-        cmd.extend_from_slice(args);
-        let out = self.lab.exec_ok(self.ctl_host, &cmd)?;
-        serde_json::from_str(&out)
-            .map_err(|e| LabError::Invalid(format!("holdfast ctl {args:?}: {e}: {out}")))
+        ctl_json(
+            &self.lab,
+            self.ctl_host,
+            &self.bins.ctl,
+            &self.etcd.endpoints(),
+            args,
+        )
     }
 
     /// `(primary, backup)` of `unit` per `holdfast ctl units`.
     pub fn placement(&self, unit: &str) -> Result<(String, Option<String>)> {
-        let units = self.ctl(&["units"])?;
-        let row = units
-            .as_array()
-            .and_then(|r| r.iter().find(|u| u["unit"] == unit))
-            .cloned()
-            .ok_or_else(|| {
-                LabError::Invalid(format!("{unit} not in holdfast ctl units: {units}"))
-            })?;
-        Ok((
-            row["primary"].as_str().unwrap_or_default().to_string(),
-            row["backup"].as_str().map(str::to_string),
-        ))
+        placement_of(&self.ctl(&["units"])?, unit)
     }
 
     /// Every peer: every unit's session Established with its routes (and
@@ -693,19 +608,11 @@ impl Plane {
     /// Waits until `unit` on `host` has replicated its session (PROTECTED).
     pub fn wait_protected(&self, unit: &str, host: &str, within: Duration) -> Result<()> {
         let sock = self.host(host).work_dir.join(unit).join("holdfastd.sock");
-        wait_for_every(
-            &format!("{unit} on {host} PROTECTED"),
+        wait_protected_at(
+            &self.bins.holdfast,
+            &sock,
+            &format!("{unit} on {host}"),
             within,
-            Duration::from_millis(100),
-            || {
-                let out = std::process::Command::new(&self.bins.holdfast)
-                    .args(["--socket", &sock.to_string_lossy(), "--json", "show", "nsr"])
-                    .output()
-                    .map(|o| o.stdout)
-                    .unwrap_or_default();
-                let v: Value = serde_json::from_slice(&out).unwrap_or(Value::Null);
-                Ok((v["ok"]["nsr"]["protected"] == true).then_some(()))
-            },
         )
     }
 
@@ -776,18 +683,7 @@ impl Plane {
     /// container deleted (a container failure).
     pub fn kill_container(&mut self, unit: &str, host: &str) -> Result<Vec<u32>> {
         let c = self.unit(unit).containers[host].clone();
-        let ns = self.lab.netns(c.id).to_string();
-        // The namespace goes first, so that the agent finds it gone when it
-        // sees the process exit.
-        let pids = netns_pids(&ns);
-        crate::cmd::run_ok(
-            &crate::cmd::argv(&["ip", "netns", "del", &ns]),
-            crate::DEFAULT_CMD_TIMEOUT,
-        )?;
-        for pid in &pids {
-            let _ = crate::send_signal(*pid, Signal::Kill, false);
-        }
-        Ok(pids)
+        kill_container_ns(self.lab.netns(c.id))
     }
 
     /// `unit`'s container on `host`: its bridge port down or up (a
@@ -859,20 +755,15 @@ impl Plane {
     /// failure), and `holdfast ctl reset HOST`.
     pub fn heal_host(&mut self, host: &str) -> Result<()> {
         let h = self.host(host).host.id;
-        for u in self.units.clone() {
-            let c = &u.containers[host];
-            if !std::path::Path::new(&format!("/run/netns/{}", self.lab.netns(c.id))).exists() {
-                continue;
-            }
-            let svc = format!("{}/24", u.service);
-            let _ = self
-                .lab
-                .exec(c.id, &["ip", "addr", "del", &svc, "dev", &c.ifname]);
-            self.lab.drop_queued(self.topo.bridge, c.id)?;
-            self.lab.set_host_links_up(c.id, true)?;
-        }
-        self.lab.drop_queued(self.topo.bridge, h)?;
-        self.lab.set_host_links_up(h, true)?;
+        let containers: Vec<(HostId, String, String)> = self
+            .units
+            .iter()
+            .map(|u| {
+                let c = &u.containers[host];
+                (c.id, c.ifname.clone(), format!("{}/24", u.service))
+            })
+            .collect();
+        relink_host(&self.lab, self.topo.bridge, h, &containers)?;
         if self.host(host).agent.is_none() {
             self.restart_agent(host)?;
         }
@@ -904,25 +795,6 @@ impl Plane {
         self.hosts[i].agent = Some(p);
         Ok(())
     }
-}
-
-/// SIGKILLs every process of the namespace `ns`; returns their pids.
-fn kill_all(ns: &str) -> Vec<u32> {
-    let pids = netns_pids(ns);
-    for pid in &pids {
-        let _ = crate::send_signal(*pid, Signal::Kill, false);
-    }
-    pids
-}
-
-/// Whether a verdict (as the controller's status shows it) is a `kind`
-/// finding about `subject`.
-pub fn verdict_is(v: &Value, kind: &str, subject: &str) -> bool {
-    let Some(f) = v["finding"].as_object() else {
-        return false;
-    };
-    f.get(kind)
-        .is_some_and(|body| body["unit"] == subject || body["host"] == subject)
 }
 
 /// What the peers see while something happens: for every peer (frr, and

@@ -1,0 +1,395 @@
+//! The control plane's parts, for any lab that wants one: the management
+//! network with a 3-member etcd cluster and a `holdfast-controller` replica
+//! on each member ([`ControlPlane::start`]), a host agent's command line
+//! ([`ControlPlane::agent_args`]), a unit's placement written to etcd as an
+//! operator would ([`unit_record`], [`ControlPlane::place`]), and what the
+//! controllers and agents say through their status files
+//! ([`controller_statuses`], [`agent_unit_pid`], [`ctl_json`]).
+//! [`super::Plane`] is built from them, and so is `holdfast lab`'s
+//! control plane (crates/labctl), which keeps them across invocations.
+//!
+//! Known issues: the management network is IPv4 only (198.19.0.0/24, the
+//! same last octet as each host's data address), so hosts must have
+//! distinct last octets.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::error::{LabError, Result};
+use crate::{wait_for_every, BridgeId, Etcd, HostId, Lab, ProcId};
+
+use super::PlaneBins;
+
+/// Where each controller replica serves the agents' `Attach` streams.
+pub const CONTROLLER_PORT: u16 = 50051;
+/// Where each host agent serves the failsafe, on the management network.
+pub const FAILSAFE_PORT: u16 = 50052;
+/// The etcd key prefix of the units' placements.
+pub const UNITS_PREFIX: &str = "/holdfast/default/units/";
+
+/// The management network, etcd and the controller replicas.
+#[derive(Debug)]
+pub struct ControlPlane {
+    pub etcd: Etcd,
+    /// Each replica and its status file.
+    pub controllers: Vec<(ProcId, PathBuf)>,
+    /// Where each replica runs.
+    pub controller_hosts: Vec<HostId>,
+    /// Each replica's command line (to start it again).
+    pub controller_argv: Vec<Vec<String>>,
+    /// The replicas' gRPC URLs (the agents' `--controller`).
+    pub grpc: Vec<String>,
+    /// The management bridge.
+    pub mgmt: BridgeId,
+    /// Every host's address on the management network.
+    pub mgmt_addr: HashMap<HostId, Ipv4Addr>,
+}
+
+/// What a host agent is given.
+#[derive(Debug, Clone, Default)]
+pub struct AgentOpts {
+    /// Its host name (`--host`).
+    pub name: String,
+    /// The agent server's agent (probes only).
+    pub server: bool,
+    /// Its failsafe service on the management network (host agents).
+    pub failsafe: Option<Ipv4Addr>,
+    /// IP SLA probes: (target, `ADDR:PORT`).
+    pub probes: Vec<(String, String)>,
+    /// Its containers: (unit, namespace, interface).
+    pub containers: Vec<(String, String, String)>,
+}
+
+/// A host agent's command line and files.
+#[derive(Debug, Clone)]
+pub struct AgentArgs {
+    pub args: Vec<String>,
+    /// Its `--status-file`.
+    pub status: PathBuf,
+    /// Its units' work directories (`UNIT/holdfastd.sock` in each).
+    pub work_dir: PathBuf,
+}
+
+impl ControlPlane {
+    /// Joins `members` and `others` (hosts with their data address) to a
+    /// management bridge at 198.19.0.0/24 (the same last octet), starts an
+    /// etcd member and a controller replica (`c1`, `c2`, ...) on each of
+    /// `members`, with `controller_args` added to each replica's.
+    pub fn start(
+        lab: &mut Lab,
+        bins: &PlaneBins,
+        members: &[(HostId, Ipv4Addr)],
+        others: &[(HostId, Ipv4Addr)],
+        controller_args: &[String],
+    ) -> Result<ControlPlane> {
+        let mut mgmt_members = Vec::new();
+        let mut mgmt_addr = HashMap::new();
+        for (id, v4) in members.iter().chain(others) {
+            let m = Ipv4Addr::new(198, 19, 0, v4.octets()[3]);
+            mgmt_members.push((*id, vec![crate::IfAddr::new(m, 24)]));
+            mgmt_addr.insert(*id, m);
+        }
+        let mgmt = lab.bridge("mgmt", &mgmt_members)?;
+        let on_mgmt: Vec<(HostId, IpAddr)> = members
+            .iter()
+            .map(|(id, _)| (*id, IpAddr::V4(mgmt_addr[id])))
+            .collect();
+        let etcd = Etcd::start(lab, &on_mgmt)?;
+        let eps = etcd.endpoints();
+        let mut controllers = Vec::new();
+        let mut controller_argv = Vec::new();
+        let mut grpc = Vec::new();
+        for (i, (h, addr)) in on_mgmt.iter().enumerate() {
+            let status = lab.work_dir().join(format!("c{}.status.json", i + 1));
+            let listen = format!("{addr}:{CONTROLLER_PORT}");
+            grpc.push(format!("http://{listen}"));
+            let st = status.to_string_lossy().to_string();
+            let cname = format!("c{}", i + 1);
+            let mut argv: Vec<&str> = vec![
+                &bins.controller,
+                "--etcd",
+                &eps,
+                "--name",
+                &cname,
+                "--listen",
+                &listen,
+                "--status-file",
+                &st,
+                "--metrics-listen",
+                "127.0.0.1:9180",
+            ];
+            argv.extend(controller_args.iter().map(String::as_str));
+            let p = lab.spawn(
+                *h,
+                &format!("controller-{cname}"),
+                &argv,
+                &[("HOLDFAST_LOG", "info")],
+            )?;
+            controllers.push((p, status));
+            controller_argv.push(argv.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        }
+        Ok(ControlPlane {
+            etcd,
+            controllers,
+            controller_hosts: on_mgmt.iter().map(|(h, _)| *h).collect(),
+            controller_argv,
+            grpc,
+            mgmt,
+            mgmt_addr,
+        })
+    }
+
+    /// A host agent's command line (its files under the lab's work
+    /// directory, `agent-NAME/`).
+    pub fn agent_args(&self, lab: &Lab, bins: &PlaneBins, o: &AgentOpts) -> AgentArgs {
+        let dir = lab.work_dir().join(format!("agent-{}", o.name));
+        let _ = std::fs::create_dir_all(&dir);
+        let status = dir.join("status.json");
+        let work_dir = dir.join("units");
+        let mut args: Vec<String> = vec![
+            bins.agent.clone(),
+            "--host".into(),
+            o.name.clone(),
+            "--etcd".into(),
+            self.etcd.endpoints(),
+            "--holdfastd".into(),
+            bins.holdfastd.clone(),
+            "--work-dir".into(),
+            work_dir.to_string_lossy().to_string(),
+            "--status-file".into(),
+            status.to_string_lossy().to_string(),
+            "--metrics-listen".into(),
+            "127.0.0.1:9181".into(),
+        ];
+        if o.server {
+            args.push("--agent-server".into());
+        }
+        for g in &self.grpc {
+            args.extend(["--controller".to_string(), g.clone()]);
+        }
+        for (t, addr) in &o.probes {
+            if *t != format!("host:{}", o.name) {
+                args.extend(["--probe".to_string(), format!("{t}={addr}")]);
+            }
+        }
+        if let Some(a) = o.failsafe {
+            // The other host agents ask this one in an etcd outage.
+            args.extend([
+                "--failsafe-listen".to_string(),
+                format!("{a}:{FAILSAFE_PORT}"),
+            ]);
+        }
+        for (unit, ns, ifname) in &o.containers {
+            args.extend(["--container".to_string(), format!("{unit}={ns}:{ifname}")]);
+        }
+        AgentArgs {
+            args,
+            status,
+            work_dir,
+        }
+    }
+
+    /// Writes a unit's placement ([`unit_record`]) to etcd.
+    pub fn place(&self, lab: &mut Lab, rec: &Value) -> Result<()> {
+        let unit = rec["unit"]
+            .as_str()
+            .ok_or_else(|| LabError::Invalid(format!("a unit record without a unit: {rec}")))?;
+        self.etcd.ctl(
+            lab,
+            &["put", &format!("{UNITS_PREFIX}{unit}"), &rec.to_string()],
+        )?;
+        Ok(())
+    }
+
+    /// The replicas' status files.
+    pub fn status_files(&self) -> Vec<PathBuf> {
+        self.controllers.iter().map(|(_, s)| s.clone()).collect()
+    }
+}
+
+/// A unit's placement record, as an operator writes it: `config` run on
+/// `primary`, taken over on `backup`, with `addresses` (`ADDR/LEN`) moving
+/// with it; `app_failure` its application-failure policy if not the
+/// controller's.
+pub fn unit_record(
+    unit: &str,
+    primary: &str,
+    backup: &str,
+    config: &str,
+    addresses: &[String],
+    app_failure: Option<&str>,
+) -> Value {
+    let mut rec = serde_json::json!({
+        "schema": 1, "unit": unit, "primary": primary, "backup": backup,
+        "epoch": 0, "config": config, "addresses": addresses,
+        "interface": "",
+    });
+    if let Some(p) = app_failure {
+        rec["app_failure"] = Value::String(p.to_string());
+    }
+    rec
+}
+
+/// A JSON file (a status file), if it exists and parses.
+pub fn json_file(path: &Path) -> Option<Value> {
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+}
+
+/// Every readable controller status of `files`.
+pub fn controller_statuses(files: &[PathBuf]) -> Vec<Value> {
+    files.iter().filter_map(|f| json_file(f)).collect()
+}
+
+/// Every verdict the replicas of `files` recorded, oldest first per replica.
+pub fn controller_verdicts(files: &[PathBuf]) -> Vec<Value> {
+    controller_statuses(files)
+        .into_iter()
+        .flat_map(|v| v["verdicts"].as_array().cloned().unwrap_or_default())
+        .collect()
+}
+
+/// The leader's status among `files`, once one leads with `agents` agents
+/// attached.
+pub fn wait_leader_in(files: &[PathBuf], agents: usize, within: Duration) -> Result<Value> {
+    wait_for_every(
+        &format!("a leader with {agents} agents attached"),
+        within,
+        Duration::from_millis(100),
+        || {
+            Ok(controller_statuses(files).into_iter().find(|v| {
+                v["role"] == "leader" && v["agents"].as_array().is_some_and(|a| a.len() == agents)
+            }))
+        },
+    )
+}
+
+/// The pid of `unit` as the agent whose status file is `status` reports it.
+pub fn agent_unit_pid(status: &Path, unit: &str) -> Option<u64> {
+    json_file(status).and_then(|s| {
+        s["units"]
+            .as_array()
+            .and_then(|us| us.iter().find(|u| u[0] == unit).and_then(|u| u[1].as_u64()))
+    })
+}
+
+/// `holdfast ctl --etcd ENDPOINTS --json ARGS` in `host`'s namespace.
+pub fn ctl_json(
+    lab: &Lab,
+    host: HostId,
+    ctl: &str,
+    endpoints: &str,
+    args: &[&str],
+) -> Result<Value> {
+    let mut cmd = vec![ctl, "--etcd", endpoints, "--json"];
+    cmd.extend_from_slice(args);
+    let out = lab.exec_ok(host, &cmd)?;
+    serde_json::from_str(&out)
+        .map_err(|e| LabError::Invalid(format!("holdfast ctl {args:?}: {e}: {out}")))
+}
+
+/// `(primary, backup)` of `unit` in `holdfast ctl units --json` output.
+pub fn placement_of(units: &Value, unit: &str) -> Result<(String, Option<String>)> {
+    let row = units
+        .as_array()
+        .and_then(|r| r.iter().find(|u| u["unit"] == unit))
+        .cloned()
+        .ok_or_else(|| LabError::Invalid(format!("{unit} not in holdfast ctl units: {units}")))?;
+    Ok((
+        row["primary"].as_str().unwrap_or_default().to_string(),
+        row["backup"].as_str().map(str::to_string),
+    ))
+}
+
+/// `holdfast --socket SOCKET --json show nsr`'s answer (`Null` if none).
+pub fn show_nsr(holdfast: &str, socket: &Path) -> Value {
+    let out = std::process::Command::new(holdfast)
+        .args([
+            "--socket",
+            &socket.to_string_lossy(),
+            "--json",
+            "show",
+            "nsr",
+        ])
+        .output()
+        .map(|o| o.stdout)
+        .unwrap_or_default();
+    serde_json::from_slice(&out).unwrap_or(Value::Null)
+}
+
+/// Waits until the holdfastd of `socket` has replicated its sessions
+/// (PROTECTED); `what` names it.
+pub fn wait_protected_at(
+    holdfast: &str,
+    socket: &Path,
+    what: &str,
+    within: Duration,
+) -> Result<()> {
+    wait_for_every(
+        &format!("{what} PROTECTED"),
+        within,
+        Duration::from_millis(100),
+        || Ok((show_nsr(holdfast, socket)["ok"]["nsr"]["protected"] == true).then_some(())),
+    )
+}
+
+/// Whether a verdict (as the controller's status shows it) is a `kind`
+/// finding about `subject`.
+pub fn verdict_is(v: &Value, kind: &str, subject: &str) -> bool {
+    let Some(f) = v["finding"].as_object() else {
+        return false;
+    };
+    f.get(kind)
+        .is_some_and(|body| body["unit"] == subject || body["host"] == subject)
+}
+
+/// SIGKILLs every process of the namespace `ns`; returns their pids.
+pub fn kill_all(ns: &str) -> Vec<u32> {
+    let pids = crate::netns_pids(ns);
+    for pid in &pids {
+        let _ = crate::send_signal(*pid, crate::Signal::Kill, false);
+    }
+    pids
+}
+
+/// A container failure: the namespace `ns` deleted first (so that its
+/// agent finds it gone when it sees the unit exit), then every process it
+/// held SIGKILLed; returns their pids.
+pub fn kill_container_ns(ns: &str) -> Result<Vec<u32>> {
+    let pids = crate::netns_pids(ns);
+    crate::cmd::run_ok(
+        &crate::cmd::argv(&["ip", "netns", "del", ns]),
+        crate::DEFAULT_CMD_TIMEOUT,
+    )?;
+    for pid in &pids {
+        let _ = crate::send_signal(*pid, crate::Signal::Kill, false);
+    }
+    Ok(pids)
+}
+
+/// A host's data links back after a host or host-network failure: in each
+/// of its `containers` (host, interface, service address `ADDR/LEN`) that
+/// exists, no stale service address, what it left queued on `bridge`
+/// dropped, links up; then the host's own.
+pub fn relink_host(
+    lab: &Lab,
+    bridge: BridgeId,
+    host: HostId,
+    containers: &[(HostId, String, String)],
+) -> Result<()> {
+    for (c, ifname, svc) in containers {
+        if !Path::new(&format!("/run/netns/{}", lab.netns(*c))).exists() {
+            continue;
+        }
+        let _ = lab.exec(*c, &["ip", "addr", "del", svc, "dev", ifname]);
+        lab.drop_queued(bridge, *c)?;
+        lab.set_host_links_up(*c, true)?;
+    }
+    lab.drop_queued(bridge, host)?;
+    lab.set_host_links_up(host, true)
+}
