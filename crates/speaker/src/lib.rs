@@ -35,6 +35,8 @@ mod rib_thread;
 mod socket;
 mod standby;
 mod tables;
+#[cfg(test)]
+mod test_fixtures;
 
 pub use nsr::core as repl_core;
 pub use peer::core::{PeerCore, PeerInput, PeerOutput, PeerParams};

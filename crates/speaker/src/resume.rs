@@ -691,35 +691,10 @@ fn kill_stale_socket(local: std::net::SocketAddr, remote: std::net::SocketAddr) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use holdfast_nsr::{SessionRecord, TcpParams, SCHEMA_VERSION};
-
     fn stored(key: &str, log: LogPos) -> StoredSession {
         StoredSession {
             key: key.into(),
-            record: SessionRecord {
-                schema: SCHEMA_VERSION,
-                instance: "default".into(),
-                peer: "192.0.2.1".parse().expect("addr"),
-                local: "192.0.2.2:179".parse().expect("addr"),
-                remote: "192.0.2.1:40000".parse().expect("addr"),
-                outbound: false,
-                open_sent: Vec::new(),
-                open_received: Vec::new(),
-                tcp: TcpParams {
-                    mss: 1460,
-                    snd_wscale: 7,
-                    rcv_wscale: 7,
-                    sack: true,
-                    timestamps: true,
-                    ts_val: 0,
-                    ts_unix_ms: 0,
-                    snd_wnd: 65535,
-                    rcv_wnd: 65535,
-                },
-                snd_seq: 1,
-                rcv_seq: 1,
-                established_unix_ms: 0,
-            },
+            record: crate::test_fixtures::session_record((Vec::new(), Vec::new()), (1, 1)),
             rcv: 1,
             partial: bytes::Bytes::new(),
             adj_in: Vec::new(),

@@ -283,7 +283,7 @@ impl Follower {
 mod tests {
     use super::*;
     use bytes::Bytes;
-    use holdfast_nsr::{MemoryStore, Op, SessionRecord, TcpParams, SCHEMA_VERSION};
+    use holdfast_nsr::{MemoryStore, Op};
     use holdfast_wire::{encode_open, Open};
 
     const KEY: &str = "default/192.0.2.1";
@@ -322,30 +322,13 @@ mod tests {
     fn session() -> Op {
         Op::Session {
             key: KEY.into(),
-            record: SessionRecord {
-                schema: SCHEMA_VERSION,
-                instance: "default".into(),
-                peer: "192.0.2.1".parse().expect("addr"),
-                local: "192.0.2.2:179".parse().expect("addr"),
-                remote: "192.0.2.1:40000".parse().expect("addr"),
-                outbound: false,
-                open_sent: open_body(65000, [192, 0, 2, 2]),
-                open_received: open_body(65001, [192, 0, 2, 1]),
-                tcp: TcpParams {
-                    mss: 1460,
-                    snd_wscale: 7,
-                    rcv_wscale: 7,
-                    sack: true,
-                    timestamps: true,
-                    ts_val: 0,
-                    ts_unix_ms: 0,
-                    snd_wnd: 65535,
-                    rcv_wnd: 65535,
-                },
-                snd_seq: 1000,
-                rcv_seq: 2000,
-                established_unix_ms: 0,
-            },
+            record: crate::test_fixtures::session_record(
+                (
+                    open_body(65000, [192, 0, 2, 2]),
+                    open_body(65001, [192, 0, 2, 1]),
+                ),
+                (1000, 2000),
+            ),
         }
     }
 
