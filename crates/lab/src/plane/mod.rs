@@ -333,28 +333,24 @@ impl Plane {
         let probes: Vec<(String, String)> = if spec.no_probes { Vec::new() } else { probes };
         let mut hosts = Vec::new();
         for (h, node) in &host_nodes {
-            let a = cp.agent_args(
-                &lab,
-                &bins,
-                &AgentOpts {
-                    name: h.clone(),
-                    failsafe: Some(cp.mgmt_addr[&node.id]),
-                    probes: probes.clone(),
-                    containers: units
-                        .iter()
-                        .map(|u| {
-                            let c = &u.containers[h];
-                            (
-                                u.name.clone(),
-                                lab.netns(c.id).to_string(),
-                                c.ifname.clone(),
-                            )
-                        })
-                        .collect(),
-                    ..AgentOpts::default()
-                },
-            );
-            let mut boot = a.args.clone();
+            let opts = AgentOpts {
+                name: h.clone(),
+                failsafe: Some(cp.mgmt_addr[&node.id]),
+                probes: probes.clone(),
+                containers: units
+                    .iter()
+                    .map(|u| {
+                        let c = &u.containers[h];
+                        (
+                            u.name.clone(),
+                            lab.netns(c.id).to_string(),
+                            c.ifname.clone(),
+                        )
+                    })
+                    .collect(),
+                ..AgentOpts::default()
+            };
+            let mut boot = Vec::new();
             for (u, s) in units.iter().zip(&spec.units) {
                 if s.primary == *h {
                     let cfg = lab.work_dir().join(format!("{}.toml", u.name));
@@ -364,13 +360,7 @@ impl Plane {
                     ]);
                 }
             }
-            let argv: Vec<&str> = boot.iter().map(String::as_str).collect();
-            let p = lab.spawn(
-                node.id,
-                &format!("agent-{h}"),
-                &argv,
-                &[("RUST_LOG", "info")],
-            )?;
+            let (p, a) = cp.spawn_agent(&mut lab, &bins, node.id, &opts, &boot)?;
             hosts.push(PlaneHost {
                 name: h.clone(),
                 host: node.clone(),
@@ -380,18 +370,13 @@ impl Plane {
                 agent: Some(p),
             });
         }
-        let a = cp.agent_args(
-            &lab,
-            &bins,
-            &AgentOpts {
-                name: "s".into(),
-                server: true,
-                probes,
-                ..AgentOpts::default()
-            },
-        );
-        let argv: Vec<&str> = a.args.iter().map(String::as_str).collect();
-        let p = lab.spawn(s_node.id, "agent-s", &argv, &[("RUST_LOG", "info")])?;
+        let server = AgentOpts {
+            name: "s".into(),
+            server: true,
+            probes,
+            ..AgentOpts::default()
+        };
+        let (p, a) = cp.spawn_agent(&mut lab, &bins, s_node.id, &server, &[])?;
         let agent_server = PlaneHost {
             name: "s".into(),
             host: s_node,

@@ -143,6 +143,28 @@ impl ControlPlane {
         })
     }
 
+    /// Starts the agent `o` on `host` (`RUST_LOG=info`), with `boot` (its
+    /// `--unit` arguments) added to its command line; returns the process
+    /// and the command line without `boot` (to start it again).
+    pub fn spawn_agent(
+        &self,
+        lab: &mut Lab,
+        bins: &PlaneBins,
+        host: HostId,
+        o: &AgentOpts,
+        boot: &[String],
+    ) -> Result<(ProcId, AgentArgs)> {
+        let a = self.agent_args(lab, bins, o);
+        let argv: Vec<&str> = a.args.iter().chain(boot).map(String::as_str).collect();
+        let p = lab.spawn(
+            host,
+            &format!("agent-{}", o.name),
+            &argv,
+            &[("RUST_LOG", "info")],
+        )?;
+        Ok((p, a))
+    }
+
     /// A host agent's command line (its files under the lab's work
     /// directory, `agent-NAME/`).
     pub fn agent_args(&self, lab: &Lab, bins: &PlaneBins, o: &AgentOpts) -> AgentArgs {

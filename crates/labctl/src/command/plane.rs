@@ -191,36 +191,31 @@ pub fn start(
     ));
     let mut agents = Vec::new();
     for (h, id, _) in &agent_hosts {
-        let a = cp.agent_args(
-            lab,
-            &bins,
-            &AgentOpts {
-                name: h.clone(),
-                failsafe: Some(cp.mgmt_addr[id]),
-                probes: probes.clone(),
-                containers: containers
-                    .iter()
-                    .filter(|c| &c.host == h)
-                    .map(|c| {
-                        let ns = lab
-                            .host_by_name(&c.name)
-                            .map(|x| lab.netns(x).to_string())
-                            .unwrap_or_default();
-                        (c.unit.clone(), ns, c.ifname.clone())
-                    })
-                    .collect(),
-                ..AgentOpts::default()
-            },
-        );
-        let mut boot = a.args.clone();
+        let opts = AgentOpts {
+            name: h.clone(),
+            failsafe: Some(cp.mgmt_addr[id]),
+            probes: probes.clone(),
+            containers: containers
+                .iter()
+                .filter(|c| &c.host == h)
+                .map(|c| {
+                    let ns = lab
+                        .host_by_name(&c.name)
+                        .map(|x| lab.netns(x).to_string())
+                        .unwrap_or_default();
+                    (c.unit.clone(), ns, c.ifname.clone())
+                })
+                .collect(),
+            ..AgentOpts::default()
+        };
+        let mut boot = Vec::new();
         if *h == unit.primary {
             boot.extend([
                 "--unit".to_string(),
                 format!("{}={}", unit.name, cfg.display()),
             ]);
         }
-        let argv: Vec<&str> = boot.iter().map(String::as_str).collect();
-        let p = lab.spawn(*id, &format!("agent-{h}"), &argv, &[("RUST_LOG", "info")])?;
+        let (p, a) = cp.spawn_agent(lab, &bins, *id, &opts, &boot)?;
         agents.push(AgentRecord {
             host: h.clone(),
             proc: Some(p.index()),
@@ -230,18 +225,13 @@ pub fn start(
             server: false,
         });
     }
-    let a = cp.agent_args(
-        lab,
-        &bins,
-        &AgentOpts {
-            name: "s".into(),
-            server: true,
-            probes,
-            ..AgentOpts::default()
-        },
-    );
-    let argv: Vec<&str> = a.args.iter().map(String::as_str).collect();
-    let p = lab.spawn(s_node.id, "agent-s", &argv, &[("RUST_LOG", "info")])?;
+    let server = AgentOpts {
+        name: "s".into(),
+        server: true,
+        probes,
+        ..AgentOpts::default()
+    };
+    let (p, a) = cp.spawn_agent(lab, &bins, s_node.id, &server, &[])?;
     agents.push(AgentRecord {
         host: "s".into(),
         proc: Some(p.index()),
