@@ -42,7 +42,7 @@ use holdfast_lab::{LabError, Result};
 use serde::Serialize;
 
 /// What one iteration did.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, clap::ValueEnum)]
 pub enum ChaosKind {
     Application,
     Container,
@@ -58,7 +58,8 @@ pub enum ChaosKind {
 }
 
 impl ChaosKind {
-    const ALL: [ChaosKind; 9] = [
+    /// Every kind, the default choice of `--kinds`.
+    pub const ALL: [ChaosKind; 9] = [
         ChaosKind::Application,
         ChaosKind::Container,
         ChaosKind::ContainerNetwork,
@@ -271,12 +272,19 @@ fn settled(p: &Plane) -> Result<Vec<(String, String)>> {
     Ok(out)
 }
 
-/// Runs the chaos; `line` gets one line per iteration.
+/// Runs the chaos, each iteration's kind drawn from `kinds` (every kind
+/// when empty); `line` gets one line per iteration.
 pub fn run(
     iterations: u32,
     seed: u64,
+    kinds: &[ChaosKind],
     mut line: impl FnMut(&Iteration),
 ) -> Result<(Summary, Vec<Iteration>)> {
+    let kinds = if kinds.is_empty() {
+        &ChaosKind::ALL[..]
+    } else {
+        kinds
+    };
     let started = Instant::now();
     let bins = PlaneBins::find()?;
     let mut p = Plane::up("chaos", &plane_spec(), bins)?;
@@ -287,7 +295,7 @@ pub fn run(
     let mut all = Vec::new();
     let mut burst_no = 0u32;
     for n in 1..=iterations {
-        let it = iteration(&mut p, &mut rng, n, &mut burst_no);
+        let it = iteration(&mut p, &mut rng, kinds, n, &mut burst_no);
         line(&it);
         let failed = it.error.is_some();
         all.push(it);
@@ -338,8 +346,14 @@ pub fn run(
     Ok((summary, all))
 }
 
-fn iteration(p: &mut Plane, rng: &mut fastrand::Rng, n: u32, burst_no: &mut u32) -> Iteration {
-    let kind = ChaosKind::ALL[rng.usize(..ChaosKind::ALL.len())].clone();
+fn iteration(
+    p: &mut Plane,
+    rng: &mut fastrand::Rng,
+    kinds: &[ChaosKind],
+    n: u32,
+    burst_no: &mut u32,
+) -> Iteration {
+    let kind = kinds[rng.usize(..kinds.len())].clone();
     let burst = if rng.bool() { 20 } else { 0 };
     let delay_ms = rng.u64(0..=300);
     let mut it = Iteration {

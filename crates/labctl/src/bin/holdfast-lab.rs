@@ -68,6 +68,9 @@ enum LabOp {
         /// The seed of the random choices (the same seed, the same run).
         #[arg(long, default_value_t = 1)]
         seed: u64,
+        /// Draw only these kinds (comma-separated; default: every kind).
+        #[arg(long, value_enum, value_delimiter = ',')]
+        kinds: Vec<holdfast_labctl::chaos::ChaosKind>,
     },
     /// Tear the lab down, and remove what any crashed lab run left behind.
     Down,
@@ -107,9 +110,15 @@ fn run_lab(state: Option<PathBuf>, op: &LabOp, json: bool) -> anyhow::Result<()>
                 let r = lab::heal(&state, host)?;
                 (serde_json::to_value(&r)?, r.to_string())
             }
-            LabOp::Chaos { iterations, seed } => {
+            LabOp::Chaos {
+                iterations,
+                seed,
+                kinds,
+            } => {
                 let (summary, its) =
-                    holdfast_labctl::chaos::run(*iterations, *seed, |it| eprintln!("{it}"))?;
+                    holdfast_labctl::chaos::run(*iterations, *seed, kinds, |it| {
+                        eprintln!("{it}")
+                    })?;
                 let v = serde_json::json!({ "summary": summary, "iterations": its });
                 let text = format!("{summary}\n");
                 if summary.failed > 0 || !summary.two_senders.is_empty() {
