@@ -408,6 +408,8 @@ pub struct Localizer {
     /// Units whose probes do not count as a container-network failure
     /// until then.
     settle_until: BTreeMap<UnitId, Millis>,
+    /// Whether [`Localizer::sync`] has read a topology yet.
+    synced: bool,
     /// The latest time seen.
     now: Millis,
 }
@@ -426,6 +428,7 @@ impl Localizer {
             cut_off: BTreeSet::new(),
             fired: BTreeSet::new(),
             settle_until: BTreeMap::new(),
+            synced: false,
             now: 0,
         }
     }
@@ -459,12 +462,25 @@ impl Localizer {
             .filter(|u| !state.migrations.contains_key(&u.name))
             .map(|u| (u.name.clone(), u.primary.clone()))
             .collect();
-        let moved: Vec<UnitId> = self
+        // A unit that moved, went (a migration began) or came back (its
+        // migration ended) starts afresh: what was measured of it meanwhile
+        // was of a unit in transit (its service address not yet moved), not
+        // of the unit now placed. Only the first topology has no past.
+        let mut moved: Vec<UnitId> = self
             .units
             .iter()
             .filter(|(u, h)| units.get(*u) != Some(*h))
             .map(|(u, _)| u.clone())
             .collect();
+        if self.synced {
+            moved.extend(
+                units
+                    .keys()
+                    .filter(|u| !self.units.contains_key(*u))
+                    .cloned(),
+            );
+        }
+        self.synced = true;
         for u in moved {
             self.forget_unit(&u);
             self.settle_until.insert(u, self.now + self.cfg.settle_ms);

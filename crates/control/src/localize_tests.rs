@@ -667,3 +667,61 @@ fn verdicts_serialize() {
     let back: Vec<Verdict> = serde_json::from_str(&json).expect("decode");
     assert_eq!(back, out);
 }
+
+#[test]
+fn a_unit_whose_migration_ends_starts_afresh() {
+    // A new leader's first topology lacks b0 (its migration is in flight):
+    // the probes of b0 miss meanwhile (its service address is not moved
+    // yet) while its host answers. The migration ends: those misses were of
+    // a unit in transit, not a container-network failure of b0 on b.
+    let world = World::new(vec![]);
+    let mut in_flight = world.state();
+    in_flight.units.remove(&u("b0"));
+    let unit = Target::Unit(u("b0"));
+    let host = Target::Host(h("b"));
+    let probes = |from: u64, to: u64, unit_ok: bool| {
+        let mut ms = Vec::new();
+        for t in (from..to).step_by(PROBE as usize) {
+            for v in [Vantage::AgentServer, Vantage::Agent(h("a"))] {
+                ms.push((
+                    t,
+                    Measurement::Probe {
+                        from: v.clone(),
+                        to: unit.clone(),
+                        ok: unit_ok,
+                    },
+                ));
+                ms.push((
+                    t + 1,
+                    Measurement::Probe {
+                        from: v,
+                        to: host.clone(),
+                        ok: true,
+                    },
+                ));
+            }
+        }
+        ms
+    };
+    let run_with = |l: &mut Localizer| {
+        l.sync(&in_flight);
+        let mut out = feed(l, probes(1_000, 1_600, false));
+        l.sync(&world.state());
+        out.extend(feed(l, probes(1_600, 1_700, false)));
+        out.extend(feed(l, probes(1_700, 2_500, true)));
+        out
+    };
+    let out = run_with(&mut Localizer::new(LocalizeConfig::default()));
+    assert!(acting(&out).is_empty(), "{out:#?}");
+    // Negative control: the same measurements about a unit placed on b all
+    // along are a container-network failure.
+    let mut l = Localizer::new(LocalizeConfig::default());
+    l.sync(&world.state());
+    let out = feed(&mut l, probes(1_000, 1_700, false));
+    assert!(
+        acting(&out)
+            .iter()
+            .any(|v| v.finding.failure_kind() == Some(FailureKind::ContainerNetwork)),
+        "{out:#?}"
+    );
+}
