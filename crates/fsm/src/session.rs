@@ -89,6 +89,20 @@ impl Session {
         self.state
     }
 
+    /// Non-stop routing: restarts the HoldTimer without a message, in
+    /// Established only (returns whether it did). For a session taken over
+    /// whose peer is evidently alive (its TCP acknowledges ours) while its
+    /// own bytes wait in its TCP retransmission backoff: they were sent to
+    /// the failed primary, and the backoff grew with every takeover that
+    /// followed (see the peer core's resume grace).
+    pub fn restart_hold_timer(&mut self, now: Time) -> bool {
+        if self.state != State::Established || self.timers.hold.is_none() {
+            return false;
+        }
+        self.arm_hold(now);
+        true
+    }
+
     pub fn config(&self) -> &SessionConfig {
         &self.cfg
     }

@@ -260,6 +260,20 @@ struct Template {
     oif: u32,
 }
 
+/// One connection as the gate sees it (for diagnostics).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnView {
+    /// Whether it is gated (registered and not unregistered).
+    pub gated: bool,
+    /// `C`: the highest ACK number that may leave.
+    pub confirmed: u32,
+    /// Highest ACK number that left, and the kernel's highest.
+    pub sent_ack: Option<u32>,
+    pub kernel_ack: Option<u32>,
+    /// Packets on hold.
+    pub held: usize,
+}
+
 /// How many not-yet-covered delay samples a connection keeps; beyond this
 /// the newest sample is merged into the previous one.
 const WAIT_CAP: usize = 1024;
@@ -462,6 +476,18 @@ impl Core {
             }
             _ => false,
         }
+    }
+
+    /// What the gate knows of `key` (for diagnostics).
+    pub(crate) fn view(&self, key: &ConnKey) -> Option<ConnView> {
+        let c = self.conns.get(key)?;
+        Some(ConnView {
+            gated: c.gated,
+            confirmed: c.confirmed,
+            sent_ack: c.sent_ack,
+            kernel_ack: c.kernel_ack,
+            held: usize::from(c.held_ack.is_some()) + c.backlog.len(),
+        })
     }
 
     /// Gates `key` with `C = confirmed` (raised, never lowered, if it is

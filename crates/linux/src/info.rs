@@ -72,6 +72,9 @@ pub struct TcpInfoLite {
     pub snd_cwnd: u32,
     /// Segments sent but not yet acknowledged.
     pub unacked: u32,
+    /// Milliseconds since the peer's last acceptable ACK (any, also one
+    /// that acknowledges nothing new).
+    pub last_ack_recv_ms: u32,
     pub total_retrans: u32,
     /// `None` on kernels older than 4.1.
     pub bytes_acked: Option<u64>,
@@ -105,6 +108,7 @@ pub fn tcp_info(fd: BorrowedFd<'_>) -> io::Result<TcpInfoLite> {
         pmtu: r.pmtu,
         snd_cwnd: r.snd_cwnd,
         unacked: r.unacked,
+        last_ack_recv_ms: r.last_ack_recv,
         total_retrans: r.total_retrans,
         bytes_acked: has(offset_of!(RawTcpInfo, bytes_acked) + 8).then_some(r.bytes_acked),
         bytes_received: has(offset_of!(RawTcpInfo, bytes_received) + 8).then_some(r.bytes_received),

@@ -376,6 +376,11 @@ impl AckGate {
         }
     }
 
+    /// What the gate knows of this connection, if it is registered.
+    pub fn view(&self, key: &ConnKey) -> Option<crate::gate::ConnView> {
+        self.shared.core().view(&key.normalised())
+    }
+
     pub fn set_mode(&self, mode: GateMode) {
         if self.shared.core().set_mode(mode) {
             self.shared.wake();

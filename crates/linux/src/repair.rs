@@ -188,7 +188,7 @@ pub fn outq(fd: BorrowedFd<'_>) -> io::Result<u32> {
 }
 
 /// `SIOCINQ`: bytes received and not yet read.
-fn inq(fd: BorrowedFd<'_>) -> io::Result<u32> {
+pub fn inq(fd: BorrowedFd<'_>) -> io::Result<u32> {
     // SIOCINQ is FIONREAD (<linux/sockios.h>).
     ioctl_len(fd, libc::FIONREAD)
 }

@@ -206,6 +206,34 @@ impl Conn {
         Ok(n)
     }
 
+    /// Where the receive side stands, from the socket, the gate and the
+    /// framer (logged when a replicated session's hold timer expires:
+    /// bytes the kernel holds unread, or an ACK the gate never let go).
+    pub fn receive_diagnosis(&self) -> String {
+        let fd = self.rd.as_ref().as_fd();
+        let inq = repair::inq(fd).map_or_else(|e| e.to_string(), |n| n.to_string());
+        let (ours, gate) = match self.repl.as_ref() {
+            Some(r) => (
+                Some(r.rcv_next()),
+                r.nsr.gate.view(&r.ckey).map(|v| format!("{v:?}")),
+            ),
+            None => (None, None),
+        };
+        format!(
+            "unread in kernel {inq} B; framed up to {ours:?}; partial message {} B; gate {}",
+            self.unconsumed().len(),
+            gate.as_deref().unwrap_or("not gating it")
+        )
+    }
+
+    /// Milliseconds since the peer's TCP last acknowledged us (any
+    /// acceptable ACK), from `TCP_INFO`.
+    pub fn last_ack_recv_ms(&self) -> Option<u32> {
+        holdfast_linux::info::tcp_info(self.rd.as_ref().as_fd())
+            .ok()
+            .map(|i| i.last_ack_recv_ms)
+    }
+
     /// A window probe, so the peer answers at once (see
     /// [`repair::window_probe`]).
     pub fn window_probe(&self) -> io::Result<()> {

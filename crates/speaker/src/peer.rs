@@ -380,6 +380,11 @@ impl PeerTask {
             Message::Keepalive => encode_keepalive(&mut buf),
             Message::Notification(n) => {
                 self.metrics.notification(&self.labels, "sent", n);
+                if n.code == holdfast_wire::error::error_code::HOLD_TIMER_EXPIRED {
+                    if let Some(c) = self.conn(w).filter(|c| c.repl.is_some()) {
+                        tracing::warn!(receive = %c.receive_diagnosis(), "hold timer expired on a replicated connection");
+                    }
+                }
                 encode_notification(n, &mut buf);
             }
         }
@@ -519,6 +524,11 @@ impl PeerTask {
 
     fn on_timer(&mut self) {
         self.replicate_acked();
+        if self.core.hold_grace_due(now()) {
+            if let Some(last_ack_ms) = self.main.as_ref().and_then(Conn::last_ack_recv_ms) {
+                self.input(PeerInput::TransportAlive { last_ack_ms });
+            }
+        }
         if self.core.next_deadline().is_some_and(|d| d <= now()) {
             self.input(PeerInput::Timer);
         }

@@ -116,9 +116,7 @@ fn run_lab(state: Option<PathBuf>, op: &LabOp, json: bool) -> anyhow::Result<()>
                 kinds,
             } => {
                 let (summary, its) =
-                    holdfast_labctl::chaos::run(*iterations, *seed, kinds, |it| {
-                        eprintln!("{it}")
-                    })?;
+                    holdfast_labctl::chaos::run(*iterations, *seed, kinds, |it| eprintln!("{it}"))?;
                 let v = serde_json::json!({ "summary": summary, "iterations": its });
                 let text = format!("{summary}\n");
                 if summary.failed > 0 || !summary.two_senders.is_empty() {

@@ -30,6 +30,16 @@
 //!   operator).
 //! - RFC 2918: a ROUTE-REFRESH (subtype 0) on an Established session asks
 //!   the RIB to re-send the family.
+//! - RFC 4271 §4.4/§10 HoldTimer, with one NSR exception, the *resume
+//!   grace*: after a takeover, until the peer's first message arrives on
+//!   the restored connection (at most [`RESUME_GRACE`]),
+//!   [`PeerInput::TransportAlive`] restarts an expiring HoldTimer when the
+//!   peer's TCP acknowledged our bytes within a KeepaliveTime (plus 1 s).
+//!   The peer's own bytes were sent to the failed primary and wait in its
+//!   TCP retransmission backoff, which doubles with every takeover that
+//!   lands between two retransmissions (found by `holdfast lab chaos`:
+//!   five takeovers of one unit in 30 s pushed bird2's next retransmission
+//!   25 s past the last resume, beyond its 9 s hold time).
 //!
 //! # Known issues
 //! - Enhanced route refresh (RFC 7313) BoRR/EoRR markers from the peer are
@@ -134,7 +144,14 @@ pub enum PeerInput {
     BfdDown,
     /// The neighbour's BFD session is Up again, or BFD was turned off.
     BfdUp,
+    /// The main connection's HoldTimer is due during the resume grace: the
+    /// peer's TCP last acknowledged us `last_ack_ms` ago (`TCP_INFO`).
+    TransportAlive { last_ack_ms: u32 },
 }
+
+/// How long after a takeover the resume grace may last: Linux's largest
+/// retransmission timeout (`TCP_RTO_MAX`, 120 s) plus a margin.
+pub const RESUME_GRACE: Duration = Duration::from_secs(130);
 
 /// A message the core wants written on a slot's connection.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -225,6 +242,10 @@ pub struct PeerCore {
     /// BFD came back: the session starts again at this time (hold-down).
     #[serde(default)]
     bfd_restart_at: Option<Time>,
+    /// After a takeover, until the peer's first message: the end of the
+    /// resume grace (module docs).
+    #[serde(default)]
+    resume_grace_until: Option<Time>,
 }
 
 impl PeerCore {
@@ -241,7 +262,19 @@ impl PeerCore {
             resuming: false,
             bfd_down: false,
             bfd_restart_at: None,
+            resume_grace_until: None,
         }
+    }
+
+    /// Whether the main HoldTimer is due (at `now`) during the resume grace:
+    /// the shell then reports [`PeerInput::TransportAlive`] first.
+    pub fn hold_grace_due(&self, now: Time) -> bool {
+        self.resume_grace_until.is_some_and(|g| now < g)
+            && self
+                .main
+                .fsm
+                .timer(holdfast_fsm::Timer::Hold)
+                .is_some_and(|d| d <= now)
     }
 
     /// BFD holds the session down (BFD Down, or its hold-down running).
@@ -384,6 +417,25 @@ impl PeerCore {
             }
             PeerInput::BfdDown => self.bfd_down(&mut cx),
             PeerInput::BfdUp => self.bfd_up(&mut cx),
+            PeerInput::TransportAlive { last_ack_ms } => self.transport_alive(&cx, last_ack_ms),
+        }
+    }
+
+    /// The resume grace (module docs): the HoldTimer restarts while the
+    /// peer's TCP is evidently alive.
+    fn transport_alive(&mut self, cx: &Cx, last_ack_ms: u32) {
+        if !self.hold_grace_due(cx.now) {
+            return;
+        }
+        let keepalive = self.negotiated().map_or(0, |n| u64::from(n.keepalive));
+        if u64::from(last_ack_ms) > keepalive * 1000 + 1000 {
+            return;
+        }
+        if self.main.fsm.restart_hold_timer(cx.now) {
+            tracing::info!(
+                last_ack_ms,
+                "NSR: HoldTimer restarted: no message from the peer since the takeover, but its TCP acknowledges ours (its bytes wait in its retransmission backoff)"
+            );
         }
     }
 
@@ -578,6 +630,9 @@ impl PeerCore {
     }
 
     fn message(&mut self, cx: &mut Cx, w: Which, kind: u8, body: Vec<u8>) {
+        if w == Which::Main {
+            self.resume_grace_until = None;
+        }
         let ev = match kind {
             msg_type::UPDATE => {
                 let established = self.slot(w).map(|s| s.fsm.state()) == Some(State::Established);
@@ -700,6 +755,7 @@ impl PeerCore {
             return;
         }
         self.up = false;
+        self.resume_grace_until = None;
         let restart_time = self
             .last_negotiated
             .as_ref()
@@ -813,6 +869,7 @@ impl PeerCore {
         };
         self.gen = 1;
         self.up = true;
+        self.resume_grace_until = Some(cx.now + RESUME_GRACE);
         cx.out.push(PeerOutput::Attach(Which::Main));
         cx.out.push(PeerOutput::StateChanged {
             from: State::Idle,

@@ -750,3 +750,70 @@ fn bfd_up_without_a_down_changes_nothing() {
     let out = c.handle(t(100_000), PeerInput::Timer);
     assert!(!has(&out, |o| *o == PeerOutput::Connect), "{out:?}");
 }
+
+/// A core resumed at 50 ms with a 9 s hold time (keepalive 3 s).
+fn resumed_core() -> PeerCore {
+    let mut c = PeerCore::new(params());
+    c.handle(t(0), PeerInput::Start { resuming: true });
+    let local = holdfast_fsm::open_for_config(&params().session);
+    let remote = peer_open(Ipv4Addr::new(10, 0, 0, 9), 9, false);
+    c.handle(
+        t(50),
+        PeerInput::Resume {
+            local_open: local,
+            remote_open: remote,
+        },
+    );
+    c
+}
+
+fn hold_expired(out: &[PeerOutput]) -> bool {
+    has(
+        out,
+        |o| matches!(o, PeerOutput::Send(_, Message::Notification(n)) if n.code == 4),
+    )
+}
+
+#[test]
+fn resume_grace_keeps_a_peer_whose_tcp_is_alive() {
+    // The peer's KEEPALIVE went to the failed primary and waits in its
+    // retransmission backoff; its TCP acknowledges our KEEPALIVEs.
+    let mut c = resumed_core();
+    let due = t(50 + 9_000);
+    assert!(c.hold_grace_due(due));
+    c.handle(due, PeerInput::TransportAlive { last_ack_ms: 250 });
+    assert!(!c.hold_grace_due(due));
+    assert!(!hold_expired(&c.handle(due, PeerInput::Timer)));
+    assert_eq!(c.state(), State::Established);
+    // Its retransmission arrives: the grace ends, the HoldTimer is RFC
+    // 4271's again.
+    c.handle(t(20_000), keepalive(Which::Main));
+    assert!(!c.hold_grace_due(t(29_000)));
+    c.handle(t(29_000), PeerInput::TransportAlive { last_ack_ms: 100 });
+    assert!(hold_expired(&c.handle(t(29_000), PeerInput::Timer)));
+}
+
+#[test]
+fn resume_grace_does_not_keep_a_silent_peer() {
+    // Negative control: the peer's TCP has acknowledged nothing for longer
+    // than a KeepaliveTime plus 1 s: the HoldTimer expires as usual.
+    let mut c = resumed_core();
+    let due = t(50 + 9_000);
+    c.handle(due, PeerInput::TransportAlive { last_ack_ms: 4_001 });
+    assert!(hold_expired(&c.handle(due, PeerInput::Timer)));
+}
+
+#[test]
+fn resume_grace_ends_after_the_largest_retransmission_timeout() {
+    let mut c = resumed_core();
+    let mut at = 50;
+    while at + 9_000 < 50 + RESUME_GRACE.as_millis() as u64 {
+        at += 9_000;
+        c.handle(t(at), PeerInput::TransportAlive { last_ack_ms: 10 });
+        assert!(!hold_expired(&c.handle(t(at), PeerInput::Timer)), "{at}");
+    }
+    let due = t(at + 9_000);
+    assert!(!c.hold_grace_due(due));
+    c.handle(due, PeerInput::TransportAlive { last_ack_ms: 10 });
+    assert!(hold_expired(&c.handle(due, PeerInput::Timer)));
+}
