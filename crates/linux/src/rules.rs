@@ -16,6 +16,7 @@
 //! is shut down on purpose, or all BGP traffic on the host stops.
 
 use std::io;
+use std::net::IpAddr;
 use std::process::Command;
 
 const FAMILIES: [&str; 2] = ["iptables", "ip6tables"];
@@ -76,15 +77,22 @@ fn ensure(cmd: &str, chain: &str, spec: &[String]) -> io::Result<()> {
     run_ok(cmd, &insert)
 }
 
-fn port_specs(ports: &[u16], comment: &str, target: &[&str]) -> Vec<Vec<String>> {
+/// One rule per port and direction: `pre` (e.g. a source address), TCP,
+/// the port, `flags` (TCP flag matches), the comment, the target.
+fn port_specs(
+    ports: &[u16],
+    pre: &[&str],
+    flags: &[&str],
+    comment: &str,
+    target: &[&str],
+) -> Vec<Vec<String>> {
     let mut specs = Vec::new();
     for &port in ports {
         for dir in ["--sport", "--dport"] {
-            let mut s: Vec<String> = ["-p", "tcp", "-m", "tcp", dir]
-                .iter()
-                .map(|s| s.to_string())
-                .collect();
+            let mut s: Vec<String> = pre.iter().map(|s| s.to_string()).collect();
+            s.extend(["-p", "tcp", "-m", "tcp", dir].map(String::from));
             s.push(port.to_string());
+            s.extend(flags.iter().map(|s| s.to_string()));
             s.extend(["-m", "comment", "--comment", comment].map(String::from));
             s.extend(target.iter().map(|s| s.to_string()));
             specs.push(s);
@@ -103,24 +111,53 @@ fn install(chain: &str, specs: &[Vec<String>]) -> io::Result<()> {
     Ok(())
 }
 
-/// OUTPUT: TCP with source or destination port in `ports` goes to NFQUEUE
-/// `queue_num` (no bypass: dropped while nobody serves the queue), IPv4 and
-/// IPv6. Idempotent.
+/// OUTPUT: TCP with source or destination port in `ports` and without
+/// the SYN flag goes to NFQUEUE `queue_num` (no bypass: dropped while
+/// nobody serves the queue), IPv4 and IPv6. Idempotent.
+///
+/// SYN and SYN-ACK segments never go through the queue: the gate has
+/// nothing to decide for them (no gated connection sends one), and a
+/// starved, exiting or taking-over speaker must not make its port look
+/// unreachable to the host agents' TCP probes. A connection opened or
+/// accepted by a process whose gate drops everything still carries nothing
+/// else.
 pub fn install_gate(tag: &str, queue_num: u16, ports: &[u16]) -> io::Result<()> {
     let c = comment(tag)?;
     let q = queue_num.to_string();
     install(
         "OUTPUT",
-        &port_specs(ports, &c, &["-j", "NFQUEUE", "--queue-num", &q]),
+        &port_specs(
+            ports,
+            &[],
+            &["!", "--tcp-flags", "SYN", "SYN"],
+            &c,
+            &["-j", "NFQUEUE", "--queue-num", &q],
+        ),
     )
 }
 
-/// INPUT: drop TCP with source or destination port in `ports` (inbound
-/// segments of our sessions), so that nothing is answered with a RST while
-/// sockets are being rebuilt. IPv4 and IPv6. Idempotent.
-pub fn install_guard(tag: &str, ports: &[u16]) -> io::Result<()> {
+/// INPUT: drop TCP from `peers` (every source when empty) with source or
+/// destination port in `ports` (inbound segments of our sessions), so that
+/// nothing is answered with a RST while sockets are being rebuilt. IPv4 and
+/// IPv6, each peer in its family. Idempotent. Naming the peers keeps the
+/// port open to everyone else meanwhile (the host agents' probes).
+pub fn install_guard(tag: &str, ports: &[u16], peers: &[IpAddr]) -> io::Result<()> {
     let c = comment(tag)?;
-    install("INPUT", &port_specs(ports, &c, &["-j", "DROP"]))
+    let target = ["-j", "DROP"];
+    if peers.is_empty() {
+        return install("INPUT", &port_specs(ports, &[], &[], &c, &target));
+    }
+    for (cmd, v6) in [("iptables", false), ("ip6tables", true)] {
+        let mut specs = Vec::new();
+        for p in peers.iter().filter(|p| p.is_ipv6() == v6) {
+            let src = p.to_string();
+            specs.extend(port_specs(ports, &["-s", &src], &[], &c, &target));
+        }
+        for spec in specs.iter().rev() {
+            ensure(cmd, "INPUT", spec)?;
+        }
+    }
+    Ok(())
 }
 
 /// Removes the guard rules (INPUT rules carrying this tag).
@@ -265,10 +302,21 @@ mod tests {
 
     #[test]
     fn specs_cover_both_directions() {
-        let s = port_specs(&[179, 1179], "holdfast:t", &["-j", "DROP"]);
+        let s = port_specs(&[179, 1179], &[], &[], "holdfast:t", &["-j", "DROP"]);
         assert_eq!(s.len(), 4);
         assert!(s[0].join(" ").contains("--sport 179"));
         assert!(s[1].join(" ").contains("--dport 179"));
         assert!(s[3].join(" ").ends_with("--comment holdfast:t -j DROP"));
+        let g = port_specs(
+            &[179],
+            &["-s", "192.0.2.1"],
+            &["!", "--tcp-flags", "SYN", "SYN"],
+            "holdfast:t",
+            &["-j", "DROP"],
+        );
+        assert_eq!(
+            g[0].join(" "),
+            "-s 192.0.2.1 -p tcp -m tcp --sport 179 ! --tcp-flags SYN SYN -m comment --comment holdfast:t -j DROP"
+        );
     }
 }

@@ -497,9 +497,17 @@ fn guard_suppresses_rst() {
         let e = TcpStream::connect_timeout(&to, Duration::from_secs(1)).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::ConnectionRefused, "{e}");
 
-        rules::install_guard("t-guard", &[PORT]).unwrap();
-        rules::install_guard("t-guard", &[PORT]).unwrap(); // idempotent
-        assert_eq!(rules::list("t-guard").unwrap().len(), 8);
+        // A guard naming another peer leaves this client alone.
+        let other: std::net::IpAddr = "127.0.0.2".parse().unwrap();
+        rules::install_guard("t-guard", &[PORT], &[other]).unwrap();
+        let e = TcpStream::connect_timeout(&to, Duration::from_secs(1)).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::ConnectionRefused, "{e}");
+        rules::remove_guard("t-guard").unwrap();
+
+        let peer: std::net::IpAddr = "127.0.0.1".parse().unwrap();
+        rules::install_guard("t-guard", &[PORT], &[peer]).unwrap();
+        rules::install_guard("t-guard", &[PORT], &[peer]).unwrap(); // idempotent
+        assert_eq!(rules::list("t-guard").unwrap().len(), 6);
         let e = TcpStream::connect_timeout(&to, Duration::from_millis(700)).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::TimedOut, "no RST while guarded: {e}");
 

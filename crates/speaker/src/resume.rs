@@ -1,7 +1,9 @@
 //! Setting up non-stop routing, and taking over from a failed primary.
 //!
 //! Start-up ([`bring_up`], both roles), in this order and nowhere else:
-//! 1. takeover only: the guard — inbound segments of our sessions are
+//! 1. takeover only: the guard — inbound segments of our sessions (from
+//!    the configured neighbours; everyone else, such as the host agents'
+//!    probes, still reaches the port) are
 //!    dropped, so the kernel never answers a peer's segment with a RST
 //!    before its socket exists (`holdfast_linux::rules::install_guard`);
 //! 2. the ACK gate: bind the NFQUEUE (`AckGate::start`), set its first mode
@@ -218,7 +220,8 @@ fn bring_up(
     let ports = ports(cfg);
     // 1. The guard.
     if role == Role::Takeover {
-        rules::install_guard(&tag, &ports).map_err(|source| StartError::Guard {
+        let peers: Vec<std::net::IpAddr> = cfg.neighbors.iter().map(|nb| nb.address).collect();
+        rules::install_guard(&tag, &ports, &peers).map_err(|source| StartError::Guard {
             tag: tag.clone(),
             source,
         })?;
