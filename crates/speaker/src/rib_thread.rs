@@ -321,7 +321,10 @@ impl RibThread {
                 return;
             }
             RibCmd::Snapshot { peer, ctx, reply } => {
-                let adj_in = tables::encode_table(&self.engine.adj_rib_in(peer), &ctx);
+                let mut adj_in = Vec::new();
+                self.engine.visit_adj_rib_in_groups(peer, |a, prefixes| {
+                    tables::encode_group(a, prefixes, &ctx, &mut adj_in)
+                });
                 let adj_out = tables::encode_table(&self.engine.adj_rib_out(peer), &ctx);
                 let _ = reply.send((adj_in, adj_out));
                 return;
