@@ -19,6 +19,8 @@ use crate::policy::{PolicyCtx, PolicyRef, PolicyVerdict};
 use crate::rib::{shard_of4, shard_of6, Counts, Key, Path, Shard, Tables, STALE};
 use crate::{EngineConfig, Output, PeerCounts, PeerId, PeerSpec, LOCAL_PEER};
 
+mod groups;
+
 const WITHDRAW: u32 = u32::MAX;
 
 /// Largest number of UPDATEs processed as one unit by `apply_raw`.
@@ -998,57 +1000,6 @@ impl Engine {
         })
     }
 
-    /// The peer's Adj-RIB-In (pre-policy), sorted by prefix.
-    pub fn adj_rib_in(&self, id: PeerId) -> Vec<(Prefix, Arc<PathAttrs>)> {
-        let mut v = Vec::new();
-        // Routes with the same (interned) attribute set share one
-        // `PathAttrs`: converted once, and grouped by pointer downstream.
-        let mut shared = FxMap::default();
-        for s in &self.shards {
-            collect_in(&s.v4, id, &mut shared, &mut v);
-            collect_in(&s.v6, id, &mut shared, &mut v);
-        }
-        v.sort_by_key(|a| a.0);
-        v
-    }
-
-    /// `id`'s Adj-RIB-In grouped by attribute set, for encoding it as
-    /// UPDATEs (an NSR snapshot): `f` gets each distinct (interned) set
-    /// once, converted once, with its prefixes sorted. No per-route
-    /// attribute copy is made, so a million routes cost one pass over the
-    /// table and one sort of (set, prefix) pairs. Sets come in the order
-    /// the shards are visited (deterministic).
-    pub fn visit_adj_rib_in_groups(&self, id: PeerId, mut f: impl FnMut(&PathAttrs, &[Prefix])) {
-        let mut slot: FxMap<usize, u32> = FxMap::default();
-        let mut sets: Vec<Arc<Attrs>> = Vec::new();
-        // Per family: a `Prefix` is 48 bytes, an IPv4 (set, prefix) pair 12.
-        let expected = self.counts(id).received.min(1 << 24) as usize;
-        let mut v4: Vec<(u32, Prefix4)> = Vec::with_capacity(expected);
-        let mut v6: Vec<(u32, Prefix6)> = Vec::new();
-        for s in &self.shards {
-            tag_in(&s.v4, id, &mut slot, &mut sets, &mut v4);
-            tag_in(&s.v6, id, &mut slot, &mut sets, &mut v6);
-        }
-        drop(slot);
-        v4.sort_unstable();
-        v6.sort_unstable();
-        let (mut i4, mut i6) = (0, 0);
-        let mut prefixes: Vec<Prefix> = Vec::new();
-        for (set, attrs) in sets.iter().enumerate() {
-            let set = set as u32;
-            prefixes.clear();
-            while i4 < v4.len() && v4[i4].0 == set {
-                prefixes.push(Prefix::V4(v4[i4].1));
-                i4 += 1;
-            }
-            while i6 < v6.len() && v6[i6].0 == set {
-                prefixes.push(Prefix::V6(v6[i6].1));
-                i6 += 1;
-            }
-            f(&attrs.to_path_attrs(), &prefixes);
-        }
-    }
-
     /// Fingerprints of what the peer was last sent, sorted by prefix: the
     /// Adj-RIB-Out as the engine keeps it, without recomputing the export
     /// (see [`Self::out_fingerprint`]).
@@ -1190,44 +1141,6 @@ impl Engine {
     pub fn peer_address(&self, id: PeerId) -> Option<IpAddr> {
         self.peers.get(&id).map(|p| p.spec.address)
     }
-}
-
-/// `id`'s Adj-RIB-In entries of one table; `shared` maps an interned
-/// attribute set (by address) to its one converted `PathAttrs`.
-fn collect_in<K: Key>(
-    t: &Tables<K>,
-    id: PeerId,
-    shared: &mut FxMap<usize, Arc<PathAttrs>>,
-    v: &mut Vec<(Prefix, Arc<PathAttrs>)>,
-) {
-    crate::rib::PMap::visit(&t.dests, |k, d| {
-        if let Some(p) = d.paths.iter().find(|p| p.peer == id) {
-            let a = shared
-                .entry(Arc::as_ptr(&p.pre) as usize)
-                .or_insert_with(|| Arc::new(p.pre.to_path_attrs()));
-            v.push((k.prefix(), a.clone()));
-        }
-    });
-}
-
-/// `id`'s Adj-RIB-In entries of one table, each tagged with the index of
-/// its attribute set in `sets` (`slot`: a set's address to its index).
-fn tag_in<K: Key>(
-    t: &Tables<K>,
-    id: PeerId,
-    slot: &mut FxMap<usize, u32>,
-    sets: &mut Vec<Arc<Attrs>>,
-    tagged: &mut Vec<(u32, K)>,
-) {
-    crate::rib::PMap::visit(&t.dests, |k, d| {
-        if let Some(p) = d.paths.iter().find(|p| p.peer == id) {
-            let i = *slot.entry(Arc::as_ptr(&p.pre) as usize).or_insert_with(|| {
-                sets.push(p.pre.clone());
-                (sets.len() - 1) as u32
-            });
-            tagged.push((i, k));
-        }
-    });
 }
 
 fn refresh_table<K: Key>(

@@ -325,7 +325,10 @@ impl RibThread {
                 self.engine.visit_adj_rib_in_groups(peer, |a, prefixes| {
                     tables::encode_group(a, prefixes, &ctx, &mut adj_in)
                 });
-                let adj_out = tables::encode_table(&self.engine.adj_rib_out(peer), &ctx);
+                let mut adj_out = Vec::new();
+                self.engine.visit_adj_rib_out_groups(peer, |a, prefixes| {
+                    tables::encode_group(a, prefixes, &ctx, &mut adj_out)
+                });
                 let _ = reply.send((adj_in, adj_out));
                 return;
             }
