@@ -9,6 +9,10 @@
 //! replayed Adj-RIB-Out log) with what its own decision process now wants
 //! to advertise, and sends only the difference: no route the peer holds is
 //! withdrawn or re-announced unless it really changed.
+//!
+//! # Known issues
+//! - A snapshot is one buffer holding the whole encoded table, and it is
+//!   copied again by the store's packer: tens of MB at a million routes.
 
 use holdfast_wire::{
     decode_update, encode_attrs, frame, msg_type, pack_announce, pack_withdraw, Afi, CodecCtx,

@@ -5,7 +5,8 @@
 //! routes cost one pass over the tables and one sort of compact (set,
 //! prefix) pairs.
 //!
-//! Known issues:
+//! # Known issues
+//!
 //! - The Adj-RIB-Out is grouped by the fingerprint of what was sent; two
 //!   different exports with the same 64-bit fingerprint would be encoded
 //!   with one set (the takeover comparison trusts these fingerprints too).
