@@ -94,16 +94,20 @@ pub fn fig6a(plan: &Plan) -> Vec<Figure> {
                         }
                         if let Some(rib) = &run.rib {
                             rib_lines.push(format!(
-                            "{} {kind} {} run {}: {:.3} s end to end; RIB thread: {} batches, {} UPDATEs, busy {:.3} s (longest batch {:.1} ms)",
+                            "{} {kind} {} run {}: {:.3} s end to end, {:.2} s CPU, peak RSS {} MB; RIB thread: {} batches, {} UPDATEs, busy {:.3} s (longest batch {:.1} ms); NSR snapshots: {}",
                             d.name(),
                             size_label(n),
                             r + 1,
                             run.secs,
+                            run.cpu_secs,
+                            run.rss_kb / 1024,
                             rib.batches,
                             rib.msgs,
                             rib.busy_us as f64 / 1e6,
-                            rib.max_us as f64 / 1e3
+                            rib.max_us as f64 / 1e3,
+                            rib.snapshots
                         ));
+                            println!("  {}", rib_lines.last().map_or("", String::as_str));
                         }
                         Ok(vec![run.secs, run.rss_kb as f64 / 1024.0])
                     },

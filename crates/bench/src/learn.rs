@@ -7,7 +7,7 @@
 //! ```
 
 use crate::dut::{Dut, DutConfig, Neighbor, Running};
-use crate::util::{connect, peak_rss_kb, strip_ansi};
+use crate::util::{connect, cpu_secs, peak_rss_kb, strip_ansi};
 use anyhow::{bail, Result};
 use holdfast_lab::{Lab, Redis};
 use holdfast_tester::encode_routes;
@@ -32,6 +32,8 @@ pub struct RibStats {
     pub busy_us: u64,
     /// Longest batch (µs).
     pub max_us: u64,
+    /// NSR table snapshots written (log compactions and re-synchronisations).
+    pub snapshots: u64,
 }
 
 /// Sums the `RIB batch` debug lines of a holdfastd log.
@@ -45,7 +47,12 @@ pub fn rib_stats(log: &str) -> RibStats {
             .unwrap_or(rest.len());
         rest[..end].parse().ok()
     };
-    for l in strip_ansi(log).lines().filter(|l| l.contains("RIB batch")) {
+    let log = strip_ansi(log);
+    s.snapshots = log
+        .lines()
+        .filter(|l| l.contains("session tables snapshotted"))
+        .count() as u64;
+    for l in log.lines().filter(|l| l.contains("RIB batch")) {
         s.batches += 1;
         s.msgs += field(l, "msgs=").unwrap_or(0);
         let t = field(l, "took_us=").unwrap_or(0);
@@ -62,6 +69,9 @@ pub struct LearnRun {
     pub secs: f64,
     /// Peak RSS of the DUT's processes (kB).
     pub rss_kb: u64,
+    /// CPU time of the DUT's processes from the injectors' first write
+    /// until the monitor held all routes (s).
+    pub cpu_secs: f64,
     /// holdfastd's RIB thread.
     pub rib: Option<RibStats>,
     /// Routes the DUT sent back to the injectors.
@@ -76,6 +86,43 @@ fn with_next_hop(w: &Workload, nh: Ipv4Addr) -> Workload {
             (a, p.clone())
         })
         .collect()
+}
+
+/// `perf record` of the DUT's processes (with call graphs) while the routes
+/// are learned, when `HOLDFAST_BENCH_PERF` names the output file (profiling
+/// aid; each run overwrites it).
+struct Perf(std::process::Child);
+
+impl Perf {
+    fn start(pids: &[u32]) -> Option<Perf> {
+        let out = std::env::var("HOLDFAST_BENCH_PERF").ok()?;
+        let list: Vec<String> = pids.iter().map(u32::to_string).collect();
+        // `HOLDFAST_BENCH_PERF_CALL_GRAPH=dwarf` when frame pointers are missing.
+        let graph = std::env::var("HOLDFAST_BENCH_PERF_CALL_GRAPH").unwrap_or_else(|_| "fp".into());
+        let child = std::process::Command::new("perf")
+            .args(["record", "--call-graph", &graph, "-q", "-o", &out])
+            .args(["-p", &list.join(",")])
+            .stdout(std::process::Stdio::null())
+            .spawn();
+        match child {
+            Ok(c) => {
+                // perf attaches asynchronously.
+                std::thread::sleep(Duration::from_millis(300));
+                Some(Perf(c))
+            }
+            Err(e) => {
+                eprintln!("  note: perf record not started: {e}");
+                None
+            }
+        }
+    }
+
+    fn stop(mut self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-INT", &self.0.id().to_string()])
+            .status();
+        let _ = self.0.wait();
+    }
 }
 
 /// One measurement: `feeds.len()` injector peers (each with its workload) →
@@ -189,11 +236,18 @@ pub fn measure(
                 p.send_stream(&s).map_err(|e| e.to_string())
             }));
         }
+        let pids = running.pids(&lab);
+        let perf = Perf::start(&pids);
+        let cpu0 = cpu_secs(&pids);
         barrier.wait();
         let t0 = Instant::now();
         let _ = monitor.wait("all routes", timeout, |v| v.routes.len() >= n || v.closed);
         let (held, closed, t1) = monitor.view(|v| (v.routes.len(), v.closed, v.last_change));
-        let rss_kb = peak_rss_kb(&running.pids(&lab));
+        let cpu = cpu_secs(&pids) - cpu0;
+        if let Some(p) = perf {
+            p.stop();
+        }
+        let rss_kb = peak_rss_kb(&pids);
         let reflected: usize = injectors.iter().map(|p| p.route_count()).sum();
         for p in &injectors {
             p.abort();
@@ -216,6 +270,7 @@ pub fn measure(
         Ok(LearnRun {
             secs: t1.saturating_duration_since(t0).as_secs_f64(),
             rss_kb,
+            cpu_secs: cpu,
             rib: running.hf_log(&lab).map(|l| rib_stats(&l)),
             reflected,
         })

@@ -19,6 +19,8 @@ use crate::policy::{PolicyCtx, PolicyRef, PolicyVerdict};
 use crate::rib::{shard_of4, shard_of6, Counts, Key, Path, Shard, Tables, STALE};
 use crate::{EngineConfig, Output, PeerCounts, PeerId, PeerSpec, LOCAL_PEER};
 
+mod groups;
+
 const WITHDRAW: u32 = u32::MAX;
 
 /// Largest number of UPDATEs processed as one unit by `apply_raw`.
@@ -998,17 +1000,6 @@ impl Engine {
         })
     }
 
-    /// The peer's Adj-RIB-In (pre-policy), sorted by prefix.
-    pub fn adj_rib_in(&self, id: PeerId) -> Vec<(Prefix, Arc<PathAttrs>)> {
-        let mut v = Vec::new();
-        for s in &self.shards {
-            collect_in(&s.v4, id, &mut v);
-            collect_in(&s.v6, id, &mut v);
-        }
-        v.sort_by_key(|a| a.0);
-        v
-    }
-
     /// Fingerprints of what the peer was last sent, sorted by prefix: the
     /// Adj-RIB-Out as the engine keeps it, without recomputing the export
     /// (see [`Self::out_fingerprint`]).
@@ -1150,14 +1141,6 @@ impl Engine {
     pub fn peer_address(&self, id: PeerId) -> Option<IpAddr> {
         self.peers.get(&id).map(|p| p.spec.address)
     }
-}
-
-fn collect_in<K: Key>(t: &Tables<K>, id: PeerId, v: &mut Vec<(Prefix, Arc<PathAttrs>)>) {
-    crate::rib::PMap::visit(&t.dests, |k, d| {
-        if let Some(p) = d.paths.iter().find(|p| p.peer == id) {
-            v.push((k.prefix(), Arc::new(p.pre.to_path_attrs())));
-        }
-    });
 }
 
 fn refresh_table<K: Key>(

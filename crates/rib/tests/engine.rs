@@ -44,6 +44,85 @@ fn implicit_withdraw_and_unknown_withdraw() {
 }
 
 #[test]
+fn adj_rib_in_groups_match_the_table() {
+    let mut e = engine(&[(1, 65001), (2, 65002)]);
+    let a = attrs(&[65001, 1], [192, 0, 2, 1]);
+    let b = attrs(&[65001, 2], [192, 0, 2, 1]);
+    e.apply(vec![
+        (1, ann(&["10.0.2.0/24", "10.0.0.0/24"], a.clone())),
+        (1, ann(&["10.0.1.0/24"], b.clone())),
+        (1, ann(&["10.0.3.0/24"], a.clone())),
+        (2, ann(&["10.0.9.0/24"], b.clone())),
+    ]);
+    let mut groups: Vec<(PathAttrs, Vec<Prefix>)> = Vec::new();
+    e.visit_adj_rib_in_groups(1, |x, ps| groups.push((x.clone(), ps.to_vec())));
+    // Each set once, its prefixes sorted; together exactly the Adj-RIB-In.
+    assert_eq!(groups.len(), 2);
+    let of = |x: &PathAttrs| {
+        groups
+            .iter()
+            .find(|(g, _)| g == x)
+            .map(|(_, ps)| ps.clone())
+    };
+    assert_eq!(
+        of(&a),
+        Some(vec![p("10.0.0.0/24"), p("10.0.2.0/24"), p("10.0.3.0/24")])
+    );
+    assert_eq!(of(&b), Some(vec![p("10.0.1.0/24")]));
+    let mut flat: Vec<(Prefix, PathAttrs)> = groups
+        .iter()
+        .flat_map(|(x, ps)| ps.iter().map(move |q| (*q, x.clone())))
+        .collect();
+    flat.sort_by_key(|r| r.0);
+    let table: Vec<(Prefix, PathAttrs)> = e
+        .adj_rib_in(1)
+        .into_iter()
+        .map(|(q, x)| (q, PathAttrs::clone(&x)))
+        .collect();
+    assert_eq!(flat, table);
+    let mut none = 0;
+    e.visit_adj_rib_in_groups(3, |_, _| none += 1);
+    assert_eq!(none, 0);
+}
+
+#[test]
+fn adj_rib_out_groups_match_the_export() {
+    let mut e = engine(&[(1, 65001), (2, 65002)]);
+    let a = attrs(&[65001, 1], [192, 0, 2, 1]);
+    let b = attrs(&[65001, 2], [192, 0, 2, 1]);
+    e.apply(vec![
+        (1, ann(&["10.0.2.0/24", "10.0.0.0/24"], a.clone())),
+        (1, ann(&["10.0.1.0/24", "10.0.4.0/22"], b)),
+        (1, ann(&["10.0.3.0/24"], a)),
+        (
+            1,
+            ann(&["2001:db8::/48"], attrs(&[65001, 3], [192, 0, 2, 1])),
+        ),
+    ]);
+    let mut groups: Vec<(PathAttrs, Vec<Prefix>)> = Vec::new();
+    e.visit_adj_rib_out_groups(2, |x, ps| groups.push((x.clone(), ps.to_vec())));
+    assert!(groups
+        .iter()
+        .all(|(_, ps)| ps.windows(2).all(|w| w[0] < w[1])));
+    let mut flat: Vec<(Prefix, PathAttrs)> = groups
+        .iter()
+        .flat_map(|(x, ps)| ps.iter().map(move |q| (*q, x.clone())))
+        .collect();
+    flat.sort_by_key(|r| r.0);
+    let table: Vec<(Prefix, PathAttrs)> = e
+        .adj_rib_out(2)
+        .into_iter()
+        .map(|(q, x)| (q, PathAttrs::clone(&x)))
+        .collect();
+    assert_eq!(table.len(), e.counts(2).advertised as usize);
+    assert_eq!(flat, table);
+    // Nothing goes back to the source.
+    let mut none = 0;
+    e.visit_adj_rib_out_groups(1, |_, _| none += 1);
+    assert_eq!(none, 0);
+}
+
+#[test]
 fn as_loop_rejected_but_kept_pre_policy() {
     let mut e = engine(&[(1, 65001), (2, 65002)]);
     let out = e.apply(vec![(

@@ -17,7 +17,9 @@
 //! # Known issues
 //! - A command is processed whole before the next: a takeover's
 //!   `RibCmd::Resume` waits behind a standby's `RibCmd::Prepare` in
-//!   progress (a quarter of a second at 1M routes).
+//!   progress (a quarter of a second at 1M routes). Likewise a session's
+//!   `RibCmd::Snapshot` (log compaction) holds up UPDATEs while it is
+//!   encoded: about 0.2 s for 1M routes received.
 //! - The prepared comparison is dropped by any command that may change the
 //!   tables, including ones that cannot change a preheated session's
 //!   Adj-RIB-Out (a neighbour added without a stored session, say): the
@@ -321,8 +323,14 @@ impl RibThread {
                 return;
             }
             RibCmd::Snapshot { peer, ctx, reply } => {
-                let adj_in = tables::encode_table(&self.engine.adj_rib_in(peer), &ctx);
-                let adj_out = tables::encode_table(&self.engine.adj_rib_out(peer), &ctx);
+                let mut adj_in = Vec::new();
+                self.engine.visit_adj_rib_in_groups(peer, |a, prefixes| {
+                    tables::encode_group(a, prefixes, &ctx, &mut adj_in)
+                });
+                let mut adj_out = Vec::new();
+                self.engine.visit_adj_rib_out_groups(peer, |a, prefixes| {
+                    tables::encode_group(a, prefixes, &ctx, &mut adj_out)
+                });
                 let _ = reply.send((adj_in, adj_out));
                 return;
             }
