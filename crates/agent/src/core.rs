@@ -416,6 +416,13 @@ impl AgentCore {
             command::Body::Takeover(t) => Some(&t.unit),
             _ => None,
         };
+        if let command::Body::Takeover(t) = &body {
+            // Its old primary's agent fenced it: no host runs it on the
+            // strength of this host's failsafe promise any more.
+            if t.primary_fenced && self.promised.remove(&t.unit).is_some() {
+                tracing::info!(unit = %t.unit, "failsafe promise for this unit dropped: its old primary's agent fenced it");
+            }
+        }
         if let Some(until) = unit
             .and_then(|u| self.promised.get(u))
             .filter(|t| **t > now)
@@ -619,6 +626,7 @@ mod tests {
             unit: "edge-3".into(),
             config: String::new(),
             epoch: 4,
+            primary_fenced: false,
         });
         assert_eq!(
             results(&c.handle(1701 * MS, cmd(5, 2, take))),
@@ -815,6 +823,7 @@ mod tests {
                 unit: u.into(),
                 config: String::new(),
                 epoch: 2,
+                primary_fenced: false,
             })
         };
         assert!(matches!(
@@ -839,6 +848,18 @@ mod tests {
             results(&b.handle(4899 * MS, cmd(3, 4, take("edge-1")))),
             vec![(4, false)]
         );
+        // A takeover whose old primary's agent acknowledged its fence: the
+        // promise is moot.
+        let fenced = command::Body::Takeover(Takeover {
+            unit: "edge-1".into(),
+            config: String::new(),
+            epoch: 2,
+            primary_fenced: true,
+        });
+        assert!(matches!(
+            b.handle(4899 * MS, cmd(3, 9, fenced))[0],
+            AgentOutput::Start { .. }
+        ));
         assert!(matches!(
             b.handle(4900 * MS, cmd(3, 5, take("edge-1")))[0],
             AgentOutput::Start { .. }
@@ -887,6 +908,7 @@ mod tests {
                 unit: u.into(),
                 config: String::new(),
                 epoch: 9,
+                primary_fenced: false,
             })
         };
         let o = c.handle(2 * MS, cmd(9, 1, take("edge-1")));

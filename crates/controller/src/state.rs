@@ -246,6 +246,11 @@ pub struct StepRecord {
     pub token: Token,
     /// That leader's name.
     pub by: String,
+    /// Carried out by commands every agent acknowledged (a fence step: the
+    /// old primary's agent fenced the unit itself; not a host whose lease
+    /// expired).
+    #[serde(default)]
+    pub agent_confirmed: bool,
 }
 
 /// A command to an agent. The agent carries it out only if

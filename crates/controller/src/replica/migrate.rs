@@ -259,14 +259,22 @@ async fn work_for(
                 unit: m.unit.clone(),
             }),
         ),
-        "takeover" => one(
-            &m.to,
-            command::Body::Takeover(Takeover {
-                unit: m.unit.clone(),
-                config: u.config.clone(),
-                epoch: u64::try_from(token.0).unwrap_or(0),
-            }),
-        ),
+        "takeover" => {
+            let mut primary_fenced = false;
+            for before in ["fence", "switchover"] {
+                let rec = store.get::<StepRecord>(&keys.step(&m.id, before)).await?;
+                primary_fenced |= rec.is_some_and(|r| r.agent_confirmed);
+            }
+            one(
+                &m.to,
+                command::Body::Takeover(Takeover {
+                    unit: m.unit.clone(),
+                    config: u.config.clone(),
+                    epoch: u64::try_from(token.0).unwrap_or(0),
+                    primary_fenced,
+                }),
+            )
+        }
         _ => {
             let address = |add| {
                 command::Body::MoveAddress(MoveAddress {
@@ -324,19 +332,20 @@ pub(super) async fn drive(
     for (m, step) in steps {
         tracing::info!(migration = %m.id, %step, %token, "carrying out step");
         let work = work_for(store, cfg, hub, token, &m, &step).await?;
+        let confirmed = matches!(work, Work::Commands(_));
         let task = tokio::spawn(perform(hub.clone(), token, work, cfg.command_timeout));
-        running.push((m, step, task));
+        running.push((m, step, confirmed, task));
     }
     let mut last = None;
     let mut waiting = false;
-    for (m, step, task) in running {
+    for (m, step, confirmed, task) in running {
         let done = task.await.unwrap_or_else(|e| Err(e.to_string()));
         if let Err(e) = done {
             tracing::warn!(migration = %m.id, %step, error = %e, "step not done yet; retrying");
             waiting = true;
             continue;
         }
-        let o = commit_step(shared, store, cfg, token, &m, &step).await?;
+        let o = commit_step(shared, store, cfg, token, &m, &step, confirmed).await?;
         if matches!(o, Outcome::Fenced) {
             return Ok(Some(o));
         }
@@ -363,6 +372,7 @@ async fn commit_step(
     token: Token,
     m: &Migration,
     step: &str,
+    agent_confirmed: bool,
 ) -> Result<Outcome, StoreError> {
     let keys = store.keys().clone();
     let step_key = keys.step(&m.id, step);
@@ -371,6 +381,7 @@ async fn commit_step(
         step: step.to_string(),
         token,
         by: cfg.name.clone(),
+        agent_confirmed,
     };
     let cmd = Command {
         schema: SCHEMA,
