@@ -18,6 +18,7 @@
 //! | `s:K:tail` | list | send tail: chunks `[seq_end: 4 bytes big-endian][bytes]`, oldest first |
 //! | `s:K:una` | string | lower bound of the peer's acknowledgement, `u32` in decimal |
 //! | `s:K:part` | string | received bytes just before `rcv` that are not yet a whole message |
+//! | `s:K:rr` | string | ROUTE-REFRESH messages received and not answered yet ([`Op::Refresh`]), whole, oldest first; missing = none |
 //! | `s:K:ver` | string (integer) | version of the session's `in` and `out` logs ([`crate::LogPos`]): drawn from `logver` whenever they are replaced (`S`, `P`) |
 //! | `logver` | string (integer) | the counter log versions are drawn from; created at the server's time in microseconds, so that a store restarted without its data does not hand out a version again |
 //! | `bfd` | hash | BFD records: field = key, value = [`crate::BfdRecord`] JSON (non-stop BFD) |
@@ -34,11 +35,11 @@
 //! differ — and then applies the operations in order. Redis runs a script
 //! atomically, so a batch is applied whole and fenced as a whole. Every key
 //! the script touches is passed in `KEYS` (`epoch`, `sessions`, `logver`,
-//! then the eight keys of each session of the batch), the operations in `ARGV`
+//! then the nine keys of each session of the batch), the operations in `ARGV`
 //! (binary-safe): `ARGV[1]` is the epoch, then per operation a head `<op
 //! letter><session slot>` and its arguments: `S` name record rcv una; `R`
 //! ack updates partial; `T` `[seq_end BE32][bytes]`; `A` snd_una; `P` adj_in
-//! adj_out; `X` name. Consecutive appends of one session are merged in the
+//! adj_out; `F` pending ROUTE-REFRESH messages (empty: none); `X` name. Consecutive appends of one session are merged in the
 //! client first (see `batch.rs`); the command is packed by hand, the
 //! payloads copied once.
 //!
@@ -155,7 +156,7 @@ local n = #ARGV
 while i <= n do
   local h = ARGV[i]
   local op = string.byte(h, 1)
-  local k = 3 + 8 * (tonumber(string.sub(h, 2)) - 1)
+  local k = 3 + 9 * (tonumber(string.sub(h, 2)) - 1)
   if op == 82 then -- R: ack, updates, partial
     redis.call('SET', KEYS[k + 2], ARGV[i + 1])
     if #ARGV[i + 2] > 0 then redis.call('RPUSH', KEYS[k + 3], ARGV[i + 2]) end
@@ -183,7 +184,7 @@ while i <= n do
     end
     i = i + 2
   elseif op == 83 then -- S: name, record, rcv, una
-    redis.call('DEL', KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5], KEYS[k + 6], KEYS[k + 7])
+    redis.call('DEL', KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5], KEYS[k + 6], KEYS[k + 7], KEYS[k + 9])
     redis.call('SET', KEYS[k + 1], ARGV[i + 2])
     redis.call('SET', KEYS[k + 2], ARGV[i + 3])
     redis.call('SET', KEYS[k + 6], ARGV[i + 4])
@@ -204,8 +205,15 @@ while i <= n do
     end
     redis.call('SET', KEYS[k + 8], redis.call('INCR', KEYS[3]))
     i = i + 3
+  elseif op == 70 then -- F: pending ROUTE-REFRESH messages
+    if #ARGV[i + 1] > 0 then
+      redis.call('SET', KEYS[k + 9], ARGV[i + 1])
+    else
+      redis.call('DEL', KEYS[k + 9])
+    end
+    i = i + 2
   elseif op == 88 then -- X: name
-    redis.call('DEL', KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5], KEYS[k + 6], KEYS[k + 7], KEYS[k + 8])
+    redis.call('DEL', KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5], KEYS[k + 6], KEYS[k + 7], KEYS[k + 8], KEYS[k + 9])
     redis.call('SREM', KEYS[2], ARGV[i + 1])
     i = i + 2
   else
@@ -237,7 +245,9 @@ return i
 "#;
 
 /// Suffixes of a session's keys, in the order the script expects them.
-const SESSION_SUFFIXES: [&str; 8] = ["rec", "rcv", "in", "out", "tail", "una", "part", "ver"];
+const SESSION_SUFFIXES: [&str; 9] = [
+    "rec", "rcv", "in", "out", "tail", "una", "part", "ver", "rr",
+];
 
 /// Room left before the packed arguments for the `EVALSHA` header.
 const HEADER_ROOM: usize = 96;
@@ -627,6 +637,10 @@ impl RedisStore {
                     p.arg(adj_in);
                     p.arg(adj_out);
                 }
+                Step::Refresh { pending, .. } => {
+                    p.arg(head('F').as_bytes());
+                    p.arg(pending);
+                }
                 Step::Remove { .. } => {
                     p.arg(head('X').as_bytes());
                     p.arg(key.as_bytes());
@@ -886,7 +900,7 @@ impl RedisStore {
         &mut self,
         wanted: &[(String, LogPos)],
     ) -> Result<(u64, Vec<StoredSession>), StoreError> {
-        const PER_SESSION: usize = 8;
+        const PER_SESSION: usize = 9;
         let mut p = redis::pipe();
         p.atomic();
         p.cmd("GET").arg(&self.epoch_key);
@@ -908,6 +922,7 @@ impl RedisStore {
                 .arg(-1);
             p.cmd("GET").arg(self.session_key(k, "part"));
             p.cmd("GET").arg(self.session_key(k, "ver"));
+            p.cmd("GET").arg(self.session_key(k, "rr"));
         }
         let r: redis::RedisResult<Vec<Value>> = p.query(self.conn()?);
         let values = r.map_err(|e| self.fail(e))?;
@@ -927,6 +942,7 @@ impl RedisStore {
             let mut next = || it.next().unwrap_or(Value::Nil);
             let (rec, rcv, una) = (next(), next(), next());
             let (adj_in, adj_out, tail, part, ver) = (next(), next(), next(), next(), next());
+            let refresh = bulk(next()).unwrap_or_default();
             let Some(rec) = bulk(rec) else {
                 // Removed since SMEMBERS (or a dangling member).
                 continue;
@@ -951,6 +967,7 @@ impl RedisStore {
                 adj_in,
                 adj_out,
                 send_tail,
+                refresh,
                 log: LogPos { version, ..*pos },
             });
         }

@@ -91,6 +91,9 @@ pub struct Resumed {
     pub remote_open: Open,
     /// Start of a message the old primary had begun to receive.
     pub partial: bytes::Bytes,
+    /// ROUTE-REFRESH messages the old primary received and had not
+    /// answered: the resumed session answers them.
+    pub refresh: bytes::Bytes,
 }
 
 /// A Redis store that may be unreachable at start: it connects on demand.
@@ -694,6 +697,7 @@ impl Takeover {
             local_open,
             remote_open,
             partial: s.partial.clone(),
+            refresh: s.refresh.clone(),
         })
     }
 
@@ -823,6 +827,7 @@ mod tests {
             adj_out: Vec::new(),
             snd_una: 1,
             send_tail: Vec::new(),
+            refresh: bytes::Bytes::new(),
             log,
         }
     }

@@ -481,6 +481,27 @@ impl<P: Peer> Run<P> {
             .unwrap_or(0)
     }
 
+    /// The state store's address (`redis-server` in the lab).
+    pub fn store_addr(&self) -> SocketAddr {
+        SocketAddr::new(self.redis.addr(), self.redis.port())
+    }
+
+    /// A network namespace from which the store is reachable (the feed
+    /// host's), for a test's own connection to it.
+    pub fn client_netns(&self) -> String {
+        self.lab.netns(self.topo.feed.id).to_string()
+    }
+
+    /// The service address (the session's local address on our side).
+    pub fn service_ip(&self) -> IpAddr {
+        service(&self.topo)
+    }
+
+    /// The store key prefix of a session with the peer, `hf:{INSTANCE}:s:default/PEER:`.
+    pub fn peer_session_key(&self, suffix: &str) -> String {
+        format!("hf:{{{INSTANCE}}}:s:default/{}:{suffix}", self.peer_ip())
+    }
+
     /// `show nsr --json` of the running unit (public for scenarios).
     pub fn nsr_status(&self) -> serde_json::Value {
         self.nsr()
