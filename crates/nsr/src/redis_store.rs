@@ -89,9 +89,15 @@
 //!   Sentinel failover, writes not yet replicated are lost, and so may be
 //!   the last `INCR` of the epoch (a freshly attached replica gets nothing
 //!   until its first acknowledgement, up to a second). With
-//!   [`RedisStore::set_wait_replicas`] each write also waits (`WAIT`, same
-//!   round trip) for replicas, and fails as `Unavailable` when they do not
-//!   acknowledge in time — also when no replica is left after a failover.
+//!   [`RedisStore::set_wait_replicas`] (the speaker's `[nsr]
+//!   wait_replicas`, `wait_timeout_ms`) each write also waits (`WAIT`,
+//!   same round trip) for replicas, each claim too (a second round trip),
+//!   and either fails as `Unavailable` when they do not acknowledge in
+//!   time — also when no replica is left after a failover. `WAIT` is not
+//!   a consensus: a write that failed this way is on the master (and
+//!   perhaps on some replicas) anyway, and a failover may promote a
+//!   replica that has it or not; the caller re-synchronises, as after any
+//!   `Unavailable` write.
 //! - The script answers `FENCED` whenever the stored epoch differs from the
 //!   writer's, including when it is *lower* (the store lost the epoch:
 //!   failover, restart without persistence). That is reported as
@@ -271,6 +277,8 @@ pub struct RedisStore {
     batch_limit: usize,
     /// Replicas that must acknowledge each write (`WAIT`), 0 for none.
     wait_replicas: u32,
+    /// `WAIT`'s timeout; `None`: half the store timeout.
+    wait_timeout: Option<Duration>,
     conn: Option<redis::Connection>,
     /// The sentinel to ask first (the last one that answered).
     sentinel_first: usize,
@@ -440,6 +448,7 @@ impl RedisStore {
             script_sha: redis::Script::new(WRITE_SCRIPT).get_hash().to_string(),
             batch_limit: DEFAULT_BATCH_LIMIT,
             wait_replicas: 0,
+            wait_timeout: None,
             conn: None,
             sentinel_first: 0,
             peer: url.redacted(),
@@ -465,12 +474,55 @@ impl RedisStore {
     }
 
     /// Makes every write wait until `n` replicas have it (`WAIT n`, sent in
-    /// the same round trip as the script, for at most half the timeout); a
-    /// write that fewer replicas acknowledge in time fails with
+    /// the same round trip as the script, for at most
+    /// [`set_wait_timeout`](Self::set_wait_timeout), by default half the
+    /// timeout), and every claim too (one more round trip); a write or
+    /// claim that fewer replicas acknowledge in time fails with
     /// [`StoreError::Unavailable`] (it is applied on the master: see the
     /// known issues). 0, the default, does not wait.
     pub fn set_wait_replicas(&mut self, n: u32) {
         self.wait_replicas = n;
+    }
+
+    /// How long a `WAIT` waits (at least 1 ms; keep it below the timeout
+    /// given to [`connect`](Self::connect), which bounds its reply too).
+    pub fn set_wait_timeout(&mut self, t: Duration) {
+        self.wait_timeout = Some(t.max(Duration::from_millis(1)));
+    }
+
+    /// `WAIT`'s timeout in milliseconds.
+    fn wait_ms(&self) -> u64 {
+        self.wait_timeout
+            .unwrap_or(self.timeout / 2)
+            .as_millis()
+            .max(1) as u64
+    }
+
+    /// The error for a `WAIT` that `acked` replicas answered in time.
+    fn too_few_replicas(&self, what: &str, acked: impl fmt::Display) -> StoreError {
+        StoreError::Unavailable(format!(
+            "{}: {what} acknowledged by {acked} of {} replica(s) within {} ms (WAIT): not durable",
+            self.peer,
+            self.wait_replicas,
+            self.wait_ms()
+        ))
+    }
+
+    /// After a claim: `WAIT` for the replicas, if any are asked for.
+    fn wait_claim(&mut self, epoch: u64) -> Result<u64, StoreError> {
+        if self.wait_replicas == 0 {
+            return Ok(epoch);
+        }
+        let ms = self.wait_ms();
+        let r: redis::RedisResult<i64> = redis::cmd("WAIT")
+            .arg(self.wait_replicas)
+            .arg(ms)
+            .query(self.conn()?);
+        match r {
+            Ok(n) if n >= i64::from(self.wait_replicas) => Ok(epoch),
+            Ok(n) => Err(self.too_few_replicas(&format!("claim of epoch {epoch}"), n)),
+            Err(e) => Err(self.fail(e)),
+        }
     }
 
     /// Runs `f` on a raw redis-rs connection to the store (connecting if
@@ -695,10 +747,8 @@ impl RedisStore {
         match reply.next() {
             None => Ok(()),
             Some(Ok(Value::Int(n))) if n >= i64::from(self.wait_replicas) => Ok(()),
-            Some(Ok(v)) => Err(StoreError::Unavailable(format!(
-                "{}: write acknowledged by {v:?} of {} replicas in time",
-                self.peer, self.wait_replicas
-            ))),
+            Some(Ok(Value::Int(n))) => Err(self.too_few_replicas("write", n)),
+            Some(Ok(v)) => Err(self.too_few_replicas("write", format!("{v:?}"))),
             Some(Err(e)) => Err(self.fail(e)),
         }
     }
@@ -708,7 +758,7 @@ impl RedisStore {
         if self.wait_replicas == 0 {
             return Vec::new();
         }
-        let ms = (self.timeout.as_millis() / 2).max(1) as u64;
+        let ms = self.wait_ms();
         let mut p = Packer::with_room(0, 64);
         p.buf.extend_from_slice(b"*3\r\n");
         p.arg(b"WAIT");
@@ -988,10 +1038,11 @@ impl Store for RedisStore {
     fn claim(&mut self) -> Result<u64, StoreError> {
         let key = self.epoch_key.clone();
         let r: redis::RedisResult<u64> = redis::cmd("INCR").arg(&key).query(self.conn()?);
-        r.map_err(|e| match e.code() {
+        let epoch = r.map_err(|e| match e.code() {
             Some("ERR") => self.corrupt(&key, e),
             _ => self.fail(e),
-        })
+        })?;
+        self.wait_claim(epoch)
     }
 
     fn claim_at_least(&mut self, min: u64) -> Result<u64, StoreError> {
@@ -1000,10 +1051,11 @@ impl Store for RedisStore {
             .key(&key)
             .arg(min)
             .invoke(self.conn()?);
-        r.map_err(|e| match e.code() {
+        let epoch = r.map_err(|e| match e.code() {
             Some("ERR") => self.corrupt(&key, e),
             _ => self.fail(e),
-        })
+        })?;
+        self.wait_claim(epoch)
     }
 
     fn epoch(&mut self) -> Result<u64, StoreError> {

@@ -100,6 +100,10 @@ pub struct Resumed {
 pub(crate) struct LazyStore {
     url: StoreUrl,
     instance: String,
+    /// `[nsr] wait_replicas` and `wait_timeout_ms`: each write and claim
+    /// waits for them (`WAIT`); fewer in time is a failed write.
+    wait_replicas: u32,
+    wait_timeout: Duration,
     inner: Option<RedisStore>,
 }
 
@@ -109,17 +113,18 @@ impl LazyStore {
         LazyStore {
             url: n.store.clone(),
             instance: n.instance.clone(),
+            wait_replicas: n.wait_replicas,
+            wait_timeout: Duration::from_millis(n.wait_timeout_ms),
             inner: None,
         }
     }
 
     fn get(&mut self) -> Result<&mut RedisStore, StoreError> {
         if self.inner.is_none() {
-            self.inner = Some(RedisStore::connect(
-                &self.url,
-                &self.instance,
-                STORE_TIMEOUT,
-            )?);
+            let mut store = RedisStore::connect(&self.url, &self.instance, STORE_TIMEOUT)?;
+            store.set_wait_replicas(self.wait_replicas);
+            store.set_wait_timeout(self.wait_timeout);
+            self.inner = Some(store);
         }
         self.inner
             .as_mut()
