@@ -165,6 +165,10 @@ impl PeerTask {
     /// At Established: the session record (raw OPENs, TCP parameters,
     /// sequence numbers). Its tables start empty.
     pub(super) fn replicate_session(&mut self) {
+        // A new session: requests of an earlier one are no longer pending
+        // (the `Session` op clears the stored ones too).
+        let gen = self.core.gen();
+        self.refresh.retain(|(g, _)| *g == gen);
         let Some(record) = self.record() else { return };
         let key = self.store_key();
         let peer = self.s.address.to_string();
