@@ -655,6 +655,15 @@ fn check_nsr(n: &Nsr) -> Result<(), ConfigError> {
     if n.compact_bytes < 65536 {
         return Err(invalid("nsr.compact_bytes", "must be at least 65536"));
     }
+    if !(1..=crate::model::MAX_WAIT_TIMEOUT_MS).contains(&n.wait_timeout_ms) {
+        return Err(invalid(
+            "nsr.wait_timeout_ms",
+            format!(
+                "must be 1..={} (every store command must answer within 500 ms)",
+                crate::model::MAX_WAIT_TIMEOUT_MS
+            ),
+        ));
+    }
     if n.manage_address && n.address.is_none() {
         return Err(invalid(
             "nsr.address",

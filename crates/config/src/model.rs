@@ -352,6 +352,23 @@ pub struct Nsr {
     /// once they exceed this many bytes (or twice the last snapshot).
     #[serde(default = "default_compact_bytes")]
     pub compact_bytes: u64,
+    /// Replicas of the Redis master that must have every store write (and
+    /// every claim of the instance) before it counts as done (`WAIT`); 0:
+    /// the master's answer is enough.
+    #[serde(default)]
+    pub wait_replicas: u32,
+    /// How long a write waits for those replicas (`WAIT`'s timeout), in
+    /// milliseconds; fewer replicas in time is a failed write.
+    #[serde(default = "default_wait_timeout_ms")]
+    pub wait_timeout_ms: u64,
+}
+
+/// The longest `wait_timeout_ms`: below the 500 ms every store command
+/// must answer in, with room for the round trip.
+pub const MAX_WAIT_TIMEOUT_MS: u64 = 400;
+
+fn default_wait_timeout_ms() -> u64 {
+    250
 }
 
 fn default_compact_bytes() -> u64 {

@@ -422,6 +422,9 @@ fn validation_errors_name_the_key() {
         (format!("{GLOBAL}[nsr]\nstore = \"redis://a\"\ninstance = \"e\"\nmanage_address = true\n"), "nsr.address", "manage_address"),
         (format!("{GLOBAL}[nsr]\nstore = \"redis://a\"\ninstance = \"e\"\nenabled = 0\n"), "nsr.enabled", ""),
         (format!("{GLOBAL}[nsr]\nstore = \"redis://a\"\n"), "nsr", "instance"),
+        (format!("{GLOBAL}[nsr]\nstore = \"redis://a\"\ninstance = \"e\"\nwait_timeout_ms = 0\n"), "nsr.wait_timeout_ms", "1..=400"),
+        (format!("{GLOBAL}[nsr]\nstore = \"redis://a\"\ninstance = \"e\"\nwait_timeout_ms = 500\n"), "nsr.wait_timeout_ms", "500 ms"),
+        (format!("{GLOBAL}[nsr]\nstore = \"redis://a\"\ninstance = \"e\"\nwait_replicas = -1\n"), "nsr.wait_replicas", ""),
     ];
     let mut failures = Vec::new();
     for (text, want_key, fragment) in &cases {
@@ -628,6 +631,13 @@ fn nsr_store_forms() {
     ));
     let nsr = cfg.nsr.unwrap();
     assert!(nsr.enabled && !nsr.manage_address && nsr.address.is_none());
+    // By default a write waits for no replica.
+    assert_eq!((nsr.wait_replicas, nsr.wait_timeout_ms), (0, 250));
+    let (cfg, _) = ok(&format!(
+        "{GLOBAL}[nsr]\nstore = \"redis://192.0.2.10:6379\"\ninstance = \"edge-1\"\nwait_replicas = 1\nwait_timeout_ms = 100\n"
+    ));
+    let nsr = cfg.nsr.unwrap();
+    assert_eq!((nsr.wait_replicas, nsr.wait_timeout_ms), (1, 100));
 }
 
 #[test]

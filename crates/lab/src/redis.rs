@@ -2,7 +2,7 @@
 //! persistence (`--save '' --appendonly no`), bound to one address of a host, its log
 //! in the work dir (`redis/<host>-<port>/redis.log`), checked with `redis-cli ping`
 //! from inside the host; killed with SIGKILL and restarted on the same address/port to
-//! test store failures.
+//! test store failures; optionally a replica of another one ([`Redis::start_replica`]).
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -26,12 +26,41 @@ pub struct Redis {
     proc: ProcId,
     pid: u32,
     starts: u32,
+    /// Further `redis-server` arguments (a replica's `--replicaof`).
+    extra: Vec<String>,
 }
 
 impl Redis {
     /// Starts `redis-server` in `host`, listening on `bind:port`; returns once
     /// `redis-cli -h BIND -p PORT ping` answers `PONG` inside the host.
     pub fn start(lab: &mut Lab, host: HostId, bind: IpAddr, port: u16) -> Result<Redis> {
+        Self::start_with(lab, host, bind, port, Vec::new())
+    }
+
+    /// [`Redis::start`] as a replica of `master` (`--replicaof`); returns once it
+    /// answers `ping` (not necessarily in sync yet: see `INFO replication`).
+    pub fn start_replica(
+        lab: &mut Lab,
+        host: HostId,
+        bind: IpAddr,
+        port: u16,
+        master: &Redis,
+    ) -> Result<Redis> {
+        let extra = vec![
+            "--replicaof".to_string(),
+            master.bind.to_string(),
+            master.port.to_string(),
+        ];
+        Self::start_with(lab, host, bind, port, extra)
+    }
+
+    fn start_with(
+        lab: &mut Lab,
+        host: HostId,
+        bind: IpAddr,
+        port: u16,
+        extra: Vec<String>,
+    ) -> Result<Redis> {
         require_tool("redis-server")?;
         require_tool("redis-cli")?;
         let dir = lab
@@ -47,6 +76,7 @@ impl Redis {
             proc: ProcId(usize::MAX),
             pid: 0,
             starts: 0,
+            extra,
         };
         r.spawn(lab)?;
         Ok(r)
@@ -73,6 +103,7 @@ impl Redis {
             proc,
             pid: lab.pid(proc),
             starts,
+            extra: Vec::new(),
         }
     }
 
@@ -92,30 +123,27 @@ impl Redis {
         let dir = self.dir.to_string_lossy().into_owned();
         let log = self.log_path().to_string_lossy().into_owned();
         let name = format!("redis-{}-{}", lab.host_info(self.host).name, self.starts);
-        self.proc = lab.spawn(
-            self.host,
-            &name,
-            &[
-                "redis-server",
-                "--bind",
-                &bind,
-                "--port",
-                &port,
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--protected-mode",
-                "no",
-                "--daemonize",
-                "no",
-                "--dir",
-                &dir,
-                "--logfile",
-                &log,
-            ],
-            &[],
-        )?;
+        let mut args: Vec<&str> = vec![
+            "redis-server",
+            "--bind",
+            &bind,
+            "--port",
+            &port,
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--protected-mode",
+            "no",
+            "--daemonize",
+            "no",
+            "--dir",
+            &dir,
+            "--logfile",
+            &log,
+        ];
+        args.extend(self.extra.iter().map(String::as_str));
+        self.proc = lab.spawn(self.host, &name, &args, &[])?;
         self.pid = lab.pid(self.proc);
         let pid = self.pid;
         wait_for(

@@ -17,6 +17,7 @@
 //! | [`nfq`] | non-stop routing: the ACK gate's thread, its NFQUEUE codec and ACK injector (TENSOR §3.1, TCPR §II-C) | NFQUEUE over `NETLINK_NETFILTER`, eventfd, `IPPROTO_RAW` sockets |
 //! | [`gate`] | the ACK gate's decisions: hold, clamp, release, synthesise (TCPR §II-C, RFC 7323 PAWS) | none (pure) |
 //! | [`netns`] | running code inside a network namespace | `setns(2)` |
+//! | [`nslock`] | one NSR speaker per network namespace: a lock released when its holder dies, naming its holder | abstract Unix socket, `SO_PEERCRED` |
 //! | [`packet`] | IPv4/IPv6 + TCP header parsing and rewriting, RFC 1624 checksum update | none (pure) |
 //! | [`rules`] | the gate's NFQUEUE rules and the rebuild guard | `iptables`/`ip6tables` (xtables `NFQUEUE`, `comment`) |
 //!
@@ -36,6 +37,7 @@ pub mod info;
 pub mod md5;
 pub mod netns;
 pub mod nfq;
+pub mod nslock;
 pub mod packet;
 pub mod pidfd;
 pub mod repair;

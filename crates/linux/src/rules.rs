@@ -185,6 +185,38 @@ pub fn list(tag: &str) -> io::Result<Vec<String>> {
     Ok(out)
 }
 
+/// Every Holdfast rule in this network namespace, whatever its tag (as
+/// `iptables -S` prints them, prefixed with the command).
+pub fn list_any() -> io::Result<Vec<String>> {
+    let mut out = Vec::new();
+    for cmd in FAMILIES {
+        for line in rules(cmd)? {
+            if holdfast_tag(&line).is_some() {
+                out.push(format!("{cmd} {line}"));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The tag of a Holdfast rule (`--comment holdfast:TAG`), if it is one.
+pub fn holdfast_tag(line: &str) -> Option<String> {
+    let words = split(line);
+    words
+        .windows(2)
+        .find(|w| w[0] == "--comment" && w[1].starts_with("holdfast:"))
+        .map(|w| w[1]["holdfast:".len()..].to_string())
+}
+
+/// The queue a rule sends to (`--queue-num N`), if any.
+pub fn queue_num(line: &str) -> Option<u16> {
+    let words = split(line);
+    words
+        .windows(2)
+        .find(|w| w[0] == "--queue-num")
+        .and_then(|w| w[1].parse().ok())
+}
+
 fn rules(cmd: &str) -> io::Result<Vec<String>> {
     let out = run(cmd, &["-t".into(), TABLE.into(), "-S".into()])?;
     if !out.status.success() {
@@ -298,6 +330,14 @@ mod tests {
         assert!(!carries(l2, "holdfast:x2"));
         assert_eq!(split(r#"a "b c" d"#), vec!["a", "b c", "d"]);
         assert_eq!(split(r#"a "" d"#), vec!["a", "", "d"]);
+        assert_eq!(holdfast_tag(l).as_deref(), Some("x"));
+        assert_eq!(queue_num(l), Some(3));
+        assert_eq!(queue_num(l2), None);
+        assert_eq!(holdfast_tag("-A INPUT -j DROP"), None);
+        assert_eq!(
+            holdfast_tag("-A INPUT -m comment --comment other -j DROP"),
+            None
+        );
     }
 
     #[test]

@@ -14,6 +14,8 @@
 //!   no `Sent` came in between;
 //! - `Session`, `Snapshot` and `Remove` are never merged and end every run
 //!   of their session;
+//! - `Refresh` touches only the session's pending ROUTE-REFRESH requests:
+//!   it is never merged and ends no run (it commutes with the appends);
 //! - `Bfd` and `BfdRemove` are no steps: they touch only the BFD records,
 //!   which each store applies after the steps (last one per key wins,
 //!   [`bfd_writes`]).
@@ -57,6 +59,10 @@ pub(crate) enum Step<'a> {
         adj_in: &'a Bytes,
         adj_out: &'a Bytes,
     },
+    Refresh {
+        key: &'a str,
+        pending: &'a Bytes,
+    },
     Remove {
         key: &'a str,
     },
@@ -70,6 +76,7 @@ impl<'a> Step<'a> {
             | Step::Sent { key, .. }
             | Step::Acked { key, .. }
             | Step::Snapshot { key, .. }
+            | Step::Refresh { key, .. }
             | Step::Remove { key } => key,
         }
     }
@@ -86,6 +93,7 @@ impl<'a> Step<'a> {
             Step::Session { record, .. } => {
                 record.open_sent.len() + record.open_received.len() + 512
             }
+            Step::Refresh { pending, .. } => pending.len() + 16,
             Step::Acked { .. } | Step::Remove { .. } => 16,
         }
     }
@@ -226,6 +234,7 @@ pub(crate) fn plan(ops: &[Op]) -> Vec<Step<'_>> {
                     adj_out,
                 });
             }
+            Op::Refresh { pending, .. } => steps.push(Step::Refresh { key, pending }),
             Op::Remove { .. } => {
                 *o = Open::default();
                 steps.push(Step::Remove { key });

@@ -37,6 +37,8 @@ struct MemSession {
     tail: VecDeque<(u32, Bytes)>,
     una: Option<u32>,
     partial: Bytes,
+    /// Pending ROUTE-REFRESH messages ([`Op::Refresh`]).
+    refresh: Bytes,
     /// The logs' version ([`crate::LogPos`]).
     ver: u64,
 }
@@ -201,6 +203,10 @@ fn apply(inst: &mut Instance, step: &Step<'_>) -> Result<(), StoreError> {
                 s.adj_out.push((*adj_out).clone());
             }
         }
+        Step::Refresh { pending, .. } => {
+            let s = inst.data.entry(key.to_string()).or_default();
+            s.refresh = (*pending).clone();
+        }
         Step::Remove { .. } => {
             inst.data.remove(key);
             inst.sessions.remove(key);
@@ -281,6 +287,7 @@ impl Store for MemoryStore {
                     adj_out: s.adj_out.clone(),
                     snd_una: s.una.ok_or_else(|| missing("una"))?,
                     send_tail: s.tail.iter().cloned().collect(),
+                    refresh: s.refresh.clone(),
                     log: LogPos::start(s.ver),
                 });
             }

@@ -131,6 +131,11 @@ pub enum Op {
         adj_in: Bytes,
         adj_out: Bytes,
     },
+    /// The ROUTE-REFRESH requests (RFC 2918) received on the session and
+    /// not answered yet: whole messages, headers included, oldest first.
+    /// Replaces the stored ones; empty: none is pending. A backup answers
+    /// the stored ones after a takeover.
+    Refresh { key: String, pending: Bytes },
     /// The session ended on purpose: forget it.
     Remove { key: String },
     /// A BFD session's state changed: replaces its record.
@@ -147,6 +152,7 @@ impl Op {
             | Op::Sent { key, .. }
             | Op::Acked { key, .. }
             | Op::Snapshot { key, .. }
+            | Op::Refresh { key, .. }
             | Op::Remove { key }
             | Op::Bfd { key, .. }
             | Op::BfdRemove { key } => key,
@@ -162,6 +168,7 @@ impl Op {
                 adj_in, adj_out, ..
             } => adj_in.len() + adj_out.len(),
             Op::Session { .. } | Op::Bfd { .. } => 256,
+            Op::Refresh { pending, .. } => pending.len() + 8,
             Op::Acked { .. } | Op::Remove { .. } | Op::BfdRemove { .. } => 8,
         }
     }
@@ -185,6 +192,8 @@ pub struct StoredSession {
     pub snd_una: u32,
     /// Send-tail chunks, oldest first, each with the sequence after it.
     pub send_tail: Vec<(u32, Bytes)>,
+    /// ROUTE-REFRESH messages received and not answered yet ([`Op::Refresh`]).
+    pub refresh: Bytes,
     /// Where `adj_in` and `adj_out` start in the stored logs, and the logs'
     /// version (see [`LogPos`]).
     pub log: LogPos,

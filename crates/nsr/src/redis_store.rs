@@ -18,6 +18,7 @@
 //! | `s:K:tail` | list | send tail: chunks `[seq_end: 4 bytes big-endian][bytes]`, oldest first |
 //! | `s:K:una` | string | lower bound of the peer's acknowledgement, `u32` in decimal |
 //! | `s:K:part` | string | received bytes just before `rcv` that are not yet a whole message |
+//! | `s:K:rr` | string | ROUTE-REFRESH messages received and not answered yet ([`Op::Refresh`]), whole, oldest first; missing = none |
 //! | `s:K:ver` | string (integer) | version of the session's `in` and `out` logs ([`crate::LogPos`]): drawn from `logver` whenever they are replaced (`S`, `P`) |
 //! | `logver` | string (integer) | the counter log versions are drawn from; created at the server's time in microseconds, so that a store restarted without its data does not hand out a version again |
 //! | `bfd` | hash | BFD records: field = key, value = [`crate::BfdRecord`] JSON (non-stop BFD) |
@@ -34,11 +35,11 @@
 //! differ — and then applies the operations in order. Redis runs a script
 //! atomically, so a batch is applied whole and fenced as a whole. Every key
 //! the script touches is passed in `KEYS` (`epoch`, `sessions`, `logver`,
-//! then the eight keys of each session of the batch), the operations in `ARGV`
+//! then the nine keys of each session of the batch), the operations in `ARGV`
 //! (binary-safe): `ARGV[1]` is the epoch, then per operation a head `<op
 //! letter><session slot>` and its arguments: `S` name record rcv una; `R`
 //! ack updates partial; `T` `[seq_end BE32][bytes]`; `A` snd_una; `P` adj_in
-//! adj_out; `X` name. Consecutive appends of one session are merged in the
+//! adj_out; `F` pending ROUTE-REFRESH messages (empty: none); `X` name. Consecutive appends of one session are merged in the
 //! client first (see `batch.rs`); the command is packed by hand, the
 //! payloads copied once.
 //!
@@ -88,9 +89,15 @@
 //!   Sentinel failover, writes not yet replicated are lost, and so may be
 //!   the last `INCR` of the epoch (a freshly attached replica gets nothing
 //!   until its first acknowledgement, up to a second). With
-//!   [`RedisStore::set_wait_replicas`] each write also waits (`WAIT`, same
-//!   round trip) for replicas, and fails as `Unavailable` when they do not
-//!   acknowledge in time — also when no replica is left after a failover.
+//!   [`RedisStore::set_wait_replicas`] (the speaker's `[nsr]
+//!   wait_replicas`, `wait_timeout_ms`) each write also waits (`WAIT`,
+//!   same round trip) for replicas, each claim too (a second round trip),
+//!   and either fails as `Unavailable` when they do not acknowledge in
+//!   time — also when no replica is left after a failover. `WAIT` is not
+//!   a consensus: a write that failed this way is on the master (and
+//!   perhaps on some replicas) anyway, and a failover may promote a
+//!   replica that has it or not; the caller re-synchronises, as after any
+//!   `Unavailable` write.
 //! - The script answers `FENCED` whenever the stored epoch differs from the
 //!   writer's, including when it is *lower* (the store lost the epoch:
 //!   failover, restart without persistence). That is reported as
@@ -155,7 +162,7 @@ local n = #ARGV
 while i <= n do
   local h = ARGV[i]
   local op = string.byte(h, 1)
-  local k = 3 + 8 * (tonumber(string.sub(h, 2)) - 1)
+  local k = 3 + 9 * (tonumber(string.sub(h, 2)) - 1)
   if op == 82 then -- R: ack, updates, partial
     redis.call('SET', KEYS[k + 2], ARGV[i + 1])
     if #ARGV[i + 2] > 0 then redis.call('RPUSH', KEYS[k + 3], ARGV[i + 2]) end
@@ -183,7 +190,7 @@ while i <= n do
     end
     i = i + 2
   elseif op == 83 then -- S: name, record, rcv, una
-    redis.call('DEL', KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5], KEYS[k + 6], KEYS[k + 7])
+    redis.call('DEL', KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5], KEYS[k + 6], KEYS[k + 7], KEYS[k + 9])
     redis.call('SET', KEYS[k + 1], ARGV[i + 2])
     redis.call('SET', KEYS[k + 2], ARGV[i + 3])
     redis.call('SET', KEYS[k + 6], ARGV[i + 4])
@@ -204,8 +211,15 @@ while i <= n do
     end
     redis.call('SET', KEYS[k + 8], redis.call('INCR', KEYS[3]))
     i = i + 3
+  elseif op == 70 then -- F: pending ROUTE-REFRESH messages
+    if #ARGV[i + 1] > 0 then
+      redis.call('SET', KEYS[k + 9], ARGV[i + 1])
+    else
+      redis.call('DEL', KEYS[k + 9])
+    end
+    i = i + 2
   elseif op == 88 then -- X: name
-    redis.call('DEL', KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5], KEYS[k + 6], KEYS[k + 7], KEYS[k + 8])
+    redis.call('DEL', KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5], KEYS[k + 6], KEYS[k + 7], KEYS[k + 8], KEYS[k + 9])
     redis.call('SREM', KEYS[2], ARGV[i + 1])
     i = i + 2
   else
@@ -237,7 +251,9 @@ return i
 "#;
 
 /// Suffixes of a session's keys, in the order the script expects them.
-const SESSION_SUFFIXES: [&str; 8] = ["rec", "rcv", "in", "out", "tail", "una", "part", "ver"];
+const SESSION_SUFFIXES: [&str; 9] = [
+    "rec", "rcv", "in", "out", "tail", "una", "part", "ver", "rr",
+];
 
 /// Room left before the packed arguments for the `EVALSHA` header.
 const HEADER_ROOM: usize = 96;
@@ -261,6 +277,8 @@ pub struct RedisStore {
     batch_limit: usize,
     /// Replicas that must acknowledge each write (`WAIT`), 0 for none.
     wait_replicas: u32,
+    /// `WAIT`'s timeout; `None`: half the store timeout.
+    wait_timeout: Option<Duration>,
     conn: Option<redis::Connection>,
     /// The sentinel to ask first (the last one that answered).
     sentinel_first: usize,
@@ -430,6 +448,7 @@ impl RedisStore {
             script_sha: redis::Script::new(WRITE_SCRIPT).get_hash().to_string(),
             batch_limit: DEFAULT_BATCH_LIMIT,
             wait_replicas: 0,
+            wait_timeout: None,
             conn: None,
             sentinel_first: 0,
             peer: url.redacted(),
@@ -455,12 +474,55 @@ impl RedisStore {
     }
 
     /// Makes every write wait until `n` replicas have it (`WAIT n`, sent in
-    /// the same round trip as the script, for at most half the timeout); a
-    /// write that fewer replicas acknowledge in time fails with
+    /// the same round trip as the script, for at most
+    /// [`set_wait_timeout`](Self::set_wait_timeout), by default half the
+    /// timeout), and every claim too (one more round trip); a write or
+    /// claim that fewer replicas acknowledge in time fails with
     /// [`StoreError::Unavailable`] (it is applied on the master: see the
     /// known issues). 0, the default, does not wait.
     pub fn set_wait_replicas(&mut self, n: u32) {
         self.wait_replicas = n;
+    }
+
+    /// How long a `WAIT` waits (at least 1 ms; keep it below the timeout
+    /// given to [`connect`](Self::connect), which bounds its reply too).
+    pub fn set_wait_timeout(&mut self, t: Duration) {
+        self.wait_timeout = Some(t.max(Duration::from_millis(1)));
+    }
+
+    /// `WAIT`'s timeout in milliseconds.
+    fn wait_ms(&self) -> u64 {
+        self.wait_timeout
+            .unwrap_or(self.timeout / 2)
+            .as_millis()
+            .max(1) as u64
+    }
+
+    /// The error for a `WAIT` that `acked` replicas answered in time.
+    fn too_few_replicas(&self, what: &str, acked: impl fmt::Display) -> StoreError {
+        StoreError::Unavailable(format!(
+            "{}: {what} acknowledged by {acked} of {} replica(s) within {} ms (WAIT): not durable",
+            self.peer,
+            self.wait_replicas,
+            self.wait_ms()
+        ))
+    }
+
+    /// After a claim: `WAIT` for the replicas, if any are asked for.
+    fn wait_claim(&mut self, epoch: u64) -> Result<u64, StoreError> {
+        if self.wait_replicas == 0 {
+            return Ok(epoch);
+        }
+        let ms = self.wait_ms();
+        let r: redis::RedisResult<i64> = redis::cmd("WAIT")
+            .arg(self.wait_replicas)
+            .arg(ms)
+            .query(self.conn()?);
+        match r {
+            Ok(n) if n >= i64::from(self.wait_replicas) => Ok(epoch),
+            Ok(n) => Err(self.too_few_replicas(&format!("claim of epoch {epoch}"), n)),
+            Err(e) => Err(self.fail(e)),
+        }
     }
 
     /// Runs `f` on a raw redis-rs connection to the store (connecting if
@@ -627,6 +689,10 @@ impl RedisStore {
                     p.arg(adj_in);
                     p.arg(adj_out);
                 }
+                Step::Refresh { pending, .. } => {
+                    p.arg(head('F').as_bytes());
+                    p.arg(pending);
+                }
                 Step::Remove { .. } => {
                     p.arg(head('X').as_bytes());
                     p.arg(key.as_bytes());
@@ -681,10 +747,8 @@ impl RedisStore {
         match reply.next() {
             None => Ok(()),
             Some(Ok(Value::Int(n))) if n >= i64::from(self.wait_replicas) => Ok(()),
-            Some(Ok(v)) => Err(StoreError::Unavailable(format!(
-                "{}: write acknowledged by {v:?} of {} replicas in time",
-                self.peer, self.wait_replicas
-            ))),
+            Some(Ok(Value::Int(n))) => Err(self.too_few_replicas("write", n)),
+            Some(Ok(v)) => Err(self.too_few_replicas("write", format!("{v:?}"))),
             Some(Err(e)) => Err(self.fail(e)),
         }
     }
@@ -694,7 +758,7 @@ impl RedisStore {
         if self.wait_replicas == 0 {
             return Vec::new();
         }
-        let ms = (self.timeout.as_millis() / 2).max(1) as u64;
+        let ms = self.wait_ms();
         let mut p = Packer::with_room(0, 64);
         p.buf.extend_from_slice(b"*3\r\n");
         p.arg(b"WAIT");
@@ -886,7 +950,7 @@ impl RedisStore {
         &mut self,
         wanted: &[(String, LogPos)],
     ) -> Result<(u64, Vec<StoredSession>), StoreError> {
-        const PER_SESSION: usize = 8;
+        const PER_SESSION: usize = 9;
         let mut p = redis::pipe();
         p.atomic();
         p.cmd("GET").arg(&self.epoch_key);
@@ -908,6 +972,7 @@ impl RedisStore {
                 .arg(-1);
             p.cmd("GET").arg(self.session_key(k, "part"));
             p.cmd("GET").arg(self.session_key(k, "ver"));
+            p.cmd("GET").arg(self.session_key(k, "rr"));
         }
         let r: redis::RedisResult<Vec<Value>> = p.query(self.conn()?);
         let values = r.map_err(|e| self.fail(e))?;
@@ -927,6 +992,7 @@ impl RedisStore {
             let mut next = || it.next().unwrap_or(Value::Nil);
             let (rec, rcv, una) = (next(), next(), next());
             let (adj_in, adj_out, tail, part, ver) = (next(), next(), next(), next(), next());
+            let refresh = bulk(next()).unwrap_or_default();
             let Some(rec) = bulk(rec) else {
                 // Removed since SMEMBERS (or a dangling member).
                 continue;
@@ -951,6 +1017,7 @@ impl RedisStore {
                 adj_in,
                 adj_out,
                 send_tail,
+                refresh,
                 log: LogPos { version, ..*pos },
             });
         }
@@ -971,10 +1038,11 @@ impl Store for RedisStore {
     fn claim(&mut self) -> Result<u64, StoreError> {
         let key = self.epoch_key.clone();
         let r: redis::RedisResult<u64> = redis::cmd("INCR").arg(&key).query(self.conn()?);
-        r.map_err(|e| match e.code() {
+        let epoch = r.map_err(|e| match e.code() {
             Some("ERR") => self.corrupt(&key, e),
             _ => self.fail(e),
-        })
+        })?;
+        self.wait_claim(epoch)
     }
 
     fn claim_at_least(&mut self, min: u64) -> Result<u64, StoreError> {
@@ -983,10 +1051,11 @@ impl Store for RedisStore {
             .key(&key)
             .arg(min)
             .invoke(self.conn()?);
-        r.map_err(|e| match e.code() {
+        let epoch = r.map_err(|e| match e.code() {
             Some("ERR") => self.corrupt(&key, e),
             _ => self.fail(e),
-        })
+        })?;
+        self.wait_claim(epoch)
     }
 
     fn epoch(&mut self) -> Result<u64, StoreError> {

@@ -142,6 +142,10 @@ pub struct PeerTask {
     /// When the peer's acknowledgement should be written again (the send
     /// tail is not empty yet).
     acked_due: Option<Time>,
+    /// ROUTE-REFRESH requests sent to the RIB and not answered yet, with
+    /// the session generation they arrived in (replicated: a backup
+    /// answers them).
+    refresh: std::collections::VecDeque<(u64, holdfast_wire::Family)>,
 }
 
 /// Starts a peer task on the current (I/O) runtime. `record`: a directory
@@ -197,6 +201,7 @@ pub fn spawn(
         snapshot: None,
         compact_at: u64::MAX,
         acked_due: None,
+        refresh: std::collections::VecDeque::new(),
         s,
     };
     tokio::spawn(task.run(resuming).instrument(span));
@@ -351,6 +356,7 @@ impl PeerTask {
                     peer: self.s.id,
                     family,
                 });
+                self.refresh_requested(family);
             }
             PeerOutput::PeerUp { gen, negotiated } => self.established(gen, &negotiated),
             PeerOutput::PeerDown { graceful } => {
@@ -553,6 +559,7 @@ impl PeerTask {
             PeerCmd::Rib(ToPeer::Reset { gen, notification }) => {
                 self.input(PeerInput::RibReset { gen, notification });
             }
+            PeerCmd::Rib(ToPeer::Refreshed { gen }) => self.refresh_answered(gen),
             PeerCmd::Reconfigure(new) => {
                 let transport_changed = new.sock != self.s.sock || new.port != self.s.port;
                 let params = new.params();

@@ -1,6 +1,19 @@
 //! Setting up non-stop routing, and taking over from a failed primary.
 //!
 //! Start-up ([`bring_up`], both roles), in this order and nowhere else:
+//! 0. take this network namespace's NSR lock ([`NETNS_LOCK`], an abstract
+//!    Unix socket: one per network namespace, released by the kernel when
+//!    its holder dies). The gate's rules cover every BGP port of the
+//!    namespace, so a second speaker here would take the first one's
+//!    packets (or lose its own): it refuses to start with
+//!    [`StartError::Conflict`], naming the holder (pid, command line,
+//!    instance, queue) and the Holdfast rules in the namespace. Rules left
+//!    by a dead process do not block anyone: the lock is free, a takeover
+//!    of the same instance re-uses them (they keep dropping the dead
+//!    process's FIN and RST until its own are in place), and another
+//!    instance's leftovers are logged and left alone (they may still be
+//!    keeping a dead primary's FIN from a peer another host is taking
+//!    over);
 //! 1. takeover only: the guard — inbound segments of our sessions (from
 //!    the configured neighbours; everyone else, such as the host agents'
 //!    probes, still reaches the port) are
@@ -80,12 +93,19 @@ pub struct Resumed {
     pub remote_open: Open,
     /// Start of a message the old primary had begun to receive.
     pub partial: bytes::Bytes,
+    /// ROUTE-REFRESH messages the old primary received and had not
+    /// answered: the resumed session answers them.
+    pub refresh: bytes::Bytes,
 }
 
 /// A Redis store that may be unreachable at start: it connects on demand.
 pub(crate) struct LazyStore {
     url: StoreUrl,
     instance: String,
+    /// `[nsr] wait_replicas` and `wait_timeout_ms`: each write and claim
+    /// waits for them (`WAIT`); fewer in time is a failed write.
+    wait_replicas: u32,
+    wait_timeout: Duration,
     inner: Option<RedisStore>,
 }
 
@@ -95,17 +115,18 @@ impl LazyStore {
         LazyStore {
             url: n.store.clone(),
             instance: n.instance.clone(),
+            wait_replicas: n.wait_replicas,
+            wait_timeout: Duration::from_millis(n.wait_timeout_ms),
             inner: None,
         }
     }
 
     fn get(&mut self) -> Result<&mut RedisStore, StoreError> {
         if self.inner.is_none() {
-            self.inner = Some(RedisStore::connect(
-                &self.url,
-                &self.instance,
-                STORE_TIMEOUT,
-            )?);
+            let mut store = RedisStore::connect(&self.url, &self.instance, STORE_TIMEOUT)?;
+            store.set_wait_replicas(self.wait_replicas);
+            store.set_wait_timeout(self.wait_timeout);
+            self.inner = Some(store);
         }
         self.inner
             .as_mut()
@@ -158,6 +179,9 @@ fn ports(cfg: &Config) -> Vec<u16> {
     p
 }
 
+/// The abstract Unix socket name of the per-network-namespace NSR lock.
+pub const NETNS_LOCK: &str = "holdfast-nsr";
+
 /// The iptables tag of this instance's rules.
 pub fn tag(instance: &str) -> String {
     format!("hf-{instance}")
@@ -168,10 +192,22 @@ pub fn tag(instance: &str) -> String {
 pub enum StartError {
     #[error("[nsr] is not configured (or not enabled)")]
     NotConfigured,
+    #[error("another holdfastd runs non-stop routing in this network namespace ({holder}); the ACK gate's iptables rules cover every BGP port of a namespace, so only one holdfastd with [nsr] may run in it. Holdfast rules here: {rules}")]
+    Conflict {
+        holder: holdfast_linux::nslock::Holder,
+        rules: String,
+    },
+    #[error("taking this network namespace's NSR lock (@{NETNS_LOCK}): {0}")]
+    Lock(io::Error),
     #[error("installing the takeover guard ({tag}): {source}")]
     Guard { tag: String, source: io::Error },
-    #[error("binding NFQUEUE {queue}: {source}")]
-    Queue { queue: u16, source: io::Error },
+    #[error("binding NFQUEUE {queue}: {source}{bound}")]
+    Queue {
+        queue: u16,
+        source: io::Error,
+        /// Who has the queue already, if anyone (see [`queue_binder`]).
+        bound: String,
+    },
     #[error("installing the ACK gate rules ({tag}): {source}")]
     GateRules { tag: String, source: io::Error },
     #[error("claiming the instance in the state store: {0}")]
@@ -218,6 +254,8 @@ fn bring_up(
     };
     let tag = tag(&n.instance);
     let ports = ports(cfg);
+    // 0. One speaker with NSR per network namespace.
+    let lock = take_netns_lock(NETNS_LOCK, n, &tag, &ports, role)?;
     // 1. The guard.
     if role == Role::Takeover {
         let peers: Vec<std::net::IpAddr> = cfg.neighbors.iter().map(|nb| nb.address).collect();
@@ -230,6 +268,7 @@ fn bring_up(
     let gate = AckGate::start(n.queue).map_err(|source| StartError::Queue {
         queue: n.queue,
         source,
+        bound: queue_binder(n.queue).unwrap_or_default(),
     })?;
     let hold = role == Role::Takeover;
     if hold {
@@ -301,6 +340,7 @@ fn bring_up(
             instance: n.instance.clone(),
             store_desc: n.store.redacted(),
             compact_bytes: n.compact_bytes,
+            netns_lock: Some(lock),
         },
     );
     Ok(Started {
@@ -310,6 +350,96 @@ fn bring_up(
         claim_us,
         load_us,
         preheated,
+    })
+}
+
+/// Step 0: takes the namespace's NSR lock (`name`: [`NETNS_LOCK`]), or
+/// names who holds it. With the lock held, every Holdfast rule here is a
+/// dead process's: ours are re-used, others are logged.
+fn take_netns_lock(
+    name: &str,
+    n: &holdfast_config::Nsr,
+    tag: &str,
+    ports: &[u16],
+    role: Role,
+) -> Result<holdfast_linux::nslock::NetnsLock, StartError> {
+    use holdfast_linux::nslock::NetnsLock;
+    let me = format!(
+        "holdfastd {role:?}, instance {:?}, NFQUEUE {}, ports {ports:?}, rules tagged holdfast:{tag}",
+        n.instance, n.queue
+    );
+    let found = rules::list_any();
+    match NetnsLock::acquire(name, &me).map_err(StartError::Lock)? {
+        Ok(lock) => {
+            for line in found.iter().flatten() {
+                match rules::holdfast_tag(line) {
+                    Some(t) if t == tag => tracing::info!(
+                        rule = %line,
+                        "NSR: a rule of this instance left by a process that is gone: re-used"
+                    ),
+                    _ => tracing::warn!(
+                        rule = %line,
+                        "NSR: a Holdfast rule of another instance, left by a process that is gone: left in place (remove it by hand once nobody takes that instance over)"
+                    ),
+                }
+            }
+            Ok(lock)
+        }
+        Err(holder) => Err(StartError::Conflict {
+            holder,
+            rules: describe_rules(found),
+        }),
+    }
+}
+
+/// The Holdfast rules of this namespace in short: `TAG (NFQUEUE N)`.
+fn describe_rules(found: io::Result<Vec<String>>) -> String {
+    let lines = match found {
+        Ok(l) => l,
+        Err(e) => return format!("(cannot list them: {e})"),
+    };
+    let mut tags: Vec<String> = Vec::new();
+    for line in &lines {
+        let Some(t) = rules::holdfast_tag(line) else {
+            continue;
+        };
+        let what = match rules::queue_num(line) {
+            Some(q) => format!("holdfast:{t} (NFQUEUE {q})"),
+            None => format!("holdfast:{t}"),
+        };
+        if !tags.contains(&what) {
+            tags.push(what);
+        }
+    }
+    if tags.is_empty() {
+        "none".into()
+    } else {
+        format!("{} ({} rules)", tags.join(", "), lines.len())
+    }
+}
+
+/// Who has NFQUEUE `queue` bound in this namespace, from
+/// `/proc/thread-self/net/netfilter/nfnetlink_queue` (queue, netlink port
+/// id, ...): `; queue N is bound by netlink port P (pid P: CMDLINE)`.
+fn queue_binder(queue: u16) -> Option<String> {
+    let text = std::fs::read_to_string("/proc/thread-self/net/netfilter/nfnetlink_queue").ok()?;
+    let portid = text.lines().find_map(|l| {
+        let mut w = l.split_whitespace();
+        (w.next()?.parse::<u16>().ok()? == queue).then(|| w.next().map(str::to_string))?
+    })?;
+    let cmd = std::fs::read(format!("/proc/{portid}/cmdline"))
+        .ok()
+        .map(|raw| {
+            raw.split(|b| *b == 0)
+                .filter(|w| !w.is_empty())
+                .map(|w| String::from_utf8_lossy(w).into_owned())
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .filter(|c| !c.is_empty());
+    Some(match cmd {
+        Some(c) => format!("; queue {queue} is bound by netlink port {portid} (pid {portid}: {c})"),
+        None => format!("; queue {queue} is bound by netlink port {portid}"),
     })
 }
 
@@ -575,6 +705,7 @@ impl Takeover {
             local_open,
             remote_open,
             partial: s.partial.clone(),
+            refresh: s.refresh.clone(),
         })
     }
 
@@ -704,8 +835,52 @@ mod tests {
             adj_out: Vec::new(),
             snd_una: 1,
             send_tail: Vec::new(),
+            refresh: bytes::Bytes::new(),
             log,
         }
+    }
+
+    #[test]
+    fn the_refusal_names_every_tag_and_queue_once() {
+        let lines = vec![
+            r#"iptables -A OUTPUT -p tcp -m tcp --sport 179 -m comment --comment "holdfast:hf-edge-1" -j NFQUEUE --queue-num 1707"#.to_string(),
+            "iptables -A OUTPUT -p tcp -m tcp --dport 179 -m comment --comment holdfast:hf-edge-1 -j NFQUEUE --queue-num 1707".to_string(),
+            "iptables -A INPUT -p tcp -m tcp --dport 179 -m comment --comment holdfast:hf-edge-1 -j DROP".to_string(),
+        ];
+        assert_eq!(
+            describe_rules(Ok(lines)),
+            "holdfast:hf-edge-1 (NFQUEUE 1707), holdfast:hf-edge-1 (3 rules)"
+        );
+        assert_eq!(describe_rules(Ok(Vec::new())), "none");
+        assert!(describe_rules(Err(io::Error::other("no iptables"))).contains("no iptables"));
+    }
+
+    #[test]
+    fn a_second_speaker_in_the_namespace_is_refused_naming_the_first() {
+        let (cfg, _) = holdfast_config::parse(
+            "[global]\nasn = 65000\nrouter_id = \"192.0.2.1\"\n[nsr]\nstore = \"redis://127.0.0.1:1\"\ninstance = \"unit-a\"\nqueue = 4242\n",
+        )
+        .expect("config");
+        let n = cfg.nsr.as_ref().expect("nsr");
+        // A name of this test's own, so that a holdfastd or another test
+        // run in the same namespace does not interfere.
+        let name = format!("holdfast-test-resume-{}", std::process::id());
+        let first = take_netns_lock(&name, n, "hf-unit-a", &[179], Role::Primary).expect("free");
+        let second =
+            take_netns_lock(&name, n, "hf-unit-a", &[179], Role::Takeover).expect_err("refused");
+        let text = second.to_string();
+        assert!(
+            text.contains("another holdfastd runs non-stop routing"),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("pid {}", std::process::id())),
+            "{text}"
+        );
+        assert!(text.contains("instance \"unit-a\", NFQUEUE 4242"), "{text}");
+        drop(first);
+        let again = take_netns_lock(&name, n, "hf-unit-a", &[179], Role::Takeover);
+        assert!(again.is_ok(), "released when dropped");
     }
 
     #[test]

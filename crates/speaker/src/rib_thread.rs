@@ -164,6 +164,9 @@ pub enum ToPeer {
         gen: u64,
         notification: Notification,
     },
+    /// The answer to the oldest ROUTE-REFRESH of session `gen` was sent
+    /// (in the `Send`s before this): it is no longer pending.
+    Refreshed { gen: u64 },
 }
 
 /// Peer task mailboxes, by engine peer id.
@@ -310,7 +313,15 @@ impl RibThread {
             RibCmd::PeerDown { peer, graceful } => self.engine.peer_down(peer, graceful),
             RibCmd::StaleTimeout(p) => self.engine.stale_timeout(p),
             RibCmd::Updates { .. } => unreachable!("batched in run()"),
-            RibCmd::RouteRefresh { peer, family } => self.engine.route_refresh(peer, family),
+            RibCmd::RouteRefresh { peer, family } => {
+                let out = self.engine.route_refresh(peer, family);
+                self.dispatch(out);
+                let boxes = self.mailboxes.read().expect("mailboxes");
+                if let (Some(tx), Some(gen)) = (boxes.get(&peer), self.gens.get(&peer)) {
+                    let _ = tx.send(crate::peer::PeerCmd::Rib(ToPeer::Refreshed { gen: *gen }));
+                }
+                return;
+            }
             RibCmd::SetPolicies {
                 peer,
                 import,

@@ -266,6 +266,36 @@ impl Frr {
         })
     }
 
+    /// `clear bgp ipv4 unicast NEIGHBOR soft in`: asks the neighbour to
+    /// send its routes again (a ROUTE-REFRESH, RFC 2918, when it
+    /// advertised the capability).
+    pub fn soft_in(&self, _lab: &Lab, neighbor: IpAddr) -> Result<()> {
+        let afi = if neighbor.is_ipv6() { "ipv6" } else { "ipv4" };
+        self.vty
+            .run(
+                "bgpd",
+                &[format!("clear bgp {afi} unicast {neighbor} soft in")],
+            )
+            .map(drop)
+    }
+
+    /// The `messageStats` object of `show bgp neighbors NEIGHBOR json`
+    /// (`updatesRecv`, `routeRefreshSent`, …).
+    pub fn message_stats(&self, _lab: &Lab, neighbor: IpAddr) -> Result<Value> {
+        let v = self
+            .vty
+            .json(&format!("show bgp neighbors {neighbor} json"))?;
+        v.get(neighbor.to_string())
+            .and_then(|n| n.get("messageStats"))
+            .cloned()
+            .ok_or_else(|| {
+                parse_err(
+                    "vtysh `show bgp neighbors json`",
+                    format!("no messageStats for {neighbor}: {v}"),
+                )
+            })
+    }
+
     /// `show bfd peers counters json` from bfdd.
     pub fn bfd_peer_counters(&self, _lab: &Lab) -> Result<Value> {
         let out = self

@@ -419,6 +419,95 @@ impl<P: Peer> Run<P> {
     /// Takes over onto the other host with the given fence.
     pub fn takeover(&mut self, what: &str, fence: Fence) -> Holdfastd {
         let to = self.other_host();
+        self.takeover_to(what, to, fence)
+    }
+
+    /// Takes over onto the primary's own host (its process died: restart
+    /// in place, in the same network namespace) with the given fence.
+    pub fn takeover_in_place(&mut self, what: &str, fence: Fence) -> Holdfastd {
+        let to = self.hf.host;
+        self.takeover_to(what, to, fence)
+    }
+
+    /// Starts another holdfastd (`name`) beside the primary, in its network
+    /// namespace, with this run's configuration edited by `edit`; as a
+    /// takeover when `takeover`. The start's result, as `Holdfastd::start_with`
+    /// reports it (a process that exits before its control socket answers is
+    /// an error carrying its log's tail).
+    pub fn start_beside(
+        &mut self,
+        name: &str,
+        edit: impl Fn(&str) -> String,
+        takeover: bool,
+    ) -> Result<Holdfastd, holdfast_lab::LabError> {
+        let config = edit(&self.config);
+        let mut opts = if takeover {
+            holdfast_lab::StartOpts::takeover(self.lab.work_dir().join(name).join("takeover.ready"))
+        } else {
+            holdfast_lab::StartOpts::default()
+        };
+        // The error a refused start ends with, not a backtrace, is what
+        // the log's tail in the start error shows.
+        opts.env
+            .push(("RUST_BACKTRACE".to_string(), "0".to_string()));
+        Holdfastd::start_with(&mut self.lab, self.hf.host, name, &config, &opts)
+    }
+
+    /// The Holdfast iptables/ip6tables rules in the primary's network
+    /// namespace (`-S` lines carrying a `holdfast:` comment).
+    pub fn holdfast_rules(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for cmd in ["iptables", "ip6tables"] {
+            let text = self
+                .lab
+                .exec_ok(self.hf.host, &[cmd, "-w", "-S"])
+                .expect("iptables -S");
+            out.extend(
+                text.lines()
+                    .filter(|l| l.contains("holdfast:"))
+                    .map(|l| format!("{cmd} {l}")),
+            );
+        }
+        out
+    }
+
+    /// The store's epoch of the run's instance (`GET`).
+    pub fn store_epoch(&self) -> u64 {
+        self.redis
+            .cli(&self.lab, &["GET", &format!("hf:{{{INSTANCE}}}:epoch")])
+            .expect("redis GET epoch")
+            .trim()
+            .parse()
+            .unwrap_or(0)
+    }
+
+    /// The state store's address (`redis-server` in the lab).
+    pub fn store_addr(&self) -> SocketAddr {
+        SocketAddr::new(self.redis.addr(), self.redis.port())
+    }
+
+    /// A network namespace from which the store is reachable (the feed
+    /// host's), for a test's own connection to it.
+    pub fn client_netns(&self) -> String {
+        self.lab.netns(self.topo.feed.id).to_string()
+    }
+
+    /// The service address (the session's local address on our side).
+    pub fn service_ip(&self) -> IpAddr {
+        service(&self.topo)
+    }
+
+    /// The store key prefix of a session with the peer, `hf:{INSTANCE}:s:default/PEER:`.
+    pub fn peer_session_key(&self, suffix: &str) -> String {
+        format!("hf:{{{INSTANCE}}}:s:default/{}:{suffix}", self.peer_ip())
+    }
+
+    /// `show nsr --json` of the running unit (public for scenarios).
+    pub fn nsr_status(&self) -> serde_json::Value {
+        self.nsr()
+    }
+
+    fn takeover_to(&mut self, what: &str, to: HostId, fence: Fence) -> Holdfastd {
         let name = format!("hf{}", self.units);
         self.units += 1;
         let t0 = Instant::now();

@@ -141,6 +141,9 @@ pub struct Shared {
     pub compact_bytes: u64,
     /// Set once, when the process is fenced.
     pub fence: watch::Sender<Option<Fence>>,
+    /// The network namespace's NSR lock, released when the last handle
+    /// goes (`resume::NETNS_LOCK`).
+    netns_lock: Option<holdfast_linux::nslock::NetnsLock>,
 }
 
 impl Shared {
@@ -171,6 +174,7 @@ impl Shared {
             resync,
             compact_bytes,
             fence,
+            netns_lock: None,
         }
     }
 }
@@ -189,6 +193,9 @@ pub struct Start {
     pub store_desc: String,
     /// Log bytes after which a session's logs are compacted.
     pub compact_bytes: u64,
+    /// The network namespace's NSR lock, held as long as this instance
+    /// (`resume::NETNS_LOCK`).
+    pub netns_lock: Option<holdfast_linux::nslock::NetnsLock>,
 }
 
 /// Handle held by the daemon and every peer task.
@@ -209,15 +216,12 @@ impl Nsr {
             instance,
             store_desc,
             compact_bytes,
+            netns_lock,
         } = start;
         let (tx, rx) = std_mpsc::channel();
-        let shared = Arc::new(Shared::new(
-            instance,
-            store_desc,
-            epoch,
-            store_up,
-            compact_bytes,
-        ));
+        let mut shared = Shared::new(instance, store_desc, epoch, store_up, compact_bytes);
+        shared.netns_lock = netns_lock;
+        let shared = Arc::new(shared);
         let mut r = shell::Replicator::new(
             ReplCore::new(epoch, store_up),
             store,

@@ -1,8 +1,25 @@
 //! The peer task's non-stop-routing duties: write the session record at
 //! Established, replicate every received and sent message, report the
-//! peer's acknowledgements, compact or re-synchronise the session's logs
-//! with a table snapshot, and resume a session taken over from a failed
-//! primary.
+//! peer's acknowledgements, keep the ROUTE-REFRESH requests not answered
+//! yet in the store, compact or re-synchronise the session's logs with a
+//! table snapshot, and resume a session taken over from a failed primary
+//! (answering the requests the old primary had not).
+//!
+//! A ROUTE-REFRESH (RFC 2918) is pending from the moment the core hands it
+//! to the RIB until the RIB's answer (the table and an End-of-RIB) has been
+//! handed to the replicator: the RIB follows its `Send`s with
+//! `ToPeer::Refreshed`, and the replicator stores operations in order, so
+//! whenever the store no longer holds a request as pending it holds the
+//! answer's bytes. The pending list ([`Op::Refresh`]) is written before the
+//! bytes that carried the request are confirmed (their ACK is held until
+//! then).
+//!
+//! # Known issues
+//! - A request answered by the old primary whose clearing was not stored
+//!   yet is answered again by the backup: the peer receives the table a
+//!   second time (harmless: a refresh is idempotent).
+//! - Only the request's family is kept; an enhanced route refresh (RFC
+//!   7313) is answered as a plain one (the RIB sends no BoRR/EoRR).
 
 use super::core::{PeerInput, Which};
 use super::{now, PeerCmd, PeerTask};
@@ -13,7 +30,9 @@ use crate::rib_thread::RibCmd;
 use bytes::Bytes;
 use holdfast_fsm::State;
 use holdfast_nsr::{Op, SessionRecord, SCHEMA_VERSION};
-use holdfast_wire::CodecCtx;
+use holdfast_wire::{
+    decode_route_refresh, encode_route_refresh, msg_type, CodecCtx, Family, RouteRefresh,
+};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
@@ -85,6 +104,41 @@ impl PeerTask {
         }
     }
 
+    /// The core asked the RIB to answer a ROUTE-REFRESH for `family`: it
+    /// is pending until [`PeerTask::refresh_answered`].
+    pub(super) fn refresh_requested(&mut self, family: Family) {
+        self.refresh.push_back((self.core.gen(), family));
+        self.replicate_refresh();
+    }
+
+    /// The RIB's answer to the oldest pending ROUTE-REFRESH of session
+    /// `gen` was handed to the replicator.
+    pub(super) fn refresh_answered(&mut self, gen: u64) {
+        if self.refresh.front().is_some_and(|(g, _)| *g == gen) {
+            self.refresh.pop_front();
+            self.replicate_refresh();
+        }
+    }
+
+    /// Writes the current session's pending ROUTE-REFRESH requests (those
+    /// of an earlier session are forgotten).
+    fn replicate_refresh(&mut self) {
+        let gen = self.core.gen();
+        self.refresh.retain(|(g, _)| *g == gen);
+        let pending = encode_refreshes(self.refresh.iter().map(|(_, f)| *f));
+        let Some(r) = self.main.as_mut().and_then(|c| c.repl.as_mut()) else {
+            return;
+        };
+        let Some(key) = r.replicating().map(str::to_string) else {
+            return;
+        };
+        let op = Op::Refresh {
+            key: key.clone(),
+            pending,
+        };
+        r.nsr.submit(&key, Some(op), r.synced_gen, Then::Nothing);
+    }
+
     fn record(&self) -> Option<SessionRecord> {
         let conn = self.main.as_ref()?;
         let r = conn.repl.as_ref()?;
@@ -111,6 +165,10 @@ impl PeerTask {
     /// At Established: the session record (raw OPENs, TCP parameters,
     /// sequence numbers). Its tables start empty.
     pub(super) fn replicate_session(&mut self) {
+        // A new session: requests of an earlier one are no longer pending
+        // (the `Session` op clears the stored ones too).
+        let gen = self.core.gen();
+        self.refresh.retain(|(g, _)| *g == gen);
         let Some(record) = self.record() else { return };
         let key = self.store_key();
         let peer = self.s.address.to_string();
@@ -268,6 +326,10 @@ impl PeerTask {
             bytes = size,
             "NSR: session tables snapshotted into the store"
         );
+        if resync && !self.refresh.is_empty() {
+            // Written anew, the session lost its pending requests.
+            self.replicate_refresh();
+        }
     }
 
     /// Takeover: the session continues on a connection rebuilt with
@@ -281,6 +343,7 @@ impl PeerTask {
             local_open,
             remote_open,
             partial,
+            refresh,
         } = r;
         let conn = Conn::with_repl(stream, outbound, Some(*repl)).and_then(|mut c| {
             c.prefill(&partial);
@@ -306,6 +369,22 @@ impl PeerTask {
         for out in std::mem::take(&mut self.held) {
             self.on_cmd(PeerCmd::Rib(out));
         }
+        let families = decode_refreshes(&refresh);
+        if !families.is_empty() && !self.core.resuming() && self.core.state() == State::Established
+        {
+            tracing::info!(
+                requests = families.len(),
+                "NSR: answering the ROUTE-REFRESH request(s) the old primary had not answered"
+            );
+            for family in families {
+                self.rib.send(RibCmd::RouteRefresh {
+                    peer: self.s.id,
+                    family,
+                });
+                self.refresh.push_back((self.core.gen(), family));
+            }
+            self.replicate_refresh();
+        }
     }
 
     /// The core resumed the session on the restored connection.
@@ -320,5 +399,58 @@ impl PeerTask {
             st.local = local;
         }
         tracing::info!("NSR: session resumed on the restored connection");
+    }
+}
+
+/// Pending ROUTE-REFRESH requests as stored: whole messages (normal
+/// requests, RFC 2918), oldest first.
+pub(crate) fn encode_refreshes(families: impl Iterator<Item = Family>) -> Bytes {
+    let mut buf = Vec::new();
+    for family in families {
+        encode_route_refresh(&RouteRefresh { family, subtype: 0 }, &mut buf);
+    }
+    Bytes::from(buf)
+}
+
+/// The families of stored ROUTE-REFRESH requests; anything else in the
+/// buffer (or an unreadable request) is skipped with a warning.
+pub(crate) fn decode_refreshes(buf: &[u8]) -> Vec<Family> {
+    let mut out = Vec::new();
+    for (ty, body) in crate::tables::messages(buf) {
+        match (ty, decode_route_refresh(body)) {
+            (msg_type::ROUTE_REFRESH, Ok(rr)) => out.push(rr.family),
+            _ => tracing::warn!(
+                msg_type = ty,
+                "NSR: a stored pending ROUTE-REFRESH is unreadable; skipped"
+            ),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pending_refreshes_round_trip() {
+        let families = [
+            Family::IPV4_UNICAST,
+            Family::IPV6_UNICAST,
+            Family::IPV4_UNICAST,
+        ];
+        let buf = encode_refreshes(families.iter().copied());
+        assert_eq!(buf.len(), 3 * 23, "three 23-byte ROUTE-REFRESH messages");
+        assert_eq!(decode_refreshes(&buf), families.to_vec());
+        assert!(decode_refreshes(&[]).is_empty());
+        assert!(encode_refreshes(std::iter::empty()).is_empty());
+    }
+
+    #[test]
+    fn a_stored_message_of_another_type_is_skipped() {
+        let mut buf = Vec::new();
+        holdfast_wire::encode_keepalive(&mut buf);
+        buf.extend_from_slice(&encode_refreshes(std::iter::once(Family::IPV6_UNICAST)));
+        assert_eq!(decode_refreshes(&buf), vec![Family::IPV6_UNICAST]);
     }
 }

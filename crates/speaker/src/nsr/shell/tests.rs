@@ -80,6 +80,7 @@ fn op_name(op: &Op) -> &'static str {
         Op::Sent { .. } => "sent",
         Op::Acked { .. } => "acked",
         Op::Snapshot { .. } => "snapshot",
+        Op::Refresh { .. } => "refresh",
         Op::Remove { .. } => "remove",
         Op::Bfd { .. } => "bfd",
         Op::BfdRemove { .. } => "bfd-remove",
