@@ -31,7 +31,7 @@
 //!   session never left Established, no NOTIFICATION, nothing withdrawn;
 //!   the capture holds no FIN or RST from the service address.
 //!
-//! Negative control (run by hand, NSRGAPS-NOTES.md): with the lock taken
+//! Negative control (run by hand, docs/notes/issue12-nsr-gaps.md): with the lock taken
 //! under a per-process name (so it never conflicts), the second primary
 //! starts beside hf0 and the first check fails.
 

@@ -33,7 +33,7 @@
 //!   holds exactly our Adj-RIB-Out; the capture holds no FIN or RST from
 //!   the service address.
 //!
-//! Negative control (by hand, NSRGAPS-NOTES.md): with the backup's
+//! Negative control (by hand, docs/notes/issue12-nsr-gaps.md): with the backup's
 //! answering disabled, `updatesRecv` does not grow after the takeover (the
 //! Adj-RIB-Out difference is empty) and the third check fails.
 

@@ -24,7 +24,7 @@
 //! * the replica is restarted: holdfastd is PROTECTED again (every session
 //!   re-written, now acknowledged), and the replica holds the session.
 //!
-//! Negative control (by hand, NSRGAPS-NOTES.md): with `WAIT_REPLICAS = 0`
+//! Negative control (by hand, docs/notes/issue12-nsr-gaps.md): with `WAIT_REPLICAS = 0`
 //! killing the replica changes nothing and the second check fails.
 
 use holdfast_lab::{
