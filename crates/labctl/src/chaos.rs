@@ -35,6 +35,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use holdfast_lab::plane::{verdict_is, Plane, PlaneBins, PlaneSpec, PlaneUnitSpec};
@@ -273,11 +274,14 @@ fn settled(p: &Plane) -> Result<Vec<(String, String)>> {
 }
 
 /// Runs the chaos, each iteration's kind drawn from `kinds` (every kind
-/// when empty); `line` gets one line per iteration.
+/// when empty); `line` gets one line per iteration. Once `stop` is set (an
+/// interrupt), no further iteration starts: the summary covers those done
+/// and the lab is removed as at the end of a run.
 pub fn run(
     iterations: u32,
     seed: u64,
     kinds: &[ChaosKind],
+    stop: Option<&AtomicBool>,
     mut line: impl FnMut(&Iteration),
 ) -> Result<(Summary, Vec<Iteration>)> {
     let kinds = if kinds.is_empty() {
@@ -295,6 +299,10 @@ pub fn run(
     let mut all = Vec::new();
     let mut burst_no = 0u32;
     for n in 1..=iterations {
+        if stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
+            eprintln!("holdfast: chaos interrupted after {} iterations", n - 1);
+            break;
+        }
         let it = iteration(&mut p, &mut rng, kinds, n, &mut burst_no);
         line(&it);
         let failed = it.error.is_some();

@@ -9,6 +9,7 @@
 use clap::{Parser, Subcommand};
 use holdfast_labctl::command::{self as lab, FailureKind};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -78,6 +79,37 @@ enum LabOp {
     List,
 }
 
+/// A flag set by SIGINT or SIGTERM (watched from a thread of its own), so
+/// that a long run stops between iterations and removes its lab.
+fn interrupt_flag() -> &'static AtomicBool {
+    static STOP: AtomicBool = AtomicBool::new(false);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build();
+    if let Ok(rt) = rt {
+        std::thread::spawn(move || {
+            rt.block_on(async {
+                use tokio::signal::unix::{signal, SignalKind};
+                let (Ok(mut int), Ok(mut term)) = (
+                    signal(SignalKind::interrupt()),
+                    signal(SignalKind::terminate()),
+                ) else {
+                    return;
+                };
+                loop {
+                    tokio::select! {
+                        _ = int.recv() => {}
+                        _ = term.recv() => {}
+                    }
+                    eprintln!("holdfast: interrupted: stopping after this iteration, then removing the lab");
+                    STOP.store(true, Ordering::Relaxed);
+                }
+            });
+        });
+    }
+    &STOP
+}
+
 fn main() {
     let args = Args::parse();
     if let Err(e) = run_lab(args.state, &args.op, args.json) {
@@ -115,8 +147,11 @@ fn run_lab(state: Option<PathBuf>, op: &LabOp, json: bool) -> anyhow::Result<()>
                 seed,
                 kinds,
             } => {
+                let stop = interrupt_flag();
                 let (summary, its) =
-                    holdfast_labctl::chaos::run(*iterations, *seed, kinds, |it| eprintln!("{it}"))?;
+                    holdfast_labctl::chaos::run(*iterations, *seed, kinds, Some(stop), |it| {
+                        eprintln!("{it}")
+                    })?;
                 let v = serde_json::json!({ "summary": summary, "iterations": its });
                 let text = format!("{summary}\n");
                 if summary.failed > 0 || !summary.two_senders.is_empty() {

@@ -23,7 +23,7 @@ fn twenty_random_failures_are_handled_unseen_by_the_peers() {
     {
         return;
     }
-    let (summary, its) = holdfast_labctl::chaos::run(20, 11, &[], |it| println!("{it}"))
+    let (summary, its) = holdfast_labctl::chaos::run(20, 11, &[], None, |it| println!("{it}"))
         .unwrap_or_else(|e| panic!("{e}"));
     println!("{summary}");
     assert_eq!(summary.failed, 0, "{its:#?}");
