@@ -146,16 +146,5 @@ fn one_nsr_speaker_per_namespace() {
     assert_eq!(t["preheated"].as_u64(), Some(2), "{t}");
     r.check("standby takeover");
 
-    let report = watch.stop();
-    println!("peer watch: {}", report.summary());
-    report
-        .assert_uninterrupted()
-        .unwrap_or_else(|e| panic!("the peer saw an interruption: {e}"));
-    assert!(
-        report.prefixes_received_drops.is_empty(),
-        "routes the peer held from us were withdrawn: {:?}",
-        report.prefixes_received_drops
-    );
-    r.assert_nothing_leaked(since);
-    r.print_phases();
+    r.finish(watch, since);
 }

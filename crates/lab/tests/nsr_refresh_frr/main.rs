@@ -232,16 +232,5 @@ fn backup_answers_a_pending_route_refresh() {
         caught,
         "{ROUNDS} rounds and the primary never died with the request pending"
     );
-    let report = watch.stop();
-    println!("peer watch: {}", report.summary());
-    report
-        .assert_uninterrupted()
-        .unwrap_or_else(|e| panic!("the peer saw an interruption: {e}"));
-    assert!(
-        report.prefixes_received_drops.is_empty(),
-        "routes the peer held from us were withdrawn: {:?}",
-        report.prefixes_received_drops
-    );
-    r.assert_nothing_leaked(since);
-    r.print_phases();
+    r.finish(watch, since);
 }

@@ -864,21 +864,28 @@ pub fn failover_sequence<P: Peer>(name: &str, kind: PeerKind, o: Options) {
     r.switchover();
     r.frozen_primary();
     r.redis_outage();
-    let report = watch.stop();
-    println!("peer watch: {}", report.summary());
-    report
-        .assert_uninterrupted()
-        .unwrap_or_else(|e| panic!("the peer saw an interruption: {e}"));
-    assert!(
-        report.prefixes_received_drops.is_empty(),
-        "routes the peer held from us were withdrawn: {:?}",
-        report.prefixes_received_drops
-    );
-    r.assert_nothing_leaked(since);
-    r.print_phases();
+    r.finish(watch, since);
 }
 
 impl<P: Peer> Run<P> {
+    /// The end of a run: the peer's watch saw no interruption and no route
+    /// it held from us withdrawn, nothing leaked a FIN or RST since `since`;
+    /// then the takeover phases are printed.
+    pub fn finish(&self, watch: PeerWatch, since: std::time::SystemTime) {
+        let report = watch.stop();
+        println!("peer watch: {}", report.summary());
+        report
+            .assert_uninterrupted()
+            .unwrap_or_else(|e| panic!("the peer saw an interruption: {e}"));
+        assert!(
+            report.prefixes_received_drops.is_empty(),
+            "routes the peer held from us were withdrawn: {:?}",
+            report.prefixes_received_drops
+        );
+        self.assert_nothing_leaked(since);
+        self.print_phases();
+    }
+
     /// No FIN or RST from the service address ever reached the wire: dying
     /// primaries leaked nothing (TCPR's "Romeo and Juliet" RST, the
     /// spurious FIN), and no orphan socket was destroyed in the open.
