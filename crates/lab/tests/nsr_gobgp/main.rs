@@ -11,11 +11,6 @@ fn gobgp_peer_never_notices_failovers() {
     nsr_common::failover_sequence::<Gobgp>(
         "nsr_gobgp",
         PeerKind::Gobgp,
-        nsr_common::Options {
-            md5: None,
-            compact_bytes: None,
-            bfd: None,
-            bfd_auth: None,
-        },
+        nsr_common::Options::default(),
     );
 }

@@ -45,12 +45,7 @@ fn one_nsr_speaker_per_namespace() {
     let Some(mut r) = nsr_common::Run::<Frr>::start(
         "nsr_netns_lock",
         PeerKind::Frr,
-        nsr_common::Options {
-            md5: None,
-            compact_bytes: None,
-            bfd: None,
-            bfd_auth: None,
-        },
+        nsr_common::Options::default(),
     ) else {
         return;
     };

@@ -134,12 +134,7 @@ fn backup_answers_a_pending_route_refresh() {
     let Some(mut r) = nsr_common::Run::<Frr>::start(
         "nsr_refresh_frr",
         PeerKind::Frr,
-        nsr_common::Options {
-            md5: None,
-            compact_bytes: None,
-            bfd: None,
-            bfd_auth: None,
-        },
+        nsr_common::Options::default(),
     ) else {
         return;
     };

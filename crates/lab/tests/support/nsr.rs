@@ -64,6 +64,7 @@ fn burst() -> usize {
         .unwrap_or(100_000)
 }
 
+#[derive(Default)]
 pub struct Options {
     /// TCP MD5 key on the session under test.
     pub md5: Option<&'static str>,
