@@ -407,11 +407,12 @@ fn repair_options(st: &TcpRepairState) -> Vec<u8> {
 
 /// Rebuilds the connection in a new socket: `socket()`; `SO_REUSEADDR`;
 /// `TCP_REPAIR` on; MD5 key; device; `bind(local)`; send queue
-/// `TCP_QUEUE_SEQ` = `snd_una`; receive queue `TCP_QUEUE_SEQ` = `rcv_nxt`;
+/// `TCP_QUEUE_SEQ` = `snd_una` − 1; receive queue `TCP_QUEUE_SEQ` = `rcv_nxt`;
 /// `TCP_MAXSEG`; `connect(remote)` (in repair mode this goes straight to
 /// `ESTABLISHED`, no SYN); `TCP_TIMESTAMP` (only with timestamps; after
 /// `connect`, as libsoccr does); `TCP_REPAIR_OPTIONS`;
-/// `TCP_REPAIR_WINDOW`; `send_queue` written as already-sent data;
+/// `TCP_REPAIR_WINDOW`; one acknowledged byte and `send_queue` written as
+/// already-sent data (see `write_sent_queue`);
 /// `TCP_REPAIR_OFF` with a window probe, so the peer answers with an ACK at
 /// once. Returns the connected socket (blocking; the caller sets
 /// non-blocking).
@@ -458,7 +459,8 @@ pub fn restore_in_repair(r: &Restore<'_>) -> io::Result<TcpStream> {
         crate::device::bind_to_device(fd, dev)?;
     }
     sock.bind(&local.into())?;
-    set_queue_seq(fd, TCP_SEND_QUEUE, r.snd_una)?;
+    // One byte before `snd_una`: see `write_sent_queue`.
+    set_queue_seq(fd, TCP_SEND_QUEUE, r.snd_una.wrapping_sub(1))?;
     set_queue_seq(fd, TCP_RECV_QUEUE, r.rcv_nxt)?;
     // TCPOPT_MAXSEG below only sets the clamp; the segment size in use
     // (mss_cache) is computed at connect from the clamp then in force, which
@@ -502,15 +504,24 @@ pub fn restore_in_repair(r: &Restore<'_>) -> io::Result<TcpStream> {
         rcv_wup: r.rcv_nxt,
     };
     sockopt::set(fd, libc::IPPROTO_TCP, libc::TCP_REPAIR_WINDOW, &win)?;
-    if !r.send_queue.is_empty() {
-        write_sent_queue(&sock, r.send_queue)?;
-    }
+    write_sent_queue(&sock, r.send_queue)?;
     Ok(sock.into())
 }
 
 /// Writes `data` into the send queue as already-sent segments (repair mode,
-/// `TCP_SEND_QUEUE` selected). Never blocks: the send buffer is enlarged
-/// first if `data` would not fit.
+/// `TCP_SEND_QUEUE` selected), after one byte the peer has acknowledged
+/// (the send queue's sequence was set one below `snd_una`; its value is
+/// never read: a receiver trims what precedes RCV.NXT, RFC 9293 §3.10.7.4).
+///
+/// That byte is what makes the restored socket recover at once: the
+/// peer's answer to the window probe acknowledges it, which is the socket's
+/// first RTT sample, so its retransmission and loss-probe timers run on
+/// that round trip. Without a sample Linux waits 3 s (RFC 6298 §5.7,
+/// `tcp_init_metrics`) before resending bytes that never reached the peer,
+/// and longer while the peer's window is closed: a peer held by such bytes
+/// receives nothing else, not even a KEEPALIVE, meanwhile.
+///
+/// Never blocks: the send buffer is enlarged first if `data` would not fit.
 fn write_sent_queue(sock: &Socket, data: &[u8]) -> io::Result<()> {
     let fd = sock.as_fd();
     sockopt::set_int(
@@ -525,6 +536,14 @@ fn write_sent_queue(sock: &Socket, data: &[u8]) -> io::Result<()> {
     if sock.send_buffer_size()? < need {
         let val = libc::c_int::try_from(need / 2 + 1).unwrap_or(libc::c_int::MAX);
         sockopt::set_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, val)?;
+    }
+    loop {
+        match sock.send_with_flags(&[0u8], libc::MSG_DONTWAIT) {
+            Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
+            Ok(_) => break,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
     }
     let mut off = 0;
     while off < data.len() {

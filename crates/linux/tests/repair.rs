@@ -13,7 +13,9 @@
 //! `v4_large_unsent_queue`); (b) bytes the peer sent while the moved end was
 //! down arrive (`*_peer_sends_while_down`); data lost in flight is
 //! retransmitted (`*_lost_in_flight`, by the timer; `*_recovered_by_new_data`,
-//! at once when new data follows); (c) capture does not disturb a live
+//! at once when new data follows; `v4_lost_beyond_the_window`, within
+//! 1.5 s although the peer's answer to the window probe acknowledges
+//! nothing the peer had not acknowledged before); (c) capture does not disturb a live
 //! connection (`capture_is_transparent_*`); (d) restore time, printed
 //! (`restore_timing_repeated_moves`; run with `--nocapture`).
 
@@ -51,6 +53,10 @@ struct Case {
     unacked: usize,
     /// Bytes appended to the restored send queue that the peer never got.
     lost: &'static [u8],
+    /// As many more such bytes (a pattern), beyond `lost`.
+    lost_more: usize,
+    /// The peer must have the whole restored send queue within this long.
+    within: Option<Duration>,
     /// Bytes the peer writes while the moved end is down.
     while_down: usize,
     /// Stop dropping the peer's segments just before `restore` instead of
@@ -70,6 +76,8 @@ const BASE: Case = Case {
     md5: None,
     unacked: 3000,
     lost: b"",
+    lost_more: 0,
+    within: None,
     while_down: 0,
     lift_before_restore: false,
     poke: false,
@@ -269,8 +277,10 @@ fn move_once(ns: &str, c: Case) {
 
     let outq = st.outq as usize;
     let mut queue = a_sent[a_sent.len() - outq..].to_vec();
-    queue.extend_from_slice(c.lost);
-    a_sent.extend_from_slice(c.lost);
+    let mut lost = c.lost.to_vec();
+    lost.extend(pattern(8, 0, c.lost_more));
+    queue.extend_from_slice(&lost);
+    a_sent.extend_from_slice(&lost);
     let r = Restore {
         state: &st,
         snd_una: st.snd_seq.wrapping_sub(st.outq),
@@ -332,6 +342,14 @@ fn move_once(ns: &str, c: Case) {
          restored end had the peer's {} while-down bytes after {a_ms} ms",
         c.tag, c.while_down
     );
+    if let Some(within) = c.within {
+        assert!(
+            b_ms <= within.as_millis(),
+            "{}: the peer had the restored send queue only after {b_ms} ms (bound {} ms)",
+            c.tag,
+            within.as_millis()
+        );
+    }
 
     // New data both ways after the move.
     a.write(5, 700);
@@ -346,7 +364,7 @@ fn move_once(ns: &str, c: Case) {
     let after = repair::capture(a.s.as_fd()).unwrap();
     assert_eq!(
         after.snd_seq.wrapping_sub(st.snd_seq) as usize,
-        c.lost.len() + poke + 700
+        lost.len() + poke + 700
     );
     assert_eq!(
         after.rcv_seq.wrapping_sub(st.rcv_seq) as usize,
@@ -455,7 +473,8 @@ fn v6_peer_sends_while_down() {
 
 const LOST: &[u8] = b"bytes the old socket sent that never arrived";
 
-/// Lost data comes back by the retransmission timer alone (about 1 s).
+/// Lost data comes back by the retransmission timer alone (about 0.27 s
+/// once the window probe's answer gave an RTT sample).
 #[test]
 fn v4_lost_in_flight() {
     run_case(Case {
@@ -466,7 +485,8 @@ fn v4_lost_in_flight() {
     });
 }
 
-/// Same, the window probe's answer being dropped.
+/// Same, the window probe's answer being dropped: no RTT sample, so the
+/// loss probe after 1 s brings it back.
 #[test]
 fn v6_lost_in_flight() {
     run_case(Case {
@@ -498,6 +518,24 @@ fn v6_lost_in_flight_recovered_by_new_data() {
         connect: "::1",
         lost: LOST,
         poke: true,
+        ..BASE
+    });
+}
+
+/// The old socket had everything the peer received acknowledged, then
+/// queued 400 kB beyond the peer's window that never left it, so the
+/// restored queue is acknowledged only up to where it starts. The byte the
+/// restore puts before it gives the socket an RTT sample at the window
+/// probe's answer, and the queue arrives in about 0.27 s; without that byte
+/// it took 3.0 s (Linux's RTO without a sample).
+#[test]
+fn v4_lost_beyond_the_window() {
+    run_case(Case {
+        tag: "w4",
+        unacked: 0,
+        lost_more: 400 * 1024,
+        lift_before_restore: true,
+        within: Some(Duration::from_millis(1500)),
         ..BASE
     });
 }
