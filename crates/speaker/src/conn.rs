@@ -13,6 +13,7 @@
 //!   the session.
 
 use crate::nsr::{Nsr, Then};
+use crate::unacked::Unacked;
 use bytes::Bytes;
 use holdfast_linux::nfq::ConnKey;
 use holdfast_linux::repair::{self, TcpRepairState};
@@ -61,6 +62,9 @@ pub struct ConnRepl {
     /// Log bytes stored since the last snapshot.
     pub log_bytes: u64,
     pub last_acked: Instant,
+    /// What the peer may not have acknowledged yet (see
+    /// [`crate::unacked`]).
+    pub unacked: Unacked,
 }
 
 impl ConnRepl {
@@ -77,6 +81,13 @@ impl ConnRepl {
             _ => None,
         }
     }
+}
+
+/// See [`Conn::snd_una`].
+fn snd_una(r: &ConnRepl, written: &AtomicU64, rd: &OwnedReadHalf) -> Option<u32> {
+    let written = written.load(Ordering::Acquire);
+    let outq = repair::outq(rd.as_ref().as_fd()).ok()?;
+    Some(r.snd_base.wrapping_add(written as u32).wrapping_sub(outq))
 }
 
 /// An `Arc<Vec<u8>>` as the owner of a `Bytes`, so a message is shared by
@@ -144,6 +155,7 @@ impl Conn {
                     during_snapshot: None,
                     log_bytes: 0,
                     last_acked: Instant::now(),
+                    unacked: Unacked::default(),
                 })
             }
             None => None,
@@ -183,10 +195,7 @@ impl Conn {
     /// the kernel minus what the kernel still holds unacknowledged. Read in
     /// that order, a concurrent write can only make it lower.
     pub fn snd_una(&self) -> Option<u32> {
-        let r = self.repl.as_ref()?;
-        let written = self.written.load(Ordering::Acquire);
-        let outq = repair::outq(self.rd.as_ref().as_fd()).ok()?;
-        Some(r.snd_base.wrapping_add(written as u32).wrapping_sub(outq))
+        snd_una(self.repl.as_ref()?, &self.written, &self.rd)
     }
 
     /// Reads more bytes. `Ok(0)` means the peer closed. Cancel-safe.
@@ -283,6 +292,11 @@ impl Conn {
             out.extend_from_slice(&bytes);
         }
         let then = Then::Write(self.tx.clone(), bytes.clone());
+        let shared = Bytes::from_owner(Shared(bytes.clone()));
+        if r.unacked.push(seq_end, shared.clone()) {
+            let una = snd_una(r, &self.written, &self.rd);
+            r.unacked.trim(una);
+        }
         match r.replicating() {
             Some(key) => {
                 let key = key.to_string();
@@ -290,7 +304,7 @@ impl Conn {
                 let op = Op::Sent {
                     key: key.clone(),
                     seq_end,
-                    bytes: Bytes::from_owner(Shared(bytes)),
+                    bytes: shared,
                 };
                 r.nsr.submit(&key, Some(op), r.synced_gen, then);
             }

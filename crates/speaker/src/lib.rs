@@ -35,6 +35,7 @@ mod rib_thread;
 mod socket;
 mod standby;
 mod tables;
+mod unacked;
 #[cfg(test)]
 mod test_fixtures;
 

@@ -55,6 +55,7 @@
 //!   exists yet.
 
 use crate::conn::{unix_ms, ConnRepl};
+use crate::unacked::Unacked;
 use crate::nsr::Nsr;
 use crate::socket::SockOpts;
 use anyhow::{bail, Context};
@@ -68,6 +69,7 @@ use holdfast_nsr::{
     InstanceState, LogPos, Op, RedisStore, Store, StoreError, StoreUrl, StoredSession,
 };
 use holdfast_wire::Open;
+use bytes::Bytes;
 use std::collections::HashMap;
 use std::collections::HashSet;
 use std::io;
@@ -697,6 +699,7 @@ impl Takeover {
             during_snapshot: None,
             log_bytes,
             last_acked: Instant::now(),
+            unacked: Unacked::restored(snd_next, Bytes::from(queue)),
         };
         Ok(Resumed {
             stream,

@@ -17,7 +17,10 @@
 //! 100k-route outbound burst (feed → holdfastd → peer), a planned
 //! switchover, a frozen primary (SIGSTOP, takeover, SIGCONT: it stays
 //! fenced), and a Redis kill/restart (unprotected, protected again, then a
-//! takeover). After each one:
+//! takeover; the feed's host drops our segments from the kill to the
+//! takeover, so the sessions are written anew with bytes the feed has not
+//! acknowledged, and the feed must get them from the new primary). After
+//! each one:
 //! * the peer's session never left Established: a watch samples the peer's
 //!   own CLI every 200 ms for the whole run (state, uptime never going back,
 //!   established/dropped counters unchanged);
@@ -829,10 +832,58 @@ impl<P: Peer> Run<P> {
         .unwrap_or_else(|e| panic!("{e}"));
         // Sessions stay up and routes flow while unprotected.
         self.check("redis down");
+        // What holdfastd sends the outbound feed from here is not
+        // acknowledged (its host drops our segments), so the sessions are
+        // written anew with a send tail the peer has not acknowledged: the
+        // takeover must restore it (else the feed's stream has a gap).
+        self.drop_to_feed(true);
+        let prefix = "198.51.100.250/32";
+        self.peer_announces(prefix);
+        let feed_ip = IpAddr::V4(self.topo.feed.v4);
+        wait_ok("store down: the new route in our Adj-RIB-Out to the feed", T, || {
+            let out = self
+                .hf
+                .rib(RibTable::Out, Some(feed_ip))
+                .map_err(|e| e.to_string())?;
+            out.iter()
+                .any(|r| r.prefix == prefix)
+                .then_some(())
+                .ok_or(format!("{} routes, not {prefix}", out.len()))
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
         self.redis.restart(&mut self.lab).expect("restart redis");
         self.wait_protected("redis back");
         drop(self.takeover("takeover after the store came back", Fence::Kill));
+        self.drop_to_feed(false);
+        let p: Prefix = prefix.parse().expect("prefix");
+        wait_ok(
+            "takeover after the store came back: the feed gets the route sent unacknowledged",
+            T,
+            || {
+                self.feed_out
+                    .view(|v| v.route(&p).is_some())
+                    .then_some(())
+                    .ok_or(format!("the feed holds {} routes", self.feed_out.route_count()))
+            },
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
         self.check("takeover after the store came back");
+    }
+
+    /// Drops (or stops dropping) on the feed's host every segment from the
+    /// service address's BGP port.
+    fn drop_to_feed(&self, on: bool) {
+        let svc = service(&self.topo).to_string();
+        let op = if on { "-I" } else { "-D" };
+        self.lab
+            .exec_ok(
+                self.topo.feed.id,
+                &[
+                    "iptables", op, "INPUT", "-p", "tcp", "-s", &svc, "--sport", "179", "-j",
+                    "DROP",
+                ],
+            )
+            .expect("iptables on the feed host");
     }
 
     pub fn print_phases(&self) {

@@ -139,6 +139,22 @@ impl PeerTask {
         r.nsr.submit(&key, Some(op), r.synced_gen, Then::Nothing);
     }
 
+    /// Trims the main connection's unacknowledged bytes to the peer's ACK
+    /// as the kernel knows it now.
+    fn trim_unacked(&mut self) {
+        let Some(conn) = self.main.as_mut() else {
+            return;
+        };
+        let Some(una) = conn.snd_una() else { return };
+        if let Some(r) = conn.repl.as_mut() {
+            r.unacked.trim(Some(una));
+        }
+    }
+
+    /// The record of the main connection, its sequence numbers where the
+    /// store takes over: `snd_seq` at the oldest byte the peer may not have
+    /// acknowledged (the bytes from there follow as a `Sent`, see
+    /// [`crate::unacked::Unacked::op`]).
     fn record(&self) -> Option<SessionRecord> {
         let conn = self.main.as_ref()?;
         let r = conn.repl.as_ref()?;
@@ -156,7 +172,7 @@ impl PeerTask {
             open_sent,
             open_received,
             tcp: r.tcp.clone(),
-            snd_seq: r.snd_next(),
+            snd_seq: r.unacked.base(r.snd_next()),
             rcv_seq: r.rcv_next(),
             established_unix_ms: unix_ms(),
         })
@@ -169,6 +185,7 @@ impl PeerTask {
         // (the `Session` op clears the stored ones too).
         let gen = self.core.gen();
         self.refresh.retain(|(g, _)| *g == gen);
+        self.trim_unacked();
         let Some(record) = self.record() else { return };
         let key = self.store_key();
         let peer = self.s.address.to_string();
@@ -193,6 +210,9 @@ impl PeerTask {
             record,
         };
         r.nsr.submit(&key, Some(op), gen, Then::Nothing);
+        if let Some(op) = r.unacked.op(&key) {
+            r.nsr.submit(&key, Some(op), gen, Then::Nothing);
+        }
     }
 
     /// Writes the peer's acknowledgement (a lower bound) now and then, so
@@ -214,6 +234,7 @@ impl PeerTask {
         }
         let Some(una) = conn.snd_una() else { return };
         let Some(r) = conn.repl.as_mut() else { return };
+        r.unacked.trim(Some(una));
         r.last_acked = Instant::now();
         let pending = una != r.snd_next();
         if let Some(key) = r.replicating().map(str::to_string) {
@@ -268,6 +289,9 @@ impl PeerTask {
         let Some((_, resync)) = self.snapshot.take() else {
             return;
         };
+        if resync {
+            self.trim_unacked();
+        }
         let record = if resync { self.record() } else { None };
         let Some(conn) = self.main.as_mut() else {
             return;
@@ -295,6 +319,13 @@ impl PeerTask {
                 gen,
                 Then::Nothing,
             );
+            // What the peer has not acknowledged yet, written before the
+            // outage or during it, becomes the send tail again (the
+            // snapshot that follows replaces its copy in the Adj-RIB-Out
+            // log).
+            if let Some(op) = r.unacked.op(&key) {
+                r.nsr.submit(&key, Some(op), gen, Then::Nothing);
+            }
         }
         let op = Op::Snapshot {
             key: key.clone(),
