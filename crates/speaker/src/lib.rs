@@ -35,9 +35,9 @@ mod rib_thread;
 mod socket;
 mod standby;
 mod tables;
-mod unacked;
 #[cfg(test)]
 mod test_fixtures;
+mod unacked;
 
 pub use nsr::core as repl_core;
 pub use peer::core::{PeerCore, PeerInput, PeerOutput, PeerParams};

@@ -55,10 +55,11 @@
 //!   exists yet.
 
 use crate::conn::{unix_ms, ConnRepl};
-use crate::unacked::Unacked;
 use crate::nsr::Nsr;
 use crate::socket::SockOpts;
+use crate::unacked::Unacked;
 use anyhow::{bail, Context};
+use bytes::Bytes;
 use holdfast_api::TakeoverTimes;
 use holdfast_config::Config;
 use holdfast_linux::announce::{address_is_local, announce_address};
@@ -69,7 +70,6 @@ use holdfast_nsr::{
     InstanceState, LogPos, Op, RedisStore, Store, StoreError, StoreUrl, StoredSession,
 };
 use holdfast_wire::Open;
-use bytes::Bytes;
 use std::collections::HashMap;
 use std::collections::HashSet;
 use std::io;

@@ -147,7 +147,11 @@ mod tests {
     fn trim_drops_whole_acknowledged_chunks_only() {
         let mut u = tail(1000, &[10, 20, 5]);
         u.trim(Some(1015));
-        assert_eq!((u.base(1035), u.len()), (1010, 25), "the chunk 1010..1030 is kept");
+        assert_eq!(
+            (u.base(1035), u.len()),
+            (1010, 25),
+            "the chunk 1010..1030 is kept"
+        );
         u.trim(Some(1030));
         assert_eq!((u.base(1035), u.len()), (1030, 5));
         u.trim(Some(1035));
@@ -169,7 +173,10 @@ mod tests {
     fn op_is_every_byte_kept_ending_at_the_last_chunk() {
         let u = tail(1000, &[3, 2]);
         let Some(Op::Sent {
-            key, seq_end, bytes, ..
+            key,
+            seq_end,
+            bytes,
+            ..
         }) = u.op("k")
         else {
             panic!("a Sent")

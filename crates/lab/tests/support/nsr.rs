@@ -840,16 +840,20 @@ impl<P: Peer> Run<P> {
         let prefix = "198.51.100.250/32";
         self.peer_announces(prefix);
         let feed_ip = IpAddr::V4(self.topo.feed.v4);
-        wait_ok("store down: the new route in our Adj-RIB-Out to the feed", T, || {
-            let out = self
-                .hf
-                .rib(RibTable::Out, Some(feed_ip))
-                .map_err(|e| e.to_string())?;
-            out.iter()
-                .any(|r| r.prefix == prefix)
-                .then_some(())
-                .ok_or(format!("{} routes, not {prefix}", out.len()))
-        })
+        wait_ok(
+            "store down: the new route in our Adj-RIB-Out to the feed",
+            T,
+            || {
+                let out = self
+                    .hf
+                    .rib(RibTable::Out, Some(feed_ip))
+                    .map_err(|e| e.to_string())?;
+                out.iter()
+                    .any(|r| r.prefix == prefix)
+                    .then_some(())
+                    .ok_or(format!("{} routes, not {prefix}", out.len()))
+            },
+        )
         .unwrap_or_else(|e| panic!("{e}"));
         self.redis.restart(&mut self.lab).expect("restart redis");
         self.wait_protected("redis back");
@@ -863,7 +867,10 @@ impl<P: Peer> Run<P> {
                 self.feed_out
                     .view(|v| v.route(&p).is_some())
                     .then_some(())
-                    .ok_or(format!("the feed holds {} routes", self.feed_out.route_count()))
+                    .ok_or(format!(
+                        "the feed holds {} routes",
+                        self.feed_out.route_count()
+                    ))
             },
         )
         .unwrap_or_else(|e| panic!("{e}"));
