@@ -190,6 +190,7 @@ pub async fn run(
     };
     let nsr_on = cfg.nsr.as_ref().is_some_and(|n| n.enabled);
     let standby = matches!(start, Start::Standby);
+    let primary = matches!(start, Start::Primary);
     match start {
         Start::Takeover(opts) => {
             let t = Takeover::begin(&cfg, opts.ready_file.clone(), opts.epoch, None)?;
@@ -254,6 +255,9 @@ pub async fn run(
         neighbors = d.peers.len(),
         "holdfastd running"
     );
+    if primary {
+        release_start_up_pages();
+    }
     loop {
         tokio::select! {
             f = &mut fenced => return Ok(Exit::Fenced(f)),
@@ -270,6 +274,22 @@ pub async fn run(
     }
     d.shutdown().await;
     Ok(Exit::Stopped)
+}
+
+/// Start-up is over: the pages of its code and read-only data leave the
+/// resident set; whatever runs again maps them back from the page cache
+/// (`holdfast_linux::resident`, docs/notes/issue12-small-units.md). Not
+/// after a takeover or as a standby, whose code is about to run or
+/// running: only a primary, before its first session.
+fn release_start_up_pages() {
+    match holdfast_linux::resident::release_clean_code() {
+        Ok(r) => tracing::debug!(
+            mappings = r.mappings,
+            kib = r.bytes / 1024,
+            "start-up pages released"
+        ),
+        Err(e) => tracing::warn!("releasing the start-up pages: {e}"),
+    }
 }
 
 /// Resolves when the NSR replicator is fenced; never without NSR.
