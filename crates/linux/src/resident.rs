@@ -20,8 +20,13 @@
 //! by a file (an inode) and without a single anonymous page. The last check
 //! leaves out a page the process changed: text relocations, a debugger's
 //! breakpoint, a uprobe. Everything is done inside `dl_iterate_phdr(3)`'s
-//! callback: the dynamic loader cannot map or unmap an object meanwhile,
-//! so no mapping can be replaced between the check and the advice.
+//! callback, which glibc runs under the loader's lock: no object can be
+//! mapped or unmapped meanwhile, so no mapping can be replaced between the
+//! check and the advice. An object being loaded by a concurrent `dlopen`
+//! may be seen before it is relocated, which is harmless since relocation
+//! writes only into writable segments, except with text relocations:
+//! objects whose dynamic section has `DT_TEXTREL` (or `DF_TEXTREL`) are
+//! left alone.
 //!
 //! # Known issues
 //! - The first run of code not run since (a session's set-up, say) takes a
@@ -119,6 +124,21 @@ unsafe extern "C" fn each_object(
             .filter(|s| s.read_only || s.relro)
         })
         .collect();
+    for p in phdrs.iter().filter(|p| p.p_type == libc::PT_DYNAMIC) {
+        let dynamic = usize::try_from(p.p_vaddr)
+            .ok()
+            .and_then(|v| base.checked_add(v))
+            .filter(|a| *a != 0 && a % std::mem::align_of::<Dyn>() == 0);
+        let len = usize::try_from(p.p_memsz).unwrap_or(0) / std::mem::size_of::<Dyn>();
+        let Some(dynamic) = dynamic else { return 0 };
+        // SAFETY: the object's dynamic section, aligned (checked) and mapped
+        // for as long as the object is loaded; `len` entries fit in its
+        // `p_memsz`.
+        let entries = unsafe { std::slice::from_raw_parts(dynamic as *const Dyn, len) };
+        if text_relocations(entries) {
+            return 0;
+        }
+    }
     if walk.vmas.is_none() {
         match std::fs::File::open("/proc/self/smaps")
             .and_then(|f| parse_smaps(std::io::BufReader::new(f)))
@@ -152,6 +172,31 @@ unsafe extern "C" fn each_object(
         walk.released.bytes += vma.rss_kb * 1024;
     }
     0
+}
+
+/// An entry of a dynamic section (`Elf64_Dyn`, or `Elf32_Dyn` on 32-bit
+/// targets).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct Dyn {
+    tag: isize,
+    val: usize,
+}
+
+const DT_NULL: isize = 0;
+const DT_TEXTREL: isize = 22;
+const DT_FLAGS: isize = 30;
+const DF_TEXTREL: usize = 0x4;
+
+/// Whether a dynamic section announces text relocations (`DT_TEXTREL`, or
+/// `DF_TEXTREL` in `DT_FLAGS`): the loader then writes into the object's
+/// read-only segments while relocating it, possibly while a walk runs, so
+/// its pages are left alone.
+fn text_relocations(dynamic: &[Dyn]) -> bool {
+    dynamic
+        .iter()
+        .take_while(|d| d.tag != DT_NULL)
+        .any(|d| d.tag == DT_TEXTREL || (d.tag == DT_FLAGS && d.val & DF_TEXTREL != 0))
 }
 
 /// A program header of a loaded object, at its run-time address.
@@ -381,6 +426,23 @@ VmFlags: rd ex mr mw me sd
             .expect("parse");
         let segments = [segment(0x1000, 0x1000, true, false)];
         assert_eq!(eligible(&vmas, &segments, 4096).count(), 0);
+    }
+
+    #[test]
+    fn text_relocations_are_seen_up_to_dt_null() {
+        let d = |tag, val| Dyn { tag, val };
+        assert!(!text_relocations(&[
+            d(1, 5),
+            d(DT_FLAGS, 0x8),
+            d(DT_NULL, 0)
+        ]));
+        assert!(text_relocations(&[
+            d(1, 5),
+            d(DT_TEXTREL, 0),
+            d(DT_NULL, 0)
+        ]));
+        assert!(text_relocations(&[d(DT_FLAGS, 0x8 | DF_TEXTREL)]));
+        assert!(!text_relocations(&[d(DT_NULL, 0), d(DT_TEXTREL, 0)]));
     }
 
     /// Checksum of a table in the executable's read-only data.
