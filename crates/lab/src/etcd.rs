@@ -1,7 +1,11 @@
 //! An etcd cluster as a lab unit (the control plane's store): Debian's
 //! `etcd` (3.4) with one member per lab host, each listening on its host's
-//! address (clients on `:2379`, peers on `:2380`), data in the work dir
-//! (`etcd/<member>/`), `--initial-cluster-token` unique per run
+//! address (clients on `:2379`, peers on `:2380`), data on a tmpfs
+//! (`/dev/shm/<run id>-etcd/<member>/`, removed at teardown; in the work dir's
+//! `etcd/` if there is no `/dev/shm`): every member shares one disk with
+//! everything else the machine does, and a member waiting on an fsync behind
+//! someone else's I/O misses its heartbeats, which the control plane then
+//! reads as an etcd outage. `--initial-cluster-token` unique per run
 //! (`<run id>-etcd`). Read back with the real `etcdctl` from inside a host
 //! ([`Etcd::ctl`], [`Etcd::leader`]). Members are killed by the pid the lab
 //! started ([`Etcd::kill`]) and restarted on their data dir
@@ -99,7 +103,10 @@ impl Etcd {
         if members.is_empty() {
             return Err(LabError::Invalid("an etcd cluster needs a member".into()));
         }
-        let dir = lab.work_dir().join("etcd");
+        let dir = match crate::stale::scratch_dir(lab.run_id(), "etcd")? {
+            Some(dir) => dir,
+            None => lab.work_dir().join("etcd"),
+        };
         std::fs::create_dir_all(&dir).map_err(io_ctx(format!("creating {}", dir.display())))?;
         let mut etcd = Etcd {
             members: members

@@ -1133,7 +1133,8 @@ impl Lab {
     }
 
     /// Stop every process (daemons first, then captures), kill leftovers in every
-    /// namespace, delete the namespaces, and delete the work directory unless the run
+    /// namespace, delete the namespaces and the run's scratch directories (tmpfs), and
+    /// delete the work directory unless the run
     /// failed (panic, [`Lab::fail`]) or `HOLDFAST_LAB_KEEP=1`. Idempotent.
     pub fn teardown(&mut self) {
         if thread::panicking() {
@@ -1165,6 +1166,7 @@ impl Lab {
             .chain(self.bridges.iter().map(|b| b.netns.clone()))
             .collect();
         stale::destroy_namespaces(&names);
+        stale::remove_scratch(&self.run_id);
         stale::unregister(&self.run_id);
         let keep = std::env::var("HOLDFAST_LAB_KEEP").is_ok_and(|v| v == "1");
         if self.failed || keep {

@@ -81,6 +81,51 @@ fn owner_alive(run_id: &str) -> bool {
     entry.trim().parse::<u32>().ok().is_some_and(pid_alive)
 }
 
+/// Where a run keeps data that must not wait on the disk: a tmpfs. The lab's etcd
+/// members live there, since on a shared disk their fsyncs queue behind whatever else
+/// writes or reads it (a build, a large copy) for seconds, long enough for host agents'
+/// leases to run out and their units to be fenced.
+const SCRATCH_ROOT: &str = "/dev/shm";
+
+/// `/dev/shm/<run id>-<what>`, created; removed at the run's teardown and by
+/// [`cleanup_stale`] once the run's owner is gone. `None` when there is no `/dev/shm`.
+pub(crate) fn scratch_dir(run_id: &str, what: &str) -> Result<Option<PathBuf>> {
+    if !std::path::Path::new(SCRATCH_ROOT).is_dir() {
+        return Ok(None);
+    }
+    let dir = PathBuf::from(SCRATCH_ROOT).join(format!("{run_id}-{what}"));
+    std::fs::create_dir_all(&dir).map_err(io_ctx(format!("creating {}", dir.display())))?;
+    Ok(Some(dir))
+}
+
+/// Removes every scratch directory of `run_id` ([`scratch_dir`]).
+pub(crate) fn remove_scratch(run_id: &str) {
+    let Ok(entries) = std::fs::read_dir(SCRATCH_ROOT) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if run_id_of(&name) == Some(run_id) {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
+/// Run ids with a scratch directory whose owner is gone.
+fn stale_scratch() -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(SCRATCH_ROOT) else {
+        return Vec::new();
+    };
+    let mut ids: Vec<String> = entries
+        .flatten()
+        .filter_map(|e| run_id_of(&e.file_name().to_string_lossy()).map(str::to_string))
+        .filter(|id| !owner_alive(id))
+        .collect();
+    ids.sort();
+    ids.dedup();
+    ids
+}
+
 /// Whether a registry directory entry is a run id (other files there are left alone).
 fn is_run_id(name: &str) -> bool {
     run_id_of(&format!("{name}-")) == Some(name)
@@ -135,16 +180,23 @@ pub fn stale_namespaces() -> Result<Vec<String>> {
 }
 
 /// Remove everything left by earlier crashed runs: namespaces named `hf<6 hex>-...` whose
-/// owning process is gone, killing the processes inside them first, and registry entries
-/// of dead owners. Namespaces of live labs (in this or another process) are left alone;
-/// so are those of kept labs (`Lab::keep`) whose state file still exists and names them.
-/// Work directories are not touched. Returns how many namespaces were removed.
+/// owning process is gone, killing the processes inside them first, their scratch
+/// directories, and registry entries of dead owners. Namespaces of live labs (in this or
+/// another process) are left alone; so are those of kept labs (`Lab::keep`) whose state
+/// file still exists and names them. Work directories are not touched. Returns how many
+/// namespaces were removed.
 pub fn cleanup_stale() -> Result<usize> {
     let stale = stale_namespaces()?;
     destroy_namespaces(&stale);
-    let mut ids: Vec<&str> = stale.iter().filter_map(|n| run_id_of(n)).collect();
+    let mut ids: Vec<String> = stale
+        .iter()
+        .filter_map(|n| run_id_of(n).map(str::to_string))
+        .chain(stale_scratch())
+        .collect();
+    ids.sort();
     ids.dedup();
-    for id in ids {
+    for id in &ids {
+        remove_scratch(id);
         unregister(id);
     }
     if let Ok(entries) = std::fs::read_dir(REGISTRY_DIR) {
@@ -176,5 +228,23 @@ mod tests {
         assert!(is_run_id(&id));
         assert!(!is_run_id("state.json"));
         assert!(!is_run_id(&format!("{id}x")));
+    }
+
+    #[test]
+    fn scratch_dirs_go_with_their_run_only() {
+        let (id, other) = (new_run_id().unwrap(), new_run_id().unwrap());
+        let Some(dir) = scratch_dir(&id, "etcd").unwrap() else {
+            return; // no /dev/shm here
+        };
+        std::fs::write(dir.join("member"), b"x").unwrap();
+        let kept = scratch_dir(&other, "etcd").unwrap().unwrap();
+        assert!(dir.starts_with(SCRATCH_ROOT) && dir.ends_with(format!("{id}-etcd")));
+        // Neither run has a live owner.
+        assert!(stale_scratch().contains(&id) && stale_scratch().contains(&other));
+        remove_scratch(&id);
+        assert!(!dir.exists(), "{}", dir.display());
+        assert!(kept.exists(), "another run's scratch directory was removed");
+        remove_scratch(&other);
+        assert!(!kept.exists());
     }
 }
