@@ -16,8 +16,8 @@
 //! Checked:
 //! 1. both units PROTECTED, frr Established with both; each host agent
 //!    knows the other two as its failsafe peers (its status file);
-//! 2. **one etcd member down** for two lease TTLs: every agent keeps
-//!    renewing (never in failsafe), the units keep their pids;
+//! 2. **one etcd member down** (a follower) for two lease TTLs: every
+//!    agent keeps renewing (never in failsafe), the units keep their pids;
 //! 3. **quorum lost** (two members down) for 10 s, three lease TTLs: a and
 //!    b go into failsafe (their rounds confirmed by the other two agents),
 //!    no agent fences anything (no self-fence, the units keep their pids),
@@ -121,9 +121,16 @@ fn etcd_quorum_lost_leaves_every_running_unit_alone() {
     let (u1, u2) = pids(&p);
     println!("1. u1 on a (pid {u1}), u2 on b (pid {u2}) PROTECTED; every agent knows its peers");
 
-    // 2. One member down.
+    // 2. One member down: a follower. (The leader's loss stalls every
+    // renewal for an election timeout, and every agent rides it out in
+    // failsafe, as in step 3.)
     let w = p.watch(true).expect("watch");
-    p.etcd.kill(&mut p.lab, 2).expect("kill member 3");
+    let leader = p.etcd.leader(&mut p.lab).expect("etcd status");
+    let down = (0..3)
+        .rev()
+        .find(|&i| Some(i) != leader)
+        .expect("a follower");
+    p.etcd.kill(&mut p.lab, down).expect("kill a follower");
     hold_for(2 * TTL, || {
         for h in ["a", "b", "c"] {
             let s = agent(&p, h);
@@ -132,7 +139,9 @@ fn etcd_quorum_lost_leaves_every_running_unit_alone() {
         }
     });
     assert_eq!(pids(&p), (u1, u2), "one member down moves nothing");
-    p.etcd.restart(&mut p.lab, 2).expect("restart member 3");
+    p.etcd
+        .restart(&mut p.lab, down)
+        .expect("restart the follower");
     println!("2. one etcd member down for 6 s: renewals go on, nothing moved");
 
     // 3. Quorum lost.
