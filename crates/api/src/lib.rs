@@ -75,6 +75,20 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         ready_file: Option<String>,
     },
+    /// An MRT TABLE_DUMP_V2 dump (RFC 6396) of one table, written by the
+    /// daemon to `path` (an absolute path on its host) through `path.tmp`.
+    DumpMrt {
+        path: String,
+        #[serde(default)]
+        table: RibTable,
+        /// Routing instance; `None` means the default one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        instance: Option<String>,
+        /// Only this neighbour's routes; the in and out tables hold every
+        /// neighbour's when absent.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        peer: Option<String>,
+    },
 }
 
 impl Request {
@@ -148,6 +162,22 @@ pub enum Body {
     Message(String),
     Nsr(Box<NsrStatus>),
     Bfd(Vec<BfdSessionInfo>),
+    Mrt(MrtDumpInfo),
+}
+
+/// `dump mrt`: what was written.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MrtDumpInfo {
+    pub path: String,
+    pub instance: String,
+    pub table: String,
+    /// RIB records (one per prefix).
+    pub prefixes: u64,
+    /// RIB entries (one per route).
+    pub routes: u64,
+    pub bytes: u64,
+    /// From the request to the file in place.
+    pub millis: u64,
 }
 
 /// `show bfd`: one BFD session.
@@ -320,6 +350,9 @@ impl Response {
     }
     pub fn bfd(list: Vec<BfdSessionInfo>) -> Self {
         Response::Ok(Body::Bfd(list))
+    }
+    pub fn mrt(info: MrtDumpInfo) -> Self {
+        Response::Ok(Body::Mrt(info))
     }
 
     /// `Ok(body)` or `Err(message)`.

@@ -52,6 +52,16 @@ enum Cmd {
         #[command(subcommand)]
         what: Show,
     },
+    /// Configuration files.
+    Config {
+        #[command(subcommand)]
+        op: ConfigOp,
+    },
+    /// Write a file from the daemon's state.
+    Dump {
+        #[command(subcommand)]
+        what: Dump,
+    },
     /// Reload the configuration file (like SIGHUP).
     Reload,
     /// Neighbour operations.
@@ -158,6 +168,39 @@ enum Show {
         /// At most this many routes.
         #[arg(long)]
         limit: Option<usize>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ConfigOp {
+    /// Check a configuration file as holdfastd would load it (start-up or
+    /// reload), without a daemon: exit status 1 and the offending key on
+    /// an error, the warnings otherwise.
+    Check {
+        /// The TOML file.
+        file: PathBuf,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum Dump {
+    /// An MRT TABLE_DUMP_V2 file (RFC 6396) of one table, written by the
+    /// daemon through FILE.tmp and a rename (bgpdump, bgpkit-parser and
+    /// `gobgp mrt inject` read it).
+    Mrt {
+        /// Where the daemon writes it; a relative path is taken from the
+        /// current directory.
+        file: PathBuf,
+        /// loc (best paths), in (Adj-RIB-In, pre-policy), out (Adj-RIB-Out).
+        #[arg(long, default_value = "loc")]
+        table: RibTable,
+        /// Routing instance.
+        #[arg(long)]
+        instance: Option<String>,
+        /// Only this neighbour's routes (in and out: every neighbour's
+        /// when absent).
+        #[arg(long)]
+        peer: Option<String>,
     },
 }
 
@@ -274,6 +317,44 @@ fn run_bench(
     Ok(())
 }
 
+/// `holdfast config check FILE`.
+fn run_config_check(file: &std::path::Path, json: bool) -> anyhow::Result<()> {
+    match holdfast_speaker::check_config(file) {
+        Ok(c) => {
+            if json {
+                let mut v = serde_json::to_value(&c)?;
+                v["ok"] = true.into();
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                println!(
+                    "{}: OK ({} instance(s), {} neighbour(s), {} policy(ies), {} network(s), NSR {}, {} MRT output(s))",
+                    c.file.display(),
+                    c.instances,
+                    c.neighbors,
+                    c.policies,
+                    c.networks,
+                    if c.nsr { "on" } else { "off" },
+                    c.mrt
+                );
+                for w in &c.warnings {
+                    println!("warning: {w}");
+                }
+            }
+            Ok(())
+        }
+        Err(e) if json => {
+            let v = serde_json::json!({
+                "ok": false,
+                "file": file,
+                "error": format!("{e:#}"),
+            });
+            println!("{}", serde_json::to_string_pretty(&v)?);
+            std::process::exit(1);
+        }
+        Err(e) => Err(e.context(format!("{} is not a valid configuration", file.display()))),
+    }
+}
+
 /// `holdfast replay FILE`: exit status 0 when every output was identical.
 fn run_replay(file: &std::path::Path, json: bool) -> anyhow::Result<()> {
     let report = holdfast_speaker::replay(file)?;
@@ -316,6 +397,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Cmd::Bench { quick, out, extra } => return run_bench(*quick, out, extra, cli.json),
         Cmd::Replay { file } => return run_replay(file, cli.json),
+        Cmd::Config {
+            op: ConfigOp::Check { file },
+        } => return run_config_check(file, cli.json),
         Cmd::Show {
             what: Show::Neighbors,
         } => Request::ShowNeighbors,
@@ -351,6 +435,29 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             epoch: *epoch,
             ready_file: ready_file.clone(),
         },
+        Cmd::Dump {
+            what:
+                Dump::Mrt {
+                    file,
+                    table,
+                    instance,
+                    peer,
+                },
+        } => {
+            let path = if file.is_absolute() {
+                file.clone()
+            } else {
+                std::env::current_dir()
+                    .context("the current directory")?
+                    .join(file)
+            };
+            Request::DumpMrt {
+                path: path.to_string_lossy().into_owned(),
+                table: *table,
+                instance: instance.clone(),
+                peer: peer.clone(),
+            }
+        }
         Cmd::Reload => Request::Reload,
         Cmd::Neighbor {
             op: NeighborOp::Reset { address },
@@ -373,6 +480,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Body::Message(m) => println!("{m}"),
         Body::Nsr(n) => print_nsr(&n),
         Body::Bfd(list) => print_bfd(&list),
+        Body::Mrt(m) => println!(
+            "{}: {} table of {}, {} prefixes, {} routes, {} bytes in {} ms",
+            m.path, m.table, m.instance, m.prefixes, m.routes, m.bytes, m.millis
+        ),
     }
     Ok(())
 }

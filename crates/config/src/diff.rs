@@ -33,6 +33,8 @@ pub struct ConfigDiff {
     pub global_changed: bool,
     pub instances_changed: bool,
     pub networks_changed: bool,
+    /// `[[mrt]]` changed: the MRT timers and logs start afresh.
+    pub mrt_changed: bool,
     /// Names of `[[policy]]` definitions added, removed or changed (directly
     /// or through a prefix list they use).
     pub policies_changed: Vec<String>,
@@ -124,6 +126,7 @@ pub fn diff(old: &Config, new: &Config) -> ConfigDiff {
         new.neighbors.iter().map(|n| (n.key(), n)).collect();
     let mut d = ConfigDiff {
         global_changed: old.global != new.global,
+        mrt_changed: old.mrt != new.mrt,
         instances_changed: old.instances != new.instances,
         networks_changed: old.networks != new.networks,
         policies_changed: changed.iter().cloned().collect(),

@@ -26,7 +26,8 @@ mod values;
 pub use bfd::{BfdAuth, BfdAuthType, BfdDefaults, BfdPassword, BfdSettings, MAX_INTERVAL_MS};
 pub use diff::{diff, ConfigDiff};
 pub use model::{
-    Global, Instance, LogFormat, Neighbor, NeighborKey, Network, Nsr, DEFAULT_INSTANCE,
+    Global, Instance, LogFormat, Mrt, MrtKind, MrtTable, Neighbor, NeighborKey, Network, Nsr,
+    DEFAULT_INSTANCE,
 };
 pub use policy::{
     AsPathRegex, ListAction, Match, MatchFamily, PolicyDef, PolicyDefault, PrefixListDef,
@@ -61,6 +62,9 @@ pub struct Config {
     pub nsr: Option<Nsr>,
     /// `[bfd]`: defaults of the neighbours' BFD sessions.
     pub bfd: BfdDefaults,
+    /// `[[mrt]]`: MRT dumps and update logs.
+    #[serde(rename = "mrt", skip_serializing_if = "Vec::is_empty")]
+    pub mrt: Vec<Mrt>,
 }
 
 impl Config {

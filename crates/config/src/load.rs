@@ -6,7 +6,8 @@ use crate::bfd::{
     MAX_INTERVAL_MS,
 };
 use crate::model::{
-    default_families, default_instance, Global, Instance, Neighbor, Network, Nsr, DEFAULT_INSTANCE,
+    default_families, default_instance, Global, Instance, Mrt, MrtKind, Neighbor, Network, Nsr,
+    DEFAULT_INSTANCE,
 };
 use crate::policy::{PolicyDef, PrefixListDef};
 use crate::values::{max_len, AfiSafi, Md5Key, PolicyRef};
@@ -34,6 +35,8 @@ struct RawConfig {
     nsr: Option<Nsr>,
     #[serde(default)]
     bfd: BfdDefaults,
+    #[serde(default)]
+    mrt: Vec<Mrt>,
 }
 
 #[derive(Deserialize)]
@@ -704,6 +707,7 @@ pub(crate) fn parse(text: &str) -> Result<(Config, Vec<String>), ConfigError> {
         networks,
         nsr: raw.nsr,
         bfd: raw.bfd,
+        mrt: Vec::new(),
     };
     let mut warnings = Vec::new();
     let mut keys = HashSet::new();
@@ -720,5 +724,52 @@ pub(crate) fn parse(text: &str) -> Result<(Config, Vec<String>), ConfigError> {
         }
         cfg.neighbors.push(n);
     }
+    for (i, m) in raw.mrt.iter().enumerate() {
+        check_mrt(i, m, &cfg)?;
+    }
+    cfg.mrt = raw.mrt;
     Ok((cfg, warnings))
+}
+
+fn check_mrt(i: usize, m: &Mrt, cfg: &Config) -> Result<(), ConfigError> {
+    let key = |k: &str| format!("mrt[{i}].{k}");
+    if !m.file.starts_with('/') {
+        return Err(invalid(key("file"), "must be an absolute path"));
+    }
+    if cfg.instance(&m.instance).is_none() {
+        return Err(invalid(
+            key("instance"),
+            format!("no instance {:?}", m.instance),
+        ));
+    }
+    match m.kind {
+        MrtKind::Table => {
+            if m.interval_secs == 0 {
+                return Err(invalid(
+                    key("interval_secs"),
+                    "must be at least 1 for a table dump (`holdfast dump mrt` dumps on demand)",
+                ));
+            }
+            if !m.neighbors.is_empty() {
+                return Err(invalid(
+                    key("neighbors"),
+                    "only for kind = \"updates\" (a table dump holds every neighbour)",
+                ));
+            }
+        }
+        MrtKind::Updates => {
+            if m.table.is_some() {
+                return Err(invalid(key("table"), "only for kind = \"table\""));
+            }
+            for (j, a) in m.neighbors.iter().enumerate() {
+                if cfg.neighbors_of(&m.instance).all(|n| n.address != *a) {
+                    return Err(invalid(
+                        format!("mrt[{i}].neighbors[{j}]"),
+                        format!("no neighbour {a} in instance {:?}", m.instance),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
 }

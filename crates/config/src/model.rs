@@ -378,3 +378,45 @@ fn default_compact_bytes() -> u64 {
 fn default_nfqueue() -> u16 {
     1707
 }
+
+/// `[[mrt]]`: MRT files (RFC 6396) written by the daemon.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Mrt {
+    /// `table`: a TABLE_DUMP_V2 dump of `table` every `interval_secs`;
+    /// `updates`: a BGP4MP log of the UPDATEs received and the session
+    /// state changes, a new file every `interval_secs` (0: one file).
+    pub kind: MrtKind,
+    /// Where to write: `%Y %m %d %H %M %S` (UTC) and `%s` (seconds since
+    /// the epoch) take the time of the dump or of the file's start.
+    pub file: String,
+    #[serde(default)]
+    pub interval_secs: u64,
+    /// `table` only: `loc`, `in` or `out` (every neighbour's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub table: Option<MrtTable>,
+    #[serde(default = "default_instance")]
+    pub instance: String,
+    /// `updates` only: whose messages (empty: every neighbour of the
+    /// instance).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub neighbors: Vec<IpAddr>,
+}
+
+/// What an `[[mrt]]` writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MrtKind {
+    Table,
+    Updates,
+}
+
+/// Which table an MRT dump holds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MrtTable {
+    #[default]
+    Loc,
+    In,
+    Out,
+}

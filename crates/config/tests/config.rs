@@ -864,3 +864,61 @@ fn docs_examples_parse() {
 
 /// Definitions that the fragments in docs/config.md refer to.
 const DOC_FRAGMENT_DEPS: &str = "[[prefix_list]]\nname = \"bogons\"\n";
+
+#[test]
+fn mrt_sections_are_checked_by_key() {
+    let n = "[[neighbor]]\naddress = \"192.0.2.2\"\nremote_asn = 65001\nimport = \"all\"\nexport = \"all\"\n";
+    let (cfg, _) = ok(&format!(
+        "{GLOBAL}{n}[[mrt]]\nkind = \"table\"\nfile = \"/var/lib/holdfast/rib.%s.mrt\"\ninterval_secs = 300\ntable = \"in\"\n\n[[mrt]]\nkind = \"updates\"\nfile = \"/var/lib/holdfast/updates.mrt\"\nneighbors = [\"192.0.2.2\"]\n"
+    ));
+    assert_eq!(cfg.mrt.len(), 2);
+    assert_eq!(cfg.mrt[0].kind, MrtKind::Table);
+    assert_eq!(cfg.mrt[0].table, Some(MrtTable::In));
+    assert_eq!(cfg.mrt[1].instance, DEFAULT_INSTANCE);
+    for (body, want_key, fragment) in [
+        (
+            "kind = \"table\"\nfile = \"rib.mrt\"\ninterval_secs = 1\n",
+            "mrt[0].file",
+            "absolute",
+        ),
+        (
+            "kind = \"table\"\nfile = \"/r.mrt\"\n",
+            "mrt[0].interval_secs",
+            "at least 1",
+        ),
+        (
+            "kind = \"table\"\nfile = \"/r.mrt\"\ninterval_secs = 1\nneighbors = [\"192.0.2.2\"]\n",
+            "mrt[0].neighbors",
+            "only for",
+        ),
+        (
+            "kind = \"updates\"\nfile = \"/u.mrt\"\ntable = \"loc\"\n",
+            "mrt[0].table",
+            "only for",
+        ),
+        (
+            "kind = \"updates\"\nfile = \"/u.mrt\"\nneighbors = [\"192.0.2.9\"]\n",
+            "mrt[0].neighbors[0]",
+            "no neighbour 192.0.2.9",
+        ),
+        (
+            "kind = \"updates\"\nfile = \"/u.mrt\"\ninstance = \"blue\"\n",
+            "mrt[0].instance",
+            "no instance",
+        ),
+    ] {
+        let e = err(&format!("{GLOBAL}{n}[[mrt]]\n{body}"));
+        let msg = e.to_string();
+        assert!(
+            msg.starts_with(want_key) && msg.contains(fragment),
+            "{body}: got {msg:?}, want {want_key} ... {fragment}"
+        );
+    }
+    let e = err(&format!(
+        "{GLOBAL}[[mrt]]\nkind = \"table\"\nfile = \"/r.mrt\"\ninterval_secs = 1\nperiod = 3\n"
+    ));
+    assert!(
+        e.to_string().contains("period"),
+        "unknown keys are refused: {e}"
+    );
+}

@@ -13,6 +13,7 @@
 //!   request being served (say `show rib` on a large table) finishes first.
 //!   The ACK gate drops every packet meanwhile.
 
+mod mrt;
 mod standby;
 mod takeover;
 
@@ -92,6 +93,10 @@ struct Daemon {
     takeover_failed: mpsc::UnboundedSender<anyhow::Error>,
     /// The BFD thread, started for the first neighbour with `bfd`.
     bfd: Option<Bfd>,
+    /// The daemon's own request queue (for its timers).
+    self_tx: control::DaemonTx,
+    /// `[[mrt]]`: dump timers and updates logs.
+    mrt: mrt::MrtRuntime,
 }
 
 struct ResumeTarget {
@@ -182,6 +187,8 @@ pub async fn run(
         record,
         takeover_failed,
         bfd: None,
+        self_tx: tx.clone(),
+        mrt: mrt::MrtRuntime::default(),
     };
     let control_path = d.cfg.global.control_socket.clone();
     let serve = |tx| {
@@ -238,6 +245,7 @@ pub async fn run(
     let fenced = fenced(d.nsr.clone());
     tokio::pin!(fenced);
     d.apply(cfg, true)?;
+    d.restart_mrt();
     if d.takeover.is_some() {
         d.complete_takeover()?;
     }
@@ -384,6 +392,9 @@ impl Daemon {
         self.sync_listeners(&cfg)?;
         self.sync_networks(&cfg, &compiled)?;
         self.cfg = cfg;
+        if diff.mrt_changed && !initial {
+            self.restart_mrt();
+        }
         Ok(format!(
             "{added} neighbour(s) added, {changed} changed, {removed} removed"
         ))
@@ -494,6 +505,9 @@ impl Daemon {
             resuming,
             self.record.as_deref(),
         );
+        if let Some(log) = self.mrt.log_for(&n.instance, n.address) {
+            let _ = tx.send(PeerCmd::Mrt(Some(log)));
+        }
         if resuming {
             self.resume_targets.push(ResumeTarget {
                 instance,
@@ -816,6 +830,15 @@ impl Daemon {
             Request::NsrTakeover { .. } => Response::error(
                 "this holdfastd is not a standby (`holdfastd --standby`): nothing to take over",
             ),
+            Request::DumpMrt {
+                path,
+                table,
+                instance,
+                peer,
+            } => match self.dump_mrt(path, table, instance, peer).await {
+                Ok(info) => Response::mrt(info),
+                Err(e) => Response::error(format!("{e:#}")),
+            },
             Request::NeighborReset { address } => {
                 let Ok(ip) = address.parse::<IpAddr>() else {
                     return Response::error(format!("{address}: not an IP address"));

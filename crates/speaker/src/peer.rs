@@ -93,6 +93,8 @@ pub enum PeerCmd {
     /// The neighbour's BFD session: `true` Up (or BFD turned off),
     /// `false` went Down.
     Bfd(bool),
+    /// The MRT updates log this session writes to, if any.
+    Mrt(Option<crate::mrt::UpdateLog>),
 }
 
 /// What the control socket and metrics read about a peer.
@@ -130,6 +132,8 @@ pub struct PeerTask {
     metrics: Arc<Metrics>,
     labels: PeerLabels,
     recorder: Option<Recorder>,
+    /// `[[mrt]] kind = "updates"` naming this neighbour.
+    mrt: Option<crate::mrt::UpdateLog>,
     nsr: Option<Nsr>,
     /// RIB output kept while an NSR resume is awaited.
     held: Vec<ToPeer>,
@@ -195,6 +199,7 @@ pub fn spawn(
         metrics,
         labels,
         recorder,
+        mrt: None,
         resync: nsr.as_ref().map(|n| n.shared.resync.subscribe()),
         nsr,
         held: Vec::new(),
@@ -340,11 +345,21 @@ impl PeerTask {
             }
             PeerOutput::StateChanged { from, to, reason } => {
                 self.metrics.session_state(&self.labels, from, to, &reason);
+                if let Some(log) = &self.mrt {
+                    log.state(
+                        &self.mrt_session(),
+                        crate::mrt::mrt_state(from),
+                        crate::mrt::mrt_state(to),
+                    );
+                }
             }
             PeerOutput::NotificationReceived(n) => {
                 self.metrics.notification(&self.labels, "received", &n);
             }
             PeerOutput::Update(body) => {
+                if let Some(log) = &self.mrt {
+                    log.message(&self.mrt_session(), msg_type::UPDATE, &body);
+                }
                 if self.main_replicated() {
                     append_message(&mut self.raw, msg_type::UPDATE, &body);
                 }
@@ -528,6 +543,31 @@ impl PeerTask {
         }
     }
 
+    /// The session as an MRT BGP4MP record names it.
+    fn mrt_session(&self) -> holdfast_wire::mrt::MrtSession {
+        let local = self
+            .main
+            .as_ref()
+            .map(|c| c.local.ip())
+            .unwrap_or(match self.s.address {
+                IpAddr::V4(_) => IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+                IpAddr::V6(_) => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
+            });
+        let four_octet_as = self
+            .status
+            .lock()
+            .ok()
+            .and_then(|s| s.negotiated.as_ref().map(|n| n.four_octet_as))
+            .unwrap_or(true);
+        holdfast_wire::mrt::MrtSession {
+            peer_as: self.s.spec.remote_as,
+            local_as: self.s.spec.local_as,
+            peer: self.s.address,
+            local,
+            four_octet_as,
+        }
+    }
+
     fn on_timer(&mut self) {
         self.replicate_acked();
         if self.core.hold_grace_due(now()) {
@@ -572,6 +612,7 @@ impl PeerTask {
             PeerCmd::AdminReset => self.input(PeerInput::AdminReset),
             PeerCmd::Bfd(true) => self.input(PeerInput::BfdUp),
             PeerCmd::Bfd(false) => self.input(PeerInput::BfdDown),
+            PeerCmd::Mrt(log) => self.mrt = log,
             PeerCmd::Shutdown => {
                 self.input(PeerInput::Shutdown);
                 return false;

@@ -50,6 +50,7 @@ mod attrs;
 mod encode;
 pub mod error;
 mod header;
+pub mod mrt;
 mod nlri;
 mod notification;
 mod open;

@@ -49,6 +49,9 @@ use crate::peer::{Frr, NeighborSpec, Peer, PeerSpec, RouteSpec, SessionState};
 use crate::{find_binary, wait_for_every, Etcd, HostId, Lab, ProcId, Redis, Signal};
 
 mod parts;
+mod watch;
+
+pub use watch::PlaneWatch;
 
 pub use parts::{
     agent_unit_pid, controller_statuses, controller_verdicts, ctl_json, json_file, kill_all,
@@ -779,143 +782,5 @@ impl Plane {
         )?;
         self.hosts[i].agent = Some(p);
         Ok(())
-    }
-}
-
-/// What the peers see while something happens: for every peer (frr, and
-/// bird2 and gobgpd with [`PlaneSpec::more_peers`]) and every unit, the
-/// peer's counters, uptime and routes before and after, and its log; and,
-/// when asked for, frr's view of each unit's session sampled every 200 ms
-/// (a vtysh call each).
-pub struct PlaneWatch {
-    start: std::time::Instant,
-    before: Vec<Vec<crate::SessionView>>,
-    sampled: Vec<crate::PeerWatch>,
-    marks: Vec<crate::LogMark>,
-}
-
-impl Plane {
-    /// Every peer: frr first.
-    pub fn peers(&self) -> Vec<&dyn Peer> {
-        let mut v: Vec<&dyn Peer> = vec![&self.frr];
-        v.extend(self.others.iter().map(|p| p.as_ref()));
-        v
-    }
-
-    /// Starts watching (see [`PlaneWatch`]).
-    pub fn watch(&self, sampled: bool) -> Result<PlaneWatch> {
-        let marks = self.peers().iter().map(|p| p.log_mark()).collect();
-        let before = self
-            .peers()
-            .iter()
-            .map(|p| p.sessions(&self.lab))
-            .collect::<Result<Vec<_>>>()?;
-        let sampled = if sampled {
-            self.units
-                .iter()
-                .map(|u| {
-                    crate::PeerWatch::start_every(
-                        self.frr.session_probe(&self.lab),
-                        IpAddr::V4(u.service),
-                        Duration::from_millis(200),
-                    )
-                })
-                .collect()
-        } else {
-            Vec::new()
-        };
-        std::thread::sleep(Duration::from_millis(300));
-        Ok(PlaneWatch {
-            start: std::time::Instant::now(),
-            before,
-            sampled,
-            marks,
-        })
-    }
-}
-
-impl PlaneWatch {
-    /// [`PlaneWatch::check_grown`] with no routes added.
-    pub fn check(self, p: &Plane, settle: Duration) -> Result<String> {
-        let none = vec![0; p.peers().len()];
-        self.check_grown(p, settle, &none)
-    }
-
-    /// After `settle` more seconds of watching: no session of any unit with
-    /// any peer left Established (frr's samples; established and dropped
-    /// counters unchanged; uptime never went back), no peer logged a
-    /// NOTIFICATION, and each peer holds exactly the routes it held from
-    /// each unit plus `added[i]` (peer `i` in [`Plane::peers`] order: routes
-    /// announced meanwhile by another peer). Returns a one-line summary.
-    pub fn check_grown(self, p: &Plane, settle: Duration, added: &[u32]) -> Result<String> {
-        std::thread::sleep(settle);
-        let mut summary = Vec::new();
-        for w in self.sampled {
-            let r = w.stop();
-            r.assert_uninterrupted()?;
-            summary.push(format!("{}: {} samples", r.neighbor, r.samples));
-        }
-        let elapsed = self.start.elapsed().as_secs();
-        let peers = p.peers();
-        for (i, peer) in peers.iter().enumerate() {
-            let name = format!("{:?}", peer.kind());
-            let want = added.get(i).copied().unwrap_or(0);
-            // The routes may still be on their way: a few seconds at most.
-            let deadline = std::time::Instant::now() + Duration::from_secs(10);
-            loop {
-                let after = peer.sessions(&p.lab)?;
-                let mut bad = None;
-                for u in &p.units {
-                    let n = IpAddr::V4(u.service);
-                    let find =
-                        |v: &[crate::SessionView]| v.iter().find(|s| s.neighbor == n).cloned();
-                    let (b, a) = match (find(&self.before[i]), find(&after)) {
-                        (Some(b), Some(a)) => (b, a),
-                        (None, None) => continue,
-                        _ => {
-                            return Err(LabError::Invalid(format!(
-                                "{name}'s session with {n} came or went"
-                            )))
-                        }
-                    };
-                    let broken = a.state != SessionState::Established
-                        || a.established_count != b.established_count
-                        || a.dropped_count != b.dropped_count
-                        || a.uptime_secs.unwrap_or(0) + 1 < b.uptime_secs.unwrap_or(0) + elapsed;
-                    if broken {
-                        return Err(LabError::Invalid(format!(
-                            "{name} noticed {} ({n}): before {b:?}, after {a:?}, {elapsed} s apart",
-                            u.name
-                        )));
-                    }
-                    let routes = b.prefixes_received.map(|x| x + want);
-                    if a.prefixes_received != routes {
-                        bad = Some(format!(
-                            "{name} holds {:?} routes from {} ({n}), expected {routes:?}",
-                            a.prefixes_received, u.name
-                        ));
-                    }
-                }
-                match bad {
-                    None => break,
-                    Some(e) if std::time::Instant::now() >= deadline => {
-                        return Err(LabError::Invalid(e))
-                    }
-                    Some(_) => std::thread::sleep(Duration::from_millis(200)),
-                }
-            }
-            let notes = peer.notifications_since(&self.marks[i])?;
-            if !notes.is_empty() {
-                return Err(LabError::Invalid(format!(
-                    "{name} logged NOTIFICATIONs: {notes:?}"
-                )));
-            }
-        }
-        summary.push(format!(
-            "{} peer(s) x {} sessions: counters and uptime unbroken over {elapsed} s, no NOTIFICATION, routes held",
-            peers.len(),
-            p.units.len()
-        ));
-        Ok(summary.join("; "))
     }
 }
