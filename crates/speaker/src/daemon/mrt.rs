@@ -149,9 +149,9 @@ impl Daemon {
                     anyhow::bail!("RIB thread did not answer");
                 };
                 routes = r;
-                if let Some(a) = only {
+                if only.is_some() {
                     let id = neighbours.first().map(|e| e.id);
-                    routes.retain(|r| Some(r.1) == id && only == Some(a));
+                    routes.retain(|r| Some(r.1) == id);
                 }
             }
             RibTable::In | RibTable::Out => {
