@@ -80,31 +80,31 @@ pub fn encode_dump(input: DumpInput) -> (Vec<u8>, DumpStats) {
     }
     let mut out = Vec::with_capacity(64 + input.routes.len() * 64);
     mrt::peer_index_table(input.secs, input.router_id, &input.view, &index, &mut out);
-    let mut routes = input.routes;
-    routes.sort_by(|a, b| (a.0, slot.get(&a.1)).cmp(&(b.0, slot.get(&b.1))));
+    // Each route's peer id becomes its peer's index (in place: the table
+    // may hold millions), routes of peers not in the index left out, in
+    // (prefix, index) order.
+    let mut rows = input.routes;
+    rows.retain_mut(|r| match slot.get(&r.1) {
+        Some(&i) => {
+            r.1 = PeerId::from(i);
+            true
+        }
+        None => false,
+    });
+    rows.sort_unstable_by_key(|r| (r.0, r.1));
     let mut stats = DumpStats::default();
     let mut entries: Vec<MrtRibEntry<'_>> = Vec::new();
-    let mut i = 0;
-    while i < routes.len() {
-        let prefix = routes[i].0;
+    for group in rows.chunk_by(|a, b| a.0 == b.0) {
         entries.clear();
-        while i < routes.len() && routes[i].0 == prefix {
-            if let Some(&peer_index) = slot.get(&routes[i].1) {
-                entries.push(MrtRibEntry {
-                    peer_index,
-                    originated: input.secs,
-                    attrs: &routes[i].2,
-                });
-            }
-            i += 1;
-        }
-        if entries.is_empty() {
-            continue;
-        }
+        entries.extend(group.iter().map(|r| MrtRibEntry {
+            peer_index: r.1 as u16,
+            originated: input.secs,
+            attrs: &r.2,
+        }));
         mrt::rib_record(
             input.secs,
             stats.prefixes as u32,
-            &prefix,
+            &group[0].0,
             &entries,
             &mut out,
         );
@@ -189,13 +189,8 @@ impl UpdateLog {
     /// Logs one received message (`body` without its 19-octet header).
     pub fn message(&self, session: &MrtSession, msg_type: u8, body: &[u8]) {
         let (secs, micros) = now();
-        let mut msg = Vec::with_capacity(19 + body.len());
-        msg.extend_from_slice(&[0xff; 16]);
-        msg.extend_from_slice(&((19 + body.len()) as u16).to_be_bytes());
-        msg.push(msg_type);
-        msg.extend_from_slice(body);
-        let mut rec = Vec::with_capacity(64 + msg.len());
-        mrt::bgp4mp_message(secs, micros, session, &msg, &mut rec);
+        let mut rec = Vec::new();
+        mrt::bgp4mp_message(secs, micros, session, msg_type, body, &mut rec);
         self.push(rec);
     }
 

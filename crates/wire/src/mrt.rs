@@ -71,14 +71,29 @@ pub struct MrtRibEntry<'a> {
     pub attrs: &'a PathAttrs,
 }
 
-/// Appends the common header and `body`.
-fn record(out: &mut Vec<u8>, secs: u32, kind: u16, subtype: u16, body: &[u8]) {
-    out.reserve(12 + body.len());
+/// Appends a common header whose length [`finish`] fills in once the
+/// record's body follows it; returns where the record starts.
+fn begin(out: &mut Vec<u8>, secs: u32, kind: u16, subtype: u16) -> usize {
+    let at = out.len();
     out.extend_from_slice(&secs.to_be_bytes());
     out.extend_from_slice(&kind.to_be_bytes());
     out.extend_from_slice(&subtype.to_be_bytes());
-    out.extend_from_slice(&(body.len() as u32).to_be_bytes());
-    out.extend_from_slice(body);
+    out.extend_from_slice(&0u32.to_be_bytes());
+    at
+}
+
+/// Sets the length of the record begun at `at` to what follows its header.
+fn finish(out: &mut [u8], at: usize) {
+    let len = (out.len() - at - 12) as u32;
+    out[at + 8..at + 12].copy_from_slice(&len.to_be_bytes());
+}
+
+/// Begins a BGP4MP_ET record (§3: the common header's seconds, then
+/// microseconds, counted in the length).
+fn begin_et(out: &mut Vec<u8>, secs: u32, micros: u32, subtype: u16) -> usize {
+    let at = begin(out, secs, BGP4MP_ET, subtype);
+    out.extend_from_slice(&micros.to_be_bytes());
+    at
 }
 
 /// A PEER_INDEX_TABLE record (§4.3.1). Peers are written with 4-octet
@@ -93,7 +108,8 @@ pub fn peer_index_table(
 ) {
     let view = &view.as_bytes()[..view.len().min(u16::MAX as usize)];
     let peers = &peers[..peers.len().min(u16::MAX as usize)];
-    let mut b = Vec::with_capacity(8 + view.len() + peers.len() * 25);
+    let at = begin(out, secs, TABLE_DUMP_V2, PEER_INDEX_TABLE);
+    let b = &mut *out;
     b.extend_from_slice(&collector_id.octets());
     b.extend_from_slice(&(view.len() as u16).to_be_bytes());
     b.extend_from_slice(view);
@@ -108,7 +124,7 @@ pub fn peer_index_table(
         }
         b.extend_from_slice(&p.asn.to_be_bytes());
     }
-    record(out, secs, TABLE_DUMP_V2, PEER_INDEX_TABLE, &b);
+    finish(out, at);
 }
 
 /// The abbreviated MP_REACH_NLRI of an IPv6 RIB entry (§4.3.4): next hop
@@ -142,11 +158,17 @@ pub fn rib_record(
         ibgp: false,
     };
     let entries = &entries[..entries.len().min(u16::MAX as usize)];
-    let mut b = Vec::with_capacity(24 + entries.len() * 64);
-    b.extend_from_slice(&sequence.to_be_bytes());
-    encode_prefix(prefix, &mut b);
-    b.extend_from_slice(&(entries.len() as u16).to_be_bytes());
     let v6 = matches!(prefix, Prefix::V6(_));
+    let subtype = if v6 {
+        RIB_IPV6_UNICAST
+    } else {
+        RIB_IPV4_UNICAST
+    };
+    let at = begin(out, secs, TABLE_DUMP_V2, subtype);
+    let b = &mut *out;
+    b.extend_from_slice(&sequence.to_be_bytes());
+    encode_prefix(prefix, b);
+    b.extend_from_slice(&(entries.len() as u16).to_be_bytes());
     for e in entries {
         b.extend_from_slice(&e.peer_index.to_be_bytes());
         b.extend_from_slice(&e.originated.to_be_bytes());
@@ -158,12 +180,7 @@ pub fn rib_record(
         b.extend_from_slice(&(len as u16).to_be_bytes());
         b.extend_from_slice(&attrs[..len]);
     }
-    let subtype = if v6 {
-        RIB_IPV6_UNICAST
-    } else {
-        RIB_IPV4_UNICAST
-    };
-    record(out, secs, TABLE_DUMP_V2, subtype, &b);
+    finish(out, at);
 }
 
 /// The two ends of a session, as a BGP4MP record names them.
@@ -212,20 +229,9 @@ impl MrtSession {
     }
 }
 
-/// A BGP4MP_ET record (§3: the common header's seconds, then
-/// microseconds).
-fn et_record(out: &mut Vec<u8>, secs: u32, micros: u32, subtype: u16, body: &[u8]) {
-    out.reserve(16 + body.len());
-    out.extend_from_slice(&secs.to_be_bytes());
-    out.extend_from_slice(&BGP4MP_ET.to_be_bytes());
-    out.extend_from_slice(&subtype.to_be_bytes());
-    out.extend_from_slice(&(body.len() as u32 + 4).to_be_bytes());
-    out.extend_from_slice(&micros.to_be_bytes());
-    out.extend_from_slice(body);
-}
-
-/// A BGP4MP_ET record holding one whole BGP message (`message`, marker
-/// and header included) as it was received or sent: BGP4MP_MESSAGE_AS4
+/// A BGP4MP_ET record holding one whole BGP message, written from its type
+/// and its body (without the 19-octet header, which is written here) as it
+/// was received or sent: BGP4MP_MESSAGE_AS4
 /// (§4.4.3) for a session with 4-octet ASes, BGP4MP_MESSAGE (§4.4.2,
 /// ASes above 65535 written as AS_TRANS) for one without, so that readers
 /// take the message's AS_PATH in the form it has.
@@ -233,18 +239,23 @@ pub fn bgp4mp_message(
     secs: u32,
     micros: u32,
     session: &MrtSession,
-    message: &[u8],
+    msg_type: u8,
+    body: &[u8],
     out: &mut Vec<u8>,
 ) {
-    let mut b = Vec::with_capacity(44 + message.len());
-    session.header(&mut b, session.four_octet_as);
-    b.extend_from_slice(message);
     let subtype = if session.four_octet_as {
         BGP4MP_MESSAGE_AS4
     } else {
         BGP4MP_MESSAGE
     };
-    et_record(out, secs, micros, subtype, &b);
+    out.reserve(16 + 44 + 19 + body.len());
+    let at = begin_et(out, secs, micros, subtype);
+    session.header(out, session.four_octet_as);
+    out.extend_from_slice(&[0xff; 16]);
+    out.extend_from_slice(&((19 + body.len()) as u16).to_be_bytes());
+    out.push(msg_type);
+    out.extend_from_slice(body);
+    finish(out, at);
 }
 
 /// A BGP4MP_ET / BGP4MP_STATE_CHANGE_AS4 record (§4.4.4).
@@ -256,11 +267,11 @@ pub fn bgp4mp_state_change(
     new: MrtState,
     out: &mut Vec<u8>,
 ) {
-    let mut b = Vec::with_capacity(48);
-    session.header(&mut b, true);
-    b.extend_from_slice(&(old as u16).to_be_bytes());
-    b.extend_from_slice(&(new as u16).to_be_bytes());
-    et_record(out, secs, micros, BGP4MP_STATE_CHANGE_AS4, &b);
+    let at = begin_et(out, secs, micros, BGP4MP_STATE_CHANGE_AS4);
+    session.header(out, true);
+    out.extend_from_slice(&(old as u16).to_be_bytes());
+    out.extend_from_slice(&(new as u16).to_be_bytes());
+    finish(out, at);
 }
 
 #[cfg(test)]

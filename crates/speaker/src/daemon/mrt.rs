@@ -7,7 +7,7 @@
 //! - A reload that changes `[[mrt]]` restarts every timer and log: an
 //!   updates log that rotates starts its next file at once.
 //! - The daemon serves no other request while a dump is encoded and
-//!   written (250–460 ms at 1M routes, docs/notes/issue13-mrt.md), as with
+//!   written (about 0.3 s at 1M routes, docs/notes/issue13-mrt.md), as with
 //!   `show rib`; sessions are not affected.
 
 use super::Daemon;

@@ -135,14 +135,21 @@ fn a_bgp4mp_log_reads_back_as_announcements_and_withdrawals() {
     };
     let mut msg = Vec::new();
     crate::encode_update(&update, &ctx, &mut msg);
-    bgp4mp_message(1_700_000_001, 250_000, &session, &msg, &mut out);
+    bgp4mp_message(
+        1_700_000_001,
+        250_000,
+        &session,
+        msg[18],
+        &msg[19..],
+        &mut out,
+    );
     let withdraw = crate::Update {
         withdrawn: vec!["10.9.0.0/16".parse().unwrap()],
         ..crate::Update::default()
     };
     let mut msg = Vec::new();
     crate::encode_update(&withdraw, &ctx, &mut msg);
-    bgp4mp_message(1_700_000_002, 0, &session, &msg, &mut out);
+    bgp4mp_message(1_700_000_002, 0, &session, msg[18], &msg[19..], &mut out);
 
     let got = elems(&out);
     let kinds: Vec<(ElemType, String)> = got
@@ -202,7 +209,7 @@ fn a_two_octet_session_logs_bgp4mp_message_with_its_own_as_path() {
     let mut msg = Vec::new();
     crate::encode_update(&update, &ctx, &mut msg);
     let mut out = Vec::new();
-    bgp4mp_message(1, 0, &session, &msg, &mut out);
+    bgp4mp_message(1, 0, &session, msg[18], &msg[19..], &mut out);
     assert_eq!(&out[6..8], &BGP4MP_MESSAGE.to_be_bytes());
     assert_eq!(
         &out[18..20],
