@@ -51,6 +51,12 @@
 //! script, so a write returns once replicas have it (still one round trip
 //! to the master).
 //!
+//! Writes may be pipelined ([`Store::send_write`], then
+//! [`Store::recv_write`]): a write's calls are sent without waiting for
+//! those of earlier writes, and their replies are read in order
+//! (`redis_store/pipeline.rs`). [`Store::write`] is one write sent and
+//! read.
+//!
 //! A batch whose payload exceeds [`RedisStore::set_batch_limit`] (64 MiB
 //! by default) is split into several script calls, each of them fenced and
 //! atomic, but not the batch as a whole.
@@ -127,9 +133,11 @@ use crate::record::{InstanceState, LogPos, Op, StoredBfd, StoredSession};
 use crate::store::{Store, StoreError};
 use bytes::Bytes;
 use redis::{ConnectionAddr, ConnectionInfo, RedisConnectionInfo, Value};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::time::{Duration, Instant};
+
+mod pipeline;
 
 /// Where the store is: the configuration's `[nsr] store` value.
 pub use crate::url::StoreUrl;
@@ -274,12 +282,16 @@ pub struct RedisStore {
     /// The hash of BFD records (field: key, value: JSON).
     bfd_key: String,
     script_sha: String,
+    bfd_sha: String,
     batch_limit: usize,
     /// Replicas that must acknowledge each write (`WAIT`), 0 for none.
     wait_replicas: u32,
     /// `WAIT`'s timeout; `None`: half the store timeout.
     wait_timeout: Option<Duration>,
     conn: Option<redis::Connection>,
+    /// Script calls sent on `conn` and not answered yet, oldest first
+    /// (pipelined writes).
+    in_flight: VecDeque<pipeline::Sent>,
     /// The sentinel to ask first (the last one that answered).
     sentinel_first: usize,
     /// Where the connection goes (for messages).
@@ -446,10 +458,12 @@ impl RedisStore {
             bfd_key: format!("{prefix}bfd"),
             prefix,
             script_sha: redis::Script::new(WRITE_SCRIPT).get_hash().to_string(),
+            bfd_sha: redis::Script::new(BFD_SCRIPT).get_hash().to_string(),
             batch_limit: DEFAULT_BATCH_LIMIT,
             wait_replicas: 0,
             wait_timeout: None,
             conn: None,
+            in_flight: VecDeque::new(),
             sentinel_first: 0,
             peer: url.redacted(),
         };
@@ -546,6 +560,7 @@ impl RedisStore {
     /// runs the set-up commands, all within one timeout.
     fn open(&mut self) -> Result<(), StoreError> {
         self.conn = None;
+        self.in_flight.clear();
         let deadline = Instant::now() + self.timeout;
         let (mut conn, peer) = match &self.url {
             StoreUrl::Redis {
@@ -586,6 +601,7 @@ impl RedisStore {
             .arg(format!("holdfast-nsr:{}", client_name_safe(&self.instance)))
             .ignore();
         setup.cmd("SCRIPT").arg("LOAD").arg(WRITE_SCRIPT).ignore();
+        setup.cmd("SCRIPT").arg("LOAD").arg(BFD_SCRIPT).ignore();
         set_timeouts(&conn, remaining(deadline, &peer)?).map_err(|e| unavailable(&peer, e))?;
         setup
             .query::<()>(&mut conn)
@@ -596,8 +612,10 @@ impl RedisStore {
         Ok(())
     }
 
-    /// The connection, opened if there is none.
+    /// The connection, opened if there is none, for a call that waits for
+    /// its answer (pipelined writes still in flight are abandoned first).
     fn conn(&mut self) -> Result<&mut redis::Connection, StoreError> {
+        self.abandon();
         if self.conn.is_none() {
             self.open()?;
         }
@@ -611,6 +629,7 @@ impl RedisStore {
     fn fail(&mut self, e: redis::RedisError) -> StoreError {
         if !connection_survives(&e) {
             self.conn = None;
+            self.in_flight.clear();
         }
         unavailable(&self.peer, describe(&e))
     }
@@ -702,57 +721,6 @@ impl RedisStore {
         Ok(p)
     }
 
-    /// Sends one packed script call: `EVALSHA`, then `EVAL` on `NOSCRIPT`;
-    /// with [`set_wait_replicas`](Self::set_wait_replicas), a `WAIT` after
-    /// it in the same round trip.
-    fn run_script(&mut self, epoch: u64, call: &mut Packer) -> Result<(), StoreError> {
-        let total = call.args + 2;
-        let h = header(total, &[b"EVALSHA", self.script_sha.as_bytes()]);
-        let start = HEADER_ROOM.checked_sub(h.len()).ok_or_else(|| {
-            StoreError::Unavailable("internal: EVALSHA header does not fit".into())
-        })?;
-        call.buf[start..HEADER_ROOM].copy_from_slice(&h);
-        let wait = self.wait_command();
-        call.buf.extend_from_slice(&wait);
-        let replies = if wait.is_empty() { 1 } else { 2 };
-        let mut reply = self.request(&call.buf[start..], replies)?;
-        if let Some(Err(e)) = reply.first() {
-            if e.code() == Some("NOSCRIPT") {
-                let h = header(total, &[b"EVAL", WRITE_SCRIPT.as_bytes()]);
-                let mut buf = Vec::with_capacity(h.len() + call.buf.len() - HEADER_ROOM);
-                buf.extend_from_slice(&h);
-                buf.extend_from_slice(&call.buf[HEADER_ROOM..]);
-                reply = self.request(&buf, replies)?;
-            }
-        }
-        let mut reply = reply.into_iter();
-        match reply.next() {
-            Some(Ok(_)) => {}
-            Some(Err(e)) if e.code() == Some("FENCED") => {
-                let current = e
-                    .detail()
-                    .and_then(|d| d.trim().parse().ok())
-                    .ok_or_else(|| StoreError::Corrupt {
-                        key: self.epoch_key.clone(),
-                        reason: format!("bad fencing reply: {e}"),
-                    })?;
-                return Err(StoreError::Fenced {
-                    current,
-                    ours: epoch,
-                });
-            }
-            Some(Err(e)) => return Err(self.fail(e)),
-            None => return Err(StoreError::Unavailable("no reply".into())),
-        }
-        match reply.next() {
-            None => Ok(()),
-            Some(Ok(Value::Int(n))) if n >= i64::from(self.wait_replicas) => Ok(()),
-            Some(Ok(Value::Int(n))) => Err(self.too_few_replicas("write", n)),
-            Some(Ok(v)) => Err(self.too_few_replicas("write", format!("{v:?}"))),
-            Some(Err(e)) => Err(self.fail(e)),
-        }
-    }
-
     /// The packed `WAIT` command, or nothing.
     fn wait_command(&self) -> Vec<u8> {
         if self.wait_replicas == 0 {
@@ -765,33 +733,6 @@ impl RedisStore {
         p.arg_num(self.wait_replicas.into());
         p.arg_num(ms);
         p.buf
-    }
-
-    /// Sends a packed request and reads `replies` replies; the outer error
-    /// is a failed exchange (the connection is dropped), the inner ones
-    /// error replies.
-    fn request(
-        &mut self,
-        packed: &[u8],
-        replies: usize,
-    ) -> Result<Vec<Result<Value, redis::RedisError>>, StoreError> {
-        let conn = self.conn()?;
-        let mut out = Vec::with_capacity(replies);
-        let sent = conn.send_packed_command(packed);
-        if let Err(e) = sent {
-            return Err(self.fail(e));
-        }
-        for _ in 0..replies {
-            let Some(conn) = self.conn.as_mut() else {
-                return Err(StoreError::Unavailable("not connected".into()));
-            };
-            match conn.recv_response() {
-                Ok(v) => out.push(v.extract_error()),
-                Err(e) if e.code().is_some() => out.push(Err(e)),
-                Err(e) => return Err(self.fail(e)),
-            }
-        }
-        Ok(out)
     }
 
     fn corrupt(&self, key: &str, reason: impl fmt::Display) -> StoreError {
@@ -888,61 +829,6 @@ fn parse_epoch(key: &str, v: Option<Bytes>) -> Result<u64, StoreError> {
 }
 
 impl RedisStore {
-    /// The BGP session steps of a batch (see the module docs).
-    fn write_steps(&mut self, epoch: u64, ops: &[Op]) -> Result<(), StoreError> {
-        let steps = batch::plan(ops);
-        if steps.is_empty() {
-            // Still one script call: an empty write checks the epoch.
-            let mut call = self.pack(epoch, &[])?;
-            return self.run_script(epoch, &mut call);
-        }
-        let mut start = 0;
-        while start < steps.len() {
-            let mut end = start;
-            let mut size = 0usize;
-            while end < steps.len()
-                && (end == start || size + steps[end].payload_len() <= self.batch_limit)
-            {
-                size += steps[end].payload_len();
-                end += 1;
-            }
-            let mut call = self.pack(epoch, &steps[start..end])?;
-            self.run_script(epoch, &mut call)?;
-            start = end;
-        }
-        Ok(())
-    }
-
-    /// Applies a batch's BFD records (see [`BFD_SCRIPT`]).
-    fn write_bfd(&mut self, epoch: u64, writes: &[batch::BfdWrite<'_>]) -> Result<(), StoreError> {
-        let script = redis::Script::new(BFD_SCRIPT);
-        let mut inv = script.prepare_invoke();
-        inv.key(&self.epoch_key).key(&self.bfd_key).arg(epoch);
-        for (key, value) in writes {
-            match value {
-                Some(v) => inv.arg("H").arg(*key).arg(v.as_slice()),
-                None => inv.arg("D").arg(*key),
-            };
-        }
-        let r: redis::RedisResult<Value> = inv.invoke(self.conn()?);
-        match r {
-            Ok(_) => Ok(()),
-            Err(e) if e.code() == Some("FENCED") => {
-                let current = e
-                    .detail()
-                    .and_then(|d| d.trim().parse().ok())
-                    .ok_or_else(|| {
-                        self.corrupt(&self.epoch_key.clone(), format!("bad fencing reply: {e}"))
-                    })?;
-                Err(StoreError::Fenced {
-                    current,
-                    ours: epoch,
-                })
-            }
-            Err(e) => Err(self.fail(e)),
-        }
-    }
-
     /// One `MULTI`/`EXEC`: the epoch, and every session of `wanted` with
     /// its logs from the given position (the version is not compared:
     /// the caller does). A session removed meanwhile is left out.
@@ -1027,12 +913,17 @@ impl RedisStore {
 
 impl Store for RedisStore {
     fn write(&mut self, epoch: u64, ops: &[Op]) -> Result<(), StoreError> {
-        let bfd = batch::bfd_writes(ops)?;
-        self.write_steps(epoch, ops)?;
-        if !bfd.is_empty() {
-            self.write_bfd(epoch, &bfd)?;
-        }
-        Ok(())
+        self.abandon();
+        self.send_calls(epoch, ops)?;
+        self.recv_calls()
+    }
+
+    fn send_write(&mut self, epoch: u64, ops: &[Op]) -> Result<(), StoreError> {
+        self.send_calls(epoch, ops)
+    }
+
+    fn recv_write(&mut self) -> Result<(), StoreError> {
+        self.recv_calls()
     }
 
     fn claim(&mut self) -> Result<u64, StoreError> {

@@ -31,6 +31,22 @@ pub trait Store: Send {
     /// instance's epoch; otherwise returns [`StoreError::Fenced`] and
     /// applies nothing.
     fn write(&mut self, epoch: u64, ops: &[Op]) -> Result<(), StoreError>;
+    /// Sends a write like [`Store::write`] without waiting for its
+    /// outcome, which [`Store::recv_write`] reads later (pipelining).
+    /// Writes are applied in the order sent. The first error, from either
+    /// call, ends the pipeline: the writes still in flight are abandoned
+    /// (their outcome is unknown, as for an `Unavailable` write) and no
+    /// outcome of theirs is read. No other call may be made while writes
+    /// are in flight (a store abandons them if one is). The default writes
+    /// at once, so its errors come from here.
+    fn send_write(&mut self, epoch: u64, ops: &[Op]) -> Result<(), StoreError> {
+        self.write(epoch, ops)
+    }
+    /// The outcome of the oldest write sent by [`Store::send_write`] and
+    /// not read yet. The default has nothing left to wait for.
+    fn recv_write(&mut self) -> Result<(), StoreError> {
+        Ok(())
+    }
     /// Takes the instance over: atomically increments its epoch and returns
     /// the new value. From then on writes with an older epoch are refused.
     fn claim(&mut self) -> Result<u64, StoreError>;

@@ -593,7 +593,13 @@ impl Lcg {
 
 /// Random batches, applied to `env`; returns the final state.
 fn random_ops(env: &dyn Env, seed: u64) -> InstanceState {
-    let mut s = env.handle("random");
+    random_ops_pipelined(env, seed, 1)
+}
+
+/// [`random_ops`] with up to `window` writes in flight
+/// ([`Store::send_write`], [`Store::recv_write`]).
+fn random_ops_pipelined(env: &dyn Env, seed: u64, window: usize) -> InstanceState {
+    let mut s = env.handle(&format!("random-{window}"));
     let e = s.claim().unwrap();
     let mut rng = Lcg(seed);
     let keys = ["a", "b", "c:d", "{e}"];
@@ -605,6 +611,7 @@ fn random_ops(env: &dyn Env, seed: u64) -> InstanceState {
         ops.push(session(k, snd[i], rcv[i]));
     }
     s.write(e, &ops).unwrap();
+    let mut in_flight = 0;
     for _round in 0..60 {
         let mut ops = vec![];
         for _ in 0..rng.below(8) + 1 {
@@ -642,7 +649,19 @@ fn random_ops(env: &dyn Env, seed: u64) -> InstanceState {
                 }
             }
         }
-        s.write(e, &ops).unwrap();
+        if window == 1 {
+            s.write(e, &ops).unwrap();
+            continue;
+        }
+        if in_flight == window {
+            s.recv_write().unwrap();
+            in_flight -= 1;
+        }
+        s.send_write(e, &ops).unwrap();
+        in_flight += 1;
+    }
+    for _ in 0..in_flight {
+        s.recv_write().unwrap();
     }
     let st = s.load().unwrap();
     // The restored send queue is always exactly [una, snd).
@@ -658,6 +677,20 @@ fn random_ops(env: &dyn Env, seed: u64) -> InstanceState {
 
 fn random(env: &dyn Env) {
     random_ops(env, 1);
+}
+
+/// The same random batches, pipelined four deep, store the same state as
+/// written one at a time.
+fn pipelined(env: &dyn Env) {
+    let unversioned = |mut st: InstanceState| {
+        for s in &mut st.sessions {
+            s.log.version = 0;
+        }
+        st
+    };
+    let one = unversioned(random_ops(env, 3));
+    let four = unversioned(random_ops_pipelined(env, 3, 4));
+    assert_eq!(one, four);
 }
 
 /// A reader following the logs (a preheated standby): only chunks after its
@@ -745,6 +778,7 @@ suite!(
     fencing,
     schema,
     random,
+    pipelined,
     follow_from_positions,
 );
 
@@ -872,6 +906,57 @@ fn redis_script_reloaded_after_flush() {
             ours: 6
         })
     ));
+}
+
+#[test]
+fn redis_pipeline_ends_at_the_first_error() {
+    let env = RedisEnv::new();
+    let mut s = env.store("pipe");
+    let e = s.claim().unwrap();
+    s.write(e, &[session("a", 0, 0)]).unwrap();
+    // The middle write is fenced (a wrong epoch): the one before it is
+    // stored, the pipeline ends there, and nothing more is read of it.
+    s.send_write(e, &[received("a", 23, &msg(23, 1))]).unwrap();
+    s.send_write(e + 5, &[received("a", 46, &msg(23, 2))])
+        .unwrap();
+    s.send_write(e, &[received("a", 69, &msg(23, 3))]).unwrap();
+    s.recv_write().unwrap();
+    assert!(matches!(
+        s.recv_write(),
+        Err(StoreError::Fenced { current, ours }) if current == e && ours == e + 5
+    ));
+    assert!(matches!(s.recv_write(), Err(StoreError::Unavailable(_))));
+    // A new connection: the first write is there, the fenced one is not.
+    let a = find(&s.load().unwrap(), "a").clone();
+    assert!(a.rcv == 23 || a.rcv == 69, "rcv {}", a.rcv);
+    assert_eq!(a.adj_in[0], Bytes::from(msg(23, 1)));
+    assert!(!a.adj_in.contains(&Bytes::from(msg(23, 2))));
+
+    // A call that waits for its answer abandons the writes in flight.
+    s.write(e, &[session("a", 0, 0)]).unwrap();
+    s.send_write(e, &[received("a", 23, &msg(23, 4))]).unwrap();
+    assert_eq!(s.epoch().unwrap(), e);
+    assert!(matches!(s.recv_write(), Err(StoreError::Unavailable(_))));
+
+    // NOSCRIPT with a write in flight behind it: the write fails (the one
+    // behind would run before a resent one), and the next write, on a new
+    // connection that loads the script again, succeeds.
+    s.write(e, &[session("a", 0, 0)]).unwrap();
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query(&mut env.0.raw())
+        .unwrap();
+    s.send_write(e, &[received("a", 23, &msg(23, 5))]).unwrap();
+    s.send_write(e, &[received("a", 46, &msg(23, 6))]).unwrap();
+    match s.recv_write() {
+        Err(StoreError::Unavailable(m)) => assert!(m.contains("NOSCRIPT"), "{m}"),
+        other => panic!("expected NOSCRIPT as Unavailable, got {other:?}"),
+    }
+    assert!(matches!(s.recv_write(), Err(StoreError::Unavailable(_))));
+    s.write(e, &[session("a", 0, 0), received("a", 23, &msg(23, 7))])
+        .unwrap();
+    let a = find(&s.load().unwrap(), "a").clone();
+    assert_eq!((a.rcv, a.adj_in), (23, vec![Bytes::from(msg(23, 7))]));
 }
 
 #[test]

@@ -151,6 +151,21 @@ impl Store for LazyStore {
     fn write(&mut self, epoch: u64, ops: &[Op]) -> Result<(), StoreError> {
         self.call(|s| s.write(epoch, ops))
     }
+    fn send_write(&mut self, epoch: u64, ops: &[Op]) -> Result<(), StoreError> {
+        self.call(|s| s.send_write(epoch, ops))
+    }
+    fn recv_write(&mut self) -> Result<(), StoreError> {
+        match self.inner.as_mut() {
+            Some(s) => {
+                let r = s.recv_write();
+                if matches!(r, Err(StoreError::Unavailable(_))) {
+                    self.inner = None;
+                }
+                r
+            }
+            None => Err(StoreError::Unavailable("not connected".into())),
+        }
+    }
     fn claim(&mut self) -> Result<u64, StoreError> {
         self.call(|s| s.claim())
     }

@@ -8,6 +8,19 @@
 //! gate's mode, tell the sessions to re-synchronise, publish the state, and
 //! fence.
 //!
+//! # Pipelined writes
+//! Writes are pipelined: a batch's write is sent at once, without waiting
+//! for the writes before it, and their results come back in the order the
+//! writes were sent. Batches are released strictly in queue order, each
+//! once its own write and every batch before it are done (a batch with
+//! nothing to write waits behind the writes in flight), so an ACK is never
+//! confirmed nor a message sent before everything queued before it is
+//! stored. How many writes may be in flight is the caller's choice (it
+//! stops taking batches while its window is full). The first write that
+//! fails ends the pipeline: the store abandons the writes after it (their
+//! outcome is unknown, as for any `Unavailable` write), the generation is
+//! bumped, and every batch in hand is released unprotected.
+//!
 //! # States
 //! - [`ReplState::Protected`]: the store answers and every session is
 //!   written at the current generation. Batches are written; the gate holds
@@ -34,12 +47,16 @@
 //! learns it is fenced within that time).
 //!
 //! # Contract with the caller
-//! After [`ReplOutput::Write`] or [`ReplOutput::Store`], the next input must
-//! be that call's result ([`ReplInput::Written`] / [`ReplInput::WriteFailed`],
-//! [`ReplInput::Reconnected`] / [`ReplInput::Claimed`] /
-//! [`ReplInput::EpochRead`] / [`ReplInput::CallFailed`]); a result nobody
-//! asked for is ignored. A batch is written or released exactly once,
-//! unless the core fences, in which case it is never released.
+//! After [`ReplOutput::Store`], the next input must be that call's result
+//! ([`ReplInput::Reconnected`] / [`ReplInput::Claimed`] /
+//! [`ReplInput::EpochRead`] / [`ReplInput::CallFailed`]); store calls are
+//! only asked for while no write is in flight. After [`ReplOutput::Write`]
+//! other batches and ticks may come before the write's result
+//! ([`ReplInput::Written`] / [`ReplInput::WriteFailed`]); results come in
+//! the order the writes were asked for, and after a failed write no result
+//! of a later one comes. A result nobody asked for is ignored. A batch is
+//! written at most once and released exactly once, unless the core fences,
+//! in which case it is never released.
 //!
 //! # Known issues
 //! - A frozen primary cut off from the store cannot learn that it is
@@ -49,6 +66,7 @@
 //!   instance is unprotected meanwhile although the store answers.
 
 use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
 use std::time::Duration;
 
 /// How often an unreachable store is retried.
@@ -228,11 +246,13 @@ pub enum Note {
 /// A decision of the core, carried out in order by the caller.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ReplOutput {
-    /// Write, as one atomic call fenced by `epoch`, the batch's `ops`
-    /// operations produced at `gen` (the others are stale and skipped).
+    /// Send the write, fenced by `epoch`, of the batch's `ops` operations
+    /// produced at `gen` (the others are stale and skipped), without
+    /// waiting for the writes in flight before it.
     Write { epoch: u64, gen: u64, ops: usize },
-    /// Carry out what every item of the batch waited for, in order.
-    Release,
+    /// Carry out what every item of the `batches` oldest unreleased
+    /// batches waited for, in order.
+    Release { batches: usize },
     /// Call the store.
     Store(StoreCall),
     /// Set the ACK gate's mode.
@@ -261,7 +281,6 @@ pub enum ReplOutput {
 /// The store call the core waits for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 enum Pending {
-    Write,
     Reconnect,
     Claim,
     /// Reading the epoch: as the idle check, or after a reconnect.
@@ -278,6 +297,9 @@ pub struct ReplCore {
     store_epoch: u64,
     gen: u64,
     pending: Option<Pending>,
+    /// The batches taken and not released yet, oldest first: `true` while
+    /// the batch's write is in flight.
+    unreleased: VecDeque<bool>,
     /// Last time the store proved our epoch (or we came up).
     last_contact: Duration,
     /// Last reconnection attempt (or the loss of the store).
@@ -300,6 +322,7 @@ impl ReplCore {
             // the store's return bumps it to 2 and re-synchronises them.
             gen: u64::from(!store_up),
             pending: None,
+            unreleased: VecDeque::new(),
             last_contact: Duration::ZERO,
             last_try: Duration::ZERO,
         }
@@ -357,14 +380,15 @@ impl ReplCore {
             ReplInput::Batch(info) => self.on_batch(&info, out),
             ReplInput::Tick => self.on_tick(now, out),
             ReplInput::Written { latency_us } => {
-                if self.take(Pending::Write) {
+                if self.unreleased.front() == Some(&true) {
                     self.last_contact = now;
                     out.push(ReplOutput::WriteDone { latency_us });
-                    out.push(ReplOutput::Release);
+                    self.unreleased[0] = false;
+                    self.release_ready(out);
                 }
             }
             ReplInput::WriteFailed(f) => {
-                if !self.take(Pending::Write) {
+                if self.unreleased.front() != Some(&true) {
                     return;
                 }
                 match f {
@@ -377,7 +401,12 @@ impl ReplCore {
                     }
                     other => self.lost(now, Why::WriteFailed(other), out),
                 }
-                out.push(ReplOutput::Release);
+                // The writes after it are abandoned: everything in hand
+                // goes, unprotected.
+                out.push(ReplOutput::Release {
+                    batches: self.unreleased.len(),
+                });
+                self.unreleased.clear();
             }
             ReplInput::Reconnected => {
                 if self.take(Pending::Reconnect) {
@@ -434,15 +463,34 @@ impl ReplCore {
 
     fn on_batch(&mut self, info: &BatchInfo, out: &mut Vec<ReplOutput>) {
         let ops = self.ops_to_write(info);
+        self.unreleased.push_back(ops > 0);
         if ops > 0 {
-            self.pending = Some(Pending::Write);
             out.push(ReplOutput::Write {
                 epoch: self.epoch,
                 gen: self.gen,
                 ops,
             });
         } else {
-            out.push(ReplOutput::Release);
+            self.release_ready(out);
+        }
+    }
+
+    /// Writes in flight.
+    pub fn in_flight(&self) -> usize {
+        self.unreleased.iter().filter(|w| **w).count()
+    }
+
+    /// Releases the oldest batches whose writes are done, up to the first
+    /// one still in flight.
+    fn release_ready(&mut self, out: &mut Vec<ReplOutput>) {
+        let batches = self
+            .unreleased
+            .iter()
+            .position(|w| *w)
+            .unwrap_or(self.unreleased.len());
+        if batches > 0 {
+            self.unreleased.drain(..batches);
+            out.push(ReplOutput::Release { batches });
         }
     }
 
@@ -456,7 +504,9 @@ impl ReplCore {
     }
 
     fn on_tick(&mut self, now: Duration, out: &mut Vec<ReplOutput>) {
-        if self.pending.is_some() {
+        if self.pending.is_some() || !self.unreleased.is_empty() {
+            // A store call or a write is on its way: it proves the epoch
+            // (or fails) by itself.
             return;
         }
         match self.state {
@@ -537,6 +587,8 @@ impl ReplCore {
         };
         self.store_epoch = current;
         self.pending = None;
+        // Nothing in hand is ever released.
+        self.unreleased.clear();
         out.push(ReplOutput::Gate(GateCommand::DropAll));
         self.transition(ReplState::Fenced, Why::Fenced(f), out);
         out.push(ReplOutput::Fence(f));

@@ -1,26 +1,36 @@
 //! The replicator thread: the I/O around [`ReplCore`].
 //!
-//! [`Replicator::run`] waits for the queue until the core's next wake-up,
-//! takes whatever is queued (up to [`MAX_BATCH_OPS`] operations or
-//! [`MAX_BATCH_BYTES`] bytes) as one batch, and hands the core a summary of
-//! it ([`BatchInfo`]). It then carries out the core's decisions in order
-//! ([`Replicator::step`]): a [`ReplOutput::Write`] or [`ReplOutput::Store`]
-//! is a store call whose result goes straight back to the core;
-//! [`ReplOutput::Release`] confirms ACKs to the gate, hands messages to the
-//! connections' writers and unregisters closed connections, in queue order,
-//! only after the write that stored them; the rest sets the gate's mode,
-//! bumps the sessions' re-synchronisation, and publishes the state and
-//! figures in [`Shared`]. After every batch (or timeout) the core gets a
-//! [`ReplInput::Tick`]; while it re-synchronises, the sessions' progress.
+//! [`Replicator::run`] takes whatever is queued (up to [`MAX_BATCH_OPS`]
+//! operations or [`MAX_BATCH_BYTES`] bytes) as one batch, and hands the
+//! core a summary of it ([`BatchInfo`]). It then carries out the core's
+//! decisions in order ([`Replicator::step`]): a [`ReplOutput::Write`] is
+//! sent to the store without waiting (pipelined, at most [`WINDOW`] writes
+//! in flight); a [`ReplOutput::Store`] is a store call whose result goes
+//! straight back to the core; [`ReplOutput::Release`] confirms ACKs to the
+//! gate, hands messages to the connections' writers and unregisters closed
+//! connections, in queue order, only after the writes that stored them;
+//! the rest sets the gate's mode, bumps the sessions' re-synchronisation,
+//! and publishes the state and figures in [`Shared`].
+//!
+//! With no write in flight the thread waits for the queue until the core's
+//! next wake-up. With writes in flight it takes a new batch if one is
+//! queued and the window has room, and otherwise waits for the oldest
+//! write's outcome, which goes back to the core. Batches are small and
+//! several are in flight, so a confirmation waits for the bytes queued
+//! before it, not behind megabytes written in one call, and the store is
+//! kept busy meanwhile. After every batch, outcome (or timeout) the core
+//! gets a [`ReplInput::Tick`]; while it re-synchronises, the sessions'
+//! progress.
 //!
 //! On [`ReplOutput::Fence`] the gate already drops every packet; the batch
 //! in hand is dropped unreleased, [`Shared::fence`] is set and the thread
 //! returns.
 //!
 //! # Known issues
-//! - Store calls block the thread (that is the batching: whatever queues
-//!   meanwhile is the next batch); a store that hangs is bounded by its own
-//!   timeout (500 ms for Redis).
+//! - Waiting for a write's outcome blocks the thread: what is queued
+//!   meanwhile waits for that outcome before it is sent, even when the
+//!   window has room. A store that hangs is bounded by its own timeout
+//!   (500 ms for Redis).
 
 use super::core::{
     BatchInfo, Fence, GateCommand, Note, ReplCore, ReplInput, ReplOutput, ReplState, ReplStatus,
@@ -29,7 +39,7 @@ use super::core::{
 use super::{Item, Shared, Then};
 use holdfast_linux::nfq::{AckGate, ConnKey, GateMode};
 use holdfast_nsr::{Op, Store, StoreError};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::mpsc as std_mpsc;
 use std::sync::Arc;
@@ -37,8 +47,11 @@ use std::time::{Duration, Instant};
 
 /// Most operations merged into one store write.
 const MAX_BATCH_OPS: usize = 8192;
-/// Most payload bytes merged into one store write.
-const MAX_BATCH_BYTES: usize = 8 * 1024 * 1024;
+/// Most payload bytes merged into one store write (a batch holds at least
+/// one item, whatever its size).
+const MAX_BATCH_BYTES: usize = 256 * 1024;
+/// Most writes in flight at once.
+const WINDOW: usize = 4;
 
 /// What the replicator does to the ACK gate (an [`AckGate`], or a fake in
 /// tests).
@@ -79,6 +92,10 @@ pub(super) struct Replicator {
     origin: Instant,
     /// The core's outputs, reused.
     out: Vec<ReplOutput>,
+    /// Batches taken and not released yet, oldest first.
+    unreleased: VecDeque<Vec<Item>>,
+    /// When each write in flight was sent, oldest first.
+    sent_at: VecDeque<Instant>,
 }
 
 impl Replicator {
@@ -97,6 +114,8 @@ impl Replicator {
             shared,
             origin: Instant::now(),
             out: Vec::new(),
+            unreleased: VecDeque::new(),
+            sent_at: VecDeque::new(),
         }
     }
 
@@ -114,19 +133,45 @@ impl Replicator {
     /// dropped.
     pub(super) fn run(mut self) -> Ended {
         loop {
-            let wait = self
-                .core
-                .next_wake()
-                .map_or(Duration::MAX, |w| w.saturating_sub(self.now()));
-            match self.rx.recv_timeout(wait) {
-                Ok(first) => {
-                    let (batch, info) = self.collect(first);
-                    if let Some(f) = self.step(ReplInput::Batch(info), batch) {
-                        return Ended::Fenced(f);
-                    }
+            let in_flight = self.core.in_flight();
+            let next = if in_flight == 0 {
+                let wait = self
+                    .core
+                    .next_wake()
+                    .map_or(Duration::MAX, |w| w.saturating_sub(self.now()));
+                match self.rx.recv_timeout(wait) {
+                    Ok(first) => Some(first),
+                    Err(std_mpsc::RecvTimeoutError::Timeout) => None,
+                    Err(std_mpsc::RecvTimeoutError::Disconnected) => return Ended::Closed,
                 }
-                Err(std_mpsc::RecvTimeoutError::Timeout) => {}
-                Err(std_mpsc::RecvTimeoutError::Disconnected) => return Ended::Closed,
+            } else if in_flight < WINDOW {
+                self.rx.try_recv().ok()
+            } else {
+                None
+            };
+            let fenced = match next {
+                Some(first) => {
+                    let (batch, info) = self.collect(first);
+                    self.step(ReplInput::Batch(info), batch)
+                }
+                None if in_flight > 0 => {
+                    let r = self.store.recv_write();
+                    let sent = self.sent_at.pop_front();
+                    let input = match r {
+                        Ok(()) => ReplInput::Written {
+                            latency_us: sent.map_or(0, |t| t.elapsed().as_micros() as u64),
+                        },
+                        Err(e) => {
+                            self.sent_at.clear();
+                            ReplInput::WriteFailed(failure(e))
+                        }
+                    };
+                    self.step(input, Vec::new())
+                }
+                None => None,
+            };
+            if let Some(f) = fenced {
+                return Ended::Fenced(f);
             }
             if let Some(f) = self.step(ReplInput::Tick, Vec::new()) {
                 return Ended::Fenced(f);
@@ -156,10 +201,14 @@ impl Replicator {
         (batch, info)
     }
 
-    /// Feeds `input` to the core and carries out its decisions, feeding
-    /// each store call's result back, until the core asks for nothing
-    /// more. Returns the fence if the core fenced.
-    fn step(&mut self, input: ReplInput, mut batch: Vec<Item>) -> Option<Fence> {
+    /// Feeds `input` to the core (with `batch`, for a
+    /// [`ReplInput::Batch`]) and carries out its decisions, feeding each
+    /// store call's result back, until the core asks for nothing more.
+    /// Returns the fence if the core fenced.
+    fn step(&mut self, input: ReplInput, batch: Vec<Item>) -> Option<Fence> {
+        if matches!(input, ReplInput::Batch(_)) {
+            self.unreleased.push_back(batch);
+        }
         let mut out = std::mem::take(&mut self.out);
         let mut next = Some(input);
         let mut fenced = None;
@@ -169,9 +218,17 @@ impl Replicator {
             for o in out.drain(..) {
                 match o {
                     ReplOutput::Write { epoch, gen, .. } => {
-                        next = Some(self.write(epoch, gen, &batch));
+                        if let Some(failed) = self.send(epoch, gen) {
+                            next = Some(failed);
+                        }
                     }
-                    ReplOutput::Release => self.release(std::mem::take(&mut batch)),
+                    ReplOutput::Release { batches } => {
+                        for _ in 0..batches {
+                            if let Some(b) = self.unreleased.pop_front() {
+                                self.release(b);
+                            }
+                        }
+                    }
                     ReplOutput::Store(call) => next = Some(self.call(call)),
                     ReplOutput::Gate(cmd) => self.gate.set_mode(gate_mode(cmd)),
                     ReplOutput::Resync { gen } => {
@@ -195,26 +252,33 @@ impl Replicator {
         }
         self.out = out;
         if let Some(f) = fenced {
-            // Nothing in hand may leave: the batch is dropped unreleased.
-            drop(batch);
+            // Nothing in hand may leave: the batches are dropped unreleased.
+            self.unreleased.clear();
             self.shared.fence.send_replace(Some(f));
         }
         fenced
     }
 
-    /// One atomic store call with the batch's operations of `gen`.
-    fn write(&mut self, epoch: u64, gen: u64, batch: &[Item]) -> ReplInput {
-        let ops: Vec<Op> = batch
-            .iter()
+    /// Sends the write of the newest batch's operations of `gen`; if the
+    /// store refuses it, the failure for the core.
+    fn send(&mut self, epoch: u64, gen: u64) -> Option<ReplInput> {
+        let ops: Vec<Op> = self
+            .unreleased
+            .back()
+            .into_iter()
+            .flatten()
             .filter(|i| i.gen == gen)
             .filter_map(|i| i.op.clone())
             .collect();
-        let started = Instant::now();
-        match self.store.write(epoch, &ops) {
-            Ok(()) => ReplInput::Written {
-                latency_us: started.elapsed().as_micros() as u64,
-            },
-            Err(e) => ReplInput::WriteFailed(failure(e)),
+        match self.store.send_write(epoch, &ops) {
+            Ok(()) => {
+                self.sent_at.push_back(Instant::now());
+                None
+            }
+            Err(e) => {
+                self.sent_at.clear();
+                Some(ReplInput::WriteFailed(failure(e)))
+            }
         }
     }
 

@@ -114,7 +114,7 @@ fn protected_batch_is_written_then_released() {
         c.handle(ms(2), ReplInput::Written { latency_us: 900 }),
         [
             ReplOutput::WriteDone { latency_us: 900 },
-            ReplOutput::Release
+            ReplOutput::Release { batches: 1 }
         ]
     );
     assert_eq!(c.state(), ReplState::Protected);
@@ -123,12 +123,109 @@ fn protected_batch_is_written_then_released() {
 }
 
 #[test]
+fn pipelined_writes_release_in_queue_order() {
+    let mut c = protected(3);
+    let w = ReplOutput::Write {
+        epoch: 3,
+        gen: 0,
+        ops: 1,
+    };
+    // Three writes in flight, and a batch with nothing to write behind them.
+    assert_eq!(c.handle(ms(1), batch(&[Some(0)])), std::slice::from_ref(&w));
+    assert_eq!(c.handle(ms(1), batch(&[Some(0)])), std::slice::from_ref(&w));
+    assert_eq!(c.handle(ms(1), batch(&[None])), []);
+    assert_eq!(c.handle(ms(1), batch(&[Some(0)])), std::slice::from_ref(&w));
+    assert_eq!(c.in_flight(), 3);
+    // No epoch check while writes are in flight, however long they take.
+    assert_eq!(c.handle(ms(1) + IDLE_CHECK, ReplInput::Tick), []);
+    assert_eq!(
+        c.handle(ms(300), ReplInput::Written { latency_us: 1 }),
+        [
+            ReplOutput::WriteDone { latency_us: 1 },
+            ReplOutput::Release { batches: 1 }
+        ]
+    );
+    // The second write's result also frees the unwritten batch behind it.
+    assert_eq!(
+        c.handle(ms(301), ReplInput::Written { latency_us: 2 }),
+        [
+            ReplOutput::WriteDone { latency_us: 2 },
+            ReplOutput::Release { batches: 2 }
+        ]
+    );
+    assert_eq!(
+        c.handle(ms(302), ReplInput::Written { latency_us: 3 }),
+        [
+            ReplOutput::WriteDone { latency_us: 3 },
+            ReplOutput::Release { batches: 1 }
+        ]
+    );
+    assert_eq!(c.in_flight(), 0);
+    // Nothing in flight: a batch with nothing to write goes at once.
+    assert_eq!(
+        c.handle(ms(303), batch(&[None])),
+        [ReplOutput::Release { batches: 1 }]
+    );
+    assert_eq!(c.handle(ms(304), ReplInput::Written { latency_us: 4 }), []);
+}
+
+#[test]
+fn a_failed_write_in_a_pipeline_releases_everything_unprotected() {
+    let mut c = protected(3);
+    for _ in 0..3 {
+        c.handle(ms(1), batch(&[Some(0)]));
+    }
+    c.handle(ms(1), batch(&[None]));
+    let out = c.handle(ms(2), ReplInput::WriteFailed(unavailable()));
+    assert!(out.contains(&ReplOutput::Gate(GateCommand::Bypass)));
+    assert_eq!(out.last(), Some(&ReplOutput::Release { batches: 4 }));
+    assert_eq!(c.state(), ReplState::Unprotected);
+    assert_eq!(c.in_flight(), 0);
+    // The abandoned writes' results, were any to come, change nothing.
+    let before = c.clone();
+    assert_eq!(c.handle(ms(3), ReplInput::Written { latency_us: 1 }), []);
+    assert_eq!(c, before);
+    // Unprotected: batches go at once, and the store is retried.
+    assert_eq!(
+        c.handle(ms(4), batch(&[Some(0)])),
+        [ReplOutput::Release { batches: 1 }]
+    );
+    assert_eq!(
+        c.handle(ms(2) + RETRY, ReplInput::Tick),
+        [ReplOutput::Store(StoreCall::Reconnect)]
+    );
+}
+
+#[test]
+fn a_fence_in_a_pipeline_releases_nothing() {
+    let mut c = protected(3);
+    c.handle(ms(1), batch(&[Some(0)]));
+    c.handle(ms(1), batch(&[Some(0)]));
+    let out = c.handle(
+        ms(2),
+        ReplInput::WriteFailed(StoreFailure::Fenced {
+            current: 4,
+            ours: 3,
+        }),
+    );
+    assert!(!out.iter().any(|o| matches!(o, ReplOutput::Release { .. })));
+    assert_eq!(
+        out.last(),
+        Some(&ReplOutput::Fence(Fence {
+            current: 4,
+            ours: 3
+        }))
+    );
+    assert_eq!(c.in_flight(), 0);
+}
+
+#[test]
 fn batch_with_nothing_at_the_current_generation_is_released_unwritten() {
     let mut c = resynchronising(3, ms(0), ms(600));
     // gen is 2 now: operations of gen 0 and 1 are stale.
     assert_eq!(
         c.handle(ms(601), batch(&[Some(0), Some(1), None])),
-        [ReplOutput::Release]
+        [ReplOutput::Release { batches: 1 }]
     );
     assert_eq!(
         c.handle(ms(602), batch(&[Some(1), Some(2), Some(2)])),
@@ -155,7 +252,7 @@ fn failed_write_goes_unprotected_and_releases() {
             },
             status(ReplState::Unprotected, 3, 3, 1),
             ReplOutput::Gate(GateCommand::Bypass),
-            ReplOutput::Release,
+            ReplOutput::Release { batches: 1 },
         ]
     );
     assert_eq!(c.next_wake(), Some(ms(11) + RETRY));
@@ -166,7 +263,7 @@ fn unprotected_batches_are_released_without_a_write() {
     let mut c = unprotected(3, ms(0));
     assert_eq!(
         c.handle(ms(5), batch(&[Some(0), Some(1), None])),
-        [ReplOutput::Release]
+        [ReplOutput::Release { batches: 1 }]
     );
     // Not yet time to retry.
     assert_eq!(c.handle(ms(5), ReplInput::Tick), []);
@@ -279,7 +376,7 @@ fn resynchronising_loses_the_store_again() {
         why: Why::WriteFailed(unavailable()),
     }));
     assert_eq!(c.status().gen, 3);
-    assert_eq!(out.last(), Some(&ReplOutput::Release));
+    assert_eq!(out.last(), Some(&ReplOutput::Release { batches: 1 }));
 }
 
 #[test]
@@ -360,7 +457,10 @@ fn idle_check_that_fails_goes_unprotected() {
 fn busy_queue_without_writes_still_checks_the_epoch() {
     let mut c = protected(3);
     for t in (0..250).step_by(50) {
-        assert_eq!(c.handle(ms(t), batch(&[None])), [ReplOutput::Release]);
+        assert_eq!(
+            c.handle(ms(t), batch(&[None])),
+            [ReplOutput::Release { batches: 1 }]
+        );
         assert_eq!(c.handle(ms(t), ReplInput::Tick), []);
     }
     c.handle(ms(250), batch(&[None]));
@@ -407,7 +507,7 @@ fn store_that_lost_its_data_is_reclaimed_and_resynchronised() {
         },
     }));
     // The batch's ACKs and messages still go (unprotected).
-    assert_eq!(out.last(), Some(&ReplOutput::Release));
+    assert_eq!(out.last(), Some(&ReplOutput::Release { batches: 1 }));
     assert_eq!(
         c.handle(ms(511), ReplInput::Tick),
         [ReplOutput::Store(StoreCall::Reconnect)]
@@ -471,7 +571,10 @@ fn store_back_with_a_newer_epoch_fences() {
 fn started_without_a_store_claims_the_instance_when_it_answers() {
     let mut c = ReplCore::new(0, false);
     c.handle(ms(0), ReplInput::Start { hold: false });
-    assert_eq!(c.handle(ms(100), batch(&[Some(1)])), [ReplOutput::Release]);
+    assert_eq!(
+        c.handle(ms(100), batch(&[Some(1)])),
+        [ReplOutput::Release { batches: 1 }]
+    );
     c.handle(ms(500), ReplInput::Tick);
     assert_eq!(
         c.handle(ms(501), ReplInput::Reconnected),
@@ -503,7 +606,10 @@ fn results_nobody_asked_for_are_ignored() {
     assert_eq!(c.handle(ms(3), ReplInput::Tick), []);
     assert_eq!(
         c.handle(ms(4), ReplInput::Written { latency_us: 5 }),
-        [ReplOutput::WriteDone { latency_us: 5 }, ReplOutput::Release]
+        [
+            ReplOutput::WriteDone { latency_us: 5 },
+            ReplOutput::Release { batches: 1 }
+        ]
     );
 }
 

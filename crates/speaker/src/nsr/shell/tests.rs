@@ -8,6 +8,7 @@
 
 use super::*;
 use holdfast_nsr::{InstanceState, MemoryStore};
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::Mutex;
 use std::thread::JoinHandle;
@@ -37,11 +38,22 @@ impl Gate for RecordingGate {
 }
 
 /// A memory store that can be swapped for an empty one (Redis restarted
-/// without persistence), logging every successful write.
+/// without persistence), logging every successful write. With `pipe`, it
+/// pipelines: a write sent is applied when its outcome is read, which
+/// waits while `pipe.paused` is set.
 #[derive(Clone)]
 struct SwapStore {
     inner: Arc<Mutex<MemoryStore>>,
     log: Log,
+    pipe: Option<Arc<Pipe>>,
+}
+
+#[derive(Default)]
+struct Pipe {
+    sent: Mutex<VecDeque<(u64, Vec<Op>)>>,
+    paused: std::sync::atomic::AtomicBool,
+    /// Most writes seen in flight at once.
+    most: std::sync::atomic::AtomicUsize,
 }
 
 impl SwapStore {
@@ -51,6 +63,27 @@ impl SwapStore {
 }
 
 impl Store for SwapStore {
+    fn send_write(&mut self, epoch: u64, ops: &[Op]) -> Result<(), StoreError> {
+        let Some(pipe) = &self.pipe else {
+            return self.write(epoch, ops);
+        };
+        let mut sent = pipe.sent.lock().expect("pipe");
+        sent.push_back((epoch, ops.to_vec()));
+        pipe.most.fetch_max(sent.len(), Ordering::SeqCst);
+        Ok(())
+    }
+    fn recv_write(&mut self) -> Result<(), StoreError> {
+        let Some(pipe) = self.pipe.clone() else {
+            return Ok(());
+        };
+        let t = Instant::now();
+        while pipe.paused.load(Ordering::SeqCst) && t.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let next = pipe.sent.lock().expect("pipe").pop_front();
+        let (epoch, ops) = next.expect("a write in flight");
+        self.write(epoch, &ops)
+    }
     fn write(&mut self, epoch: u64, ops: &[Op]) -> Result<(), StoreError> {
         let r = self.with(|s| s.write(epoch, ops));
         if r.is_ok() {
@@ -113,12 +146,18 @@ struct Fixture {
 impl Fixture {
     /// A replicator at the epoch it claimed in a fresh store.
     fn start() -> Fixture {
+        Fixture::start_with(None)
+    }
+
+    /// [`Fixture::start`], the store pipelining through `pipe` if given.
+    fn start_with(pipe: Option<Arc<Pipe>>) -> Fixture {
         let log: Log = Arc::default();
         let mut mem = MemoryStore::new("edge");
         let epoch = mem.claim().expect("claim");
         let store = SwapStore {
             inner: Arc::new(Mutex::new(mem)),
             log: log.clone(),
+            pipe,
         };
         let shared = Arc::new(Shared::new(
             "edge".into(),
@@ -232,6 +271,66 @@ fn ack_and_message_leave_only_after_the_store_has_them() {
     assert_eq!(log[0], "mode Protected");
     assert_eq!(wrx.try_recv().expect("written").as_slice(), b"update");
     assert!(f.shared.writes.load(Ordering::SeqCst) >= 1);
+}
+
+/// A received chunk larger than a batch may hold: one batch each.
+fn big_received(ack: u32) -> Op {
+    Op::Received {
+        key: KEY.into(),
+        ack,
+        updates: bytes::Bytes::from(vec![0u8; MAX_BATCH_BYTES + 1]),
+        partial: bytes::Bytes::new(),
+    }
+}
+
+#[test]
+fn pipelined_writes_release_in_queue_order_within_the_window() {
+    let pipe = Arc::new(Pipe::default());
+    pipe.paused.store(true, Ordering::SeqCst);
+    let f = Fixture::start_with(Some(pipe.clone()));
+    let (wtx, mut wrx) = mpsc::unbounded_channel();
+    // While the first write's outcome is held back, ten more queue up;
+    // one of them has nothing to store, only a message to send.
+    f.submit(Some(big_received(1)), Then::Confirm(ckey(), 1));
+    f.wait("first write sent", |_| {
+        pipe.sent.lock().expect("pipe").len() == 1
+    });
+    for ack in 2..=10 {
+        f.submit(Some(big_received(ack)), Then::Confirm(ckey(), ack));
+        if ack == 5 {
+            f.submit(None, Then::Write(wtx.clone(), Arc::new(b"m".to_vec())));
+        }
+    }
+    assert!(f.log().iter().all(|e| !e.starts_with("confirm")));
+    pipe.paused.store(false, Ordering::SeqCst);
+    f.wait_logged("confirm 10");
+    let confirms: Vec<String> = f
+        .log()
+        .into_iter()
+        .filter(|e| e.starts_with("confirm"))
+        .collect();
+    let want: Vec<String> = (1..=10).map(|a| format!("confirm {a}")).collect();
+    assert_eq!(confirms, want);
+    // Each confirmation came after the write of its bytes.
+    let log = f.log();
+    for (i, e) in log
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.starts_with("confirm"))
+    {
+        let writes = log[..i].iter().filter(|w| w.starts_with("write")).count();
+        let ack: usize = e["confirm ".len()..].parse().expect("ack");
+        assert!(
+            writes >= ack,
+            "confirm {ack} after {writes} writes: {log:?}"
+        );
+    }
+    assert_eq!(wrx.try_recv().expect("message").as_slice(), b"m");
+    let most = pipe.most.load(Ordering::SeqCst);
+    assert!(
+        (2..=WINDOW).contains(&most),
+        "writes in flight at most {most}"
+    );
 }
 
 #[test]
