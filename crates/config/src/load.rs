@@ -658,6 +658,9 @@ fn check_nsr(n: &Nsr) -> Result<(), ConfigError> {
     if n.compact_bytes < 65536 {
         return Err(invalid("nsr.compact_bytes", "must be at least 65536"));
     }
+    if !(0.0..=1000.0).contains(&n.compact_ratio) {
+        return Err(invalid("nsr.compact_ratio", "must be a number in 0..=1000"));
+    }
     if !(1..=crate::model::MAX_WAIT_TIMEOUT_MS).contains(&n.wait_timeout_ms) {
         return Err(invalid(
             "nsr.wait_timeout_ms",

@@ -352,6 +352,11 @@ pub struct Nsr {
     /// once they exceed this many bytes (or twice the last snapshot).
     #[serde(default = "default_compact_bytes")]
     pub compact_bytes: u64,
+    /// A compaction is only made when the session's routes set, replaced
+    /// or removed since the last one number at least this many times the
+    /// routes it holds (the log is mostly dead); 0: always.
+    #[serde(default = "default_compact_ratio")]
+    pub compact_ratio: f64,
     /// Replicas of the Redis master that must have every store write (and
     /// every claim of the instance) before it counts as done (`WAIT`); 0:
     /// the master's answer is enough.
@@ -373,6 +378,10 @@ fn default_wait_timeout_ms() -> u64 {
 
 fn default_compact_bytes() -> u64 {
     16 * 1024 * 1024
+}
+
+fn default_compact_ratio() -> f64 {
+    2.0
 }
 
 fn default_nfqueue() -> u16 {

@@ -424,6 +424,8 @@ fn validation_errors_name_the_key() {
         (format!("{GLOBAL}[nsr]\nstore = \"redis://a\"\n"), "nsr", "instance"),
         (format!("{GLOBAL}[nsr]\nstore = \"redis://a\"\ninstance = \"e\"\nwait_timeout_ms = 0\n"), "nsr.wait_timeout_ms", "1..=400"),
         (format!("{GLOBAL}[nsr]\nstore = \"redis://a\"\ninstance = \"e\"\nwait_timeout_ms = 500\n"), "nsr.wait_timeout_ms", "500 ms"),
+        (format!("{GLOBAL}[nsr]\nstore = \"redis://a\"\ninstance = \"e\"\ncompact_ratio = -1.0\n"), "nsr.compact_ratio", "0..=1000"),
+        (format!("{GLOBAL}[nsr]\nstore = \"redis://a\"\ninstance = \"e\"\ncompact_ratio = nan\n"), "nsr.compact_ratio", "0..=1000"),
         (format!("{GLOBAL}[nsr]\nstore = \"redis://a\"\ninstance = \"e\"\nwait_replicas = -1\n"), "nsr.wait_replicas", ""),
     ];
     let mut failures = Vec::new();
@@ -633,6 +635,7 @@ fn nsr_store_forms() {
     assert!(nsr.enabled && !nsr.manage_address && nsr.address.is_none());
     // By default a write waits for no replica.
     assert_eq!((nsr.wait_replicas, nsr.wait_timeout_ms), (0, 250));
+    assert_eq!(nsr.compact_ratio, 2.0);
     let (cfg, _) = ok(&format!(
         "{GLOBAL}[nsr]\nstore = \"redis://192.0.2.10:6379\"\ninstance = \"edge-1\"\nwait_replicas = 1\nwait_timeout_ms = 100\n"
     ));

@@ -48,6 +48,9 @@ pub struct Engine {
     /// False while handling a batch too small to be worth parallel dispatch.
     par: bool,
     sweep_base: usize,
+    /// Per peer: routes of its Adj-RIB-Out set, replaced or removed since
+    /// [`Engine::reset_route_changes`] (see [`Engine::route_changes`]).
+    out_changes: FxMap<PeerId, u64>,
 }
 
 /// An UPDATE as handed to the engine.
@@ -464,6 +467,7 @@ impl Engine {
             pool,
             par: true,
             sweep_base: 0,
+            out_changes: FxMap::default(),
         }
     }
 
@@ -578,6 +582,14 @@ impl Engine {
             }
             a
         });
+        for shard in &per_shard {
+            for ((peer, _), ch) in targets.iter().zip(shard) {
+                let n = (ch.v4.len() + ch.v6.len()) as u64;
+                if n > 0 {
+                    *self.out_changes.entry(*peer).or_default() += n;
+                }
+            }
+        }
         let out = self.encode(&targets, per_shard);
         self.maybe_sweep();
         out
@@ -642,6 +654,7 @@ impl Engine {
             s.v4.out.remove(&id);
             s.v6.out.remove(&id);
         }
+        self.reset_route_changes(id);
         let mut out = self.pass(Some(id), true, |_, _, _| {});
         let mut fams = self.peers[&id].spec.families.clone();
         fams.sort();
@@ -701,6 +714,7 @@ impl Engine {
         for s in &mut self.shards {
             s.counts.remove(&id);
         }
+        self.out_changes.remove(&id);
         out
     }
 

@@ -58,6 +58,9 @@ pub(crate) struct Counts {
     pub received: i64,
     pub accepted: i64,
     pub stale: i64,
+    /// Paths of the peer set, replaced or removed, since the counter was
+    /// last reset ([`crate::Engine::reset_route_changes`]).
+    pub changes: u64,
 }
 
 impl Counts {
@@ -273,6 +276,9 @@ impl<K: Key> Tables<K> {
         let old_best = d.best_id();
         let pos = d.paths.iter().position(|p| p.peer == peer);
         let c = counts.entry(peer).or_default();
+        if pos.is_some() || new.is_some() {
+            c.changes += 1;
+        }
         match (pos, new) {
             (Some(i), Some(n)) => {
                 c.add(&d.paths[i], -1);

@@ -44,6 +44,33 @@ fn implicit_withdraw_and_unknown_withdraw() {
 }
 
 #[test]
+fn route_changes_count_what_a_log_holds_beyond_the_table() {
+    let mut e = engine(&[(1, 65001), (2, 65002)]);
+    let a = attrs(&[65001, 1], [192, 0, 2, 1]);
+    let b = attrs(&[65001, 2], [192, 0, 2, 1]);
+    // A fresh load: as many changes as routes, received by 1 and
+    // advertised to 2.
+    e.apply(vec![(1, ann(&["10.0.0.0/24", "10.0.1.0/24"], a.clone()))]);
+    assert_eq!((e.route_changes(1), e.counts(1).received), (2, 2));
+    assert_eq!((e.route_changes(2), e.counts(2).advertised), (2, 2));
+    // Replaced, withdrawn, and a withdrawal of nothing (not counted), on
+    // both sides.
+    e.apply(vec![(1, ann(&["10.0.0.0/24"], b.clone()))]);
+    e.apply(vec![(1, wd(&["10.0.1.0/24", "10.9.9.0/24"]))]);
+    assert_eq!((e.route_changes(1), e.counts(1).received), (4, 1));
+    assert_eq!((e.route_changes(2), e.counts(2).advertised), (4, 1));
+    e.reset_route_changes(1);
+    assert_eq!(e.route_changes(1), 0);
+    e.reset_route_changes(2);
+    assert_eq!(e.route_changes(2), 0);
+    e.apply(vec![(1, ann(&["10.0.2.0/24"], a))]);
+    assert_eq!(e.route_changes(1), 1);
+    // A new session starts from 0.
+    e.peer_up(peer(1, 65001));
+    assert_eq!(e.route_changes(1), 0);
+}
+
+#[test]
 fn adj_rib_in_groups_match_the_table() {
     let mut e = engine(&[(1, 65001), (2, 65002)]);
     let a = attrs(&[65001, 1], [192, 0, 2, 1]);

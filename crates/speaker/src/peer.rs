@@ -77,7 +77,7 @@ impl PeerSettings {
 
 /// A session's tables from the RIB thread: (Adj-RIB-In, Adj-RIB-Out) as
 /// encoded UPDATEs.
-type SnapshotReply = oneshot::Receiver<(Vec<u8>, Vec<u8>)>;
+type SnapshotReply = oneshot::Receiver<crate::rib_thread::Snapshot>;
 
 /// Commands to a peer task.
 pub enum PeerCmd {
@@ -227,7 +227,9 @@ async fn changed(rx: Option<&mut watch::Receiver<u64>>) -> Result<(), watch::err
     }
 }
 
-async fn snapshot_done(s: Option<&mut (SnapshotReply, bool)>) -> Option<(Vec<u8>, Vec<u8>)> {
+async fn snapshot_done(
+    s: Option<&mut (SnapshotReply, bool)>,
+) -> Option<crate::rib_thread::Snapshot> {
     match s {
         Some((rx, _)) => rx.await.ok(),
         None => std::future::pending().await,

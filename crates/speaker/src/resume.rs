@@ -357,6 +357,7 @@ fn bring_up(
             instance: n.instance.clone(),
             store_desc: n.store.redacted(),
             compact_bytes: n.compact_bytes,
+            compact_ratio: n.compact_ratio,
             netns_lock: Some(lock),
         },
     );

@@ -71,11 +71,15 @@ pub enum RibCmd {
     Originate(Vec<(Prefix, Arc<PathAttrs>)>),
     WithdrawOriginated(Vec<Prefix>),
     Query(RibQuery, oneshot::Sender<QueryResult>),
-    /// NSR: the peer's Adj-RIB-In and Adj-RIB-Out encoded as UPDATEs.
+    /// NSR: the peer's Adj-RIB-In and Adj-RIB-Out encoded as UPDATEs;
+    /// with `min_ratio` (a log compaction), only if the peer's routes set,
+    /// replaced or removed since its last snapshot number at least
+    /// `min_ratio` times the routes it holds ([`worth_compacting`]).
     Snapshot {
         peer: PeerId,
         ctx: CodecCtx,
-        reply: oneshot::Sender<(Vec<u8>, Vec<u8>)>,
+        min_ratio: Option<f64>,
+        reply: oneshot::Sender<Snapshot>,
     },
     /// NSR takeover: rebuild the tables of sessions taken over and send
     /// each peer only what differs from what it already holds.
@@ -91,6 +95,25 @@ pub enum RibCmd {
     /// takeover before anything else changes the tables needs no
     /// comparison. Answered when done.
     Prepare(oneshot::Sender<()>),
+}
+
+/// The answer to [`RibCmd::Snapshot`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Snapshot {
+    /// The Adj-RIB-In and the Adj-RIB-Out, encoded as UPDATEs.
+    Tables(Vec<u8>, Vec<u8>),
+    /// Not taken: since the last snapshot the peer's routes were set,
+    /// replaced or removed `changes` times, and it holds `routes`; a
+    /// snapshot would not make its log much smaller.
+    NotWorth { changes: u64, routes: u64 },
+}
+
+/// Whether a log whose session set, replaced or removed routes `changes`
+/// times while holding `routes` now is worth compacting at `min_ratio`:
+/// a log of fresh routes (about as many changes as routes) is not, since
+/// the snapshot would be about as large as the log.
+pub fn worth_compacting(changes: u64, routes: u64, min_ratio: f64) -> bool {
+    changes as f64 >= min_ratio * routes as f64
 }
 
 /// What a preheated standby read from the store since its last poll.
@@ -333,7 +356,22 @@ impl RibThread {
                 let _ = reply.send(self.query(q));
                 return;
             }
-            RibCmd::Snapshot { peer, ctx, reply } => {
+            RibCmd::Snapshot {
+                peer,
+                ctx,
+                min_ratio,
+                reply,
+            } => {
+                if let Some(r) = min_ratio {
+                    let changes = self.engine.route_changes(peer);
+                    let c = self.engine.counts(peer);
+                    let routes = c.received + c.advertised;
+                    if !worth_compacting(changes, routes, r) {
+                        let _ = reply.send(Snapshot::NotWorth { changes, routes });
+                        return;
+                    }
+                }
+                self.engine.reset_route_changes(peer);
                 let mut adj_in = Vec::new();
                 self.engine.visit_adj_rib_in_groups(peer, |a, prefixes| {
                     tables::encode_group(a, prefixes, &ctx, &mut adj_in)
@@ -342,7 +380,7 @@ impl RibThread {
                 self.engine.visit_adj_rib_out_groups(peer, |a, prefixes| {
                     tables::encode_group(a, prefixes, &ctx, &mut adj_out)
                 });
-                let _ = reply.send((adj_in, adj_out));
+                let _ = reply.send(Snapshot::Tables(adj_in, adj_out));
                 return;
             }
             RibCmd::Resume { peers, reply } => {
@@ -633,5 +671,22 @@ impl RibThread {
                 }));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::worth_compacting;
+
+    #[test]
+    fn a_log_of_fresh_routes_is_not_worth_compacting() {
+        // A bulk load: one change per route held.
+        assert!(!worth_compacting(1_000_000, 1_000_000, 2.0));
+        // Every route replaced once: half the log is dead.
+        assert!(worth_compacting(2_000_000, 1_000_000, 2.0));
+        // Everything withdrawn: nothing left to keep.
+        assert!(worth_compacting(10, 0, 2.0));
+        // 0: always.
+        assert!(worth_compacting(0, 1_000_000, 0.0));
     }
 }

@@ -72,7 +72,8 @@ pub struct Options {
     /// TCP MD5 key on the session under test.
     pub md5: Option<&'static str>,
     /// `[nsr] compact_bytes`: small values make every burst compact the
-    /// replicated logs into snapshots, so takeovers load snapshots.
+    /// replicated logs into snapshots, so takeovers load snapshots (with
+    /// `compact_ratio = 0`: compacted even when the burst is fresh routes).
     pub compact_bytes: Option<u64>,
     /// BFD under the session under test (non-stop BFD): the interval in
     /// ms (both ways, Detect Mult 3), `None` for no BFD.
@@ -141,7 +142,7 @@ fn hf_config(topo: &NsrTopo, redis: &str, o: &Options) -> String {
         svc = topo.service_v4,
     );
     let extra = match o.compact_bytes {
-        Some(n) => format!("{extra}[nsr]\ncompact_bytes = {n}\n"),
+        Some(n) => format!("{extra}[nsr]\ncompact_bytes = {n}\ncompact_ratio = 0\n"),
         None => extra,
     };
     holdfast_lab::nsr_config(topo, redis, INSTANCE, &[], &extra)

@@ -24,6 +24,32 @@ use crate::rib::{Key, Tables};
 use crate::PeerId;
 
 impl Engine {
+    /// Routes of `id`'s Adj-RIB-In and Adj-RIB-Out set, replaced or
+    /// removed since the last [`Engine::reset_route_changes`] (or since it
+    /// came up): with the routes both tables hold now, how much of a log of
+    /// the UPDATEs received from and sent to it is dead (an NSR log
+    /// compaction is only worth it when most of it is).
+    pub fn route_changes(&self, id: PeerId) -> u64 {
+        let received: u64 = self
+            .shards
+            .iter()
+            .filter_map(|s| s.counts.get(&id))
+            .map(|c| c.changes)
+            .sum();
+        received + self.out_changes.get(&id).copied().unwrap_or(0)
+    }
+
+    /// Starts [`Engine::route_changes`] again from 0 (the log was
+    /// compacted, or the session is new).
+    pub fn reset_route_changes(&mut self, id: PeerId) {
+        for s in &mut self.shards {
+            if let Some(c) = s.counts.get_mut(&id) {
+                c.changes = 0;
+            }
+        }
+        self.out_changes.remove(&id);
+    }
+
     /// The peer's Adj-RIB-In (pre-policy), sorted by prefix.
     pub fn adj_rib_in(&self, id: PeerId) -> Vec<(Prefix, Arc<PathAttrs>)> {
         let mut v = Vec::new();

@@ -139,6 +139,9 @@ pub struct Shared {
     pub resync: watch::Sender<u64>,
     /// Log bytes after which a session's logs are compacted.
     pub compact_bytes: u64,
+    /// `[nsr] compact_ratio`: a compaction is made only when the session's
+    /// route changes since the last one reach this many times its routes.
+    pub compact_ratio: f64,
     /// Set once, when the process is fenced.
     pub fence: watch::Sender<Option<Fence>>,
     /// The network namespace's NSR lock, released when the last handle
@@ -173,6 +176,7 @@ impl Shared {
             takeover: Mutex::new(None),
             resync,
             compact_bytes,
+            compact_ratio: 0.0,
             fence,
             netns_lock: None,
         }
@@ -193,6 +197,8 @@ pub struct Start {
     pub store_desc: String,
     /// Log bytes after which a session's logs are compacted.
     pub compact_bytes: u64,
+    /// See [`Shared::compact_ratio`].
+    pub compact_ratio: f64,
     /// The network namespace's NSR lock, held as long as this instance
     /// (`resume::NETNS_LOCK`).
     pub netns_lock: Option<holdfast_linux::nslock::NetnsLock>,
@@ -216,11 +222,13 @@ impl Nsr {
             instance,
             store_desc,
             compact_bytes,
+            compact_ratio,
             netns_lock,
         } = start;
         let (tx, rx) = std_mpsc::channel();
         let mut shared = Shared::new(instance, store_desc, epoch, store_up, compact_bytes);
         shared.netns_lock = netns_lock;
+        shared.compact_ratio = compact_ratio;
         let shared = Arc::new(shared);
         let mut r = shell::Replicator::new(
             ReplCore::new(epoch, store_up),

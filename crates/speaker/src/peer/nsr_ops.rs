@@ -26,7 +26,7 @@ use super::{now, PeerCmd, PeerTask};
 use crate::conn::{unix_ms, Conn};
 use crate::nsr::Then;
 use crate::resume::Resumed;
-use crate::rib_thread::RibCmd;
+use crate::rib_thread::{RibCmd, Snapshot};
 use bytes::Bytes;
 use holdfast_fsm::State;
 use holdfast_nsr::{Op, SessionRecord, SCHEMA_VERSION};
@@ -273,21 +273,52 @@ impl PeerTask {
         if r.key.is_none() {
             return;
         }
+        let min_ratio = (!resync).then_some(r.nsr.shared.compact_ratio);
         let (tx, rx) = oneshot::channel();
         self.rib.send(RibCmd::Snapshot {
             peer: self.s.id,
             ctx,
+            min_ratio,
             reply: tx,
         });
         r.during_snapshot = Some((Vec::new(), Vec::new()));
         self.snapshot = Some((rx, resync));
     }
 
+    /// The RIB found the log not worth compacting (it holds few replaced
+    /// routes): nothing is written, and the log is looked at again once it
+    /// has doubled. A re-synchronisation asked for meanwhile takes its
+    /// snapshot now.
+    fn compaction_skipped(&mut self, resync: bool, changes: u64, routes: u64) {
+        if let Some(r) = self.main.as_mut().and_then(|c| c.repl.as_mut()) {
+            r.during_snapshot = None;
+            self.compact_at = self.compact_at.max(2 * r.log_bytes);
+            tracing::debug!(
+                changes,
+                routes,
+                log_bytes = r.log_bytes,
+                next_at = self.compact_at,
+                "NSR: log not compacted: it holds few replaced routes"
+            );
+        }
+        if resync {
+            self.start_snapshot(true);
+        }
+    }
+
     /// The snapshot arrived: it replaces the session's logs, followed by
     /// what was received and sent while it was taken.
-    pub(super) fn on_snapshot(&mut self, tables: Option<(Vec<u8>, Vec<u8>)>) {
+    pub(super) fn on_snapshot(&mut self, reply: Option<Snapshot>) {
         let Some((_, resync)) = self.snapshot.take() else {
             return;
+        };
+        let tables = match reply {
+            Some(Snapshot::Tables(adj_in, adj_out)) => Some((adj_in, adj_out)),
+            Some(Snapshot::NotWorth { changes, routes }) => {
+                self.compaction_skipped(resync, changes, routes);
+                return;
+            }
+            None => None,
         };
         if resync {
             self.trim_unacked();
