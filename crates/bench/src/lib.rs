@@ -9,7 +9,7 @@
 //! process; no packet captures):
 //!
 //! - **Fig. 6(a)** ([`learn`]): receive, learn and re-advertise N routes
-//!   (10k … 1M), packed and realistic workloads; holdfastd with NSR on
+//!   (10k … 1M), packed, realistic and dfz workloads; holdfastd with NSR on
 //!   (Redis store, PROTECTED before the clock starts) and off, bird2, frr,
 //!   gobgpd. Time from the injector's first write until the monitor holds
 //!   all N; peak RSS.

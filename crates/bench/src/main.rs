@@ -34,8 +34,8 @@ struct Args {
     /// Fig. 6(a) route counts, comma-separated (k and M suffixes).
     #[arg(long, default_value = "10k,100k,500k,1M")]
     sizes: String,
-    /// Fig. 6(a) workloads, comma-separated: packed,realistic.
-    #[arg(long, default_value = "packed,realistic")]
+    /// Fig. 6(a) workloads, comma-separated: packed,realistic,dfz.
+    #[arg(long, default_value = "packed,realistic,dfz")]
     workloads: String,
     /// Fig. 6(b) route counts.
     #[arg(long, default_value = "10k,100k,1M")]
@@ -124,7 +124,8 @@ export filter accepting all, no kernel protocol; frr `bgpd -n` (no FIB install) 
 ebgp-requires-policy`, `advertisement-interval 0`; gobgpd default (accept-all) policies, no zebra. No packet \
 captures.\n\nWorkloads (`holdfast_tester::workload`, deterministic): **packed** = 500 consecutive /24s per \
 attribute set (TENSOR's bulk load); **realistic** = full-table-like prefix lengths (≈60 % /24), AS paths of 2–6 \
-hops, some MEDs and communities, ≈2.5 prefixes per attribute set.\n",
+hops, some MEDs and communities, ≈2.5 prefixes per attribute set (1–4); **dfz** = the same with 2–4 prefixes \
+per attribute set (≈3, issue 12's third mix).\n",
         fanout::MON_AS_BASE,
         plan.runs,
         args.timeout,

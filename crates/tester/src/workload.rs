@@ -6,6 +6,9 @@
 //!   public IPv4 table (about 60 % /24), AS paths of 2 to 6 hops, some
 //!   communities and MEDs, and 1 to 4 prefixes per attribute set (2.5 on
 //!   average), so that attribute interning and packing are stressed.
+//! - **dfz**: the same prefix lengths, paths, MEDs and communities with 2 to
+//!   4 prefixes per attribute set (3 on average): issue 12's third mix, closer
+//!   to a full table as a route server or transit feed sends it.
 
 use holdfast_wire::{AsPath, AsSegment, Origin, PathAttrs, Prefix, Prefix4};
 use std::net::Ipv4Addr;
@@ -15,6 +18,7 @@ use std::net::Ipv4Addr;
 pub enum Kind {
     Packed,
     Realistic,
+    Dfz,
 }
 
 impl std::str::FromStr for Kind {
@@ -23,7 +27,10 @@ impl std::str::FromStr for Kind {
         match s {
             "packed" => Ok(Kind::Packed),
             "realistic" => Ok(Kind::Realistic),
-            other => Err(format!("unknown workload {other:?} (packed | realistic)")),
+            "dfz" => Ok(Kind::Dfz),
+            other => Err(format!(
+                "unknown workload {other:?} (packed | realistic | dfz)"
+            )),
         }
     }
 }
@@ -33,6 +40,7 @@ impl std::fmt::Display for Kind {
         f.write_str(match self {
             Kind::Packed => "packed",
             Kind::Realistic => "realistic",
+            Kind::Dfz => "dfz",
         })
     }
 }
@@ -77,7 +85,8 @@ fn base_attrs(local_as: u32, next_hop: Ipv4Addr) -> PathAttrs {
 pub fn generate(kind: Kind, n: usize, local_as: u32, next_hop: Ipv4Addr) -> Workload {
     match kind {
         Kind::Packed => packed(n, local_as, next_hop),
-        Kind::Realistic => realistic(n, local_as, next_hop),
+        Kind::Realistic => realistic(n, local_as, next_hop, 1..=4),
+        Kind::Dfz => realistic(n, local_as, next_hop, 2..=4),
     }
 }
 
@@ -129,14 +138,21 @@ fn realistic_len(rng: &mut Rng) -> u8 {
     }
 }
 
-fn realistic(n: usize, local_as: u32, next_hop: Ipv4Addr) -> Workload {
+/// Full-table-like routes with `per_set` prefixes per attribute set.
+fn realistic(
+    n: usize,
+    local_as: u32,
+    next_hop: Ipv4Addr,
+    per_set: std::ops::RangeInclusive<usize>,
+) -> Workload {
+    let (lo, span) = (*per_set.start(), per_set.end() - per_set.start() + 1);
     let mut rng = Rng::new(0x5EED_0001);
     let mut cursor: u64 = BASE as u64;
     let mut out = Vec::with_capacity(n / 2);
     let mut made = 0usize;
     let mut seen = std::collections::HashSet::with_capacity(n);
     while made < n {
-        let size = (1 + rng.below(4) as usize).min(n - made);
+        let size = (lo + rng.below(span as u64) as usize).min(n - made);
         let mut attrs = base_attrs(local_as, next_hop);
         let hops = 1 + rng.below(5) as usize;
         let mut path = vec![local_as];
@@ -233,11 +249,24 @@ mod tests {
         assert!((0.5..0.7).contains(&slash24), "share of /24s {slash24}");
     }
 
+    #[test]
+    fn dfz_has_two_to_four_per_set() {
+        let w = generate(Kind::Dfz, 50_000, 65001, Ipv4Addr::new(198, 18, 0, 1));
+        assert_eq!(prefix_count(&w), 50_000);
+        assert!(w[..w.len() - 1]
+            .iter()
+            .all(|(_, p)| (2..=4).contains(&p.len())));
+        let per_set = 50_000.0 / w.len() as f64;
+        assert!((2.8..3.2).contains(&per_set), "prefixes per set {per_set}");
+        let set: HashSet<_> = w.iter().flat_map(|(_, p)| p.iter().copied()).collect();
+        assert_eq!(set.len(), 50_000, "prefixes must be unique");
+    }
+
     /// A DUT in AS 64512..65535 (the lab uses 65000) must not see its own AS
     /// in a workload path, or it rejects those routes as AS loops.
     #[test]
     fn paths_avoid_the_16_bit_private_range() {
-        for kind in [Kind::Packed, Kind::Realistic] {
+        for kind in [Kind::Packed, Kind::Realistic, Kind::Dfz] {
             let w = generate(kind, 1_000_000, 65001, Ipv4Addr::new(198, 18, 0, 1));
             for (a, _) in &w {
                 let hops: Vec<u32> = a

@@ -37,7 +37,7 @@ struct Args {
     /// Runs per mode and size (median reported).
     #[arg(long, default_value_t = 3)]
     runs: usize,
-    /// Workload: packed or realistic.
+    /// Workload: packed, realistic or dfz.
     #[arg(long, default_value = "packed")]
     kind: String,
 }
