@@ -9,6 +9,12 @@
 //!
 //! The commands run in the network namespace of the *calling thread*.
 //!
+//! The rebuild guard has two rules per peer and port; with hundreds of
+//! sessions one `iptables` process per rule took seconds of a takeover, so
+//! the guard is installed and every tagged rule removed in one
+//! `iptables-restore --noflush` transaction per family (one process,
+//! atomic: the old guard rules go and the new ones arrive at once).
+//!
 //! The `NFQUEUE` rules have no `--queue-bypass`: when no process is bound to
 //! the queue (the speaker died), the kernel drops the matching packets. That
 //! is deliberate (a dying primary's FIN or RST must not reach the peer), and
@@ -17,7 +23,8 @@
 
 use std::io;
 use std::net::IpAddr;
-use std::process::Command;
+use std::io::Write as _;
+use std::process::{Command, Stdio};
 
 const FAMILIES: [&str; 2] = ["iptables", "ip6tables"];
 const TABLE: &str = "filter";
@@ -57,6 +64,78 @@ fn run_ok(cmd: &str, args: &[String]) -> io::Result<()> {
             String::from_utf8_lossy(&out.stderr).trim()
         )))
     }
+}
+
+/// A rule word as `iptables-save` writes it (quoted when needed).
+fn save_word(w: &str) -> String {
+    if !w.is_empty() && !w.chars().any(|c| c.is_whitespace() || c == '"' || c == '\\') {
+        return w.to_string();
+    }
+    let mut q = String::from("\"");
+    for c in w.chars() {
+        if c == '"' || c == '\\' {
+            q.push('\\');
+        }
+        q.push(c);
+    }
+    q.push('"');
+    q
+}
+
+/// The `iptables-restore` input that applies `lines` (rule commands in
+/// `iptables-save` syntax, e.g. `-I INPUT 1 ...`, `-D INPUT ...`) to the
+/// filter table in one transaction.
+fn restore_input(lines: &[String]) -> String {
+    let mut input = format!("*{TABLE}\n");
+    for l in lines {
+        input.push_str(l);
+        input.push('\n');
+    }
+    input.push_str("COMMIT\n");
+    input
+}
+
+/// Applies `lines` with `<cmd>-restore -w --noflush`: one process, all or
+/// nothing.
+fn restore(cmd: &str, lines: &[String]) -> io::Result<()> {
+    if lines.is_empty() {
+        return Ok(());
+    }
+    let prog = format!("{cmd}-restore");
+    let mut child = Command::new(&prog)
+        .args(["-w", "--noflush"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| io::Error::new(e.kind(), format!("{prog}: {e}")))?;
+    let written = match child.stdin.take() {
+        Some(mut stdin) => stdin.write_all(restore_input(lines).as_bytes()),
+        None => Err(io::Error::other("no stdin")),
+    };
+    let out = child.wait_with_output()?;
+    written.map_err(|e| io::Error::new(e.kind(), format!("{prog}: writing the rules: {e}")))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(io::Error::other(format!(
+            "{prog} ({} rule commands, the first `{}`): {}",
+            lines.len(),
+            lines[0],
+            String::from_utf8_lossy(&out.stderr).trim()
+        )))
+    }
+}
+
+/// The `-D` commands for the rules listed by `-S` that carry `comment`
+/// (in `only_chain` if given).
+fn delete_lines(listed: &[String], comment: &str, only_chain: Option<&str>) -> Vec<String> {
+    listed
+        .iter()
+        .filter(|l| carries(l, comment))
+        .filter(|l| only_chain.is_none_or(|ch| split(l).get(1).map(String::as_str) == Some(ch)))
+        .filter_map(|l| l.strip_prefix("-A ").map(|rest| format!("-D {rest}")))
+        .collect()
 }
 
 /// Inserts `spec` at the head of `chain` unless an identical rule exists.
@@ -144,18 +223,29 @@ pub fn install_gate(tag: &str, queue_num: u16, ports: &[u16]) -> io::Result<()> 
 pub fn install_guard(tag: &str, ports: &[u16], peers: &[IpAddr]) -> io::Result<()> {
     let c = comment(tag)?;
     let target = ["-j", "DROP"];
-    if peers.is_empty() {
-        return install("INPUT", &port_specs(ports, &[], &[], &c, &target));
-    }
     for (cmd, v6) in [("iptables", false), ("ip6tables", true)] {
-        let mut specs = Vec::new();
-        for p in peers.iter().filter(|p| p.is_ipv6() == v6) {
-            let src = p.to_string();
-            specs.extend(port_specs(ports, &["-s", &src], &[], &c, &target));
+        let specs = if peers.is_empty() {
+            port_specs(ports, &[], &[], &c, &target)
+        } else {
+            let mut specs = Vec::new();
+            for p in peers.iter().filter(|p| p.is_ipv6() == v6) {
+                let src = p.to_string();
+                specs.extend(port_specs(ports, &["-s", &src], &[], &c, &target));
+            }
+            specs
+        };
+        if specs.is_empty() {
+            continue;
         }
-        for spec in specs.iter().rev() {
-            ensure(cmd, "INPUT", spec)?;
-        }
+        // An earlier guard of this tag goes in the same transaction
+        // (idempotent), and the new rules are inserted in reverse so the
+        // chain's order matches `specs`.
+        let mut lines = delete_lines(&rules(cmd)?, &c, Some("INPUT"));
+        lines.extend(specs.iter().rev().map(|spec| {
+            let words: Vec<String> = spec.iter().map(|w| save_word(w)).collect();
+            format!("-I INPUT 1 {}", words.join(" "))
+        }));
+        restore(cmd, &lines)?;
     }
     Ok(())
 }
@@ -277,23 +367,20 @@ fn remove(tag: &str, only_chain: Option<&str>) -> io::Result<()> {
     let mut first_err = None;
     for cmd in FAMILIES {
         let lines = match rules(cmd) {
-            Ok(l) => l,
+            Ok(l) => delete_lines(&l, &c, only_chain),
             Err(e) => {
                 first_err.get_or_insert(e);
                 continue;
             }
         };
+        if restore(cmd, &lines).is_ok() {
+            continue;
+        }
+        // The transaction failed as a whole (a rule went meanwhile): every
+        // rule on its own, so the others still go.
         for line in lines {
-            if !carries(&line, &c) {
-                continue;
-            }
-            let mut words = split(&line);
-            if only_chain.is_some_and(|ch| words.get(1).map(String::as_str) != Some(ch)) {
-                continue;
-            }
-            words[0] = "-D".into();
             let mut args = vec!["-t".into(), TABLE.into()];
-            args.extend(words);
+            args.extend(split(&line));
             if let Err(e) = run_ok(cmd, &args) {
                 first_err.get_or_insert(e);
             }
@@ -338,6 +425,26 @@ mod tests {
             holdfast_tag("-A INPUT -m comment --comment other -j DROP"),
             None
         );
+    }
+
+    #[test]
+    fn restore_input_deletes_and_inserts_in_one_transaction() {
+        let listed = vec![
+            r#"-A INPUT -s 192.0.2.1/32 -p tcp -m tcp --sport 179 -m comment --comment "holdfast:x" -j DROP"#.to_string(),
+            r#"-A OUTPUT -p tcp -m tcp --sport 179 -m comment --comment "holdfast:x" -j NFQUEUE --queue-num 3"#.to_string(),
+            r#"-A INPUT -m comment --comment "holdfast:y" -j DROP"#.to_string(),
+        ];
+        let d = delete_lines(&listed, "holdfast:x", Some("INPUT"));
+        assert_eq!(
+            d,
+            vec![r#"-D INPUT -s 192.0.2.1/32 -p tcp -m tcp --sport 179 -m comment --comment "holdfast:x" -j DROP"#]
+        );
+        assert_eq!(delete_lines(&listed, "holdfast:x", None).len(), 2);
+        assert_eq!(restore_input(&d), format!("*filter\n{}\nCOMMIT\n", d[0]));
+        assert_eq!(save_word("holdfast:x"), "holdfast:x");
+        assert_eq!(save_word("a b"), "\"a b\"");
+        assert_eq!(save_word("").len(), 2);
+        assert_eq!(split(&save_word("a \"q\" b")), vec!["a \"q\" b"]);
     }
 
     #[test]
