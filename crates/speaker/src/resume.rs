@@ -558,6 +558,8 @@ pub struct Takeover {
     pub preheated: HashSet<String>,
     tag: String,
     manage_address: Option<IpAddr>,
+    /// When the gate opened (the sockets' rebuild started), for the log.
+    opened: Option<Instant>,
 }
 
 impl Takeover {
@@ -596,6 +598,7 @@ impl Takeover {
             preheated: up.preheated,
             tag: tag(&n.instance),
             manage_address: if n.manage_address { n.address } else { None },
+            opened: None,
         })
     }
 
@@ -736,13 +739,17 @@ impl Takeover {
 
     /// Step 8, first: the gate lets our sessions' packets through again
     /// (the restored sockets' window probes must reach the peers).
-    pub fn open_gate(&self) {
+    pub fn open_gate(&mut self) {
         self.nsr.gate.set_mode(GateMode::Protected);
+        self.opened = Some(Instant::now());
     }
 
     /// Step 9: lift the guard.
     pub fn finish(&mut self) -> anyhow::Result<()> {
+        let sockets_us = self.opened.map_or(0, |t| t.elapsed().as_micros() as u64);
+        let t = Instant::now();
         rules::remove_guard(&self.tag).context("removing the takeover guard")?;
+        let guard_remove_us = t.elapsed().as_micros() as u64;
         self.times.resumed_us = self.started.elapsed().as_micros() as u64;
         tracing::info!(
             sessions = self.times.sessions,
@@ -750,6 +757,8 @@ impl Takeover {
             load_us = self.times.load_us,
             address_wait_us = self.times.address_wait_us,
             tcp_restore_us = self.times.tcp_restore_us,
+            sockets_us,
+            guard_remove_us,
             resumed_us = self.times.resumed_us,
             "takeover: sessions RESUMED"
         );
