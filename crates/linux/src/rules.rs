@@ -11,9 +11,12 @@
 //!
 //! The rebuild guard has two rules per peer and port; with hundreds of
 //! sessions one `iptables` process per rule took seconds of a takeover, so
-//! the guard is installed and every tagged rule removed in one
-//! `iptables-restore --noflush` transaction per family (one process,
-//! atomic: the old guard rules go and the new ones arrive at once).
+//! the guard is installed and removed in one `iptables-restore --noflush`
+//! transaction per family (one process, atomic). Its rules live in a chain
+//! of their own ([`guard_chain`]) that one tagged rule at the head of
+//! `INPUT` jumps to: lifting the guard deletes that jump and the chain
+//! without listing or matching a thousand rules one by one (which
+//! `iptables-nft` does in time proportional to the chain for each rule).
 //!
 //! The `NFQUEUE` rules have no `--queue-bypass`: when no process is bound to
 //! the queue (the speaker died), the kernel drops the matching packets. That
@@ -22,8 +25,8 @@
 //! is shut down on purpose, or all BGP traffic on the host stops.
 
 use std::io;
-use std::net::IpAddr;
 use std::io::Write as _;
+use std::net::IpAddr;
 use std::process::{Command, Stdio};
 
 const FAMILIES: [&str; 2] = ["iptables", "ip6tables"];
@@ -68,7 +71,11 @@ fn run_ok(cmd: &str, args: &[String]) -> io::Result<()> {
 
 /// A rule word as `iptables-save` writes it (quoted when needed).
 fn save_word(w: &str) -> String {
-    if !w.is_empty() && !w.chars().any(|c| c.is_whitespace() || c == '"' || c == '\\') {
+    if !w.is_empty()
+        && !w
+            .chars()
+            .any(|c| c.is_whitespace() || c == '"' || c == '\\')
+    {
         return w.to_string();
     }
     let mut q = String::from("\"");
@@ -222,6 +229,7 @@ pub fn install_gate(tag: &str, queue_num: u16, ports: &[u16]) -> io::Result<()> 
 /// port open to everyone else meanwhile (the host agents' probes).
 pub fn install_guard(tag: &str, ports: &[u16], peers: &[IpAddr]) -> io::Result<()> {
     let c = comment(tag)?;
+    let chain = guard_chain(tag);
     let target = ["-j", "DROP"];
     for (cmd, v6) in [("iptables", false), ("ip6tables", true)] {
         let specs = if peers.is_empty() {
@@ -237,28 +245,87 @@ pub fn install_guard(tag: &str, ports: &[u16], peers: &[IpAddr]) -> io::Result<(
         if specs.is_empty() {
             continue;
         }
-        // An earlier guard of this tag goes in the same transaction
-        // (idempotent), and the new rules are inserted in reverse so the
-        // chain's order matches `specs`.
-        let mut lines = delete_lines(&rules(cmd)?, &c, Some("INPUT"));
-        lines.extend(specs.iter().rev().map(|spec| {
+        // The chain is created or emptied, and an earlier guard of this tag
+        // (its jump, or rules of a version without the chain) goes in the
+        // same transaction: idempotent, and never a moment unguarded.
+        let mut lines = vec![format!(":{chain} - [0:0]"), format!("-F {chain}")];
+        lines.extend(delete_lines(&rules(cmd)?, &c, Some("INPUT")));
+        lines.extend(specs.iter().map(|spec| {
             let words: Vec<String> = spec.iter().map(|w| save_word(w)).collect();
-            format!("-I INPUT 1 {}", words.join(" "))
+            format!("-A {chain} {}", words.join(" "))
         }));
+        lines.push(format!("-I INPUT 1 {}", jump_spec(&c, &chain)));
         restore(cmd, &lines)?;
     }
     Ok(())
 }
 
-/// Removes the guard rules (INPUT rules carrying this tag).
+/// The chain holding a tag's guard rules: `HF-GUARD-` and 8 hex digits of
+/// the tag's FNV-1a hash (chain names are limited to 28 characters; one
+/// speaker with NSR per namespace, so one tag).
+pub fn guard_chain(tag: &str) -> String {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in tag.bytes() {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    format!("HF-GUARD-{h:08x}")
+}
+
+/// The rule that sends `INPUT` to the guard chain.
+fn jump_spec(comment: &str, chain: &str) -> String {
+    format!("-m comment --comment {} -j {chain}", save_word(comment))
+}
+
+/// Removes the guard: its jump from INPUT and its chain (and any INPUT
+/// rule carrying this tag).
 pub fn remove_guard(tag: &str) -> io::Result<()> {
-    remove(tag, Some("INPUT"))
+    let c = comment(tag)?;
+    let chain = guard_chain(tag);
+    let mut first_err = None;
+    for cmd in FAMILIES {
+        // One transaction, nothing listed: the jump, then the chain.
+        let fast = [
+            format!("-D INPUT {}", jump_spec(&c, &chain)),
+            format!("-F {chain}"),
+            format!("-X {chain}"),
+        ];
+        if restore(cmd, &fast).is_ok() {
+            continue;
+        }
+        // No guard in this family, or not as installed (two jumps, rules
+        // of an earlier version): every tagged rule of INPUT and the chain.
+        if let Err(e) = remove_family(cmd, &c, Some(&["INPUT", &chain])) {
+            first_err.get_or_insert(e);
+        }
+        drop_chain(cmd, &chain);
+    }
+    match first_err {
+        None => Ok(()),
+        Some(e) => Err(e),
+    }
+}
+
+/// Deletes `chain` if it exists and is empty and unreferenced.
+fn drop_chain(cmd: &str, chain: &str) {
+    let _ = run(cmd, &["-t".into(), TABLE.into(), "-X".into(), chain.into()]);
 }
 
 /// Removes every rule carrying this tag (every chain of the filter table,
 /// IPv4 and IPv6).
 pub fn remove_all(tag: &str) -> io::Result<()> {
-    remove(tag, None)
+    let c = comment(tag)?;
+    let mut first_err = None;
+    for cmd in FAMILIES {
+        if let Err(e) = remove_family(cmd, &c, None) {
+            first_err.get_or_insert(e);
+        }
+        drop_chain(cmd, &guard_chain(tag));
+    }
+    match first_err {
+        None => Ok(()),
+        Some(e) => Err(e),
+    }
 }
 
 /// The rules (as `iptables -S` prints them) carrying this tag.
@@ -362,28 +429,28 @@ fn split(line: &str) -> Vec<String> {
     words
 }
 
-fn remove(tag: &str, only_chain: Option<&str>) -> io::Result<()> {
-    let c = comment(tag)?;
+/// Deletes the rules of `cmd`'s filter table carrying `comment` (in
+/// `chains` if given): one transaction, or rule by rule if it fails.
+fn remove_family(cmd: &str, comment: &str, chains: Option<&[&str]>) -> io::Result<()> {
+    let listed = rules(cmd)?;
+    let lines: Vec<String> = match chains {
+        None => delete_lines(&listed, comment, None),
+        Some(cs) => cs
+            .iter()
+            .flat_map(|ch| delete_lines(&listed, comment, Some(ch)))
+            .collect(),
+    };
+    if restore(cmd, &lines).is_ok() {
+        return Ok(());
+    }
+    // The transaction failed as a whole (a rule went meanwhile): every
+    // rule on its own, so the others still go.
     let mut first_err = None;
-    for cmd in FAMILIES {
-        let lines = match rules(cmd) {
-            Ok(l) => delete_lines(&l, &c, only_chain),
-            Err(e) => {
-                first_err.get_or_insert(e);
-                continue;
-            }
-        };
-        if restore(cmd, &lines).is_ok() {
-            continue;
-        }
-        // The transaction failed as a whole (a rule went meanwhile): every
-        // rule on its own, so the others still go.
-        for line in lines {
-            let mut args = vec!["-t".into(), TABLE.into()];
-            args.extend(split(&line));
-            if let Err(e) = run_ok(cmd, &args) {
-                first_err.get_or_insert(e);
-            }
+    for line in lines {
+        let mut args = vec!["-t".into(), TABLE.into()];
+        args.extend(split(&line));
+        if let Err(e) = run_ok(cmd, &args) {
+            first_err.get_or_insert(e);
         }
     }
     match first_err {
@@ -437,7 +504,9 @@ mod tests {
         let d = delete_lines(&listed, "holdfast:x", Some("INPUT"));
         assert_eq!(
             d,
-            vec![r#"-D INPUT -s 192.0.2.1/32 -p tcp -m tcp --sport 179 -m comment --comment "holdfast:x" -j DROP"#]
+            vec![
+                r#"-D INPUT -s 192.0.2.1/32 -p tcp -m tcp --sport 179 -m comment --comment "holdfast:x" -j DROP"#
+            ]
         );
         assert_eq!(delete_lines(&listed, "holdfast:x", None).len(), 2);
         assert_eq!(restore_input(&d), format!("*filter\n{}\nCOMMIT\n", d[0]));
@@ -445,6 +514,18 @@ mod tests {
         assert_eq!(save_word("a b"), "\"a b\"");
         assert_eq!(save_word("").len(), 2);
         assert_eq!(split(&save_word("a \"q\" b")), vec!["a \"q\" b"]);
+    }
+
+    #[test]
+    fn guard_chain_names_fit_iptables() {
+        let a = guard_chain("edge-1");
+        assert!(a.starts_with("HF-GUARD-") && a.len() == 17, "{a}");
+        assert_eq!(a, guard_chain("edge-1"));
+        assert_ne!(a, guard_chain("edge-2"));
+        assert_eq!(
+            jump_spec("holdfast:x", &a),
+            format!("-m comment --comment holdfast:x -j {a}")
+        );
     }
 
     #[test]
