@@ -206,7 +206,11 @@ pub fn many_run(
         .map(|i| (session_addr(i), FIRST_AS + i as u32, "none"))
         .collect();
     neighbors.push((topo.peer.v4, MON_AS, "all"));
-    let cfg = config_with(&topo, redis.as_ref().map(|r| r.url()).as_deref(), &neighbors);
+    let cfg = config_with(
+        &topo,
+        redis.as_ref().map(|r| r.url()).as_deref(),
+        &neighbors,
+    );
     let hf = Holdfastd::start(&mut lab, topo.a.id, "hf0", &cfg)?;
     let svc = IpAddr::V4(topo.service_v4);
     let mon = tester(&lab, topo.peer.id, topo.peer.v4, svc, MON_AS)?;
@@ -279,8 +283,7 @@ pub fn many_run(
     };
     let peak = peak_rss_kb(&[hf_pid]);
     for s in senders {
-        s.join()
-            .map_err(|_| anyhow::anyhow!("sender panicked"))??;
+        s.join().map_err(|_| anyhow::anyhow!("sender panicked"))??;
     }
     let mut sample = ManySample {
         learn,
@@ -559,7 +562,10 @@ pub fn bench(
     let m = |v: &[(ManySample, String)], f: &dyn Fn(&ManySample) -> f64| {
         median(&v.iter().map(|(s, _)| f(s)).collect::<Vec<_>>())
     };
-    let _ = writeln!(r, "\n| median | NSR off | NSR on | ratio |\n|---|---|---|---|");
+    let _ = writeln!(
+        r,
+        "\n| median | NSR off | NSR on | ratio |\n|---|---|---|---|"
+    );
     type Metric<'a> = (&'a str, &'a dyn Fn(&ManySample) -> f64);
     let metrics: [Metric; 3] = [
         ("learn (s)", &|s| s.learn.as_secs_f64()),
@@ -580,7 +586,11 @@ pub fn bench(
             );
         }
         if let Some((keys, used)) = s.store {
-            let _ = writeln!(r, "Redis: {keys} keys, used_memory {} MB.", used / (1 << 20));
+            let _ = writeln!(
+                r,
+                "Redis: {keys} keys, used_memory {} MB.",
+                used / (1 << 20)
+            );
         }
     }
     let _ = writeln!(
