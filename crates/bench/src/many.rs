@@ -19,6 +19,7 @@
 //! (a reader and a keepalive thread each) and the senders are four threads.
 
 use crate::takeover::{config_with, show_nsr, tester, Backup, MON_AS};
+use crate::learn::Perf;
 use crate::util::{cpu_secs, peak_rss_kb};
 use anyhow::{bail, Context, Result};
 use holdfast_lab::{
@@ -252,6 +253,12 @@ pub fn many_run(
     drop(work);
     let hf_pid = hf.pid(&lab);
     let redis_pid = redis.as_ref().map(|r| r.pid());
+    // HOLDFAST_BENCH_PERF=FILE: `perf record` of holdfastd while it
+    // learns, into FILE.nsr-on / FILE.nsr-off (each run overwrites).
+    let perf = std::env::var("HOLDFAST_BENCH_PERF").ok().and_then(|f| {
+        let out = format!("{f}.nsr-{}", if nsr { "on" } else { "off" });
+        Perf::start_to(&[hf_pid], &out)
+    });
     let cpu0 = cpu_secs(&[hf_pid]);
     let rcpu0 = redis_pid.map(|p| cpu_secs(&[p]));
     let t0 = Instant::now();
@@ -282,6 +289,9 @@ pub fn many_run(
         _ => None,
     };
     let peak = peak_rss_kb(&[hf_pid]);
+    if let Some(p) = perf {
+        p.stop();
+    }
     for s in senders {
         s.join().map_err(|_| anyhow::anyhow!("sender panicked"))??;
     }
