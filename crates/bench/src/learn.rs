@@ -91,16 +91,21 @@ fn with_next_hop(w: &Workload, nh: Ipv4Addr) -> Workload {
 /// `perf record` of the DUT's processes (with call graphs) while the routes
 /// are learned, when `HOLDFAST_BENCH_PERF` names the output file (profiling
 /// aid; each run overwrites it).
-struct Perf(std::process::Child);
+pub(crate) struct Perf(std::process::Child);
 
 impl Perf {
     fn start(pids: &[u32]) -> Option<Perf> {
         let out = std::env::var("HOLDFAST_BENCH_PERF").ok()?;
+        Perf::start_to(pids, &out)
+    }
+
+    /// `perf record` of `pids` into `out`.
+    pub(crate) fn start_to(pids: &[u32], out: &str) -> Option<Perf> {
         let list: Vec<String> = pids.iter().map(u32::to_string).collect();
         // `HOLDFAST_BENCH_PERF_CALL_GRAPH=dwarf` when frame pointers are missing.
         let graph = std::env::var("HOLDFAST_BENCH_PERF_CALL_GRAPH").unwrap_or_else(|_| "fp".into());
         let child = std::process::Command::new("perf")
-            .args(["record", "--call-graph", &graph, "-q", "-o", &out])
+            .args(["record", "--call-graph", &graph, "-q", "-o", out])
             .args(["-p", &list.join(",")])
             .stdout(std::process::Stdio::null())
             .spawn();
@@ -117,7 +122,7 @@ impl Perf {
         }
     }
 
-    fn stop(mut self) {
+    pub(crate) fn stop(mut self) {
         let _ = std::process::Command::new("kill")
             .args(["-INT", &self.0.id().to_string()])
             .status();

@@ -56,6 +56,7 @@ pub mod dut;
 pub mod fanout;
 pub mod figures;
 pub mod learn;
+pub mod many;
 pub mod mrt;
 pub mod originate;
 pub mod report;

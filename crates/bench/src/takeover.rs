@@ -26,7 +26,9 @@ pub const INJ_AS: u32 = 65001;
 /// The monitor's AS.
 pub const MON_AS: u32 = 65002;
 
-fn tester(
+/// A tester session from `local` (inside `host`'s namespace) to `to`,
+/// retrying for up to 30 s while the speaker is not yet accepting.
+pub(crate) fn tester(
     lab: &Lab,
     host: holdfast_lab::HostId,
     local: Ipv4Addr,
@@ -59,13 +61,31 @@ fn tester(
 }
 
 fn config(topo: &NsrTopo, redis: Option<&str>) -> String {
-    let extra = format!(
-        "[[neighbor]]\naddress = \"{}\"\nremote_asn = {INJ_AS}\nlocal_address = \"{svc}\"\npassive = true\nimport = \"all\"\nexport = \"none\"\n\
-         [[neighbor]]\naddress = \"{}\"\nremote_asn = {MON_AS}\nlocal_address = \"{svc}\"\npassive = true\nimport = \"all\"\nexport = \"all\"\n",
-        topo.feed.v4,
-        topo.peer.v4,
-        svc = topo.service_v4
-    );
+    config_with(
+        topo,
+        redis,
+        &[
+            (topo.feed.v4, INJ_AS, "none"),
+            (topo.peer.v4, MON_AS, "all"),
+        ],
+    )
+}
+
+/// The bench's holdfastd configuration: one passive neighbour per
+/// `(address, AS, export)` (import all), every session from the service
+/// address; with `redis` its `[nsr]` table, without it none (NSR off).
+pub(crate) fn config_with(
+    topo: &NsrTopo,
+    redis: Option<&str>,
+    neighbors: &[(Ipv4Addr, u32, &str)],
+) -> String {
+    let mut extra = String::new();
+    for (addr, asn, export) in neighbors {
+        extra.push_str(&format!(
+            "[[neighbor]]\naddress = \"{addr}\"\nremote_asn = {asn}\nlocal_address = \"{svc}\"\npassive = true\nimport = \"all\"\nexport = \"{export}\"\n",
+            svc = topo.service_v4
+        ));
+    }
     let full = nsr_config(
         topo,
         redis.unwrap_or("redis://127.0.0.1:1"),
@@ -136,7 +156,7 @@ fn wait_caught_up(sb: &Holdfastd, lab: &Lab, n: usize) -> Result<()> {
     }
 }
 
-fn show_nsr(hf: &Holdfastd, lab: &Lab) -> Result<serde_json::Value> {
+pub(crate) fn show_nsr(hf: &Holdfastd, lab: &Lab) -> Result<serde_json::Value> {
     let v = hf.cli_json(lab, &["show", "nsr"])?;
     Ok(v.get("ok").and_then(|b| b.get("nsr")).cloned().unwrap_or(v))
 }

@@ -9,6 +9,15 @@
 //!
 //! The commands run in the network namespace of the *calling thread*.
 //!
+//! The rebuild guard has two rules per peer and port; with hundreds of
+//! sessions one `iptables` process per rule took seconds of a takeover, so
+//! the guard is installed and removed in one `iptables-restore --noflush`
+//! transaction per family (one process, atomic). Its rules live in a chain
+//! of their own ([`guard_chain`]) that one tagged rule at the head of
+//! `INPUT` jumps to: lifting the guard deletes that jump and the chain
+//! without listing or matching a thousand rules one by one (which
+//! `iptables-nft` does in time proportional to the chain for each rule).
+//!
 //! The `NFQUEUE` rules have no `--queue-bypass`: when no process is bound to
 //! the queue (the speaker died), the kernel drops the matching packets. That
 //! is deliberate (a dying primary's FIN or RST must not reach the peer), and
@@ -16,8 +25,9 @@
 //! is shut down on purpose, or all BGP traffic on the host stops.
 
 use std::io;
+use std::io::Write as _;
 use std::net::IpAddr;
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 const FAMILIES: [&str; 2] = ["iptables", "ip6tables"];
 const TABLE: &str = "filter";
@@ -57,6 +67,82 @@ fn run_ok(cmd: &str, args: &[String]) -> io::Result<()> {
             String::from_utf8_lossy(&out.stderr).trim()
         )))
     }
+}
+
+/// A rule word as `iptables-save` writes it (quoted when needed).
+fn save_word(w: &str) -> String {
+    if !w.is_empty()
+        && !w
+            .chars()
+            .any(|c| c.is_whitespace() || c == '"' || c == '\\')
+    {
+        return w.to_string();
+    }
+    let mut q = String::from("\"");
+    for c in w.chars() {
+        if c == '"' || c == '\\' {
+            q.push('\\');
+        }
+        q.push(c);
+    }
+    q.push('"');
+    q
+}
+
+/// The `iptables-restore` input that applies `lines` (rule commands in
+/// `iptables-save` syntax, e.g. `-I INPUT 1 ...`, `-D INPUT ...`) to the
+/// filter table in one transaction.
+fn restore_input(lines: &[String]) -> String {
+    let mut input = format!("*{TABLE}\n");
+    for l in lines {
+        input.push_str(l);
+        input.push('\n');
+    }
+    input.push_str("COMMIT\n");
+    input
+}
+
+/// Applies `lines` with `<cmd>-restore -w --noflush`: one process, all or
+/// nothing.
+fn restore(cmd: &str, lines: &[String]) -> io::Result<()> {
+    if lines.is_empty() {
+        return Ok(());
+    }
+    let prog = format!("{cmd}-restore");
+    let mut child = Command::new(&prog)
+        .args(["-w", "--noflush"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| io::Error::new(e.kind(), format!("{prog}: {e}")))?;
+    let written = match child.stdin.take() {
+        Some(mut stdin) => stdin.write_all(restore_input(lines).as_bytes()),
+        None => Err(io::Error::other("no stdin")),
+    };
+    let out = child.wait_with_output()?;
+    written.map_err(|e| io::Error::new(e.kind(), format!("{prog}: writing the rules: {e}")))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(io::Error::other(format!(
+            "{prog} ({} rule commands, the first `{}`): {}",
+            lines.len(),
+            lines[0],
+            String::from_utf8_lossy(&out.stderr).trim()
+        )))
+    }
+}
+
+/// The `-D` commands for the rules listed by `-S` that carry `comment`
+/// (in `only_chain` if given).
+fn delete_lines(listed: &[String], comment: &str, only_chain: Option<&str>) -> Vec<String> {
+    listed
+        .iter()
+        .filter(|l| carries(l, comment))
+        .filter(|l| only_chain.is_none_or(|ch| split(l).get(1).map(String::as_str) == Some(ch)))
+        .filter_map(|l| l.strip_prefix("-A ").map(|rest| format!("-D {rest}")))
+        .collect()
 }
 
 /// Inserts `spec` at the head of `chain` unless an identical rule exists.
@@ -143,32 +229,103 @@ pub fn install_gate(tag: &str, queue_num: u16, ports: &[u16]) -> io::Result<()> 
 /// port open to everyone else meanwhile (the host agents' probes).
 pub fn install_guard(tag: &str, ports: &[u16], peers: &[IpAddr]) -> io::Result<()> {
     let c = comment(tag)?;
+    let chain = guard_chain(tag);
     let target = ["-j", "DROP"];
-    if peers.is_empty() {
-        return install("INPUT", &port_specs(ports, &[], &[], &c, &target));
-    }
     for (cmd, v6) in [("iptables", false), ("ip6tables", true)] {
-        let mut specs = Vec::new();
-        for p in peers.iter().filter(|p| p.is_ipv6() == v6) {
-            let src = p.to_string();
-            specs.extend(port_specs(ports, &["-s", &src], &[], &c, &target));
+        let specs = if peers.is_empty() {
+            port_specs(ports, &[], &[], &c, &target)
+        } else {
+            let mut specs = Vec::new();
+            for p in peers.iter().filter(|p| p.is_ipv6() == v6) {
+                let src = p.to_string();
+                specs.extend(port_specs(ports, &["-s", &src], &[], &c, &target));
+            }
+            specs
+        };
+        if specs.is_empty() {
+            continue;
         }
-        for spec in specs.iter().rev() {
-            ensure(cmd, "INPUT", spec)?;
-        }
+        // The chain is created or emptied, and an earlier guard of this tag
+        // (its jump, or rules of a version without the chain) goes in the
+        // same transaction: idempotent, and never a moment unguarded.
+        let mut lines = vec![format!(":{chain} - [0:0]"), format!("-F {chain}")];
+        lines.extend(delete_lines(&rules(cmd)?, &c, Some("INPUT")));
+        lines.extend(specs.iter().map(|spec| {
+            let words: Vec<String> = spec.iter().map(|w| save_word(w)).collect();
+            format!("-A {chain} {}", words.join(" "))
+        }));
+        lines.push(format!("-I INPUT 1 {}", jump_spec(&c, &chain)));
+        restore(cmd, &lines)?;
     }
     Ok(())
 }
 
-/// Removes the guard rules (INPUT rules carrying this tag).
+/// The chain holding a tag's guard rules: `HF-GUARD-` and 8 hex digits of
+/// the tag's FNV-1a hash (chain names are limited to 28 characters; one
+/// speaker with NSR per namespace, so one tag).
+pub fn guard_chain(tag: &str) -> String {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in tag.bytes() {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    format!("HF-GUARD-{h:08x}")
+}
+
+/// The rule that sends `INPUT` to the guard chain.
+fn jump_spec(comment: &str, chain: &str) -> String {
+    format!("-m comment --comment {} -j {chain}", save_word(comment))
+}
+
+/// Removes the guard: its jump from INPUT and its chain (and any INPUT
+/// rule carrying this tag).
 pub fn remove_guard(tag: &str) -> io::Result<()> {
-    remove(tag, Some("INPUT"))
+    let c = comment(tag)?;
+    let chain = guard_chain(tag);
+    let mut first_err = None;
+    for cmd in FAMILIES {
+        // One transaction, nothing listed: the jump, then the chain.
+        let fast = [
+            format!("-D INPUT {}", jump_spec(&c, &chain)),
+            format!("-F {chain}"),
+            format!("-X {chain}"),
+        ];
+        if restore(cmd, &fast).is_ok() {
+            continue;
+        }
+        // No guard in this family, or not as installed (two jumps, rules
+        // of an earlier version): every tagged rule of INPUT and the chain.
+        if let Err(e) = remove_family(cmd, &c, Some(&["INPUT", &chain])) {
+            first_err.get_or_insert(e);
+        }
+        drop_chain(cmd, &chain);
+    }
+    match first_err {
+        None => Ok(()),
+        Some(e) => Err(e),
+    }
+}
+
+/// Deletes `chain` if it exists and is empty and unreferenced.
+fn drop_chain(cmd: &str, chain: &str) {
+    let _ = run(cmd, &["-t".into(), TABLE.into(), "-X".into(), chain.into()]);
 }
 
 /// Removes every rule carrying this tag (every chain of the filter table,
 /// IPv4 and IPv6).
 pub fn remove_all(tag: &str) -> io::Result<()> {
-    remove(tag, None)
+    let c = comment(tag)?;
+    let mut first_err = None;
+    for cmd in FAMILIES {
+        if let Err(e) = remove_family(cmd, &c, None) {
+            first_err.get_or_insert(e);
+        }
+        drop_chain(cmd, &guard_chain(tag));
+    }
+    match first_err {
+        None => Ok(()),
+        Some(e) => Err(e),
+    }
 }
 
 /// The rules (as `iptables -S` prints them) carrying this tag.
@@ -272,31 +429,28 @@ fn split(line: &str) -> Vec<String> {
     words
 }
 
-fn remove(tag: &str, only_chain: Option<&str>) -> io::Result<()> {
-    let c = comment(tag)?;
+/// Deletes the rules of `cmd`'s filter table carrying `comment` (in
+/// `chains` if given): one transaction, or rule by rule if it fails.
+fn remove_family(cmd: &str, comment: &str, chains: Option<&[&str]>) -> io::Result<()> {
+    let listed = rules(cmd)?;
+    let lines: Vec<String> = match chains {
+        None => delete_lines(&listed, comment, None),
+        Some(cs) => cs
+            .iter()
+            .flat_map(|ch| delete_lines(&listed, comment, Some(ch)))
+            .collect(),
+    };
+    if restore(cmd, &lines).is_ok() {
+        return Ok(());
+    }
+    // The transaction failed as a whole (a rule went meanwhile): every
+    // rule on its own, so the others still go.
     let mut first_err = None;
-    for cmd in FAMILIES {
-        let lines = match rules(cmd) {
-            Ok(l) => l,
-            Err(e) => {
-                first_err.get_or_insert(e);
-                continue;
-            }
-        };
-        for line in lines {
-            if !carries(&line, &c) {
-                continue;
-            }
-            let mut words = split(&line);
-            if only_chain.is_some_and(|ch| words.get(1).map(String::as_str) != Some(ch)) {
-                continue;
-            }
-            words[0] = "-D".into();
-            let mut args = vec!["-t".into(), TABLE.into()];
-            args.extend(words);
-            if let Err(e) = run_ok(cmd, &args) {
-                first_err.get_or_insert(e);
-            }
+    for line in lines {
+        let mut args = vec!["-t".into(), TABLE.into()];
+        args.extend(split(&line));
+        if let Err(e) = run_ok(cmd, &args) {
+            first_err.get_or_insert(e);
         }
     }
     match first_err {
@@ -337,6 +491,40 @@ mod tests {
         assert_eq!(
             holdfast_tag("-A INPUT -m comment --comment other -j DROP"),
             None
+        );
+    }
+
+    #[test]
+    fn restore_input_deletes_and_inserts_in_one_transaction() {
+        let listed = vec![
+            r#"-A INPUT -s 192.0.2.1/32 -p tcp -m tcp --sport 179 -m comment --comment "holdfast:x" -j DROP"#.to_string(),
+            r#"-A OUTPUT -p tcp -m tcp --sport 179 -m comment --comment "holdfast:x" -j NFQUEUE --queue-num 3"#.to_string(),
+            r#"-A INPUT -m comment --comment "holdfast:y" -j DROP"#.to_string(),
+        ];
+        let d = delete_lines(&listed, "holdfast:x", Some("INPUT"));
+        assert_eq!(
+            d,
+            vec![
+                r#"-D INPUT -s 192.0.2.1/32 -p tcp -m tcp --sport 179 -m comment --comment "holdfast:x" -j DROP"#
+            ]
+        );
+        assert_eq!(delete_lines(&listed, "holdfast:x", None).len(), 2);
+        assert_eq!(restore_input(&d), format!("*filter\n{}\nCOMMIT\n", d[0]));
+        assert_eq!(save_word("holdfast:x"), "holdfast:x");
+        assert_eq!(save_word("a b"), "\"a b\"");
+        assert_eq!(save_word("").len(), 2);
+        assert_eq!(split(&save_word("a \"q\" b")), vec!["a \"q\" b"]);
+    }
+
+    #[test]
+    fn guard_chain_names_fit_iptables() {
+        let a = guard_chain("edge-1");
+        assert!(a.starts_with("HF-GUARD-") && a.len() == 17, "{a}");
+        assert_eq!(a, guard_chain("edge-1"));
+        assert_ne!(a, guard_chain("edge-2"));
+        assert_eq!(
+            jump_spec("holdfast:x", &a),
+            format!("-m comment --comment holdfast:x -j {a}")
         );
     }
 

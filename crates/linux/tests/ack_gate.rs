@@ -507,7 +507,9 @@ fn guard_suppresses_rst() {
         let peer: std::net::IpAddr = "127.0.0.1".parse().unwrap();
         rules::install_guard("t-guard", &[PORT], &[peer]).unwrap();
         rules::install_guard("t-guard", &[PORT], &[peer]).unwrap(); // idempotent
-        assert_eq!(rules::list("t-guard").unwrap().len(), 6);
+                                                                    // 4 gate rules, the 2 guard rules in their chain, the jump to it.
+        let listed = rules::list("t-guard").unwrap();
+        assert_eq!(listed.len(), 7, "{listed:#?}");
         let e = TcpStream::connect_timeout(&to, Duration::from_millis(700)).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::TimedOut, "no RST while guarded: {e}");
 

@@ -120,6 +120,10 @@ pub struct View {
     /// Longest interval between two received messages after establishment.
     pub max_gap: Duration,
     pub closed: bool,
+    /// Arrival times of the messages received since
+    /// [`Peer::record_arrivals`], at most that many.
+    pub arrivals: Vec<Instant>,
+    arrivals_cap: usize,
 }
 
 impl View {
@@ -347,6 +351,14 @@ impl Peer {
         f(&self.shared.view.lock().expect("view"))
     }
 
+    /// From now on, records the arrival time of each received message in
+    /// [`View::arrivals`] (cleared first), up to `cap` of them.
+    pub fn record_arrivals(&self, cap: usize) {
+        let mut v = self.shared.view.lock().expect("view");
+        v.arrivals.clear();
+        v.arrivals_cap = cap;
+    }
+
     pub fn route_count(&self) -> usize {
         self.view(|v| v.routes.len())
     }
@@ -473,6 +485,9 @@ fn apply(shared: &Shared, t: u8, body: &[u8], ctx: &CodecCtx) {
         v.max_gap = v.max_gap.max(now - last);
     }
     v.last_message = Some(now);
+    if v.arrivals.len() < v.arrivals_cap {
+        v.arrivals.push(now);
+    }
     match t {
         msg_type::KEEPALIVE => v.keepalives += 1,
         msg_type::NOTIFICATION => match decode_notification(body) {

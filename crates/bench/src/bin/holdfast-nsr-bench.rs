@@ -23,6 +23,8 @@ use holdfast_tester::workload::Kind;
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use holdfast_bench::many;
+
 const DEADLINE: Duration = Duration::from_secs(300);
 
 #[derive(Parser, Debug)]
@@ -40,6 +42,14 @@ struct Args {
     /// Workload: packed, realistic or dfz.
     #[arg(long, default_value = "packed")]
     kind: String,
+    /// Many sessions in one unit instead of the sizes: this many injector
+    /// sessions (1..=1000), each sending --routes-per-session routes of
+    /// its own, re-advertised to one monitor.
+    #[arg(long)]
+    sessions: Option<usize>,
+    /// Routes each injector session sends (with --sessions; k/M suffixes).
+    #[arg(long, default_value = "1k")]
+    routes_per_session: String,
 }
 
 fn parse_size(s: &str) -> Result<usize> {
@@ -168,6 +178,12 @@ fn takeover_table(report: &mut String, size: &str, all: &[(Backup, Takeover)]) {
 fn main() -> Result<()> {
     let args = Args::parse();
     let kind: Kind = args.kind.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
+    if let Some(sessions) = args.sessions {
+        let per = parse_size(&args.routes_per_session)?;
+        let report = many::bench(sessions, per, args.runs, kind, DEADLINE)?;
+        println!("\n{report}");
+        return Ok(());
+    }
     let mut report = String::new();
     let _ = writeln!(
         report,

@@ -1,0 +1,674 @@
+//! Many sessions in one unit (issue 12, `holdfast-nsr-bench --sessions S
+//! --routes-per-session R`): S passive neighbours in one holdfastd, each
+//! fed R distinct routes by its own tester session, all re-advertised to
+//! one monitor; NSR off against on (learning time, holdfastd's CPU seconds
+//! and peak RSS), then a takeover (cold or preheated) timed at every
+//! tester session.
+//!
+//! ```text
+//!   bridge lan 198.18.0.0/24
+//!   [ peer ] .1   monitor tester (AS 65002): receives S × R routes (export all)
+//!   [ redis ] .2  redis-server (NSR on)
+//!   [ a ] .3 / [ b ] .4   holdfastd primary / backup, service address .10,
+//!                 route 100.64.0.0/22 via .5
+//!   [ feed ] .5   S injector testers, 100.64.0.1 … (one /32 each, AS
+//!                 4210000000 + i), R routes each (export none to them)
+//! ```
+//!
+//! Every wait has a deadline; the testers are threads of this process
+//! (a reader and a keepalive thread each) and the senders are four threads.
+
+use crate::takeover::{config_with, show_nsr, tester, Backup, MON_AS};
+use crate::learn::Perf;
+use crate::util::{cpu_secs, peak_rss_kb};
+use anyhow::{bail, Context, Result};
+use holdfast_lab::{
+    Fence, Holdfastd, Lab, LabOrchestrator, NsrTopo, Orchestrator, Redis, StartOpts,
+};
+use holdfast_tester::workload::{generate, Kind, Workload};
+use holdfast_tester::{encode_routes, Peer as Tester};
+use holdfast_wire::{AsSegment, Prefix};
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The injectors' addresses: 100.64.0.0/22 on the feed host (inside the
+/// lab's namespaces only), one /32 per session from .0.1 on.
+const FEED_NET: Ipv4Addr = Ipv4Addr::new(100, 64, 0, 0);
+/// Largest session count the /22 holds.
+pub const MAX_SESSIONS: usize = 1000;
+/// First injector AS (4-octet private range, RFC 6996); session i has
+/// `FIRST_AS + i`.
+const FIRST_AS: u32 = 4_210_000_000;
+/// Sender threads.
+const SENDERS: usize = 4;
+
+/// The address of injector session `i`.
+pub fn session_addr(i: usize) -> Ipv4Addr {
+    Ipv4Addr::from(u32::from(FEED_NET) + 1 + i as u32)
+}
+
+/// The routes of `sessions` injectors, `per` distinct prefixes each (one
+/// workload of `sessions × per` routes cut in order), with each session's
+/// AS first in the path and its address as next hop.
+pub fn split_workload(kind: Kind, sessions: usize, per: usize) -> Vec<Workload> {
+    let all = generate(kind, sessions * per, FIRST_AS, FEED_NET);
+    let mut out: Vec<Workload> = vec![Vec::new()];
+    let mut have = 0usize;
+    for (attrs, prefixes) in all {
+        let mut rest: &[Prefix] = &prefixes;
+        while !rest.is_empty() {
+            if have == per {
+                out.push(Vec::new());
+                have = 0;
+            }
+            let i = out.len() - 1;
+            let take = rest.len().min(per - have);
+            let mut a = attrs.clone();
+            a.next_hop = Some(session_addr(i));
+            if let Some(AsSegment::Sequence(path)) = a.as_path.segments.first_mut() {
+                if let Some(first) = path.first_mut() {
+                    *first = FIRST_AS + i as u32;
+                }
+            }
+            out[i].push((a, rest[..take].to_vec()));
+            have += take;
+            rest = &rest[take..];
+        }
+    }
+    out
+}
+
+/// One run's figures.
+pub struct ManySample {
+    /// From the first write until the monitor held every route.
+    pub learn: Duration,
+    /// holdfastd's CPU seconds over that window (`schedstat`).
+    pub cpu_s: f64,
+    /// Redis's CPU seconds over that window (NSR on).
+    pub redis_cpu_s: Option<f64>,
+    /// holdfastd's peak RSS (VmHWM) at the end of that window, kB.
+    pub peak_rss_kb: u64,
+    /// `show nsr` at rest (NSR on).
+    pub nsr: Option<serde_json::Value>,
+    /// Redis keys and `used_memory` at rest (NSR on).
+    pub store: Option<(u64, u64)>,
+    /// The takeover, if one was run.
+    pub takeover: Option<ManyTakeover>,
+}
+
+/// A takeover timed at every tester session.
+pub struct ManyTakeover {
+    /// Per injector session: takeover command → first message from the
+    /// backup (ms), in session order.
+    pub resume_ms: Vec<f64>,
+    /// The same at the monitor.
+    pub monitor_resume_ms: f64,
+    /// Orchestrator total: kill → every session Established at the backup.
+    pub orchestrator_ms: f64,
+    /// holdfastd's own account (`show nsr` takeover phases).
+    pub holdfastd: serde_json::Value,
+    /// What went wrong at the testers (empty: every session kept every
+    /// route, no NOTIFICATION, no close, no withdrawal).
+    pub problems: Vec<String>,
+}
+
+/// Adds the injectors' addresses to the feed host and a route to them on
+/// `a` and `b`.
+fn add_feed_addresses(lab: &Lab, topo: &NsrTopo, sessions: usize) -> Result<()> {
+    let batch = lab.work_dir().join("feed-addrs.batch");
+    let mut s = String::new();
+    for i in 0..sessions {
+        s.push_str(&format!(
+            "address add {}/32 dev {}\n",
+            session_addr(i),
+            topo.feed.ifname
+        ));
+    }
+    std::fs::write(&batch, s).context("writing the address batch")?;
+    let path = batch.to_string_lossy().to_string();
+    lab.exec_ok(topo.feed.id, &["ip", "-batch", &path])?;
+    let via = topo.feed.v4.to_string();
+    for host in [topo.a.id, topo.b.id] {
+        lab.exec_ok(host, &["ip", "route", "add", "100.64.0.0/22", "via", &via])?;
+    }
+    Ok(())
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
+    sorted[i]
+}
+
+/// p50, p99 and max of `v`.
+pub fn spread(v: &[f64]) -> (f64, f64, f64) {
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    (
+        percentile(&s, 0.5),
+        percentile(&s, 0.99),
+        s.last().copied().unwrap_or(f64::NAN),
+    )
+}
+
+/// Waits until a standby follows all `sessions` sessions and has compared
+/// the Adj-RIB-Outs.
+fn wait_caught_up(sb: &Holdfastd, lab: &Lab, sessions: u64) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        let v = show_nsr(sb, lab)?;
+        let s = &v["standby"];
+        if s["sessions"].as_u64() == Some(sessions) && s["prepared"].as_bool() == Some(true) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("the standby did not catch up with {sessions} sessions: {s}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The first arrival after `command` at `t`, if any.
+fn first_after(t: &Tester, command: Instant) -> Option<Instant> {
+    t.view(|v| v.arrivals.iter().copied().find(|a| *a > command))
+}
+
+/// One run: `sessions` injectors of `per` routes of `kind`, NSR on or off;
+/// with a `backup` (NSR on) the primary is then killed and the backup
+/// takes over.
+pub fn many_run(
+    sessions: usize,
+    per: usize,
+    kind: Kind,
+    nsr: bool,
+    backup: Backup,
+    deadline: Duration,
+) -> Result<ManySample> {
+    if sessions == 0 || sessions > MAX_SESSIONS {
+        bail!("--sessions must be 1..={MAX_SESSIONS}");
+    }
+    let mut lab = Lab::new(if nsr { "nsr_many_on" } else { "nsr_many_off" })?;
+    let topo = NsrTopo::build(&mut lab)?;
+    add_feed_addresses(&lab, &topo, sessions)?;
+    let redis = if nsr {
+        Some(Redis::start(
+            &mut lab,
+            topo.redis.id,
+            IpAddr::V4(topo.redis.v4),
+            6379,
+        )?)
+    } else {
+        None
+    };
+    let mut neighbors: Vec<(Ipv4Addr, u32, &str)> = (0..sessions)
+        .map(|i| (session_addr(i), FIRST_AS + i as u32, "none"))
+        .collect();
+    neighbors.push((topo.peer.v4, MON_AS, "all"));
+    let cfg = config_with(
+        &topo,
+        redis.as_ref().map(|r| r.url()).as_deref(),
+        &neighbors,
+    );
+    let hf = Holdfastd::start(&mut lab, topo.a.id, "hf0", &cfg)?;
+    let svc = IpAddr::V4(topo.service_v4);
+    let mon = tester(&lab, topo.peer.id, topo.peer.v4, svc, MON_AS)?;
+    let mut injs = Vec::with_capacity(sessions);
+    for i in 0..sessions {
+        injs.push(tester(
+            &lab,
+            topo.feed.id,
+            session_addr(i),
+            svc,
+            FIRST_AS + i as u32,
+        )?);
+    }
+    hf.wait_all_established(Duration::from_secs(60))?;
+    let mut standby = match (&redis, backup) {
+        (Some(_), Backup::Preheated) => Some(Holdfastd::start_with(
+            &mut lab,
+            topo.b.id,
+            "hf1",
+            &cfg,
+            &StartOpts {
+                standby: true,
+                ..StartOpts::default()
+            },
+        )?),
+        _ => None,
+    };
+    let work = split_workload(kind, sessions, per);
+    let total: usize = work
+        .iter()
+        .map(|w| w.iter().map(|(_, p)| p.len()).sum::<usize>())
+        .sum();
+    let mut streams: Vec<Vec<(Arc<Tester>, Vec<u8>)>> = (0..SENDERS).map(|_| Vec::new()).collect();
+    for (i, (w, inj)) in work.iter().zip(&injs).enumerate() {
+        let mut bytes = Vec::new();
+        encode_routes(w, &inj.ctx, &mut bytes);
+        streams[i % SENDERS].push((inj.clone(), bytes));
+    }
+    drop(work);
+    let hf_pid = hf.pid(&lab);
+    let redis_pid = redis.as_ref().map(|r| r.pid());
+    // HOLDFAST_BENCH_PERF=FILE: `perf record` of holdfastd while it
+    // learns, into FILE.nsr-on / FILE.nsr-off (each run overwrites).
+    let perf = std::env::var("HOLDFAST_BENCH_PERF").ok().and_then(|f| {
+        let out = format!("{f}.nsr-{}", if nsr { "on" } else { "off" });
+        Perf::start_to(&[hf_pid], &out)
+    });
+    let cpu0 = cpu_secs(&[hf_pid]);
+    let rcpu0 = redis_pid.map(|p| cpu_secs(&[p]));
+    let t0 = Instant::now();
+    let senders: Vec<_> = streams
+        .into_iter()
+        .map(|list| {
+            std::thread::spawn(move || -> Result<()> {
+                for (t, bytes) in &list {
+                    t.send_stream(bytes)?;
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    while mon.route_count() < total {
+        if t0.elapsed() > deadline {
+            bail!(
+                "monitor holds {} of {total} after {deadline:?}",
+                mon.route_count()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let learn = t0.elapsed();
+    let cpu_s = cpu_secs(&[hf_pid]) - cpu0;
+    let redis_cpu_s = match (redis_pid, rcpu0) {
+        (Some(p), Some(c0)) => Some(cpu_secs(&[p]) - c0),
+        _ => None,
+    };
+    let peak = peak_rss_kb(&[hf_pid]);
+    if let Some(p) = perf {
+        p.stop();
+    }
+    for s in senders {
+        s.join().map_err(|_| anyhow::anyhow!("sender panicked"))??;
+    }
+    let mut sample = ManySample {
+        learn,
+        cpu_s,
+        redis_cpu_s,
+        peak_rss_kb: peak,
+        nsr: None,
+        store: None,
+        takeover: None,
+    };
+    if let Some(redis) = &redis {
+        let until = Instant::now() + Duration::from_secs(60);
+        loop {
+            let v = show_nsr(&hf, &lab)?;
+            let idle = v["sessions"]
+                .as_array()
+                .is_some_and(|s| s.iter().all(|x| x["lag_ops"] == 0));
+            if idle || Instant::now() > until {
+                sample.nsr = Some(v);
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let keys = redis.cli(&lab, &["DBSIZE"])?.trim().parse().unwrap_or(0);
+        let info = redis.cli(&lab, &["INFO", "memory"])?;
+        let used = info
+            .lines()
+            .find_map(|l| l.strip_prefix("used_memory:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        sample.store = Some((keys, used));
+        if backup != Backup::None {
+            sample.takeover = Some(take_over(
+                &mut lab,
+                &topo,
+                &hf,
+                standby.take(),
+                &cfg,
+                &Testers {
+                    mon: &mon,
+                    injs: &injs,
+                    total,
+                    per,
+                },
+            )?);
+        }
+    }
+    drop(standby);
+    drop(hf);
+    Ok(sample)
+}
+
+/// The run's tester sessions and what they sent.
+#[derive(Clone, Copy)]
+struct Testers<'a> {
+    mon: &'a Tester,
+    injs: &'a [Arc<Tester>],
+    /// Routes the monitor holds.
+    total: usize,
+    /// Routes per injector.
+    per: usize,
+}
+
+/// SIGKILL of the primary, takeover by `standby` (preheated) or a cold
+/// `holdfastd --takeover` on b, then the checks at every tester.
+fn take_over(
+    lab: &mut Lab,
+    topo: &NsrTopo,
+    hf: &Holdfastd,
+    standby: Option<Holdfastd>,
+    cfg: &str,
+    testers: &Testers,
+) -> Result<ManyTakeover> {
+    let Testers {
+        mon,
+        injs,
+        total,
+        per,
+    } = *testers;
+    let sessions = injs.len() as u64 + 1;
+    let withdrawn0 = mon.view(|v| v.withdrawn);
+    let mut orch = LabOrchestrator::new(topo);
+    let standby = match standby {
+        Some(sb) => {
+            wait_caught_up(&sb, lab, sessions)?;
+            Some(sb)
+        }
+        None => None,
+    };
+    for t in injs {
+        t.record_arrivals(64);
+    }
+    mon.record_arrivals(64);
+    let killed = Instant::now();
+    let (new, times) = match standby {
+        Some(sb) => orch
+            .takeover_standby(lab, hf, sb, Fence::Kill)
+            .map_err(|e| anyhow::anyhow!("standby takeover: {e}"))?,
+        None => orch
+            .takeover(lab, hf, topo.b.id, "hf1", cfg, Fence::Kill)
+            .map_err(|e| anyhow::anyhow!("takeover: {e}"))?,
+    };
+    let command = killed + times.fence;
+    let until = Instant::now() + Duration::from_secs(30);
+    let mut first: Vec<Option<Instant>> = vec![None; injs.len()];
+    let mut mon_first = None;
+    loop {
+        for (slot, t) in first.iter_mut().zip(injs) {
+            if slot.is_none() {
+                *slot = first_after(t, command);
+            }
+        }
+        if mon_first.is_none() {
+            mon_first = first_after(mon, command);
+        }
+        if mon_first.is_some() && first.iter().all(Option::is_some) {
+            break;
+        }
+        if Instant::now() > until {
+            let silent = first.iter().filter(|f| f.is_none()).count();
+            bail!("{silent} injector sessions (monitor: {mon_first:?}) heard nothing from the backup in 30 s");
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let ms = |t: Instant| t.duration_since(command).as_secs_f64() * 1e3;
+    let resume_ms: Vec<f64> = first.iter().flatten().map(|t| ms(*t)).collect();
+    let monitor_resume_ms = mon_first.map(ms).unwrap_or(f64::NAN);
+    // All state resumed: tables rebuilt (reported by holdfastd).
+    let until = Instant::now() + Duration::from_secs(120);
+    let v = loop {
+        let v = show_nsr(&new, lab)?;
+        if v["takeover"]["tables_us"].as_u64().unwrap_or(0) > 0 || Instant::now() > until {
+            break v;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut problems = Vec::new();
+    for (i, t) in injs.iter().enumerate() {
+        let (n, closed) = t.view(|v| (v.notifications.clone(), v.closed));
+        if !n.is_empty() || closed {
+            problems.push(format!(
+                "session {}: notifications {n:?}, closed {closed}",
+                session_addr(i)
+            ));
+        }
+    }
+    let (n, closed, have, withdrawn) = mon.view(|v| {
+        (
+            v.notifications.clone(),
+            v.closed,
+            v.routes.len(),
+            v.withdrawn,
+        )
+    });
+    if !n.is_empty() || closed || have < total || withdrawn != withdrawn0 {
+        problems.push(format!(
+            "monitor: notifications {n:?}, closed {closed}, {have} of {total} routes, {} withdrawn during the takeover",
+            withdrawn - withdrawn0
+        ));
+    }
+    // Every injector's routes are still held by the new primary.
+    for nb in new.neighbors()? {
+        let Ok(addr) = nb.address.parse::<IpAddr>() else {
+            continue;
+        };
+        if addr == IpAddr::V4(topo.peer.v4) {
+            continue;
+        }
+        if nb.state != "Established" || nb.prefixes_received != per as u64 {
+            problems.push(format!(
+                "backup: {addr} {} with {} of {per} routes",
+                nb.state, nb.prefixes_received
+            ));
+        }
+    }
+    let out = ManyTakeover {
+        resume_ms,
+        monitor_resume_ms,
+        orchestrator_ms: times.total.as_secs_f64() * 1e3,
+        holdfastd: v["takeover"].clone(),
+        problems,
+    };
+    drop(new);
+    Ok(out)
+}
+
+/// The load average (1, 5, 15 min) from `/proc/loadavg`.
+pub fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    s.get(s.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// `--sessions S --routes-per-session R`: per run, NSR off, NSR on with a
+/// cold takeover and NSR on with a preheated one, each in its own lab;
+/// returns the Markdown report (progress goes to stdout as it runs).
+pub fn bench(
+    sessions: usize,
+    per: usize,
+    runs: usize,
+    kind: Kind,
+    deadline: Duration,
+) -> Result<String> {
+    use std::fmt::Write as _;
+    let mut off: Vec<(ManySample, String)> = Vec::new();
+    let mut on: Vec<(ManySample, String)> = Vec::new();
+    let mut takeovers: Vec<(Backup, ManyTakeover, String)> = Vec::new();
+    for run in 0..runs {
+        let before = loadavg();
+        let s = many_run(sessions, per, kind, false, Backup::None, deadline)?;
+        let load = format!("{before} → {}", loadavg());
+        println!(
+            "run {run} NSR off: learn {:.3} s, holdfastd CPU {:.2} s, peak RSS {} MB (load {load})",
+            s.learn.as_secs_f64(),
+            s.cpu_s,
+            s.peak_rss_kb / 1024
+        );
+        off.push((s, load));
+        for backup in [Backup::Cold, Backup::Preheated] {
+            let before = loadavg();
+            let mut s = many_run(sessions, per, kind, true, backup, deadline)?;
+            let load = format!("{before} → {}", loadavg());
+            let t = s
+                .takeover
+                .take()
+                .ok_or_else(|| anyhow::anyhow!("no takeover measured"))?;
+            let (p50, p99, max) = spread(&t.resume_ms);
+            println!(
+                "run {run} NSR on, {backup:?} backup: learn {:.3} s, holdfastd CPU {:.2} s, Redis CPU {:.2} s, peak RSS {} MB; takeover: per-session resume p50 {p50:.1} / p99 {p99:.1} / max {max:.1} ms, monitor {:.1} ms, all state {:.1} ms, problems {:?} (load {load})",
+                s.learn.as_secs_f64(),
+                s.cpu_s,
+                s.redis_cpu_s.unwrap_or(0.0),
+                s.peak_rss_kb / 1024,
+                t.monitor_resume_ms,
+                t.holdfastd["tables_us"].as_u64().unwrap_or(0) as f64 / 1e3,
+                t.problems
+            );
+            takeovers.push((backup, t, load.clone()));
+            if backup == Backup::Cold {
+                on.push((s, load));
+            }
+        }
+    }
+    let mut r = String::new();
+    let _ = writeln!(
+        r,
+        "# NSR with many sessions in one unit (`holdfast-nsr-bench --sessions {sessions} --routes-per-session {per} --runs {runs} --kind {kind}`)\n\n\
+         {sessions} injector sessions × {per} routes ({} in all) into one holdfastd, re-advertised to one monitor. \
+         Learning: from the first write until the monitor holds every route. CPU: holdfastd's threads (`schedstat`) over that window. \
+         Peak RSS: holdfastd's VmHWM at its end. NSR on is the run with the cold takeover (the preheated run has a standby following).\n",
+        sessions * per
+    );
+    let _ = writeln!(
+        r,
+        "| run | NSR off: learn (s) / CPU (s) / peak RSS (MB) | NSR on: learn (s) / CPU (s) / peak RSS (MB) / Redis CPU (s) | load average off; on |\n|---|---|---|---|"
+    );
+    for (i, ((a, la), (b, lb))) in off.iter().zip(&on).enumerate() {
+        let _ = writeln!(
+            r,
+            "| {i} | {:.3} / {:.2} / {} | {:.3} / {:.2} / {} / {:.2} | {la}; {lb} |",
+            a.learn.as_secs_f64(),
+            a.cpu_s,
+            a.peak_rss_kb / 1024,
+            b.learn.as_secs_f64(),
+            b.cpu_s,
+            b.peak_rss_kb / 1024,
+            b.redis_cpu_s.unwrap_or(0.0)
+        );
+    }
+    let m = |v: &[(ManySample, String)], f: &dyn Fn(&ManySample) -> f64| {
+        median(&v.iter().map(|(s, _)| f(s)).collect::<Vec<_>>())
+    };
+    let _ = writeln!(
+        r,
+        "\n| median | NSR off | NSR on | ratio |\n|---|---|---|---|"
+    );
+    type Metric<'a> = (&'a str, &'a dyn Fn(&ManySample) -> f64);
+    let metrics: [Metric; 3] = [
+        ("learn (s)", &|s| s.learn.as_secs_f64()),
+        ("holdfastd CPU (s)", &|s| s.cpu_s),
+        ("peak RSS (MB)", &|s| s.peak_rss_kb as f64 / 1024.0),
+    ];
+    for (name, f) in metrics {
+        let (a, b) = (m(&off, f), m(&on, f));
+        let _ = writeln!(r, "| {name} | {a:.3} | {b:.3} | **{:.2}×** |", b / a);
+    }
+    if let Some((s, _)) = on.last() {
+        if let Some(v) = &s.nsr {
+            let _ = writeln!(
+                r,
+                "\nLast NSR-on run at rest: added ACK delay p50 {} µs, p99 {} µs ({} ACKs held); store write p50 {} µs, p99 {} µs over {} writes.",
+                v["ack_delay_p50_us"], v["ack_delay_p99_us"], v["ack_packets_held"],
+                v["store_latency_p50_us"], v["store_latency_p99_us"], v["writes"]
+            );
+        }
+        if let Some((keys, used)) = s.store {
+            let _ = writeln!(
+                r,
+                "Redis: {keys} keys, used_memory {} MB.",
+                used / (1 << 20)
+            );
+        }
+    }
+    let _ = writeln!(
+        r,
+        "\nTakeover (SIGKILL of the primary; cold: `holdfastd --takeover` started after the kill; preheated: `holdfastd --standby` then `nsr takeover`). \
+         Per-session resume: for every injector session, the takeover command → the first message it received from the backup.\n\n\
+         | run | backup | per-session resume p50 / p99 / max (ms) | monitor resume (ms) | claim / load / address wait / TCP restore all / resumed (ms, holdfastd) | all state (ms) | orchestrator total (ms) | sessions (preheated) | checks | load average |\n|---|---|---|---|---|---|---|---|---|---|"
+    );
+    for (i, (b, t, load)) in takeovers.iter().enumerate() {
+        let (p50, p99, max) = spread(&t.resume_ms);
+        let h = &t.holdfastd;
+        let ms = |k: &str| h[k].as_u64().unwrap_or(0) as f64 / 1e3;
+        let checks = if t.problems.is_empty() {
+            "every session kept every route; no NOTIFICATION, close or withdrawal".to_string()
+        } else {
+            t.problems.join("; ")
+        };
+        let _ = writeln!(
+            r,
+            "| {} | {b:?} | {p50:.1} / {p99:.1} / **{max:.1}** | {:.1} | {:.1} / {:.1} / {:.1} / {:.1} / {:.1} | {:.1} | {:.1} | {} ({}) | {checks} | {load} |",
+            i / 2,
+            t.monitor_resume_ms,
+            ms("claim_us"),
+            ms("load_us"),
+            ms("address_wait_us"),
+            ms("tcp_restore_us"),
+            ms("resumed_us"),
+            ms("tables_us"),
+            t.orchestrator_ms,
+            h["sessions"],
+            h["preheated"]
+        );
+    }
+    Ok(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sessions_get_distinct_prefixes_of_their_own() {
+        for kind in [Kind::Packed, Kind::Realistic] {
+            let w = split_workload(kind, 7, 300);
+            assert_eq!(w.len(), 7);
+            let mut seen = std::collections::HashSet::new();
+            for (i, s) in w.iter().enumerate() {
+                let n: usize = s.iter().map(|(_, p)| p.len()).sum();
+                assert_eq!(n, 300, "{kind} session {i}");
+                for (a, ps) in s {
+                    assert_eq!(a.next_hop, Some(session_addr(i)));
+                    match a.as_path.segments.first() {
+                        Some(AsSegment::Sequence(p)) => assert_eq!(p[0], FIRST_AS + i as u32),
+                        other => panic!("{other:?}"),
+                    }
+                    for p in ps {
+                        assert!(seen.insert(*p), "{kind}: {p:?} twice");
+                    }
+                }
+            }
+        }
+        assert_eq!(session_addr(0), Ipv4Addr::new(100, 64, 0, 1));
+        assert_eq!(session_addr(999), Ipv4Addr::new(100, 64, 3, 232));
+    }
+
+    #[test]
+    fn spread_is_p50_p99_max() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(spread(&v), (50.0, 99.0, 100.0));
+    }
+}
