@@ -387,7 +387,14 @@ fn write_refused_by_a_newer_epoch_fences_and_releases_nothing() {
     f.store.with(|s| s.claim()).expect("another speaker claims");
     let (wtx, mut wrx) = mpsc::unbounded_channel();
     f.submit(Some(acked(1)), Then::Confirm(ckey(), 5));
-    f.submit(Some(acked(2)), Then::Write(wtx, Arc::new(b"x".to_vec())));
+    // The thread may already have been fenced by the first write and gone:
+    // then this one is refused, which releases nothing either.
+    let gen = f.gen();
+    let _ = f.tx.send(Item {
+        op: Some(acked(2)),
+        gen,
+        then: Then::Write(wtx, Arc::new(b"x".to_vec())),
+    });
     let ended = f.thread.join().expect("thread");
     let epoch = f.shared.epoch.load(Ordering::SeqCst);
     assert_eq!(
