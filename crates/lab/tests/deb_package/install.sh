@@ -72,15 +72,28 @@ unit_value /lib/systemd/system/holdfastd@.service ExecStart example > "$out/exec
 exec_start=$(head -1 "$out/execstart.txt")
 in_root holdfast config check /etc/holdfast/example.toml > "$out/config-check.txt" 2>&1
 
-# What systemd would do before ExecStart: the RuntimeDirectory and the
-# unit's environment.
-rundir=$(unit_value /lib/systemd/system/holdfastd@.service RuntimeDirectory example)
-install -d -m 0750 "$r/run/$rundir"
+# What systemd would do for the unit, as far as it can be done without it:
+# the RuntimeDirectory, StateDirectory and LogsDirectory; ProtectSystem=strict
+# (the root and /run read-only but for those); the unit's Environment;
+# CapabilityBoundingSet and NoNewPrivileges (setpriv). Not done: the
+# syscall filter, RestrictAddressFamilies, the Protect* of /proc and /sys.
+unit=/lib/systemd/system/holdfastd@.service
 ip link set lo up
+for d in $(unit_value $unit RuntimeDirectory example); do install -d -m 0750 "$r/run/$d"; mount --bind "$r/run/$d" "$r/run/$d"; done
+for d in $(unit_value $unit StateDirectory example); do install -d -m 0750 "$r/var/lib/$d"; mount --bind "$r/var/lib/$d" "$r/var/lib/$d"; done
+for d in $(unit_value $unit LogsDirectory example); do install -d -m 0750 "$r/var/log/$d"; mount --bind "$r/var/log/$d" "$r/var/log/$d"; done
+mount -o remount,bind,ro "$r"
+mount -o remount,bind,ro "$r/run"
+bset=-all
+for c in $(unit_value $unit CapabilityBoundingSet example); do c=${c#CAP_}; bset+=",+${c,,}"; done
+echo "$bset" > "$out/bounding-set.txt"
+nnp=()
+[ "$(unit_value $unit NoNewPrivileges example)" = yes ] && nnp=(--no-new-privs)
 env_args=()
-for e in $(unit_value /lib/systemd/system/holdfastd@.service Environment example); do env_args+=("$e"); done
+for e in $(unit_value $unit Environment example); do env_args+=("$e"); done
 # shellcheck disable=SC2086
-chroot "$r" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin "${env_args[@]}" $exec_start > "$out/holdfastd.log" 2>&1 &
+chroot "$r" /usr/bin/setpriv --bounding-set "$bset" --inh-caps -all "${nnp[@]}" \
+  /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin "${env_args[@]}" $exec_start > "$out/holdfastd.log" 2>&1 &
 hf=$!
 pids+=("$hf")
 t0=$(date +%s%N)
@@ -94,6 +107,8 @@ echo "holdfastd answered show summary: $(( ($(date +%s%N) - t0) / 1000000 )) ms 
 if [ "$ok" = 1 ]; then
   in_root holdfast show summary --json > "$out/summary.json"
   in_root holdfast show neighbors --json > "$out/neighbors.json"
+  grep -E '^(CapEff|CapBnd|NoNewPrivs)' "/proc/$hf/status" > "$out/holdfastd-status.txt"
+  touch "$r/etc/holdfast/written-by-test" 2> "$out/ro-root.txt" || true
   # The Prometheus endpoint of the example configuration.
   exec 3<>/dev/tcp/127.0.0.1/9179
   printf 'GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n' >&3
@@ -116,6 +131,8 @@ for _ in $(seq 100); do
   sleep 0.1
 done
 echo "$rc" > "$out/holdfastd.rc"
+mount -o remount,bind,rw "$r/run"
+mount -o remount,bind,rw "$r"
 
 # The controller's unit, with etcd on this namespace's loopback, for its
 # /metrics.
@@ -128,7 +145,9 @@ if command -v etcd >/dev/null; then
   cexec=$(unit_value /lib/systemd/system/holdfast-controller.service ExecStart x)
   opts="--etcd http://127.0.0.1:23790 --name c1 --listen 127.0.0.1:50070 --metrics-listen 127.0.0.1:9180"
   # shellcheck disable=SC2086
-  chroot "$r" /usr/bin/env -i PATH=/usr/bin:/bin HOLDFAST_CONTROLLER_OPTS="$opts" \
+  # DynamicUser=yes and an empty CapabilityBoundingSet: an unused uid, no capability.
+  chroot "$r" /usr/bin/setpriv --reuid 61873 --regid 61873 --clear-groups --bounding-set -all --inh-caps -all --no-new-privs \
+    /usr/bin/env -i PATH=/usr/bin:/bin HOLDFAST_CONTROLLER_OPTS="$opts" \
     /bin/sh -c "exec $cexec" > "$out/controller.log" 2>&1 &
   pids+=("$!")
   for _ in $(seq 100); do

@@ -10,11 +10,12 @@
 //!     [ etcd ] <-- [ holdfast-controller: ExecStart of holdfast-controller.service ] -- 127.0.0.1:9180/metrics
 //! ```
 //!
-//! No systemd runs here (it is not PID 1 on this machine), so the units'
-//! sandboxing (capabilities, ProtectSystem=, the syscall filter) is checked
-//! by `systemd-analyze verify` and scored by `systemd-analyze security`,
-//! not exercised; the daemon runs as the unit's ExecStart line with the
-//! unit's RuntimeDirectory and Environment.
+//! No systemd runs here (it is not PID 1 on this machine): the units are
+//! checked by `systemd-analyze verify` and scored by `systemd-analyze
+//! security`, and the daemon runs as the unit's ExecStart line with the
+//! parts of the unit's sandbox that can be applied by hand (below); the
+//! syscall filter, RestrictAddressFamilies and the Protect* settings of
+//! /proc, /sys and /dev are not exercised.
 //!
 //! Checked:
 //! * the package's file list (`dpkg-deb -c`): the six binaries in /usr/bin,
@@ -31,6 +32,12 @@
 //!   summary` and `--json` (AS and router id of the example) on the
 //!   default control socket; the unit's ExecReload (config check, SIGHUP)
 //!   keeps it answering; SIGTERM ends it with status 0;
+//! * it runs with what of the unit's sandbox can be applied without systemd:
+//!   its CapabilityBoundingSet (CapBnd and CapEff exactly NET_ADMIN, NET_RAW,
+//!   NET_BIND_SERVICE), NoNewPrivileges, ProtectSystem=strict (a read-only
+//!   root and /run but for its RuntimeDirectory, StateDirectory and
+//!   LogsDirectory), its Environment; the controller as an unused uid with
+//!   no capability (DynamicUser=yes, an empty CapabilityBoundingSet);
 //! * every metric a panel of the Grafana dashboard queries exists in the
 //!   live /metrics of that holdfastd or of the installed controller (run
 //!   with etcd);
