@@ -108,6 +108,7 @@ if [ "$ok" = 1 ]; then
   in_root holdfast show summary --json > "$out/summary.json"
   in_root holdfast show neighbors --json > "$out/neighbors.json"
   grep -E '^(CapEff|CapBnd|NoNewPrivs)' "/proc/$hf/status" > "$out/holdfastd-status.txt"
+  ss -ltnH > "$out/listening.txt"
   touch "$r/etc/holdfast/written-by-test" 2> "$out/ro-root.txt" || true
   # The Prometheus endpoint of the example configuration.
   exec 3<>/dev/tcp/127.0.0.1/9179

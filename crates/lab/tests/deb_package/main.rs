@@ -367,6 +367,28 @@ fn deb_package() {
         "0",
         "holdfastd's exit on SIGTERM:\n{hf_log}"
     );
+    // It listened on port 179 (v4 and v6) with the unit's capabilities and
+    // nothing more, on a read-only root.
+    let listening = read("listening.txt");
+    assert!(
+        listening.contains("0.0.0.0:179") && listening.contains("[::]:179"),
+        "ss -ltn: {listening}\nholdfastd:\n{hf_log}"
+    );
+    assert_eq!(
+        read("bounding-set.txt").trim(),
+        "-all,+net_admin,+net_raw,+net_bind_service"
+    );
+    assert!(!hf_log.contains('\u{1b}'), "colour escapes in the log:\n{hf_log}");
+    let status = read("holdfastd-status.txt");
+    // CAP_NET_BIND_SERVICE 10, CAP_NET_ADMIN 12, CAP_NET_RAW 13.
+    assert!(status.contains("CapBnd:\t0000000000003400"), "{status}");
+    assert!(status.contains("CapEff:\t0000000000003400"), "{status}");
+    assert!(status.contains("NoNewPrivs:\t1"), "{status}");
+    assert!(
+        read("ro-root.txt").contains("Read-only file system"),
+        "{}",
+        read("ro-root.txt")
+    );
 
     // The dashboard's metrics, live.
     let hf_metrics = read("metrics-holdfastd.txt");
