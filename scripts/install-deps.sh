@@ -10,7 +10,7 @@
 # everything is already there.
 set -euo pipefail
 
-pkgs=(bird2 frr gobgpd exabgp redis-server etcd-server etcd-client bgpdump protobuf-compiler libprotobuf-dev tcpdump iproute2 iptables procps python3 python3-venv gnuplot-nox openssl ca-certificates dpkg-dev binutils systemd man-db util-linux)
+pkgs=(bird2 frr gobgpd exabgp redis-server etcd-server etcd-client bgpdump protobuf-compiler libprotobuf-dev tcpdump iproute2 iptables procps python3 python3-venv gnuplot-nox openssl ca-certificates dpkg-dev binutils systemd man-db util-linux systemd-container debootstrap)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -53,4 +53,15 @@ if [[ ! -x $k8s_venv/bin/kubernetes-validate ]]; then
   mkdir -p "$(dirname "$k8s_venv")"
   python3 -m venv "$k8s_venv"
   "$k8s_venv/bin/pip" install --quiet kubernetes-validate
+fi
+# The deb_package_systemd test boots a minimal Debian with systemd-nspawn
+# (booted with --volatile=overlay, so the tree itself never changes) and
+# installs the package there: minbase with systemd and the package's Depends.
+nspawn_tree=/var/cache/holdfast-test/nspawn-root
+if [[ ! -x $nspawn_tree/lib/systemd/systemd ]]; then
+  echo "install-deps: debootstrap a minimal Debian into $nspawn_tree (a few minutes)"
+  rm -rf "$nspawn_tree.new"
+  debootstrap --variant=minbase --include=systemd,systemd-sysv,dbus,iptables,iproute2,procps \
+    "$(. /etc/os-release && echo "$VERSION_CODENAME")" "$nspawn_tree.new" http://deb.debian.org/debian >/dev/null
+  mv "$nspawn_tree.new" "$nspawn_tree"
 fi

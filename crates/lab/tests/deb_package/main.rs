@@ -280,7 +280,7 @@ fn deb_package() {
         .find(|l| l.starts_with("Depends:"))
         .unwrap_or("")
         .to_string();
-    for d in ["iptables", "iproute2", "libc6"] {
+    for d in ["iptables", "iproute2", "procps", "libc6"] {
         assert!(depends.contains(d), "Depends lacks {d}: {depends}");
     }
 
@@ -378,7 +378,10 @@ fn deb_package() {
         read("bounding-set.txt").trim(),
         "-all,+net_admin,+net_raw,+net_bind_service"
     );
-    assert!(!hf_log.contains('\u{1b}'), "colour escapes in the log:\n{hf_log}");
+    assert!(
+        !hf_log.contains('\u{1b}'),
+        "colour escapes in the log:\n{hf_log}"
+    );
     let status = read("holdfastd-status.txt");
     // CAP_NET_BIND_SERVICE 10, CAP_NET_ADMIN 12, CAP_NET_RAW 13.
     assert!(status.contains("CapBnd:\t0000000000003400"), "{status}");
@@ -440,5 +443,127 @@ fn deb_package() {
         "{after}"
     );
     assert!(!after.contains("example.toml: No such file"), "{after}");
+    let _ = fs::remove_dir_all(&out);
+}
+
+/// The minimal Debian tree scripts/install-deps.sh builds for the boot test.
+const NSPAWN_TREE: &str = "/var/cache/holdfast-test/nspawn-root";
+
+/// The package under a real systemd: a minimal Debian booted with
+/// systemd-nspawn (its changes on a tmpfs), `dpkg -i`, the units started by
+/// systemd with all their sandboxing (boot.sh).
+#[test]
+fn deb_package_systemd() {
+    if !nix::unistd::Uid::effective().is_root() {
+        skip("deb_package_systemd needs root (systemd-nspawn)");
+        return;
+    }
+    for tool in ["systemd-nspawn", "nsenter", "redis-server", "redis-cli"] {
+        if holdfast_lab::find_tool(tool).is_none() {
+            skip(&format!("deb_package_systemd needs {tool}"));
+            return;
+        }
+    }
+    if !Path::new(NSPAWN_TREE).join("lib/systemd/systemd").exists() {
+        skip(&format!(
+            "no Debian tree at {NSPAWN_TREE} (scripts/install-deps.sh)"
+        ));
+        return;
+    }
+    let deb = package();
+    let out = std::env::temp_dir().join(format!("holdfast-deb-boot-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&out);
+    let st = Command::new("bash")
+        .arg(root().join("crates/lab/tests/deb_package/boot.sh"))
+        .arg(NSPAWN_TREE)
+        .arg(&deb)
+        .arg(&out)
+        .status()
+        .expect("bash boot.sh");
+    let read = |f: &str| fs::read_to_string(out.join(f)).unwrap_or_default();
+    let journal = read("journal.txt");
+    assert!(
+        st.success(),
+        "boot.sh failed ({st}):\n{}\n{journal}",
+        read("boot.log")
+    );
+    assert_eq!(read("finished").trim(), "done", "{}", read("boot.log"));
+    eprintln!("{}", read("timings.txt"));
+    eprintln!(
+        "systemd-analyze security (online):\n{}",
+        read("security.txt")
+    );
+
+    let state = read("system-state.txt");
+    assert!(
+        matches!(state.trim(), "running" | "degraded"),
+        "system: {state}"
+    );
+    // Started by systemd, sandboxed as the unit says, answering the CLI.
+    let summary = read("summary.json");
+    assert!(
+        summary.contains("\"asn\": 65000") && summary.contains("192.0.2.1"),
+        "show summary --json: {summary}\n{journal}"
+    );
+    assert!(
+        read("summary.txt").contains("AS 65000"),
+        "{}",
+        read("summary.txt")
+    );
+    let listening = read("listening.txt");
+    assert!(
+        listening.contains("0.0.0.0:179") && listening.contains("[::]:179"),
+        "ss -ltn: {listening}\n{journal}"
+    );
+    let status = read("example-status.txt");
+    assert!(status.contains("CapBnd:\t0000000000003400"), "{status}");
+    assert!(status.contains("NoNewPrivs:\t1"), "{status}");
+    assert!(
+        status.contains("Seccomp:\t2"),
+        "no syscall filter: {status}"
+    );
+    // systemctl reload runs ExecReload (config check, SIGHUP) and succeeds.
+    assert_eq!(
+        read("reload.rc").trim(),
+        "0",
+        "systemctl reload: {}\n{journal}",
+        read("reload.txt")
+    );
+    assert!(journal.contains("configuration reloaded"), "{journal}");
+    // A SIGKILLed holdfastd is restarted.
+    let after = read("after-kill.txt");
+    assert!(
+        after.contains("NRestarts=1") && after.contains("SubState=running"),
+        "{after}"
+    );
+    assert!(
+        read("summary-after-kill.json").contains("192.0.2.1"),
+        "{after}"
+    );
+    // A fenced one (exit 75) is not.
+    assert!(
+        read("nsr.json").contains("\"protected\": true"),
+        "show nsr: {}\n{journal}",
+        read("nsr.json")
+    );
+    assert!(
+        read("iptables.txt").contains("NFQUEUE"),
+        "the gate's rules under the sandbox: {}",
+        read("iptables.txt")
+    );
+    let fenced = read("fenced.txt");
+    assert!(
+        fenced.contains("ExecMainStatus=75")
+            && fenced.contains("ActiveState=failed")
+            && fenced.contains("NRestarts=0"),
+        "fenced: {fenced}\n{journal}"
+    );
+    assert!(journal.contains("FENCED"), "{journal}");
+    // The relay runs as a dynamic user with CAP_NET_ADMIN.
+    let relay = read("relay.txt");
+    assert!(
+        relay.contains("ActiveState=active") && relay.contains("NRestarts=0"),
+        "{relay}\n{journal}"
+    );
     let _ = fs::remove_dir_all(&out);
 }
