@@ -80,7 +80,10 @@ for _ in $(seq 60); do
   sleep 0.1
 done
 n systemctl show -p ActiveState,SubState,MainPID,NRestarts holdfastd@example.service > "$out/after-kill.txt"
-n holdfast show summary --json > "$out/summary-after-kill.json" 2>&1 || true
+for _ in $(seq 100); do
+  n holdfast show summary --json > "$out/summary-after-kill.json" 2>/dev/null && break
+  sleep 0.1
+done
 
 # Fenced (exit 75) is not restarted (RestartPreventExitStatus=75): an NSR
 # instance on Redis, then a newer epoch in the store.
