@@ -10,7 +10,7 @@
 //!     [ etcd ] <-- [ holdfast-controller: ExecStart of holdfast-controller.service ] -- 127.0.0.1:9180/metrics
 //! ```
 //!
-//! No systemd runs here (it is not PID 1 on this machine): the units are
+//! In `deb_package`, no systemd runs (it is not PID 1 on this machine): the units are
 //! checked by `systemd-analyze verify` and scored by `systemd-analyze
 //! security`, and the daemon runs as the unit's ExecStart line with the
 //! parts of the unit's sandbox that can be applied by hand (below); the
@@ -21,8 +21,8 @@
 //! * the package's file list (`dpkg-deb -c`): the six binaries in /usr/bin,
 //!   the four units, a man page per binary and per subcommand of `holdfast`,
 //!   bash, zsh and fish completions per binary, the example configuration,
-//!   the /etc/default files, the Grafana dashboard; `Depends` names iptables
-//!   and iproute2; no lab, bench or test binary;
+//!   the /etc/default files, the Grafana dashboard; `Depends` names iptables,
+//!   iproute2 and procps; no lab, bench or test binary;
 //! * `dpkg -i` in the fresh root; `dpkg -L` lists the same files;
 //! * `systemd-analyze verify` of every installed unit (an instance for the
 //!   template) passes: commands exist, man pages named in Documentation=
@@ -44,6 +44,21 @@
 //! * `man -w` finds every binary's page, `man holdfast-show-summary`
 //!   renders, the bash completion loads;
 //! * `dpkg -r` removes the binaries and keeps the configuration.
+//!
+//! `deb_package_systemd` (boot.sh) runs the package under a real systemd:
+//!
+//! ```text
+//!   systemd-nspawn --boot --volatile=overlay --private-network  (a minimal Debian, lo only)
+//!     systemd (PID 1) -- holdfastd@example.service, holdfastd@nsr.service, holdfast-bfd-relay.service
+//!     redis-server (the host's, in the container's network namespace)
+//! ```
+//!
+//! Checked: `dpkg -i`; holdfastd@example started by systemd with the whole
+//! sandbox (CapBnd, NoNewPrivs, Seccomp in /proc) listens on 179 and
+//! answers `holdfast show summary`; `systemctl reload` succeeds and the
+//! daemon reloads; a SIGKILL is restarted; an NSR instance, PROTECTED
+//! with its NFQUEUE rules, fenced by a newer store epoch exits 75 and is not
+//! restarted; the BFD relay runs as a dynamic user.
 
 use std::collections::BTreeSet;
 use std::fs;
