@@ -5,7 +5,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 export CARGO_TERM_COLOR ?= never
 BIN := target/release
 
-.PHONY: all deps build test unit-test integration-test fuzz-build demo bench clean-lab
+.PHONY: all deps build test unit-test integration-test fuzz-build demo bench clean-lab deb
 
 all: build
 
@@ -35,3 +35,13 @@ bench: build
 ## Remove namespaces and daemons left by a crashed lab run.
 clean-lab: build
 	$(BIN)/holdfast-demo --cleanup
+
+## make deb: the Debian package (cargo-deb): the shipped binaries, their man pages
+## and completions (generated from their clap definitions), systemd units, the
+## example configuration and the Grafana dashboard -> target/debian/holdfast_*.deb
+DEB_CRATES := -p holdfast-speaker -p holdfast-cli -p holdfast-controller -p holdfast-agent -p holdfast-bfd-relay
+deb: deps
+	@command -v cargo-deb >/dev/null || $(CARGO) install cargo-deb --locked
+	$(CARGO) build --release --bins $(DEB_CRATES)
+	bash packaging/gen-docs.sh
+	$(CARGO) deb -p holdfast-speaker --no-build --strip

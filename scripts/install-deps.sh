@@ -3,11 +3,14 @@
 # the real peers (bird2, frr, gobgpd, exabgp), redis, etcd (server and
 # etcdctl, for the control plane's lab tests), protoc and the protobuf
 # well-known types (the etcd-client crate compiles etcd's protos), capture and
-# netns tools, and a Rust toolchain if none is present. Idempotent and quiet when
+# netns tools, what `make deb` and the package's test need (dpkg-dev for
+# cargo-deb's dependency scan, binutils' strip, systemd-analyze, man-db, and
+# cargo-deb itself), a venv with PyPI's kubernetes-validate for the manifests'
+# test, and a Rust toolchain if none is present. Idempotent and quiet when
 # everything is already there.
 set -euo pipefail
 
-pkgs=(bird2 frr gobgpd exabgp redis-server etcd-server etcd-client bgpdump protobuf-compiler libprotobuf-dev tcpdump iproute2 iptables procps python3 gnuplot-nox openssl ca-certificates)
+pkgs=(bird2 frr gobgpd exabgp redis-server etcd-server etcd-client bgpdump protobuf-compiler libprotobuf-dev tcpdump iproute2 iptables procps python3 python3-venv gnuplot-nox openssl ca-certificates dpkg-dev binutils systemd man-db util-linux systemd-container debootstrap)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -35,4 +38,30 @@ if ! command -v cargo >/dev/null; then
     echo "install-deps: no Rust toolchain found (install rustup)" >&2
   fi
   exit 1
+fi
+# `make deb` (and the deb_package test, which runs it when no package is newer
+# than holdfastd) packages with cargo-deb.
+if ! command -v cargo-deb >/dev/null; then
+  echo "install-deps: cargo install cargo-deb"
+  cargo install cargo-deb --locked --quiet
+fi
+# The k8s_manifests test validates deploy/kubernetes/ with kubernetes-validate
+# (PyPI), which bundles the Kubernetes JSON schemas: no cluster needed.
+k8s_venv=/var/cache/holdfast-test/k8s-venv
+if [[ ! -x $k8s_venv/bin/kubernetes-validate ]]; then
+  echo "install-deps: kubernetes-validate into $k8s_venv"
+  mkdir -p "$(dirname "$k8s_venv")"
+  python3 -m venv "$k8s_venv"
+  "$k8s_venv/bin/pip" install --quiet kubernetes-validate
+fi
+# The deb_package_systemd test boots a minimal Debian with systemd-nspawn
+# (booted with --volatile=overlay, so the tree itself never changes) and
+# installs the package there: minbase with systemd and the package's Depends.
+nspawn_tree=/var/cache/holdfast-test/nspawn-root
+if [[ ! -x $nspawn_tree/lib/systemd/systemd ]]; then
+  echo "install-deps: debootstrap a minimal Debian into $nspawn_tree (a few minutes)"
+  rm -rf "$nspawn_tree.new"
+  debootstrap --variant=minbase --include=systemd,systemd-sysv,dbus,iptables,iproute2,procps \
+    "$(. /etc/os-release && echo "$VERSION_CODENAME")" "$nspawn_tree.new" http://deb.debian.org/debian >/dev/null
+  mv "$nspawn_tree.new" "$nspawn_tree"
 fi

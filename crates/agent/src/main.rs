@@ -1,7 +1,7 @@
 //! `holdfast-agent`: see the library's documentation.
 
 use anyhow::{bail, Context, Result};
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 use holdfast_agent::core::AgentConfig;
 use holdfast_agent::probe::{ProbeConfig, Target};
 use holdfast_agent::shell::{self, ShellConfig};
@@ -89,6 +89,7 @@ fn pair(s: &str, what: &str) -> Result<(String, String)> {
 }
 
 fn main() -> Result<()> {
+    holdfast_docgen::intercept(Args::command);
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()

@@ -1,7 +1,7 @@
 //! `holdfast-bfd-relay`: see the library's documentation.
 
 use anyhow::{bail, Context, Result};
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 use holdfast_bfd_relay::core::{Core, CoreConfig};
 use holdfast_bfd_relay::{bench, shell, store};
 use holdfast_nsr::StoreUrl;
@@ -46,6 +46,7 @@ struct Args {
 }
 
 fn main() -> Result<()> {
+    holdfast_docgen::intercept(Args::command);
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()

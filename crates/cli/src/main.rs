@@ -19,7 +19,7 @@
 //! with bird2, frr and gobgpd) from the directory of this executable.
 
 use anyhow::{bail, Context};
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use holdfast_api::{Body, NeighborInfo, NsrStatus, Request, Response, RibEntry, RibTable, Summary};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
@@ -211,6 +211,7 @@ enum NeighborOp {
 }
 
 fn main() {
+    holdfast_docgen::intercept(Cli::command);
     let cli = Cli::parse();
     if let Err(e) = run(cli) {
         eprintln!("holdfast: {e:#}");

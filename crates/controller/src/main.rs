@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 use holdfast_control::{AppPolicy, LocalizeConfig};
 use holdfast_controller::sense::SenseConfig;
 use holdfast_controller::{Config, Replica};
@@ -88,6 +88,7 @@ enum AppFailure {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
+    holdfast_docgen::intercept(Args::command);
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("HOLDFAST_LOG")

@@ -14,7 +14,7 @@ use anyhow::Context;
 /// frees on another, where glibc's malloc contends.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 use std::path::PathBuf;
 
 /// The Holdfast BGP speaker.
@@ -61,6 +61,7 @@ struct Args {
 }
 
 fn main() -> anyhow::Result<()> {
+    holdfast_docgen::intercept(Args::command);
     let args = Args::parse();
     let (mut cfg, warnings) = holdfast_config::load(&args.config)
         .with_context(|| format!("loading {}", args.config.display()))?;

@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use holdfast_controller::state::OperatorRequest;
 use holdfast_controller::{Keys, Migration, Store, UnitRecord};
 use serde_json::{json, Value};
@@ -288,6 +288,7 @@ async fn request(
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
+    holdfast_docgen::intercept(Args::command);
     let a = Args::parse();
     let json_out = a.json;
     if let Err(e) = run(a).await {
