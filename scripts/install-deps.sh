@@ -61,7 +61,15 @@ nspawn_tree=/var/cache/holdfast-test/nspawn-root
 if [[ ! -x $nspawn_tree/lib/systemd/systemd ]]; then
   echo "install-deps: debootstrap a minimal Debian into $nspawn_tree (a few minutes)"
   rm -rf "$nspawn_tree.new"
+  # The Debian mirror apt is set up with on this machine (deb822 or one-line
+  # sources), so debootstrap fetches from where apt-get does.
+  mirror=$(awk '/^URIs:/ && $2 !~ /security/ {print $2; exit}' /etc/apt/sources.list.d/*.sources 2>/dev/null || true)
+  [[ -n $mirror ]] || mirror=$(awk '$1 == "deb" && $2 !~ /security/ {print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
+  if [[ -z $mirror ]]; then
+    echo "install-deps: no Debian mirror found in apt's sources for debootstrap" >&2
+    exit 1
+  fi
   debootstrap --variant=minbase --include=systemd,systemd-sysv,dbus,iptables,iproute2,procps \
-    "$(. /etc/os-release && echo "$VERSION_CODENAME")" "$nspawn_tree.new" http://deb.debian.org/debian >/dev/null
+    "$(. /etc/os-release && echo "$VERSION_CODENAME")" "$nspawn_tree.new" "$mirror" >/dev/null
   mv "$nspawn_tree.new" "$nspawn_tree"
 fi
