@@ -20,6 +20,9 @@ use crate::rib::{shard_of4, shard_of6, Counts, Key, Path, Shard, Tables, STALE};
 use crate::{EngineConfig, Output, PeerCounts, PeerId, PeerSpec, LOCAL_PEER};
 
 mod groups;
+mod watch;
+
+pub use watch::BestChange;
 
 const WITHDRAW: u32 = u32::MAX;
 

@@ -91,7 +91,15 @@ pub enum RibCmd {
     /// takeover before anything else changes the tables needs no
     /// comparison. Answered when done.
     Prepare(oneshot::Sender<()>),
+    /// Subscribes to the instance's best-path changes (the GoBGP API's
+    /// `WatchEvent`): each command's changes are offered to the channel
+    /// without waiting; a subscriber whose channel is full is dropped.
+    WatchBest(mpsc::Sender<Arc<BestBatch>>),
 }
+
+/// Best-path changes: per prefix its new best path (the neighbour it came
+/// from, `None` for a route we originate) or `None` when it has none.
+pub type BestBatch = Vec<(Prefix, Option<(Option<std::net::IpAddr>, Arc<PathAttrs>)>)>;
 
 /// What a preheated standby read from the store since its last poll.
 #[derive(Default)]
@@ -212,6 +220,7 @@ pub fn spawn(
                 gens: HashMap::new(),
                 preheated: HashMap::new(),
                 prepared: None,
+                watchers: Vec::new(),
             }
             .run()
         })
@@ -235,6 +244,9 @@ struct RibThread {
     /// Adj-RIB-Out and what its peer holds differ, computed by
     /// `RibCmd::Prepare`; dropped by anything that may change the tables.
     prepared: Option<HashMap<PeerId, Vec<Prefix>>>,
+    /// `RibCmd::WatchBest` subscribers; the engine notes best-path changes
+    /// only while there is one.
+    watchers: Vec<mpsc::Sender<Arc<BestBatch>>>,
 }
 
 impl RibThread {
@@ -276,6 +288,47 @@ impl RibThread {
                 }
                 other => self.handle(other),
             }
+            if !self.watchers.is_empty() {
+                self.publish_best();
+            }
+        }
+    }
+
+    /// Offers the best-path changes of the last command to every
+    /// subscriber, never waiting: a full channel drops its subscriber.
+    fn publish_best(&mut self) {
+        let changes = self.engine.take_best_changes();
+        if changes.is_empty() {
+            return;
+        }
+        let engine = &self.engine;
+        let batch: BestBatch = changes
+            .into_iter()
+            .map(|(p, b)| {
+                let b = b.map(|(peer, a)| {
+                    let from = (peer != holdfast_rib::LOCAL_PEER)
+                        .then(|| engine.peer_address(peer))
+                        .flatten();
+                    (from, a)
+                });
+                (p, b)
+            })
+            .collect();
+        let batch = Arc::new(batch);
+        let name = &self.name;
+        self.watchers.retain(|w| match w.try_send(batch.clone()) {
+            Ok(()) => true,
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                tracing::warn!(instance = %name, "best-path subscriber too slow: dropped (its stream ends)");
+                false
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                tracing::debug!(instance = %name, "best-path subscriber gone");
+                false
+            }
+        });
+        if self.watchers.is_empty() {
+            self.engine.set_watch_best(false);
         }
     }
 
@@ -284,7 +337,8 @@ impl RibThread {
             RibCmd::Query(..)
             | RibCmd::Snapshot { .. }
             | RibCmd::Resume { .. }
-            | RibCmd::Prepare(_) => true,
+            | RibCmd::Prepare(_)
+            | RibCmd::WatchBest(_) => true,
             // Skipped below: the session is preheated.
             RibCmd::AddPeer(spec) => self.preheated.contains_key(&spec.id),
             _ => false,
@@ -357,6 +411,14 @@ impl RibThread {
             RibCmd::Prepare(done) => {
                 self.prepare();
                 let _ = done.send(());
+                return;
+            }
+            RibCmd::WatchBest(tx) => {
+                // Changes noted before this subscriber came are not its.
+                if self.watchers.is_empty() {
+                    self.engine.set_watch_best(true);
+                }
+                self.watchers.push(tx);
                 return;
             }
         };
