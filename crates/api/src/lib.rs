@@ -120,12 +120,9 @@ pub struct RouteSpec {
     /// (MP_REACH_NLRI); `None`: the session's own address on export.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub next_hop: Option<String>,
-    /// ORIGIN: 0 IGP, 1 EGP, 2 INCOMPLETE. holdfastd originates with IGP
-    /// only and refuses any other.
+    /// ORIGIN: 0 IGP, 1 EGP, 2 INCOMPLETE.
     pub origin: u8,
-    /// AS_PATH as one AS_SEQUENCE. holdfastd originates with an empty
-    /// AS_PATH only (its AS is prepended on eBGP export) and refuses any
-    /// other.
+    /// AS_PATH as one AS_SEQUENCE (our AS is prepended on eBGP export).
     pub as_path: Vec<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub med: Option<u32>,

@@ -6,7 +6,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
 use holdfast_wire::{
-    Afi, AsPath, Family, Notification, Origin, PathAttrs, Prefix, Prefix4, Prefix6, Update,
+    Afi, Family, Notification, Origin, PathAttrs, Prefix, Prefix4, Prefix6, Update,
 };
 use rayon::prelude::*;
 
@@ -933,8 +933,9 @@ impl Engine {
         }
     }
 
-    /// Locally originated routes: ORIGIN IGP, empty AS_PATH, next hop self
-    /// on export.
+    /// Locally originated routes, next hop self on export. ORIGIN and
+    /// AS_PATH are the given ones (ORIGIN IGP when absent; `[[network]]`
+    /// gives IGP and an empty AS_PATH, the GoBGP API what its client asks).
     pub fn originate<A: Borrow<PathAttrs>>(&mut self, prefixes: Vec<(Prefix, A)>) -> Output {
         let n = self.shards.len();
         let mut ops: Vec<Vec<(Prefix, Arc<Attrs>)>> = vec![Vec::new(); n];
@@ -946,8 +947,7 @@ impl Engine {
                 Some((prev, interned)) if prev == a => interned.clone(),
                 _ => {
                     let mut own = a.clone();
-                    own.origin = Some(Origin::Igp);
-                    own.as_path = AsPath::default();
+                    own.origin = Some(own.origin.unwrap_or(Origin::Igp));
                     let interned = self.interner.intern(Attrs::from_path_attrs(&own));
                     last = Some((a.clone(), interned.clone()));
                     interned

@@ -762,7 +762,11 @@ fn originated_routes_export_next_hop_self() {
     a.as_path.segments = vec![AsSegment::Sequence(vec![1, 2])];
     let out = e.originate(vec![(p("203.0.113.0/24"), a)]);
     let x = &announced(&out, 2)[0].1;
-    assert_eq!(x.as_path.iter_asns().collect::<Vec<_>>(), vec![LOCAL_AS]);
+    // The AS_PATH given is kept, ours prepended on eBGP.
+    assert_eq!(
+        x.as_path.iter_asns().collect::<Vec<_>>(),
+        vec![LOCAL_AS, 1, 2]
+    );
     assert_eq!(x.origin, Some(holdfast_wire::Origin::Igp));
     assert_eq!(x.next_hop, Some(Ipv4Addr::new(192, 0, 2, 254)));
     let y = &announced(&out, 3)[0].1;

@@ -4,9 +4,9 @@
 //! route replaces a network's attributes for its prefix until deleted).
 //!
 //! # Known issues
-//! - ORIGIN and AS_PATH cannot be chosen: the RIB originates with ORIGIN
-//!   IGP and an empty AS_PATH (`holdfast_rib::Engine::originate`), so
-//!   any other is refused, not dropped.
+//! - The next hop given is kept in the Loc-RIB (`gobgp global rib`
+//!   shows it) but, as for `[[network]]`, the session's own address is
+//!   sent to the peers (next hop self).
 //! - Routes added at run time are not replicated under `[nsr]`: a backup
 //!   that takes over does not have them and withdraws them from the
 //!   peers (docs/nsr.md). They are not written back to the configuration
@@ -15,7 +15,7 @@
 use super::{Daemon, Instance};
 use crate::rib_thread::{BestBatch, RibCmd};
 use holdfast_api::{Response, RouteSpec};
-use holdfast_wire::{AsPath, MpNextHop, Origin, PathAttrs, Prefix};
+use holdfast_wire::{AsPath, AsSegment, MpNextHop, Origin, PathAttrs, Prefix};
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -59,25 +59,18 @@ pub(super) fn sync_originated(name: &str, inst: &mut Instance) {
 /// family.
 pub(crate) fn route_attrs(r: &RouteSpec) -> Result<(Prefix, PathAttrs), String> {
     let prefix: Prefix = r.prefix.parse().map_err(|e: String| e)?;
-    // The RIB originates every route of ours with ORIGIN IGP and an empty
-    // AS_PATH (`Engine::originate`); refuse rather than drop what was asked.
-    if r.origin != 0 {
-        return Err(format!(
-            "{prefix}: holdfastd originates routes with ORIGIN IGP only (origin {} refused)",
-            r.origin
-        ));
-    }
-    if !r.as_path.is_empty() {
-        return Err(format!(
-            "{prefix}: holdfastd originates routes with an empty AS_PATH only (our AS is prepended on eBGP export); aspath {:?} refused",
-            r.as_path
-        ));
-    }
     let mut a = PathAttrs {
-        origin: Some(Origin::Igp),
+        origin: Some(match r.origin {
+            0 => Origin::Igp,
+            1 => Origin::Egp,
+            _ => Origin::Incomplete,
+        }),
         as_path: AsPath::default(),
         ..PathAttrs::default()
     };
+    if !r.as_path.is_empty() {
+        a.as_path.segments = vec![AsSegment::Sequence(r.as_path.clone())];
+    }
     if let Some(nh) = &r.next_hop {
         let ip: IpAddr = nh
             .parse()
@@ -176,6 +169,8 @@ mod tests {
         let r = RouteSpec {
             prefix: "10.9.0.0/24".into(),
             next_hop: Some("192.0.2.1".into()),
+            origin: 2,
+            as_path: vec![65100],
             med: Some(5),
             communities: vec![65000 << 16 | 1],
             large_communities: vec![(1, 2, 3)],
@@ -184,23 +179,8 @@ mod tests {
         let (p, a) = route_attrs(&r).expect("attrs");
         assert_eq!(p.to_string(), "10.9.0.0/24");
         assert_eq!(a.next_hop, Some("192.0.2.1".parse().expect("ip")));
-        assert_eq!(a.origin, Some(Origin::Igp));
-        assert!(a.as_path.segments.is_empty());
-        for refused in [
-            RouteSpec {
-                origin: 2,
-                ..r.clone()
-            },
-            RouteSpec {
-                as_path: vec![65100],
-                ..r.clone()
-            },
-        ] {
-            assert!(route_attrs(&refused).is_err(), "{refused:?}");
-        }
-        assert_eq!(a.med, Some(5));
-        assert_eq!(a.communities, vec![65000 << 16 | 1]);
-        assert_eq!(a.large_communities[0].local2, 3);
+        assert_eq!(a.origin, Some(Origin::Incomplete));
+        assert_eq!(a.as_path.segments, vec![AsSegment::Sequence(vec![65100])]);
         let v6 = RouteSpec {
             prefix: "2001:db8:9::/48".into(),
             next_hop: Some("2001:db8::1".into()),
