@@ -697,3 +697,56 @@ impl RibThread {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use holdfast_rib::EngineConfig;
+
+    fn originate(rib: &RibHandle, prefix: &str) {
+        let p: Prefix = prefix.parse().expect("prefix");
+        rib.send(RibCmd::Originate(vec![(p, Arc::new(PathAttrs::default()))]));
+    }
+
+    /// A subscriber gets each command's best-path changes; one that does
+    /// not read is dropped (its channel closed) instead of slowing the
+    /// RIB thread.
+    #[test]
+    fn best_path_subscribers_and_a_slow_one_dropped() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            let rib = spawn(
+                "t".into(),
+                Engine::new(EngineConfig::default()),
+                Arc::new(RwLock::new(HashMap::new())),
+                Arc::new(Metrics::new()),
+            );
+            let (tx, mut rx) = mpsc::channel(1);
+            rib.send(RibCmd::WatchBest(tx));
+            let (fast_tx, mut fast) = mpsc::channel(16);
+            rib.send(RibCmd::WatchBest(fast_tx));
+            originate(&rib, "10.9.0.0/24");
+            originate(&rib, "10.9.1.0/24");
+            rib.query(RibQuery::Counts).await.expect("answer");
+            for want in ["10.9.0.0/24", "10.9.1.0/24"] {
+                let b = fast.recv().await.expect("a batch");
+                assert_eq!(b.len(), 1);
+                assert_eq!(b[0].0.to_string(), want);
+                assert!(matches!(&b[0].1, Some((None, _))), "ours: no neighbour");
+            }
+            let first = rx.recv().await.expect("the first batch");
+            assert_eq!(first[0].0.to_string(), "10.9.0.0/24");
+            assert!(
+                rx.recv().await.is_none(),
+                "dropped when its channel was full"
+            );
+            rib.send(RibCmd::WithdrawOriginated(vec!["10.9.0.0/24"
+                .parse()
+                .expect("prefix")]));
+            let b = fast.recv().await.expect("the withdrawal");
+            assert!(b[0].1.is_none(), "no best path any more");
+        });
+    }
+}
