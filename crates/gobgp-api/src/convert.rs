@@ -114,6 +114,27 @@ fn split_prefix(prefix: &str) -> Result<(IpAddr, u8), ConvError> {
     Ok((addr, len))
 }
 
+/// The length of `prefix` when it covers `addr` (same family), for a
+/// longest-match lookup of an address.
+pub fn covers(prefix: &str, addr: &IpAddr) -> Option<u8> {
+    let (net, len) = split_prefix(prefix).ok()?;
+    let bits = |a: &IpAddr| -> Option<u128> {
+        match a {
+            IpAddr::V4(v) => Some(u128::from(u32::from(*v)) << 96),
+            IpAddr::V6(v) => Some(u128::from(*v)),
+        }
+    };
+    if net.is_ipv4() != addr.is_ipv4() {
+        return None;
+    }
+    let mask = if len == 0 {
+        0
+    } else {
+        u128::MAX << (128 - u32::from(len))
+    };
+    (bits(&net)? & mask == bits(addr)? & mask).then_some(len)
+}
+
 fn family_of(addr: &IpAddr) -> Family {
     if addr.is_ipv4() {
         ipv4_unicast()

@@ -191,3 +191,16 @@ fn families_filter_prefixes() {
     assert!(!in_family("10.0.0.0/8", Some(&ipv6_unicast())));
     assert!(in_family("2001:db8::/32", Some(&ipv6_unicast())));
 }
+
+#[test]
+fn longest_match_cover() {
+    let a: IpAddr = "10.10.0.5".parse().expect("ip");
+    assert_eq!(covers("10.10.0.0/24", &a), Some(24));
+    assert_eq!(covers("10.0.0.0/8", &a), Some(8));
+    assert_eq!(covers("0.0.0.0/0", &a), Some(0));
+    assert_eq!(covers("10.10.1.0/24", &a), None);
+    assert_eq!(covers("::/0", &a), None);
+    let b: IpAddr = "2001:db8::1".parse().expect("ip");
+    assert_eq!(covers("2001:db8::/32", &b), Some(32));
+    assert_eq!(covers("2001:db9::/32", &b), None);
+}

@@ -214,10 +214,28 @@ impl<B: Backend> GobgpApi for GoBgp<B> {
                         "holdfastd serves exact prefix and address lookups only",
                     ));
                 }
-                entries.extend(
-                    self.rib(table, peer.clone(), Some(p.prefix.clone()))
-                        .await?,
-                );
+                if p.prefix.contains('/') {
+                    entries.extend(
+                        self.rib(table, peer.clone(), Some(p.prefix.clone()))
+                            .await?,
+                    );
+                    continue;
+                }
+                // An address: the routes of the longest prefix covering it.
+                let addr: std::net::IpAddr = p.prefix.parse().map_err(|_| {
+                    Status::invalid_argument(format!("{}: not a prefix or address", p.prefix))
+                })?;
+                let all = self.rib(table, peer.clone(), None).await?;
+                if let Some(best) = all
+                    .iter()
+                    .filter_map(|e| convert::covers(&e.prefix, &addr))
+                    .max()
+                {
+                    entries.extend(
+                        all.into_iter()
+                            .filter(|e| convert::covers(&e.prefix, &addr) == Some(best)),
+                    );
+                }
             }
         }
         entries.retain(|e| convert::in_family(&e.prefix, r.family.as_ref()));

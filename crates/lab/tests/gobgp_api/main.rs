@@ -20,7 +20,8 @@
 //!   (frr's own CLI), with AS path 65001 and frr's MED;
 //!   `adj-out`: exactly the prefixes frr received from holdfastd;
 //! * `gobgp global rib -a ipv4|ipv6`: the Loc-RIB of `holdfast show rib`,
-//!   per family, with the best path flagged;
+//!   per family, with the best path flagged; `global rib PREFIX` and
+//!   `global rib ADDRESS` (longest match) give that prefix;
 //! * `gobgp global rib add 10.9.0.0/24 nexthop 192.0.2.1 community 65000:1
 //!   med 10 aspath 65100 -a ipv4` (and an IPv6 route): frr receives each
 //!   with AS path 65000 65100 (65000 for the IPv6 one), ORIGIN incomplete
@@ -256,6 +257,15 @@ fn gobgp_client_against_holdfastd() {
     }
     let text = gobgp(&lab, h, &["global", "rib"]);
     assert!(text.contains("*> 10.10.0.0/24"), "{text}");
+    // A prefix, and an address (its longest match).
+    for q in ["10.10.0.0/24", "10.10.0.5"] {
+        let one = gobgp_json(&lab, h, &["global", "rib", q]);
+        assert_eq!(
+            json_prefixes(&one),
+            BTreeSet::from(["10.10.0.0/24".to_string()]),
+            "gobgp global rib {q}: {one}"
+        );
+    }
 
     // 4. rib add / del, seen by frr and by a monitor.
     let mon = lab
