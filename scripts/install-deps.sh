@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what building and testing Holdfast needs on a Debian machine:
-# the real peers (bird2, frr, gobgpd, exabgp), redis, etcd (server and
+# the real peers (bird2, frr, gobgpd, exabgp), the GoBGP API .proto files
+# (golang-github-osrg-gobgp-dev, compiled by crates/gobgp-api), redis, etcd (server and
 # etcdctl, for the control plane's lab tests), protoc and the protobuf
 # well-known types (the etcd-client crate compiles etcd's protos), capture and
 # netns tools, what `make deb` and the package's test need (dpkg-dev for
@@ -10,7 +11,7 @@
 # everything is already there.
 set -euo pipefail
 
-pkgs=(bird2 frr gobgpd exabgp redis-server etcd-server etcd-client bgpdump protobuf-compiler libprotobuf-dev tcpdump iproute2 iptables procps python3 python3-venv gnuplot-nox openssl ca-certificates dpkg-dev binutils systemd man-db util-linux systemd-container debootstrap)
+pkgs=(bird2 frr gobgpd golang-github-osrg-gobgp-dev exabgp redis-server etcd-server etcd-client bgpdump protobuf-compiler libprotobuf-dev tcpdump iproute2 iptables procps python3 python3-venv gnuplot-nox openssl ca-certificates dpkg-dev binutils systemd man-db util-linux systemd-container debootstrap)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -89,6 +89,51 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         peer: Option<String>,
     },
+    /// Originates `route` into the instance's Loc-RIB at run time (the
+    /// GoBGP API's `AddPath`), replacing a route added before for the same
+    /// prefix; announced to the peers per their export policy. Not part
+    /// of the configuration: gone when holdfastd stops.
+    AddRoute {
+        /// Routing instance; `None` means the default one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        instance: Option<String>,
+        route: RouteSpec,
+    },
+    /// Withdraws a route `AddRoute` originated (the GoBGP API's
+    /// `DeletePath`); a `[[network]]` for the prefix, if any, is
+    /// originated again.
+    DelRoute {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        instance: Option<String>,
+        prefix: String,
+    },
+}
+
+/// A route to originate (`add_route`): the path attributes an operator
+/// gives, as `[[network]]` does in the configuration.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RouteSpec {
+    /// `10.9.0.0/24`, `2001:db8::/48`.
+    pub prefix: String,
+    /// An IPv4 next hop for IPv4 prefixes (NEXT_HOP), IPv6 for IPv6 ones
+    /// (MP_REACH_NLRI); `None`: the session's own address on export.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_hop: Option<String>,
+    /// ORIGIN: 0 IGP, 1 EGP, 2 INCOMPLETE.
+    pub origin: u8,
+    /// AS_PATH as one AS_SEQUENCE (our AS is prepended on eBGP export).
+    pub as_path: Vec<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub med: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub local_pref: Option<u32>,
+    /// RFC 1997 communities as 32-bit values.
+    pub communities: Vec<u32>,
+    /// RFC 8092 large communities (global, local1, local2).
+    pub large_communities: Vec<(u32, u32, u32)>,
+    /// RFC 4360 extended communities.
+    pub ext_communities: Vec<[u8; 8]>,
 }
 
 impl Request {

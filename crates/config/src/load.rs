@@ -234,6 +234,27 @@ fn check_global(g: &Global) -> Result<(), ConfigError> {
     if g.cluster_id.is_some_and(|c| c.is_unspecified()) {
         return Err(invalid("global.cluster_id", "must not be 0.0.0.0"));
     }
+    match (&g.grpc_tls_cert, &g.grpc_tls_key) {
+        (Some(_), None) => {
+            return Err(invalid(
+                "global.grpc_tls_key",
+                "must be set with global.grpc_tls_cert",
+            ))
+        }
+        (None, Some(_)) => {
+            return Err(invalid(
+                "global.grpc_tls_cert",
+                "must be set with global.grpc_tls_key",
+            ))
+        }
+        (Some(_), Some(_)) if g.grpc_listen.is_none() => {
+            return Err(invalid(
+                "global.grpc_tls_cert",
+                "needs global.grpc_listen (the gRPC API is off without it)",
+            ))
+        }
+        _ => {}
+    }
     Ok(())
 }
 

@@ -96,6 +96,15 @@ pub struct Global {
     pub cluster_id: Option<Ipv4Addr>,
     #[serde(default)]
     pub always_compare_med: bool,
+    /// The GoBGP gRPC API (`gobgp` client): listen address; off when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grpc_listen: Option<SocketAddr>,
+    /// TLS for the gRPC API: certificate chain and private key (PEM).
+    /// Both or neither; with them, plaintext clients are refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grpc_tls_cert: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grpc_tls_key: Option<PathBuf>,
 }
 
 impl Global {

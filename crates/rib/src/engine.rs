@@ -6,7 +6,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
 use holdfast_wire::{
-    Afi, AsPath, Family, Notification, Origin, PathAttrs, Prefix, Prefix4, Prefix6, Update,
+    Afi, Family, Notification, Origin, PathAttrs, Prefix, Prefix4, Prefix6, Update,
 };
 use rayon::prelude::*;
 
@@ -20,6 +20,9 @@ use crate::rib::{shard_of4, shard_of6, Counts, Key, Path, Shard, Tables, STALE};
 use crate::{EngineConfig, Output, PeerCounts, PeerId, PeerSpec, LOCAL_PEER};
 
 mod groups;
+mod watch;
+
+pub use watch::BestChange;
 
 const WITHDRAW: u32 = u32::MAX;
 
@@ -944,8 +947,9 @@ impl Engine {
         }
     }
 
-    /// Locally originated routes: ORIGIN IGP, empty AS_PATH, next hop self
-    /// on export.
+    /// Locally originated routes, next hop self on export. ORIGIN and
+    /// AS_PATH are the given ones (ORIGIN IGP when absent; `[[network]]`
+    /// gives IGP and an empty AS_PATH, the GoBGP API what its client asks).
     pub fn originate<A: Borrow<PathAttrs>>(&mut self, prefixes: Vec<(Prefix, A)>) -> Output {
         let n = self.shards.len();
         let mut ops: Vec<Vec<(Prefix, Arc<Attrs>)>> = vec![Vec::new(); n];
@@ -957,8 +961,7 @@ impl Engine {
                 Some((prev, interned)) if prev == a => interned.clone(),
                 _ => {
                     let mut own = a.clone();
-                    own.origin = Some(Origin::Igp);
-                    own.as_path = AsPath::default();
+                    own.origin = Some(own.origin.unwrap_or(Origin::Igp));
                     let interned = self.interner.intern(Attrs::from_path_attrs(&own));
                     last = Some((a.clone(), interned.clone()));
                     interned

@@ -183,6 +183,9 @@ impl Key for Prefix6 {
     }
 }
 
+/// A best path noted for watchers: its source peer and attributes.
+pub(crate) type Noted = (PeerId, Arc<Attrs>);
+
 /// Loc-RIB + Adj-RIB-Out tables of one address family in one shard.
 pub(crate) struct Tables<K: Key> {
     pub dests: K::DMap,
@@ -190,6 +193,12 @@ pub(crate) struct Tables<K: Key> {
     pub out: FxMap<PeerId, K::OMap>,
     /// Prefixes whose best path changed since the last export pass.
     pub dirty: Vec<K>,
+    /// Best-path watching is on (`Engine::set_watch_best`): each export
+    /// pass first notes the new best of its dirty prefixes in `best_log`.
+    pub watch: bool,
+    /// The best paths noted (None: no best any more), taken by
+    /// `Engine::take_best_changes`.
+    pub best_log: Vec<(K, Option<Noted>)>,
 }
 
 impl<K: Key> Default for Tables<K> {
@@ -198,6 +207,8 @@ impl<K: Key> Default for Tables<K> {
             dests: K::DMap::default(),
             out: FxMap::default(),
             dirty: Vec::new(),
+            watch: false,
+            best_log: Vec::new(),
         }
     }
 }
@@ -335,6 +346,9 @@ impl<K: Key> Tables<K> {
     /// Loc-RIB or to the targets' Adj-RIB-Out) to the targets; returns each
     /// target's changes and updates its Adj-RIB-Out fingerprints.
     pub(crate) fn export(&mut self, env: &ExportEnv<'_>, all: bool) -> Vec<Changes> {
+        if self.watch {
+            self.note_best();
+        }
         let mut keys: Vec<K> = if all {
             let mut ks = self.dests.keys();
             for (peer, _) in env.targets {
@@ -393,6 +407,22 @@ impl<K: Key> Tables<K> {
             self.dirty = keys;
         }
         res
+    }
+
+    /// Notes the best path of each dirty prefix (once per prefix) in
+    /// `best_log`, before the export pass consumes them.
+    fn note_best(&mut self) {
+        let mut keys = self.dirty.clone();
+        keys.sort();
+        keys.dedup();
+        for k in keys {
+            let best = self
+                .dests
+                .get(&k)
+                .and_then(|d| d.best())
+                .map(|(p, a)| (p.peer, a.clone()));
+            self.best_log.push((k, best));
+        }
     }
 
     /// Current export of `k` for one target (for queries and refresh).

@@ -789,7 +789,11 @@ fn originated_routes_export_next_hop_self() {
     a.as_path.segments = vec![AsSegment::Sequence(vec![1, 2])];
     let out = e.originate(vec![(p("203.0.113.0/24"), a)]);
     let x = &announced(&out, 2)[0].1;
-    assert_eq!(x.as_path.iter_asns().collect::<Vec<_>>(), vec![LOCAL_AS]);
+    // The AS_PATH given is kept, ours prepended on eBGP.
+    assert_eq!(
+        x.as_path.iter_asns().collect::<Vec<_>>(),
+        vec![LOCAL_AS, 1, 2]
+    );
     assert_eq!(x.origin, Some(holdfast_wire::Origin::Igp));
     assert_eq!(x.next_hop, Some(Ipv4Addr::new(192, 0, 2, 254)));
     let y = &announced(&out, 3)[0].1;
@@ -798,6 +802,46 @@ fn originated_routes_export_next_hop_self() {
     assert_eq!(e.loc_rib()[0].1, LOCAL_PEER);
     let out = e.withdraw_originated(vec![p("203.0.113.0/24")]);
     assert_eq!(withdrawn(&out, 2), vec![p("203.0.113.0/24")]);
+}
+
+#[test]
+fn best_path_changes_are_watched() {
+    let mut e = engine(&[(1, 65001), (2, 65002)]);
+    e.apply(vec![(
+        1,
+        ann(&["10.0.0.0/24"], attrs(&[65001], [192, 0, 2, 1])),
+    )]);
+    assert!(e.take_best_changes().is_empty(), "off by default");
+    e.set_watch_best(true);
+    e.apply(vec![(
+        2,
+        ann(&["10.0.1.0/24"], attrs(&[65002], [192, 0, 2, 2])),
+    )]);
+    let c = e.take_best_changes();
+    assert_eq!(c.len(), 1);
+    assert_eq!(c[0].0, p("10.0.1.0/24"));
+    let (peer, a) = c[0].1.clone().expect("a best path");
+    assert_eq!(peer, 2);
+    assert_eq!(a.local_pref, Some(100));
+    assert!(e.take_best_changes().is_empty(), "taken");
+    let o = PathAttrs {
+        origin: Some(holdfast_wire::Origin::Igp),
+        ..PathAttrs::default()
+    };
+    e.originate(vec![(p("203.0.113.0/24"), o)]);
+    e.apply(vec![(2, wd(&["10.0.1.0/24"]))]);
+    let c = e.take_best_changes();
+    assert_eq!(c.len(), 2);
+    assert!(c
+        .iter()
+        .any(|(x, b)| *x == p("203.0.113.0/24") && b.as_ref().map(|b| b.0) == Some(LOCAL_PEER)));
+    assert!(c.iter().any(|(x, b)| *x == p("10.0.1.0/24") && b.is_none()));
+    e.set_watch_best(false);
+    e.apply(vec![(
+        2,
+        ann(&["10.0.2.0/24"], attrs(&[65002], [192, 0, 2, 2])),
+    )]);
+    assert!(e.take_best_changes().is_empty(), "off again");
 }
 
 #[test]

@@ -3,6 +3,7 @@
 //! plus the Prometheus endpoint over HTTP. Both hand their requests to the
 //! daemon task, which owns all state.
 
+use crate::rib_thread::BestBatch;
 use holdfast_api::{Request, Response};
 use std::path::Path;
 use std::sync::Arc;
@@ -14,6 +15,9 @@ use tokio::sync::{mpsc, oneshot};
 pub enum DaemonReq {
     Control(Request, oneshot::Sender<Response>),
     Metrics(oneshot::Sender<String>),
+    /// The default instance's best-path changes (the gRPC API's
+    /// `WatchEvent`), or why not.
+    WatchBest(oneshot::Sender<Result<mpsc::Receiver<Arc<BestBatch>>, String>>),
 }
 
 pub type DaemonTx = mpsc::UnboundedSender<DaemonReq>;

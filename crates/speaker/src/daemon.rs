@@ -13,6 +13,7 @@
 //!   request being served (say `show rib` on a large table) finishes first.
 //!   The ACK gate drops every packet meanwhile.
 
+mod api_routes;
 mod mrt;
 mod standby;
 mod takeover;
@@ -49,7 +50,12 @@ type Lookup = Arc<RwLock<HashMap<(Option<String>, IpAddr), mpsc::UnboundedSender
 struct Instance {
     rib: RibHandle,
     mailboxes: Mailboxes,
+    /// What the RIB thread originates: `networks` overlaid by `api_routes`.
     originated: BTreeMap<Prefix, Arc<PathAttrs>>,
+    /// `[[network]]` routes of the configuration.
+    networks: BTreeMap<Prefix, Arc<PathAttrs>>,
+    /// Routes added at run time (`add_route`, the GoBGP API's `AddPath`).
+    api_routes: BTreeMap<Prefix, Arc<PathAttrs>>,
 }
 
 struct PeerEntry {
@@ -257,6 +263,7 @@ pub async fn run(
             .await
             .with_context(|| format!("metrics listener {addr}"))?;
     }
+    crate::grpc::start(&d.cfg.global, tx.clone()).await?;
     tracing::info!(
         asn = d.cfg.global.asn,
         router_id = %d.cfg.global.router_id,
@@ -418,6 +425,8 @@ impl Daemon {
                         rib,
                         mailboxes,
                         originated: BTreeMap::new(),
+                        networks: BTreeMap::new(),
+                        api_routes: BTreeMap::new(),
                     },
                 );
             }
@@ -651,26 +660,8 @@ impl Daemon {
 
     fn sync_networks(&mut self, cfg: &Config, compiled: &Compiled) -> anyhow::Result<()> {
         for (name, inst) in self.instances.iter_mut() {
-            let wanted = compiled.networks.get(name).cloned().unwrap_or_default();
-            let withdraw: Vec<Prefix> = inst
-                .originated
-                .keys()
-                .filter(|p| !wanted.contains_key(*p))
-                .copied()
-                .collect();
-            let announce: Vec<(Prefix, Arc<PathAttrs>)> = wanted
-                .iter()
-                .filter(|(p, a)| inst.originated.get(*p).is_none_or(|o| **o != ***a))
-                .map(|(p, a)| (*p, Arc::clone(a)))
-                .collect();
-            if !withdraw.is_empty() {
-                inst.rib.send(RibCmd::WithdrawOriginated(withdraw));
-            }
-            if !announce.is_empty() {
-                tracing::info!(instance = %name, routes = announce.len(), "originating networks");
-                inst.rib.send(RibCmd::Originate(announce));
-            }
-            inst.originated = wanted;
+            inst.networks = compiled.networks.get(name).cloned().unwrap_or_default();
+            api_routes::sync_originated(name, inst);
         }
         let _ = cfg;
         Ok(())
@@ -704,6 +695,9 @@ impl Daemon {
             DaemonReq::Metrics(reply) => {
                 self.refresh_gauges().await;
                 let _ = reply.send(self.metrics.encode());
+            }
+            DaemonReq::WatchBest(reply) => {
+                let _ = reply.send(self.watch_best());
             }
         }
     }
@@ -839,6 +833,8 @@ impl Daemon {
                 Ok(info) => Response::mrt(info),
                 Err(e) => Response::error(format!("{e:#}")),
             },
+            Request::AddRoute { instance, route } => self.add_route(instance, route),
+            Request::DelRoute { instance, prefix } => self.del_route(instance, prefix),
             Request::NeighborReset { address } => {
                 let Ok(ip) = address.parse::<IpAddr>() else {
                     return Response::error(format!("{address}: not an IP address"));

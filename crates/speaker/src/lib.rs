@@ -27,6 +27,7 @@ mod conn;
 mod control;
 mod convert;
 pub mod daemon;
+mod grpc;
 mod mrt;
 mod nsr;
 mod obs;

@@ -95,6 +95,10 @@ pub enum RibCmd {
     /// takeover before anything else changes the tables needs no
     /// comparison. Answered when done.
     Prepare(oneshot::Sender<()>),
+    /// Subscribes to the instance's best-path changes (the GoBGP API's
+    /// `WatchEvent`): each command's changes are offered to the channel
+    /// without waiting; a subscriber whose channel is full is dropped.
+    WatchBest(mpsc::Sender<Arc<BestBatch>>),
 }
 
 /// The answer to [`RibCmd::Snapshot`].
@@ -115,6 +119,10 @@ pub enum Snapshot {
 pub fn worth_compacting(changes: u64, routes: u64, min_ratio: f64) -> bool {
     changes as f64 >= min_ratio * routes as f64
 }
+
+/// Best-path changes: per prefix its new best path (the neighbour it came
+/// from, `None` for a route we originate) or `None` when it has none.
+pub type BestBatch = Vec<(Prefix, Option<(Option<std::net::IpAddr>, Arc<PathAttrs>)>)>;
 
 /// What a preheated standby read from the store since its last poll.
 #[derive(Default)]
@@ -235,6 +243,7 @@ pub fn spawn(
                 gens: HashMap::new(),
                 preheated: HashMap::new(),
                 prepared: None,
+                watchers: Vec::new(),
             }
             .run()
         })
@@ -258,6 +267,9 @@ struct RibThread {
     /// Adj-RIB-Out and what its peer holds differ, computed by
     /// `RibCmd::Prepare`; dropped by anything that may change the tables.
     prepared: Option<HashMap<PeerId, Vec<Prefix>>>,
+    /// `RibCmd::WatchBest` subscribers; the engine notes best-path changes
+    /// only while there is one.
+    watchers: Vec<mpsc::Sender<Arc<BestBatch>>>,
 }
 
 impl RibThread {
@@ -299,6 +311,47 @@ impl RibThread {
                 }
                 other => self.handle(other),
             }
+            if !self.watchers.is_empty() {
+                self.publish_best();
+            }
+        }
+    }
+
+    /// Offers the best-path changes of the last command to every
+    /// subscriber, never waiting: a full channel drops its subscriber.
+    fn publish_best(&mut self) {
+        let changes = self.engine.take_best_changes();
+        if changes.is_empty() {
+            return;
+        }
+        let engine = &self.engine;
+        let batch: BestBatch = changes
+            .into_iter()
+            .map(|(p, b)| {
+                let b = b.map(|(peer, a)| {
+                    let from = (peer != holdfast_rib::LOCAL_PEER)
+                        .then(|| engine.peer_address(peer))
+                        .flatten();
+                    (from, a)
+                });
+                (p, b)
+            })
+            .collect();
+        let batch = Arc::new(batch);
+        let name = &self.name;
+        self.watchers.retain(|w| match w.try_send(batch.clone()) {
+            Ok(()) => true,
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                tracing::warn!(instance = %name, "best-path subscriber too slow: dropped (its stream ends)");
+                false
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                tracing::debug!(instance = %name, "best-path subscriber gone");
+                false
+            }
+        });
+        if self.watchers.is_empty() {
+            self.engine.set_watch_best(false);
         }
     }
 
@@ -307,7 +360,8 @@ impl RibThread {
             RibCmd::Query(..)
             | RibCmd::Snapshot { .. }
             | RibCmd::Resume { .. }
-            | RibCmd::Prepare(_) => true,
+            | RibCmd::Prepare(_)
+            | RibCmd::WatchBest(_) => true,
             // Skipped below: the session is preheated.
             RibCmd::AddPeer(spec) => self.preheated.contains_key(&spec.id),
             _ => false,
@@ -395,6 +449,14 @@ impl RibThread {
             RibCmd::Prepare(done) => {
                 self.prepare();
                 let _ = done.send(());
+                return;
+            }
+            RibCmd::WatchBest(tx) => {
+                // Changes noted before this subscriber came are not its.
+                if self.watchers.is_empty() {
+                    self.engine.set_watch_best(true);
+                }
+                self.watchers.push(tx);
                 return;
             }
         };
@@ -676,7 +738,55 @@ impl RibThread {
 
 #[cfg(test)]
 mod tests {
-    use super::worth_compacting;
+    use super::*;
+    use holdfast_rib::EngineConfig;
+
+    fn originate(rib: &RibHandle, prefix: &str) {
+        let p: Prefix = prefix.parse().expect("prefix");
+        rib.send(RibCmd::Originate(vec![(p, Arc::new(PathAttrs::default()))]));
+    }
+
+    /// A subscriber gets each command's best-path changes; one that does
+    /// not read is dropped (its channel closed) instead of slowing the
+    /// RIB thread.
+    #[test]
+    fn best_path_subscribers_and_a_slow_one_dropped() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            let rib = spawn(
+                "t".into(),
+                Engine::new(EngineConfig::default()),
+                Arc::new(RwLock::new(HashMap::new())),
+                Arc::new(Metrics::new()),
+            );
+            let (tx, mut rx) = mpsc::channel(1);
+            rib.send(RibCmd::WatchBest(tx));
+            let (fast_tx, mut fast) = mpsc::channel(16);
+            rib.send(RibCmd::WatchBest(fast_tx));
+            originate(&rib, "10.9.0.0/24");
+            originate(&rib, "10.9.1.0/24");
+            rib.query(RibQuery::Counts).await.expect("answer");
+            for want in ["10.9.0.0/24", "10.9.1.0/24"] {
+                let b = fast.recv().await.expect("a batch");
+                assert_eq!(b.len(), 1);
+                assert_eq!(b[0].0.to_string(), want);
+                assert!(matches!(&b[0].1, Some((None, _))), "ours: no neighbour");
+            }
+            let first = rx.recv().await.expect("the first batch");
+            assert_eq!(first[0].0.to_string(), "10.9.0.0/24");
+            assert!(
+                rx.recv().await.is_none(),
+                "dropped when its channel was full"
+            );
+            rib.send(RibCmd::WithdrawOriginated(vec!["10.9.0.0/24"
+                .parse()
+                .expect("prefix")]));
+            let b = fast.recv().await.expect("the withdrawal");
+            assert!(b[0].1.is_none(), "no best path any more");
+        });
+    }
 
     #[test]
     fn a_log_of_fresh_routes_is_not_worth_compacting() {

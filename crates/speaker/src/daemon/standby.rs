@@ -112,6 +112,9 @@ impl Daemon {
                             "this holdfastd is a standby: it serves no session until `holdfast nsr takeover`",
                         ));
                     }
+                    DaemonReq::WatchBest(reply) => {
+                        let _ = reply.send(Err("a standby has no tables to watch yet".into()));
+                    }
                     DaemonReq::Metrics(reply) => {
                         let _ = reply.send(self.metrics.encode());
                     }
