@@ -61,6 +61,8 @@ pub const DOWN_DECONFIGURED: u8 = 5;
 pub const STAT_REJECTED: u16 = 0;
 pub const STAT_ADJ_RIB_IN: u16 = 7;
 pub const STAT_LOC_RIB: u16 = 8;
+/// Routes in the Adj-RIBs-Out post-policy (RFC 8671 §4).
+pub const STAT_ADJ_RIB_OUT_POST: u16 = 15;
 
 /// The monitored peer as the per-peer header (§4.2) names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
