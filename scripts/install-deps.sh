@@ -7,7 +7,7 @@
 # everything is already there.
 set -euo pipefail
 
-pkgs=(bird2 frr gobgpd exabgp redis-server etcd-server etcd-client bgpdump protobuf-compiler libprotobuf-dev tcpdump iproute2 iptables procps python3 gnuplot-nox openssl ca-certificates)
+pkgs=(bird2 frr gobgpd exabgp redis-server etcd-server etcd-client bgpdump pmacct protobuf-compiler libprotobuf-dev tcpdump iproute2 iptables procps python3 gnuplot-nox openssl ca-certificates)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
