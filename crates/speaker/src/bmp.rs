@@ -331,8 +331,14 @@ impl Collector {
             match conn {
                 Ok(Ok(stream)) => {
                     tracing::info!(collector = %addr, "BMP session up");
-                    backoff = first;
-                    match self.session(stream).await {
+                    let started = std::time::Instant::now();
+                    let ended = self.session(stream).await;
+                    // A collector that drops the session at once (it
+                    // cannot read us) is not retried at once.
+                    if started.elapsed() >= Duration::from_secs(30) {
+                        backoff = first;
+                    }
+                    match ended {
                         Ended::Stopped => return,
                         Ended::Lost(why) => {
                             tracing::warn!(collector = %addr, "BMP session down: {why}")

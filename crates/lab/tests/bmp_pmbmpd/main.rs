@@ -24,9 +24,21 @@
 //! * Peer Down (`peer_down`) with reason 1 (local NOTIFICATION) after
 //!   `holdfast neighbor reset`, then a new Peer Up when the session returns;
 //! * Termination (`bmp_term`) when holdfastd stops.
+//!
+//! `bmp_across_a_takeover`: the NSR lab of `support/nsr.rs` (bridge, BIRD
+//! peer, Redis, holdfastd on `a` then `b` behind the service address),
+//! pmbmpd on the Redis host. holdfastd is SIGKILLed and taken over (BIRD
+//! sees nothing: `Run::check`); in pmbmpd's log (docs/nsr.md, "What a BMP
+//! collector sees of a takeover"):
+//! * a second Initiation (the backup's BMP session);
+//! * a second Peer Up for BIRD's session, and the backup's table dump
+//!   (BIRD's route pre-policy, our networks in its Adj-RIB-Out);
+//! * no Peer Down for BIRD's session at any time.
 
 #[path = "../support/interop.rs"]
 mod common;
+#[path = "../support/nsr.rs"]
+mod nsr_common;
 
 use std::path::Path;
 use std::time::Duration;
@@ -49,6 +61,35 @@ fn log(file: &Path) -> Vec<Value> {
 
 fn of<'a>(log: &'a [Value], ty: &str) -> Vec<&'a Value> {
     log.iter().filter(|v| v["bmp_msg_type"] == ty).collect()
+}
+
+/// pmbmpd's configuration: listen on `ip:1790`, log every message as JSON
+/// to `file`.
+fn start_pmbmpd(
+    lab: &mut Lab,
+    host: holdfast_lab::HostId,
+    ip: std::net::Ipv4Addr,
+) -> std::path::PathBuf {
+    let dir = lab.work_dir().join("pmbmpd");
+    std::fs::create_dir_all(&dir).expect("pmbmpd dir");
+    let file = dir.join("bmp.json");
+    let conf = dir.join("pmbmpd.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "bmp_daemon_ip: {ip}\nbmp_daemon_port: 1790\nbmp_daemon_msglog_file: {}\nbmp_daemon_msglog_output: json\n",
+            file.display()
+        ),
+    )
+    .expect("pmbmpd.conf");
+    lab.spawn(
+        host,
+        "pmbmpd",
+        &["pmbmpd", "-f", &conf.to_string_lossy()],
+        &[],
+    )
+    .expect("pmbmpd");
+    file
 }
 
 /// Waits until the log holds an entry that `f` accepts; returns it.
@@ -99,21 +140,7 @@ fn bmp_to_pmbmpd() {
     })
     .expect("BIRD's route");
 
-    let dir = lab.work_dir().join("pmbmpd");
-    std::fs::create_dir_all(&dir).expect("pmbmpd dir");
-    let file = dir.join("bmp.json");
-    let conf = dir.join("pmbmpd.conf");
-    std::fs::write(
-        &conf,
-        format!(
-            "bmp_daemon_ip: {}\nbmp_daemon_port: 1790\nbmp_daemon_msglog_file: {}\nbmp_daemon_msglog_output: json\n",
-            v4.b,
-            file.display()
-        ),
-    )
-    .expect("pmbmpd.conf");
-    lab.spawn(p, "pmbmpd", &["pmbmpd", "-f", &conf.to_string_lossy()], &[])
-        .expect("pmbmpd");
+    let file = start_pmbmpd(&mut lab, p, v4.b);
 
     // 1. Initiation and Peer Up with both OPENs.
     let init = wait_entry(&file, "a BMP Initiation", |v| v["bmp_msg_type"] == "init");
@@ -209,4 +236,74 @@ fn bmp_to_pmbmpd() {
 
     bird.stop(&mut lab);
     lab.teardown();
+}
+
+#[test]
+fn bmp_across_a_takeover() {
+    if skip_unless_tools(&["pmbmpd"]) {
+        return;
+    }
+    let Some(mut run) = nsr_common::Run::<Bird>::start_with(
+        "bmp_takeover",
+        PeerKind::Bird,
+        nsr_common::Options::default(),
+        |t| {
+            format!(
+                "[[bmp]]\naddress = \"{}:1790\"\nstatistics_interval_secs = 0\nroute_monitoring = [\"pre-policy\", \"adj-rib-out\"]\n",
+                t.redis.v4
+            )
+        },
+    ) else {
+        return;
+    };
+    let (host, ip) = (run.topo().redis.id, run.topo().redis.v4);
+    let peer = run.peer_ip().to_string();
+    let file = start_pmbmpd(&mut run.lab, host, ip);
+    let is_up = |v: &Value| v["bmp_msg_type"] == "peer_up" && v["peer_ip"] == peer;
+    wait_entry(&file, "the primary's Peer Up for BIRD", is_up);
+    wait_entry(&file, "the primary's dump of our networks", |v| {
+        v["bmp_msg_type"] == "route_monitor" && v["peer_ip"] == peer && v["is_out"] == 1
+    });
+    let before = log(&file);
+    let inits = of(&before, "init").len();
+    let ups = before.iter().filter(|v| is_up(v)).count();
+    let outs = before
+        .iter()
+        .filter(|v| v["bmp_msg_type"] == "route_monitor" && v["is_out"] == 1)
+        .count();
+
+    run.idle_kill();
+
+    wait_for("the backup's Initiation, Peer Up and dump", T, || {
+        let now = log(&file);
+        let done = of(&now, "init").len() > inits
+            && now.iter().filter(|v| is_up(v)).count() > ups
+            && now
+                .iter()
+                .filter(|v| v["bmp_msg_type"] == "route_monitor" && v["is_out"] == 1)
+                .count()
+                > outs;
+        Ok(done.then_some(()))
+    })
+    .unwrap_or_else(|e| {
+        panic!(
+            "{e}\npmbmpd's log:\n{}",
+            std::fs::read_to_string(&file).unwrap_or_default()
+        )
+    });
+    let after = log(&file);
+    let downs: Vec<&Value> = of(&after, "peer_down");
+    assert!(
+        downs.iter().all(|v| v["peer_ip"] != peer),
+        "the collector was told BIRD's session went down: {downs:?}"
+    );
+    let mut counts = std::collections::BTreeMap::new();
+    for v in &after {
+        *counts.entry(v["bmp_msg_type"].to_string()).or_insert(0) += 1;
+    }
+    eprintln!("pmbmpd across the takeover: {counts:?}");
+    for v in of(&after, "init") {
+        eprintln!("init: {v}");
+    }
+    run.lab.teardown();
 }
