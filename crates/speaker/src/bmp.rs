@@ -4,7 +4,7 @@
 //! `holdfast_wire::bmp`.
 //!
 //! RFCs: 7854 (Initiation, Peer Up with both OPENs, Route Monitoring of the
-//! pre-policy Adj-RIB-In as received, End-of-RIB after the initial dump,
+//! pre-policy Adj-RIB-In as received, End-of-RIB after a table dump,
 //! Statistics Reports types 7 and 8, Peer Down with the NOTIFICATION and
 //! the §4.9 reason, Termination), 8671 (Adj-RIB-Out post-policy: the O and
 //! L flags; Statistics type 15).
@@ -15,6 +15,11 @@
 //! stream: its task closes the connection and starts again (Initiation,
 //! a Peer Up per established session, the tables as UPDATEs, End-of-RIB),
 //! so the collector's view is never silently wrong.
+//!
+//! A table dump is sent on connect for every established session, and
+//! for a session resumed by an NSR takeover; a session that comes up
+//! while the collector is connected gets a Peer Up only, its routes
+//! following as its UPDATEs arrive (they carry the peer's own End-of-RIB).
 //!
 //! On connect the task registers with the hub and takes the list of
 //! established sessions in one step, so every later Peer Up, Peer Down and
@@ -68,6 +73,9 @@ pub struct SessionInfo {
     pub ipv6: bool,
     /// When it came up.
     pub up_at: (u32, u32),
+    /// Resumed by an NSR takeover: its tables exist already, and no
+    /// UPDATE stream will carry them to the collectors.
+    pub resumed: bool,
 }
 
 impl SessionInfo {
@@ -446,6 +454,13 @@ impl Collector {
         buf: &mut Vec<u8>,
     ) {
         match ev {
+            // A new session's routes follow as Route Monitoring from its
+            // first UPDATE (queued after this event); a resumed one's
+            // tables are dumped, as on connect.
+            Event::Up(s) if !s.resumed => {
+                self.peer_up(&s, buf);
+                sessions.insert(s.key(), s);
+            }
             Event::Up(s) => {
                 self.dump(&s, buf).await;
                 sessions.insert(s.key(), s);
@@ -469,8 +484,7 @@ impl Collector {
         }
     }
 
-    /// Peer Up, then the session's monitored tables and End-of-RIB.
-    async fn dump(&self, s: &SessionInfo, buf: &mut Vec<u8>) {
+    fn peer_up(&self, s: &SessionInfo, buf: &mut Vec<u8>) {
         wire::peer_up(
             &s.peer(0, s.up_at),
             s.local.ip(),
@@ -480,6 +494,11 @@ impl Collector {
             &s.open_received,
             buf,
         );
+    }
+
+    /// Peer Up, then the session's monitored tables and End-of-RIB.
+    async fn dump(&self, s: &SessionInfo, buf: &mut Vec<u8>) {
+        self.peer_up(s, buf);
         let Some(rib) = self.ribs.get(&s.instance) else {
             return;
         };

@@ -387,7 +387,7 @@ impl PeerTask {
             }
             PeerOutput::PeerUp { gen, negotiated } => {
                 self.established(gen, &negotiated);
-                self.bmp_up(&negotiated);
+                self.bmp_up(&negotiated, false);
             }
             PeerOutput::PeerDown { graceful } => {
                 self.bmp_down();
@@ -404,7 +404,7 @@ impl PeerTask {
             PeerOutput::Resumed => {
                 self.resumed();
                 if let Some(neg) = self.core.negotiated().cloned() {
-                    self.bmp_up(&neg);
+                    self.bmp_up(&neg, true);
                 }
             }
         }

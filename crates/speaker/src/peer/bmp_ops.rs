@@ -65,7 +65,7 @@ impl BmpTap {
 
 impl PeerTask {
     /// The session is Established (or resumed by a takeover): a Peer Up.
-    pub(super) fn bmp_up(&mut self, neg: &Negotiated) {
+    pub(super) fn bmp_up(&mut self, neg: &Negotiated, resumed: bool) {
         self.bmp.notification = None;
         let Some(hub) = self.bmp.hub.clone() else {
             return;
@@ -102,6 +102,7 @@ impl PeerTask {
             },
             ipv6: neg.families.contains(&Family::IPV6_UNICAST),
             up_at: crate::mrt::now(),
+            resumed,
         });
         self.bmp.session = Some(info.clone());
         hub.peer_up(info);
