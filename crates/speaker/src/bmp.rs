@@ -562,3 +562,66 @@ impl Collector {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn session() -> Arc<SessionInfo> {
+        Arc::new(SessionInfo {
+            instance: "default".into(),
+            peer_id: 7,
+            address: "192.0.2.2".parse().unwrap(),
+            asn: 65001,
+            bgp_id: Ipv4Addr::new(192, 0, 2, 2),
+            local: "192.0.2.1:179".parse().unwrap(),
+            remote_port: 40000,
+            open_sent: vec![4],
+            open_received: vec![4],
+            ctx: CodecCtx {
+                four_octet_as: true,
+                ibgp: false,
+            },
+            ipv6: false,
+            up_at: (1, 0),
+            resumed: false,
+        })
+    }
+
+    fn collector(tables: &[BmpTable]) -> Bmp {
+        Bmp {
+            address: "192.0.2.9:1790".parse().unwrap(),
+            statistics_interval_secs: 0,
+            route_monitoring: tables.to_vec(),
+            retry_secs: 1,
+            sys_name: None,
+        }
+    }
+
+    #[test]
+    fn events_reach_the_collectors_that_want_them_and_a_full_queue_marks_one() {
+        let hub = BmpHub::default();
+        let s = session();
+        hub.peer_up(s.clone());
+        assert!(!hub.active(), "no collector yet");
+        let (pre_id, mut pre, pre_lost, up) = hub.register(&collector(&[BmpTable::PrePolicy]));
+        assert_eq!(up.len(), 1, "the established session is handed over");
+        let (_, mut out, _, _) = hub.register(&collector(&[BmpTable::AdjRibOut]));
+        assert!(hub.active());
+        hub.received(&s, &[0, 0, 0, 0]);
+        hub.sent(&s, &Arc::new(vec![0xff; 23]));
+        assert!(matches!(pre.try_recv(), Ok(Event::Received { .. })));
+        assert!(pre.try_recv().is_err(), "the Adj-RIB-Out is not for it");
+        assert!(matches!(out.try_recv(), Ok(Event::Sent { .. })));
+        assert!(out.try_recv().is_err(), "pre-policy is not for it");
+        for _ in 0..=QUEUE {
+            hub.received(&s, &[0, 0, 0, 0]);
+        }
+        assert!(pre_lost.load(Ordering::Relaxed), "a full queue marks it");
+        assert_eq!(hub.dropped.load(Ordering::Relaxed), 1);
+        hub.peer_down(&s, wire::DOWN_REMOTE_NO_NOTIFICATION, None);
+        hub.unregister(pre_id);
+        let (_, _, _, up) = hub.register(&collector(&[BmpTable::PrePolicy]));
+        assert!(up.is_empty(), "a session that went down is not handed over");
+    }
+}
