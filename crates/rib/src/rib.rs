@@ -187,6 +187,9 @@ pub(crate) struct Tables<K: Key> {
     pub out: FxMap<PeerId, K::OMap>,
     /// Prefixes whose best path changed since the last export pass.
     pub dirty: Vec<K>,
+    /// With FIB output: prefixes whose forwarding entry may have changed
+    /// since the last `Engine::take_fib` (duplicates possible).
+    pub fib_dirty: Vec<K>,
 }
 
 impl<K: Key> Default for Tables<K> {
@@ -195,6 +198,7 @@ impl<K: Key> Default for Tables<K> {
             dests: K::DMap::default(),
             out: FxMap::default(),
             dirty: Vec::new(),
+            fib_dirty: Vec::new(),
         }
     }
 }
@@ -293,12 +297,20 @@ impl<K: Key> Tables<K> {
             self.dests.remove(&k);
             if old_best.is_some() {
                 self.dirty.push(k);
+                if ctx.fib_ecmp > 0 {
+                    self.fib_dirty.push(k);
+                }
             }
             return;
         }
         d.reselect(ctx);
-        if d.best_id() != old_best {
+        let changed = d.best_id() != old_best;
+        if changed {
             self.dirty.push(k);
+        }
+        // With ECMP a change of any path may change the equal-cost set.
+        if ctx.fib_ecmp > 1 || (changed && ctx.fib_ecmp > 0) {
+            self.fib_dirty.push(k);
         }
     }
 
