@@ -144,6 +144,9 @@ fn default_kernel_metric() -> u32 {
 fn default_kernel_ecmp() -> u16 {
     1
 }
+fn default_kernel_startup_hold() -> u32 {
+    60
+}
 fn default_kernel_protocol() -> u8 {
     DEFAULT_KERNEL_PROTOCOL
 }
@@ -164,6 +167,11 @@ pub struct Kernel {
     /// rtnetlink protocol number our routes carry.
     #[serde(default = "default_kernel_protocol")]
     pub protocol: u8,
+    /// Seconds after a start during which our routes found in the table
+    /// and not (yet) wanted by the RIB are kept, while the sessions bring
+    /// the routes back (a takeover has its tables and does not wait).
+    #[serde(default = "default_kernel_startup_hold")]
+    pub startup_hold: u32,
     /// Leave the routes in the table when holdfastd stops normally
     /// (BIRD's `persist`); by default a normal stop removes them.
     #[serde(default, skip_serializing_if = "is_false")]

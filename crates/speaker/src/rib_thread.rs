@@ -10,6 +10,9 @@
 //! of UPDATEs into one batch, so that work is amortised under load and a
 //! lone UPDATE is still processed at once.
 //!
+//! With `[kernel]`, after each command it hands the instance's FIB thread
+//! the forwarding entries that changed (`Engine::take_fib`).
+//!
 //! For non-stop routing it rebuilds the tables of sessions taken over
 //! (`RibCmd::Resume`) and, in a preheated standby, builds them ahead of
 //! the takeover (`RibCmd::Preheat`, `RibCmd::Prepare`).
@@ -25,6 +28,7 @@
 //!   Adj-RIB-Out (a neighbour added without a stored session, say): the
 //!   takeover then compares again.
 
+use crate::fib::{FibCmd, FibHandle};
 use crate::obs::Metrics;
 use crate::tables;
 use holdfast_rib::{Engine, Output, PeerId, PeerSpec, PolicyRef};
@@ -91,6 +95,9 @@ pub enum RibCmd {
     /// takeover before anything else changes the tables needs no
     /// comparison. Answered when done.
     Prepare(oneshot::Sender<()>),
+    /// The tables are complete (a primary's start, or a takeover once
+    /// `Resume` is done): the kernel FIB may write (see `fib`).
+    FibActivate { hold: std::time::Duration },
 }
 
 /// What a preheated standby read from the store since its last poll.
@@ -197,6 +204,7 @@ pub fn spawn(
     engine: Engine,
     mailboxes: Mailboxes,
     metrics: Arc<Metrics>,
+    fib: Option<FibHandle>,
 ) -> RibHandle {
     let (tx, rx) = mpsc::unbounded_channel();
     let thread_name = format!("rib-{name}");
@@ -212,6 +220,8 @@ pub fn spawn(
                 gens: HashMap::new(),
                 preheated: HashMap::new(),
                 prepared: None,
+                fib,
+                fib_buf: Vec::new(),
             }
             .run()
         })
@@ -235,6 +245,10 @@ struct RibThread {
     /// Adj-RIB-Out and what its peer holds differ, computed by
     /// `RibCmd::Prepare`; dropped by anything that may change the tables.
     prepared: Option<HashMap<PeerId, Vec<Prefix>>>,
+    /// The instance's kernel FIB, if `[kernel]`: it gets the forwarding
+    /// entries each command changed (never waited for).
+    fib: Option<FibHandle>,
+    fib_buf: Vec<holdfast_rib::FibRoute>,
 }
 
 impl RibThread {
@@ -276,6 +290,16 @@ impl RibThread {
                 }
                 other => self.handle(other),
             }
+            self.flush_fib();
+        }
+    }
+
+    /// Hands the FIB thread the forwarding entries that changed.
+    fn flush_fib(&mut self) {
+        let Some(fib) = &self.fib else { return };
+        self.engine.take_fib(&mut self.fib_buf);
+        if !self.fib_buf.is_empty() {
+            fib.send(FibCmd::Routes(std::mem::take(&mut self.fib_buf)));
         }
     }
 
@@ -284,7 +308,8 @@ impl RibThread {
             RibCmd::Query(..)
             | RibCmd::Snapshot { .. }
             | RibCmd::Resume { .. }
-            | RibCmd::Prepare(_) => true,
+            | RibCmd::Prepare(_)
+            | RibCmd::FibActivate { .. } => true,
             // Skipped below: the session is preheated.
             RibCmd::AddPeer(spec) => self.preheated.contains_key(&spec.id),
             _ => false,
@@ -357,6 +382,13 @@ impl RibThread {
             RibCmd::Prepare(done) => {
                 self.prepare();
                 let _ = done.send(());
+                return;
+            }
+            RibCmd::FibActivate { hold } => {
+                self.flush_fib();
+                if let Some(f) = &self.fib {
+                    f.send(FibCmd::Activate { hold });
+                }
                 return;
             }
         };
