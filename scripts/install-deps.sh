@@ -3,11 +3,11 @@
 # the real peers (bird2, frr, gobgpd, exabgp), redis, etcd (server and
 # etcdctl, for the control plane's lab tests), protoc and the protobuf
 # well-known types (the etcd-client crate compiles etcd's protos), capture and
-# netns tools, and a Rust toolchain if none is present. Idempotent and quiet when
+# netns tools, ping (the kernel FIB test forwards through a namespace), and a Rust toolchain if none is present. Idempotent and quiet when
 # everything is already there.
 set -euo pipefail
 
-pkgs=(bird2 frr gobgpd exabgp redis-server etcd-server etcd-client bgpdump protobuf-compiler libprotobuf-dev tcpdump iproute2 iptables procps python3 gnuplot-nox openssl ca-certificates)
+pkgs=(bird2 frr gobgpd exabgp redis-server etcd-server etcd-client bgpdump protobuf-compiler libprotobuf-dev tcpdump iproute2 iputils-ping iptables procps python3 gnuplot-nox openssl ca-certificates)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

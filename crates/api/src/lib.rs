@@ -199,7 +199,7 @@ pub struct FibInfo {
     pub unresolved: u64,
     /// Refused by the kernel (retried every 10 s).
     pub failed: u64,
-    /// Ours in the table, not wanted, kept for the start-up hold.
+    /// Ours in the table, not wanted (kept for the start-up hold).
     pub stale: u64,
     pub counters: FibCounters,
     pub next_hops: Vec<FibNextHop>,

@@ -571,7 +571,10 @@ fn print_fib(list: &[holdfast_api::FibInfo]) {
                 n.resolved.join(", ")
             );
         }
-        println!("  {:<44} {:<11} {:<40} installed", "prefix", "state", "bgp next hops");
+        println!(
+            "  {:<44} {:<11} {:<40} installed",
+            "prefix", "state", "bgp next hops"
+        );
         for r in &f.routes {
             let state = match &r.error {
                 Some(e) => format!("{} ({e})", r.state),

@@ -97,7 +97,9 @@ pub enum RibCmd {
     Prepare(oneshot::Sender<()>),
     /// The tables are complete (a primary's start, or a takeover once
     /// `Resume` is done): the kernel FIB may write (see `fib`).
-    FibActivate { hold: std::time::Duration },
+    FibActivate {
+        hold: std::time::Duration,
+    },
 }
 
 /// What a preheated standby read from the store since its last poll.

@@ -15,9 +15,11 @@
 //! tables: nothing is written) until [`Core::activate`]; then the shell
 //! dumps the kernel's routes ([`Core::dump_begin`], [`Core::dump_route`],
 //! [`Core::dump_end`]), ours are adopted as they are, and only the
-//! difference is written. Ours that the RIB does not want are kept for
-//! the hold given to `activate` (the sessions of a fresh start need time
-//! to bring the table back), then removed. The same dump reconciles the
+//! difference is written. With a hold given to `activate` (a fresh start,
+//! whose sessions need time to bring the table back), the routes adopted
+//! are kept exactly as they are until it ends, as graceful restart keeps
+//! forwarding state: no replace, no delete while the sessions come up one
+//! by one; then every difference is written (those not wanted removed). The same dump reconciles the
 //! table whenever the core lost track (an answer lost to ENOBUFS, a link
 //! or address change).
 //!
@@ -41,9 +43,7 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-use holdfast_linux::rtnl::codec::{
-    self, KernelRoute, RouteKey, RouteOp, NLM_F_ACK, RTN_UNICAST,
-};
+use holdfast_linux::rtnl::codec::{self, KernelRoute, RouteKey, RouteOp, NLM_F_ACK, RTN_UNICAST};
 use holdfast_rib::{FibRoute, NextHops};
 use holdfast_wire::Prefix;
 use smallvec::SmallVec;
@@ -54,6 +54,8 @@ const NONE: u32 = u32::MAX;
 const QUEUED: u8 = 1;
 const SEEN: u8 = 2;
 const FAILED: u8 = 4;
+/// Found in the table at the start and kept as it is for the hold.
+const ADOPTED: u8 = 8;
 /// Failed routes are tried again this often.
 const RETRY: Duration = Duration::from_secs(10);
 
@@ -183,11 +185,19 @@ pub struct Core {
 fn contains(net: &IpAddr, len: u8, a: &IpAddr) -> bool {
     match (net, a) {
         (IpAddr::V4(n), IpAddr::V4(a)) => {
-            let m = if len == 0 { 0 } else { u32::MAX << (32 - len.min(32)) };
+            let m = if len == 0 {
+                0
+            } else {
+                u32::MAX << (32 - len.min(32))
+            };
             u32::from(*n) & m == u32::from(*a) & m
         }
         (IpAddr::V6(n), IpAddr::V6(a)) => {
-            let m = if len == 0 { 0 } else { u128::MAX << (128 - len.min(128)) };
+            let m = if len == 0 {
+                0
+            } else {
+                u128::MAX << (128 - len.min(128))
+            };
             u128::from(*n) & m == u128::from(*a) & m
         }
         _ => false,
@@ -344,6 +354,9 @@ impl Core {
             });
             if self.phase == Phase::Dumping && e.kernel == NONE {
                 self.counters.adopted += 1;
+                if self.keep_stale_until.is_some() {
+                    e.flags |= ADOPTED;
+                }
             }
             e.kernel = id;
             e.flags |= SEEN;
@@ -482,10 +495,10 @@ impl Core {
     }
 
     fn target(&self, e: &Entry, now: Instant) -> u32 {
+        if e.flags & ADOPTED != 0 && self.holding_stale(now) {
+            return e.kernel;
+        }
         if e.want == NONE {
-            if self.holding_stale(now) {
-                return e.kernel;
-            }
             return NONE;
         }
         self.want_res[e.want as usize]
@@ -495,12 +508,13 @@ impl Core {
     pub fn tick(&mut self, now: Instant) {
         if self.keep_stale_until.is_some_and(|t| now >= t) {
             self.keep_stale_until = None;
-            let stale: Vec<Prefix> = self
-                .routes
-                .iter()
-                .filter(|(_, e)| e.want == NONE)
-                .map(|(p, _)| *p)
-                .collect();
+            let mut stale: Vec<Prefix> = Vec::new();
+            for (p, e) in self.routes.iter_mut() {
+                if e.flags & ADOPTED != 0 || e.want == NONE {
+                    e.flags &= !ADOPTED;
+                    stale.push(*p);
+                }
+            }
             for p in stale {
                 self.enqueue(p);
             }
@@ -664,6 +678,11 @@ impl Core {
         for p in all {
             self.enqueue(p);
         }
+    }
+
+    /// Prefixes the RIB wants in the kernel.
+    pub fn wanted(&self) -> usize {
+        self.routes.values().filter(|e| e.want != NONE).count()
     }
 
     /// Counts for `show fib`: (installed, pending, unresolved, failed, stale).

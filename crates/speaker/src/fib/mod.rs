@@ -52,7 +52,9 @@ pub enum FibCmd {
     Routes(Vec<FibRoute>),
     /// Start writing; our routes the RIB does not want are kept for
     /// `hold`.
-    Activate { hold: Duration },
+    Activate {
+        hold: Duration,
+    },
     Show {
         limit: usize,
         reply: oneshot::Sender<FibInfo>,
@@ -142,7 +144,9 @@ impl Shell {
         loop {
             let busy = self.core.has_work() || self.core.wants_dump();
             let cmd = if busy {
-                self.rx.try_recv().map_err(|e| e == mpsc::TryRecvError::Disconnected)
+                self.rx
+                    .try_recv()
+                    .map_err(|e| e == mpsc::TryRecvError::Disconnected)
             } else {
                 let now = Instant::now();
                 let wait = self
@@ -292,7 +296,9 @@ impl Shell {
 
     fn write_batch(&mut self) {
         let seq = self.seq;
-        let n = self.core.next_batch(Instant::now(), &mut self.out, seq, BATCH);
+        let n = self
+            .core
+            .next_batch(Instant::now(), &mut self.out, seq, BATCH);
         if n == 0 {
             return;
         }
@@ -373,7 +379,10 @@ impl Shell {
         let (installed, pending, unresolved, failed, stale) = self.core.counts(now);
         let c = self.core.counters;
         let hop = |(gw, oif): &(std::net::IpAddr, u32)| {
-            format!("{gw} dev {}", holdfast_linux::device::ifname(*oif).unwrap_or_else(|| oif.to_string()))
+            format!(
+                "{gw} dev {}",
+                holdfast_linux::device::ifname(*oif).unwrap_or_else(|| oif.to_string())
+            )
         };
         FibInfo {
             instance: self.instance.clone(),
@@ -383,7 +392,7 @@ impl Shell {
             ecmp: cfg.ecmp as u32,
             persist: self.persist,
             phase: self.core.phase().as_str().into(),
-            routes_total: (installed + pending + unresolved + failed) as u64,
+            routes_total: self.core.wanted() as u64,
             installed: installed as u64,
             pending: pending as u64,
             unresolved: unresolved as u64,
@@ -419,9 +428,7 @@ impl Shell {
                     bgp_next_hops: r.bgp_next_hops.iter().map(|a| a.to_string()).collect(),
                     installed: r.installed.iter().map(hop).collect(),
                     state: r.state.into(),
-                    error: r
-                        .error
-                        .map(|e| io::Error::from_raw_os_error(e).to_string()),
+                    error: r.error.map(|e| io::Error::from_raw_os_error(e).to_string()),
                 })
                 .collect(),
         }

@@ -114,17 +114,28 @@ fn hold_writes_nothing_then_installs_resolved() {
     let mut c = Core::new(cfg());
     c.routes(vec![fr("10.1.0.0/16", &["192.0.2.1"])]);
     let mut buf = Vec::new();
-    assert_eq!(c.next_batch(now, &mut buf, 1, 10), 0, "hold: nothing written");
+    assert_eq!(
+        c.next_batch(now, &mut buf, 1, 10),
+        0,
+        "hold: nothing written"
+    );
     assert!(!c.wants_dump());
     start(&mut c, now, &[connected("192.0.2.0", 24, 3)]);
     assert_eq!(
         drain(&mut c, now),
-        vec![(RTM_NEWROUTE, "10.1.0.0/16".into(), vec![(Some(ip("192.0.2.1")), 3)])]
+        vec![(
+            RTM_NEWROUTE,
+            "10.1.0.0/16".into(),
+            vec![(Some(ip("192.0.2.1")), 3)]
+        )]
     );
     assert_eq!(c.counts(now), (1, 0, 0, 0, 0));
     // Withdrawn by the RIB: deleted.
     c.routes(vec![fr("10.1.0.0/16", &[])]);
-    assert_eq!(drain(&mut c, now), vec![(RTM_DELROUTE, "10.1.0.0/16".into(), vec![])]);
+    assert_eq!(
+        drain(&mut c, now),
+        vec![(RTM_DELROUTE, "10.1.0.0/16".into(), vec![])]
+    );
     assert_eq!(c.counts(now), (0, 0, 0, 0, 0));
 }
 
@@ -160,8 +171,16 @@ fn adoption_changes_only_the_difference() {
     assert_eq!(
         got,
         vec![
-            (RTM_NEWROUTE, "10.2.0.0/16".into(), vec![(Some(ip("192.0.2.1")), 3)]),
-            (RTM_NEWROUTE, "10.3.0.0/16".into(), vec![(Some(ip("192.0.2.2")), 3)]),
+            (
+                RTM_NEWROUTE,
+                "10.2.0.0/16".into(),
+                vec![(Some(ip("192.0.2.1")), 3)]
+            ),
+            (
+                RTM_NEWROUTE,
+                "10.3.0.0/16".into(),
+                vec![(Some(ip("192.0.2.2")), 3)]
+            ),
             (RTM_DELROUTE, "10.4.0.0/16".into(), vec![]),
             (RTM_DELROUTE, "10.5.0.0/16".into(), vec![]),
         ]
@@ -190,16 +209,34 @@ fn stale_routes_kept_for_the_hold() {
     c.dump_begin();
     c.dump_route(&connected("192.0.2.0", 24, 3));
     c.dump_route(&ours("10.4.0.0", 16, "192.0.2.1", 3, 32));
+    c.dump_route(&ours("10.5.0.0", 16, "192.0.2.1", 3, 32));
     c.dump_end();
     assert_eq!(drain(&mut c, now), vec![], "kept during the hold");
-    // The RIB brings it back unchanged: nothing to do either.
-    c.routes(vec![fr("10.4.0.0/16", &["192.0.2.1"])]);
-    assert_eq!(drain(&mut c, now), vec![]);
+    // The RIB brings one back unchanged: nothing to do either; the other
+    // with another next hop first: frozen until the hold ends. A new
+    // prefix is written at once.
+    c.routes(vec![
+        fr("10.4.0.0/16", &["192.0.2.1"]),
+        fr("10.5.0.0/16", &["192.0.2.2"]),
+        fr("10.6.0.0/16", &["192.0.2.2"]),
+    ]);
+    assert_eq!(
+        drain(&mut c, now),
+        vec![(RTM_NEWROUTE, "10.6.0.0/16".into(), vec![(Some(ip("192.0.2.2")), 3)])]
+    );
     c.routes(vec![fr("10.4.0.0/16", &[])]);
+    assert_eq!(drain(&mut c, now), vec![]);
     let later = now + Duration::from_secs(31);
     c.tick(later);
-    let got = drain(&mut c, later);
-    assert_eq!(got, vec![(RTM_DELROUTE, "10.4.0.0/16".into(), vec![])]);
+    let mut got = drain(&mut c, later);
+    got.sort();
+    assert_eq!(
+        got,
+        vec![
+            (RTM_NEWROUTE, "10.5.0.0/16".into(), vec![(Some(ip("192.0.2.2")), 3)]),
+            (RTM_DELROUTE, "10.4.0.0/16".into(), vec![]),
+        ]
+    );
 }
 
 #[test]
@@ -229,7 +266,11 @@ fn ecmp_and_recursive_resolution_follow_the_kernel() {
                 "10.1.0.0/16".into(),
                 vec![(Some(ip("192.0.2.1")), 3), (Some(ip("192.0.2.2")), 3)]
             ),
-            (RTM_NEWROUTE, "10.7.0.0/16".into(), vec![(Some(ip("192.0.2.254")), 3)]),
+            (
+                RTM_NEWROUTE,
+                "10.7.0.0/16".into(),
+                vec![(Some(ip("192.0.2.254")), 3)]
+            ),
         ]
     );
     // The kernel route under the next hop moves: re-resolved, replaced.
@@ -237,14 +278,24 @@ fn ecmp_and_recursive_resolution_follow_the_kernel() {
     c.kernel_route(&via("198.51.100.0", 24, "192.0.2.254", 3), true);
     assert_eq!(
         drain(&mut c, now),
-        vec![(RTM_NEWROUTE, "10.7.0.0/16".into(), vec![(Some(ip("192.0.2.253")), 4)])]
+        vec![(
+            RTM_NEWROUTE,
+            "10.7.0.0/16".into(),
+            vec![(Some(ip("192.0.2.253")), 4)]
+        )]
     );
     let nh = c.next_hops();
-    let v = nh.iter().find(|n| n.next_hop == ip("198.51.100.7")).unwrap();
+    let v = nh
+        .iter()
+        .find(|n| n.next_hop == ip("198.51.100.7"))
+        .unwrap();
     assert_eq!(v.via_route.as_deref(), Some("198.51.100.0/25"));
     // Gone: unresolved, removed from the kernel.
     c.kernel_route(&via("198.51.100.0", 25, "192.0.2.253", 4), true);
-    assert_eq!(drain(&mut c, now), vec![(RTM_DELROUTE, "10.7.0.0/16".into(), vec![])]);
+    assert_eq!(
+        drain(&mut c, now),
+        vec![(RTM_DELROUTE, "10.7.0.0/16".into(), vec![])]
+    );
     assert_eq!(c.counts(now), (1, 0, 1, 0, 0));
     assert_eq!(c.view(now, 10)[1].state, "unresolved");
     // Our own routes' notifications change nothing.
@@ -296,6 +347,9 @@ fn withdraw_all_removes_ours() {
     start(&mut c, now, &[connected("192.0.2.0", 24, 3)]);
     drain(&mut c, now);
     c.withdraw_all();
-    assert_eq!(drain(&mut c, now), vec![(RTM_DELROUTE, "10.1.0.0/16".into(), vec![])]);
+    assert_eq!(
+        drain(&mut c, now),
+        vec![(RTM_DELROUTE, "10.1.0.0/16".into(), vec![])]
+    );
     assert_eq!(c.counts(now), (0, 0, 0, 0, 0));
 }
