@@ -54,6 +54,7 @@
 
 pub mod dut;
 pub mod fanout;
+pub mod fib;
 pub mod figures;
 pub mod learn;
 pub mod mrt;
