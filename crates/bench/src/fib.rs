@@ -189,6 +189,16 @@ pub fn measure(dut: Dut, n: usize, timeout: Duration) -> Result<FibRun> {
         if let Err(e) = sent {
             eprintln!("  note: injector send ended with: {e}");
         }
+        if let Some(log) = running.hf_log(&lab) {
+            for l in log.lines().filter(|l| {
+                l.contains("NOTIFICATION")
+                    || l.contains("session down")
+                    || l.contains("Idle")
+                    || l.contains("kernel FIB")
+            }) {
+                eprintln!("  holdfastd: {}", crate::util::strip_ansi(l));
+            }
+        }
         let (at, by_notifications) = got?.map_err(anyhow::Error::msg)?;
         Ok(FibRun {
             secs: at.saturating_duration_since(t0).as_secs_f64(),

@@ -90,14 +90,14 @@ struct Args {
     no_scaling: bool,
     /// The kernel FIB figure alone (issue 13): route counts to install
     /// into a kernel table, holdfastd against bird2's kernel protocol,
-    /// side by side (`--runs` each); e.g. `--fib 1M`. The other figures
-    /// are not run.
+    /// side by side (`--runs` each; `--daemons` may leave one out); e.g.
+    /// `--fib 1M`. The other figures are not run.
     #[arg(long)]
     fib: Option<String>,
 }
 
 /// `--fib`: each size, each daemon, `runs` times; a Markdown table.
-fn fib_mode(sizes: &str, runs: usize, timeout: Duration) -> Result<()> {
+fn fib_mode(sizes: &str, daemons: &[Dut], runs: usize, timeout: Duration) -> Result<()> {
     std::env::set_var("HOLDFAST_LAB_PCAP", "0");
     holdfast_lab::preflight(&[PeerKind::Bird])?;
     cleanup_stale()?;
@@ -108,6 +108,10 @@ fn fib_mode(sizes: &str, runs: usize, timeout: Duration) -> Result<()> {
         let mut med = Vec::new();
         for d in [Dut::Holdfastd, Dut::Bird] {
             let mut times = Vec::new();
+            if !daemons.contains(&d) {
+                med.push((None, times));
+                continue;
+            }
             for r in 0..runs.max(1) {
                 match holdfast_bench::fib::measure(d, n, timeout) {
                     Ok(run) => {
@@ -282,7 +286,13 @@ fn main() -> Result<()> {
         apply_quick(&mut args);
     }
     if let Some(sizes) = &args.fib {
-        return fib_mode(sizes, args.runs, Duration::from_secs(args.timeout));
+        let daemons = Dut::parse_list(&args.daemons)?;
+        return fib_mode(
+            sizes,
+            &daemons,
+            args.runs,
+            Duration::from_secs(args.timeout),
+        );
     }
     // No packet captures: they would distort the timing. Set before any lab exists.
     std::env::set_var("HOLDFAST_LAB_PCAP", "0");

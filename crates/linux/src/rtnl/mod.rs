@@ -65,6 +65,40 @@ impl RtnlSocket {
         }
     }
 
+    /// A socket filter (classic BPF) that drops route notifications
+    /// (`RTM_NEWROUTE`, `RTM_DELROUTE`) of `protocol` in the kernel: our own
+    /// writes never reach the FIB's notification socket, so a million
+    /// installs cannot overflow it.
+    pub fn drop_routes_of_protocol(&self, protocol: u8) -> io::Result<()> {
+        // BPF loads are big-endian; netlink headers are native-endian.
+        let ty = |t: u16| u16::from_be_bytes(t.to_ne_bytes()) as u32;
+        let stmt = |code: u16, k: u32| libc::sock_filter {
+            code,
+            jt: 0,
+            jf: 0,
+            k,
+        };
+        let jeq = |k: u32, jt: u8, jf: u8| libc::sock_filter {
+            code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
+            jt,
+            jf,
+            k,
+        };
+        let prog = [
+            // nlmsg_type
+            stmt((libc::BPF_LD | libc::BPF_H | libc::BPF_ABS) as u16, 4),
+            jeq(ty(codec::RTM_NEWROUTE), 1, 0),
+            jeq(ty(codec::RTM_DELROUTE), 0, 2),
+            // rtm_protocol: 16-byte nlmsghdr, then family, dst_len,
+            // src_len, tos, table, protocol.
+            stmt((libc::BPF_LD | libc::BPF_B | libc::BPF_ABS) as u16, 21),
+            jeq(protocol as u32, 1, 0),
+            stmt((libc::BPF_RET | libc::BPF_K) as u16, u32::MAX),
+            stmt((libc::BPF_RET | libc::BPF_K) as u16, 0),
+        ];
+        socket2::SockRef::from(&self.fd).attach_filter(&prog)
+    }
+
     /// Sends `buf` (one or more messages) to the kernel in one call.
     pub fn send(&self, buf: &[u8]) -> io::Result<()> {
         loop {

@@ -99,6 +99,7 @@ pub fn spawn(instance: String, cfg: FibConfig, persist: bool) -> io::Result<FibH
     write.set_buffers(32 << 20, 8 << 20);
     let monitor = RtnlSocket::open(GROUPS_FIB, true)?;
     monitor.set_buffers(64 << 20, 1 << 16);
+    monitor.drop_routes_of_protocol(cfg.protocol)?;
     let (tx, rx) = mpsc::channel();
     std::thread::Builder::new()
         .name(format!("fib-{instance}"))

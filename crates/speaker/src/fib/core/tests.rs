@@ -222,7 +222,11 @@ fn stale_routes_kept_for_the_hold() {
     ]);
     assert_eq!(
         drain(&mut c, now),
-        vec![(RTM_NEWROUTE, "10.6.0.0/16".into(), vec![(Some(ip("192.0.2.2")), 3)])]
+        vec![(
+            RTM_NEWROUTE,
+            "10.6.0.0/16".into(),
+            vec![(Some(ip("192.0.2.2")), 3)]
+        )]
     );
     c.routes(vec![fr("10.4.0.0/16", &[])]);
     assert_eq!(drain(&mut c, now), vec![]);
@@ -233,7 +237,11 @@ fn stale_routes_kept_for_the_hold() {
     assert_eq!(
         got,
         vec![
-            (RTM_NEWROUTE, "10.5.0.0/16".into(), vec![(Some(ip("192.0.2.2")), 3)]),
+            (
+                RTM_NEWROUTE,
+                "10.5.0.0/16".into(),
+                vec![(Some(ip("192.0.2.2")), 3)]
+            ),
             (RTM_DELROUTE, "10.4.0.0/16".into(), vec![]),
         ]
     );
