@@ -121,10 +121,10 @@ fn fib_mode(sizes: &str, daemons: &[Dut], runs: usize, timeout: Duration) -> Res
                             d.name(),
                             r + 1,
                             run.secs,
-                            if run.by_notifications {
-                                "notifications"
+                            if run.confirmed {
+                                "confirmed by a dump"
                             } else {
-                                "dumps"
+                                "unconfirmed"
                             }
                         );
                         times.push(run.secs);

@@ -465,17 +465,14 @@ impl Core {
     }
 
     fn reresolve_all(&mut self) {
-        let mut changed = vec![false; self.want_res.len()];
-        let mut any = false;
-        for i in 0..self.want_res.len() {
-            let set = self.wants.get(i as u32).clone();
-            let r = self.resolve_set(&set);
-            if r != self.want_res[i] {
-                self.want_res[i] = r;
-                changed[i] = true;
-                any = true;
-            }
+        let sets: Vec<NextHops> = self.wants.items.clone();
+        let mut changed = Vec::with_capacity(sets.len());
+        for (i, set) in sets.iter().enumerate() {
+            let r = self.resolve_set(set);
+            changed.push(r != self.want_res[i]);
+            self.want_res[i] = r;
         }
+        let any = changed.iter().any(|c| *c);
         if !any {
             return;
         }

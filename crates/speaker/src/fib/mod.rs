@@ -176,7 +176,7 @@ impl Shell {
             self.read_notifications();
             self.core.tick(Instant::now());
             if self.core.wants_dump() {
-                let due = self.last_dump.map_or(true, |t| t.elapsed() >= RESYNC_GAP);
+                let due = !matches!(self.last_dump, Some(t) if t.elapsed() < RESYNC_GAP);
                 if due {
                     self.dump();
                 }

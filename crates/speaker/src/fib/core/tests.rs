@@ -68,8 +68,11 @@ fn ours(net: &str, len: u8, gw: &str, oif: u32, metric: u32) -> KernelRoute {
     }
 }
 
-/// (type, prefix, next hops) of every message of a batch.
-fn ops(buf: &[u8]) -> Vec<(u16, String, Vec<(Option<IpAddr>, u32)>)> {
+/// (type, prefix, next hops) of one route message.
+type Op = (u16, String, Vec<(Option<IpAddr>, u32)>);
+
+/// Every message of a batch.
+fn ops(buf: &[u8]) -> Vec<Op> {
     messages(buf)
         .map(|m| {
             let r = parse_route(m.payload).unwrap();
@@ -83,7 +86,7 @@ fn ops(buf: &[u8]) -> Vec<(u16, String, Vec<(Option<IpAddr>, u32)>)> {
 }
 
 /// Runs every batch with the kernel accepting all.
-fn drain(c: &mut Core, now: Instant) -> Vec<(u16, String, Vec<(Option<IpAddr>, u32)>)> {
+fn drain(c: &mut Core, now: Instant) -> Vec<Op> {
     let mut all = Vec::new();
     let mut buf = Vec::new();
     let mut seq = 1;
