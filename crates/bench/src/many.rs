@@ -18,8 +18,8 @@
 //! Every wait has a deadline; the testers are threads of this process
 //! (a reader and a keepalive thread each) and the senders are four threads.
 
-use crate::takeover::{config_with, show_nsr, tester, Backup, MON_AS};
 use crate::learn::Perf;
+use crate::takeover::{config_with, show_nsr, tester, Backup, MON_AS};
 use crate::util::{cpu_secs, peak_rss_kb};
 use anyhow::{bail, Context, Result};
 use holdfast_lab::{
