@@ -39,9 +39,10 @@ clean-lab: build
 ## make deb: the Debian package (cargo-deb): the shipped binaries, their man pages
 ## and completions (generated from their clap definitions), systemd units, the
 ## example configuration and the Grafana dashboard -> target/debian/holdfast_*.deb
-DEB_CRATES := -p holdfast-speaker -p holdfast-cli -p holdfast-controller -p holdfast-agent -p holdfast-bfd-relay
 deb: deps
 	@command -v cargo-deb >/dev/null || $(CARGO) install cargo-deb --locked
-	$(CARGO) build --release --bins $(DEB_CRATES)
+	# The workspace's binaries, as `make build` builds them: the same feature set,
+	# so after `make build` nothing is compiled again.
+	$(CARGO) build --release --workspace --bins
 	bash packaging/gen-docs.sh
 	$(CARGO) deb -p holdfast-speaker --no-build --strip

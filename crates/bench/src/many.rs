@@ -19,7 +19,7 @@
 //! (a reader and a keepalive thread each) and the senders are four threads.
 
 use crate::learn::Perf;
-use crate::takeover::{config_with, show_nsr, tester, Backup, MON_AS};
+use crate::takeover::{config_with, nsr_at_rest, show_nsr, tester, Backup, MON_AS};
 use crate::util::{cpu_secs, peak_rss_kb};
 use anyhow::{bail, Context, Result};
 use holdfast_lab::{
@@ -305,18 +305,7 @@ pub fn many_run(
         takeover: None,
     };
     if let Some(redis) = &redis {
-        let until = Instant::now() + Duration::from_secs(60);
-        loop {
-            let v = show_nsr(&hf, &lab)?;
-            let idle = v["sessions"]
-                .as_array()
-                .is_some_and(|s| s.iter().all(|x| x["lag_ops"] == 0));
-            if idle || Instant::now() > until {
-                sample.nsr = Some(v);
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        sample.nsr = Some(nsr_at_rest(&hf, &lab, Duration::from_secs(60))?);
         let keys = redis.cli(&lab, &["DBSIZE"])?.trim().parse().unwrap_or(0);
         let info = redis.cli(&lab, &["INFO", "memory"])?;
         let used = info

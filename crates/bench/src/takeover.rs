@@ -161,6 +161,26 @@ pub(crate) fn show_nsr(hf: &Holdfastd, lab: &Lab) -> Result<serde_json::Value> {
     Ok(v.get("ok").and_then(|b| b.get("nsr")).cloned().unwrap_or(v))
 }
 
+/// `show nsr` once every session's replication is confirmed (no operation
+/// waiting for the store), or as it stands after `within`.
+pub(crate) fn nsr_at_rest(
+    hf: &Holdfastd,
+    lab: &Lab,
+    within: Duration,
+) -> Result<serde_json::Value> {
+    let deadline = Instant::now() + within;
+    loop {
+        let v = show_nsr(hf, lab)?;
+        let idle = v["sessions"]
+            .as_array()
+            .is_some_and(|s| s.iter().all(|x| x["lag_ops"] == 0));
+        if idle || Instant::now() > deadline {
+            return Ok(v);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// Bytes Redis holds per session key (MEMORY USAGE of every key).
 fn store_bytes(lab: &Lab, redis: &Redis) -> Result<Vec<(String, u64)>> {
     let keys = redis.cli(lab, &["--scan", "--pattern", "hf:*"])?;
@@ -265,19 +285,7 @@ pub fn one_run(
         takeover: None,
     };
     if let Some(redis) = &redis {
-        // At rest: every replication confirmed.
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let v = show_nsr(&hf, &lab)?;
-            let idle = v["sessions"]
-                .as_array()
-                .is_some_and(|s| s.iter().all(|x| x["lag_ops"] == 0));
-            if idle || Instant::now() > deadline {
-                sample.nsr = Some(v);
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        sample.nsr = Some(nsr_at_rest(&hf, &lab, Duration::from_secs(30))?);
         sample.store_bytes = store_bytes(&lab, redis)?;
         if backup != Backup::None {
             let mut orch = LabOrchestrator::new(&topo);

@@ -33,9 +33,12 @@ systemd-nspawn -D "$tree" --volatile=overlay --boot --private-network --register
   --bind-ro="$(dirname "$deb")":/mnt/deb --machine="hfpkg$$" > "$out/console.log" 2>&1 &
 nsp=$!
 leader=""
+# The container's init: nspawn's child named systemd (nspawn first forks a
+# helper that clones init and exits, so its first child is not always init).
 for _ in $(seq 100); do
-  leader=$( (ps --ppid "$nsp" -o pid= || true) | head -1 | tr -d " ")
-  [ -n "$leader" ] && break
+  leader=$( (ps --ppid "$nsp" -o pid=,comm= || true) | awk '$2 == "systemd" {print $1; exit}')
+  [ -n "$leader" ] && [ -e "/proc/$leader/ns/user" ] && break
+  leader=""
   sleep 0.1
 done
 [ -n "$leader" ] || { echo "no container init under nspawn $nsp" >&2; exit 1; }
