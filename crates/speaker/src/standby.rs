@@ -428,7 +428,6 @@ mod tests {
             engine,
             Arc::new(std::sync::RwLock::new(HashMap::new())),
             Arc::new(crate::obs::Metrics::new()),
-            None,
         )
     }
 
