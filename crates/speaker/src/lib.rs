@@ -23,7 +23,6 @@
 
 mod addrs;
 mod bfd;
-mod bmp;
 mod conn;
 mod control;
 mod convert;

@@ -47,7 +47,6 @@ pub mod types;
 pub use types::*;
 
 mod attrs;
-pub mod bmp;
 mod encode;
 pub mod error;
 mod header;
