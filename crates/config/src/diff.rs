@@ -35,6 +35,8 @@ pub struct ConfigDiff {
     pub networks_changed: bool,
     /// `[[mrt]]` changed: the MRT timers and logs start afresh.
     pub mrt_changed: bool,
+    /// `[[bmp]]` changed: the BMP sessions start afresh.
+    pub bmp_changed: bool,
     /// Names of `[[policy]]` definitions added, removed or changed (directly
     /// or through a prefix list they use).
     pub policies_changed: Vec<String>,
@@ -127,6 +129,7 @@ pub fn diff(old: &Config, new: &Config) -> ConfigDiff {
     let mut d = ConfigDiff {
         global_changed: old.global != new.global,
         mrt_changed: old.mrt != new.mrt,
+        bmp_changed: old.bmp != new.bmp,
         instances_changed: old.instances != new.instances,
         networks_changed: old.networks != new.networks,
         policies_changed: changed.iter().cloned().collect(),

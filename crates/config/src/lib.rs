@@ -26,8 +26,8 @@ mod values;
 pub use bfd::{BfdAuth, BfdAuthType, BfdDefaults, BfdPassword, BfdSettings, MAX_INTERVAL_MS};
 pub use diff::{diff, ConfigDiff};
 pub use model::{
-    Global, Instance, LogFormat, Mrt, MrtKind, MrtTable, Neighbor, NeighborKey, Network, Nsr,
-    DEFAULT_INSTANCE,
+    Bmp, BmpTable, Global, Instance, LogFormat, Mrt, MrtKind, MrtTable, Neighbor, NeighborKey,
+    Network, Nsr, DEFAULT_INSTANCE,
 };
 pub use policy::{
     AsPathRegex, ListAction, Match, MatchFamily, PolicyDef, PolicyDefault, PrefixListDef,
@@ -65,6 +65,9 @@ pub struct Config {
     /// `[[mrt]]`: MRT dumps and update logs.
     #[serde(rename = "mrt", skip_serializing_if = "Vec::is_empty")]
     pub mrt: Vec<Mrt>,
+    /// `[[bmp]]`: BMP collectors.
+    #[serde(rename = "bmp", skip_serializing_if = "Vec::is_empty")]
+    pub bmp: Vec<Bmp>,
 }
 
 impl Config {

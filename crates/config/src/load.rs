@@ -37,6 +37,8 @@ struct RawConfig {
     bfd: BfdDefaults,
     #[serde(default)]
     mrt: Vec<Mrt>,
+    #[serde(default)]
+    bmp: Vec<crate::model::Bmp>,
 }
 
 #[derive(Deserialize)]
@@ -732,6 +734,7 @@ pub(crate) fn parse(text: &str) -> Result<(Config, Vec<String>), ConfigError> {
         nsr: raw.nsr,
         bfd: raw.bfd,
         mrt: Vec::new(),
+        bmp: Vec::new(),
     };
     let mut warnings = Vec::new();
     let mut keys = HashSet::new();
@@ -752,7 +755,41 @@ pub(crate) fn parse(text: &str) -> Result<(Config, Vec<String>), ConfigError> {
         check_mrt(i, m, &cfg)?;
     }
     cfg.mrt = raw.mrt;
+    for (i, b) in raw.bmp.iter().enumerate() {
+        check_bmp(i, b, &raw.bmp[..i])?;
+    }
+    cfg.bmp = raw.bmp;
     Ok((cfg, warnings))
+}
+
+fn check_bmp(
+    i: usize,
+    b: &crate::model::Bmp,
+    before: &[crate::model::Bmp],
+) -> Result<(), ConfigError> {
+    let key = |k: &str| format!("bmp[{i}].{k}");
+    if b.address.port() == 0 {
+        return Err(invalid(
+            key("address"),
+            "needs a port (e.g. \"192.0.2.9:1790\")",
+        ));
+    }
+    if before.iter().any(|o| o.address == b.address) {
+        return Err(invalid(
+            key("address"),
+            format!("duplicate collector {}", b.address),
+        ));
+    }
+    if b.route_monitoring.is_empty() {
+        return Err(invalid(
+            key("route_monitoring"),
+            "must name at least one of \"pre-policy\", \"post-policy\", \"loc-rib\", \"adj-rib-out\"",
+        ));
+    }
+    if b.retry_secs == 0 || b.retry_secs > 3600 {
+        return Err(invalid(key("retry_secs"), "must be between 1 and 3600"));
+    }
+    Ok(())
 }
 
 fn check_mrt(i: usize, m: &Mrt, cfg: &Config) -> Result<(), ConfigError> {

@@ -438,3 +438,49 @@ pub enum MrtTable {
     In,
     Out,
 }
+
+/// `[[bmp]]`: a BMP collector (RFC 7854) this speaker connects to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Bmp {
+    /// The collector's `address:port`.
+    pub address: std::net::SocketAddr,
+    /// Seconds between Statistics Reports (0: none).
+    #[serde(default = "default_bmp_stats")]
+    pub statistics_interval_secs: u64,
+    /// Which tables are monitored.
+    #[serde(default = "default_bmp_monitoring")]
+    pub route_monitoring: Vec<BmpTable>,
+    /// The first reconnection delay; doubled on each failure up to 30 s.
+    #[serde(default = "default_bmp_retry")]
+    pub retry_secs: u64,
+    /// The sysName of the Initiation message (default: the router ID).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sys_name: Option<String>,
+}
+
+/// A table a BMP session monitors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BmpTable {
+    /// Adj-RIB-In before import policy (RFC 7854), the UPDATEs as received.
+    PrePolicy,
+    /// Adj-RIB-In after import policy (L flag).
+    PostPolicy,
+    /// The Loc-RIB (RFC 9069, peer type 3).
+    LocRib,
+    /// Adj-RIB-Out (RFC 8671, O flag).
+    AdjRibOut,
+}
+
+fn default_bmp_stats() -> u64 {
+    60
+}
+
+fn default_bmp_monitoring() -> Vec<BmpTable> {
+    vec![BmpTable::PrePolicy]
+}
+
+fn default_bmp_retry() -> u64 {
+    1
+}

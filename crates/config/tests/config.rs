@@ -929,3 +929,45 @@ fn mrt_sections_are_checked_by_key() {
         "unknown keys are refused: {e}"
     );
 }
+
+#[test]
+fn bmp_sections_are_checked_by_key() {
+    let (cfg, _) = ok(&format!(
+        "{GLOBAL}[[bmp]]\naddress = \"192.0.2.9:1790\"\n\n[[bmp]]\naddress = \"[2001:db8::9]:1790\"\nstatistics_interval_secs = 5\nroute_monitoring = [\"pre-policy\", \"post-policy\", \"loc-rib\", \"adj-rib-out\"]\n"
+    ));
+    assert_eq!(cfg.bmp.len(), 2);
+    assert_eq!(cfg.bmp[0].statistics_interval_secs, 60);
+    assert_eq!(cfg.bmp[0].route_monitoring, vec![BmpTable::PrePolicy]);
+    assert_eq!(cfg.bmp[1].route_monitoring.len(), 4);
+    for (body, want_key, fragment) in [
+        ("address = \"192.0.2.9:0\"\n", "bmp[0].address", "port"),
+        (
+            "address = \"192.0.2.9:1790\"\nroute_monitoring = []\n",
+            "bmp[0].route_monitoring",
+            "at least one",
+        ),
+        (
+            "address = \"192.0.2.9:1790\"\nretry_secs = 0\n",
+            "bmp[0].retry_secs",
+            "between",
+        ),
+    ] {
+        let msg = err(&format!("{GLOBAL}[[bmp]]\n{body}")).to_string();
+        assert!(
+            msg.starts_with(want_key) && msg.contains(fragment),
+            "{body}: got {msg:?}, want {want_key} ... {fragment}"
+        );
+    }
+    let msg = err(&format!(
+        "{GLOBAL}[[bmp]]\naddress = \"192.0.2.9:1790\"\n[[bmp]]\naddress = \"192.0.2.9:1790\"\n"
+    ))
+    .to_string();
+    assert!(msg.starts_with("bmp[1].address"), "{msg}");
+    for body in [
+        "address = \"192.0.2.9:1790\"\nroute_monitoring = [\"post\"]\n",
+        "address = \"192.0.2.9:1790\"\nport = 3\n",
+    ] {
+        let msg = err(&format!("{GLOBAL}[[bmp]]\n{body}")).to_string();
+        assert!(msg.contains("bmp"), "{body}: {msg}");
+    }
+}

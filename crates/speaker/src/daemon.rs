@@ -14,6 +14,7 @@
 //!   The ACK gate drops every packet meanwhile.
 
 mod api_routes;
+mod bmp;
 mod mrt;
 mod standby;
 mod takeover;
@@ -103,6 +104,9 @@ struct Daemon {
     self_tx: control::DaemonTx,
     /// `[[mrt]]`: dump timers and updates logs.
     mrt: mrt::MrtRuntime,
+    /// `[[bmp]]`: the sessions' hub and the collectors' tasks.
+    bmp_hub: crate::bmp::BmpHub,
+    bmp: crate::bmp::BmpRuntime,
 }
 
 struct ResumeTarget {
@@ -195,6 +199,8 @@ pub async fn run(
         bfd: None,
         self_tx: tx.clone(),
         mrt: mrt::MrtRuntime::default(),
+        bmp_hub: crate::bmp::BmpHub::default(),
+        bmp: crate::bmp::BmpRuntime::default(),
     };
     let control_path = d.cfg.global.control_socket.clone();
     let serve = |tx| {
@@ -252,6 +258,7 @@ pub async fn run(
     tokio::pin!(fenced);
     d.apply(cfg, true)?;
     d.restart_mrt();
+    d.restart_bmp();
     if d.takeover.is_some() {
         d.complete_takeover()?;
     }
@@ -402,6 +409,9 @@ impl Daemon {
         if diff.mrt_changed && !initial {
             self.restart_mrt();
         }
+        if (diff.bmp_changed || diff.instances_changed) && !initial {
+            self.restart_bmp();
+        }
         Ok(format!(
             "{added} neighbour(s) added, {changed} changed, {removed} removed"
         ))
@@ -517,6 +527,7 @@ impl Daemon {
         if let Some(log) = self.mrt.log_for(&n.instance, n.address) {
             let _ = tx.send(PeerCmd::Mrt(Some(log)));
         }
+        self.bmp_attach(&tx);
         if resuming {
             self.resume_targets.push(ResumeTarget {
                 instance,
@@ -675,6 +686,7 @@ impl Daemon {
         }
         // Give the writer tasks a bounded moment to put the Cease on the wire.
         tokio::time::sleep(Duration::from_millis(200)).await;
+        self.bmp.stop().await;
         if let (Some(n), Some(nsr)) = (&self.cfg.nsr, &self.nsr) {
             // A deliberate stop: let everything through, then take the
             // rules away (without a gate bound they would drop it all).

@@ -23,6 +23,7 @@
 
 mod addrs;
 mod bfd;
+mod bmp;
 mod conn;
 mod control;
 mod convert;

@@ -11,6 +11,7 @@
 //! stale timers, RFC 4486 max-prefix restarts, ROUTE-REFRESH, the NSR
 //! resume) are the core's; see [`core`].
 
+mod bmp_ops;
 pub mod core;
 mod nsr_ops;
 pub mod record;
@@ -95,6 +96,8 @@ pub enum PeerCmd {
     Bfd(bool),
     /// The MRT updates log this session writes to, if any.
     Mrt(Option<crate::mrt::UpdateLog>),
+    /// The daemon's BMP hub (`[[bmp]]`).
+    Bmp(crate::bmp::BmpHub),
 }
 
 /// What the control socket and metrics read about a peer.
@@ -134,6 +137,8 @@ pub struct PeerTask {
     recorder: Option<Recorder>,
     /// `[[mrt]] kind = "updates"` naming this neighbour.
     mrt: Option<crate::mrt::UpdateLog>,
+    /// What the BMP collectors are told about this session.
+    bmp: bmp_ops::BmpTap,
     nsr: Option<Nsr>,
     /// RIB output kept while an NSR resume is awaited.
     held: Vec<ToPeer>,
@@ -200,6 +205,7 @@ pub fn spawn(
         labels,
         recorder,
         mrt: None,
+        bmp: bmp_ops::BmpTap::default(),
         resync: nsr.as_ref().map(|n| n.shared.resync.subscribe()),
         nsr,
         held: Vec::new(),
@@ -336,11 +342,13 @@ impl PeerTask {
             }
             PeerOutput::Promote => {
                 self.main = self.extra.take();
+                self.bmp.opens[0] = std::mem::take(&mut self.bmp.opens[1]);
             }
             PeerOutput::Send(w, m) => self.send(w, m),
             PeerOutput::WriteRib => {
                 if let (Some(bytes), Some(conn)) = (self.rib_out.take(), self.main.as_mut()) {
                     self.metrics.bytes_out(&self.labels, bytes.len());
+                    self.bmp.sent(&bytes);
                     conn.send(bytes);
                     self.replicate_acked();
                 }
@@ -357,11 +365,13 @@ impl PeerTask {
             }
             PeerOutput::NotificationReceived(n) => {
                 self.metrics.notification(&self.labels, "received", &n);
+                self.bmp.notification(false, &n);
             }
             PeerOutput::Update(body) => {
                 if let Some(log) = &self.mrt {
                     log.message(&self.mrt_session(), msg_type::UPDATE, &body);
                 }
+                self.bmp.received(&body);
                 if self.main_replicated() {
                     append_message(&mut self.raw, msg_type::UPDATE, &body);
                 }
@@ -375,8 +385,12 @@ impl PeerTask {
                 });
                 self.refresh_requested(family);
             }
-            PeerOutput::PeerUp { gen, negotiated } => self.established(gen, &negotiated),
+            PeerOutput::PeerUp { gen, negotiated } => {
+                self.established(gen, &negotiated);
+                self.bmp_up(&negotiated, false);
+            }
             PeerOutput::PeerDown { graceful } => {
+                self.bmp_down();
                 self.flush_updates();
                 self.rib.send(RibCmd::PeerDown {
                     peer: self.s.id,
@@ -387,7 +401,12 @@ impl PeerTask {
                 }
             }
             PeerOutput::StaleTimeout => self.rib.send(RibCmd::StaleTimeout(self.s.id)),
-            PeerOutput::Resumed => self.resumed(),
+            PeerOutput::Resumed => {
+                self.resumed();
+                if let Some(neg) = self.core.negotiated().cloned() {
+                    self.bmp_up(&neg, true);
+                }
+            }
         }
     }
 
@@ -399,10 +418,12 @@ impl PeerTask {
                 if let Some(r) = self.conn(w).and_then(|c| c.repl.as_mut()) {
                     r.open_tx = Some(buf[HEADER_LEN..].to_vec());
                 }
+                self.bmp.opens[bmp_ops::slot(w)].0 = Some(buf[HEADER_LEN..].to_vec());
             }
             Message::Keepalive => encode_keepalive(&mut buf),
             Message::Notification(n) => {
                 self.metrics.notification(&self.labels, "sent", n);
+                self.bmp.notification(true, n);
                 if n.code == holdfast_wire::error::error_code::HOLD_TIMER_EXPIRED {
                     if let Some(c) = self.conn(w).filter(|c| c.repl.is_some()) {
                         tracing::warn!(receive = %c.receive_diagnosis(), "hold timer expired on a replicated connection");
@@ -500,6 +521,7 @@ impl PeerTask {
                 if let Some(r) = conn.repl.as_mut() {
                     r.open_rx = Some(frame.body.clone());
                 }
+                self.bmp.opens[bmp_ops::slot(w)].1 = Some(frame.body.clone());
             }
             if frame.msg_type != msg_type::UPDATE {
                 self.flush_updates();
@@ -615,8 +637,10 @@ impl PeerTask {
             PeerCmd::Bfd(true) => self.input(PeerInput::BfdUp),
             PeerCmd::Bfd(false) => self.input(PeerInput::BfdDown),
             PeerCmd::Mrt(log) => self.mrt = log,
+            PeerCmd::Bmp(hub) => self.bmp.hub = Some(hub),
             PeerCmd::Shutdown => {
                 self.input(PeerInput::Shutdown);
+                self.bmp_deconfigured();
                 return false;
             }
         }

@@ -47,6 +47,7 @@ pub mod types;
 pub use types::*;
 
 mod attrs;
+pub mod bmp;
 mod encode;
 pub mod error;
 mod header;

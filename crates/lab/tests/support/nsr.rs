@@ -115,7 +115,7 @@ fn service(topo: &NsrTopo) -> IpAddr {
     IpAddr::V4(topo.service_v4)
 }
 
-fn hf_config(topo: &NsrTopo, redis: &str, o: &Options) -> String {
+fn hf_config(topo: &NsrTopo, redis: &str, o: &Options, more: &str) -> String {
     let md5 = o
         .md5
         .map(|k| format!("md5_password = \"{k}\"\n"))
@@ -145,6 +145,7 @@ fn hf_config(topo: &NsrTopo, redis: &str, o: &Options) -> String {
         Some(n) => format!("{extra}[nsr]\ncompact_bytes = {n}\ncompact_ratio = 0\n"),
         None => extra,
     };
+    let extra = format!("{extra}{more}");
     holdfast_lab::nsr_config(topo, redis, INSTANCE, &[], &extra)
 }
 
@@ -235,6 +236,17 @@ fn difference(want: &BTreeSet<String>, got: &BTreeSet<String>) -> String {
 
 impl<P: Peer> Run<P> {
     pub fn start(name: &str, kind: PeerKind, o: Options) -> Option<Run<P>> {
+        Self::start_with(name, kind, o, |_| String::new())
+    }
+
+    /// [`Run::start`] with `more(topology)` appended to holdfastd's
+    /// configuration (e.g. a `[[bmp]]` naming a lab host).
+    pub fn start_with(
+        name: &str,
+        kind: PeerKind,
+        o: Options,
+        more: impl Fn(&NsrTopo) -> String,
+    ) -> Option<Run<P>> {
         if skip_unless_ready(&[kind]) {
             return None;
         }
@@ -243,7 +255,7 @@ impl<P: Peer> Run<P> {
         let topo = NsrTopo::build(&mut lab).expect("topology");
         let redis =
             Redis::start(&mut lab, topo.redis.id, IpAddr::V4(topo.redis.v4), 6379).expect("redis");
-        let config = hf_config(&topo, &redis.url(), &o);
+        let config = hf_config(&topo, &redis.url(), &o, &more(&topo));
         let hf = Holdfastd::start(&mut lab, topo.a.id, "hf0", &config).expect("holdfastd on a");
         let peer = P::start(&mut lab, topo.peer.id, &peer_spec(&topo, &o)).expect("peer");
         let mark = peer.log_mark();
@@ -360,6 +372,10 @@ impl<P: Peer> Run<P> {
         self.lab.kill(self.hf.proc, Signal::Kill);
         std::thread::sleep(detection);
         drop(self.takeover(what, Fence::Kill));
+    }
+
+    pub fn topo(&self) -> &NsrTopo {
+        &self.topo
     }
 
     pub fn peer(&self) -> &P {
