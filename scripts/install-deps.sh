@@ -4,14 +4,14 @@
 # (golang-github-osrg-gobgp-dev, compiled by crates/gobgp-api), redis, etcd (server and
 # etcdctl, for the control plane's lab tests), protoc and the protobuf
 # well-known types (the etcd-client crate compiles etcd's protos), capture and
-# netns tools, what `make deb` and the package's test need (dpkg-dev for
+# netns tools, ping (the kernel FIB test forwards through a namespace), what `make deb` and the package's test need (dpkg-dev for
 # cargo-deb's dependency scan, binutils' strip, systemd-analyze, man-db, and
 # cargo-deb itself), a venv with PyPI's kubernetes-validate for the manifests'
 # test, and a Rust toolchain if none is present. Idempotent and quiet when
 # everything is already there.
 set -euo pipefail
 
-pkgs=(bird2 frr gobgpd golang-github-osrg-gobgp-dev exabgp redis-server etcd-server etcd-client bgpdump pmacct protobuf-compiler libprotobuf-dev tcpdump iproute2 iptables procps python3 python3-venv gnuplot-nox openssl ca-certificates dpkg-dev binutils systemd man-db util-linux systemd-container debootstrap)
+pkgs=(bird2 frr gobgpd golang-github-osrg-gobgp-dev exabgp redis-server etcd-server etcd-client bgpdump pmacct protobuf-compiler libprotobuf-dev tcpdump iproute2 iputils-ping iptables procps python3 python3-venv gnuplot-nox openssl ca-certificates dpkg-dev binutils systemd man-db util-linux systemd-container debootstrap)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -62,6 +62,16 @@ pub enum Request {
     },
     /// The BFD sessions (RFC 5880) under the BGP sessions.
     ShowBfd,
+    /// The kernel FIB of each instance with `[kernel]`: routes installed,
+    /// pending, failed, next-hop resolution, counters.
+    ShowFib {
+        /// Only this routing instance.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        instance: Option<String>,
+        /// Most routes listed per instance (the counts cover all).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        limit: Option<usize>,
+    },
     /// A preheated standby (`holdfastd --standby`) takes the instance
     /// over now, as `holdfastd --takeover` would, with the tables it has
     /// built. Answered once the instance is claimed and the state loaded.
@@ -208,6 +218,78 @@ pub enum Body {
     Nsr(Box<NsrStatus>),
     Bfd(Vec<BfdSessionInfo>),
     Mrt(MrtDumpInfo),
+    Fib(Vec<FibInfo>),
+}
+
+/// `show fib`: one instance's kernel FIB.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FibInfo {
+    pub instance: String,
+    pub table: u32,
+    pub metric: u32,
+    /// The rtnetlink protocol number our routes carry.
+    pub protocol: u8,
+    pub ecmp: u32,
+    pub persist: bool,
+    /// `hold` (standby or takeover: nothing written yet), `syncing`
+    /// (reading the table), `running`.
+    pub phase: String,
+    /// Prefixes the RIB wants in the kernel.
+    pub routes_total: u64,
+    /// Our routes in the kernel table.
+    pub installed: u64,
+    /// Waiting to be written.
+    pub pending: u64,
+    /// No next hop resolves through the kernel's routes: not installed.
+    pub unresolved: u64,
+    /// Refused by the kernel (retried every 10 s).
+    pub failed: u64,
+    /// Ours in the table, not wanted (kept for the start-up hold).
+    pub stale: u64,
+    pub counters: FibCounters,
+    pub next_hops: Vec<FibNextHop>,
+    /// The first routes by prefix, up to the request's limit.
+    pub routes: Vec<FibRouteInfo>,
+}
+
+/// `show fib`: what the FIB thread did since it started.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FibCounters {
+    pub added: u64,
+    pub replaced: u64,
+    pub deleted: u64,
+    pub errors: u64,
+    /// `sendmsg` calls carrying route messages.
+    pub batches: u64,
+    /// Table dumps (start, and reconciliations).
+    pub dumps: u64,
+    /// Our routes found in the table and kept as they were.
+    pub adopted: u64,
+    pub notifications: u64,
+    /// Answers or notifications the kernel dropped (ENOBUFS), each
+    /// followed by a dump.
+    pub lost_answers: u64,
+}
+
+/// `show fib`: one BGP next hop and how it resolves.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FibNextHop {
+    pub next_hop: String,
+    /// The kernel route it resolves through, if any.
+    pub via_route: Option<String>,
+    /// What the kernel is given for it (`gateway dev interface`).
+    pub resolved: Vec<String>,
+}
+
+/// `show fib`: one prefix.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FibRouteInfo {
+    pub prefix: String,
+    pub bgp_next_hops: Vec<String>,
+    pub installed: Vec<String>,
+    /// `installed`, `pending`, `unresolved`, `failed` or `stale`.
+    pub state: String,
+    pub error: Option<String>,
 }
 
 /// `dump mrt`: what was written.
@@ -398,6 +480,9 @@ impl Response {
     }
     pub fn mrt(info: MrtDumpInfo) -> Self {
         Response::Ok(Body::Mrt(info))
+    }
+    pub fn fib(list: Vec<FibInfo>) -> Self {
+        Response::Ok(Body::Fib(list))
     }
 
     /// `Ok(body)` or `Err(message)`.

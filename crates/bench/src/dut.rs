@@ -122,6 +122,9 @@ pub struct DutConfig {
     pub redis: Option<String>,
     /// holdfastd unit name (several units in one lab need distinct names).
     pub unit: String,
+    /// Install the routes into this kernel table (holdfastd `[kernel]`,
+    /// bird2's `kernel` protocol); None: no FIB.
+    pub kernel_table: Option<u32>,
 }
 
 /// A started DUT.
@@ -145,6 +148,9 @@ fn holdfastd_config(cfg: &DutConfig) -> String {
     }
     if let Some(url) = &cfg.redis {
         let _ = write!(c, "\n[nsr]\nstore = \"{url}\"\ninstance = \"bench\"\n");
+    }
+    if let Some(t) = cfg.kernel_table {
+        let _ = write!(c, "\n[kernel]\ntable = {t}\n");
     }
     if cfg.originate > 0 {
         let _ = write!(
@@ -190,6 +196,12 @@ impl Running {
             )?));
         }
         let mut spec = PeerSpec::new(DUT_AS, DUT_ID);
+        if let Some(t) = cfg.kernel_table {
+            if dut != Dut::Bird {
+                bail!("a kernel FIB in the benchmark: holdfastd and bird2 only");
+            }
+            spec = spec.kernel_table(t);
+        }
         for n in &cfg.neighbors {
             spec = spec.neighbor(NeighborSpec::new(n.address, n.asn).passive());
         }

@@ -28,6 +28,9 @@
 //!   takes over; BGP resume and all-state-resumed times against table size,
 //!   beside the other daemons' restart to a full table ([`learn::restart_recovery`]).
 //! - **Scaling** ([`figures::scaling`]): holdfastd with 1 and 2 workers.
+//! - **Kernel FIB** ([`fib`], `--fib N`, run alone): N routes installed
+//!   into a kernel table of the DUT's namespace, holdfastd `[kernel]`
+//!   against bird2's `kernel` protocol.
 //!
 //! Every cell is the median of `--runs` runs with the min–max spread; a run
 //! slower than `--slow` seconds is not repeated ("1 run"); a run over
@@ -54,6 +57,7 @@
 
 pub mod dut;
 pub mod fanout;
+pub mod fib;
 pub mod figures;
 pub mod learn;
 pub mod many;

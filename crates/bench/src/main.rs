@@ -88,6 +88,71 @@ struct Args {
     /// Skip the worker-scaling measurement.
     #[arg(long)]
     no_scaling: bool,
+    /// The kernel FIB figure alone (issue 13): route counts to install
+    /// into a kernel table, holdfastd against bird2's kernel protocol,
+    /// side by side (`--runs` each; `--daemons` may leave one out); e.g.
+    /// `--fib 1M`. The other figures are not run.
+    #[arg(long)]
+    fib: Option<String>,
+}
+
+/// `--fib`: each size, each daemon, `runs` times; a Markdown table.
+fn fib_mode(sizes: &str, daemons: &[Dut], runs: usize, timeout: Duration) -> Result<()> {
+    std::env::set_var("HOLDFAST_LAB_PCAP", "0");
+    holdfast_lab::preflight(&[PeerKind::Bird])?;
+    cleanup_stale()?;
+    let mut md = String::from(
+        "| routes | holdfastd (s) | bird2 (s) | holdfastd ÷ bird2 |\n|---|---|---|---|\n",
+    );
+    for n in parse_sizes(sizes)? {
+        let mut med = Vec::new();
+        for d in [Dut::Holdfastd, Dut::Bird] {
+            let mut times = Vec::new();
+            if !daemons.contains(&d) {
+                med.push((None, times));
+                continue;
+            }
+            for r in 0..runs.max(1) {
+                match holdfast_bench::fib::measure(d, n, timeout) {
+                    Ok(run) => {
+                        println!(
+                            "fib {} {} run {}: {:.2} s ({})",
+                            size_label(n),
+                            d.name(),
+                            r + 1,
+                            run.secs,
+                            if run.confirmed {
+                                "confirmed by a dump"
+                            } else {
+                                "unconfirmed"
+                            }
+                        );
+                        times.push(run.secs);
+                    }
+                    Err(e) => println!("fib {} {} run {}: {e:#}", size_label(n), d.name(), r + 1),
+                }
+            }
+            times.sort_by(f64::total_cmp);
+            med.push((times.get(times.len() / 2).copied(), times));
+        }
+        let cell = |m: &(Option<f64>, Vec<f64>)| match (m.0, m.1.first(), m.1.last()) {
+            (Some(x), Some(lo), Some(hi)) => format!("{x:.2} ({lo:.2}–{hi:.2})"),
+            _ => "failed".into(),
+        };
+        let ratio = match (med[0].0, med[1].0) {
+            (Some(a), Some(b)) if b > 0.0 => format!("{:.2}", a / b),
+            _ => "-".into(),
+        };
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {ratio} |",
+            size_label(n),
+            cell(&med[0]),
+            cell(&med[1])
+        );
+    }
+    println!("\nKernel FIB: time to install N routes into table {} (median of {} run(s), min–max)\n\n{md}", holdfast_bench::fib::TABLE, runs.max(1));
+    Ok(())
 }
 
 fn apply_quick(a: &mut Args) {
@@ -220,6 +285,15 @@ fn main() -> Result<()> {
     let mut args = Args::parse();
     if args.quick {
         apply_quick(&mut args);
+    }
+    if let Some(sizes) = &args.fib {
+        let daemons = Dut::parse_list(&args.daemons)?;
+        return fib_mode(
+            sizes,
+            &daemons,
+            args.runs,
+            Duration::from_secs(args.timeout),
+        );
     }
     // No packet captures: they would distort the timing. Set before any lab exists.
     std::env::set_var("HOLDFAST_LAB_PCAP", "0");

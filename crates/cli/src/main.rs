@@ -151,6 +151,15 @@ enum Show {
     Nsr,
     /// BFD sessions: discriminators, state, diagnostic, intervals, uptime, counters.
     Bfd,
+    /// The kernel FIB ([kernel]): routes installed, pending, failed, next-hop resolution, counters.
+    Fib {
+        /// Routing instance (all with [kernel] by default).
+        #[arg(long)]
+        instance: Option<String>,
+        /// At most this many routes listed (default 100; the counts cover all).
+        #[arg(long)]
+        limit: Option<usize>,
+    },
     /// Routes.
     Rib {
         /// loc (best paths and candidates), in (Adj-RIB-In, pre-policy), out (Adj-RIB-Out).
@@ -425,6 +434,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         },
         Cmd::Show { what: Show::Nsr } => Request::ShowNsr,
         Cmd::Show { what: Show::Bfd } => Request::ShowBfd,
+        Cmd::Show {
+            what: Show::Fib { instance, limit },
+        } => Request::ShowFib {
+            instance: instance.clone(),
+            limit: *limit,
+        },
         Cmd::Nsr {
             op: NsrOp::Switchover { timeout },
         } => Request::NsrSwitchover {
@@ -481,6 +496,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Body::Message(m) => println!("{m}"),
         Body::Nsr(n) => print_nsr(&n),
         Body::Bfd(list) => print_bfd(&list),
+        Body::Fib(list) => print_fib(&list),
         Body::Mrt(m) => println!(
             "{}: {} table of {}, {} prefixes, {} routes, {} bytes in {} ms",
             m.path, m.table, m.instance, m.prefixes, m.routes, m.bytes, m.millis
@@ -518,6 +534,60 @@ fn print_neighbors(list: &[NeighborInfo]) {
         );
         if let Some(e) = &n.last_error {
             println!("{:<10} {:<26} last error: {e}", "", "");
+        }
+    }
+}
+
+fn print_fib(list: &[holdfast_api::FibInfo]) {
+    if list.is_empty() {
+        println!("no kernel FIB (no [kernel] in the configuration)");
+        return;
+    }
+    for f in list {
+        let c = &f.counters;
+        println!(
+            "instance {}: table {} metric {} proto {} ecmp {}{} — {}",
+            f.instance,
+            f.table,
+            f.metric,
+            f.protocol,
+            f.ecmp,
+            if f.persist { " persist" } else { "" },
+            f.phase
+        );
+        println!(
+            "  routes {}: installed {}, pending {}, unresolved {}, failed {}, stale {}",
+            f.routes_total, f.installed, f.pending, f.unresolved, f.failed, f.stale
+        );
+        println!(
+            "  added {}, replaced {}, deleted {}, errors {}, batches {}, dumps {}, adopted {}, notifications {}, lost answers {}",
+            c.added, c.replaced, c.deleted, c.errors, c.batches, c.dumps, c.adopted, c.notifications, c.lost_answers
+        );
+        println!("  next hops:");
+        for n in &f.next_hops {
+            println!(
+                "    {:<40} via {:<20} -> {}",
+                n.next_hop,
+                n.via_route.as_deref().unwrap_or("(unresolved)"),
+                n.resolved.join(", ")
+            );
+        }
+        println!(
+            "  {:<44} {:<11} {:<40} installed",
+            "prefix", "state", "bgp next hops"
+        );
+        for r in &f.routes {
+            let state = match &r.error {
+                Some(e) => format!("{} ({e})", r.state),
+                None => r.state.clone(),
+            };
+            println!(
+                "  {:<44} {:<11} {:<40} {}",
+                r.prefix,
+                state,
+                r.bgp_next_hops.join(","),
+                r.installed.join(", ")
+            );
         }
     }
 }

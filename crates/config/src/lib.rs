@@ -26,8 +26,8 @@ mod values;
 pub use bfd::{BfdAuth, BfdAuthType, BfdDefaults, BfdPassword, BfdSettings, MAX_INTERVAL_MS};
 pub use diff::{diff, ConfigDiff};
 pub use model::{
-    Bmp, BmpTable, Global, Instance, LogFormat, Mrt, MrtKind, MrtTable, Neighbor, NeighborKey,
-    Network, Nsr, DEFAULT_INSTANCE,
+    Bmp, BmpTable, Global, Instance, Kernel, LogFormat, Mrt, MrtKind, MrtTable, Neighbor,
+    NeighborKey, Network, Nsr, DEFAULT_INSTANCE, DEFAULT_KERNEL_PROTOCOL,
 };
 pub use policy::{
     AsPathRegex, ListAction, Match, MatchFamily, PolicyDef, PolicyDefault, PrefixListDef,

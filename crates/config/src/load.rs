@@ -6,8 +6,8 @@ use crate::bfd::{
     MAX_INTERVAL_MS,
 };
 use crate::model::{
-    default_families, default_instance, Global, Instance, Mrt, MrtKind, Neighbor, Network, Nsr,
-    DEFAULT_INSTANCE,
+    default_families, default_instance, Global, Instance, Kernel, Mrt, MrtKind, Neighbor, Network,
+    Nsr, DEFAULT_INSTANCE,
 };
 use crate::policy::{PolicyDef, PrefixListDef};
 use crate::values::{max_len, AfiSafi, Md5Key, PolicyRef};
@@ -39,6 +39,7 @@ struct RawConfig {
     mrt: Vec<Mrt>,
     #[serde(default)]
     bmp: Vec<crate::model::Bmp>,
+    kernel: Option<Kernel>,
 }
 
 #[derive(Deserialize)]
@@ -48,6 +49,7 @@ struct RawInstance {
     vrf: Option<String>,
     router_id: Option<Ipv4Addr>,
     asn: Option<u32>,
+    kernel: Option<Kernel>,
     #[serde(default, rename = "static")]
     statics: Vec<Network>,
 }
@@ -397,6 +399,59 @@ fn check_policies(policies: &[PolicyDef], lists: &[PrefixListDef]) -> Result<(),
     Ok(())
 }
 
+fn check_kernel(key: &str, k: &Kernel) -> Result<(), ConfigError> {
+    if k.table == 0 || k.table == 255 {
+        return Err(invalid(
+            format!("{key}.table"),
+            "must not be 0 (unspecified) or 255 (local)",
+        ));
+    }
+    if !(1..=64).contains(&k.ecmp) {
+        return Err(invalid(format!("{key}.ecmp"), "must be in 1..=64"));
+    }
+    if k.protocol <= 4 {
+        return Err(invalid(
+            format!("{key}.protocol"),
+            "0..=4 are the kernel's own (unspec, redirect, kernel, boot, static)",
+        ));
+    }
+    Ok(())
+}
+
+/// `[kernel]` belongs to the default instance; two instances may not
+/// share a table with the same protocol number.
+fn place_kernel(top: Option<Kernel>, instances: &mut [Instance]) -> Result<(), ConfigError> {
+    if let Some(k) = top {
+        check_kernel("kernel", &k)?;
+        if instances[0].kernel.is_some() {
+            return Err(invalid(
+                "kernel",
+                "the default instance has `kernel` in [[instance]] too",
+            ));
+        }
+        instances[0].kernel = Some(k);
+    }
+    let mut seen: Vec<(u32, u8, &str)> = Vec::new();
+    for i in instances.iter() {
+        if let Some(k) = &i.kernel {
+            if let Some((_, _, other)) = seen
+                .iter()
+                .find(|(t, p, _)| *t == k.table && *p == k.protocol)
+            {
+                return Err(invalid(
+                    format!("instance {:?} kernel.table", i.name),
+                    format!(
+                        "table {} with protocol {} is already instance {other:?}'s",
+                        k.table, k.protocol
+                    ),
+                ));
+            }
+            seen.push((k.table, k.protocol, &i.name));
+        }
+    }
+    Ok(())
+}
+
 fn build_instances(
     raw: Vec<RawInstance>,
     networks: &mut Vec<Network>,
@@ -434,11 +489,15 @@ fn build_instances(
             s.instance = r.name.clone();
             statics.push((format!("instance[{i}].static[{j}]"), s));
         }
+        if let Some(k) = &r.kernel {
+            check_kernel(&format!("instance[{i}].kernel"), k)?;
+        }
         let inst = Instance {
             name: r.name,
             vrf: r.vrf,
             router_id: r.router_id,
             asn: r.asn,
+            kernel: r.kernel,
         };
         if inst.name == DEFAULT_INSTANCE {
             instances[0] = inst;
@@ -714,7 +773,8 @@ pub(crate) fn parse(text: &str) -> Result<(Config, Vec<String>), ConfigError> {
     check_prefix_lists(&raw.prefix_list)?;
     check_policies(&raw.policy, &raw.prefix_list)?;
     let mut statics = Vec::new();
-    let instances = build_instances(raw.instance, &mut statics)?;
+    let mut instances = build_instances(raw.instance, &mut statics)?;
+    place_kernel(raw.kernel, &mut instances)?;
     for (j, n) in raw.network.iter().enumerate() {
         check_network(&format!("network[{j}]"), n, &instances)?;
     }

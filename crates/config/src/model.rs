@@ -133,6 +133,58 @@ pub struct Instance {
     pub router_id: Option<Ipv4Addr>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub asn: Option<u32>,
+    /// `[kernel]` (default instance) or `kernel = { ... }`: install the
+    /// Loc-RIB's best paths into a kernel routing table.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel: Option<Kernel>,
+}
+
+/// The rtnetlink protocol number of holdfastd's kernel routes (`ip route
+/// ... proto 179`): BGP's port, unused by iproute2's list, BIRD (12) and
+/// FRR (186 and up).
+pub const DEFAULT_KERNEL_PROTOCOL: u8 = 179;
+
+fn default_kernel_table() -> u32 {
+    254
+}
+fn default_kernel_metric() -> u32 {
+    32
+}
+fn default_kernel_ecmp() -> u16 {
+    1
+}
+fn default_kernel_startup_hold() -> u32 {
+    60
+}
+fn default_kernel_protocol() -> u8 {
+    DEFAULT_KERNEL_PROTOCOL
+}
+
+/// The kernel FIB of one routing instance (docs/config.md, `[kernel]`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Kernel {
+    /// Routing table id (254 = main).
+    #[serde(default = "default_kernel_table")]
+    pub table: u32,
+    /// Route priority (`ip route ... metric`).
+    #[serde(default = "default_kernel_metric")]
+    pub metric: u32,
+    /// Most next hops per route: 1 = the best path only, more = ECMP.
+    #[serde(default = "default_kernel_ecmp")]
+    pub ecmp: u16,
+    /// rtnetlink protocol number our routes carry.
+    #[serde(default = "default_kernel_protocol")]
+    pub protocol: u8,
+    /// Seconds after a start during which our routes found in the table
+    /// and not (yet) wanted by the RIB are kept, while the sessions bring
+    /// the routes back (a takeover has its tables and does not wait).
+    #[serde(default = "default_kernel_startup_hold")]
+    pub startup_hold: u32,
+    /// Leave the routes in the table when holdfastd stops normally
+    /// (BIRD's `persist`); by default a normal stop removes them.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub persist: bool,
 }
 
 impl Instance {
@@ -142,6 +194,7 @@ impl Instance {
             vrf: None,
             router_id: None,
             asn: None,
+            kernel: None,
         }
     }
     pub fn effective_asn(&self, g: &Global) -> u32 {

@@ -971,3 +971,33 @@ fn bmp_sections_are_checked_by_key() {
         assert!(msg.contains("bmp"), "{body}: {msg}");
     }
 }
+
+#[test]
+fn kernel_tables() {
+    let (c, _) = ok(GLOBAL);
+    assert!(c.instances[0].kernel.is_none(), "off without [kernel]");
+    let (c, _) = ok(&format!(
+        "{GLOBAL}[kernel]\ntable = 100\necmp = 4\n\n[[instance]]\nname = \"blue\"\nkernel = {{ table = 101, metric = 50 }}\n"
+    ));
+    let k = c.instances[0].kernel.as_ref().unwrap();
+    assert_eq!((k.table, k.metric, k.ecmp, k.protocol), (100, 32, 4, 179));
+    assert!(!k.persist);
+    let b = c.instance("blue").unwrap().kernel.as_ref().unwrap();
+    assert_eq!((b.table, b.metric, b.ecmp), (101, 50, 1));
+    let (c, _) = ok(&format!("{GLOBAL}[kernel]\n"));
+    assert_eq!(c.instances[0].kernel.as_ref().unwrap().table, 254);
+    for (bad, key) in [
+        ("[kernel]\ntable = 0\n", "kernel.table"),
+        ("[kernel]\necmp = 0\n", "kernel.ecmp"),
+        ("[kernel]\nprotocol = 2\n", "kernel.protocol"),
+        ("[kernel]\ntabel = 3\n", "tabel"),
+    ] {
+        let e = err(&format!("{GLOBAL}{bad}")).to_string();
+        assert!(e.contains(key), "{e}");
+    }
+    let e = err(&format!(
+        "{GLOBAL}[kernel]\ntable = 7\n\n[[instance]]\nname = \"blue\"\nkernel = {{ table = 7 }}\n"
+    ))
+    .to_string();
+    assert!(e.contains("already"), "{e}");
+}

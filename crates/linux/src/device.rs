@@ -69,3 +69,10 @@ pub fn set_transparent(fd: BorrowedFd<'_>, v6: bool) -> io::Result<()> {
     sockopt::set_int(fd, level, transparent, 1)?;
     sockopt::set_int(fd, level, freebind, 1)
 }
+
+/// The name of interface `index`, if it exists (in this network namespace).
+pub fn ifname(index: u32) -> Option<String> {
+    nix::net::if_::if_indextoname(index)
+        .ok()
+        .and_then(|c| c.into_string().ok())
+}

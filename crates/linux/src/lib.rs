@@ -20,6 +20,7 @@
 //! | [`nslock`] | one NSR speaker per network namespace: a lock released when its holder dies, naming its holder | abstract Unix socket, `SO_PEERCRED` |
 //! | [`packet`] | IPv4/IPv6 + TCP header parsing and rewriting, RFC 1624 checksum update | none (pure) |
 //! | [`resident`] | small idle units: the start-up code's pages leave the resident set | `dl_iterate_phdr(3)`, `/proc/self/smaps`, `madvise(MADV_DONTNEED)` |
+//! | [`rtnl`] | the kernel FIB: route writes in batches, dumps, notifications | `NETLINK_ROUTE` (`RTM_NEWROUTE`, `RTM_DELROUTE`, `RTM_GETROUTE`, `RTA_MULTIPATH`) |
 //! | [`rules`] | the gate's NFQUEUE rules and the rebuild guard | `iptables`/`ip6tables` (xtables `NFQUEUE`, `comment`) |
 //!
 //! Later additions (TCP_REPAIR for non-stop routing, NFQUEUE) get modules of
@@ -43,6 +44,7 @@ pub mod packet;
 pub mod pidfd;
 pub mod repair;
 pub mod resident;
+pub mod rtnl;
 pub mod rules;
 mod sockopt;
 pub mod ttl;

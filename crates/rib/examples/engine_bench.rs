@@ -177,6 +177,7 @@ fn run(name: &str, realistic: bool, threads: usize, chunk: usize) {
         threads,
         always_compare_med: false,
         default_local_pref: 100,
+        fib_ecmp: 0,
     };
     let mut e = Engine::new(cfg);
     e.add_peer(spec(1, 65001));

@@ -130,6 +130,10 @@ impl Attrs {
         self.rare.as_ref().and_then(|r| r.originator_id)
     }
 
+    pub(crate) fn mp_next_hop(&self) -> Option<MpNextHop> {
+        self.rare.as_ref().and_then(|r| r.mp_next_hop)
+    }
+
     pub(crate) fn cluster_list(&self) -> &[Ipv4Addr] {
         self.rare.as_ref().map_or(&[], |r| &r.cluster_list)
     }

@@ -41,6 +41,8 @@ pub(crate) struct DecisionCtx<'a> {
     pub local_as: u32,
     pub always_compare_med: bool,
     pub default_lp: u32,
+    /// `EngineConfig::fib_ecmp`: 0 = no FIB output.
+    pub fib_ecmp: usize,
 }
 
 const UNKNOWN: SrcFacts = SrcFacts {
@@ -51,7 +53,7 @@ const UNKNOWN: SrcFacts = SrcFacts {
     addr: IpAddr::V4(Ipv4Addr::BROADCAST),
 };
 
-fn origin_rank(a: &Attrs) -> u8 {
+pub(crate) fn origin_rank(a: &Attrs) -> u8 {
     match a.origin {
         Some(Origin::Igp) => 0,
         Some(Origin::Egp) => 1,

@@ -19,6 +19,7 @@ use crate::policy::{PolicyCtx, PolicyRef, PolicyVerdict};
 use crate::rib::{shard_of4, shard_of6, Counts, Key, Path, Shard, Tables, STALE};
 use crate::{EngineConfig, Output, PeerCounts, PeerId, PeerSpec, LOCAL_PEER};
 
+mod fib;
 mod groups;
 mod watch;
 
@@ -566,6 +567,7 @@ impl Engine {
             local_as: self.cfg.local_as,
             always_compare_med: self.cfg.always_compare_med,
             default_lp: self.cfg.default_local_pref,
+            fib_ecmp: self.cfg.fib_ecmp,
         };
         let env = crate::rib::ExportEnv {
             groups: &groups,

@@ -47,6 +47,9 @@
 //!   restart-timer flush.
 //! - RFC 4486 max-prefix Cease subcode 1 with AFI/SAFI/limit data.
 //! - RFC 8212 default reject: the daemon passes `PolicyRef::None`.
+//! - Kernel FIB output (`Engine::take_fib`): the best path's next hop and,
+//!   with `fib_ecmp` > 1, those of the paths equal to it through every
+//!   RFC 4271 §9.1.2.2 step before the BGP identifier (ECMP).
 //! - RFC 7606: treat-as-withdraw and attribute-discard outcomes of the codec
 //!   are applied and reported as warnings.
 //!
@@ -90,6 +93,7 @@ pub use policy::{
     as_path_string, Match, Policy, PolicyCtx, PolicyRef, PolicyVerdict, PrefixList,
     PrefixListEntry, SetAction, Term,
 };
+pub use smallvec;
 
 /// Identifies a neighbour within an [`Engine`].
 pub type PeerId = u32;
@@ -138,6 +142,9 @@ pub struct EngineConfig {
     pub always_compare_med: bool,
     /// LOCAL_PREF assumed when none is present (normally 100).
     pub default_local_pref: u32,
+    /// Kernel FIB output ([`Engine::take_fib`]): 0 = none; otherwise the
+    /// most next hops per prefix (1 = the best path only, more = ECMP).
+    pub fib_ecmp: usize,
 }
 
 impl Default for EngineConfig {
@@ -150,8 +157,22 @@ impl Default for EngineConfig {
             threads: 1,
             always_compare_med: false,
             default_local_pref: 100,
+            fib_ecmp: 0,
         }
     }
+}
+
+/// The next hops of one prefix's forwarding entry (inline up to two).
+pub type NextHops = smallvec::SmallVec<[IpAddr; 2]>;
+
+/// One prefix's forwarding entry as the FIB should have it: the BGP next
+/// hops to forward on, sorted and distinct; empty when the prefix has no
+/// best path any more, or its best path is locally originated (not
+/// installed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FibRoute {
+    pub prefix: Prefix,
+    pub nexthops: NextHops,
 }
 
 /// What the daemon must do after an engine call.

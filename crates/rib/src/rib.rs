@@ -199,6 +199,9 @@ pub(crate) struct Tables<K: Key> {
     /// The best paths noted (None: no best any more), taken by
     /// `Engine::take_best_changes`.
     pub best_log: Vec<(K, Option<Noted>)>,
+    /// With FIB output: prefixes whose forwarding entry may have changed
+    /// since the last `Engine::take_fib` (duplicates possible).
+    pub fib_dirty: Vec<K>,
 }
 
 impl<K: Key> Default for Tables<K> {
@@ -209,6 +212,7 @@ impl<K: Key> Default for Tables<K> {
             dirty: Vec::new(),
             watch: false,
             best_log: Vec::new(),
+            fib_dirty: Vec::new(),
         }
     }
 }
@@ -310,12 +314,20 @@ impl<K: Key> Tables<K> {
             self.dests.remove(&k);
             if old_best.is_some() {
                 self.dirty.push(k);
+                if ctx.fib_ecmp > 0 {
+                    self.fib_dirty.push(k);
+                }
             }
             return;
         }
         d.reselect(ctx);
-        if d.best_id() != old_best {
+        let changed = d.best_id() != old_best;
+        if changed {
             self.dirty.push(k);
+        }
+        // With ECMP a change of any path may change the equal-cost set.
+        if ctx.fib_ecmp > 1 || (changed && ctx.fib_ecmp > 0) {
+            self.fib_dirty.push(k);
         }
     }
 

@@ -243,6 +243,7 @@ pub fn engine_config(cfg: &Config, inst: &Instance) -> EngineConfig {
         threads: g.effective_workers().max(1),
         always_compare_med: g.always_compare_med,
         default_local_pref: 100,
+        fib_ecmp: inst.kernel.as_ref().map_or(0, |k| k.ecmp.max(1) as usize),
     }
 }
 

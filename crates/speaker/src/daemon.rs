@@ -57,6 +57,8 @@ struct Instance {
     networks: BTreeMap<Prefix, Arc<PathAttrs>>,
     /// Routes added at run time (`add_route`, the GoBGP API's `AddPath`).
     api_routes: BTreeMap<Prefix, Arc<PathAttrs>>,
+    /// The kernel FIB thread, with `[kernel]`.
+    fib: Option<crate::fib::FibHandle>,
 }
 
 struct PeerEntry {
@@ -261,6 +263,11 @@ pub async fn run(
     d.restart_bmp();
     if d.takeover.is_some() {
         d.complete_takeover()?;
+        // After each instance's `Resume` (the same queue): the tables are
+        // complete, our routes in the kernel are adopted as they are.
+        d.activate_fib(false);
+    } else {
+        d.activate_fib(true);
     }
     if !standby {
         serve(tx.clone())?;
@@ -423,11 +430,27 @@ impl Daemon {
             if !self.instances.contains_key(&inst.name) {
                 let engine = holdfast_rib::Engine::new(convert::engine_config(cfg, inst));
                 let mailboxes: Mailboxes = Arc::new(RwLock::new(HashMap::new()));
+                let fib = inst.kernel.as_ref().and_then(|k| {
+                    let fc = crate::fib::core::FibConfig {
+                        table: k.table,
+                        metric: k.metric,
+                        ecmp: k.ecmp.max(1) as usize,
+                        protocol: k.protocol,
+                    };
+                    match crate::fib::spawn(inst.name.clone(), fc, k.persist) {
+                        Ok(f) => Some(f),
+                        Err(e) => {
+                            tracing::error!(instance = %inst.name, error = %e, "kernel FIB not started: rtnetlink socket");
+                            None
+                        }
+                    }
+                });
                 let rib = rib_thread::spawn(
                     inst.name.clone(),
                     engine,
                     mailboxes.clone(),
                     self.metrics.clone(),
+                    fib.clone(),
                 );
                 self.instances.insert(
                     inst.name.clone(),
@@ -437,6 +460,7 @@ impl Daemon {
                         originated: BTreeMap::new(),
                         networks: BTreeMap::new(),
                         api_routes: BTreeMap::new(),
+                        fib,
                     },
                 );
             }
@@ -678,7 +702,34 @@ impl Daemon {
         Ok(())
     }
 
+    /// Lets each instance's kernel FIB write once its RIB thread has
+    /// handled what is queued (see `RibCmd::FibActivate`); on a fresh start
+    /// (`start`) our routes the RIB does not want yet are kept for
+    /// `startup_hold`.
+    fn activate_fib(&self, start: bool) {
+        for inst in &self.cfg.instances {
+            let (Some(k), Some(i)) = (&inst.kernel, self.instances.get(&inst.name)) else {
+                continue;
+            };
+            let hold = if start {
+                Duration::from_secs(k.startup_hold as u64)
+            } else {
+                Duration::ZERO
+            };
+            i.rib.send(RibCmd::FibActivate { hold });
+        }
+    }
+
     async fn shutdown(&mut self) {
+        // A normal stop removes our kernel routes (unless `persist`), as
+        // BIRD's kernel protocol does; a fenced or killed process never
+        // gets here and leaves them to its backup.
+        for (name, inst) in &self.instances {
+            if let Some(f) = &inst.fib {
+                tracing::info!(instance = %name, "stopping the kernel FIB");
+                f.stop(true, Duration::from_secs(60));
+            }
+        }
         tracing::info!("shutting down: sending Cease to every peer");
         let keys: Vec<NeighborKey> = self.peers.keys().cloned().collect();
         for k in keys {
@@ -828,6 +879,25 @@ impl Daemon {
                 }
             },
             Request::ShowNsr => Response::nsr(self.nsr_status()),
+            Request::ShowFib { instance, limit } => {
+                let mut names: Vec<&String> = self.instances.keys().collect();
+                names.sort();
+                if let Some(want) = &instance {
+                    if !self.instances.contains_key(want) {
+                        return Response::error(format!("no instance {want:?}"));
+                    }
+                    names.retain(|n| *n == want);
+                }
+                let mut out = Vec::new();
+                for n in names {
+                    if let Some(f) = &self.instances[n].fib {
+                        if let Some(info) = f.show(limit.unwrap_or(100)).await {
+                            out.push(info);
+                        }
+                    }
+                }
+                Response::fib(out)
+            }
             Request::ShowBfd => match &self.bfd {
                 Some(b) => Response::bfd(b.show().await),
                 None => Response::bfd(Vec::new()),

@@ -7,7 +7,9 @@
 //! waits on route processing. BFD, when a neighbour asks for it, runs on a
 //! thread of its own ("bfd", `bfd/`), so neither can delay its packets.
 //! A preheated standby (`--standby`) follows the NSR store on a thread of
-//! its own ("nsr-standby", `standby.rs`) and feeds the RIB threads.
+//! its own ("nsr-standby", `standby.rs`) and feeds the RIB threads. An
+//! instance with `[kernel]` has a FIB thread ("fib-NAME", `fib/`) that
+//! installs its best paths into a kernel routing table over rtnetlink.
 //!
 //! Signals: SIGHUP reloads the configuration (only what changed is touched),
 //! SIGTERM/SIGINT stop the daemon after sending Cease to every peer.
@@ -28,6 +30,7 @@ mod conn;
 mod control;
 mod convert;
 pub mod daemon;
+mod fib;
 mod grpc;
 mod mrt;
 mod nsr;

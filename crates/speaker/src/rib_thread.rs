@@ -10,6 +10,9 @@
 //! of UPDATEs into one batch, so that work is amortised under load and a
 //! lone UPDATE is still processed at once.
 //!
+//! With `[kernel]`, after each command it hands the instance's FIB thread
+//! the forwarding entries that changed (`Engine::take_fib`).
+//!
 //! For non-stop routing it rebuilds the tables of sessions taken over
 //! (`RibCmd::Resume`) and, in a preheated standby, builds them ahead of
 //! the takeover (`RibCmd::Preheat`, `RibCmd::Prepare`).
@@ -25,6 +28,7 @@
 //!   Adj-RIB-Out (a neighbour added without a stored session, say): the
 //!   takeover then compares again.
 
+use crate::fib::{FibCmd, FibHandle};
 use crate::obs::Metrics;
 use crate::tables;
 use holdfast_rib::{Engine, Output, PeerId, PeerSpec, PolicyRef};
@@ -99,6 +103,11 @@ pub enum RibCmd {
     /// `WatchEvent`): each command's changes are offered to the channel
     /// without waiting; a subscriber whose channel is full is dropped.
     WatchBest(mpsc::Sender<Arc<BestBatch>>),
+    /// The tables are complete (a primary's start, or a takeover once
+    /// `Resume` is done): the kernel FIB may write (see `fib`).
+    FibActivate {
+        hold: std::time::Duration,
+    },
 }
 
 /// The answer to [`RibCmd::Snapshot`].
@@ -228,6 +237,7 @@ pub fn spawn(
     engine: Engine,
     mailboxes: Mailboxes,
     metrics: Arc<Metrics>,
+    fib: Option<FibHandle>,
 ) -> RibHandle {
     let (tx, rx) = mpsc::unbounded_channel();
     let thread_name = format!("rib-{name}");
@@ -244,6 +254,8 @@ pub fn spawn(
                 preheated: HashMap::new(),
                 prepared: None,
                 watchers: Vec::new(),
+                fib,
+                fib_buf: Vec::new(),
             }
             .run()
         })
@@ -270,6 +282,10 @@ struct RibThread {
     /// `RibCmd::WatchBest` subscribers; the engine notes best-path changes
     /// only while there is one.
     watchers: Vec<mpsc::Sender<Arc<BestBatch>>>,
+    /// The instance's kernel FIB, if `[kernel]`: it gets the forwarding
+    /// entries each command changed (never waited for).
+    fib: Option<FibHandle>,
+    fib_buf: Vec<holdfast_rib::FibRoute>,
 }
 
 impl RibThread {
@@ -314,6 +330,16 @@ impl RibThread {
             if !self.watchers.is_empty() {
                 self.publish_best();
             }
+            self.flush_fib();
+        }
+    }
+
+    /// Hands the FIB thread the forwarding entries that changed.
+    fn flush_fib(&mut self) {
+        let Some(fib) = &self.fib else { return };
+        self.engine.take_fib(&mut self.fib_buf);
+        if !self.fib_buf.is_empty() {
+            fib.send(FibCmd::Routes(std::mem::take(&mut self.fib_buf)));
         }
     }
 
@@ -361,7 +387,8 @@ impl RibThread {
             | RibCmd::Snapshot { .. }
             | RibCmd::Resume { .. }
             | RibCmd::Prepare(_)
-            | RibCmd::WatchBest(_) => true,
+            | RibCmd::WatchBest(_)
+            | RibCmd::FibActivate { .. } => true,
             // Skipped below: the session is preheated.
             RibCmd::AddPeer(spec) => self.preheated.contains_key(&spec.id),
             _ => false,
@@ -457,6 +484,13 @@ impl RibThread {
                     self.engine.set_watch_best(true);
                 }
                 self.watchers.push(tx);
+                return;
+            }
+            RibCmd::FibActivate { hold } => {
+                self.flush_fib();
+                if let Some(f) = &self.fib {
+                    f.send(FibCmd::Activate { hold });
+                }
                 return;
             }
         };
@@ -760,6 +794,7 @@ mod tests {
                 Engine::new(EngineConfig::default()),
                 Arc::new(RwLock::new(HashMap::new())),
                 Arc::new(Metrics::new()),
+                None,
             );
             let (tx, mut rx) = mpsc::channel(1);
             rib.send(RibCmd::WatchBest(tx));

@@ -428,6 +428,7 @@ mod tests {
             engine,
             Arc::new(std::sync::RwLock::new(HashMap::new())),
             Arc::new(crate::obs::Metrics::new()),
+            None,
         )
     }
 

@@ -154,6 +154,12 @@ impl Bird {
         s.push_str("timeformat protocol \"%s\";\n");
         s.push_str("debug protocols { states, events };\n");
         s.push_str("protocol device { scan time 2; }\n");
+        if let Some(t) = spec.kernel_table {
+            let _ = writeln!(
+                s,
+                "protocol kernel hf_kernel4 {{\n  ipv4 {{ import none; export all; }};\n  kernel table {t};\n}}"
+            );
+        }
         // bird2 2.0 sets BFD timers per interface: those of the first
         // neighbour with BFD.
         if let Some(n) = spec.neighbors.iter().find(|n| n.bfd.is_some()) {

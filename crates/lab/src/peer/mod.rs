@@ -97,6 +97,9 @@ pub struct PeerSpec {
     pub neighbors: Vec<NeighborSpec>,
     /// Routes to originate from the start.
     pub routes: Vec<RouteSpec>,
+    /// bird2 only: a `kernel` protocol exporting every IPv4 route into this
+    /// kernel table (the FIB benchmark); None: the FIB is left alone.
+    pub kernel_table: Option<u32>,
 }
 
 impl PeerSpec {
@@ -107,7 +110,14 @@ impl PeerSpec {
             router_id,
             neighbors: Vec::new(),
             routes: Vec::new(),
+            kernel_table: None,
         }
+    }
+
+    /// bird2: install the routes into kernel table `table` (see the field).
+    pub fn kernel_table(mut self, table: u32) -> Self {
+        self.kernel_table = Some(table);
+        self
     }
 
     /// Add a neighbour.

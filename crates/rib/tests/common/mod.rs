@@ -21,6 +21,7 @@ pub fn cfg(threads: usize) -> EngineConfig {
         threads,
         always_compare_med: false,
         default_local_pref: 100,
+        fib_ecmp: 0,
     }
 }
 

@@ -1,0 +1,511 @@
+//! rtnetlink route messages (`RTM_NEWROUTE`, `RTM_DELROUTE`,
+//! `RTM_GETROUTE`) encoded by hand for the kernel FIB's batched writes,
+//! and the parsing of the kernel's answers, dumps and notifications.
+//! Pure: no socket. The encoding is checked against
+//! `netlink-packet-route`'s parser in the tests.
+//!
+//! Layout (`linux/netlink.h`, `linux/rtnetlink.h`): a 16-byte `nlmsghdr`
+//! (native endian), a 12-byte `rtmsg`, then attributes (`rtattr`: length,
+//! type, payload padded to 4 bytes). Multipath next hops are `rtnexthop`s
+//! (8 bytes each, followed by their own attributes) inside `RTA_MULTIPATH`.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+pub const NLMSG_NOOP: u16 = 1;
+pub const NLMSG_ERROR: u16 = 2;
+pub const NLMSG_DONE: u16 = 3;
+pub const RTM_NEWLINK: u16 = 16;
+pub const RTM_DELLINK: u16 = 17;
+pub const RTM_NEWADDR: u16 = 20;
+pub const RTM_DELADDR: u16 = 21;
+pub const RTM_NEWROUTE: u16 = 24;
+pub const RTM_DELROUTE: u16 = 25;
+pub const RTM_GETROUTE: u16 = 26;
+
+pub const NLM_F_REQUEST: u16 = 1;
+pub const NLM_F_MULTI: u16 = 2;
+pub const NLM_F_ACK: u16 = 4;
+pub const NLM_F_DUMP: u16 = 0x300;
+pub const NLM_F_REPLACE: u16 = 0x100;
+pub const NLM_F_EXCL: u16 = 0x200;
+pub const NLM_F_CREATE: u16 = 0x400;
+
+const RTA_DST: u16 = 1;
+const RTA_OIF: u16 = 4;
+const RTA_GATEWAY: u16 = 5;
+const RTA_PRIORITY: u16 = 6;
+const RTA_MULTIPATH: u16 = 9;
+const RTA_TABLE: u16 = 15;
+
+pub const RTN_UNICAST: u8 = 1;
+pub const RT_SCOPE_UNIVERSE: u8 = 0;
+pub const RT_SCOPE_LINK: u8 = 253;
+/// `rtm_table` for tables above 255 (the id is in `RTA_TABLE`).
+const RT_TABLE_COMPAT: u8 = 252;
+/// The kernel marks a next hop whose link is down.
+pub const RTNH_F_DEAD: u8 = 1;
+pub const RTNH_F_LINKDOWN: u8 = 16;
+
+pub const AF_INET: u8 = 2;
+pub const AF_INET6: u8 = 10;
+
+/// One netlink message of a received buffer.
+#[derive(Debug, Clone, Copy)]
+pub struct Msg<'a> {
+    pub ty: u16,
+    pub flags: u16,
+    pub seq: u32,
+    pub payload: &'a [u8],
+}
+
+/// The netlink messages in `buf`, in order; stops at a malformed header.
+pub fn messages(buf: &[u8]) -> impl Iterator<Item = Msg<'_>> {
+    let mut off = 0usize;
+    std::iter::from_fn(move || {
+        let h = buf.get(off..off + 16)?;
+        let len = u32::from_ne_bytes(h[0..4].try_into().ok()?) as usize;
+        if len < 16 || off + len > buf.len() {
+            return None;
+        }
+        let m = Msg {
+            ty: u16::from_ne_bytes([h[4], h[5]]),
+            flags: u16::from_ne_bytes([h[6], h[7]]),
+            seq: u32::from_ne_bytes(h[8..12].try_into().ok()?),
+            payload: &buf[off + 16..off + len],
+        };
+        off += (len + 3) & !3;
+        Some(m)
+    })
+}
+
+/// The error code of an `NLMSG_ERROR` payload: 0 is an acknowledgement,
+/// otherwise a positive errno.
+pub fn error_code(payload: &[u8]) -> Option<i32> {
+    let e = i32::from_ne_bytes(payload.get(0..4)?.try_into().ok()?);
+    Some(-e)
+}
+
+/// A route as the kernel reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelRoute {
+    pub dst: IpAddr,
+    pub dst_len: u8,
+    pub table: u32,
+    pub protocol: u8,
+    pub scope: u8,
+    /// `rtm_type` (`RTN_UNICAST` = 1, blackhole, unreachable, local...).
+    pub kind: u8,
+    pub priority: u32,
+    pub nexthops: Vec<NextHop>,
+}
+
+/// One next hop of a kernel route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct NextHop {
+    /// None: the destination is on the link (a connected route).
+    pub gateway: Option<IpAddr>,
+    pub oif: u32,
+    /// `RTNH_F_*`.
+    pub flags: u8,
+}
+
+impl NextHop {
+    /// Usable for forwarding: not dead, link not down.
+    pub fn usable(&self) -> bool {
+        self.flags & (RTNH_F_DEAD | RTNH_F_LINKDOWN) == 0
+    }
+}
+
+fn attrs(mut b: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
+    std::iter::from_fn(move || {
+        if b.len() < 4 {
+            return None;
+        }
+        let len = u16::from_ne_bytes([b[0], b[1]]) as usize;
+        let ty = u16::from_ne_bytes([b[2], b[3]]) & 0x3fff;
+        if len < 4 || len > b.len() {
+            return None;
+        }
+        let v = &b[4..len];
+        b = &b[((len + 3) & !3).min(b.len())..];
+        Some((ty, v))
+    })
+}
+
+fn addr(family: u8, v: &[u8]) -> Option<IpAddr> {
+    match (family, v.len()) {
+        (AF_INET, 4) => Some(IpAddr::V4(Ipv4Addr::from(<[u8; 4]>::try_from(v).ok()?))),
+        (AF_INET6, 16) => Some(IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(v).ok()?))),
+        _ => None,
+    }
+}
+
+fn u32_of(v: &[u8]) -> Option<u32> {
+    Some(u32::from_ne_bytes(v.get(0..4)?.try_into().ok()?))
+}
+
+/// Parses an `RTM_NEWROUTE` / `RTM_DELROUTE` payload (IPv4 and IPv6 only).
+pub fn parse_route(p: &[u8]) -> Option<KernelRoute> {
+    let h = p.get(0..12)?;
+    let family = h[0];
+    if family != AF_INET && family != AF_INET6 {
+        return None;
+    }
+    let mut r = KernelRoute {
+        dst: match family {
+            AF_INET => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            _ => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+        },
+        dst_len: h[1],
+        table: h[4] as u32,
+        protocol: h[5],
+        scope: h[6],
+        kind: h[7],
+        priority: 0,
+        nexthops: Vec::new(),
+    };
+    let mut single = NextHop {
+        gateway: None,
+        oif: 0,
+        flags: (u32::from_ne_bytes(h[8..12].try_into().ok()?) & 0xff) as u8,
+    };
+    let mut has_single = false;
+    for (ty, v) in attrs(&p[12..]) {
+        match ty {
+            RTA_DST => r.dst = addr(family, v)?,
+            RTA_TABLE => r.table = u32_of(v)?,
+            RTA_PRIORITY => r.priority = u32_of(v)?,
+            RTA_OIF => {
+                single.oif = u32_of(v)?;
+                has_single = true;
+            }
+            RTA_GATEWAY => {
+                single.gateway = addr(family, v);
+                has_single = true;
+            }
+            RTA_MULTIPATH => {
+                let mut m = v;
+                while m.len() >= 8 {
+                    let len = u16::from_ne_bytes([m[0], m[1]]) as usize;
+                    if len < 8 || len > m.len() {
+                        break;
+                    }
+                    let mut nh = NextHop {
+                        gateway: None,
+                        oif: u32::from_ne_bytes(m[4..8].try_into().ok()?),
+                        flags: m[2],
+                    };
+                    for (t, a) in attrs(&m[8..len]) {
+                        if t == RTA_GATEWAY {
+                            nh.gateway = addr(family, a);
+                        }
+                    }
+                    r.nexthops.push(nh);
+                    m = &m[((len + 3) & !3).min(m.len())..];
+                }
+            }
+            _ => {}
+        }
+    }
+    if has_single && r.nexthops.is_empty() {
+        r.nexthops.push(single);
+    }
+    Some(r)
+}
+
+/// Identity of one of our routes in the kernel: (table, destination,
+/// priority), with our protocol number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RouteKey {
+    pub dst: IpAddr,
+    pub dst_len: u8,
+    pub table: u32,
+    pub protocol: u8,
+    pub priority: u32,
+}
+
+/// What a route message asks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RouteOp {
+    /// Create; fails with EEXIST if a route with the same key exists
+    /// (whoever's it is).
+    Add,
+    /// Replace our route with the same key (or create it).
+    Replace,
+    Delete,
+}
+
+fn header(buf: &mut Vec<u8>, ty: u16, flags: u16, seq: u32) -> usize {
+    let start = buf.len();
+    buf.extend_from_slice(&0u32.to_ne_bytes());
+    buf.extend_from_slice(&ty.to_ne_bytes());
+    buf.extend_from_slice(&flags.to_ne_bytes());
+    buf.extend_from_slice(&seq.to_ne_bytes());
+    buf.extend_from_slice(&0u32.to_ne_bytes());
+    start
+}
+
+fn finish(buf: &mut [u8], start: usize) {
+    let len = (buf.len() - start) as u32;
+    buf[start..start + 4].copy_from_slice(&len.to_ne_bytes());
+}
+
+fn attr(buf: &mut Vec<u8>, ty: u16, v: &[u8]) {
+    buf.extend_from_slice(&((4 + v.len()) as u16).to_ne_bytes());
+    buf.extend_from_slice(&ty.to_ne_bytes());
+    buf.extend_from_slice(v);
+    buf.resize((buf.len() + 3) & !3, 0);
+}
+
+fn ip_bytes(a: &IpAddr, out: &mut [u8; 16]) -> usize {
+    match a {
+        IpAddr::V4(a) => {
+            out[..4].copy_from_slice(&a.octets());
+            4
+        }
+        IpAddr::V6(a) => {
+            out.copy_from_slice(&a.octets());
+            16
+        }
+    }
+}
+
+/// Appends one route request to `buf`. `nexthops` are (gateway, output
+/// interface) pairs of the route's family, one (plain attributes) or
+/// several (`RTA_MULTIPATH`); ignored for a delete, which matches any
+/// next hops of our route with this key. `ack` asks the kernel to
+/// acknowledge success too (errors are always reported).
+pub fn encode_route(
+    buf: &mut Vec<u8>,
+    seq: u32,
+    ack: bool,
+    op: RouteOp,
+    key: &RouteKey,
+    nexthops: &[(IpAddr, u32)],
+) {
+    let (ty, mut flags) = match op {
+        RouteOp::Add => (RTM_NEWROUTE, NLM_F_REQUEST | NLM_F_CREATE | NLM_F_EXCL),
+        RouteOp::Replace => (RTM_NEWROUTE, NLM_F_REQUEST | NLM_F_CREATE | NLM_F_REPLACE),
+        RouteOp::Delete => (RTM_DELROUTE, NLM_F_REQUEST),
+    };
+    if ack {
+        flags |= NLM_F_ACK;
+    }
+    let start = header(buf, ty, flags, seq);
+    let family = match key.dst {
+        IpAddr::V4(_) => AF_INET,
+        IpAddr::V6(_) => AF_INET6,
+    };
+    buf.extend_from_slice(&[
+        family,
+        key.dst_len,
+        0,
+        0,
+        u8::try_from(key.table).unwrap_or(RT_TABLE_COMPAT),
+        key.protocol,
+        RT_SCOPE_UNIVERSE,
+        RTN_UNICAST,
+    ]);
+    buf.extend_from_slice(&0u32.to_ne_bytes());
+    let mut a = [0u8; 16];
+    attr(buf, RTA_TABLE, &key.table.to_ne_bytes());
+    let n = ip_bytes(&key.dst, &mut a);
+    attr(buf, RTA_DST, &a[..n]);
+    attr(buf, RTA_PRIORITY, &key.priority.to_ne_bytes());
+    if op == RouteOp::Delete {
+        finish(buf, start);
+        return;
+    }
+    match nexthops {
+        [] => {}
+        [(gw, oif)] => {
+            let n = ip_bytes(gw, &mut a);
+            attr(buf, RTA_GATEWAY, &a[..n]);
+            attr(buf, RTA_OIF, &oif.to_ne_bytes());
+        }
+        many => {
+            let mp = buf.len();
+            buf.extend_from_slice(&0u16.to_ne_bytes());
+            buf.extend_from_slice(&RTA_MULTIPATH.to_ne_bytes());
+            for (gw, oif) in many {
+                let n = ip_bytes(gw, &mut a);
+                let len = (8 + 4 + n) as u16;
+                buf.extend_from_slice(&len.to_ne_bytes());
+                buf.push(0); // rtnh_flags
+                buf.push(0); // rtnh_hops
+                buf.extend_from_slice(&oif.to_ne_bytes());
+                attr(buf, RTA_GATEWAY, &a[..n]);
+            }
+            let len = (buf.len() - mp) as u16;
+            buf[mp..mp + 2].copy_from_slice(&len.to_ne_bytes());
+        }
+    }
+    finish(buf, start);
+}
+
+/// Appends a dump request for every route of `family` (`AF_INET`,
+/// `AF_INET6`).
+pub fn encode_dump(buf: &mut Vec<u8>, seq: u32, family: u8) {
+    let start = header(buf, RTM_GETROUTE, NLM_F_REQUEST | NLM_F_DUMP, seq);
+    buf.extend_from_slice(&[family, 0, 0, 0, 0, 0, 0, 0]);
+    buf.extend_from_slice(&0u32.to_ne_bytes());
+    finish(buf, start);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use netlink_packet_core::{NetlinkMessage, NetlinkPayload};
+    use netlink_packet_route::route::{RouteAttribute, RouteMessage};
+    use netlink_packet_route::RouteNetlinkMessage;
+
+    fn parsed(buf: &[u8]) -> NetlinkMessage<RouteNetlinkMessage> {
+        NetlinkMessage::<RouteNetlinkMessage>::deserialize(buf)
+            .expect("netlink-packet-route parses it")
+    }
+
+    fn route_of(m: NetlinkMessage<RouteNetlinkMessage>) -> RouteMessage {
+        match m.payload {
+            NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewRoute(r))
+            | NetlinkPayload::InnerMessage(RouteNetlinkMessage::DelRoute(r)) => r,
+            other => panic!("not a route message: {other:?}"),
+        }
+    }
+
+    fn key(dst: &str, len: u8, table: u32) -> RouteKey {
+        RouteKey {
+            dst: dst.parse().unwrap(),
+            dst_len: len,
+            table,
+            protocol: 179,
+            priority: 32,
+        }
+    }
+
+    #[test]
+    fn single_next_hop_matches_netlink_packet_route() {
+        let mut buf = Vec::new();
+        let k = key("10.1.0.0", 16, 100);
+        encode_route(
+            &mut buf,
+            7,
+            false,
+            RouteOp::Add,
+            &k,
+            &[("192.0.2.1".parse().unwrap(), 3)],
+        );
+        let m = parsed(&buf);
+        assert_eq!(m.header.sequence_number, 7);
+        assert_eq!(m.header.length as usize, buf.len());
+        assert_eq!(m.header.flags, NLM_F_REQUEST | NLM_F_CREATE | NLM_F_EXCL);
+        let r = route_of(m);
+        assert_eq!(r.header.destination_prefix_length, 16);
+        assert_eq!(u8::from(r.header.protocol), 179);
+        assert_eq!(r.header.table, 100);
+        let a = &r.attributes;
+        assert!(a.contains(&RouteAttribute::Table(100)));
+        assert!(a.contains(&RouteAttribute::Priority(32)));
+        assert!(a.contains(&RouteAttribute::Oif(3)));
+        assert!(a.iter().any(
+            |x| matches!(x, RouteAttribute::Destination(d) if format!("{d:?}").contains("10.1.0.0"))
+        ));
+        assert!(a.iter().any(
+            |x| matches!(x, RouteAttribute::Gateway(g) if format!("{g:?}").contains("192.0.2.1"))
+        ));
+        // And our own parser reads what we wrote.
+        let mine = parse_route(messages(&buf).next().unwrap().payload).unwrap();
+        assert_eq!(mine.dst, k.dst);
+        assert_eq!((mine.table, mine.protocol, mine.priority), (100, 179, 32));
+        assert_eq!(
+            mine.nexthops,
+            vec![NextHop {
+                gateway: Some("192.0.2.1".parse().unwrap()),
+                oif: 3,
+                flags: 0
+            }]
+        );
+    }
+
+    #[test]
+    fn multipath_v6_and_big_table_match_netlink_packet_route() {
+        let mut buf = Vec::new();
+        let k = key("2001:db8:1::", 48, 1000);
+        let nhs = [
+            ("fe80::1".parse().unwrap(), 2),
+            ("2001:db8::2".parse().unwrap(), 5),
+        ];
+        encode_route(&mut buf, 9, true, RouteOp::Replace, &k, &nhs);
+        let m = parsed(&buf);
+        assert_eq!(
+            m.header.flags,
+            NLM_F_REQUEST | NLM_F_CREATE | NLM_F_REPLACE | NLM_F_ACK
+        );
+        let r = route_of(m);
+        assert_eq!(r.header.table, RT_TABLE_COMPAT);
+        assert!(r.attributes.contains(&RouteAttribute::Table(1000)));
+        let mp = r
+            .attributes
+            .iter()
+            .find_map(|a| match a {
+                RouteAttribute::MultiPath(v) => Some(v.clone()),
+                _ => None,
+            })
+            .expect("RTA_MULTIPATH");
+        assert_eq!(mp.len(), 2);
+        assert_eq!((mp[0].interface_index, mp[1].interface_index), (2, 5));
+        assert!(format!("{:?}", mp[1].attributes).contains("2001:db8::2"));
+        let mine = parse_route(messages(&buf).next().unwrap().payload).unwrap();
+        assert_eq!(mine.nexthops.len(), 2);
+        assert_eq!(mine.nexthops[0].gateway, Some("fe80::1".parse().unwrap()));
+        assert_eq!(mine.table, 1000);
+    }
+
+    #[test]
+    fn delete_and_dump_and_a_batch() {
+        let mut buf = Vec::new();
+        encode_route(
+            &mut buf,
+            1,
+            false,
+            RouteOp::Delete,
+            &key("10.0.0.0", 8, 254),
+            &[],
+        );
+        encode_route(
+            &mut buf,
+            2,
+            false,
+            RouteOp::Add,
+            &key("10.0.0.0", 24, 254),
+            &[("192.0.2.1".parse().unwrap(), 1)],
+        );
+        encode_dump(&mut buf, 3, AF_INET);
+        let all: Vec<Msg<'_>> = messages(&buf).collect();
+        assert_eq!(all.len(), 3);
+        assert_eq!((all[0].ty, all[0].seq), (RTM_DELROUTE, 1));
+        let mut off = 0;
+        for m in &all {
+            let len = 16 + m.payload.len();
+            let p = parsed(&buf[off..off + len]);
+            assert_eq!(p.header.sequence_number, m.seq);
+            off += len;
+        }
+        let r = route_of(parsed(&buf[..16 + all[0].payload.len()]));
+        assert_eq!(r.header.table, 254);
+        assert!(r.attributes.contains(&RouteAttribute::Priority(32)));
+        assert!(!r
+            .attributes
+            .iter()
+            .any(|a| matches!(a, RouteAttribute::Gateway(_))));
+        assert_eq!(all[2].ty, RTM_GETROUTE);
+        assert_eq!(all[2].flags, NLM_F_REQUEST | NLM_F_DUMP);
+    }
+
+    #[test]
+    fn error_payloads() {
+        let mut p = (-17i32).to_ne_bytes().to_vec();
+        p.extend_from_slice(&[0; 16]);
+        assert_eq!(error_code(&p), Some(17));
+        assert_eq!(error_code(&0i32.to_ne_bytes()), Some(0));
+    }
+}
