@@ -19,12 +19,10 @@
 //! (a reader and a keepalive thread each) and the senders are four threads.
 
 use crate::learn::Perf;
-use crate::takeover::{config_with, nsr_at_rest, show_nsr, tester, Backup, MON_AS};
+use crate::takeover::{config_with, nsr_at_rest, show_nsr, start_standby, tester, Backup, MON_AS};
 use crate::util::{cpu_secs, peak_rss_kb};
 use anyhow::{bail, Context, Result};
-use holdfast_lab::{
-    Fence, Holdfastd, Lab, LabOrchestrator, NsrTopo, Orchestrator, Redis, StartOpts,
-};
+use holdfast_lab::{Fence, Holdfastd, Lab, LabOrchestrator, NsrTopo, Orchestrator, Redis};
 use holdfast_tester::workload::{generate, Kind, Workload};
 use holdfast_tester::{encode_routes, Peer as Tester};
 use holdfast_wire::{AsSegment, Prefix};
@@ -226,19 +224,7 @@ pub fn many_run(
         )?);
     }
     hf.wait_all_established(Duration::from_secs(60))?;
-    let mut standby = match (&redis, backup) {
-        (Some(_), Backup::Preheated) => Some(Holdfastd::start_with(
-            &mut lab,
-            topo.b.id,
-            "hf1",
-            &cfg,
-            &StartOpts {
-                standby: true,
-                ..StartOpts::default()
-            },
-        )?),
-        _ => None,
-    };
+    let mut standby = start_standby(&mut lab, &topo, &cfg, redis.is_some(), backup)?;
     let work = split_workload(kind, sessions, per);
     let total: usize = work
         .iter()

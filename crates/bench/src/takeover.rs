@@ -212,6 +212,27 @@ pub enum Backup {
     Preheated,
 }
 
+/// The preheated standby of a run with a store (`Backup::Preheated`), on
+/// host B; none otherwise (a cold backup starts at the takeover).
+pub(crate) fn start_standby(
+    lab: &mut Lab,
+    topo: &NsrTopo,
+    cfg: &str,
+    store: bool,
+    backup: Backup,
+) -> Result<Option<Holdfastd>> {
+    if !store || backup != Backup::Preheated {
+        return Ok(None);
+    }
+    let opts = StartOpts {
+        standby: true,
+        ..StartOpts::default()
+    };
+    Ok(Some(Holdfastd::start_with(
+        lab, topo.b.id, "hf1", cfg, &opts,
+    )?))
+}
+
 /// One run: N routes of `kind` learned with NSR on or off; with a `backup`
 /// (NSR on), the primary is then killed and the backup takes over.
 pub fn one_run(
@@ -242,19 +263,7 @@ pub fn one_run(
     let mon = tester(&lab, topo.peer.id, topo.peer.v4, svc, MON_AS)?;
     let inj = tester(&lab, topo.feed.id, topo.feed.v4, svc, INJ_AS)?;
     hf.wait_all_established(Duration::from_secs(30))?;
-    let mut standby = match (&redis, backup) {
-        (Some(_), Backup::Preheated) => Some(Holdfastd::start_with(
-            &mut lab,
-            topo.b.id,
-            "hf1",
-            &cfg,
-            &StartOpts {
-                standby: true,
-                ..StartOpts::default()
-            },
-        )?),
-        _ => None,
-    };
+    let mut standby = start_standby(&mut lab, &topo, &cfg, redis.is_some(), backup)?;
     let w = generate(kind, n, INJ_AS, topo.feed.v4);
     let n = prefix_count(&w);
     let mut bytes = Vec::new();

@@ -21,7 +21,7 @@ use crate::apipb::gobgp_api_server::{GobgpApi, GobgpApiServer};
 use crate::apipb::{
     self, list_path_request, table_lookup_prefix, watch_event_request, watch_event_response,
     AddPathRequest, AddPathResponse, DeletePathRequest, GetBgpRequest, GetBgpResponse,
-    ListPathRequest, ListPathResponse, ListPeerRequest, ListPeerResponse, ResetPeerRequest,
+    ListPathRequest, ListPathResponse, ListPeerRequest, ListPeerResponse, Path, ResetPeerRequest,
     TableType, WatchEventRequest, WatchEventResponse,
 };
 use crate::convert;
@@ -88,6 +88,19 @@ impl<B: Backend> GoBgp<B> {
             .await
             .into_result()
             .map_err(|m| Status::new(Code::FailedPrecondition, m))
+    }
+
+    /// Withdraws the route `path` names from the default instance (what
+    /// `gobgp global rib del` sends, as a withdrawal or a delete).
+    async fn del_route(&self, path: &Path) -> Result<(), Status> {
+        let prefix =
+            convert::path_prefix(path).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        self.call(Request::DelRoute {
+            instance: None,
+            prefix,
+        })
+        .await?;
+        Ok(())
     }
 
     async fn neighbors(&self) -> Result<Vec<NeighborInfo>, Status> {
@@ -264,13 +277,7 @@ impl<B: Backend> GobgpApi for GoBgp<B> {
             .path
             .ok_or_else(|| Status::invalid_argument("AddPath without a path"))?;
         if path.is_withdraw {
-            let prefix =
-                convert::path_prefix(&path).map_err(|e| Status::invalid_argument(e.to_string()))?;
-            self.call(Request::DelRoute {
-                instance: None,
-                prefix,
-            })
-            .await?;
+            self.del_route(&path).await?;
             return Ok(tonic::Response::new(AddPathResponse::default()));
         }
         let route =
@@ -298,13 +305,7 @@ impl<B: Backend> GobgpApi for GoBgp<B> {
                 "holdfastd deletes paths by prefix only (no UUIDs, no `del all`)",
             ));
         };
-        let prefix =
-            convert::path_prefix(&path).map_err(|e| Status::invalid_argument(e.to_string()))?;
-        self.call(Request::DelRoute {
-            instance: None,
-            prefix,
-        })
-        .await?;
+        self.del_route(&path).await?;
         Ok(tonic::Response::new(()))
     }
 
