@@ -320,13 +320,19 @@ fn peer_transitions(log: &str, addr: &str) -> (u32, u32) {
     (up, down)
 }
 
-/// Every session of the gobgpd in `netns` (per-neighbour `gobgp neighbor ADDR -j`, the
-/// query that fills in advertised counters), with counters from its logs. Needs no lab
+/// Every session of the gobgpd in `netns`, with counters from its logs. Needs no lab
 /// (see [`Peer::session_probe`]).
+///
+/// `advertised`: one `gobgp neighbor ADDR -j` per neighbour, the query that fills in
+/// `prefixes_sent`. gobgpd computes that count by running its export policy over its
+/// whole RIB in its server loop (6.7 s at 200k routes under load), so the watch, which
+/// polls every 200 ms, would starve gobgpd of the time it needs to take in routes.
+/// Otherwise one `gobgp neighbor -j`, the listing without advertised counts.
 fn query_sessions(
     netns: &str,
     logs: &[PathBuf],
     neighbors: &[NeighborSpec],
+    advertised: bool,
 ) -> Result<Vec<SessionView>> {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -335,17 +341,37 @@ fn query_sessions(
         .iter()
         .map(|p| std::fs::read_to_string(p).unwrap_or_default())
         .collect();
+    let listing: Vec<Value> = if advertised {
+        Vec::new()
+    } else {
+        let out = ns_exec_ok(
+            netns,
+            &["gobgp", "-u", API_HOST, "-p", API_PORT, "neighbor", "-j"],
+        )
+        .unwrap_or_default();
+        serde_json::from_str(out.trim()).unwrap_or_default()
+    };
     let mut views = Vec::new();
     for n in neighbors {
         let addr = n.address.to_string();
-        let out = ns_exec_ok(
-            netns,
-            &[
-                "gobgp", "-u", API_HOST, "-p", API_PORT, "neighbor", &addr, "-j",
-            ],
-        )
-        .unwrap_or_default();
-        let j: Option<Value> = serde_json::from_str(out.trim()).ok();
+        let j: Option<Value> = if advertised {
+            let out = ns_exec_ok(
+                netns,
+                &[
+                    "gobgp", "-u", API_HOST, "-p", API_PORT, "neighbor", &addr, "-j",
+                ],
+            )
+            .unwrap_or_default();
+            serde_json::from_str(out.trim()).ok()
+        } else {
+            listing
+                .iter()
+                .find(|p| {
+                    p.pointer("/state/neighbor_address").and_then(Value::as_str)
+                        == Some(addr.as_str())
+                })
+                .cloned()
+        };
         let Some(j) = j.filter(Value::is_object) else {
             views.push(SessionView::new(n.address, "Idle"));
             continue;
@@ -384,7 +410,7 @@ fn query_sessions(
                 .sum()
         };
         s.prefixes_received = Some(sum("accepted"));
-        s.prefixes_sent = Some(sum("advertised"));
+        s.prefixes_sent = advertised.then(|| sum("advertised"));
         views.push(s);
     }
     Ok(views)
@@ -435,13 +461,13 @@ impl Peer for Gobgp {
     }
 
     fn sessions(&self, lab: &Lab) -> Result<Vec<SessionView>> {
-        query_sessions(lab.netns(self.host), &self.logs, &self.spec.neighbors)
+        query_sessions(lab.netns(self.host), &self.logs, &self.spec.neighbors, true)
     }
 
     fn session_probe(&self, lab: &Lab) -> SessionProbe {
         let netns = lab.netns(self.host).to_string();
         let (logs, neighbors) = (self.logs.clone(), self.spec.neighbors.clone());
-        Box::new(move || query_sessions(&netns, &logs, &neighbors))
+        Box::new(move || query_sessions(&netns, &logs, &neighbors, false))
     }
 
     fn reset_session(&self, lab: &Lab, neighbor: IpAddr) -> Result<()> {

@@ -428,9 +428,10 @@ impl<P: Peer> Run<P> {
     }
 
     /// Routes the peer holds from us, by the peer's own count.
+    /// Routes the peer holds from us, read with the watch's light query
+    /// (gobgpd's per-neighbour query walks its whole RIB in its server loop).
     fn held_from_us(&self) -> u32 {
-        self.peer
-            .sessions(&self.lab)
+        (self.peer.session_probe(&self.lab))()
             .ok()
             .and_then(|v| v.into_iter().find(|s| s.neighbor == service(&self.topo)))
             .and_then(|s| s.prefixes_received)
