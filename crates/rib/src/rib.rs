@@ -422,12 +422,13 @@ impl<K: Key> Tables<K> {
     }
 
     /// Notes the best path of each dirty prefix (once per prefix) in
-    /// `best_log`, before the export pass consumes them.
+    /// `best_log`, before the export pass consumes them. The dirty list is
+    /// deduplicated in place: the export pass does not depend on its order,
+    /// and visits each prefix once instead of once per change.
     fn note_best(&mut self) {
-        let mut keys = self.dirty.clone();
-        keys.sort();
-        keys.dedup();
-        for k in keys {
+        self.dirty.sort_unstable();
+        self.dirty.dedup();
+        for &k in &self.dirty {
             let best = self
                 .dests
                 .get(&k)
