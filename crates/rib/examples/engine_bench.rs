@@ -2,6 +2,11 @@
 //! from one eBGP peer and re-advertised to another.
 //!
 //! `cargo run --release -p holdfast-rib --example engine_bench [threads...]`
+//!
+//! `engine_bench MODE THREADS BATCH SILENT` adds SILENT more Established
+//! eBGP peers that export nothing (`export = "none"`: a route server's or a
+//! gateway's receive-only sessions), to measure what they cost the export
+//! pass.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Instant;
@@ -43,10 +48,10 @@ const ROUTES: u32 = 1_000_000;
 fn spec(id: u32, asn: u32) -> PeerSpec {
     PeerSpec {
         id,
-        address: IpAddr::V4(Ipv4Addr::new(192, 0, 2, id as u8)),
+        address: IpAddr::V4(Ipv4Addr::from(0xc612_0000 + id)),
         remote_as: asn,
         local_as: 65000,
-        router_id: Ipv4Addr::new(1, 1, 1, id as u8),
+        router_id: Ipv4Addr::from(0x0101_0000 + id),
         local_addr_v4: Some(Ipv4Addr::new(192, 0, 2, 254)),
         local_addr_v6: None,
         local_addr_v6_ll: None,
@@ -167,7 +172,7 @@ impl Workload {
     }
 }
 
-fn run(name: &str, realistic: bool, threads: usize, chunk: usize) {
+fn run(name: &str, realistic: bool, threads: usize, chunk: usize, silent: u32) {
     let mut w = Workload::new(realistic);
     let cfg = EngineConfig {
         local_as: 65000,
@@ -184,6 +189,14 @@ fn run(name: &str, realistic: bool, threads: usize, chunk: usize) {
     e.add_peer(spec(2, 65002));
     e.peer_up(spec(1, 65001));
     e.peer_up(spec(2, 65002));
+    for id in 3..3 + silent {
+        let s = PeerSpec {
+            export: PolicyRef::None,
+            ..spec(id, 66000 + id)
+        };
+        e.add_peer(s.clone());
+        e.peer_up(s);
+    }
     // Cost of generating the input alone (deterministic, same work),
     // subtracted from the measured loop below.
     let (gen_wall, gen_cpu) = {
@@ -212,7 +225,7 @@ fn run(name: &str, realistic: bool, threads: usize, chunk: usize) {
     let c1 = e.counts(1);
     let c2 = e.counts(2);
     println!(
-        "{name:9} threads={threads} batch={:>6}: wall {:6.3} s cpu {:6.3} s  msgs_in={nmsgs} out_bytes={bytes} attr_sets={} rss_delta={:.1} MB accepted={} advertised={}",
+        "{name:9} threads={threads} silent={silent} batch={:>6}: wall {:6.3} s cpu {:6.3} s  msgs_in={nmsgs} out_bytes={bytes} attr_sets={} rss_delta={:.1} MB accepted={} advertised={}",
         if chunk == usize::MAX { "all".to_string() } else { chunk.to_string() },
         dt.as_secs_f64(),
         cpu,
@@ -225,17 +238,18 @@ fn run(name: &str, realistic: bool, threads: usize, chunk: usize) {
 
 /// Without arguments, runs every case in a fresh process (so that RSS
 /// deltas are not hidden by memory freed by an earlier case). With
-/// `packed|realistic THREADS BATCH` (BATCH 0 = whole stream in one call),
-/// runs one case.
+/// `packed|realistic THREADS BATCH [SILENT]` (BATCH 0 = whole stream in one
+/// call), runs one case.
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.len() == 3 {
+    if args.len() == 3 || args.len() == 4 {
         let threads = args[1].parse().unwrap_or(1);
         let chunk = match args[2].parse().unwrap_or(0) {
             0 => usize::MAX,
             n => n,
         };
-        run(&args[0], args[0] == "realistic", threads, chunk);
+        let silent = args.get(3).and_then(|a| a.parse().ok()).unwrap_or(0);
+        run(&args[0], args[0] == "realistic", threads, chunk, silent);
         return;
     }
     let exe = std::env::current_exe().expect("current exe");

@@ -11,6 +11,7 @@ use crate::attrs::Attrs;
 use crate::decision::{best_index, DecisionCtx, SrcFacts};
 use crate::export::{export_route, Changes, ExportParams, Out, OutAttrs};
 use crate::intern::FxMap;
+use crate::policy::PolicyRef;
 use crate::prefix_map::{split4, PrefixMap4};
 use crate::PeerId;
 
@@ -383,6 +384,20 @@ impl<K: Key> Tables<K> {
         let mut res: Vec<Changes> = env.targets.iter().map(|_| Changes::default()).collect();
         let mut cache = OutCache::default();
         let mut per_group: Vec<Out> = vec![None; env.groups.len()];
+        // A group that exports nothing (`export = "none"`), and each of its
+        // targets that holds nothing from this table, need no visit per
+        // prefix: nothing can change for them (a route server's many
+        // receive-only sessions cost nothing here).
+        let silent: Vec<bool> = env
+            .groups
+            .iter()
+            .map(|g| matches!(g.policy, PolicyRef::None))
+            .collect();
+        let idle: Vec<bool> = env
+            .targets
+            .iter()
+            .map(|(peer, g)| silent[*g] && self.out.get(peer).is_none_or(|o| o.size() == 0))
+            .collect();
         for &k in &keys {
             let best = self
                 .dests
@@ -391,10 +406,17 @@ impl<K: Key> Tables<K> {
                 .map(|(p, a)| (p.peer, a.clone()));
             if let Some((src, a)) = &best {
                 for (g, slot) in per_group.iter_mut().enumerate() {
-                    *slot = export_one(env, &mut cache, g, *src, k.prefix(), a);
+                    *slot = if silent[g] {
+                        None
+                    } else {
+                        export_one(env, &mut cache, g, *src, k.prefix(), a)
+                    };
                 }
             }
             for (ti, (peer, g)) in env.targets.iter().enumerate() {
+                if idle[ti] {
+                    continue;
+                }
                 let want = match &best {
                     Some((src, _)) if src != peer => per_group[*g].as_ref(),
                     _ => None,

@@ -542,6 +542,33 @@ fn import_policy_applied_and_none_rejects() {
 }
 
 #[test]
+fn a_peer_exporting_nothing_gets_nothing_until_its_export_opens() {
+    let mut e = engine(&[(1, 65001), (2, 65002), (3, 65003)]);
+    e.set_policies(3, PolicyRef::All, PolicyRef::None);
+    let out = e.apply(vec![(
+        1,
+        ann(
+            &["10.0.0.0/24", "10.0.1.0/24"],
+            attrs(&[65001], [192, 0, 2, 1]),
+        ),
+    )]);
+    assert_eq!(announced(&out, 2).len(), 2);
+    assert!(sent(&out, 3).is_empty());
+    assert!(e.adj_rib_out(3).is_empty());
+    // Opened: the whole table; closed again: all of it withdrawn.
+    let out = e.set_policies(3, PolicyRef::All, PolicyRef::All);
+    assert_eq!(announced(&out, 3).len(), 2);
+    let out = e.set_policies(3, PolicyRef::All, PolicyRef::None);
+    let mut w = withdrawn(&out, 3);
+    w.sort();
+    assert_eq!(w, vec![p("10.0.0.0/24"), p("10.0.1.0/24")]);
+    assert!(e.adj_rib_out(3).is_empty());
+    let out = e.apply(vec![(1, wd(&["10.0.0.0/24"]))]);
+    assert_eq!(withdrawn(&out, 2), vec![p("10.0.0.0/24")]);
+    assert!(sent(&out, 3).is_empty());
+}
+
+#[test]
 fn set_policies_sends_only_the_diff() {
     let mut e = engine(&[(1, 65001), (2, 65002)]);
     e.apply(vec![(
