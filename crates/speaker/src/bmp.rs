@@ -886,4 +886,57 @@ mod tests {
         let (_, _, _, up) = hub.register(&collector(&[BmpTable::PrePolicy]));
         assert!(up.is_empty(), "a session that went down is not handed over");
     }
+
+    /// The RIB threads' taps are on exactly while a collector monitoring
+    /// them is connected, and their changes reach only those collectors.
+    #[test]
+    fn post_policy_and_loc_rib_reach_the_collectors_that_monitor_them() {
+        let hub = BmpHub::default();
+        assert!(!hub.wants_post_policy() && !hub.wants_loc_rib());
+        let (post_id, mut post, _, _) = hub.register(&collector(&[BmpTable::PostPolicy]));
+        let (loc_id, mut loc, _, _) = hub.register(&collector(&[BmpTable::LocRib]));
+        assert!(hub.wants_post_policy() && hub.wants_loc_rib());
+        let p: Prefix = "10.0.0.0/24".parse().unwrap();
+        hub.post_policy("default", vec![(7, p, None)]);
+        hub.loc_rib("default", &Arc::new(vec![(p, None)]));
+        assert!(matches!(post.try_recv(), Ok(Event::PostPolicy { .. })));
+        assert!(post.try_recv().is_err(), "the Loc-RIB is not for it");
+        assert!(matches!(loc.try_recv(), Ok(Event::LocRib { .. })));
+        assert!(loc.try_recv().is_err(), "post-policy is not for it");
+        hub.unregister(post_id);
+        assert!(!hub.wants_post_policy() && hub.wants_loc_rib());
+        hub.unregister(loc_id);
+        assert!(!hub.wants_loc_rib());
+    }
+
+    /// Changes become withdrawals first, then announcements per attribute
+    /// set; the last change of a prefix wins.
+    #[test]
+    fn changes_encode_last_one_wins() {
+        let ctx = CodecCtx {
+            four_octet_as: true,
+            ibgp: false,
+        };
+        let a = Arc::new(PathAttrs {
+            origin: Some(holdfast_wire::Origin::Igp),
+            as_path: holdfast_wire::AsPath {
+                segments: vec![holdfast_wire::AsSegment::Sequence(vec![65001])],
+            },
+            next_hop: Some(Ipv4Addr::new(192, 0, 2, 2)),
+            ..PathAttrs::default()
+        });
+        let p1: Prefix = "10.0.0.0/24".parse().unwrap();
+        let p2: Prefix = "10.0.1.0/24".parse().unwrap();
+        let list = vec![(p1, Some(a.clone())), (p2, Some(a.clone())), (p1, None)];
+        let bytes = encode_changes(&list, &ctx);
+        let mut withdrawn = Vec::new();
+        let mut announced = Vec::new();
+        for (ty, body) in crate::tables::messages(&bytes) {
+            assert_eq!(ty, holdfast_wire::msg_type::UPDATE);
+            let u = holdfast_wire::decode_update(body, &ctx).expect("decodes").update;
+            withdrawn.extend(u.withdrawn);
+            announced.extend(u.announced);
+        }
+        assert_eq!((withdrawn, announced), (vec![p1], vec![p2]));
+    }
 }

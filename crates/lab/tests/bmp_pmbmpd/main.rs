@@ -292,17 +292,19 @@ fn bmp_to_pmbmpd() {
 
     // 4b. Statistics type 0: the prefix the import policy rejected; type
     // 1 (duplicate announcements) is reported too (BIRD sends none).
-    wait_entry(&file, "a Statistics Report: 1 prefix rejected", |v| {
+    let st = wait_entry(&file, "a Statistics Report: 1 prefix rejected", |v| {
         v["bmp_msg_type"] == "stats"
             && v["peer_ip"] == peer.to_string()
             && v["counter_type"] == 0
             && v["counter_value"] == 1
     });
-    wait_entry(&file, "a Statistics Report: duplicate announcements", |v| {
+    eprintln!("stats type 0: {st}");
+    let st = wait_entry(&file, "a Statistics Report: duplicate announcements", |v| {
         v["bmp_msg_type"] == "stats"
             && v["peer_ip"] == peer.to_string()
             && v["counter_type"] == 1
     });
+    eprintln!("stats type 1: {st}");
 
     // 5. Peer Down on a reset, with our NOTIFICATION; then Peer Up again.
     let ups_before = of(&log(&file), "peer_up").len();
