@@ -597,7 +597,10 @@ fn post_policy_changes_are_watched() {
     assert!(e.take_post_changes().is_empty());
     // BMP statistics types 0 and 1: 11.0.0.0/24 rejected, 10.0.1.0/24
     // announced twice alike.
-    assert_eq!((e.counts(1).policy_rejected, e.counts(1).duplicates), (1, 1));
+    assert_eq!(
+        (e.counts(1).policy_rejected, e.counts(1).duplicates),
+        (1, 1)
+    );
     e.set_policies(1, PolicyRef::None, PolicyRef::All);
     let mut c = e.take_post_changes();
     c.sort_by_key(|x| x.1);

@@ -597,13 +597,9 @@ impl Collector {
                 // Per peer of a session the collector knows (changes for a
                 // session gone down, such as its routes withdrawn after the
                 // Peer Down, are not for it), the last change per prefix.
-                let mut by_peer: HashMap<PeerId, Vec<(Prefix, Option<Arc<PathAttrs>>)>> =
-                    HashMap::new();
+                let mut by_peer: HashMap<PeerId, Vec<RouteChange>> = HashMap::new();
                 for (peer, prefix, a) in changes.iter() {
-                    by_peer
-                        .entry(*peer)
-                        .or_default()
-                        .push((*prefix, a.clone()));
+                    by_peer.entry(*peer).or_default().push((*prefix, a.clone()));
                 }
                 for s in sessions.values() {
                     if *s.instance != *instance {
@@ -624,7 +620,7 @@ impl Collector {
                 let Some(inst) = self.ribs.get(&*instance) else {
                     return;
                 };
-                let list: Vec<(Prefix, Option<Arc<PathAttrs>>)> = changes
+                let list: Vec<RouteChange> = changes
                     .iter()
                     .map(|(p, b)| (*p, b.as_ref().map(|(_, a)| a.clone())))
                     .collect();
@@ -796,9 +792,12 @@ fn loc_rib_open(inst: &BmpInstance) -> Vec<u8> {
     b[holdfast_wire::HEADER_LEN..].to_vec()
 }
 
+/// A prefix and its new attributes, or `None`: withdrawn.
+type RouteChange = (Prefix, Option<Arc<PathAttrs>>);
+
 /// Route changes (the last per prefix wins) as UPDATEs: the withdrawals,
 /// then the announcements grouped by attribute set.
-fn encode_changes(list: &[(Prefix, Option<Arc<PathAttrs>>)], ctx: &CodecCtx) -> Vec<u8> {
+fn encode_changes(list: &[RouteChange], ctx: &CodecCtx) -> Vec<u8> {
     let mut seen = HashSet::new();
     let mut withdrawn = Vec::new();
     let mut announced = Vec::new();
@@ -933,7 +932,9 @@ mod tests {
         let mut announced = Vec::new();
         for (ty, body) in crate::tables::messages(&bytes) {
             assert_eq!(ty, holdfast_wire::msg_type::UPDATE);
-            let u = holdfast_wire::decode_update(body, &ctx).expect("decodes").update;
+            let u = holdfast_wire::decode_update(body, &ctx)
+                .expect("decodes")
+                .update;
             withdrawn.extend(u.withdrawn);
             announced.extend(u.announced);
         }

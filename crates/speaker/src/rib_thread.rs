@@ -767,9 +767,7 @@ impl RibThread {
         };
         match q {
             RibQuery::AdjIn(p) => QueryResult::Routes(tag(p, self.engine.adj_rib_in(p))),
-            RibQuery::AdjInPost(p) => {
-                QueryResult::Routes(tag(p, self.engine.adj_rib_in_post(p)))
-            }
+            RibQuery::AdjInPost(p) => QueryResult::Routes(tag(p, self.engine.adj_rib_in_post(p))),
             RibQuery::AdjOut(p) => QueryResult::Routes(tag(p, self.engine.adj_rib_out(p))),
             RibQuery::Loc => QueryResult::Routes(
                 self.engine

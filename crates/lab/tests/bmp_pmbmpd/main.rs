@@ -71,7 +71,10 @@ const IMPORT_POLICY: &str = "[[policy]]\nname = \"bmp-in\"\ndefault = \"accept\"
 
 /// A route as `bmp-in` left it: LOCAL_PREF 250 and community 65000:4242.
 fn tagged(v: &Value) -> bool {
-    v["local_pref"] == 250 && v["comms"].as_str().is_some_and(|c| c.contains("65000:4242"))
+    v["local_pref"] == 250
+        && v["comms"]
+            .as_str()
+            .is_some_and(|c| c.contains("65000:4242"))
 }
 
 /// A message about the Loc-RIB instance peer (RFC 9069, peer type 3), as
@@ -222,7 +225,10 @@ fn bmp_to_pmbmpd() {
         "BIRD's route, post-policy (dump)",
         post("203.0.113.0/24"),
     );
-    assert!(tagged(&rm), "post-policy: LOCAL_PREF and community set: {rm}");
+    assert!(
+        tagged(&rm),
+        "post-policy: LOCAL_PREF and community set: {rm}"
+    );
     eprintln!("post-policy route_monitor: {rm}");
 
     // 2c. The Loc-RIB (RFC 9069): its Peer Up, BIRD's route as best path.
@@ -231,7 +237,9 @@ fn bmp_to_pmbmpd() {
     });
     eprintln!("Loc-RIB peer_up: {loc_up}");
     let loc = |prefix: &'static str| {
-        move |v: &Value| v["bmp_msg_type"] == "route_monitor" && is_loc(v) && v["ip_prefix"] == prefix
+        move |v: &Value| {
+            v["bmp_msg_type"] == "route_monitor" && is_loc(v) && v["ip_prefix"] == prefix
+        }
     };
     let rm = wait_entry(&file, "BIRD's route in the Loc-RIB", loc("203.0.113.0/24"));
     assert!(tagged(&rm), "the Loc-RIB holds the post-policy path: {rm}");
@@ -300,9 +308,7 @@ fn bmp_to_pmbmpd() {
     });
     eprintln!("stats type 0: {st}");
     let st = wait_entry(&file, "a Statistics Report: duplicate announcements", |v| {
-        v["bmp_msg_type"] == "stats"
-            && v["peer_ip"] == peer.to_string()
-            && v["counter_type"] == 1
+        v["bmp_msg_type"] == "stats" && v["peer_ip"] == peer.to_string() && v["counter_type"] == 1
     });
     eprintln!("stats type 1: {st}");
 

@@ -130,7 +130,12 @@ fn collect_post<K: Key>(
     v: &mut Vec<(Prefix, Arc<PathAttrs>)>,
 ) {
     crate::rib::PMap::visit(&t.dests, |k, d| {
-        if let Some(a) = d.paths.iter().find(|p| p.peer == id).and_then(|p| p.post.as_ref()) {
+        if let Some(a) = d
+            .paths
+            .iter()
+            .find(|p| p.peer == id)
+            .and_then(|p| p.post.as_ref())
+        {
             let a = shared
                 .entry(Arc::as_ptr(a) as usize)
                 .or_insert_with(|| Arc::new(a.to_path_attrs()));
