@@ -23,7 +23,7 @@ mod fib;
 mod groups;
 mod watch;
 
-pub use watch::BestChange;
+pub use watch::{BestChange, PostChange};
 
 const WITHDRAW: u32 = u32::MAX;
 
@@ -55,6 +55,9 @@ pub struct Engine {
     /// Per peer: routes of its Adj-RIB-Out set, replaced or removed since
     /// [`Engine::reset_route_changes`] (see [`Engine::route_changes`]).
     out_changes: FxMap<PeerId, u64>,
+    /// Per peer: prefixes announced to us that import policy rejected (BMP
+    /// statistics type 0), since the peer was added.
+    policy_rejected: FxMap<PeerId, u64>,
 }
 
 /// An UPDATE as handed to the engine.
@@ -73,6 +76,8 @@ struct PeerBatch {
     eor: Vec<Family>,
     reset: Option<Notification>,
     warnings: Vec<String>,
+    /// Announced prefixes the import policy rejected.
+    policy_rejected: u64,
 }
 
 /// Read-only facts shared by the import phase.
@@ -206,7 +211,13 @@ impl ImportEnv<'_> {
                 rejected[reject_index(why)] += announced.len();
                 None
             }
-            Ok(None) => None,
+            Ok(None) => {
+                b.policy_rejected += announced
+                    .iter()
+                    .filter(|p| has_family(spec, p.afi()))
+                    .count() as u64;
+                None
+            }
             Ok(Some(None)) => Some(pre.clone()),
             Ok(Some(Some(a))) => Some(self.interner.intern(a)),
         };
@@ -254,6 +265,7 @@ impl ImportEnv<'_> {
                 continue;
             }
             let post = self.policy(spec, p, &base, unchanged, &pre);
+            b.policy_rejected += post.is_none() as u64;
             let same_as_last = b.sets.last().is_some_and(|(lp, lpost)| {
                 Arc::ptr_eq(lp, &pre)
                     && match (lpost, &post) {
@@ -299,6 +311,7 @@ impl ImportEnv<'_> {
             eor: Vec::new(),
             reset: None,
             warnings: Vec::new(),
+            policy_rejected: 0,
         };
         let ctx = CodecCtx {
             four_octet_as: spec.four_octet_as,
@@ -423,7 +436,7 @@ fn apply_ops<K: Key>(
                 post: post.clone(),
             })
         };
-        t.change(counts, *k, b.peer, new, ctx);
+        t.change(counts, *k, b.peer, new, ctx, true);
     }
 }
 
@@ -472,6 +485,7 @@ impl Engine {
             par: true,
             sweep_base: 0,
             out_changes: FxMap::default(),
+            policy_rejected: FxMap::default(),
         }
     }
 
@@ -720,6 +734,7 @@ impl Engine {
             s.counts.remove(&id);
         }
         self.out_changes.remove(&id);
+        self.policy_rejected.remove(&id);
         out
     }
 
@@ -893,6 +908,9 @@ impl Engine {
             })
             .collect();
         for b in &batches {
+            if b.policy_rejected > 0 {
+                *self.policy_rejected.entry(b.peer).or_default() += b.policy_rejected;
+            }
             if let Some(n) = &b.reset {
                 out.resets.push((b.peer, n.clone()));
             }
@@ -1012,8 +1030,8 @@ impl Engine {
                     post: Some(a.clone()),
                 });
                 match p {
-                    Prefix::V4(k) => v4.change(counts, *k, LOCAL_PEER, new, ctx),
-                    Prefix::V6(k) => v6.change(counts, *k, LOCAL_PEER, new, ctx),
+                    Prefix::V4(k) => v4.change(counts, *k, LOCAL_PEER, new, ctx, false),
+                    Prefix::V6(k) => v6.change(counts, *k, LOCAL_PEER, new, ctx, false),
                 }
             }
         })
@@ -1119,6 +1137,7 @@ impl Engine {
                 c.received += x.received;
                 c.accepted += x.accepted;
                 c.stale += x.stale;
+                c.duplicates += x.duplicates;
             }
             adv += s.v4.out.get(&id).map_or(0, crate::rib::PMap::size);
             adv += s.v6.out.get(&id).map_or(0, crate::rib::PMap::size);
@@ -1128,6 +1147,8 @@ impl Engine {
             accepted: c.accepted as u64,
             advertised: adv as u64,
             stale: c.stale as u64,
+            policy_rejected: self.policy_rejected.get(&id).copied().unwrap_or(0),
+            duplicates: c.duplicates,
         }
     }
 

@@ -87,7 +87,7 @@ mod rib;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
-pub use engine::{BestChange, Engine};
+pub use engine::{BestChange, Engine, PostChange};
 pub use holdfast_wire::{Family, Notification, PathAttrs, Prefix};
 pub use policy::{
     as_path_string, Match, Policy, PolicyCtx, PolicyRef, PolicyVerdict, PrefixList,
@@ -222,4 +222,10 @@ pub struct PeerCounts {
     pub advertised: u64,
     /// Prefixes kept as stale (graceful restart).
     pub stale: u64,
+    /// Counter: announced prefixes the import policy rejected (BMP
+    /// statistics type 0; AS-path and cluster loops not included).
+    pub policy_rejected: u64,
+    /// Counter: announcements of a prefix with the very attributes the
+    /// peer had announced it with already (BMP statistics type 1).
+    pub duplicates: u64,
 }

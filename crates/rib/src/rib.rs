@@ -62,6 +62,10 @@ pub(crate) struct Counts {
     /// Paths of the peer set, replaced or removed, since the counter was
     /// last reset ([`crate::Engine::reset_route_changes`]).
     pub changes: u64,
+    /// Announcements received of a prefix the peer had announced with the
+    /// very same attributes (not stale): duplicates (BMP statistics
+    /// type 1).
+    pub duplicates: u64,
 }
 
 impl Counts {
@@ -203,6 +207,13 @@ pub(crate) struct Tables<K: Key> {
     /// With FIB output: prefixes whose forwarding entry may have changed
     /// since the last `Engine::take_fib` (duplicates possible).
     pub fib_dirty: Vec<K>,
+    /// Post-policy watching is on (`Engine::set_watch_post`): each change
+    /// of a peer's post-policy path is noted in `post_log`.
+    pub watch_post: bool,
+    /// Per change: the prefix, the peer, its new post-policy attributes
+    /// (None: withdrawn or now rejected), taken by
+    /// `Engine::take_post_changes`.
+    pub post_log: Vec<(K, PeerId, Option<Arc<Attrs>>)>,
 }
 
 impl<K: Key> Default for Tables<K> {
@@ -214,6 +225,8 @@ impl<K: Key> Default for Tables<K> {
             watch: false,
             best_log: Vec::new(),
             fib_dirty: Vec::new(),
+            watch_post: false,
+            post_log: Vec::new(),
         }
     }
 }
@@ -274,6 +287,8 @@ fn export_one(
 impl<K: Key> Tables<K> {
     /// Sets (`new` = Some) or removes `peer`'s path for `k`, re-running the
     /// decision and marking the prefix dirty if the best path changed.
+    /// `received`: the change is an UPDATE from the peer (duplicates are
+    /// counted).
     pub(crate) fn change(
         &mut self,
         counts: &mut FxMap<PeerId, Counts>,
@@ -281,6 +296,7 @@ impl<K: Key> Tables<K> {
         peer: PeerId,
         new: Option<Path>,
         ctx: &DecisionCtx<'_>,
+        received: bool,
     ) {
         let d = match &new {
             Some(_) => self.dests.entry(&k),
@@ -294,6 +310,24 @@ impl<K: Key> Tables<K> {
         let c = counts.entry(peer).or_default();
         if pos.is_some() || new.is_some() {
             c.changes += 1;
+        }
+        if let (true, Some(i), Some(n)) = (received, pos, &new) {
+            let o = &d.paths[i];
+            if o.flags & STALE == 0 && Arc::ptr_eq(&o.pre, &n.pre) {
+                c.duplicates += 1;
+            }
+        }
+        if self.watch_post {
+            let old_post = pos.and_then(|i| d.paths[i].post.as_ref());
+            let new_post = new.as_ref().and_then(|n| n.post.as_ref());
+            let same = match (old_post, new_post) {
+                (None, None) => true,
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                _ => false,
+            };
+            if !same {
+                self.post_log.push((k, peer, new_post.cloned()));
+            }
         }
         match (pos, new) {
             (Some(i), Some(n)) => {
@@ -351,7 +385,7 @@ impl<K: Key> Tables<K> {
         });
         todo.sort_by_key(|a| a.0);
         for (k, r) in todo {
-            self.change(counts, k, peer, r, ctx);
+            self.change(counts, k, peer, r, ctx, false);
         }
     }
 

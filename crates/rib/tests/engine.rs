@@ -533,12 +533,82 @@ fn import_policy_applied_and_none_rejects() {
             received: 3,
             accepted: 1,
             advertised: 0,
-            stale: 0
+            stale: 0,
+            policy_rejected: 2,
+            duplicates: 0,
         }
     );
     e.set_policies(1, PolicyRef::None, PolicyRef::All);
     assert_eq!(e.loc_rib_len(), 0);
     assert_eq!(e.counts(1).received, 3);
+}
+
+/// The post-policy view (BMP's L flag): accepted routes with the policy's
+/// attributes, a rejected one absent, and a policy change that rejects a
+/// route seen as its withdrawal.
+#[test]
+fn post_policy_changes_are_watched() {
+    let mut e = engine(&[(1, 65001), (2, 65002)]);
+    let pol = Policy {
+        name: "lp".into(),
+        terms: vec![Term {
+            name: "pl".into(),
+            matches: vec![Match::PrefixList(plist(vec![(
+                "10.0.0.0/8",
+                None,
+                Some(24),
+                true,
+            )]))],
+            actions: vec![SetAction::LocalPref(222)],
+            verdict: Some(true),
+        }],
+        default_accept: false,
+    };
+    e.set_policies(1, PolicyRef::Policy(Arc::new(pol)), PolicyRef::All);
+    e.apply(vec![(
+        1,
+        ann(&["10.0.0.0/24"], attrs(&[65001], [192, 0, 2, 1])),
+    )]);
+    assert!(e.take_post_changes().is_empty(), "off by default");
+    e.set_watch_post(true);
+    e.apply(vec![(
+        1,
+        ann(
+            &["10.0.1.0/24", "11.0.0.0/24"],
+            attrs(&[65001], [192, 0, 2, 1]),
+        ),
+    )]);
+    let c = e.take_post_changes();
+    assert_eq!(c.len(), 1, "the rejected route is not in the view: {c:?}");
+    assert_eq!((c[0].0, c[0].1), (1, p("10.0.1.0/24")));
+    assert_eq!(c[0].2.as_ref().and_then(|a| a.local_pref), Some(222));
+    let post = e.adj_rib_in_post(1);
+    assert_eq!(
+        post.iter().map(|r| r.0).collect::<Vec<_>>(),
+        vec![p("10.0.0.0/24"), p("10.0.1.0/24")]
+    );
+    assert!(post.iter().all(|r| r.1.local_pref == Some(222)));
+    assert_eq!(e.adj_rib_in(1).len(), 3, "pre-policy holds all three");
+    // The same route again: nothing changes after the policy.
+    e.apply(vec![(
+        1,
+        ann(&["10.0.1.0/24"], attrs(&[65001], [192, 0, 2, 1])),
+    )]);
+    assert!(e.take_post_changes().is_empty());
+    // BMP statistics types 0 and 1: 11.0.0.0/24 rejected, 10.0.1.0/24
+    // announced twice alike.
+    assert_eq!(
+        (e.counts(1).policy_rejected, e.counts(1).duplicates),
+        (1, 1)
+    );
+    e.set_policies(1, PolicyRef::None, PolicyRef::All);
+    let mut c = e.take_post_changes();
+    c.sort_by_key(|x| x.1);
+    assert_eq!(c.len(), 2, "{c:?}");
+    assert!(c.iter().all(|x| x.2.is_none()), "rejected now: withdrawn");
+    e.set_watch_post(false);
+    e.set_policies(1, PolicyRef::All, PolicyRef::All);
+    assert!(e.take_post_changes().is_empty(), "off again");
 }
 
 #[test]

@@ -4,10 +4,18 @@
 //! `holdfast_wire::bmp`.
 //!
 //! RFCs: 7854 (Initiation, Peer Up with both OPENs, Route Monitoring of the
-//! pre-policy Adj-RIB-In as received, End-of-RIB after a table dump,
-//! Statistics Reports types 7 and 8, Peer Down with the NOTIFICATION and
-//! the §4.9 reason, Termination), 8671 (Adj-RIB-Out post-policy: the O and
-//! L flags; Statistics type 15).
+//! pre-policy Adj-RIB-In as received and of the post-policy Adj-RIB-In
+//! (the L flag), End-of-RIB after a table dump, Statistics Reports types
+//! 0, 1, 7 and 8, Peer Down with the NOTIFICATION and the §4.9 reason,
+//! Termination), 8671 (Adj-RIB-Out post-policy: the O and L flags;
+//! Statistics type 15), 9069 (Loc-RIB: peer type 3, its Peer Up with the
+//! VRF/Table Name TLV, Route Monitoring of each best-path change).
+//!
+//! Post-policy and Loc-RIB changes come from the RIB threads: while a
+//! connected collector monitors them, each RIB thread notes them (the
+//! engine's post-policy and best-path watching, off otherwise) and hands
+//! them to the hub after each command, never waiting (`BmpHub::post_policy`,
+//! `BmpHub::loc_rib`).
 //!
 //! A session never waits for a collector: it hands each event to every
 //! connected collector's bounded queue, and a full queue drops the event
@@ -28,23 +36,27 @@
 //! collector, which applies it again).
 //!
 //! # Known issues
-//! - Post-policy Adj-RIB-In (the L flag without O) and RFC 9069 Loc-RIB
-//!   monitoring are accepted in the configuration but not sent yet: the
-//!   RIB thread does not publish its per-peer post-policy changes.
+//! - Every instance's Loc-RIB peer has distinguisher 0 (the configuration
+//!   has no route distinguisher per instance): collectors tell them apart
+//!   by the VRF/Table Name of their Peer Up only.
+//! - A post-policy change made by the RIB thread for a session that has
+//!   just gone down and come up again (its old routes withdrawn after the
+//!   new Peer Up) reaches the collector as withdrawals of routes the new
+//!   session does not hold yet: harmless, but not exact.
 //! - An UPDATE received just before a collector connects may reach the
 //!   RIB thread after the table dump was read: the collector then misses
 //!   it until the next UPDATE for those prefixes (the window is one read
 //!   of the session's socket).
 
-use crate::rib_thread::{QueryResult, RibHandle, RibQuery};
+use crate::rib_thread::{BestBatch, QueryResult, RibHandle, RibQuery};
 use crate::tables::encode_table;
 use holdfast_config::{Bmp, BmpTable};
-use holdfast_rib::PeerId;
+use holdfast_rib::{PeerId, PostChange};
 use holdfast_wire::bmp::{self as wire, BmpPeer};
-use holdfast_wire::CodecCtx;
-use std::collections::HashMap;
+use holdfast_wire::{CodecCtx, PathAttrs, Prefix, Update};
+use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -118,6 +130,26 @@ enum Event {
         bytes: Arc<Vec<u8>>,
         at: (u32, u32),
     },
+    /// Post-policy Adj-RIB-In changes of an instance's peers.
+    PostPolicy {
+        instance: Arc<str>,
+        changes: Arc<Vec<PostChange>>,
+        at: (u32, u32),
+    },
+    /// Best-path changes of an instance (its Loc-RIB).
+    LocRib {
+        instance: Arc<str>,
+        changes: Arc<BestBatch>,
+        at: (u32, u32),
+    },
+}
+
+/// An instance as its Loc-RIB peer (RFC 9069) names it, and its RIB.
+#[derive(Clone)]
+pub struct BmpInstance {
+    pub rib: RibHandle,
+    pub asn: u32,
+    pub router_id: Ipv4Addr,
 }
 
 struct Sink {
@@ -126,6 +158,8 @@ struct Sink {
     /// Set when an event could not be queued.
     lost: Arc<AtomicBool>,
     pre_policy: bool,
+    post_policy: bool,
+    loc_rib: bool,
     adj_out: bool,
 }
 
@@ -142,6 +176,10 @@ pub struct BmpHub {
     inner: Arc<RwLock<HubInner>>,
     /// Events dropped because a collector's queue was full.
     dropped: Arc<AtomicU64>,
+    /// Connected collectors monitoring the post-policy Adj-RIB-In, and
+    /// the Loc-RIB: read by the RIB threads after each command.
+    post_sinks: Arc<AtomicUsize>,
+    loc_sinks: Arc<AtomicUsize>,
 }
 
 impl BmpHub {
@@ -200,6 +238,47 @@ impl BmpHub {
         );
     }
 
+    /// Whether a connected collector monitors the post-policy
+    /// Adj-RIB-In (one atomic load: checked by the RIB threads after each
+    /// command).
+    pub fn wants_post_policy(&self) -> bool {
+        self.post_sinks.load(Ordering::Relaxed) > 0
+    }
+
+    /// Whether a connected collector monitors the Loc-RIB.
+    pub fn wants_loc_rib(&self) -> bool {
+        self.loc_sinks.load(Ordering::Relaxed) > 0
+    }
+
+    /// Post-policy changes of `instance`'s peers (from its RIB thread).
+    pub fn post_policy(&self, instance: &str, changes: Vec<PostChange>) {
+        let at = crate::mrt::now();
+        let instance: Arc<str> = Arc::from(instance);
+        let changes = Arc::new(changes);
+        self.each(
+            |k| k.post_policy,
+            || Event::PostPolicy {
+                instance: instance.clone(),
+                changes: changes.clone(),
+                at,
+            },
+        );
+    }
+
+    /// Best-path changes of `instance` (from its RIB thread).
+    pub fn loc_rib(&self, instance: &str, changes: &Arc<BestBatch>) {
+        let at = crate::mrt::now();
+        let instance: Arc<str> = Arc::from(instance);
+        self.each(
+            |k| k.loc_rib,
+            || Event::LocRib {
+                instance: instance.clone(),
+                changes: changes.clone(),
+                at,
+            },
+        );
+    }
+
     /// Messages written to the peer from its Adj-RIB-Out.
     pub fn sent(&self, s: &Arc<SessionInfo>, bytes: &Arc<Vec<u8>>) {
         let at = crate::mrt::now();
@@ -228,11 +307,21 @@ impl BmpHub {
         let mut inner = self.inner.write().expect("BMP hub");
         inner.next += 1;
         let id = inner.next;
+        let post_policy = b.route_monitoring.contains(&BmpTable::PostPolicy);
+        let loc_rib = b.route_monitoring.contains(&BmpTable::LocRib);
+        if post_policy {
+            self.post_sinks.fetch_add(1, Ordering::Relaxed);
+        }
+        if loc_rib {
+            self.loc_sinks.fetch_add(1, Ordering::Relaxed);
+        }
         inner.sinks.push(Sink {
             id,
             tx,
             lost: lost.clone(),
             pre_policy: b.route_monitoring.contains(&BmpTable::PrePolicy),
+            post_policy,
+            loc_rib,
             adj_out: b.route_monitoring.contains(&BmpTable::AdjRibOut),
         });
         let mut up: Vec<_> = inner.up.values().cloned().collect();
@@ -242,6 +331,14 @@ impl BmpHub {
 
     fn unregister(&self, id: u64) {
         if let Ok(mut inner) = self.inner.write() {
+            if let Some(s) = inner.sinks.iter().find(|s| s.id == id) {
+                if s.post_policy {
+                    self.post_sinks.fetch_sub(1, Ordering::Relaxed);
+                }
+                if s.loc_rib {
+                    self.loc_sinks.fetch_sub(1, Ordering::Relaxed);
+                }
+            }
             inner.sinks.retain(|s| s.id != id);
         }
     }
@@ -255,11 +352,11 @@ pub struct BmpRuntime {
 }
 
 impl BmpRuntime {
-    /// One task per `[[bmp]]`; `ribs` are the instances' RIB threads.
+    /// One task per `[[bmp]]`; `ribs` are the instances, by name.
     pub fn start(
         collectors: &[Bmp],
         hub: &BmpHub,
-        ribs: HashMap<String, RibHandle>,
+        ribs: HashMap<String, BmpInstance>,
         router_id: Ipv4Addr,
     ) -> Self {
         if collectors.is_empty() {
@@ -315,7 +412,7 @@ impl Drop for BmpRuntime {
 struct Collector {
     cfg: Bmp,
     hub: BmpHub,
-    ribs: Arc<HashMap<String, RibHandle>>,
+    ribs: Arc<HashMap<String, BmpInstance>>,
     sys_name: String,
     stop: watch::Receiver<bool>,
 }
@@ -409,6 +506,17 @@ impl Collector {
             }
             sessions.insert(s.key(), s);
         }
+        if self.cfg.route_monitoring.contains(&BmpTable::LocRib) {
+            let mut names: Vec<&String> = self.ribs.keys().collect();
+            names.sort();
+            for name in names {
+                buf.clear();
+                self.loc_rib_dump(name, &mut buf).await;
+                if let Err(e) = wr.write_all(&buf).await {
+                    return Ended::Lost(e.to_string());
+                }
+            }
+        }
         let every = Duration::from_secs(self.cfg.statistics_interval_secs.max(1));
         let mut stats = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         let mut scratch = [0u8; 512];
@@ -481,7 +589,63 @@ impl Collector {
                 let p = session.peer(wire::FLAG_O | wire::FLAG_L, at);
                 wire::route_monitoring_all(&p, &bytes, buf);
             }
+            Event::PostPolicy {
+                instance,
+                changes,
+                at,
+            } => {
+                // Per peer of a session the collector knows (changes for a
+                // session gone down, such as its routes withdrawn after the
+                // Peer Down, are not for it), the last change per prefix.
+                let mut by_peer: HashMap<PeerId, Vec<RouteChange>> = HashMap::new();
+                for (peer, prefix, a) in changes.iter() {
+                    by_peer.entry(*peer).or_default().push((*prefix, a.clone()));
+                }
+                for s in sessions.values() {
+                    if *s.instance != *instance {
+                        continue;
+                    }
+                    let Some(list) = by_peer.get(&s.peer_id) else {
+                        continue;
+                    };
+                    let p = s.peer(wire::FLAG_L, at);
+                    wire::route_monitoring_all(&p, &encode_changes(list, &s.ctx), buf);
+                }
+            }
+            Event::LocRib {
+                instance,
+                changes,
+                at,
+            } => {
+                let Some(inst) = self.ribs.get(&*instance) else {
+                    return;
+                };
+                let list: Vec<RouteChange> = changes
+                    .iter()
+                    .map(|(p, b)| (*p, b.as_ref().map(|(_, a)| a.clone())))
+                    .collect();
+                let p = loc_rib_peer(inst, at);
+                wire::route_monitoring_all(&p, &encode_changes(&list, &LOC_RIB_CTX), buf);
+            }
         }
+    }
+
+    /// The Loc-RIB instance peer's Peer Up (RFC 9069 §5.3), the instance's
+    /// best paths and End-of-RIB for IPv4 and IPv6.
+    async fn loc_rib_dump(&self, name: &str, buf: &mut Vec<u8>) {
+        let Some(inst) = self.ribs.get(name) else {
+            return;
+        };
+        let now = crate::mrt::now();
+        let p = loc_rib_peer(inst, now);
+        wire::loc_rib_peer_up(&p, name, &loc_rib_open(inst), buf);
+        let Some(QueryResult::Routes(routes)) = inst.rib.query(RibQuery::Loc).await else {
+            return;
+        };
+        let routes: Vec<_> = routes.into_iter().map(|r| (r.0, r.2)).collect();
+        wire::route_monitoring_all(&p, &encode_table(&routes, &LOC_RIB_CTX), buf);
+        wire::route_monitoring(&p, &[0, 0, 0, 0], buf);
+        wire::route_monitoring(&p, &[0, 0, 0, 6, 0x80, 15, 3, 0, 2, 1], buf);
     }
 
     fn peer_up(&self, s: &SessionInfo, buf: &mut Vec<u8>) {
@@ -499,13 +663,16 @@ impl Collector {
     /// Peer Up, then the session's monitored tables and End-of-RIB.
     async fn dump(&self, s: &SessionInfo, buf: &mut Vec<u8>) {
         self.peer_up(s, buf);
-        let Some(rib) = self.ribs.get(&s.instance) else {
+        let Some(rib) = self.ribs.get(&s.instance).map(|i| &i.rib) else {
             return;
         };
         let now = crate::mrt::now();
         let mut tables = Vec::new();
         if self.cfg.route_monitoring.contains(&BmpTable::PrePolicy) {
             tables.push((RibQuery::AdjIn(s.peer_id), 0));
+        }
+        if self.cfg.route_monitoring.contains(&BmpTable::PostPolicy) {
+            tables.push((RibQuery::AdjInPost(s.peer_id), wire::FLAG_L));
         }
         if self.cfg.route_monitoring.contains(&BmpTable::AdjRibOut) {
             tables.push((RibQuery::AdjOut(s.peer_id), wire::FLAG_O | wire::FLAG_L));
@@ -525,9 +692,12 @@ impl Collector {
         }
     }
 
-    /// A Statistics Report per session: routes in its Adj-RIB-In (type 7),
-    /// in the Loc-RIB (type 8) and, with Adj-RIB-Out monitoring, in its
-    /// Adj-RIB-Out (type 15).
+    /// A Statistics Report per session: prefixes its import policy
+    /// rejected (type 0) and duplicate announcements (type 1), both
+    /// counted since the neighbour was configured; routes in its
+    /// Adj-RIB-In (type 7), in the Loc-RIB (type 8) and, with Adj-RIB-Out
+    /// monitoring, in its Adj-RIB-Out (type 15). With Loc-RIB monitoring,
+    /// one per instance for its Loc-RIB peer (type 8).
     async fn statistics(
         &self,
         sessions: &HashMap<(String, IpAddr), Arc<SessionInfo>>,
@@ -539,18 +709,34 @@ impl Collector {
             by_instance.entry(&s.instance).or_default().push(s);
         }
         let out = self.cfg.route_monitoring.contains(&BmpTable::AdjRibOut);
-        for (inst, list) in by_instance {
-            let Some(rib) = self.ribs.get(inst) else {
+        let loc = self.cfg.route_monitoring.contains(&BmpTable::LocRib);
+        if loc {
+            for name in self.ribs.keys() {
+                by_instance.entry(name).or_default();
+            }
+        }
+        let mut names: Vec<&str> = by_instance.keys().copied().collect();
+        names.sort();
+        for inst_name in names {
+            let list = &by_instance[inst_name];
+            let Some(inst) = self.ribs.get(inst_name) else {
                 continue;
             };
             let Some(QueryResult::Counts { loc_rib, peers, .. }) =
-                rib.query(RibQuery::Counts).await
+                inst.rib.query(RibQuery::Counts).await
             else {
                 continue;
             };
+            if loc {
+                // RFC 9069 §5.2: the Loc-RIB peer's own report, type 8.
+                let p = loc_rib_peer(inst, now);
+                wire::statistics(&p, &[(wire::STAT_LOC_RIB, loc_rib as u64)], buf);
+            }
             for s in list {
                 let c = peers.get(&s.peer_id).cloned().unwrap_or_default();
                 let mut stats = vec![
+                    (wire::STAT_REJECTED, c.policy_rejected),
+                    (wire::STAT_DUPLICATE_PREFIX, c.duplicates),
                     (wire::STAT_ADJ_RIB_IN, c.received),
                     (wire::STAT_LOC_RIB, loc_rib as u64),
                 ];
@@ -561,6 +747,81 @@ impl Collector {
             }
         }
     }
+}
+
+/// How Loc-RIB routes are encoded: 4-octet AS numbers, and LOCAL_PREF
+/// kept (it is part of the best path).
+const LOC_RIB_CTX: CodecCtx = CodecCtx {
+    four_octet_as: true,
+    ibgp: true,
+};
+
+/// An instance's Loc-RIB peer (RFC 9069 §4.1): peer type 3, no address,
+/// the instance's own AS and router ID.
+fn loc_rib_peer(inst: &BmpInstance, at: (u32, u32)) -> BmpPeer {
+    BmpPeer {
+        peer_type: wire::PEER_LOC_RIB,
+        flags: 0,
+        distinguisher: 0,
+        address: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        asn: inst.asn,
+        bgp_id: inst.router_id,
+        secs: at.0,
+        micros: at.1,
+    }
+}
+
+/// The fabricated OPEN of a Loc-RIB Peer Up (RFC 9069 §5.3): the
+/// instance's AS and router ID, with the capabilities its routes are
+/// encoded with (IPv4 and IPv6 unicast, 4-octet AS numbers).
+fn loc_rib_open(inst: &BmpInstance) -> Vec<u8> {
+    use holdfast_wire::{Capability, Family, Open};
+    let open = Open {
+        version: 4,
+        my_as: u16::try_from(inst.asn).unwrap_or(23456),
+        hold_time: 0,
+        bgp_id: inst.router_id,
+        capabilities: vec![
+            Capability::Multiprotocol(Family::IPV4_UNICAST),
+            Capability::Multiprotocol(Family::IPV6_UNICAST),
+            Capability::FourOctetAs(inst.asn),
+        ],
+    };
+    let mut b = Vec::new();
+    holdfast_wire::encode_open(&open, &mut b);
+    b[holdfast_wire::HEADER_LEN..].to_vec()
+}
+
+/// A prefix and its new attributes, or `None`: withdrawn.
+type RouteChange = (Prefix, Option<Arc<PathAttrs>>);
+
+/// Route changes (the last per prefix wins) as UPDATEs: the withdrawals,
+/// then the announcements grouped by attribute set.
+fn encode_changes(list: &[RouteChange], ctx: &CodecCtx) -> Vec<u8> {
+    let mut seen = HashSet::new();
+    let mut withdrawn = Vec::new();
+    let mut announced = Vec::new();
+    for (p, a) in list.iter().rev() {
+        if !seen.insert(*p) {
+            continue;
+        }
+        match a {
+            Some(a) => announced.push((*p, a.clone())),
+            None => withdrawn.push(*p),
+        }
+    }
+    withdrawn.reverse();
+    announced.reverse();
+    let mut out = Vec::new();
+    if !withdrawn.is_empty() {
+        let u = Update {
+            withdrawn,
+            ..Update::default()
+        };
+        holdfast_wire::encode_update(&u, ctx, &mut out);
+    }
+    out.extend_from_slice(&encode_table(&announced, ctx));
+    out
 }
 
 #[cfg(test)]
@@ -623,5 +884,60 @@ mod tests {
         hub.unregister(pre_id);
         let (_, _, _, up) = hub.register(&collector(&[BmpTable::PrePolicy]));
         assert!(up.is_empty(), "a session that went down is not handed over");
+    }
+
+    /// The RIB threads' taps are on exactly while a collector monitoring
+    /// them is connected, and their changes reach only those collectors.
+    #[test]
+    fn post_policy_and_loc_rib_reach_the_collectors_that_monitor_them() {
+        let hub = BmpHub::default();
+        assert!(!hub.wants_post_policy() && !hub.wants_loc_rib());
+        let (post_id, mut post, _, _) = hub.register(&collector(&[BmpTable::PostPolicy]));
+        let (loc_id, mut loc, _, _) = hub.register(&collector(&[BmpTable::LocRib]));
+        assert!(hub.wants_post_policy() && hub.wants_loc_rib());
+        let p: Prefix = "10.0.0.0/24".parse().unwrap();
+        hub.post_policy("default", vec![(7, p, None)]);
+        hub.loc_rib("default", &Arc::new(vec![(p, None)]));
+        assert!(matches!(post.try_recv(), Ok(Event::PostPolicy { .. })));
+        assert!(post.try_recv().is_err(), "the Loc-RIB is not for it");
+        assert!(matches!(loc.try_recv(), Ok(Event::LocRib { .. })));
+        assert!(loc.try_recv().is_err(), "post-policy is not for it");
+        hub.unregister(post_id);
+        assert!(!hub.wants_post_policy() && hub.wants_loc_rib());
+        hub.unregister(loc_id);
+        assert!(!hub.wants_loc_rib());
+    }
+
+    /// Changes become withdrawals first, then announcements per attribute
+    /// set; the last change of a prefix wins.
+    #[test]
+    fn changes_encode_last_one_wins() {
+        let ctx = CodecCtx {
+            four_octet_as: true,
+            ibgp: false,
+        };
+        let a = Arc::new(PathAttrs {
+            origin: Some(holdfast_wire::Origin::Igp),
+            as_path: holdfast_wire::AsPath {
+                segments: vec![holdfast_wire::AsSegment::Sequence(vec![65001])],
+            },
+            next_hop: Some(Ipv4Addr::new(192, 0, 2, 2)),
+            ..PathAttrs::default()
+        });
+        let p1: Prefix = "10.0.0.0/24".parse().unwrap();
+        let p2: Prefix = "10.0.1.0/24".parse().unwrap();
+        let list = vec![(p1, Some(a.clone())), (p2, Some(a.clone())), (p1, None)];
+        let bytes = encode_changes(&list, &ctx);
+        let mut withdrawn = Vec::new();
+        let mut announced = Vec::new();
+        for (ty, body) in crate::tables::messages(&bytes) {
+            assert_eq!(ty, holdfast_wire::msg_type::UPDATE);
+            let u = holdfast_wire::decode_update(body, &ctx)
+                .expect("decodes")
+                .update;
+            withdrawn.extend(u.withdrawn);
+            announced.extend(u.announced);
+        }
+        assert_eq!((withdrawn, announced), (vec![p1], vec![p2]));
     }
 }

@@ -13,6 +13,12 @@
 //! With `[kernel]`, after each command it hands the instance's FIB thread
 //! the forwarding entries that changed (`Engine::take_fib`).
 //!
+//! BMP: while a connected collector monitors the post-policy Adj-RIB-In or
+//! the Loc-RIB (RFC 7854, RFC 9069), after each command it hands the BMP
+//! hub the post-policy changes (`Engine::take_post_changes`) and the
+//! best-path changes, never waiting (the hub drops into a full queue and
+//! that collector starts again). Otherwise the engine notes nothing.
+//!
 //! For non-stop routing it rebuilds the tables of sessions taken over
 //! (`RibCmd::Resume`) and, in a preheated standby, builds them ahead of
 //! the takeover (`RibCmd::Preheat`, `RibCmd::Prepare`).
@@ -103,6 +109,9 @@ pub enum RibCmd {
     /// `WatchEvent`): each command's changes are offered to the channel
     /// without waiting; a subscriber whose channel is full is dropped.
     WatchBest(mpsc::Sender<Arc<BestBatch>>),
+    /// The BMP hub: post-policy and Loc-RIB changes go to it while a
+    /// collector monitors them.
+    Bmp(crate::bmp::BmpHub),
     /// The tables are complete (a primary's start, or a takeover once
     /// `Resume` is done): the kernel FIB may write (see `fib`).
     FibActivate {
@@ -180,6 +189,8 @@ pub struct ResumeReport {
 /// Read-only questions for the CLI and metrics.
 pub enum RibQuery {
     AdjIn(PeerId),
+    /// The Adj-RIB-In after import policy (accepted routes only).
+    AdjInPost(PeerId),
     AdjOut(PeerId),
     Loc,
     Lookup(Prefix),
@@ -254,6 +265,9 @@ pub fn spawn(
                 preheated: HashMap::new(),
                 prepared: None,
                 watchers: Vec::new(),
+                bmp: None,
+                bmp_post: false,
+                bmp_loc: false,
                 fib,
                 fib_buf: Vec::new(),
             }
@@ -282,6 +296,12 @@ struct RibThread {
     /// `RibCmd::WatchBest` subscribers; the engine notes best-path changes
     /// only while there is one.
     watchers: Vec<mpsc::Sender<Arc<BestBatch>>>,
+    /// The BMP hub, once the daemon handed it over.
+    bmp: Option<crate::bmp::BmpHub>,
+    /// The engine notes post-policy changes for BMP.
+    bmp_post: bool,
+    /// Best-path changes go to BMP (the engine notes them).
+    bmp_loc: bool,
     /// The instance's kernel FIB, if `[kernel]`: it gets the forwarding
     /// entries each command changed (never waited for).
     fib: Option<FibHandle>,
@@ -327,7 +347,10 @@ impl RibThread {
                 }
                 other => self.handle(other),
             }
-            if !self.watchers.is_empty() {
+            if self.bmp.is_some() {
+                self.publish_bmp();
+            }
+            if !self.watchers.is_empty() || self.bmp_loc {
                 self.publish_best();
             }
             self.flush_fib();
@@ -343,8 +366,34 @@ impl RibThread {
         }
     }
 
+    /// Follows the BMP collectors' wishes (post-policy, Loc-RIB watching on
+    /// or off) and hands the hub the post-policy changes of the last
+    /// command.
+    fn publish_bmp(&mut self) {
+        let Some(hub) = &self.bmp else { return };
+        let (post, loc) = (hub.wants_post_policy(), hub.wants_loc_rib());
+        if post != self.bmp_post {
+            self.bmp_post = post;
+            self.engine.set_watch_post(post);
+        }
+        if loc != self.bmp_loc {
+            self.bmp_loc = loc;
+            // On from here; off once no gRPC subscriber needs it either.
+            if loc || self.watchers.is_empty() {
+                self.engine.set_watch_best(loc);
+            }
+        }
+        if post {
+            let changes = self.engine.take_post_changes();
+            if !changes.is_empty() {
+                hub.post_policy(&self.name, changes);
+            }
+        }
+    }
+
     /// Offers the best-path changes of the last command to every
-    /// subscriber, never waiting: a full channel drops its subscriber.
+    /// subscriber and to BMP, never waiting: a full channel drops its
+    /// subscriber.
     fn publish_best(&mut self) {
         let changes = self.engine.take_best_changes();
         if changes.is_empty() {
@@ -364,6 +413,9 @@ impl RibThread {
             })
             .collect();
         let batch = Arc::new(batch);
+        if let (true, Some(hub)) = (self.bmp_loc, &self.bmp) {
+            hub.loc_rib(&self.name, &batch);
+        }
         let name = &self.name;
         self.watchers.retain(|w| match w.try_send(batch.clone()) {
             Ok(()) => true,
@@ -376,7 +428,7 @@ impl RibThread {
                 false
             }
         });
-        if self.watchers.is_empty() {
+        if self.watchers.is_empty() && !self.bmp_loc {
             self.engine.set_watch_best(false);
         }
     }
@@ -388,6 +440,7 @@ impl RibThread {
             | RibCmd::Resume { .. }
             | RibCmd::Prepare(_)
             | RibCmd::WatchBest(_)
+            | RibCmd::Bmp(_)
             | RibCmd::FibActivate { .. } => true,
             // Skipped below: the session is preheated.
             RibCmd::AddPeer(spec) => self.preheated.contains_key(&spec.id),
@@ -484,6 +537,10 @@ impl RibThread {
                     self.engine.set_watch_best(true);
                 }
                 self.watchers.push(tx);
+                return;
+            }
+            RibCmd::Bmp(hub) => {
+                self.bmp = Some(hub);
                 return;
             }
             RibCmd::FibActivate { hold } => {
@@ -710,6 +767,7 @@ impl RibThread {
         };
         match q {
             RibQuery::AdjIn(p) => QueryResult::Routes(tag(p, self.engine.adj_rib_in(p))),
+            RibQuery::AdjInPost(p) => QueryResult::Routes(tag(p, self.engine.adj_rib_in_post(p))),
             RibQuery::AdjOut(p) => QueryResult::Routes(tag(p, self.engine.adj_rib_out(p))),
             RibQuery::Loc => QueryResult::Routes(
                 self.engine

@@ -46,6 +46,8 @@ pub const PEER_LOC_RIB: u8 = 3;
 pub const INFO_STRING: u16 = 0;
 pub const INFO_SYS_DESCR: u16 = 1;
 pub const INFO_SYS_NAME: u16 = 2;
+/// Peer Up Information TLV: VRF/Table Name (RFC 9069 §5.3, type 3).
+pub const INFO_TABLE_NAME: u16 = 3;
 
 /// Termination reasons (§4.5).
 pub const TERM_ADMIN_CLOSE: u16 = 0;
@@ -59,6 +61,7 @@ pub const DOWN_DECONFIGURED: u8 = 5;
 
 /// Statistics types (§4.8) this speaker fills.
 pub const STAT_REJECTED: u16 = 0;
+pub const STAT_DUPLICATE_PREFIX: u16 = 1;
 pub const STAT_ADJ_RIB_IN: u16 = 7;
 pub const STAT_LOC_RIB: u16 = 8;
 /// Routes in the Adj-RIBs-Out post-policy (RFC 8671 §4).
@@ -178,6 +181,29 @@ pub fn peer_up(
     out.extend_from_slice(&remote_port.to_be_bytes());
     bgp_message(crate::msg_type::OPEN, sent_open, out);
     bgp_message(crate::msg_type::OPEN, received_open, out);
+    finish(at, out);
+}
+
+/// Peer Up of a Loc-RIB instance peer (RFC 9069 §5.3): no local address
+/// or ports, the fabricated `open` (a body) as both the sent and the
+/// received OPEN, and the VRF/Table Name TLV (at most 255 octets).
+pub fn loc_rib_peer_up(p: &BmpPeer, table_name: &str, open: &[u8], out: &mut Vec<u8>) {
+    let at = start(PEER_UP, out);
+    per_peer(p, out);
+    address16(IpAddr::V4(Ipv4Addr::UNSPECIFIED), out);
+    out.extend_from_slice(&[0; 4]);
+    bgp_message(crate::msg_type::OPEN, open, out);
+    bgp_message(crate::msg_type::OPEN, open, out);
+    let mut name = table_name.as_bytes();
+    while name.len() > 255 {
+        // Cut at a character boundary.
+        let mut end = 255;
+        while !table_name.is_char_boundary(end) {
+            end -= 1;
+        }
+        name = &name[..end];
+    }
+    tlv(INFO_TABLE_NAME, name, out);
     finish(at, out);
 }
 
@@ -388,5 +414,23 @@ mod tests {
         peer_down(&p, DOWN_DECONFIGURED, None, &mut buf);
         assert_eq!(buf[6], PEER_LOC_RIB);
         assert_eq!(buf[7], FLAG_F, "a Loc-RIB peer's F flag is not V");
+    }
+
+    #[test]
+    fn a_loc_rib_peer_up_has_its_table_name() {
+        let mut p = peer();
+        p.peer_type = PEER_LOC_RIB;
+        p.address = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
+        let mut buf = Vec::new();
+        loc_rib_peer_up(&p, "default", &open_body(), &mut buf);
+        let len = u32::from_be_bytes(buf[1..5].try_into().unwrap()) as usize;
+        assert_eq!(len, buf.len());
+        assert_eq!(buf[6], PEER_LOC_RIB);
+        // The Information TLV ends the message: type 3, length 7.
+        assert_eq!(&buf[len - 11..len - 7], &[0, 3, 0, 7]);
+        assert_eq!(&buf[len - 7..], b"default");
+        // Both OPENs follow 42 + 20 octets of headers and local fields.
+        let open = &buf[6 + 42 + 20..];
+        assert_eq!(open[18], crate::msg_type::OPEN);
     }
 }

@@ -1,4 +1,5 @@
-//! BMP (RFC 7854, RFC 8671 Adj-RIB-Out) from holdfastd to a real collector:
+//! BMP (RFC 7854, RFC 8671 Adj-RIB-Out, RFC 9069 Loc-RIB) from holdfastd
+//! to a real collector:
 //! pmacct's `pmbmpd` (Debian), its messages read from its own JSON log
 //! (`bmp_daemon_msglog_file`), against a real BIRD 2 peer.
 //!
@@ -6,7 +7,9 @@
 //!   [ h: holdfastd AS65000 ] 198.18.x.1 ===== link ===== 198.18.x.2 [ p: bird AS65001 ]
 //!        |  one IPv4 session, holdfastd active                        [   pmbmpd :1790  ]
 //!        +-- BMP over the same link: [[bmp]] address = "198.18.x.2:1790",
-//!            statistics_interval_secs = 1, route_monitoring = ["pre-policy", "adj-rib-out"]
+//!            statistics_interval_secs = 1, route_monitoring = all four tables
+//!        import policy `bmp-in` on BIRD's session: 100.64.1.0/24 rejected,
+//!        every other route LOCAL_PREF 250 and community 65000:4242
 //! ```
 //!
 //! Checked, in pmbmpd's log:
@@ -17,10 +20,18 @@
 //!   prefix with AS path 65001, from the table dump (pmbmpd started after
 //!   the session was up would see only that) and an announcement BIRD makes
 //!   afterwards, live;
+//! * Route Monitoring, post-policy Adj-RIB-In (`is_post` 1, not `is_out`):
+//!   BIRD's prefix with the policy's LOCAL_PREF and community (dump and
+//!   live), while its pre-policy copy has neither; the prefix the policy
+//!   rejects is in the pre-policy view only;
+//! * Loc-RIB (RFC 9069: `is_loc` 1, the Loc-RIB instance peer's own Peer
+//!   Up, peer type 3): BIRD's accepted routes as best paths, and our own
+//!   networks; not the rejected prefix;
 //! * Route Monitoring of the Adj-RIB-Out (`is_out` 1, post-policy):
 //!   holdfastd's own networks as sent to BIRD;
 //! * Statistics Reports (`stats`) with the Adj-RIB-In count (type 7) = the
-//!   routes BIRD sent;
+//!   routes BIRD sent (the rejected one included: pre-policy), type 0 = the
+//!   one prefix the import policy rejected, and type 1 (duplicates);
 //! * Peer Down (`peer_down`) with reason 1 (local NOTIFICATION) after
 //!   `holdfast neighbor reset`, then a new Peer Up when the session returns;
 //! * Termination (`bmp_term`) when holdfastd stops.
@@ -32,7 +43,8 @@
 //! collector sees of a takeover"):
 //! * a second Initiation (the backup's BMP session);
 //! * a second Peer Up for BIRD's session, and the backup's table dump
-//!   (BIRD's route pre-policy, our networks in its Adj-RIB-Out);
+//!   (BIRD's route pre-policy and post-policy, our networks in its
+//!   Adj-RIB-Out), a second Loc-RIB Peer Up and the Loc-RIB dump;
 //! * no Peer Down for BIRD's session at any time.
 
 #[path = "../support/interop.rs"]
@@ -49,6 +61,27 @@ use holdfast_lab::{
 use serde_json::Value;
 
 const T: Duration = Duration::from_secs(30);
+
+/// The prefix `bmp-in` rejects.
+const REJECTED: &str = "100.64.1.0/24";
+
+/// The import policy of BIRD's session: one prefix rejected, every other
+/// route tagged (LOCAL_PREF 250, community 65000:4242).
+const IMPORT_POLICY: &str = "[[policy]]\nname = \"bmp-in\"\ndefault = \"accept\"\n[[policy.term]]\nname = \"drop\"\nmatch = { prefix = \"100.64.1.0/24\" }\naction = \"reject\"\n[[policy.term]]\nname = \"tag\"\naction = \"accept\"\nset = { local_pref = 250, add_community = \"65000:4242\" }\n";
+
+/// A route as `bmp-in` left it: LOCAL_PREF 250 and community 65000:4242.
+fn tagged(v: &Value) -> bool {
+    v["local_pref"] == 250
+        && v["comms"]
+            .as_str()
+            .is_some_and(|c| c.contains("65000:4242"))
+}
+
+/// A message about the Loc-RIB instance peer (RFC 9069, peer type 3), as
+/// pmbmpd logs it.
+fn is_loc(v: &Value) -> bool {
+    v["is_loc"] == 1 || v["peer_type"] == 3
+}
 
 /// Every JSON object of pmbmpd's log.
 fn log(file: &Path) -> Vec<Value> {
@@ -118,12 +151,17 @@ fn bmp_to_pmbmpd() {
 
     // The BGP session first, then the collector: the table dump must
     // carry what was learned before pmbmpd was there.
-    let mut cfg = common::hf_config(std::slice::from_ref(&sess), &common::networks(), "all");
+    let mut cfg = common::hf_config(std::slice::from_ref(&sess), &common::networks(), "all")
+        .replacen("import = \"all\"", "import = \"bmp-in\"", 1);
+    cfg += IMPORT_POLICY;
     cfg += &format!(
-        "[[bmp]]\naddress = \"{collector}\"\nstatistics_interval_secs = 1\nroute_monitoring = [\"pre-policy\", \"adj-rib-out\"]\nsys_name = \"edge-h\"\n"
+        "[[bmp]]\naddress = \"{collector}\"\nstatistics_interval_secs = 1\nroute_monitoring = [\"pre-policy\", \"post-policy\", \"loc-rib\", \"adj-rib-out\"]\nsys_name = \"edge-h\"\n"
     );
     let hf = Holdfastd::start(&mut lab, h, "holdfastd", &cfg).expect("holdfastd");
-    let routes = vec![RouteSpec::new("203.0.113.0/24").med(7)];
+    let routes = vec![
+        RouteSpec::new("203.0.113.0/24").med(7),
+        RouteSpec::new(REJECTED),
+    ];
     let mut bird = Bird::start(
         &mut lab,
         p,
@@ -168,12 +206,74 @@ fn bmp_to_pmbmpd() {
         pre("203.0.113.0/24"),
     );
     assert_eq!(rm["as_path"], "65001", "{rm}");
+    assert!(!tagged(&rm), "pre-policy: as BIRD sent it: {rm}");
+    wait_entry(&file, "the rejected route, pre-policy", pre(REJECTED));
+
+    // 2b. Route Monitoring, post-policy: the policy's attributes.
+    let post = |prefix: &'static str| {
+        move |v: &Value| {
+            v["bmp_msg_type"] == "route_monitor"
+                && v["peer_ip"] == peer.to_string()
+                && v["ip_prefix"] == prefix
+                && v["is_post"] == 1
+                && v["is_out"] != 1
+                && v["is_loc"] != 1
+        }
+    };
+    let rm = wait_entry(
+        &file,
+        "BIRD's route, post-policy (dump)",
+        post("203.0.113.0/24"),
+    );
+    assert!(
+        tagged(&rm),
+        "post-policy: LOCAL_PREF and community set: {rm}"
+    );
+    eprintln!("post-policy route_monitor: {rm}");
+
+    // 2c. The Loc-RIB (RFC 9069): its Peer Up, BIRD's route as best path.
+    let loc_up = wait_entry(&file, "the Loc-RIB instance's Peer Up", |v| {
+        v["bmp_msg_type"] == "peer_up" && is_loc(v)
+    });
+    eprintln!("Loc-RIB peer_up: {loc_up}");
+    let loc = |prefix: &'static str| {
+        move |v: &Value| {
+            v["bmp_msg_type"] == "route_monitor" && is_loc(v) && v["ip_prefix"] == prefix
+        }
+    };
+    let rm = wait_entry(&file, "BIRD's route in the Loc-RIB", loc("203.0.113.0/24"));
+    assert!(tagged(&rm), "the Loc-RIB holds the post-policy path: {rm}");
+    eprintln!("Loc-RIB route_monitor: {rm}");
+    wait_entry(&file, "our network in the Loc-RIB", loc(common::NET_A[0]));
+
     bird.announce(&lab, &[RouteSpec::new("198.51.100.0/24")])
         .expect("announce");
     wait_entry(
         &file,
         "BIRD's new route, pre-policy (live)",
         pre("198.51.100.0/24"),
+    );
+    let rm = wait_entry(
+        &file,
+        "BIRD's new route, post-policy (live)",
+        post("198.51.100.0/24"),
+    );
+    assert!(tagged(&rm), "{rm}");
+    wait_entry(
+        &file,
+        "BIRD's new route in the Loc-RIB (live)",
+        loc("198.51.100.0/24"),
+    );
+    // The rejected route: pre-policy only (its pre-policy copy came
+    // before BIRD's later route, so it would be logged by now).
+    let all = log(&file);
+    let leaked: Vec<&Value> = all
+        .iter()
+        .filter(|v| v["ip_prefix"] == REJECTED && (v["is_post"] == 1 || is_loc(v)))
+        .collect();
+    assert!(
+        leaked.is_empty(),
+        "the rejected prefix reached the post-policy view or the Loc-RIB: {leaked:?}"
     );
 
     // 3. The Adj-RIB-Out: our networks as sent to BIRD.
@@ -186,17 +286,31 @@ fn bmp_to_pmbmpd() {
     assert_eq!(out["as_path"], "65000", "{out}");
     eprintln!("Adj-RIB-Out route_monitor: {out}");
 
-    // 4. Statistics: type 7 (Adj-RIB-In routes) = BIRD's two routes.
+    // 4. Statistics: type 7 (Adj-RIB-In routes) = BIRD's three routes.
     wait_entry(
         &file,
-        "a Statistics Report: 2 routes in the Adj-RIB-In",
+        "a Statistics Report: 3 routes in the Adj-RIB-In",
         |v| {
             v["bmp_msg_type"] == "stats"
                 && v["peer_ip"] == peer.to_string()
                 && v["counter_type"] == 7
-                && v["counter_value"] == 2
+                && v["counter_value"] == 3
         },
     );
+
+    // 4b. Statistics type 0: the prefix the import policy rejected; type
+    // 1 (duplicate announcements) is reported too (BIRD sends none).
+    let st = wait_entry(&file, "a Statistics Report: 1 prefix rejected", |v| {
+        v["bmp_msg_type"] == "stats"
+            && v["peer_ip"] == peer.to_string()
+            && v["counter_type"] == 0
+            && v["counter_value"] == 1
+    });
+    eprintln!("stats type 0: {st}");
+    let st = wait_entry(&file, "a Statistics Report: duplicate announcements", |v| {
+        v["bmp_msg_type"] == "stats" && v["peer_ip"] == peer.to_string() && v["counter_type"] == 1
+    });
+    eprintln!("stats type 1: {st}");
 
     // 5. Peer Down on a reset, with our NOTIFICATION; then Peer Up again.
     let ups_before = of(&log(&file), "peer_up").len();
@@ -249,7 +363,7 @@ fn bmp_across_a_takeover() {
         nsr_common::Options::default(),
         |t| {
             format!(
-                "[[bmp]]\naddress = \"{}:1790\"\nstatistics_interval_secs = 0\nroute_monitoring = [\"pre-policy\", \"adj-rib-out\"]\n",
+                "[[bmp]]\naddress = \"{}:1790\"\nstatistics_interval_secs = 0\nroute_monitoring = [\"pre-policy\", \"post-policy\", \"loc-rib\", \"adj-rib-out\"]\n",
                 t.redis.v4
             )
         },
@@ -264,6 +378,17 @@ fn bmp_across_a_takeover() {
     wait_entry(&file, "the primary's dump of our networks", |v| {
         v["bmp_msg_type"] == "route_monitor" && v["peer_ip"] == peer && v["is_out"] == 1
     });
+    let is_post = |v: &Value| {
+        v["bmp_msg_type"] == "route_monitor"
+            && v["peer_ip"] == peer
+            && v["is_post"] == 1
+            && v["is_out"] != 1
+            && !is_loc(v)
+    };
+    let is_loc_up = |v: &Value| v["bmp_msg_type"] == "peer_up" && is_loc(v);
+    let is_loc_rm = |v: &Value| v["bmp_msg_type"] == "route_monitor" && is_loc(v);
+    wait_entry(&file, "the primary's post-policy dump", is_post);
+    wait_entry(&file, "the primary's Loc-RIB dump", is_loc_rm);
     let before = log(&file);
     let inits = of(&before, "init").len();
     let ups = before.iter().filter(|v| is_up(v)).count();
@@ -271,10 +396,13 @@ fn bmp_across_a_takeover() {
         .iter()
         .filter(|v| v["bmp_msg_type"] == "route_monitor" && v["is_out"] == 1)
         .count();
+    let posts = before.iter().filter(|v| is_post(v)).count();
+    let loc_ups = before.iter().filter(|v| is_loc_up(v)).count();
+    let locs = before.iter().filter(|v| is_loc_rm(v)).count();
 
     run.idle_kill();
 
-    wait_for("the backup's Initiation, Peer Up and dump", T, || {
+    wait_for("the backup's Initiation, Peer Ups and dumps", T, || {
         let now = log(&file);
         let done = of(&now, "init").len() > inits
             && now.iter().filter(|v| is_up(v)).count() > ups
@@ -282,7 +410,10 @@ fn bmp_across_a_takeover() {
                 .iter()
                 .filter(|v| v["bmp_msg_type"] == "route_monitor" && v["is_out"] == 1)
                 .count()
-                > outs;
+                > outs
+            && now.iter().filter(|v| is_post(v)).count() > posts
+            && now.iter().filter(|v| is_loc_up(v)).count() > loc_ups
+            && now.iter().filter(|v| is_loc_rm(v)).count() > locs;
         Ok(done.then_some(()))
     })
     .unwrap_or_else(|e| {

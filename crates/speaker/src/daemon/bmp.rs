@@ -3,17 +3,29 @@
 //! instances), and the hub handed to every session.
 
 use super::Daemon;
-use crate::bmp::BmpRuntime;
+use crate::bmp::{BmpInstance, BmpRuntime};
 use crate::peer::PeerCmd;
+use crate::rib_thread::RibCmd;
 
 impl Daemon {
     /// Starts the BMP sessions of the running configuration; the old ones
     /// (after a reload) end with a Termination.
     pub(super) fn restart_bmp(&mut self) {
+        let g = &self.cfg.global;
         let ribs = self
+            .cfg
             .instances
             .iter()
-            .map(|(name, i)| (name.clone(), i.rib.clone()))
+            .filter_map(|c| {
+                let i = self.instances.get(&c.name)?;
+                i.rib.send(RibCmd::Bmp(self.bmp_hub.clone()));
+                let inst = BmpInstance {
+                    rib: i.rib.clone(),
+                    asn: c.effective_asn(g),
+                    router_id: c.effective_router_id(g),
+                };
+                Some((c.name.clone(), inst))
+            })
             .collect();
         let new = BmpRuntime::start(
             &self.cfg.bmp,
