@@ -29,7 +29,10 @@
 //!   the ping through b fails before the takeover; after it b's table 100
 //!   holds exactly the three wanted routes of ours (the stale one removed,
 //!   the wrong one replaced) and the static route; `show fib` counts them;
-//!   the ping through b reaches the peer.
+//!   the ping through b reaches the peer;
+//! * the same figures in each unit's Prometheus /metrics
+//!   (`holdfast_fib_adopted_total`, `holdfast_fib_writes_total{op}`,
+//!   `holdfast_fib_routes{state="installed"}`, `holdfast_fib_dumps_total`).
 
 #[path = "../support/nsr.rs"]
 mod nsr_common;
@@ -121,6 +124,31 @@ fn route_feed_via(lab: &Lab, feed: HostId, via: &str) {
     );
 }
 
+/// One sample of the unit's /metrics (on 127.0.0.1:9179 in its namespace):
+/// the value of the line naming `name` and every label in `labels`.
+fn metric(lab: &Lab, h: HostId, name: &str, labels: &[&str]) -> Option<f64> {
+    use std::io::{Read, Write};
+    let text = holdfast_linux::netns::in_netns(lab.netns(h), || {
+        let mut c = std::net::TcpStream::connect("127.0.0.1:9179")?;
+        c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")?;
+        let mut s = String::new();
+        c.read_to_string(&mut s)?;
+        Ok::<_, std::io::Error>(s)
+    })
+    .ok()?
+    .ok()?;
+    text.lines()
+        .find(|l| l.starts_with(&format!("{name}{{")) && labels.iter().all(|x| l.contains(x)))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+fn wait_metric(lab: &Lab, h: HostId, name: &str, labels: &[&str], want: f64) {
+    wait_for(&format!("{name}{labels:?} = {want}"), T, || {
+        Ok((metric(lab, h, name, labels) == Some(want)).then_some(()))
+    })
+    .unwrap_or_else(|e| panic!("{e}: got {:?}", metric(lab, h, name, labels)));
+}
+
 fn fib(hf: &holdfast_lab::Holdfastd, lab: &Lab) -> serde_json::Value {
     hf.cli_json(lab, &["show", "fib"]).expect("show fib")["ok"]["fib"][0].clone()
 }
@@ -143,7 +171,11 @@ fn kernel_fib_survives_takeovers() {
         "kernel_fib_nsr",
         PeerKind::Bird,
         nsr_common::Options::default(),
-        |_| "[kernel]\ntable = 100\nstartup_hold = 2\n".to_string(),
+        |_| {
+            "[global]\nmetrics_listen = \"127.0.0.1:9179\"\n\
+             [kernel]\ntable = 100\nstartup_hold = 2\n"
+                .to_string()
+        },
     ) else {
         return;
     };
@@ -229,6 +261,21 @@ fn kernel_fib_survives_takeovers() {
     for k in ["added", "replaced", "deleted", "errors"] {
         assert_eq!(f["counters"][k], 0, "{k}: {f}");
     }
+    let inst = "instance=\"default\"";
+    wait_metric(&r.lab, a, "holdfast_fib_adopted_total", &[inst], 3.0);
+    wait_metric(
+        &r.lab,
+        a,
+        "holdfast_fib_routes",
+        &[inst, "state=\"installed\""],
+        3.0,
+    );
+    wait_metric(&r.lab, a, "holdfast_fib_dumps_total", &[inst], 1.0);
+    assert_eq!(
+        metric(&r.lab, a, "holdfast_fib_writes_total", &[inst]),
+        None,
+        "writes after the takeover in place"
+    );
     // The NSR checks (they send a fresh route each way: two more routes).
     r.check("takeover on the same host");
     wait_fib(r.hf(), &r.lab, 5, "hf1's FIB with the fresh routes");
@@ -271,6 +318,20 @@ fn kernel_fib_survives_takeovers() {
     assert_eq!(c["added"], on_a.len() - 1, "{f}");
     assert_eq!(c["replaced"], 1, "{f}");
     assert_eq!(c["deleted"], 1, "{f}");
+    for (op, n) in [
+        ("added", c["added"].as_u64()),
+        ("replaced", Some(1)),
+        ("deleted", Some(1)),
+    ] {
+        let l = format!("op=\"{op}\"");
+        wait_metric(
+            &r.lab,
+            b,
+            "holdfast_fib_writes_total",
+            &[inst, &l],
+            n.unwrap_or(0) as f64,
+        );
+    }
     assert!(ping_once(&r.lab, feed), "ping feed -> b -> peer");
     r.check("takeover onto a new host");
 }
