@@ -127,8 +127,15 @@ fn fib_mode(sizes: &str, daemons: &[Dut], runs: usize, timeout: Duration) -> Res
                 let load = load1();
                 match holdfast_bench::fib::measure(*d, n, timeout) {
                     Ok(run) => {
+                        let cpu = match run.cpu {
+                            Some((Some(fib), all)) => {
+                                format!("; CPU: {all:.2} s, of which the FIB thread {fib:.2} s")
+                            }
+                            Some((None, all)) => format!("; CPU: {all:.2} s"),
+                            None => String::new(),
+                        };
                         println!(
-                            "fib {} {} run {}: {:.2} s ({}; load {load} at the start)",
+                            "fib {} {} run {}: {:.2} s ({}; load {load} at the start{cpu})",
                             size_label(n),
                             d.name(),
                             r + 1,

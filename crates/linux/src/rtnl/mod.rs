@@ -1,6 +1,5 @@
-//! rtnetlink for the kernel FIB: a `NETLINK_ROUTE` socket (through `nix`;
-//! `unsafe` only for the group membership `setsockopt`, which `nix` lacks)
-//! and the route message codec ([`codec`]).
+//! rtnetlink for the kernel FIB: a `NETLINK_ROUTE` socket (through `nix`,
+//! no `unsafe`) and the route message codec ([`codec`]).
 //!
 //! The FIB writes many route messages per `sendmsg` (the kernel processes
 //! them in order, within the call) and reads the answers afterwards;
@@ -31,10 +30,6 @@ pub const RTMGRP_IPV6_ROUTE: u32 = 0x400;
 /// What the FIB follows: routes, links and addresses of both families.
 pub const GROUPS_FIB: u32 =
     RTMGRP_LINK | RTMGRP_IPV4_IFADDR | RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_IFADDR | RTMGRP_IPV6_ROUTE;
-
-/// `RTNLGRP_IPV4_ROUTE` and `RTNLGRP_IPV6_ROUTE`: the group numbers (for
-/// [`RtnlSocket::set_membership`]) of route notifications.
-pub const RTNLGRP_ROUTES: [u32; 2] = [7, 11];
 
 /// A `NETLINK_ROUTE` socket.
 pub struct RtnlSocket {
@@ -102,31 +97,6 @@ impl RtnlSocket {
             stmt((libc::BPF_RET | libc::BPF_K) as u16, 0),
         ];
         socket2::SockRef::from(&self.fd).attach_filter(&prog)
-    }
-
-    /// Joins (`on`) or leaves the multicast `group` (an `RTNLGRP_*`
-    /// number, not a bit mask), whether it was joined at `open` or later.
-    pub fn set_membership(&self, group: u32, on: bool) -> io::Result<()> {
-        let opt = if on {
-            libc::NETLINK_ADD_MEMBERSHIP
-        } else {
-            libc::NETLINK_DROP_MEMBERSHIP
-        };
-        // SAFETY: `group` lives for the call, and its size is passed.
-        let rc = unsafe {
-            libc::setsockopt(
-                self.fd.as_raw_fd(),
-                libc::SOL_NETLINK,
-                opt,
-                (&group as *const u32).cast(),
-                std::mem::size_of::<u32>() as libc::socklen_t,
-            )
-        };
-        if rc == 0 {
-            Ok(())
-        } else {
-            Err(io::Error::last_os_error())
-        }
     }
 
     /// Sends `buf` (one or more messages) to the kernel in one call.

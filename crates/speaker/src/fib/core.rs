@@ -678,19 +678,6 @@ impl Core {
     }
 
     /// Prefixes the RIB wants in the kernel.
-    /// Prefixes queued to be written.
-    pub fn queued(&self) -> usize {
-        self.queue.len()
-    }
-
-    /// Read the table again and reconcile (route notifications were not
-    /// followed for a while).
-    pub fn resync(&mut self) {
-        if self.phase == Phase::Running {
-            self.resync = true;
-        }
-    }
-
     pub fn wanted(&self) -> usize {
         self.routes.values().filter(|e| e.want != NONE).count()
     }

@@ -18,13 +18,6 @@
 //! with no hold). Then it dumps the table, adopts ours, and writes only
 //! the difference: a takeover on the same host writes nothing.
 //!
-//! Bulk loads: with at least [`BULK`] prefixes queued the notification
-//! socket leaves the route groups (the kernel builds each route
-//! notification anyway, but no longer clones it for our socket and runs
-//! the filter on it), and joins them again once the queue is written, then
-//! reads the table once to catch what it missed (a route under a
-//! recursive next hop that changed meanwhile).
-//!
 //! Metrics (`holdfast_fib_*`, crate::obs) come from the calls that log
 //! each batch, dump and loss; the routes-by-state gauges are refreshed
 //! every second when idle, every [`GAUGES_BUSY`] while writing (counting
@@ -44,7 +37,7 @@ use holdfast_linux::rtnl::codec::{
     self, messages, parse_route, AF_INET, AF_INET6, NLMSG_DONE, NLMSG_ERROR, RTM_DELADDR,
     RTM_DELLINK, RTM_DELROUTE, RTM_NEWADDR, RTM_NEWLINK, RTM_NEWROUTE,
 };
-use holdfast_linux::rtnl::{RtnlSocket, GROUPS_FIB, RTNLGRP_ROUTES};
+use holdfast_linux::rtnl::{RtnlSocket, GROUPS_FIB};
 use holdfast_rib::FibRoute;
 use tokio::sync::oneshot;
 
@@ -57,9 +50,6 @@ const BATCH: usize = 4096;
 const IDLE: Duration = Duration::from_millis(20);
 /// Dumps for a link or address change are at least this far apart.
 const RESYNC_GAP: Duration = Duration::from_millis(200);
-/// A bulk load: this many prefixes queued turns route notifications off
-/// until the queue is written.
-const BULK: usize = 50_000;
 /// The routes-by-state gauges are refreshed this often when idle ...
 const GAUGES_IDLE: Duration = Duration::from_secs(1);
 /// ... and this often while routes are being written.
@@ -140,7 +130,6 @@ pub fn spawn(
                 last_dump: None,
                 metrics,
                 last_gauges: None,
-                routes_muted: false,
             }
             .run()
         })?;
@@ -160,8 +149,6 @@ struct Shell {
     last_dump: Option<Instant>,
     metrics: Arc<Metrics>,
     last_gauges: Option<Instant>,
-    /// Route notifications are off for a bulk load.
-    routes_muted: bool,
 }
 
 impl Shell {
@@ -211,42 +198,10 @@ impl Shell {
                     self.dump();
                 }
             }
-            self.bulk_load();
             if self.core.has_work() {
                 self.write_batch();
             }
             self.gauges();
-        }
-    }
-
-    /// Route notifications off while a bulk load is written, on again
-    /// (and the table read once) after.
-    fn bulk_load(&mut self) {
-        let queued = self.core.queued();
-        if !self.routes_muted && queued >= BULK && self.core.phase() == core::Phase::Running {
-            for g in RTNLGRP_ROUTES {
-                if let Err(e) = self.monitor.set_membership(g, false) {
-                    tracing::warn!(instance = %self.instance, error = %e, "kernel FIB: leaving the route notification group");
-                }
-            }
-            self.routes_muted = true;
-            tracing::info!(
-                instance = %self.instance,
-                queued,
-                "kernel FIB: bulk load, route notifications off until it is written"
-            );
-        } else if self.routes_muted && !self.core.has_work() {
-            for g in RTNLGRP_ROUTES {
-                if let Err(e) = self.monitor.set_membership(g, true) {
-                    tracing::warn!(instance = %self.instance, error = %e, "kernel FIB: joining the route notification group");
-                }
-            }
-            self.routes_muted = false;
-            self.core.resync();
-            tracing::info!(
-                instance = %self.instance,
-                "kernel FIB: bulk load written, route notifications on, reading the table"
-            );
         }
     }
 
