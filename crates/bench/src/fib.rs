@@ -11,6 +11,11 @@
 //! DUT's protocol. Neither adds a message per route (a notification
 //! listener would, and under load it fell behind both daemons).
 //!
+//! Each run also reports the CPU seconds of the DUT's processes (and of
+//! holdfastd's `fib-*` thread) when the count is reached: on a shared
+//! machine the wall time follows the share of the cores the DUT gets, the
+//! CPU seconds much less.
+//!
 //! # Known issues
 //! - Only holdfastd and bird2 (frr's zebra is not driven by the lab).
 
