@@ -11,6 +11,11 @@
 //! DUT's protocol. Neither adds a message per route (a notification
 //! listener would, and under load it fell behind both daemons).
 //!
+//! Each run also reports the CPU seconds of the DUT's processes (and of
+//! holdfastd's `fib-*` thread) when the count is reached: on a shared
+//! machine the wall time follows the share of the cores the DUT gets, the
+//! CPU seconds much less.
+//!
 //! # Known issues
 //! - Only holdfastd and bird2 (frr's zebra is not driven by the lab).
 
@@ -46,6 +51,45 @@ pub struct FibRun {
     pub secs: f64,
     /// Whether a dump confirmed the count.
     pub confirmed: bool,
+    /// CPU seconds (user + system) when the count was reached: holdfastd's
+    /// FIB thread (the kernel's insertion work is its system time: it runs
+    /// inside `sendmsg`), and every process of the DUT's namespace (the
+    /// daemon; bird2 does everything in one thread).
+    pub cpu: Option<(Option<f64>, f64)>,
+}
+
+/// CPU seconds (utime + stime) of `/proc/PID[/task/TID]/stat`.
+fn cpu_secs(stat: &str) -> Option<f64> {
+    let s = std::fs::read_to_string(stat).ok()?;
+    // Fields after the command (which may hold spaces) in parentheses.
+    let rest = &s[s.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
+}
+
+/// CPU seconds of the processes of network namespace `ns` (`ip netns
+/// pids`), and of the thread among them named `fib-*` (holdfastd's FIB).
+fn namespace_cpu(ns: &str) -> Option<(Option<f64>, f64)> {
+    let out = std::process::Command::new("ip")
+        .args(["netns", "pids", ns])
+        .output()
+        .ok()?;
+    let (mut fib, mut total) = (None, 0.0);
+    for pid in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+        total += cpu_secs(&format!("/proc/{pid}/stat")).unwrap_or(0.0);
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            continue;
+        };
+        for t in tasks.flatten() {
+            let dir = t.path();
+            let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+            if comm.starts_with("fib-") {
+                fib = cpu_secs(&dir.join("stat").to_string_lossy());
+            }
+        }
+    }
+    Some((fib, total))
 }
 
 /// Our count of `protocol`'s routes in `table` by a dump (in the current
@@ -179,6 +223,7 @@ pub fn measure(dut: Dut, n: usize, timeout: Duration) -> Result<FibRun> {
             .join()
             .map_err(|_| anyhow::anyhow!("counter thread panicked"))?;
         stop.store(true, Ordering::Relaxed);
+        let cpu = namespace_cpu(lab.netns(dut_h));
         inj.abort();
         if let Err(e) = sent {
             eprintln!("  note: injector send ended with: {e}");
@@ -187,6 +232,7 @@ pub fn measure(dut: Dut, n: usize, timeout: Duration) -> Result<FibRun> {
         Ok(FibRun {
             secs: at.saturating_duration_since(t0).as_secs_f64(),
             confirmed,
+            cpu,
         })
     })();
     running.stop(&mut lab);

@@ -96,27 +96,46 @@ struct Args {
     fib: Option<String>,
 }
 
-/// `--fib`: each size, each daemon, `runs` times; a Markdown table.
+/// The 1-minute load average (`/proc/loadavg`), printed with each run.
+fn load1() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().map(str::to_string))
+        .unwrap_or_else(|| "?".into())
+}
+
+/// `--fib`: each size, `runs` rounds of one run per daemon (interleaved,
+/// so a change of the machine's load hits both); a Markdown table with the
+/// medians and the median of each round's ratio.
 fn fib_mode(sizes: &str, daemons: &[Dut], runs: usize, timeout: Duration) -> Result<()> {
     std::env::set_var("HOLDFAST_LAB_PCAP", "0");
     holdfast_lab::preflight(&[PeerKind::Bird])?;
     cleanup_stale()?;
     let mut md = String::from(
-        "| routes | holdfastd (s) | bird2 (s) | holdfastd ÷ bird2 |\n|---|---|---|---|\n",
+        "| routes | holdfastd (s) | bird2 (s) | holdfastd ÷ bird2 (medians) | per round (median) |\n|---|---|---|---|---|\n",
     );
+    let duts = [Dut::Holdfastd, Dut::Bird];
     for n in parse_sizes(sizes)? {
-        let mut med = Vec::new();
-        for d in [Dut::Holdfastd, Dut::Bird] {
-            let mut times = Vec::new();
-            if !daemons.contains(&d) {
-                med.push((None, times));
-                continue;
-            }
-            for r in 0..runs.max(1) {
-                match holdfast_bench::fib::measure(d, n, timeout) {
+        let mut times: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+        let mut ratios = Vec::new();
+        for r in 0..runs.max(1) {
+            let mut round = [None, None];
+            for (i, d) in duts.iter().enumerate() {
+                if !daemons.contains(d) {
+                    continue;
+                }
+                let load = load1();
+                match holdfast_bench::fib::measure(*d, n, timeout) {
                     Ok(run) => {
+                        let cpu = match run.cpu {
+                            Some((Some(fib), all)) => {
+                                format!("; CPU: {all:.2} s, of which the FIB thread {fib:.2} s")
+                            }
+                            Some((None, all)) => format!("; CPU: {all:.2} s"),
+                            None => String::new(),
+                        };
                         println!(
-                            "fib {} {} run {}: {:.2} s ({})",
+                            "fib {} {} run {}: {:.2} s ({}; load {load} at the start{cpu})",
                             size_label(n),
                             d.name(),
                             r + 1,
@@ -127,14 +146,24 @@ fn fib_mode(sizes: &str, daemons: &[Dut], runs: usize, timeout: Duration) -> Res
                                 "unconfirmed"
                             }
                         );
-                        times.push(run.secs);
+                        times[i].push(run.secs);
+                        round[i] = Some(run.secs);
                     }
                     Err(e) => println!("fib {} {} run {}: {e:#}", size_label(n), d.name(), r + 1),
                 }
             }
-            times.sort_by(f64::total_cmp);
-            med.push((times.get(times.len() / 2).copied(), times));
+            if let [Some(a), Some(b)] = round {
+                if b > 0.0 {
+                    ratios.push(a / b);
+                }
+            }
         }
+        let median = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v.get(v.len() / 2).copied()
+        };
+        let med: Vec<(Option<f64>, Vec<f64>)> =
+            times.into_iter().map(|mut v| (median(&mut v), v)).collect();
         let cell = |m: &(Option<f64>, Vec<f64>)| match (m.0, m.1.first(), m.1.last()) {
             (Some(x), Some(lo), Some(hi)) => format!("{x:.2} ({lo:.2}–{hi:.2})"),
             _ => "failed".into(),
@@ -143,9 +172,20 @@ fn fib_mode(sizes: &str, daemons: &[Dut], runs: usize, timeout: Duration) -> Res
             (Some(a), Some(b)) if b > 0.0 => format!("{:.2}", a / b),
             _ => "-".into(),
         };
+        let rounds = match median(&mut ratios) {
+            Some(m) => format!(
+                "{m:.2} ({})",
+                ratios
+                    .iter()
+                    .map(|x| format!("{x:.2}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            None => "-".into(),
+        };
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {ratio} |",
+            "| {} | {} | {} | {ratio} | {rounds} |",
             size_label(n),
             cell(&med[0]),
             cell(&med[1])

@@ -437,7 +437,7 @@ impl Daemon {
                         ecmp: k.ecmp.max(1) as usize,
                         protocol: k.protocol,
                     };
-                    match crate::fib::spawn(inst.name.clone(), fc, k.persist) {
+                    match crate::fib::spawn(inst.name.clone(), fc, k.persist, self.metrics.clone()) {
                         Ok(f) => Some(f),
                         Err(e) => {
                             tracing::error!(instance = %inst.name, error = %e, "kernel FIB not started: rtnetlink socket");

@@ -85,6 +85,48 @@ pub struct Metrics {
     bfd_state: Family<PeerLabels, Gauge>,
     bfd_transitions: Family<TransitionLabels, Counter>,
     bfd_packets: Family<BfdPacketLabels, Counter>,
+    fib_routes: Family<FibStateLabels, Gauge>,
+    fib_writes: Family<FibOpLabels, Counter>,
+    fib_errors: Family<InstanceLabels, Counter>,
+    fib_batch_seconds: Family<InstanceLabels, Histogram>,
+    fib_dumps: Family<InstanceLabels, Counter>,
+    fib_adopted: Family<InstanceLabels, Counter>,
+    fib_lost: Family<InstanceLabels, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FibStateLabels {
+    instance: String,
+    state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FibOpLabels {
+    instance: String,
+    op: &'static str,
+}
+
+/// What one batch of route messages did (the FIB core's counters after
+/// the batch minus before).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FibWrites {
+    pub added: u64,
+    pub replaced: u64,
+    pub deleted: u64,
+    pub errors: u64,
+    /// The batch's final acknowledgement never came (a dump follows).
+    pub lost: bool,
+}
+
+/// The kernel FIB's routes by state (`show fib`'s figures).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FibRoutes {
+    pub wanted: u64,
+    pub installed: u64,
+    pub pending: u64,
+    pub unresolved: u64,
+    pub failed: u64,
+    pub stale: u64,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -196,7 +238,51 @@ impl Metrics {
             bfd_state: Family::default(),
             bfd_transitions: Family::default(),
             bfd_packets: Family::default(),
+            fib_routes: Family::default(),
+            fib_writes: Family::default(),
+            fib_errors: Family::default(),
+            fib_batch_seconds: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.00005, 4.0, 10))
+            }),
+            fib_dumps: Family::default(),
+            fib_adopted: Family::default(),
+            fib_lost: Family::default(),
         };
+        r.register(
+            "fib_routes",
+            "Kernel FIB routes by state: wanted (by the RIB), installed (ours in the table), pending, unresolved, failed, stale",
+            m.fib_routes.clone(),
+        );
+        r.register(
+            "fib_writes",
+            "Kernel FIB route writes acknowledged, by op: added, replaced, deleted",
+            m.fib_writes.clone(),
+        );
+        r.register(
+            "fib_errors",
+            "Kernel FIB route writes the kernel refused (retried every 10 s)",
+            m.fib_errors.clone(),
+        );
+        r.register(
+            "fib_batch_seconds",
+            "Time to write one batch of route messages and read the kernel's answers",
+            m.fib_batch_seconds.clone(),
+        );
+        r.register(
+            "fib_dumps",
+            "Kernel table dumps (activation and reconciliations)",
+            m.fib_dumps.clone(),
+        );
+        r.register(
+            "fib_adopted",
+            "Routes of ours found in the kernel table at activation and kept as they were",
+            m.fib_adopted.clone(),
+        );
+        r.register(
+            "fib_lost",
+            "Kernel answers or notifications lost (ENOBUFS, a missing acknowledgement), each reconciled by a dump",
+            m.fib_lost.clone(),
+        );
         r.register(
             "bfd_state",
             "BFD session state (RFC 5880 codes: 0 AdminDown, 1 Down, 2 Init, 3 Up)",
@@ -441,6 +527,103 @@ impl Metrics {
                 direction: direction.to_string(),
             })
             .inc();
+    }
+
+    /// One batch of route messages written to the kernel FIB and answered.
+    pub fn fib_batch(&self, instance: &str, msgs: usize, w: FibWrites, took: Duration) {
+        tracing::debug!(
+            instance,
+            msgs,
+            added = w.added,
+            replaced = w.replaced,
+            deleted = w.deleted,
+            errors = w.errors,
+            took_us = took.as_micros() as u64,
+            "kernel FIB: batch written"
+        );
+        let l = InstanceLabels {
+            instance: instance.to_string(),
+        };
+        for (op, n) in [
+            ("added", w.added),
+            ("replaced", w.replaced),
+            ("deleted", w.deleted),
+        ] {
+            if n > 0 {
+                self.fib_writes
+                    .get_or_create(&FibOpLabels {
+                        instance: instance.to_string(),
+                        op,
+                    })
+                    .inc_by(n);
+            }
+        }
+        if w.errors > 0 {
+            self.fib_errors.get_or_create(&l).inc_by(w.errors);
+        }
+        self.fib_batch_seconds
+            .get_or_create(&l)
+            .observe(took.as_secs_f64());
+        if w.lost {
+            self.fib_lost(instance, "the acknowledgement of a batch");
+        }
+    }
+
+    /// The kernel table was read (activation: `adopted` routes of ours kept;
+    /// or a reconciliation).
+    pub fn fib_dump(&self, instance: &str, adopted: u64, took: Duration) {
+        let ms = took.as_millis() as u64;
+        if adopted > 0 {
+            tracing::info!(
+                instance,
+                adopted,
+                ms,
+                "kernel FIB: table read, our routes adopted"
+            );
+        } else {
+            tracing::debug!(instance, ms, "kernel FIB: table read");
+        }
+        let l = InstanceLabels {
+            instance: instance.to_string(),
+        };
+        self.fib_dumps.get_or_create(&l).inc();
+        if adopted > 0 {
+            self.fib_adopted.get_or_create(&l).inc_by(adopted);
+        }
+    }
+
+    /// The kernel dropped answers or notifications for the FIB; a dump
+    /// reconciles.
+    pub fn fib_lost(&self, instance: &str, what: &str) {
+        tracing::info!(
+            instance,
+            what,
+            "kernel FIB: lost from the kernel, reconciling by a dump"
+        );
+        self.fib_lost
+            .get_or_create(&InstanceLabels {
+                instance: instance.to_string(),
+            })
+            .inc();
+    }
+
+    /// The kernel FIB's routes by state (gauges, no log line).
+    pub fn fib_routes(&self, instance: &str, r: FibRoutes) {
+        for (state, v) in [
+            ("wanted", r.wanted),
+            ("installed", r.installed),
+            ("pending", r.pending),
+            ("unresolved", r.unresolved),
+            ("failed", r.failed),
+            ("stale", r.stale),
+        ] {
+            self.fib_routes
+                .get_or_create(&FibStateLabels {
+                    instance: instance.to_string(),
+                    state,
+                })
+                .set(v as i64);
+        }
     }
 
     pub fn encode(&self) -> String {

@@ -18,15 +18,18 @@
 //! with no hold). Then it dumps the table, adopts ours, and writes only
 //! the difference: a takeover on the same host writes nothing.
 //!
+//! Metrics (`holdfast_fib_*`, crate::obs) come from the calls that log
+//! each batch, dump and loss; the routes-by-state gauges are refreshed
+//! every second when idle, every [`GAUGES_BUSY`] while writing (counting
+//! walks every prefix).
+//!
 //! # Known issues
-//! - Prometheus metrics for the FIB are not exported; `show fib` has the
-//!   counters.
 //! - Changing `[kernel]` takes effect at the next start, not on SIGHUP.
 
 pub mod core;
 
 use std::io;
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use holdfast_api::{FibCounters, FibInfo, FibNextHop, FibRouteInfo};
@@ -39,6 +42,7 @@ use holdfast_rib::FibRoute;
 use tokio::sync::oneshot;
 
 use self::core::{Core, FibConfig};
+use crate::obs::{FibRoutes, FibWrites, Metrics};
 
 /// Route messages per `sendmsg` (about 80 bytes each).
 const BATCH: usize = 4096;
@@ -46,6 +50,10 @@ const BATCH: usize = 4096;
 const IDLE: Duration = Duration::from_millis(20);
 /// Dumps for a link or address change are at least this far apart.
 const RESYNC_GAP: Duration = Duration::from_millis(200);
+/// The routes-by-state gauges are refreshed this often when idle ...
+const GAUGES_IDLE: Duration = Duration::from_secs(1);
+/// ... and this often while routes are being written.
+const GAUGES_BUSY: Duration = Duration::from_secs(10);
 
 /// What the FIB thread is told.
 pub enum FibCmd {
@@ -94,7 +102,12 @@ impl FibHandle {
 }
 
 /// Starts the FIB thread of `instance`, holding until activated.
-pub fn spawn(instance: String, cfg: FibConfig, persist: bool) -> io::Result<FibHandle> {
+pub fn spawn(
+    instance: String,
+    cfg: FibConfig,
+    persist: bool,
+    metrics: Arc<Metrics>,
+) -> io::Result<FibHandle> {
     let write = RtnlSocket::open(0, false)?;
     write.set_buffers(32 << 20, 8 << 20);
     let monitor = RtnlSocket::open(GROUPS_FIB, true)?;
@@ -115,6 +128,8 @@ pub fn spawn(instance: String, cfg: FibConfig, persist: bool) -> io::Result<FibH
                 out: Vec::with_capacity(BATCH * 96),
                 seq: 1,
                 last_dump: None,
+                metrics,
+                last_gauges: None,
             }
             .run()
         })?;
@@ -132,6 +147,8 @@ struct Shell {
     out: Vec<u8>,
     seq: u32,
     last_dump: Option<Instant>,
+    metrics: Arc<Metrics>,
+    last_gauges: Option<Instant>,
 }
 
 impl Shell {
@@ -184,7 +201,33 @@ impl Shell {
             if self.core.has_work() {
                 self.write_batch();
             }
+            self.gauges();
         }
+    }
+
+    fn gauges(&mut self) {
+        let gap = if self.core.has_work() {
+            GAUGES_BUSY
+        } else {
+            GAUGES_IDLE
+        };
+        if matches!(self.last_gauges, Some(t) if t.elapsed() < gap) {
+            return;
+        }
+        let now = Instant::now();
+        self.last_gauges = Some(now);
+        let (installed, pending, unresolved, failed, stale) = self.core.counts(now);
+        self.metrics.fib_routes(
+            &self.instance,
+            FibRoutes {
+                wanted: self.core.wanted() as u64,
+                installed: installed as u64,
+                pending: pending as u64,
+                unresolved: unresolved as u64,
+                failed: failed as u64,
+                stale: stale as u64,
+            },
+        );
     }
 
     /// Returns false when the thread must end.
@@ -236,6 +279,7 @@ impl Shell {
 
     fn dump(&mut self) {
         let started = Instant::now();
+        let adopted = self.core.counters.adopted;
         self.last_dump = Some(started);
         self.core.dump_begin();
         let mut ok = true;
@@ -248,11 +292,12 @@ impl Shell {
             return;
         }
         self.core.dump_end();
-        tracing::debug!(
-            instance = %self.instance,
-            ms = started.elapsed().as_millis() as u64,
-            "kernel FIB: table read"
+        self.metrics.fib_dump(
+            &self.instance,
+            self.core.counters.adopted - adopted,
+            started.elapsed(),
         );
+        self.last_gauges = None;
     }
 
     fn dump_family(&mut self, family: u8) -> bool {
@@ -296,6 +341,8 @@ impl Shell {
     }
 
     fn write_batch(&mut self) {
+        let started = Instant::now();
+        let before = self.core.counters;
         let seq = self.seq;
         let n = self
             .core
@@ -341,6 +388,19 @@ impl Shell {
             tracing::debug!(instance = %self.instance, seq = s, errno = code, "kernel FIB: route refused");
         }
         self.core.batch_done(Instant::now(), seq, &errors, complete);
+        let after = self.core.counters;
+        self.metrics.fib_batch(
+            &self.instance,
+            n,
+            FibWrites {
+                added: after.added - before.added,
+                replaced: after.replaced - before.replaced,
+                deleted: after.deleted - before.deleted,
+                errors: after.errors - before.errors,
+                lost: !complete,
+            },
+            started.elapsed(),
+        );
         self.read_notifications();
     }
 
@@ -350,6 +410,7 @@ impl Shell {
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+                    self.metrics.fib_lost(&self.instance, "notifications");
                     self.core.notifications_lost();
                     continue;
                 }
