@@ -111,6 +111,8 @@ pub struct Client {
     session: Option<u16>,
     serial: Option<u32>,
     vrps: BTreeSet<Vrp>,
+    /// IPv4 VRPs among `vrps`.
+    vrps_v4: usize,
     /// A query was sent and its Cache Response is awaited, or a transfer
     /// runs.
     querying: Option<Option<Transfer>>,
@@ -121,6 +123,10 @@ pub struct Client {
     updates: u64,
     resets: u64,
     errors: u64,
+}
+
+fn is_v4(v: &Vrp) -> bool {
+    v.prefix.afi() == holdfast_wire::Afi::Ipv4
 }
 
 fn secs(d: Duration) -> u32 {
@@ -142,6 +148,7 @@ impl Client {
             session: None,
             serial: None,
             vrps: BTreeSet::new(),
+            vrps_v4: 0,
             querying: None,
             last_update: None,
             next_refresh: None,
@@ -162,11 +169,7 @@ impl Client {
     }
 
     pub fn status(&self) -> Status {
-        let v4 = self
-            .vrps
-            .iter()
-            .filter(|v| v.prefix.afi() == holdfast_wire::Afi::Ipv4)
-            .count();
+        let v4 = self.vrps_v4;
         Status {
             connected: self.connected,
             version: self.version,
@@ -233,6 +236,7 @@ impl Client {
                 self.vrps.len()
             )));
             let removed: Vec<Vrp> = std::mem::take(&mut self.vrps).into_iter().collect();
+            self.vrps_v4 = 0;
             self.session = None;
             self.serial = None;
             self.last_update = None;
@@ -330,7 +334,14 @@ impl Client {
                 );
                 return;
             }
+            // Our session may be the problem (a restarted cache reports a
+            // session mismatch as Corrupt Data): the next connection asks
+            // for everything with a Reset Query. The VRPs stay until that
+            // answer replaces them.
+            self.session = None;
+            self.serial = None;
             let after = self.retry();
+            let text = text.trim_end_matches('\0');
             self.close_now(
                 format!(
                     "cache sent Error Report: {} ({text})",
@@ -508,6 +519,10 @@ impl Client {
                 }
             }
         }
+        self.vrps_v4 = self
+            .vrps_v4
+            .saturating_add(upd.added.iter().filter(|v| is_v4(v)).count())
+            .saturating_sub(upd.removed.iter().filter(|v| is_v4(v)).count());
         if let Some(tm) = timers {
             // RFC 8210 §6 ranges; values outside them are ignored.
             if (1..=86_400).contains(&tm.refresh)

@@ -124,6 +124,7 @@ fn reset_then_serial_then_notify() {
         vec![Vrp::v4(Ipv4Addr::new(192, 0, 2, 0), 24, 24, 65002).unwrap()]
     );
     assert_eq!(c.status().serial, Some(2));
+    assert_eq!((c.status().vrps_v4, c.status().vrps_v6), (2, 0));
     // The refresh timer sends a Serial Query.
     let out = c.handle(t0 + Duration::from_secs(61), Input::Tick);
     assert_eq!(
@@ -298,6 +299,49 @@ fn session_change_and_cache_reset() {
     ));
     assert_eq!(c.status().session, None);
     // The VRPs stay until new data replaces them (routes keep their state).
+    assert_eq!(c.vrps().len(), 1);
+}
+
+#[test]
+fn an_error_report_from_the_cache_resets_the_session() {
+    let t0 = Instant::now();
+    let mut c = Client::new(ClientConfig::default());
+    c.handle(t0, Input::Connected);
+    c.handle(
+        t0,
+        Input::Received(bytes(
+            1,
+            &[
+                Pdu::CacheResponse { session: 1 },
+                v4(true, [10, 0, 0, 0], 8, 8, 1),
+                eod(1, 1),
+            ],
+        )),
+    );
+    c.handle(t0, Input::Closed);
+    let out = c.handle(t0, Input::Connected);
+    assert_eq!(
+        sent(&out),
+        vec![(
+            1,
+            Pdu::SerialQuery {
+                session: 1,
+                serial: 1
+            }
+        )]
+    );
+    // A restarted cache: "Session ID mismatch" as Corrupt Data.
+    let err = Pdu::ErrorReport {
+        code: error_code::CORRUPT_DATA,
+        pdu: Vec::new(),
+        text: "Session ID mismatch\0".into(),
+    };
+    let out = c.handle(t0, Input::Received(bytes(1, &[err])));
+    assert!(out
+        .iter()
+        .any(|o| matches!(o, Output::Close { reason, .. } if reason.ends_with("mismatch)"))));
+    let out = c.handle(t0, Input::Connected);
+    assert_eq!(sent(&out), vec![(1, Pdu::ResetQuery)]);
     assert_eq!(c.vrps().len(), 1);
 }
 

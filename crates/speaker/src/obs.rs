@@ -85,6 +85,8 @@ pub struct Metrics {
     bfd_state: Family<PeerLabels, Gauge>,
     bfd_transitions: Family<TransitionLabels, Counter>,
     bfd_packets: Family<BfdPacketLabels, Counter>,
+    /// `holdfast_rpki_*` (`crate::rpki::metrics`).
+    pub rpki: crate::rpki::RpkiMetrics,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -196,7 +198,9 @@ impl Metrics {
             bfd_state: Family::default(),
             bfd_transitions: Family::default(),
             bfd_packets: Family::default(),
+            rpki: crate::rpki::RpkiMetrics::default(),
         };
+        m.rpki.register(&mut r);
         r.register(
             "bfd_state",
             "BFD session state (RFC 5880 codes: 0 AdminDown, 1 Down, 2 Init, 3 Up)",
