@@ -637,6 +637,10 @@ pub struct RibEntry {
     pub large_communities: Vec<String>,
     /// RFC 4360 extended communities, 16 lowercase hex digits.
     pub ext_communities: Vec<String>,
+    /// With `[[rpki]]`: the route's RFC 6811 state as received (`valid`,
+    /// `invalid`, `not-found`); absent for the Adj-RIB-Out and local routes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rpki: Option<String>,
 }
 
 /// RFC 1997 community as `ASN:value`.
@@ -704,6 +708,7 @@ mod tests {
             communities: vec![format_community(0xFDE8_0001)],
             large_communities: vec![format_large_community(1, 2, 3)],
             ext_communities: vec![format_ext_community(&[0, 2, 0xfd, 0xe8, 0, 0, 0, 1])],
+            rpki: Some("valid".into()),
         }
     }
 

@@ -411,6 +411,7 @@ pub fn rib_entry(prefix: Prefix, peer: Option<&String>, a: &PathAttrs, best: boo
             .map(|c| format_large_community(c.global, c.local1, c.local2))
             .collect(),
         ext_communities: a.ext_communities.iter().map(format_ext_community).collect(),
+        rpki: None,
     }
 }
 

@@ -1000,9 +1000,15 @@ impl Daemon {
             .values()
             .map(|e| (e.id, e.neighbor.address.to_string()))
             .collect();
+        let states = self.rpki_states(&inst.rib, table, &routes).await;
         Ok(routes
             .into_iter()
-            .map(|(p, peer, a, best)| convert::rib_entry(p, names.get(&peer), &a, best))
+            .enumerate()
+            .map(|(i, (p, peer, a, best))| {
+                let mut e = convert::rib_entry(p, names.get(&peer), &a, best);
+                e.rpki = states.get(i).copied().flatten().map(|v| v.to_string());
+                e
+            })
             .collect())
     }
 }

@@ -198,16 +198,23 @@ pub enum RibQuery {
     Counts,
     /// Received routes by RFC 6811 state.
     Rpki,
+    /// The RFC 6811 state of each (peer, prefix) route as received.
+    Validity(Vec<(PeerId, Prefix)>),
 }
 
+/// One route of a `QueryResult::Routes`: prefix, source peer, attributes,
+/// best.
+pub type RouteRow = (Prefix, PeerId, Arc<PathAttrs>, bool);
+
 pub enum QueryResult {
-    Routes(Vec<(Prefix, PeerId, Arc<PathAttrs>, bool)>),
+    Routes(Vec<RouteRow>),
     Counts {
         loc_rib: usize,
         attr_sets: usize,
         peers: HashMap<PeerId, holdfast_rib::PeerCounts>,
     },
     Rpki(holdfast_rib::RpkiCounts),
+    Validity(Vec<Option<holdfast_rib::Validity>>),
 }
 
 /// What the RIB thread sends back to a peer task.
@@ -823,6 +830,12 @@ impl RibThread {
                 }
             }
             RibQuery::Rpki => QueryResult::Rpki(self.engine.rpki_counts()),
+            RibQuery::Validity(routes) => QueryResult::Validity(
+                routes
+                    .iter()
+                    .map(|(peer, p)| self.engine.route_validity(*peer, p))
+                    .collect(),
+            ),
         }
     }
 

@@ -53,6 +53,24 @@ impl Daemon {
         info
     }
 
+    /// `show rib`: each route's RFC 6811 state as received, with
+    /// `[[rpki]]` (none for the Adj-RIB-Out).
+    pub(super) async fn rpki_states(
+        &self,
+        rib: &crate::rib_thread::RibHandle,
+        table: holdfast_api::RibTable,
+        routes: &[crate::rib_thread::RouteRow],
+    ) -> Vec<Option<holdfast_rib::Validity>> {
+        if !self.rpki.enabled() || table == holdfast_api::RibTable::Out {
+            return Vec::new();
+        }
+        let q = routes.iter().map(|r| (r.1, r.0)).collect();
+        match rib.query(RibQuery::Validity(q)).await {
+            Some(QueryResult::Validity(v)) => v,
+            _ => Vec::new(),
+        }
+    }
+
     /// Before a takeover's `RibCmd::Resume`: hold the RIB threads until
     /// the cache's VRPs arrive (bounded).
     pub(super) fn hold_for_rpki(&self, rib: &crate::rib_thread::RibHandle) {
