@@ -205,12 +205,6 @@ fn rpki_across_a_takeover() {
     let mut kept = states(run.hf(), &run.lab, peer);
     kept.retain(|r| want.iter().any(|w| w.0 == r.0));
     assert_eq!(kept, want, "the backup's states");
-    let log = run.hf().log_text(&run.lab);
-    let waited = log
-        .lines()
-        .find(|l| l.contains("RPKI: VRPs received after the takeover"))
-        .unwrap_or_else(|| panic!("the backup did not wait for the cache:\n{log}"));
-    eprintln!("backup: {waited}");
     // Let anything the backup would send arrive, then compare.
     std::thread::sleep(Duration::from_millis(1500));
     run.feed_out_view(|v| {
@@ -232,6 +226,12 @@ fn rpki_across_a_takeover() {
             announced, v.announced, withdrawn, v.withdrawn
         );
     });
+    let log = run.hf().log_text(&run.lab);
+    let waited = log
+        .lines()
+        .find(|l| l.contains("RPKI: VRPs received after the takeover"))
+        .unwrap_or_else(|| panic!("the backup did not wait for the cache:\n{log}"));
+    eprintln!("backup: {waited}");
     run.check("after the cache answered the backup");
     run.lab.teardown();
 }
