@@ -158,3 +158,80 @@ fn origin_of_empty_and_set_paths() {
         Validity::NotFound
     );
 }
+
+/// Revalidation cost on a large table: `cargo test --release -p
+/// holdfast-rib --test rpki -- --ignored --nocapture` (a measurement).
+#[test]
+#[ignore]
+fn revalidation_time_on_a_large_table() {
+    let n: u32 = std::env::var("HOLDFAST_RPKI_ROUTES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000_000);
+    let mut e = Engine::new(cfg(1));
+    let mut a = peer(1, 65001);
+    a.import = rov();
+    e.add_peer(a.clone());
+    e.peer_up(a);
+    e.add_peer(peer(2, 65002));
+    e.peer_up(peer(2, 65002));
+    // n /24s under 10.0.0.0/8 and up, one VRP per /16 (n / 256 of them),
+    // authorising AS 65001 up to /24: every route valid.
+    let p24 = |i: u32| {
+        let x = 0x0a00_0000u32 + (i << 8);
+        format!("{}.{}.{}.0/24", x >> 24, (x >> 16) & 0xff, (x >> 8) & 0xff)
+    };
+    let vrps: Vec<Vrp> = (0..n.div_ceil(256))
+        .map(|j| {
+            let x = 0x0a00_0000u32 + (j << 16);
+            vrp(
+                &format!("{}.{}.0.0/16", x >> 24, (x >> 16) & 0xff),
+                24,
+                65001,
+            )
+        })
+        .collect();
+    e.set_vrps(Arc::new(VrpTable::new(&vrps)), &vrps);
+    let at = attrs(&[65001], [192, 0, 2, 1]);
+    let t = std::time::Instant::now();
+    for chunk in (0..n).collect::<Vec<_>>().chunks(1000) {
+        let ps: Vec<String> = chunk.iter().map(|i| p24(*i)).collect();
+        let refs: Vec<&str> = ps.iter().map(String::as_str).collect();
+        e.apply(vec![(1, ann(&refs, at.clone()))]);
+    }
+    let load = t.elapsed();
+    // Ten /16 VRPs change origin: 2,560 routes become invalid.
+    let mut next = vrps.clone();
+    let mut changed = Vec::new();
+    for v in next.iter_mut().take(10) {
+        changed.push(*v);
+        v.asn = 65009;
+        changed.push(*v);
+    }
+    let table = Arc::new(VrpTable::new(&next));
+    let t = std::time::Instant::now();
+    let out = e.set_vrps(table, &changed);
+    let took = t.elapsed();
+    let w = withdrawn(&out, 2).len();
+    let t = std::time::Instant::now();
+    let c = e.rpki_counts();
+    let count = t.elapsed();
+    // The same load without an rpki match, for the import overhead.
+    let mut plain = Engine::new(cfg(1));
+    plain.add_peer(peer(1, 65001));
+    plain.peer_up(peer(1, 65001));
+    plain.add_peer(peer(2, 65002));
+    plain.peer_up(peer(2, 65002));
+    let t = std::time::Instant::now();
+    for chunk in (0..n).collect::<Vec<_>>().chunks(1000) {
+        let ps: Vec<String> = chunk.iter().map(|i| p24(*i)).collect();
+        let refs: Vec<&str> = ps.iter().map(String::as_str).collect();
+        plain.apply(vec![(1, ann(&refs, at.clone()))]);
+    }
+    println!("the same load with import \"all\": {:?}", t.elapsed());
+    println!(
+        "{n} routes, {} VRPs: loaded in {load:?}; 20 VRPs changed -> {w} withdrawn in {took:?}; rpki_counts {c:?} in {count:?}",
+        vrps.len()
+    );
+    assert_eq!(w, 2560.min(n as usize));
+}
