@@ -773,7 +773,7 @@ fn print_rib(routes: &[RibEntry]) {
     for r in routes {
         let opt = |v: Option<u32>| v.map(|x| x.to_string()).unwrap_or_else(|| "-".into());
         println!(
-            "{:<2} {:<20} {:<26} {:<26} {:>6} {:>6}  {} {}{}{}",
+            "{:<2} {:<20} {:<26} {:<26} {:>6} {:>6}  {} {}{}{}{}",
             if r.best { "*>" } else { "*" },
             r.prefix,
             r.peer.as_deref().unwrap_or("local"),
@@ -792,6 +792,9 @@ fn print_rib(routes: &[RibEntry]) {
             } else {
                 format!("  lc[{}]", r.large_communities.join(" "))
             },
+            r.rpki
+                .as_deref()
+                .map_or(String::new(), |s| format!("  rpki {s}")),
         );
     }
     println!("{} route(s)", routes.len());
