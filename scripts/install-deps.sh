@@ -11,7 +11,7 @@
 # everything is already there.
 set -euo pipefail
 
-pkgs=(bird2 frr gobgpd golang-github-osrg-gobgp-dev exabgp redis-server etcd-server etcd-client bgpdump pmacct protobuf-compiler libprotobuf-dev tcpdump iproute2 iputils-ping iptables procps python3 python3-venv gnuplot-nox openssl ca-certificates dpkg-dev binutils systemd man-db util-linux systemd-container debootstrap)
+pkgs=(bird2 frr gobgpd golang-github-osrg-gobgp-dev exabgp redis-server etcd-server etcd-client bgpdump pmacct stayrtr protobuf-compiler libprotobuf-dev tcpdump iproute2 iputils-ping iptables procps python3 python3-venv gnuplot-nox openssl ca-certificates dpkg-dev binutils systemd man-db util-linux systemd-container debootstrap)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

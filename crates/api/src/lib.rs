@@ -62,6 +62,9 @@ pub enum Request {
     },
     /// The BFD sessions (RFC 5880) under the BGP sessions.
     ShowBfd,
+    /// RPKI origin validation: the RTR caches, the VRPs in force and the
+    /// routes' validation states.
+    ShowRpki,
     /// The kernel FIB of each instance with `[kernel]`: routes installed,
     /// pending, failed, next-hop resolution, counters.
     ShowFib {
@@ -219,6 +222,62 @@ pub enum Body {
     Bfd(Vec<BfdSessionInfo>),
     Mrt(MrtDumpInfo),
     Fib(Vec<FibInfo>),
+    Rpki(RpkiInfo),
+}
+
+/// `show rpki`: the RTR caches (`[[rpki]]`), the VRP set in force and
+/// the received routes by RFC 6811 state.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RpkiInfo {
+    pub caches: Vec<RpkiCacheInfo>,
+    /// The VRPs routes are validated against (the active cache's, or the
+    /// last ones held).
+    pub vrps_v4: u64,
+    pub vrps_v6: u64,
+    /// Seconds since the VRPs in force last changed or were confirmed by
+    /// an End of Data; `None`: never (every route is `not-found`).
+    pub last_update_secs: Option<u64>,
+    /// Per routing instance, its received routes (Adj-RIB-In, before
+    /// import policy) by state.
+    pub routes: Vec<RpkiRoutes>,
+}
+
+/// `show rpki`: one cache.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RpkiCacheInfo {
+    pub address: String,
+    pub preference: u8,
+    /// `connected` (an RTR session is open), `connecting` or `down`.
+    pub state: String,
+    /// The VRPs in force come from this cache.
+    pub active: bool,
+    /// The RTR version in use (1: RFC 8210, 0: RFC 6810).
+    pub version: u8,
+    pub session_id: Option<u16>,
+    pub serial: Option<u32>,
+    pub vrps_v4: u64,
+    pub vrps_v6: u64,
+    pub refresh_secs: u32,
+    pub retry_secs: u32,
+    pub expire_secs: u32,
+    /// Seconds since this cache's last End of Data.
+    pub last_update_secs: Option<u64>,
+    /// End of Data PDUs applied, Cache Resets and Error Reports (sent or
+    /// received), connections made.
+    pub updates: u64,
+    pub cache_resets: u64,
+    pub errors: u64,
+    pub connects: u64,
+    pub last_error: Option<String>,
+}
+
+/// `show rpki`: an instance's received routes by RFC 6811 state.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RpkiRoutes {
+    pub instance: String,
+    pub valid: u64,
+    pub invalid: u64,
+    pub not_found: u64,
 }
 
 /// `show fib`: one instance's kernel FIB.
@@ -484,6 +543,9 @@ impl Response {
     pub fn fib(list: Vec<FibInfo>) -> Self {
         Response::Ok(Body::Fib(list))
     }
+    pub fn rpki(info: RpkiInfo) -> Self {
+        Response::Ok(Body::Rpki(info))
+    }
 
     /// `Ok(body)` or `Err(message)`.
     pub fn into_result(self) -> Result<Body, String> {
@@ -575,6 +637,10 @@ pub struct RibEntry {
     pub large_communities: Vec<String>,
     /// RFC 4360 extended communities, 16 lowercase hex digits.
     pub ext_communities: Vec<String>,
+    /// With `[[rpki]]`: the route's RFC 6811 state as received (`valid`,
+    /// `invalid`, `not-found`); absent for the Adj-RIB-Out and local routes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rpki: Option<String>,
 }
 
 /// RFC 1997 community as `ASN:value`.
@@ -642,6 +708,7 @@ mod tests {
             communities: vec![format_community(0xFDE8_0001)],
             large_communities: vec![format_large_community(1, 2, 3)],
             ext_communities: vec![format_ext_community(&[0, 2, 0xfd, 0xe8, 0, 0, 0, 1])],
+            rpki: Some("valid".into()),
         }
     }
 

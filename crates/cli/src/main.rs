@@ -151,6 +151,8 @@ enum Show {
     Nsr,
     /// BFD sessions: discriminators, state, diagnostic, intervals, uptime, counters.
     Bfd,
+    /// RPKI ([[rpki]]): the RTR caches, VRP counts, the routes valid, invalid and not-found.
+    Rpki,
     /// The kernel FIB ([kernel]): routes installed, pending, failed, next-hop resolution, counters.
     Fib {
         /// Routing instance (all with [kernel] by default).
@@ -434,6 +436,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         },
         Cmd::Show { what: Show::Nsr } => Request::ShowNsr,
         Cmd::Show { what: Show::Bfd } => Request::ShowBfd,
+        Cmd::Show { what: Show::Rpki } => Request::ShowRpki,
         Cmd::Show {
             what: Show::Fib { instance, limit },
         } => Request::ShowFib {
@@ -497,12 +500,55 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Body::Nsr(n) => print_nsr(&n),
         Body::Bfd(list) => print_bfd(&list),
         Body::Fib(list) => print_fib(&list),
+        Body::Rpki(info) => print_rpki(&info),
         Body::Mrt(m) => println!(
             "{}: {} table of {}, {} prefixes, {} routes, {} bytes in {} ms",
             m.path, m.table, m.instance, m.prefixes, m.routes, m.bytes, m.millis
         ),
     }
     Ok(())
+}
+
+fn print_rpki(r: &holdfast_api::RpkiInfo) {
+    println!(
+        "VRPs in force: {} IPv4, {} IPv6; last update {}",
+        r.vrps_v4,
+        r.vrps_v6,
+        r.last_update_secs
+            .map_or("never".to_string(), |s| format!("{s} s ago"))
+    );
+    println!(
+        "{:<28} {:>4} {:<11} {:>3} {:>7} {:>10} {:>8} {:>8} {:>8}",
+        "cache", "pref", "state", "ver", "session", "serial", "v4", "v6", "updated"
+    );
+    for c in &r.caches {
+        let opt = |v: Option<String>| v.unwrap_or_else(|| "-".into());
+        println!(
+            "{:<28} {:>4} {:<11} {:>3} {:>7} {:>10} {:>8} {:>8} {:>8}",
+            format!("{}{}", c.address, if c.active { " *" } else { "" }),
+            c.preference,
+            c.state,
+            c.version,
+            opt(c.session_id.map(|s| s.to_string())),
+            opt(c.serial.map(|s| s.to_string())),
+            c.vrps_v4,
+            c.vrps_v6,
+            duration(c.last_update_secs)
+        );
+        if let Some(e) = &c.last_error {
+            println!("  last error: {e}");
+        }
+    }
+    println!(
+        "{:<16} {:>10} {:>10} {:>10}",
+        "instance", "valid", "invalid", "not-found"
+    );
+    for i in &r.routes {
+        println!(
+            "{:<16} {:>10} {:>10} {:>10}",
+            i.instance, i.valid, i.invalid, i.not_found
+        );
+    }
 }
 
 fn duration(secs: Option<u64>) -> String {
@@ -727,7 +773,7 @@ fn print_rib(routes: &[RibEntry]) {
     for r in routes {
         let opt = |v: Option<u32>| v.map(|x| x.to_string()).unwrap_or_else(|| "-".into());
         println!(
-            "{:<2} {:<20} {:<26} {:<26} {:>6} {:>6}  {} {}{}{}",
+            "{:<2} {:<20} {:<26} {:<26} {:>6} {:>6}  {} {}{}{}{}",
             if r.best { "*>" } else { "*" },
             r.prefix,
             r.peer.as_deref().unwrap_or("local"),
@@ -746,6 +792,9 @@ fn print_rib(routes: &[RibEntry]) {
             } else {
                 format!("  lc[{}]", r.large_communities.join(" "))
             },
+            r.rpki
+                .as_deref()
+                .map_or(String::new(), |s| format!("  rpki {s}")),
         );
     }
     println!("{} route(s)", routes.len());

@@ -37,6 +37,8 @@ pub struct ConfigDiff {
     pub mrt_changed: bool,
     /// `[[bmp]]` changed: the BMP sessions start afresh.
     pub bmp_changed: bool,
+    /// `[[rpki]]` changed: the RTR client starts afresh with the new caches.
+    pub rpki_changed: bool,
     /// Names of `[[policy]]` definitions added, removed or changed (directly
     /// or through a prefix list they use).
     pub policies_changed: Vec<String>,
@@ -130,6 +132,7 @@ pub fn diff(old: &Config, new: &Config) -> ConfigDiff {
         global_changed: old.global != new.global,
         mrt_changed: old.mrt != new.mrt,
         bmp_changed: old.bmp != new.bmp,
+        rpki_changed: old.rpki != new.rpki,
         instances_changed: old.instances != new.instances,
         networks_changed: old.networks != new.networks,
         policies_changed: changed.iter().cloned().collect(),

@@ -27,11 +27,11 @@ pub use bfd::{BfdAuth, BfdAuthType, BfdDefaults, BfdPassword, BfdSettings, MAX_I
 pub use diff::{diff, ConfigDiff};
 pub use model::{
     Bmp, BmpTable, Global, Instance, Kernel, LogFormat, Mrt, MrtKind, MrtTable, Neighbor,
-    NeighborKey, Network, Nsr, DEFAULT_INSTANCE, DEFAULT_KERNEL_PROTOCOL,
+    NeighborKey, Network, Nsr, Rpki, DEFAULT_INSTANCE, DEFAULT_KERNEL_PROTOCOL,
 };
 pub use policy::{
     AsPathRegex, ListAction, Match, MatchFamily, PolicyDef, PolicyDefault, PrefixListDef,
-    PrefixListEntry, PrefixMatch, Prepend, SetActions, Term, TermAction,
+    PrefixListEntry, PrefixMatch, Prepend, RpkiState, SetActions, Term, TermAction,
 };
 pub use values::{
     parse_prefix_strict, AfiSafi, CommunityValue, ExtCommunityValue, LargeCommunityValue, Md5Key,
@@ -68,6 +68,9 @@ pub struct Config {
     /// `[[bmp]]`: BMP collectors.
     #[serde(rename = "bmp", skip_serializing_if = "Vec::is_empty")]
     pub bmp: Vec<Bmp>,
+    /// `[[rpki]]`: RPKI caches (RTR).
+    #[serde(rename = "rpki", skip_serializing_if = "Vec::is_empty")]
+    pub rpki: Vec<Rpki>,
 }
 
 impl Config {

@@ -39,6 +39,8 @@ struct RawConfig {
     mrt: Vec<Mrt>,
     #[serde(default)]
     bmp: Vec<crate::model::Bmp>,
+    #[serde(default)]
+    rpki: Vec<crate::model::Rpki>,
     kernel: Option<Kernel>,
 }
 
@@ -795,6 +797,7 @@ pub(crate) fn parse(text: &str) -> Result<(Config, Vec<String>), ConfigError> {
         bfd: raw.bfd,
         mrt: Vec::new(),
         bmp: Vec::new(),
+        rpki: Vec::new(),
     };
     let mut warnings = Vec::new();
     let mut keys = HashSet::new();
@@ -819,7 +822,83 @@ pub(crate) fn parse(text: &str) -> Result<(Config, Vec<String>), ConfigError> {
         check_bmp(i, b, &raw.bmp[..i])?;
     }
     cfg.bmp = raw.bmp;
+    for (i, r) in raw.rpki.iter().enumerate() {
+        check_rpki(i, r, &raw.rpki[..i])?;
+    }
+    cfg.rpki = raw.rpki;
+    check_rpki_policies(&cfg, &mut warnings)?;
     Ok((cfg, warnings))
+}
+
+fn check_rpki(
+    i: usize,
+    r: &crate::model::Rpki,
+    before: &[crate::model::Rpki],
+) -> Result<(), ConfigError> {
+    let key = |k: &str| format!("rpki[{i}].{k}");
+    if r.address.port() == 0 {
+        return Err(invalid(
+            key("address"),
+            "needs a port (e.g. \"192.0.2.9:323\")",
+        ));
+    }
+    if before.iter().any(|o| o.address == r.address) {
+        return Err(invalid(
+            key("address"),
+            format!("duplicate cache {}", r.address),
+        ));
+    }
+    if !(1..=86_400).contains(&r.refresh_secs) {
+        return Err(invalid(key("refresh_secs"), "must be between 1 and 86400"));
+    }
+    if !(1..=7_200).contains(&r.retry_secs) {
+        return Err(invalid(key("retry_secs"), "must be between 1 and 7200"));
+    }
+    if !(600..=172_800).contains(&r.expire_secs) {
+        return Err(invalid(
+            key("expire_secs"),
+            "must be between 600 and 172800",
+        ));
+    }
+    if r.expire_secs <= r.refresh_secs || r.expire_secs <= r.retry_secs {
+        return Err(invalid(
+            key("expire_secs"),
+            "must exceed refresh_secs and retry_secs (RFC 8210 §6)",
+        ));
+    }
+    Ok(())
+}
+
+/// `match.rpki` is an import condition: an export policy using it is
+/// refused, naming the neighbour's `export`. Without `[[rpki]]` every route
+/// is `not-found`, which deserves a warning.
+fn check_rpki_policies(cfg: &Config, warnings: &mut Vec<String>) -> Result<(), ConfigError> {
+    let uses = |name: &str| {
+        cfg.policy(name)
+            .is_some_and(|p| p.terms.iter().any(|t| !t.matches.rpki.is_empty()))
+    };
+    let mut used = false;
+    for (i, n) in cfg.neighbors.iter().enumerate() {
+        if let PolicyRef::Named(name) = &n.export {
+            if uses(name) {
+                return Err(invalid(
+                    format!("neighbor[{i}].export"),
+                    format!("policy {name:?} matches on rpki, which only import policies may"),
+                ));
+            }
+        }
+        if let PolicyRef::Named(name) = &n.import {
+            used |= uses(name);
+        }
+    }
+    if used && cfg.rpki.is_empty() {
+        warnings.push(
+            "an import policy matches on rpki but no [[rpki]] cache is configured: \
+             every route is not-found"
+                .into(),
+        );
+    }
+    Ok(())
 }
 
 fn check_bmp(

@@ -537,3 +537,44 @@ fn default_bmp_monitoring() -> Vec<BmpTable> {
 fn default_bmp_retry() -> u64 {
     1
 }
+
+/// `[[rpki]]`: an RPKI cache (RTR, RFC 8210 / RFC 6810) this speaker takes
+/// its VRPs from. The timers are RFC 8210 §6's; a version 1 cache's End of
+/// Data replaces them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rpki {
+    /// The cache's `address:port` (RTR over TCP, usually port 323 or 8282).
+    pub address: std::net::SocketAddr,
+    /// Lower is preferred (RFC 8210 §10): the most preferred reachable cache
+    /// is used; the others only while it is not.
+    #[serde(default = "default_rpki_preference")]
+    pub preference: u8,
+    /// Seconds between Serial Queries (1..=86400).
+    #[serde(default = "default_rpki_refresh")]
+    pub refresh_secs: u32,
+    /// Longest wait before reconnecting after a failure (1..=7200); the
+    /// first retry is after 1 s, doubling up to it.
+    #[serde(default = "default_rpki_retry")]
+    pub retry_secs: u32,
+    /// Seconds the VRPs are kept without a successful update (600..=172800,
+    /// more than refresh_secs and retry_secs).
+    #[serde(default = "default_rpki_expire")]
+    pub expire_secs: u32,
+}
+
+fn default_rpki_preference() -> u8 {
+    100
+}
+
+fn default_rpki_refresh() -> u32 {
+    3600
+}
+
+fn default_rpki_retry() -> u32 {
+    600
+}
+
+fn default_rpki_expire() -> u32 {
+    7200
+}

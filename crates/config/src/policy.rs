@@ -75,6 +75,15 @@ pub enum MatchFamily {
     Ipv6,
 }
 
+/// An RFC 6811 route origin validation state, for `match.rpki`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RpkiState {
+    Valid,
+    Invalid,
+    NotFound,
+}
+
 /// `[policy.term.match]`. An empty match matches every route.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -133,6 +142,14 @@ pub struct Match {
     pub path_len_ge: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub family: Option<MatchFamily>,
+    /// RFC 6811 validation states (`"valid"`, `"invalid"`, `"not-found"`)
+    /// against the `[[rpki]]` caches' VRPs; import policies only.
+    #[serde(
+        default,
+        deserialize_with = "one_or_many",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub rpki: Vec<RpkiState>,
 }
 
 /// `[policy.term.set]`: attribute changes applied when the term matches.

@@ -13,6 +13,7 @@ fn entry() -> RibEntry {
         communities: vec!["65000:1".into()],
         large_communities: vec!["1:2:3".into()],
         ext_communities: vec!["0002fde800000001".into()],
+        rpki: None,
     }
 }
 

@@ -74,6 +74,15 @@ impl Attrs {
         }
     }
 
+    /// RFC 6811 origin AS (see `policy::origin_for_validation`) without
+    /// converting the set.
+    pub(crate) fn origin_for_validation(&self, local_as: u32) -> Option<u32> {
+        match self.rare.as_deref().and_then(|r| r.as_path.as_ref()) {
+            Some(p) => p.origin_as(),
+            None => Some(self.seq.last().copied().unwrap_or(local_as)),
+        }
+    }
+
     pub(crate) fn to_path_attrs(&self) -> PathAttrs {
         let r = self.rare.as_deref();
         let as_path = match r.and_then(|r| r.as_path.clone()) {

@@ -18,11 +18,14 @@ use crate::intern::{FxMap, Interner};
 use crate::policy::{PolicyCtx, PolicyRef, PolicyVerdict};
 use crate::rib::{shard_of4, shard_of6, Counts, Key, Path, Shard, Tables, STALE};
 use crate::{EngineConfig, Output, PeerCounts, PeerId, PeerSpec, LOCAL_PEER};
+use holdfast_rtr::VrpTable;
 
 mod fib;
 mod groups;
+mod rpki;
 mod watch;
 
+pub use rpki::RpkiCounts;
 pub use watch::{BestChange, PostChange};
 
 const WITHDRAW: u32 = u32::MAX;
@@ -58,6 +61,8 @@ pub struct Engine {
     /// Per peer: prefixes announced to us that import policy rejected (BMP
     /// statistics type 0), since the peer was added.
     policy_rejected: FxMap<PeerId, u64>,
+    /// The VRPs routes are validated against (`Engine::set_vrps`).
+    rpki: Option<Arc<VrpTable>>,
 }
 
 /// An UPDATE as handed to the engine.
@@ -85,6 +90,8 @@ struct ImportEnv<'a> {
     cfg: &'a EngineConfig,
     interner: &'a Interner,
     shards: &'a [Shard],
+    /// The VRPs of RFC 6811 validation (`Match::Rpki`).
+    rpki: Option<&'a VrpTable>,
 }
 
 /// Runs `f` on every shard (in parallel when a pool exists); results are
@@ -110,11 +117,12 @@ fn for_shards<R: Send>(
     }
 }
 
-fn import_ctx(spec: &PeerSpec) -> PolicyCtx {
+fn import_ctx<'r>(spec: &PeerSpec, rpki: Option<&'r VrpTable>) -> PolicyCtx<'r> {
     PolicyCtx {
         local_as: spec.local_as,
         next_hop_v4: spec.local_addr_v4,
         next_hop_v6: spec.local_addr_v6,
+        rpki,
     }
 }
 
@@ -163,7 +171,11 @@ impl ImportEnv<'_> {
         unchanged: bool,
         pre: &Arc<Attrs>,
     ) -> Option<Arc<Attrs>> {
-        match spec.import.evaluate_ext(prefix, base, &import_ctx(spec)).0 {
+        match spec
+            .import
+            .evaluate_ext(prefix, base, &import_ctx(spec, self.rpki))
+            .0
+        {
             PolicyVerdict::Reject => None,
             PolicyVerdict::Accept(Cow::Borrowed(_)) if unchanged => Some(pre.clone()),
             PolicyVerdict::Accept(a) => Some(self.interner.intern(Attrs::from_path_attrs(&a))),
@@ -195,7 +207,7 @@ impl ImportEnv<'_> {
                 Ok(
                     match spec
                         .import
-                        .evaluate_ext(&announced[0], &base, &import_ctx(spec))
+                        .evaluate_ext(&announced[0], &base, &import_ctx(spec, self.rpki))
                         .0
                     {
                         PolicyVerdict::Reject => None,
@@ -486,6 +498,7 @@ impl Engine {
             sweep_base: 0,
             out_changes: FxMap::default(),
             policy_rejected: FxMap::default(),
+            rpki: None,
         }
     }
 
@@ -749,12 +762,14 @@ impl Engine {
         let spec = p.spec.clone();
         let up = p.up;
         let interner = std::mem::take(&mut self.interner);
+        let rpki = self.rpki.clone();
         let mut out = {
             let cfg = self.cfg.clone();
             let env = ImportEnv {
                 cfg: &cfg,
                 interner: &interner,
                 shards: &[],
+                rpki: rpki.as_deref(),
             };
             let reimport = |k: Prefix, p: &Path| {
                 let post = env.import(&spec, &k, &p.pre);
@@ -884,6 +899,7 @@ impl Engine {
                 cfg: &self.cfg,
                 interner: &self.interner,
                 shards: &self.shards,
+                rpki: self.rpki.as_deref(),
             };
             let peers = &self.peers;
             let work =

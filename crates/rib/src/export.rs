@@ -132,6 +132,7 @@ pub(crate) fn export_route(
         local_as: p.local_as,
         next_hop_v4: p.nh4,
         next_hop_v6: p.nh6,
+        rpki: None,
     };
     let (verdict, med_set) = p.policy.evaluate_ext(prefix, &attrs, &ctx);
     let changed = match verdict {

@@ -87,7 +87,8 @@ mod rib;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
-pub use engine::{BestChange, Engine, PostChange};
+pub use engine::{BestChange, Engine, PostChange, RpkiCounts};
+pub use holdfast_rtr::{Validity, Vrp, VrpTable};
 pub use holdfast_wire::{Family, Notification, PathAttrs, Prefix};
 pub use policy::{
     as_path_string, Match, Policy, PolicyCtx, PolicyRef, PolicyVerdict, PrefixList,

@@ -1,11 +1,14 @@
 //! Import/export policy: ordered terms of matches and actions, BIRD-like
 //! `all` / `none` shortcuts, prefix lists with ge/le, AS-path regular
-//! expressions, RFC 1997 / 4360 / 8092 community matches and set actions.
+//! expressions, RFC 1997 / 4360 / 8092 community matches and set actions,
+//! RFC 6811 origin validation states (`Match::Rpki`, against the VRP table
+//! the context carries).
 
 use std::borrow::Cow;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
+use holdfast_rtr::{Validity, VrpTable};
 use holdfast_wire::{Afi, AsSegment, LargeCommunity, PathAttrs, Prefix};
 
 /// A named prefix list; the first matching entry decides.
@@ -72,6 +75,8 @@ pub enum Match {
     PathLenGe(usize),
     PathLenLe(usize),
     Family(Afi),
+    /// The route's RFC 6811 state is one of these.
+    Rpki(Vec<Validity>),
     Not(Box<Match>),
     /// True if any of the inner matches holds (a list in one condition).
     Any(Vec<Match>),
@@ -80,14 +85,23 @@ pub enum Match {
 impl Match {
     fn prefix_dependent(&self) -> bool {
         match self {
-            Match::PrefixList(_) | Match::Family(_) => true,
+            Match::PrefixList(_) | Match::Family(_) | Match::Rpki(_) => true,
             Match::Not(m) => m.prefix_dependent(),
             Match::Any(v) => v.iter().any(Match::prefix_dependent),
             _ => false,
         }
     }
 
-    fn eval(&self, prefix: &Prefix, a: &PathAttrs) -> bool {
+    fn uses_rpki(&self) -> bool {
+        match self {
+            Match::Rpki(_) => true,
+            Match::Not(m) => m.uses_rpki(),
+            Match::Any(v) => v.iter().any(Match::uses_rpki),
+            _ => false,
+        }
+    }
+
+    fn eval(&self, prefix: &Prefix, a: &PathAttrs, ctx: &PolicyCtx<'_>) -> bool {
         match self {
             Match::PrefixList(l) => l.permits(prefix),
             Match::AsPathRegex(re) => re.is_match(&as_path_string(a)),
@@ -100,9 +114,28 @@ impl Match {
             Match::PathLenGe(n) => a.as_path.decision_len() >= *n,
             Match::PathLenLe(n) => a.as_path.decision_len() <= *n,
             Match::Family(f) => prefix.afi() == *f,
-            Match::Not(m) => !m.eval(prefix, a),
-            Match::Any(v) => v.iter().any(|m| m.eval(prefix, a)),
+            Match::Rpki(states) => states.contains(&validity(prefix, a, ctx)),
+            Match::Not(m) => !m.eval(prefix, a, ctx),
+            Match::Any(v) => v.iter().any(|m| m.eval(prefix, a, ctx)),
         }
+    }
+}
+
+/// RFC 6811 origin AS of a route: the last AS of a final AS_SEQUENCE, the
+/// local AS for an empty AS_PATH (a route of our own AS), none otherwise.
+pub fn origin_for_validation(a: &PathAttrs, local_as: u32) -> Option<u32> {
+    if a.as_path.segments.is_empty() {
+        return Some(local_as);
+    }
+    a.as_path.origin_as()
+}
+
+/// The route's RFC 6811 state against the context's VRPs (`not-found`
+/// without any).
+pub fn validity(prefix: &Prefix, a: &PathAttrs, ctx: &PolicyCtx<'_>) -> Validity {
+    match ctx.rpki {
+        Some(t) => t.validate(prefix, origin_for_validation(a, ctx.local_as)),
+        None => Validity::NotFound,
     }
 }
 
@@ -191,11 +224,23 @@ impl PolicyRef {
         }
     }
 
+    /// Whether a term matches on the RPKI state (re-evaluated when the
+    /// VRPs change).
+    pub fn uses_rpki(&self) -> bool {
+        match self {
+            PolicyRef::Policy(p) => p
+                .terms
+                .iter()
+                .any(|t| t.matches.iter().any(Match::uses_rpki)),
+            _ => false,
+        }
+    }
+
     pub(crate) fn evaluate_ext<'a>(
         &self,
         prefix: &Prefix,
         attrs: &'a PathAttrs,
-        ctx: &PolicyCtx,
+        ctx: &PolicyCtx<'_>,
     ) -> (PolicyVerdict<'a>, bool) {
         match self {
             PolicyRef::All => (PolicyVerdict::Accept(Cow::Borrowed(attrs)), false),
@@ -207,12 +252,16 @@ impl PolicyRef {
 
 /// Facts a policy may need besides the route itself.
 #[derive(Debug, Clone, Default)]
-pub struct PolicyCtx {
-    /// AS used by `Prepend { asn: None, .. }`.
+pub struct PolicyCtx<'r> {
+    /// AS used by `Prepend { asn: None, .. }`, and the origin of a route
+    /// with an empty AS_PATH for RPKI validation.
     pub local_as: u32,
     /// Our addresses used by `NextHopSelf`.
     pub next_hop_v4: Option<Ipv4Addr>,
     pub next_hop_v6: Option<Ipv6Addr>,
+    /// The VRPs `Match::Rpki` validates against (none: every route is
+    /// `not-found`).
+    pub rpki: Option<&'r VrpTable>,
 }
 
 /// Result of a policy evaluation; `Accept` borrows when nothing changed.
@@ -239,7 +288,7 @@ impl Policy {
         &self,
         prefix: &Prefix,
         attrs: &'a PathAttrs,
-        ctx: &PolicyCtx,
+        ctx: &PolicyCtx<'_>,
     ) -> PolicyVerdict<'a> {
         self.evaluate_ext(prefix, attrs, ctx).0
     }
@@ -249,12 +298,12 @@ impl Policy {
         &self,
         prefix: &Prefix,
         attrs: &'a PathAttrs,
-        ctx: &PolicyCtx,
+        ctx: &PolicyCtx<'_>,
     ) -> (PolicyVerdict<'a>, bool) {
         let mut cur: Cow<'a, PathAttrs> = Cow::Borrowed(attrs);
         let mut med_set = false;
         for t in &self.terms {
-            if !t.matches.iter().all(|m| m.eval(prefix, &cur)) {
+            if !t.matches.iter().all(|m| m.eval(prefix, &cur, ctx)) {
                 continue;
             }
             for a in &t.actions {
@@ -275,7 +324,12 @@ impl Policy {
 }
 
 /// Applies one action; returns true if it set the MED.
-fn apply_action(a: &SetAction, prefix: &Prefix, attrs: &mut PathAttrs, ctx: &PolicyCtx) -> bool {
+fn apply_action(
+    a: &SetAction,
+    prefix: &Prefix,
+    attrs: &mut PathAttrs,
+    ctx: &PolicyCtx<'_>,
+) -> bool {
     match a {
         SetAction::LocalPref(v) => attrs.local_pref = Some(*v),
         SetAction::Med(v) => {

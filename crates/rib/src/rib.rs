@@ -389,6 +389,32 @@ impl<K: Key> Tables<K> {
         }
     }
 
+    /// Applies `f` to every path of every prefix `want` selects; `f`
+    /// returns the replacement (None removes). Prefixes whose best changed
+    /// become dirty.
+    pub(crate) fn map_where(
+        &mut self,
+        counts: &mut FxMap<PeerId, Counts>,
+        ctx: &DecisionCtx<'_>,
+        want: impl Fn(K) -> bool,
+        mut f: impl FnMut(K, &Path) -> Option<Option<Path>>,
+    ) {
+        let mut todo: Vec<(K, PeerId, Option<Path>)> = Vec::new();
+        self.dests.visit(|k, d| {
+            if want(k) {
+                for p in &d.paths {
+                    if let Some(r) = f(k, p) {
+                        todo.push((k, p.peer, r));
+                    }
+                }
+            }
+        });
+        todo.sort_by_key(|a| (a.0, a.1));
+        for (k, peer, r) in todo {
+            self.change(counts, k, peer, r, ctx);
+        }
+    }
+
     /// Exports the dirty prefixes (or `all`: every prefix known to the
     /// Loc-RIB or to the targets' Adj-RIB-Out) to the targets; returns each
     /// target's changes and updates its Adj-RIB-Out fingerprints.

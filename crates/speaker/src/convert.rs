@@ -12,11 +12,11 @@ use holdfast_api::{
 };
 use holdfast_config::{
     Config, Instance, MatchFamily, Neighbor, PolicyDef, PolicyDefault, PolicyRef as CfgRef,
-    TermAction,
+    RpkiState, TermAction,
 };
 use holdfast_fsm::SessionConfig;
 use holdfast_rib::policy::{Match, Policy, PrefixList, PrefixListEntry, SetAction, Term};
-use holdfast_rib::{EngineConfig, PeerCounts, PeerId, PeerSpec, PolicyRef};
+use holdfast_rib::{EngineConfig, PeerCounts, PeerId, PeerSpec, PolicyRef, Validity};
 use holdfast_wire::{Afi, AsPath, MpNextHop, Origin, PathAttrs, Prefix};
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, Ipv4Addr};
@@ -150,6 +150,18 @@ fn compile_policy(p: &PolicyDef, lists: &HashMap<&str, Arc<PrefixList>>) -> anyh
                 MatchFamily::Ipv4 => Afi::Ipv4,
                 MatchFamily::Ipv6 => Afi::Ipv6,
             }));
+        }
+        if !m.rpki.is_empty() {
+            matches.push(Match::Rpki(
+                m.rpki
+                    .iter()
+                    .map(|s| match s {
+                        RpkiState::Valid => Validity::Valid,
+                        RpkiState::Invalid => Validity::Invalid,
+                        RpkiState::NotFound => Validity::NotFound,
+                    })
+                    .collect(),
+            ));
         }
         let s = &t.set;
         let mut actions = Vec::new();
@@ -399,6 +411,7 @@ pub fn rib_entry(prefix: Prefix, peer: Option<&String>, a: &PathAttrs, best: boo
             .map(|c| format_large_community(c.global, c.local1, c.local2))
             .collect(),
         ext_communities: a.ext_communities.iter().map(format_ext_community).collect(),
+        rpki: None,
     }
 }
 

@@ -16,6 +16,7 @@
 mod api_routes;
 mod bmp;
 mod mrt;
+mod rpki;
 mod standby;
 mod takeover;
 
@@ -109,6 +110,8 @@ struct Daemon {
     /// `[[bmp]]`: the sessions' hub and the collectors' tasks.
     bmp_hub: crate::bmp::BmpHub,
     bmp: crate::bmp::BmpRuntime,
+    /// `[[rpki]]`: the RTR task and the VRPs in force.
+    rpki: crate::rpki::RpkiRuntime,
 }
 
 struct ResumeTarget {
@@ -203,6 +206,7 @@ pub async fn run(
         mrt: mrt::MrtRuntime::default(),
         bmp_hub: crate::bmp::BmpHub::default(),
         bmp: crate::bmp::BmpRuntime::default(),
+        rpki: crate::rpki::RpkiRuntime::default(),
     };
     let control_path = d.cfg.global.control_socket.clone();
     let serve = |tx| {
@@ -261,6 +265,7 @@ pub async fn run(
     d.apply(cfg, true)?;
     d.restart_mrt();
     d.restart_bmp();
+    d.restart_rpki();
     if d.takeover.is_some() {
         d.complete_takeover()?;
         // After each instance's `Resume` (the same queue): the tables are
@@ -418,6 +423,9 @@ impl Daemon {
         }
         if (diff.bmp_changed || diff.instances_changed) && !initial {
             self.restart_bmp();
+        }
+        if (diff.rpki_changed || diff.instances_changed) && !initial {
+            self.restart_rpki();
         }
         Ok(format!(
             "{added} neighbour(s) added, {changed} changed, {removed} removed"
@@ -738,6 +746,7 @@ impl Daemon {
         // Give the writer tasks a bounded moment to put the Cease on the wire.
         tokio::time::sleep(Duration::from_millis(200)).await;
         self.bmp.stop().await;
+        self.rpki.stop();
         if let (Some(n), Some(nsr)) = (&self.cfg.nsr, &self.nsr) {
             // A deliberate stop: let everything through, then take the
             // rules away (without a gate bound they would drop it all).
@@ -898,6 +907,7 @@ impl Daemon {
                 }
                 Response::fib(out)
             }
+            Request::ShowRpki => Response::rpki(self.show_rpki().await),
             Request::ShowBfd => match &self.bfd {
                 Some(b) => Response::bfd(b.show().await),
                 None => Response::bfd(Vec::new()),
@@ -990,9 +1000,15 @@ impl Daemon {
             .values()
             .map(|e| (e.id, e.neighbor.address.to_string()))
             .collect();
+        let states = self.rpki_states(&inst.rib, table, &routes).await;
         Ok(routes
             .into_iter()
-            .map(|(p, peer, a, best)| convert::rib_entry(p, names.get(&peer), &a, best))
+            .enumerate()
+            .map(|(i, (p, peer, a, best))| {
+                let mut e = convert::rib_entry(p, names.get(&peer), &a, best);
+                e.rpki = states.get(i).copied().flatten().map(|v| v.to_string());
+                e
+            })
             .collect())
     }
 }

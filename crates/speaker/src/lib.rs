@@ -38,6 +38,7 @@ mod obs;
 pub mod peer;
 mod resume;
 mod rib_thread;
+mod rpki;
 mod socket;
 mod standby;
 mod tables;

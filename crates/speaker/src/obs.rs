@@ -92,6 +92,8 @@ pub struct Metrics {
     fib_dumps: Family<InstanceLabels, Counter>,
     fib_adopted: Family<InstanceLabels, Counter>,
     fib_lost: Family<InstanceLabels, Counter>,
+    /// `holdfast_rpki_*` (`crate::rpki::metrics`).
+    pub rpki: crate::rpki::RpkiMetrics,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -247,7 +249,9 @@ impl Metrics {
             fib_dumps: Family::default(),
             fib_adopted: Family::default(),
             fib_lost: Family::default(),
+            rpki: crate::rpki::RpkiMetrics::default(),
         };
+        m.rpki.register(&mut r);
         r.register(
             "fib_routes",
             "Kernel FIB routes by state: wanted (by the RIB), installed (ours in the table), pending, unresolved, failed, stale",

@@ -117,6 +117,18 @@ pub enum RibCmd {
     FibActivate {
         hold: std::time::Duration,
     },
+    /// RPKI: the VRP table now in force and the VRPs added or removed
+    /// since the previous one (their prefixes' routes are revalidated).
+    Rpki {
+        table: Arc<holdfast_rib::VrpTable>,
+        changed: Arc<Vec<holdfast_rib::Vrp>>,
+    },
+    /// NSR takeover with `[[rpki]]`: hold every later command until the
+    /// first `Rpki` (or `until`), so that the tables are rebuilt with the
+    /// cache's VRPs and nothing is sent before (docs/nsr.md, RPKI).
+    RpkiAwait {
+        until: Instant,
+    },
 }
 
 /// The answer to [`RibCmd::Snapshot`].
@@ -195,15 +207,25 @@ pub enum RibQuery {
     Loc,
     Lookup(Prefix),
     Counts,
+    /// Received routes by RFC 6811 state.
+    Rpki,
+    /// The RFC 6811 state of each (peer, prefix) route as received.
+    Validity(Vec<(PeerId, Prefix)>),
 }
 
+/// One route of a `QueryResult::Routes`: prefix, source peer, attributes,
+/// best.
+pub type RouteRow = (Prefix, PeerId, Arc<PathAttrs>, bool);
+
 pub enum QueryResult {
-    Routes(Vec<(Prefix, PeerId, Arc<PathAttrs>, bool)>),
+    Routes(Vec<RouteRow>),
     Counts {
         loc_rib: usize,
         attr_sets: usize,
         peers: HashMap<PeerId, holdfast_rib::PeerCounts>,
     },
+    Rpki(holdfast_rib::RpkiCounts),
+    Validity(Vec<Option<holdfast_rib::Validity>>),
 }
 
 /// What the RIB thread sends back to a peer task.
@@ -270,6 +292,7 @@ pub fn spawn(
                 bmp_loc: false,
                 fib,
                 fib_buf: Vec::new(),
+                held: std::collections::VecDeque::new(),
             }
             .run()
         })
@@ -306,17 +329,60 @@ struct RibThread {
     /// entries each command changed (never waited for).
     fib: Option<FibHandle>,
     fib_buf: Vec<holdfast_rib::FibRoute>,
+    /// Commands held by `RibCmd::RpkiAwait`, handled first once it ends.
+    held: std::collections::VecDeque<RibCmd>,
 }
 
 impl RibThread {
+    /// `RibCmd::RpkiAwait`: applies the first `Rpki` to arrive before
+    /// `until`, holding every other command meanwhile (in order).
+    fn await_rpki(&mut self, until: Instant) {
+        if self.engine.vrps().is_some() {
+            // The cache answered before the wait began.
+            return;
+        }
+        let started = Instant::now();
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                tracing::warn!(
+                    instance = %self.name,
+                    held = self.held.len(),
+                    "RPKI: no cache answered in time after the takeover: routes are validated without VRPs (not-found) until one does"
+                );
+                return;
+            }
+            match self.rx.try_recv() {
+                Ok(cmd @ RibCmd::Rpki { .. }) => {
+                    tracing::info!(
+                        instance = %self.name,
+                        waited_ms = started.elapsed().as_millis() as u64,
+                        held = self.held.len(),
+                        "RPKI: VRPs received after the takeover"
+                    );
+                    self.handle(cmd);
+                    return;
+                }
+                Ok(cmd) => self.held.push_back(cmd),
+                Err(mpsc::error::TryRecvError::Disconnected) => return,
+                Err(mpsc::error::TryRecvError::Empty) => {
+                    std::thread::sleep(left.min(std::time::Duration::from_millis(5)));
+                }
+            }
+        }
+    }
+
     fn run(mut self) {
         let mut pending: Option<RibCmd> = None;
         loop {
             let cmd = match pending.take() {
                 Some(c) => c,
-                None => match self.rx.blocking_recv() {
+                None => match self.held.pop_front() {
                     Some(c) => c,
-                    None => return,
+                    None => match self.rx.blocking_recv() {
+                        Some(c) => c,
+                        None => return,
+                    },
                 },
             };
             match cmd {
@@ -325,7 +391,11 @@ impl RibThread {
                     let mut batch: Vec<(PeerId, Vec<u8>)> =
                         bodies.into_iter().map(|b| (peer, b)).collect();
                     while batch.len() < MAX_BATCH_MSGS && bytes < MAX_BATCH_BYTES {
-                        match self.rx.try_recv() {
+                        let next = match self.held.pop_front() {
+                            Some(c) => Ok(c),
+                            None => self.rx.try_recv(),
+                        };
+                        match next {
                             Ok(RibCmd::Updates { peer, bodies }) => {
                                 bytes += bodies.iter().map(Vec::len).sum::<usize>();
                                 batch.extend(bodies.into_iter().map(|b| (peer, b)))
@@ -441,7 +511,8 @@ impl RibThread {
             | RibCmd::Prepare(_)
             | RibCmd::WatchBest(_)
             | RibCmd::Bmp(_)
-            | RibCmd::FibActivate { .. } => true,
+            | RibCmd::FibActivate { .. }
+            | RibCmd::RpkiAwait { .. } => true,
             // Skipped below: the session is preheated.
             RibCmd::AddPeer(spec) => self.preheated.contains_key(&spec.id),
             _ => false,
@@ -488,6 +559,21 @@ impl RibThread {
             RibCmd::WithdrawOriginated(p) => self.engine.withdraw_originated(p),
             RibCmd::Query(q, reply) => {
                 let _ = reply.send(self.query(q));
+                return;
+            }
+            RibCmd::Rpki { table, changed } => {
+                let started = Instant::now();
+                let out = self.engine.set_vrps(table, &changed);
+                self.metrics.rpki.revalidated(
+                    &self.name,
+                    changed.len(),
+                    started.elapsed(),
+                    self.engine.rpki_counts(),
+                );
+                out
+            }
+            RibCmd::RpkiAwait { until } => {
+                self.await_rpki(until);
                 return;
             }
             RibCmd::Snapshot {
@@ -801,6 +887,13 @@ impl RibThread {
                     peers,
                 }
             }
+            RibQuery::Rpki => QueryResult::Rpki(self.engine.rpki_counts()),
+            RibQuery::Validity(routes) => QueryResult::Validity(
+                routes
+                    .iter()
+                    .map(|(peer, p)| self.engine.route_validity(*peer, p))
+                    .collect(),
+            ),
         }
     }
 

@@ -81,6 +81,8 @@ pub struct Options {
     /// BFD authentication under the session (bird2 peers): bird2's
     /// `authentication` kind, holdfastd's `auth`, key ID, password.
     pub bfd_auth: Option<BfdAuth>,
+    /// holdfastd's import policy for the peer under test (default `all`).
+    pub import: Option<&'static str>,
 }
 
 /// BFD authentication of [`Options::bfd_auth`].
@@ -135,11 +137,12 @@ fn hf_config(topo: &NsrTopo, redis: &str, o: &Options, more: &str) -> String {
     let extra = format!(
         "hold_time = 9\n\
          [[network]]\nprefix = \"100.100.0.0/24\"\ncount = 10\n\
-         [[neighbor]]\naddress = \"{peer}\"\nremote_asn = {PEER_AS}\nlocal_address = \"{svc}\"\nimport = \"all\"\nexport = \"all\"\n{md5}\n\
+         [[neighbor]]\naddress = \"{peer}\"\nremote_asn = {PEER_AS}\nlocal_address = \"{svc}\"\nimport = \"{import}\"\nexport = \"all\"\n{md5}\n\
          [[neighbor]]\naddress = \"{feed}\"\nremote_asn = {FEED_OUT_AS}\nlocal_address = \"{svc}\"\npassive = true\nimport = \"all\"\nexport = \"all\"\n",
         peer = topo.peer.v4,
         feed = topo.feed.v4,
         svc = topo.service_v4,
+        import = o.import.unwrap_or("all"),
     );
     let extra = match o.compact_bytes {
         Some(n) => format!("{extra}[nsr]\ncompact_bytes = {n}\ncompact_ratio = 0\n"),
@@ -418,6 +421,12 @@ impl<P: Peer> Run<P> {
 
     pub fn peer_ip(&self) -> IpAddr {
         IpAddr::V4(self.topo.peer.v4)
+    }
+
+    /// What the outbound feed (a BGP speaker holdfastd exports to) has
+    /// received, every message counted.
+    pub fn feed_out_view<R>(&self, f: impl FnOnce(&holdfast_tester::View) -> R) -> R {
+        self.feed_out.view(f)
     }
 
     /// The peer announces `prefix` to us.

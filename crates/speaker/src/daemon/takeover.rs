@@ -64,6 +64,7 @@ impl Daemon {
                 continue;
             };
             let (tx, rx) = oneshot::channel();
+            self.hold_for_rpki(&inst.rib);
             inst.rib.send(RibCmd::Resume { peers, reply: tx });
             let nsr = nsr.clone();
             tokio::spawn(async move {
