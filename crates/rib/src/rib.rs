@@ -411,7 +411,7 @@ impl<K: Key> Tables<K> {
         });
         todo.sort_by_key(|a| (a.0, a.1));
         for (k, peer, r) in todo {
-            self.change(counts, k, peer, r, ctx);
+            self.change(counts, k, peer, r, ctx, false);
         }
     }
 
