@@ -43,10 +43,8 @@ fn frr_bfd_never_notices_takeovers() {
         "nsr_bfd_frr",
         PeerKind::Frr,
         nsr_common::Options {
-            md5: None,
-            compact_bytes: None,
             bfd: Some(300),
-            bfd_auth: None,
+            ..nsr_common::Options::default()
         },
     ) else {
         return;

@@ -126,6 +126,7 @@ fn bird_bfd_100ms_stays_up_through_a_slow_takeover_with_the_relay() {
             compact_bytes: None,
             bfd: Some(100),
             bfd_auth: None,
+            ..nsr_common::Options::default()
         },
     ) else {
         return;
@@ -244,6 +245,7 @@ fn bird_keyed_sha1_bfd_stays_up_through_a_slow_takeover() {
                 key_id: 3,
                 password: KEY,
             }),
+            ..nsr_common::Options::default()
         },
     ) else {
         return;

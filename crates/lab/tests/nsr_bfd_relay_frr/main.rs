@@ -205,6 +205,7 @@ fn frr_bfd_100ms_stays_up_through_takeovers_with_the_relay() {
             compact_bytes: None,
             bfd: Some(INTERVAL_MS),
             bfd_auth: None,
+            ..nsr_common::Options::default()
         },
     ) else {
         return;
@@ -404,6 +405,7 @@ fn relay_lets_go_of_a_unit_nobody_takes_over() {
             compact_bytes: None,
             bfd: Some(INTERVAL_MS),
             bfd_auth: None,
+            ..nsr_common::Options::default()
         },
     ) else {
         return;

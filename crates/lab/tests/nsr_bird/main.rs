@@ -18,6 +18,7 @@ fn bird_peer_never_notices_failovers() {
             compact_bytes: Some(256 * 1024),
             bfd: None,
             bfd_auth: None,
+            ..nsr_common::Options::default()
         },
     );
 }

@@ -17,6 +17,7 @@ fn frr_peer_never_notices_failovers() {
             compact_bytes: None,
             bfd: None,
             bfd_auth: None,
+            ..nsr_common::Options::default()
         },
     );
 }

@@ -54,6 +54,7 @@ fn frr_never_notices_a_preheated_standby_taking_over() {
             compact_bytes: Some(COMPACT),
             bfd: None,
             bfd_auth: None,
+            ..nsr_common::Options::default()
         },
     ) else {
         return;
