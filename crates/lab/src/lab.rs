@@ -750,6 +750,33 @@ impl Lab {
         self.spawn_argv(name, &full, env, false)
     }
 
+    /// Start `ip monitor route` inside a host and return once it is known
+    /// to be subscribed and writing: a marker route (`unreachable
+    /// 192.0.2.255/32` in table 252, a documentation prefix in a table the
+    /// lab uses for nothing else) is added and deleted until the monitor's
+    /// log shows it. Tests then read the log with [`Lab::proc_logs`] and
+    /// look for their own prefixes.
+    pub fn spawn_route_monitor(&mut self, host: HostId, name: &str) -> Result<ProcId> {
+        let mon = self.spawn(host, name, &["ip", "monitor", "route"], &[])?;
+        let log = self.procs[mon.0].stdout.clone();
+        let marker = ["192.0.2.255/32", "table", "252"];
+        crate::wait::wait_for(
+            &format!("{name}: ip monitor route subscribed"),
+            DEFAULT_CMD_TIMEOUT,
+            || {
+                let mut add = vec!["ip", "route", "replace", "unreachable"];
+                add.extend(marker);
+                self.exec_ok(host, &add)?;
+                let mut del = vec!["ip", "route", "del", "unreachable"];
+                del.extend(marker);
+                self.exec_ok(host, &del)?;
+                let seen = std::fs::read_to_string(&log).unwrap_or_default();
+                Ok(seen.contains("192.0.2.255").then_some(()))
+            },
+        )?;
+        Ok(mon)
+    }
+
     fn spawn_argv(
         &mut self,
         name: &str,

@@ -190,6 +190,15 @@ impl ImportEnv<'_> {
         self.policy(spec, prefix, &base, matches!(base, Cow::Borrowed(_)), pre)
     }
 
+    /// Soft reconfiguration of one stored path: `Some(path)` with its
+    /// post-policy result evaluated again when that result changed, `None`
+    /// when it did not (for `Tables::map_peer` / `map_where`).
+    fn reimport(&self, spec: &PeerSpec, prefix: Prefix, p: &Path) -> Option<Option<Path>> {
+        let post = self.import(spec, &prefix, &p.pre);
+        (!crate::rib::same_post(post.as_ref(), p.post.as_ref()))
+            .then(|| Some(Path { post, ..p.clone() }))
+    }
+
     /// Import of an UPDATE whose policy does not depend on the prefix: one
     /// evaluation for all its prefixes, attributes moved, not copied.
     fn import_shared(
@@ -772,15 +781,7 @@ impl Engine {
                 shards: &[],
                 rpki: rpki.as_deref(),
             };
-            let reimport = |k: Prefix, p: &Path| {
-                let post = env.import(&spec, &k, &p.pre);
-                let same = match (&post, &p.post) {
-                    (None, None) => true,
-                    (Some(a), Some(b)) => Arc::ptr_eq(a, b),
-                    _ => false,
-                };
-                (!same).then(|| Some(Path { post, ..p.clone() }))
-            };
+            let reimport = |k: Prefix, p: &Path| env.reimport(&spec, k, p);
             self.pass(None, false, |_, s, ctx| {
                 let Shard { v4, v6, counts } = s;
                 v4.map_peer(counts, id, ctx, |k, p| reimport(k.prefix(), p));

@@ -284,6 +284,16 @@ fn export_one(
     cache.entry(key).or_insert_with(compute).clone()
 }
 
+/// Whether two post-policy results are the same interned attributes (or
+/// both rejected).
+pub(crate) fn same_post(a: Option<&Arc<Attrs>>, b: Option<&Arc<Attrs>>) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+        _ => false,
+    }
+}
+
 impl<K: Key> Tables<K> {
     /// Sets (`new` = Some) or removes `peer`'s path for `k`, re-running the
     /// decision and marking the prefix dirty if the best path changed.
@@ -320,12 +330,7 @@ impl<K: Key> Tables<K> {
         if self.watch_post {
             let old_post = pos.and_then(|i| d.paths[i].post.as_ref());
             let new_post = new.as_ref().and_then(|n| n.post.as_ref());
-            let same = match (old_post, new_post) {
-                (None, None) => true,
-                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
-                _ => false,
-            };
-            if !same {
+            if !same_post(old_post, new_post) {
                 self.post_log.push((k, peer, new_post.cloned()));
             }
         }
@@ -375,18 +380,18 @@ impl<K: Key> Tables<K> {
         ctx: &DecisionCtx<'_>,
         mut f: impl FnMut(K, &Path) -> Option<Option<Path>>,
     ) {
-        let mut todo: Vec<(K, Option<Path>)> = Vec::new();
-        self.dests.visit(|k, d| {
-            if let Some(p) = d.paths.iter().find(|p| p.peer == peer) {
-                if let Some(r) = f(k, p) {
-                    todo.push((k, r));
+        self.map_where(
+            counts,
+            ctx,
+            |_| true,
+            |k, p| {
+                if p.peer == peer {
+                    f(k, p)
+                } else {
+                    None
                 }
-            }
-        });
-        todo.sort_by_key(|a| a.0);
-        for (k, r) in todo {
-            self.change(counts, k, peer, r, ctx, false);
-        }
+            },
+        );
     }
 
     /// Applies `f` to every path of every prefix `want` selects; `f`

@@ -338,10 +338,7 @@ fn kernel_fib_installs_adopts_and_forwards() {
         3,
         "routes left by the killed process: {before:?}"
     );
-    let mon = lab
-        .spawn(r, "ipmon", &["ip", "monitor", "route"], &[])
-        .expect("ip monitor");
-    std::thread::sleep(Duration::from_millis(300));
+    let mon = lab.spawn_route_monitor(r, "ipmon").expect("ip monitor");
     let hf2 = Holdfastd::start(&mut lab, r, "holdfastd2", &config(6)).expect("holdfastd again");
     hf2.wait_established(ip("192.0.2.2"), T)
         .expect("b1 Established again");

@@ -216,10 +216,7 @@ fn kernel_fib_survives_takeovers() {
 
     // (a) Same host: kill, take over in place. Nothing is rewritten and
     // forwarding never stops.
-    let mon = r
-        .lab
-        .spawn(a, "ipmon", &["ip", "monitor", "route"], &[])
-        .expect("ip monitor");
+    let mon = r.lab.spawn_route_monitor(a, "ipmon").expect("ip monitor");
     let pinger = r
         .lab
         .spawn(
@@ -229,7 +226,12 @@ fn kernel_fib_survives_takeovers() {
             &[],
         )
         .expect("ping");
-    std::thread::sleep(Duration::from_millis(300));
+    // The kill comes once pings are going through (the first reply).
+    wait_for("the pinger's first reply", T, || {
+        let out = std::fs::read_to_string(r.lab.proc_logs(pinger).0).unwrap_or_default();
+        Ok(out.contains("bytes from").then_some(()))
+    })
+    .expect("pings through a before the kill");
     drop(r.takeover_in_place("SIGKILL, takeover on the same host", Fence::Kill));
     let f = wait_fib(r.hf(), &r.lab, 3, "hf1's FIB after the takeover in place");
     println!("same host: show fib counters {}", f["counters"]);

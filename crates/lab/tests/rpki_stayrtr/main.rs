@@ -205,8 +205,20 @@ fn rpki_across_a_takeover() {
     let mut kept = states(run.hf(), &run.lab, peer);
     kept.retain(|r| want.iter().any(|w| w.0 == r.0));
     assert_eq!(kept, want, "the backup's states");
-    // Let anything the backup would send arrive, then compare.
-    std::thread::sleep(Duration::from_millis(1500));
+    // A barrier instead of a pause: a fresh valid route from the peer,
+    // exported after the backup's rebuild on the same session, reaches the
+    // feed only after anything the rebuild sent.
+    run.peer_announces("10.1.9.0/24");
+    wait_for(
+        "the feed holds a fresh route sent after the takeover",
+        T,
+        || {
+            Ok(run
+                .feed_out_view(|v| v.routes.contains_key(&p("10.1.9.0/24")))
+                .then_some(()))
+        },
+    )
+    .expect("fresh route exported by the backup");
     run.feed_out_view(|v| {
         assert!(
             !v.routes.contains_key(&p("10.2.0.0/16")),

@@ -436,8 +436,8 @@ impl<P: Peer> Run<P> {
             .expect("the peer announces");
     }
 
-    /// Routes the peer holds from us, by the peer's own count.
-    /// Routes the peer holds from us, read with the watch's light query
+    /// Routes the peer holds from us, by the peer's own count, read with the
+    /// watch's light query
     /// (gobgpd's per-neighbour query walks its whole RIB in its server loop).
     fn held_from_us(&self) -> u32 {
         (self.peer.session_probe(&self.lab))()

@@ -74,16 +74,7 @@ impl Engine {
                 shards: &[],
                 rpki: rpki.as_deref(),
             };
-            let reimport = |k: Prefix, p: &Path| {
-                let spec = specs.get(&p.peer)?;
-                let post = env.import(spec, &k, &p.pre);
-                let same = match (&post, &p.post) {
-                    (None, None) => true,
-                    (Some(a), Some(b)) => Arc::ptr_eq(a, b),
-                    _ => false,
-                };
-                (!same).then(|| Some(Path { post, ..p.clone() }))
-            };
+            let reimport = |k: Prefix, p: &Path| env.reimport(specs.get(&p.peer)?, k, p);
             let cover = &cover;
             self.pass(None, false, |_, s, ctx| {
                 let Shard { v4, v6, counts } = s;
