@@ -115,6 +115,9 @@ pub struct FibWrites {
     pub added: u64,
     pub replaced: u64,
     pub deleted: u64,
+    /// Next-hop objects of ours created and deleted.
+    pub nexthops_added: u64,
+    pub nexthops_deleted: u64,
     pub errors: u64,
     /// The batch's final acknowledgement never came (a dump follows).
     pub lost: bool,
@@ -259,7 +262,7 @@ impl Metrics {
         );
         r.register(
             "fib_writes",
-            "Kernel FIB route writes acknowledged, by op: added, replaced, deleted",
+            "Kernel FIB writes acknowledged, by op: added, replaced, deleted (routes), nexthop_added, nexthop_deleted (next-hop objects)",
             m.fib_writes.clone(),
         );
         r.register(
@@ -552,6 +555,8 @@ impl Metrics {
             ("added", w.added),
             ("replaced", w.replaced),
             ("deleted", w.deleted),
+            ("nexthop_added", w.nexthops_added),
+            ("nexthop_deleted", w.nexthops_deleted),
         ] {
             if n > 0 {
                 self.fib_writes

@@ -30,8 +30,10 @@
 //!   sessions come back one after the other, and `show fib` counts them
 //!   adopted, none added, replaced or deleted;
 //! * a withdrawal by b1 removes 10.201.0.0/24 (and the ping fails again);
-//! * a normal stop (SIGTERM, no `persist`) removes our routes and leaves
-//!   the static one.
+//! * a route with one gateway names a next-hop object of ours (`nhid`,
+//!   `ip nexthop show protocol 179`), the ECMP route carries its gateways;
+//! * a normal stop (SIGTERM, no `persist`) removes our routes and next-hop
+//!   objects and leaves the static route.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
@@ -270,6 +272,9 @@ fn kernel_fib_installs_adopts_and_forwards() {
             a.contains("via 192.0.2.2") && a.contains("metric 32"),
             "{a}"
         );
+        // One gateway: through a next-hop object of ours; ECMP: gateways.
+        assert!(a.contains(" nhid "), "a next-hop object: {a}");
+        assert!(!b.contains(" nhid "), "ECMP carries its gateways: {b}");
         assert!(
             b.contains("nexthop via 192.0.2.2") && b.contains("nexthop via 192.0.3.2"),
             "ECMP: {b}"
@@ -375,12 +380,22 @@ fn kernel_fib_installs_adopts_and_forwards() {
     .expect("withdrawal");
     assert!(!ping(&lab, src, "10.201.0.1"), "no route, no forwarding");
 
-    // A normal stop removes ours and nothing else.
+    let objects = sh(&lab, r, &["ip", "nexthop", "show", "protocol", "179"]);
+    assert!(objects.contains("via 192.0.2.2"), "{objects}");
+
+    // A normal stop removes ours (routes and next-hop objects) and nothing
+    // else.
     hf2.stop(&mut lab);
     assert_eq!(
         ours(&lab, r),
         Vec::<String>::new(),
         "routes left after a normal stop"
+    );
+    let objects = sh(&lab, r, &["ip", "nexthop", "show", "protocol", "179"]);
+    assert_eq!(
+        objects.trim(),
+        "",
+        "next-hop objects left after a normal stop"
     );
     let statics = sh(
         &lab,

@@ -20,7 +20,8 @@
 //!   via 198.18.0.1; the ping from feed through a reaches the peer;
 //! * same host (SIGKILL hf0, `--takeover` hf1 in a's namespace): an
 //!   `ip monitor route` started before the kill and read after shows none of
-//!   our prefixes deleted or added, the table is unchanged, hf1's `show fib`
+//!   our prefixes deleted or added, the table is unchanged (the routes name
+//!   a next-hop object of ours, `nhid`, and keep its id), hf1's `show fib`
 //!   counts 3 adopted and nothing added, replaced or deleted, and a ping
 //!   (100, every 50 ms, started before the kill, ending after the takeover) lost
 //!   no packet; bird's session never left Established (support/nsr.rs's
@@ -50,21 +51,17 @@ fn sh(lab: &Lab, host: HostId, cmd: &[&str]) -> String {
 }
 
 /// Routes of `proto` in table 100, one line per route, without the
-/// interface (its name differs between hosts).
+/// interface (its name differs between hosts) and the next-hop object's id
+/// (see [`raw_table`]).
 fn table(lab: &Lab, h: HostId, proto: &str) -> Vec<String> {
-    let out = sh(
-        lab,
-        h,
-        &["ip", "-o", "route", "show", "table", "100", "proto", proto],
-    );
-    let mut v: Vec<String> = out
-        .lines()
+    raw_table(lab, h, proto)
+        .iter()
         .map(|l| {
             let w: Vec<&str> = l.split_whitespace().collect();
             let mut keep = Vec::new();
             let mut i = 0;
             while i < w.len() {
-                if w[i] == "dev" {
+                if w[i] == "dev" || w[i] == "nhid" {
                     i += 2;
                     continue;
                 }
@@ -73,7 +70,17 @@ fn table(lab: &Lab, h: HostId, proto: &str) -> Vec<String> {
             }
             keep.join(" ")
         })
-        .collect();
+        .collect()
+}
+
+/// `ip -o route show table 100 proto PROTO` as the kernel prints it, sorted.
+fn raw_table(lab: &Lab, h: HostId, proto: &str) -> Vec<String> {
+    let out = sh(
+        lab,
+        h,
+        &["ip", "-o", "route", "show", "table", "100", "proto", proto],
+    );
+    let mut v: Vec<String> = out.lines().map(|l| l.trim().to_string()).collect();
     v.sort();
     v
 }
@@ -212,7 +219,13 @@ fn kernel_fib_survives_takeovers() {
     wait_fib(r.hf(), &r.lab, 3, "hf0's FIB");
     route_feed_via(&r.lab, feed, &topo.a.v4.to_string());
     assert!(ping_once(&r.lab, feed), "ping feed -> a -> peer");
-    let before = table(&r.lab, a, "179");
+    // Written with a next-hop object of ours (`nhid`), which the
+    // takeover must keep as well.
+    let before = raw_table(&r.lab, a, "179");
+    assert!(
+        before.iter().all(|l| l.contains(" nhid ")),
+        "routes without a next-hop object: {before:?}"
+    );
 
     // (a) Same host: kill, take over in place. Nothing is rewritten and
     // forwarding never stops.
@@ -236,9 +249,9 @@ fn kernel_fib_survives_takeovers() {
     let f = wait_fib(r.hf(), &r.lab, 3, "hf1's FIB after the takeover in place");
     println!("same host: show fib counters {}", f["counters"]);
     assert_eq!(
-        table(&r.lab, a, "179"),
+        raw_table(&r.lab, a, "179"),
         before,
-        "a's table after the takeover"
+        "a's table after the takeover (routes and next-hop ids)"
     );
     wait_for("the pinger done", T, || {
         Ok((!r.lab.is_running(pinger)).then_some(()))

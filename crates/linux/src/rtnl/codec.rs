@@ -8,6 +8,9 @@
 //! (native endian), a 12-byte `rtmsg`, then attributes (`rtattr`: length,
 //! type, payload padded to 4 bytes). Multipath next hops are `rtnexthop`s
 //! (8 bytes each, followed by their own attributes) inside `RTA_MULTIPATH`.
+//! Next-hop objects (`RTM_NEWNEXTHOP`, `RTM_DELNEXTHOP`, `RTM_GETNEXTHOP`;
+//! `linux/nexthop.h`): an 8-byte `nhmsg`, then `NHA_*` attributes; a route
+//! names one with `RTA_NH_ID`.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -21,6 +24,9 @@ pub const RTM_DELADDR: u16 = 21;
 pub const RTM_NEWROUTE: u16 = 24;
 pub const RTM_DELROUTE: u16 = 25;
 pub const RTM_GETROUTE: u16 = 26;
+pub const RTM_NEWNEXTHOP: u16 = 104;
+pub const RTM_DELNEXTHOP: u16 = 105;
+pub const RTM_GETNEXTHOP: u16 = 106;
 
 pub const NLM_F_REQUEST: u16 = 1;
 pub const NLM_F_MULTI: u16 = 2;
@@ -31,6 +37,12 @@ pub const NLM_F_EXCL: u16 = 0x200;
 pub const NLM_F_CREATE: u16 = 0x400;
 
 const RTA_DST: u16 = 1;
+const RTA_NH_ID: u16 = 30;
+const NHA_ID: u16 = 1;
+const NHA_GROUP: u16 = 2;
+const NHA_BLACKHOLE: u16 = 4;
+const NHA_OIF: u16 = 5;
+const NHA_GATEWAY: u16 = 6;
 const RTA_OIF: u16 = 4;
 const RTA_GATEWAY: u16 = 5;
 const RTA_PRIORITY: u16 = 6;
@@ -97,6 +109,22 @@ pub struct KernelRoute {
     pub kind: u8,
     pub priority: u32,
     pub nexthops: Vec<NextHop>,
+    /// The next-hop object the route uses (`RTA_NH_ID`), if any. The
+    /// kernel also reports its next hops in `nexthops` unless
+    /// `net.ipv4.nexthop_compat_mode` is 0.
+    pub nh_id: Option<u32>,
+}
+
+/// A next-hop object as the kernel reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelNexthop {
+    pub id: u32,
+    pub family: u8,
+    pub protocol: u8,
+    pub gateway: Option<IpAddr>,
+    pub oif: u32,
+    /// A group or a blackhole (not a plain gateway).
+    pub special: bool,
 }
 
 /// One next hop of a kernel route.
@@ -163,6 +191,7 @@ pub fn parse_route(p: &[u8]) -> Option<KernelRoute> {
         kind: h[7],
         priority: 0,
         nexthops: Vec::new(),
+        nh_id: None,
     };
     let mut single = NextHop {
         gateway: None,
@@ -175,6 +204,7 @@ pub fn parse_route(p: &[u8]) -> Option<KernelRoute> {
             RTA_DST => r.dst = addr(family, v)?,
             RTA_TABLE => r.table = u32_of(v)?,
             RTA_PRIORITY => r.priority = u32_of(v)?,
+            RTA_NH_ID => r.nh_id = Some(u32_of(v)?),
             RTA_OIF => {
                 single.oif = u32_of(v)?;
                 has_single = true;
@@ -283,6 +313,42 @@ pub fn encode_route(
     key: &RouteKey,
     nexthops: &[(IpAddr, u32)],
 ) {
+    let start = route_head(buf, seq, ack, op, key);
+    if op == RouteOp::Delete {
+        finish(buf, start);
+        return;
+    }
+    let mut a = [0u8; 16];
+    match nexthops {
+        [] => {}
+        [(gw, oif)] => {
+            let n = ip_bytes(gw, &mut a);
+            attr(buf, RTA_GATEWAY, &a[..n]);
+            attr(buf, RTA_OIF, &oif.to_ne_bytes());
+        }
+        many => {
+            let mp = buf.len();
+            buf.extend_from_slice(&0u16.to_ne_bytes());
+            buf.extend_from_slice(&RTA_MULTIPATH.to_ne_bytes());
+            for (gw, oif) in many {
+                let n = ip_bytes(gw, &mut a);
+                let len = (8 + 4 + n) as u16;
+                buf.extend_from_slice(&len.to_ne_bytes());
+                buf.push(0); // rtnh_flags
+                buf.push(0); // rtnh_hops
+                buf.extend_from_slice(&oif.to_ne_bytes());
+                attr(buf, RTA_GATEWAY, &a[..n]);
+            }
+            let len = (buf.len() - mp) as u16;
+            buf[mp..mp + 2].copy_from_slice(&len.to_ne_bytes());
+        }
+    }
+    finish(buf, start);
+}
+
+/// The header, `rtmsg` and key attributes of a route request; returns
+/// where the message starts.
+fn route_head(buf: &mut Vec<u8>, seq: u32, ack: bool, op: RouteOp, key: &RouteKey) -> usize {
     let (ty, mut flags) = match op {
         RouteOp::Add => (RTM_NEWROUTE, NLM_F_REQUEST | NLM_F_CREATE | NLM_F_EXCL),
         RouteOp::Replace => (RTM_NEWROUTE, NLM_F_REQUEST | NLM_F_CREATE | NLM_F_REPLACE),
@@ -312,39 +378,90 @@ pub fn encode_route(
     let n = ip_bytes(&key.dst, &mut a);
     attr(buf, RTA_DST, &a[..n]);
     attr(buf, RTA_PRIORITY, &key.priority.to_ne_bytes());
-    if op == RouteOp::Delete {
-        finish(buf, start);
-        return;
-    }
-    match nexthops {
-        [] => {}
-        [(gw, oif)] => {
-            let n = ip_bytes(gw, &mut a);
-            attr(buf, RTA_GATEWAY, &a[..n]);
-            attr(buf, RTA_OIF, &oif.to_ne_bytes());
-        }
-        many => {
-            let mp = buf.len();
-            buf.extend_from_slice(&0u16.to_ne_bytes());
-            buf.extend_from_slice(&RTA_MULTIPATH.to_ne_bytes());
-            for (gw, oif) in many {
-                let n = ip_bytes(gw, &mut a);
-                let len = (8 + 4 + n) as u16;
-                buf.extend_from_slice(&len.to_ne_bytes());
-                buf.push(0); // rtnh_flags
-                buf.push(0); // rtnh_hops
-                buf.extend_from_slice(&oif.to_ne_bytes());
-                attr(buf, RTA_GATEWAY, &a[..n]);
-            }
-            let len = (buf.len() - mp) as u16;
-            buf[mp..mp + 2].copy_from_slice(&len.to_ne_bytes());
-        }
+    start
+}
+
+/// Appends a route request naming next-hop object `id` (add or replace;
+/// a delete needs no next hop: use [`encode_route`]).
+pub fn encode_route_nh(buf: &mut Vec<u8>, seq: u32, op: RouteOp, key: &RouteKey, id: u32) {
+    let start = route_head(buf, seq, false, op, key);
+    if op != RouteOp::Delete {
+        attr(buf, RTA_NH_ID, &id.to_ne_bytes());
     }
     finish(buf, start);
 }
 
-/// Appends a dump request for every route of `family` (`AF_INET`,
-/// `AF_INET6`).
+/// Appends a request creating next-hop object `id` (`NLM_F_EXCL`: fails
+/// with EEXIST if the id is taken): a gateway on an interface, owned by
+/// `protocol`.
+pub fn encode_nexthop_add(
+    buf: &mut Vec<u8>,
+    seq: u32,
+    id: u32,
+    protocol: u8,
+    gateway: &IpAddr,
+    oif: u32,
+) {
+    let start = header(
+        buf,
+        RTM_NEWNEXTHOP,
+        NLM_F_REQUEST | NLM_F_CREATE | NLM_F_EXCL,
+        seq,
+    );
+    let family = match gateway {
+        IpAddr::V4(_) => AF_INET,
+        IpAddr::V6(_) => AF_INET6,
+    };
+    buf.extend_from_slice(&[family, 0, protocol, 0]);
+    buf.extend_from_slice(&0u32.to_ne_bytes());
+    attr(buf, NHA_ID, &id.to_ne_bytes());
+    attr(buf, NHA_OIF, &oif.to_ne_bytes());
+    let mut a = [0u8; 16];
+    let n = ip_bytes(gateway, &mut a);
+    attr(buf, NHA_GATEWAY, &a[..n]);
+    finish(buf, start);
+}
+
+/// Appends a request deleting next-hop object `id` (the kernel deletes
+/// the routes that use it too).
+pub fn encode_nexthop_delete(buf: &mut Vec<u8>, seq: u32, id: u32) {
+    let start = header(buf, RTM_DELNEXTHOP, NLM_F_REQUEST, seq);
+    buf.extend_from_slice(&[0u8; 8]);
+    attr(buf, NHA_ID, &id.to_ne_bytes());
+    finish(buf, start);
+}
+
+/// Appends a dump request for every next-hop object.
+pub fn encode_nexthop_dump(buf: &mut Vec<u8>, seq: u32) {
+    let start = header(buf, RTM_GETNEXTHOP, NLM_F_REQUEST | NLM_F_DUMP, seq);
+    buf.extend_from_slice(&[0u8; 8]);
+    finish(buf, start);
+}
+
+/// Parses an `RTM_NEWNEXTHOP` payload.
+pub fn parse_nexthop(p: &[u8]) -> Option<KernelNexthop> {
+    let h = p.get(0..8)?;
+    let family = h[0];
+    let mut n = KernelNexthop {
+        id: 0,
+        family,
+        protocol: h[2],
+        gateway: None,
+        oif: 0,
+        special: false,
+    };
+    for (ty, v) in attrs(&p[8..]) {
+        match ty {
+            NHA_ID => n.id = u32_of(v)?,
+            NHA_OIF => n.oif = u32_of(v)?,
+            NHA_GATEWAY => n.gateway = addr(family, v),
+            NHA_GROUP | NHA_BLACKHOLE => n.special = true,
+            _ => {}
+        }
+    }
+    (n.id != 0).then_some(n)
+}
+
 pub fn encode_dump(buf: &mut Vec<u8>, seq: u32, family: u8) {
     let start = header(buf, RTM_GETROUTE, NLM_F_REQUEST | NLM_F_DUMP, seq);
     buf.extend_from_slice(&[family, 0, 0, 0, 0, 0, 0, 0]);
@@ -380,6 +497,63 @@ mod tests {
             protocol: 179,
             priority: 32,
         }
+    }
+
+    #[test]
+    fn route_naming_a_nexthop_object_matches_netlink_packet_route() {
+        let mut buf = Vec::new();
+        let k = key("10.1.0.0", 16, 100);
+        encode_route_nh(&mut buf, 9, RouteOp::Replace, &k, 0x7b00_0001);
+        let m = parsed(&buf);
+        assert_eq!(m.header.length as usize, buf.len());
+        assert_eq!(m.header.flags, NLM_F_REQUEST | NLM_F_CREATE | NLM_F_REPLACE);
+        let r = route_of(m);
+        assert!(r.attributes.contains(&RouteAttribute::NhId(0x7b00_0001)));
+        assert!(!r
+            .attributes
+            .iter()
+            .any(|x| matches!(x, RouteAttribute::Gateway(_) | RouteAttribute::Oif(_))));
+        let mine = parse_route(messages(&buf).next().unwrap().payload).unwrap();
+        assert_eq!(mine.nh_id, Some(0x7b00_0001));
+        assert!(mine.nexthops.is_empty());
+    }
+
+    #[test]
+    fn nexthop_objects_encode_and_parse() {
+        // `ip nexthop add id 5 via 192.0.2.1 dev <3> proto 179`, as iproute2
+        // 6.x sends it (nhmsg: family, scope 0, protocol, reserved, flags).
+        let mut buf = Vec::new();
+        encode_nexthop_add(&mut buf, 4, 5, 179, &"192.0.2.1".parse().unwrap(), 3);
+        let m = messages(&buf).next().unwrap();
+        assert_eq!(m.ty, RTM_NEWNEXTHOP);
+        assert_eq!(m.flags, NLM_F_REQUEST | NLM_F_CREATE | NLM_F_EXCL);
+        assert_eq!(m.payload[..8], [AF_INET, 0, 179, 0, 0, 0, 0, 0], "nhmsg");
+        let n = parse_nexthop(m.payload).unwrap();
+        assert_eq!(
+            n,
+            KernelNexthop {
+                id: 5,
+                family: AF_INET,
+                protocol: 179,
+                gateway: Some("192.0.2.1".parse().unwrap()),
+                oif: 3,
+                special: false,
+            }
+        );
+        let mut del = Vec::new();
+        encode_nexthop_delete(&mut del, 5, 5);
+        let m = messages(&del).next().unwrap();
+        assert_eq!((m.ty, m.flags), (RTM_DELNEXTHOP, NLM_F_REQUEST));
+        assert_eq!(parse_nexthop(m.payload).map(|n| n.id), Some(5));
+        let mut dump = Vec::new();
+        encode_nexthop_dump(&mut dump, 6);
+        let m = messages(&dump).next().unwrap();
+        assert_eq!(
+            (m.ty, m.flags),
+            (RTM_GETNEXTHOP, NLM_F_REQUEST | NLM_F_DUMP)
+        );
+        // No id: not a next-hop object we can use.
+        assert_eq!(parse_nexthop(&[AF_INET, 0, 179, 0, 0, 0, 0, 0]), None);
     }
 
     #[test]

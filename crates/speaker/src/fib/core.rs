@@ -4,7 +4,21 @@
 //! Each prefix has what the RIB wants (a set of BGP next hops) and what
 //! the kernel has from us (a list of (gateway, interface) pairs); both are
 //! interned, so an entry is three words and comparing them is comparing
-//! ids. A BGP next hop is resolved through the kernel's own routes (the
+//! ids. Entries live in slots (32 bytes each); a prefix is looked up once,
+//! when the RIB hands it over, through a map from a packed key (16 bytes a
+//! bucket for IPv4) to its slot, and the queue and the batch in flight
+//! carry slot numbers.
+//!
+//! Order of writes: the kernel's IPv4 table is a level-compressed trie
+//! that doubles a node once it is half full, copying its children and
+//! splitting theirs; filled in ascending order, the upper nodes double
+//! again and again under ever larger subtrees. So the queue is taken in
+//! rounds ([`order_round`]): a large round is sorted by prefix and written
+//! in bit-reversed rank order (the median first, then the quartiles, ...),
+//! which gives the upper nodes their final width while the trie is still
+//! small. 1M sequential /24s into an empty table, 4096 routes a `sendmsg`,
+//! on this 2-core machine: 2.7–3.7 s of system time against 4.0–4.9 s in
+//! ascending order and 3.8–4.5 s shuffled. A BGP next hop is resolved through the kernel's own routes (the
 //! main table and ours, never our own routes, never a default route): the
 //! longest matching unicast route, lowest metric, its usable next hops; a
 //! connected route gives the BGP next hop itself on that interface. What a
@@ -22,6 +36,17 @@
 //! by one; then every difference is written (those not wanted removed). The same dump reconciles the
 //! table whenever the core lost track (an answer lost to ENOBUFS, a link
 //! or address change).
+//!
+//! Next-hop objects: an IPv4 route whose next hop is one IPv4 gateway
+//! names a next-hop object of ours (`RTA_NH_ID`; created in the same batch
+//! before the first route that needs it, owned by our protocol number)
+//! instead of carrying the gateway. The kernel then builds no next hop per
+//! route (with a gateway it builds one, with a per-CPU cache, and throws
+//! it away when an equal one exists): 1M routes took 2.0–2.2 s of system
+//! time against 3.0–3.7 s. Objects no route of ours uses are deleted when
+//! the queue is empty (at most every [`NH_GC`], and at a normal stop). A
+//! kernel without next-hop objects (before 5.3) gets gateways, as do ECMP
+//! sets and IPv6.
 //!
 //! Writes: [`Core::next_batch`] encodes up to `max` messages (add with
 //! `NLM_F_EXCL`, so another protocol's route is never overwritten;
@@ -43,9 +68,11 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-use holdfast_linux::rtnl::codec::{self, KernelRoute, RouteKey, RouteOp, NLM_F_ACK, RTN_UNICAST};
+use holdfast_linux::rtnl::codec::{
+    self, KernelNexthop, KernelRoute, RouteKey, RouteOp, AF_INET, NLM_F_ACK, RTN_UNICAST,
+};
 use holdfast_rib::{FibRoute, NextHops};
-use holdfast_wire::Prefix;
+use holdfast_wire::{Prefix, Prefix4, Prefix6};
 use smallvec::SmallVec;
 
 /// The main routing table.
@@ -56,8 +83,14 @@ const SEEN: u8 = 2;
 const FAILED: u8 = 4;
 /// Found in the table at the start and kept as it is for the hold.
 const ADOPTED: u8 = 8;
+/// The slot holds a prefix (a free slot does not).
+const LIVE: u8 = 16;
 /// Failed routes are tried again this often.
 const RETRY: Duration = Duration::from_secs(10);
+/// Unused next-hop objects of ours are looked for this often.
+const NH_GC: Duration = Duration::from_secs(60);
+/// Where our next-hop object ids start (others' ids are skipped).
+const NH_BASE: u32 = 0x6b00_0000;
 
 /// `[kernel]` as the core needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,11 +123,144 @@ impl Phase {
     }
 }
 
+/// One prefix's entry.
 #[derive(Debug, Clone, Copy)]
 struct Entry {
+    /// The prefix's address, host order.
+    addr: u128,
     want: u32,
     kernel: u32,
+    len: u8,
+    v6: bool,
     flags: u8,
+}
+
+impl Entry {
+    fn new(p: &Prefix) -> Self {
+        let (addr, len, v6) = match p {
+            Prefix::V4(k) => (u128::from(k.addr), k.len, false),
+            Prefix::V6(k) => (k.addr, k.len, true),
+        };
+        Entry {
+            addr,
+            want: NONE,
+            kernel: NONE,
+            len,
+            v6,
+            flags: LIVE,
+        }
+    }
+
+    fn prefix(&self) -> Prefix {
+        if self.v6 {
+            Prefix::V6(Prefix6 {
+                addr: self.addr,
+                len: self.len,
+            })
+        } else {
+            Prefix::V4(Prefix4 {
+                addr: self.addr as u32,
+                len: self.len,
+            })
+        }
+    }
+}
+
+/// The map's key for an IPv4 prefix: address and length in one word.
+fn key4(k: &Prefix4) -> u64 {
+    (u64::from(k.addr) << 8) | u64::from(k.len)
+}
+
+/// Prefix → slot, and the slots.
+#[derive(Default)]
+struct Slots {
+    v4: HashMap<u64, u32, ahash::RandomState>,
+    v6: HashMap<(u128, u8), u32, ahash::RandomState>,
+    all: Vec<Entry>,
+    free: Vec<u32>,
+}
+
+impl Slots {
+    fn find(&self, p: &Prefix) -> Option<u32> {
+        match p {
+            Prefix::V4(k) => self.v4.get(&key4(k)).copied(),
+            Prefix::V6(k) => self.v6.get(&(k.addr, k.len)).copied(),
+        }
+    }
+
+    fn alloc(&mut self, p: &Prefix) -> u32 {
+        let e = Entry::new(p);
+        match self.free.pop() {
+            Some(s) => {
+                self.all[s as usize] = e;
+                s
+            }
+            None => {
+                self.all.push(e);
+                (self.all.len() - 1) as u32
+            }
+        }
+    }
+
+    /// The prefix's slot, a new one if it has none (`true`: new).
+    fn find_or_insert(&mut self, p: &Prefix) -> (u32, bool) {
+        let next = self.free.last().copied().unwrap_or(self.all.len() as u32);
+        let (s, new) = match p {
+            Prefix::V4(k) => match self.v4.entry(key4(k)) {
+                std::collections::hash_map::Entry::Occupied(o) => (*o.get(), false),
+                std::collections::hash_map::Entry::Vacant(v) => (*v.insert(next), true),
+            },
+            Prefix::V6(k) => match self.v6.entry((k.addr, k.len)) {
+                std::collections::hash_map::Entry::Occupied(o) => (*o.get(), false),
+                std::collections::hash_map::Entry::Vacant(v) => (*v.insert(next), true),
+            },
+        };
+        if new {
+            let got = self.alloc(p);
+            debug_assert_eq!(got, s);
+        }
+        (s, new)
+    }
+
+    fn remove(&mut self, s: u32) {
+        let e = &mut self.all[s as usize];
+        if e.flags & LIVE == 0 {
+            return;
+        }
+        match e.prefix() {
+            Prefix::V4(k) => self.v4.remove(&key4(&k)),
+            Prefix::V6(k) => self.v6.remove(&(k.addr, k.len)),
+        };
+        e.flags = 0;
+        e.want = NONE;
+        e.kernel = NONE;
+        self.free.push(s);
+    }
+
+    fn get(&mut self, s: u32) -> &mut Entry {
+        &mut self.all[s as usize]
+    }
+
+    fn len(&self) -> usize {
+        self.v4.len() + self.v6.len()
+    }
+
+    /// Every live slot.
+    fn live(&self) -> impl Iterator<Item = (u32, &Entry)> {
+        self.all
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.flags & LIVE != 0)
+            .map(|(i, e)| (i as u32, e))
+    }
+
+    fn live_mut(&mut self) -> impl Iterator<Item = (u32, &mut Entry)> {
+        self.all
+            .iter_mut()
+            .enumerate()
+            .filter(|(_, e)| e.flags & LIVE != 0)
+            .map(|(i, e)| (i as u32, e))
+    }
 }
 
 struct Interner<T> {
@@ -123,6 +289,55 @@ impl<T: Clone + Eq + std::hash::Hash> Interner<T> {
     }
 }
 
+/// One message of the batch in flight.
+#[derive(Debug, Clone, Copy)]
+enum Flight {
+    /// A delete of ours at another metric.
+    Other,
+    Route {
+        slot: u32,
+        op: RouteOp,
+        target: u32,
+    },
+    NhAdd {
+        res: u32,
+        id: u32,
+    },
+    NhDel {
+        id: u32,
+    },
+}
+
+/// Our next-hop objects.
+#[derive(Default)]
+struct Nexthops {
+    /// Off before a dump showed the kernel has them, and when it refused one.
+    enabled: bool,
+    /// Resolution id → the object routes are written with.
+    of_res: HashMap<u32, u32, ahash::RandomState>,
+    /// Every object of ours → its resolution id.
+    res_of: HashMap<u32, u32, ahash::RandomState>,
+    /// Every id in the kernel, anyone's.
+    taken: std::collections::HashSet<u32, ahash::RandomState>,
+    next: u32,
+    /// Resolutions the kernel refused an object for: written with gateways.
+    refused: std::collections::HashSet<u32, ahash::RandomState>,
+    /// Look for unused objects once the queue is empty.
+    gc_due: bool,
+    next_gc: Option<Instant>,
+}
+
+impl Nexthops {
+    fn alloc(&mut self) -> u32 {
+        loop {
+            self.next = self.next.wrapping_add(1).max(NH_BASE);
+            if !self.taken.contains(&self.next) && !self.res_of.contains_key(&self.next) {
+                return self.next;
+            }
+        }
+    }
+}
+
 /// Counters for `show fib` and the metrics.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counters {
@@ -137,6 +352,9 @@ pub struct Counters {
     /// Kernel route, link and address notifications handled.
     pub notifications: u64,
     pub lost_answers: u64,
+    /// Next-hop objects of ours created and deleted.
+    pub nexthops_added: u64,
+    pub nexthops_deleted: u64,
 }
 
 /// One entry for `show fib`.
@@ -162,19 +380,26 @@ pub struct NextHopView {
 pub struct Core {
     cfg: FibConfig,
     phase: Phase,
-    routes: HashMap<Prefix, Entry, ahash::RandomState>,
+    routes: Slots,
     wants: Interner<NextHops>,
+    /// The last next-hop set interned and its id (a table's routes mostly
+    /// share a few sets, and arrive grouped).
+    last_want: Option<(NextHops, u32)>,
     res: Interner<Resolved>,
     /// Per want set: its resolution (a `res` id or NONE).
     want_res: Vec<u32>,
     /// The kernel routes next hops resolve through (not ours).
     foreign: Vec<KernelRoute>,
-    queue: Vec<Prefix>,
+    /// Slots to look at, in the order they were queued.
+    queue: Vec<u32>,
+    /// The round being written, in reverse (the next is last).
+    round: Vec<u32>,
     /// Ours at another metric (an older configuration): deleted.
     other_metric: Vec<(Prefix, u32)>,
-    in_flight: Vec<(Prefix, RouteOp, u32)>,
-    in_flight_other: usize,
-    errors: HashMap<Prefix, i32, ahash::RandomState>,
+    in_flight: Vec<Flight>,
+    nh: Nexthops,
+    /// Failed slots and their errno.
+    errors: HashMap<u32, i32, ahash::RandomState>,
     /// Ours not wanted are kept until then (after activation).
     keep_stale_until: Option<Instant>,
     resync: bool,
@@ -225,20 +450,54 @@ fn prefix_of(r: &KernelRoute) -> Option<Prefix> {
     }
 }
 
+/// Rounds shorter than this are written as they were queued.
+const ORDER_MIN: usize = 256;
+
+/// Puts a round of slots into the order they are written in, reversed (the
+/// caller pops from the end): sorted by prefix (IPv4 first), then in
+/// bit-reversed rank order, so that every stretch of the round spreads
+/// over the whole of it. Short rounds keep the order they were queued in.
+fn order_round(round: &mut Vec<u32>, all: &[Entry]) {
+    if round.len() < ORDER_MIN {
+        round.reverse();
+        return;
+    }
+    let mut keyed: Vec<(bool, u128, u8, u32)> = round
+        .iter()
+        .map(|&s| {
+            let e = &all[s as usize];
+            (e.v6, e.addr, e.len, s)
+        })
+        .collect();
+    keyed.sort_unstable();
+    let n = keyed.len();
+    let bits = usize::BITS - (n - 1).leading_zeros();
+    round.clear();
+    for i in 0..(1usize << bits) {
+        let j = i.reverse_bits() >> (usize::BITS - bits);
+        if j < n {
+            round.push(keyed[j].3);
+        }
+    }
+    round.reverse();
+}
+
 impl Core {
     pub fn new(cfg: FibConfig) -> Self {
         Core {
             cfg,
             phase: Phase::Hold,
-            routes: HashMap::default(),
+            routes: Slots::default(),
             wants: Interner::new(),
+            last_want: None,
             res: Interner::new(),
             want_res: Vec::new(),
             foreign: Vec::new(),
             queue: Vec::new(),
+            round: Vec::new(),
             other_metric: Vec::new(),
             in_flight: Vec::new(),
-            in_flight_other: 0,
+            nh: Nexthops::default(),
             errors: HashMap::default(),
             keep_stale_until: None,
             resync: false,
@@ -255,44 +514,50 @@ impl Core {
         self.phase
     }
 
-    fn enqueue(&mut self, p: Prefix) {
-        if let Some(e) = self.routes.get_mut(&p) {
-            if e.flags & QUEUED == 0 {
-                e.flags |= QUEUED;
-                self.queue.push(p);
+    fn enqueue(&mut self, s: u32) {
+        let e = self.routes.get(s);
+        if e.flags & (QUEUED | LIVE) == LIVE {
+            e.flags |= QUEUED;
+            self.queue.push(s);
+        }
+    }
+
+    fn want_id(&mut self, set: &NextHops) -> u32 {
+        if set.is_empty() {
+            return NONE;
+        }
+        if let Some((last, id)) = &self.last_want {
+            if last == set {
+                return *id;
             }
         }
+        let id = self.wants.id(set);
+        if id as usize >= self.want_res.len() {
+            let r = self.resolve_set(set);
+            self.want_res.push(r);
+        }
+        self.last_want = Some((set.clone(), id));
+        id
     }
 
     /// Forwarding entries from the RIB.
     pub fn routes(&mut self, changes: Vec<FibRoute>) {
         for c in changes {
-            let want = if c.nexthops.is_empty() {
-                NONE
+            let want = self.want_id(&c.nexthops);
+            let s = if want == NONE {
+                match self.routes.find(&c.prefix) {
+                    Some(s) => s,
+                    None => continue,
+                }
             } else {
-                let id = self.wants.id(&c.nexthops);
-                if id as usize >= self.want_res.len() {
-                    let r = self.resolve_set(&c.nexthops);
-                    self.want_res.push(r);
-                }
-                id
+                self.routes.find_or_insert(&c.prefix).0
             };
-            match self.routes.get_mut(&c.prefix) {
-                Some(e) if e.want == want => continue,
-                Some(e) => e.want = want,
-                None if want == NONE => continue,
-                None => {
-                    self.routes.insert(
-                        c.prefix,
-                        Entry {
-                            want,
-                            kernel: NONE,
-                            flags: 0,
-                        },
-                    );
-                }
+            let e = self.routes.get(s);
+            if e.want == want {
+                continue;
             }
-            self.enqueue(c.prefix);
+            e.want = want;
+            self.enqueue(s);
         }
     }
 
@@ -313,7 +578,12 @@ impl Core {
     pub fn dump_begin(&mut self) {
         self.foreign.clear();
         self.other_metric.clear();
-        for e in self.routes.values_mut() {
+        self.nh.of_res.clear();
+        self.nh.res_of.clear();
+        self.nh.taken.clear();
+        self.nh.refused.clear();
+        self.nh.enabled = false;
+        for (_, e) in self.routes.live_mut() {
             e.flags &= !SEEN;
         }
     }
@@ -329,7 +599,32 @@ impl Core {
             && r.dst_len > 0
     }
 
-    fn installed_of(r: &KernelRoute) -> Resolved {
+    /// A next-hop object from a dump (before the routes). The kernel has
+    /// them, so routes are written with ours.
+    pub fn dump_nexthop(&mut self, n: &KernelNexthop) {
+        self.nh.enabled = true;
+        self.nh.taken.insert(n.id);
+        if n.protocol != self.cfg.protocol || n.special || n.family != AF_INET {
+            return;
+        }
+        let Some(gw) = n.gateway else { return };
+        let res = self.res.id(&Resolved::from_slice(&[(gw, n.oif)]));
+        self.nh.res_of.insert(n.id, res);
+        self.nh.of_res.entry(res).or_insert(n.id);
+    }
+
+    /// The kernel answered the next-hop dump without any (none exist, or
+    /// it has no next-hop objects): `supported` says which.
+    pub fn nexthops_dumped(&mut self, supported: bool) {
+        self.nh.enabled |= supported;
+    }
+
+    fn installed_of(&mut self, r: &KernelRoute) -> Resolved {
+        if r.nexthops.is_empty() {
+            if let Some(res) = r.nh_id.and_then(|id| self.nh.res_of.get(&id)) {
+                return self.res.get(*res).clone();
+            }
+        }
         let mut v: Resolved = r
             .nexthops
             .iter()
@@ -346,13 +641,12 @@ impl Core {
                 self.other_metric.push((p, r.priority));
                 return;
             }
-            let id = self.res.id(&Self::installed_of(r));
-            let e = self.routes.entry(p).or_insert(Entry {
-                want: NONE,
-                kernel: NONE,
-                flags: 0,
-            });
-            if self.phase == Phase::Dumping && e.kernel == NONE {
+            let installed = self.installed_of(r);
+            let id = self.res.id(&installed);
+            let (s, _) = self.routes.find_or_insert(&p);
+            let phase = self.phase;
+            let e = self.routes.get(s);
+            if phase == Phase::Dumping && e.kernel == NONE {
                 self.counters.adopted += 1;
                 if self.keep_stale_until.is_some() {
                     e.flags |= ADOPTED;
@@ -370,17 +664,17 @@ impl Core {
         self.resync = false;
         self.phase = Phase::Running;
         let mut all = Vec::with_capacity(self.routes.len());
-        for (p, e) in self.routes.iter_mut() {
+        for (s, e) in self.routes.live_mut() {
             if e.flags & SEEN == 0 {
                 // Not in the table (any more).
                 e.kernel = NONE;
             }
             e.flags &= !SEEN;
-            all.push(*p);
+            all.push(s);
         }
         self.reresolve_all();
-        for p in all {
-            self.enqueue(p);
+        for s in all {
+            self.enqueue(s);
         }
     }
 
@@ -476,14 +770,14 @@ impl Core {
         if !any {
             return;
         }
-        let hit: Vec<Prefix> = self
+        let hit: Vec<u32> = self
             .routes
-            .iter()
+            .live()
             .filter(|(_, e)| e.want != NONE && changed[e.want as usize])
-            .map(|(p, _)| *p)
+            .map(|(s, _)| s)
             .collect();
-        for p in hit {
-            self.enqueue(p);
+        for s in hit {
+            self.enqueue(s);
         }
     }
 
@@ -505,39 +799,52 @@ impl Core {
     pub fn tick(&mut self, now: Instant) {
         if self.keep_stale_until.is_some_and(|t| now >= t) {
             self.keep_stale_until = None;
-            let mut stale: Vec<Prefix> = Vec::new();
-            for (p, e) in self.routes.iter_mut() {
+            let mut stale: Vec<u32> = Vec::new();
+            for (s, e) in self.routes.live_mut() {
                 if e.flags & ADOPTED != 0 || e.want == NONE {
                     e.flags &= !ADOPTED;
-                    stale.push(*p);
+                    stale.push(s);
                 }
             }
-            for p in stale {
-                self.enqueue(p);
+            for s in stale {
+                self.enqueue(s);
+            }
+        }
+        if !self.nh.res_of.is_empty() {
+            match self.nh.next_gc {
+                Some(t) if now >= t => {
+                    self.nh.gc_due = true;
+                    self.nh.next_gc = Some(now + NH_GC);
+                }
+                None => self.nh.next_gc = Some(now + NH_GC),
+                _ => {}
             }
         }
         if self.next_retry.is_some_and(|t| now >= t) {
             self.next_retry = None;
-            let failed: Vec<Prefix> = self.errors.keys().copied().collect();
-            for p in failed {
-                self.enqueue(p);
+            let failed: Vec<u32> = self.errors.keys().copied().collect();
+            for s in failed {
+                self.enqueue(s);
             }
         }
     }
 
     /// When [`Core::tick`] has something to do.
     pub fn next_wake(&self) -> Option<Instant> {
-        match (self.keep_stale_until, self.next_retry) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [self.keep_stale_until, self.next_retry, self.nh.next_gc]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Work is queued and may be written.
     pub fn has_work(&self) -> bool {
         self.phase == Phase::Running
             && !self.resync
-            && (!self.queue.is_empty() || !self.other_metric.is_empty())
+            && (!self.queue.is_empty()
+                || !self.round.is_empty()
+                || !self.other_metric.is_empty()
+                || self.nh.gc_due)
     }
 
     /// Encodes up to `max` route messages into `buf` (cleared), sequence
@@ -546,12 +853,11 @@ impl Core {
     pub fn next_batch(&mut self, now: Instant, buf: &mut Vec<u8>, seq: u32, max: usize) -> usize {
         buf.clear();
         self.in_flight.clear();
-        self.in_flight_other = 0;
         if !self.has_work() {
             return 0;
         }
         let mut last = None;
-        while self.in_flight_other < max {
+        while self.in_flight.len() < max {
             let Some((p, metric)) = self.other_metric.pop() else {
                 break;
             };
@@ -559,22 +865,29 @@ impl Core {
             let key = route_key(&p, &self.cfg, metric);
             let s = seq.wrapping_add(self.in_flight.len() as u32);
             codec::encode_route(buf, s, false, RouteOp::Delete, &key, &[]);
-            self.in_flight.push((p, RouteOp::Delete, NONE));
-            self.in_flight_other += 1;
+            self.in_flight.push(Flight::Other);
         }
         while self.in_flight.len() < max {
-            let Some(p) = self.queue.pop() else { break };
-            let Some(e) = self.routes.get_mut(&p) else {
-                continue;
+            if self.round.is_empty() {
+                self.round = std::mem::take(&mut self.queue);
+                order_round(&mut self.round, &self.routes.all);
+            }
+            let Some(s) = self.round.pop() else {
+                break;
             };
+            let e = self.routes.get(s);
+            if e.flags & QUEUED == 0 {
+                // A slot freed and taken again while queued.
+                continue;
+            }
             e.flags &= !QUEUED;
             let e = *e;
             let target = self.target(&e, now);
             let op = match (e.kernel, target) {
                 (k, t) if k == t => {
                     if e.want == NONE && e.kernel == NONE {
-                        self.routes.remove(&p);
-                        self.errors.remove(&p);
+                        self.routes.remove(s);
+                        self.errors.remove(&s);
                     }
                     continue;
                 }
@@ -582,16 +895,48 @@ impl Core {
                 (_, NONE) => RouteOp::Delete,
                 _ => RouteOp::Replace,
             };
-            last = Some(buf.len());
-            let key = route_key(&p, &self.cfg, self.cfg.metric);
-            let s = seq.wrapping_add(self.in_flight.len() as u32);
-            let nhs: &[(IpAddr, u32)] = if target == NONE {
-                &[]
+            let key = route_key(&e.prefix(), &self.cfg, self.cfg.metric);
+            let nh = if op == RouteOp::Delete || e.v6 {
+                None
             } else {
-                self.res.get(target)
+                self.nexthop_object(target, buf, seq)
             };
-            codec::encode_route(buf, s, false, op, &key, nhs);
-            self.in_flight.push((p, op, target));
+            last = Some(buf.len());
+            let sq = seq.wrapping_add(self.in_flight.len() as u32);
+            match nh {
+                Some(id) => codec::encode_route_nh(buf, sq, op, &key, id),
+                None => {
+                    let nhs: &[(IpAddr, u32)] = if target == NONE {
+                        &[]
+                    } else {
+                        self.res.get(target)
+                    };
+                    codec::encode_route(buf, sq, false, op, &key, nhs);
+                }
+            }
+            self.in_flight.push(Flight::Route {
+                slot: s,
+                op,
+                target,
+            });
+        }
+        // Collected in a batch of their own, once the routes' answers are in.
+        if self.nh.gc_due
+            && self.in_flight.is_empty()
+            && self.queue.is_empty()
+            && self.round.is_empty()
+        {
+            self.nh.gc_due = false;
+            for id in self.unused_nexthops() {
+                if self.in_flight.len() >= max {
+                    self.nh.gc_due = true;
+                    break;
+                }
+                last = Some(buf.len());
+                let sq = seq.wrapping_add(self.in_flight.len() as u32);
+                codec::encode_nexthop_delete(buf, sq, id);
+                self.in_flight.push(Flight::NhDel { id });
+            }
         }
         if let Some(at) = last {
             let flags = u16::from_ne_bytes([buf[at + 6], buf[at + 7]]) | NLM_F_ACK;
@@ -599,6 +944,50 @@ impl Core {
             self.counters.batches += 1;
         }
         self.in_flight.len()
+    }
+
+    /// The next-hop object to write a route to `target` with, created in
+    /// this batch if need be; None: write the gateways.
+    fn nexthop_object(&mut self, target: u32, buf: &mut Vec<u8>, seq: u32) -> Option<u32> {
+        if !self.nh.enabled || target == NONE || self.nh.refused.contains(&target) {
+            return None;
+        }
+        if let Some(id) = self.nh.of_res.get(&target) {
+            return Some(*id);
+        }
+        let (gw, oif) = match self.res.get(target).as_slice() {
+            [(gw @ IpAddr::V4(_), oif)] => (*gw, *oif),
+            _ => return None,
+        };
+        let id = self.nh.alloc();
+        let sq = seq.wrapping_add(self.in_flight.len() as u32);
+        codec::encode_nexthop_add(buf, sq, id, self.cfg.protocol, &gw, oif);
+        self.in_flight.push(Flight::NhAdd { res: target, id });
+        self.nh.of_res.insert(target, id);
+        self.nh.res_of.insert(id, target);
+        Some(id)
+    }
+
+    /// Our next-hop objects whose resolution no route has or is to get.
+    fn unused_nexthops(&self) -> Vec<u32> {
+        if self.nh.res_of.is_empty() {
+            return Vec::new();
+        }
+        let now = Instant::now();
+        let mut used = std::collections::HashSet::<u32, ahash::RandomState>::default();
+        for (_, e) in self.routes.live() {
+            used.insert(e.kernel);
+            used.insert(self.target(e, now));
+        }
+        let mut ids: Vec<u32> = self
+            .nh
+            .res_of
+            .iter()
+            .filter(|(_, r)| !used.contains(r))
+            .map(|(id, _)| *id)
+            .collect();
+        ids.sort_unstable();
+        ids
     }
 
     /// The kernel's answers to the batch starting at `seq`: the errors
@@ -615,14 +1004,41 @@ impl Core {
             self.counters.lost_answers += 1;
             self.resync = true;
         }
-        for (i, (p, op, target)) in in_flight.into_iter().enumerate() {
-            if i < self.in_flight_other {
+        let mut nh_failed: Vec<u32> = Vec::new();
+        for (i, f) in in_flight.into_iter().enumerate() {
+            let err = failed.get(&i).copied();
+            let (s, op, target) = match f {
+                Flight::Other => continue,
+                Flight::NhAdd { res, id } => {
+                    if err.is_some() {
+                        nh_failed.push(res);
+                    }
+                    self.nexthop_added(res, id, err);
+                    continue;
+                }
+                Flight::NhDel { id } => {
+                    if matches!(err, None | Some(libc::ENOENT)) {
+                        self.nh.res_of.remove(&id);
+                        self.nh.of_res.retain(|_, v| *v != id);
+                        self.nh.taken.remove(&id);
+                        self.counters.nexthops_deleted += 1;
+                    } else {
+                        self.counters.errors += 1;
+                    }
+                    continue;
+                }
+                Flight::Route { slot, op, target } => (slot, op, target),
+            };
+            if err.is_some() && nh_failed.contains(&target) {
+                // Its next-hop object was refused: written again at once
+                // (with another id, or with its gateways).
+                self.enqueue(s);
                 continue;
             }
-            let err = failed.get(&i).copied();
-            let Some(e) = self.routes.get_mut(&p) else {
+            let e = self.routes.get(s);
+            if e.flags & LIVE == 0 {
                 continue;
-            };
+            }
             match (op, err) {
                 (RouteOp::Delete, None) | (RouteOp::Delete, Some(libc::ESRCH)) => {
                     e.kernel = NONE;
@@ -639,25 +1055,53 @@ impl Core {
                 (_, Some(code)) => {
                     e.flags |= FAILED;
                     self.counters.errors += 1;
-                    self.errors.insert(p, code);
+                    self.errors.insert(s, code);
                     self.next_retry.get_or_insert(now + RETRY);
                     continue;
                 }
             }
             e.flags &= !FAILED;
             if e.want == NONE && e.kernel == NONE {
-                self.routes.remove(&p);
+                self.routes.remove(s);
             }
-            self.errors.remove(&p);
+            if !self.errors.is_empty() {
+                self.errors.remove(&s);
+            }
+        }
+    }
+
+    fn nexthop_added(&mut self, res: u32, id: u32, err: Option<i32>) {
+        let Some(code) = err else {
+            self.nh.taken.insert(id);
+            self.counters.nexthops_added += 1;
+            return;
+        };
+        self.counters.errors += 1;
+        self.nh.res_of.remove(&id);
+        if self.nh.of_res.get(&res) == Some(&id) {
+            self.nh.of_res.remove(&res);
+        }
+        match code {
+            // Someone else's id: the next try picks another.
+            libc::EEXIST => {
+                self.nh.taken.insert(id);
+            }
+            // No next-hop objects in this kernel: gateways from now on.
+            libc::EOPNOTSUPP | libc::EAFNOSUPPORT | libc::EPROTONOSUPPORT => {
+                self.nh.enabled = false;
+            }
+            _ => {
+                self.nh.refused.insert(res);
+            }
         }
     }
 
     /// The batch could not be sent: everything in it is queued again.
     pub fn batch_unsent(&mut self) {
         let in_flight = std::mem::take(&mut self.in_flight);
-        for (i, (p, _, _)) in in_flight.into_iter().enumerate() {
-            if i >= self.in_flight_other {
-                self.enqueue(p);
+        for f in in_flight {
+            if let Flight::Route { slot, .. } = f {
+                self.enqueue(slot);
             }
         }
         self.resync = true;
@@ -666,26 +1110,26 @@ impl Core {
     /// A normal stop without `persist`: every route of ours goes.
     pub fn withdraw_all(&mut self) {
         self.keep_stale_until = None;
-        let all: Vec<Prefix> = self.routes.keys().copied().collect();
-        for p in &all {
-            if let Some(e) = self.routes.get_mut(p) {
-                e.want = NONE;
-            }
+        let mut all = Vec::with_capacity(self.routes.len());
+        for (s, e) in self.routes.live_mut() {
+            e.want = NONE;
+            all.push(s);
         }
-        for p in all {
-            self.enqueue(p);
+        for s in all {
+            self.enqueue(s);
         }
+        self.nh.gc_due = true;
     }
 
     /// Prefixes the RIB wants in the kernel.
     pub fn wanted(&self) -> usize {
-        self.routes.values().filter(|e| e.want != NONE).count()
+        self.routes.live().filter(|(_, e)| e.want != NONE).count()
     }
 
     /// Counts for `show fib`: (installed, pending, unresolved, failed, stale).
     pub fn counts(&self, now: Instant) -> (usize, usize, usize, usize, usize) {
         let (mut inst, mut pend, mut unres, mut fail, mut stale) = (0, 0, 0, 0, 0);
-        for e in self.routes.values() {
+        for (_, e) in self.routes.live() {
             if e.kernel != NONE {
                 inst += 1;
             }
@@ -704,12 +1148,13 @@ impl Core {
 
     /// Up to `limit` entries, sorted by prefix (all when `prefix` names one).
     pub fn view(&self, now: Instant, limit: usize) -> Vec<RouteView> {
-        let mut keys: Vec<&Prefix> = self.routes.keys().collect();
+        let mut keys: Vec<(Prefix, u32)> =
+            self.routes.live().map(|(s, e)| (e.prefix(), s)).collect();
         keys.sort_unstable();
         keys.into_iter()
             .take(limit)
-            .map(|p| {
-                let e = &self.routes[p];
+            .map(|(p, s)| {
+                let e = &self.routes.all[s as usize];
                 let bgp = if e.want == NONE {
                     Vec::new()
                 } else {
@@ -732,11 +1177,11 @@ impl Core {
                     "installed"
                 };
                 RouteView {
-                    prefix: *p,
+                    prefix: p,
                     bgp_next_hops: bgp,
                     installed,
                     state,
-                    error: self.errors.get(p).copied(),
+                    error: self.errors.get(&s).copied(),
                 }
             })
             .collect()

@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 use holdfast_api::{FibCounters, FibInfo, FibNextHop, FibRouteInfo};
 use holdfast_linux::rtnl::codec::{
     self, messages, parse_route, AF_INET, AF_INET6, NLMSG_DONE, NLMSG_ERROR, RTM_DELADDR,
-    RTM_DELLINK, RTM_DELROUTE, RTM_NEWADDR, RTM_NEWLINK, RTM_NEWROUTE,
+    RTM_DELLINK, RTM_DELROUTE, RTM_NEWADDR, RTM_NEWLINK, RTM_NEWNEXTHOP, RTM_NEWROUTE,
 };
 use holdfast_linux::rtnl::{RtnlSocket, GROUPS_FIB};
 use holdfast_rib::FibRoute;
@@ -282,7 +282,7 @@ impl Shell {
         let adopted = self.core.counters.adopted;
         self.last_dump = Some(started);
         self.core.dump_begin();
-        let mut ok = true;
+        let mut ok = self.dump_nexthops();
         for family in [AF_INET, AF_INET6] {
             ok &= self.dump_family(family);
         }
@@ -298,6 +298,55 @@ impl Shell {
             started.elapsed(),
         );
         self.last_gauges = None;
+    }
+
+    /// Our next-hop objects (and which ids are taken), before the routes
+    /// that name them. A kernel without next-hop objects answers with an
+    /// error: routes are then written with their gateways.
+    fn dump_nexthops(&mut self) -> bool {
+        let seq = self.next_seq(1);
+        self.out.clear();
+        codec::encode_nexthop_dump(&mut self.out, seq);
+        if let Err(e) = self.write.send(&self.out) {
+            tracing::warn!(error = %e, "kernel FIB: next-hop dump request");
+            return false;
+        }
+        loop {
+            let n = match self.write.recv(&mut self.buf, true) {
+                Ok(n) => n,
+                Err(e) => {
+                    tracing::warn!(error = %e, "kernel FIB: reading a next-hop dump");
+                    return false;
+                }
+            };
+            for m in messages(&self.buf[..n]) {
+                if m.seq != seq {
+                    continue;
+                }
+                match m.ty {
+                    NLMSG_DONE => {
+                        self.core.nexthops_dumped(true);
+                        return true;
+                    }
+                    NLMSG_ERROR => {
+                        let code = codec::error_code(m.payload).unwrap_or(0);
+                        tracing::info!(
+                            instance = %self.instance,
+                            errno = code,
+                            "kernel FIB: no next-hop objects here; routes carry their gateways"
+                        );
+                        self.core.nexthops_dumped(false);
+                        return true;
+                    }
+                    RTM_NEWNEXTHOP => {
+                        if let Some(h) = codec::parse_nexthop(m.payload) {
+                            self.core.dump_nexthop(&h);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
     }
 
     fn dump_family(&mut self, family: u8) -> bool {
@@ -396,6 +445,8 @@ impl Shell {
                 added: after.added - before.added,
                 replaced: after.replaced - before.replaced,
                 deleted: after.deleted - before.deleted,
+                nexthops_added: after.nexthops_added - before.nexthops_added,
+                nexthops_deleted: after.nexthops_deleted - before.nexthops_deleted,
                 errors: after.errors - before.errors,
                 lost: !complete,
             },
