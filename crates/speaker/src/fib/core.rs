@@ -30,6 +30,17 @@
 //! the errors (by sequence number) and that acknowledgement are all queued
 //! when it returns ([`Core::batch_done`]).
 //!
+//! Reconfiguration (a SIGHUP reload of `[kernel]`, [`Core::reconfigure`]):
+//! a new metric, table or protocol is a new key for every route. The core
+//! reads the table again; each route is written under the new key, and
+//! ours under an old key (another metric of our table and protocol, or a
+//! table and protocol we used before: `retired`) are deleted only once
+//! every queued write has gone out, so a prefix always has a route. An old
+//! key's routes are not a resolution route meanwhile, and during the
+//! start-up hold they are kept until it ends, as adopted routes are. A new
+//! `ecmp` re-resolves every next-hop set (the RIB hands over its entries
+//! again with the new set sizes) and rewrites only what differs.
+//!
 //! # Known issues
 //! - Resolution is one level deep (the kernel's routes have directly
 //!   connected gateways); next hops are re-resolved all together when a
@@ -58,6 +69,29 @@ const FAILED: u8 = 4;
 const ADOPTED: u8 = 8;
 /// Failed routes are tried again this often.
 const RETRY: Duration = Duration::from_secs(10);
+
+/// Our route under a key we no longer use: deleted once the queue is empty.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Old {
+    prefix: Prefix,
+    table: u32,
+    protocol: u8,
+    metric: u32,
+}
+
+/// What [`Core::reconfigure`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Reconfigured {
+    /// Table, protocol or metric changed: the table is read again, every
+    /// route written under the new key, the old ones deleted after.
+    pub moved: bool,
+    /// `ecmp` changed: every next-hop set resolved again.
+    pub rewrite: bool,
+    /// The start-up hold was running and its adopted routes are now
+    /// written under the new key (their old copies are kept until the hold
+    /// ends).
+    pub hold_cut: bool,
+}
 
 /// `[kernel]` as the core needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -170,10 +204,16 @@ pub struct Core {
     /// The kernel routes next hops resolve through (not ours).
     foreign: Vec<KernelRoute>,
     queue: Vec<Prefix>,
-    /// Ours at another metric (an older configuration): deleted.
-    other_metric: Vec<(Prefix, u32)>,
+    /// Ours under an old key (another metric, or a retired table and
+    /// protocol), found by the last dump: deleted once the queue is empty
+    /// and no start-up hold runs.
+    old: Vec<Old>,
+    /// (table, protocol) used before a reconfiguration whose routes may
+    /// still be in the kernel: found by a dump into `old`, never used for
+    /// resolution; forgotten once none is left.
+    retired: Vec<(u32, u8)>,
     in_flight: Vec<(Prefix, RouteOp, u32)>,
-    in_flight_other: usize,
+    in_flight_old: Vec<Old>,
     errors: HashMap<Prefix, i32, ahash::RandomState>,
     /// Ours not wanted are kept until then (after activation).
     keep_stale_until: Option<Instant>,
@@ -236,9 +276,10 @@ impl Core {
             want_res: Vec::new(),
             foreign: Vec::new(),
             queue: Vec::new(),
-            other_metric: Vec::new(),
+            old: Vec::new(),
+            retired: Vec::new(),
             in_flight: Vec::new(),
-            in_flight_other: 0,
+            in_flight_old: Vec::new(),
             errors: HashMap::default(),
             keep_stale_until: None,
             resync: false,
@@ -312,7 +353,7 @@ impl Core {
 
     pub fn dump_begin(&mut self) {
         self.foreign.clear();
-        self.other_metric.clear();
+        self.old.clear();
         for e in self.routes.values_mut() {
             e.flags &= !SEEN;
         }
@@ -322,9 +363,14 @@ impl Core {
         r.table == self.cfg.table && r.protocol == self.cfg.protocol
     }
 
+    fn retired_key(&self, r: &KernelRoute) -> bool {
+        self.retired.contains(&(r.table, r.protocol))
+    }
+
     fn resolution_domain(&self, r: &KernelRoute) -> bool {
         (r.table == MAIN_TABLE || r.table == self.cfg.table)
             && r.protocol != self.cfg.protocol
+            && !self.retired_key(r)
             && r.kind == RTN_UNICAST
             && r.dst_len > 0
     }
@@ -340,10 +386,24 @@ impl Core {
     }
 
     pub fn dump_route(&mut self, r: &KernelRoute) {
-        if self.ours(r) {
+        if self.retired_key(r) && !self.ours(r) {
+            if let Some(prefix) = prefix_of(r) {
+                self.old.push(Old {
+                    prefix,
+                    table: r.table,
+                    protocol: r.protocol,
+                    metric: r.priority,
+                });
+            }
+        } else if self.ours(r) {
             let Some(p) = prefix_of(r) else { return };
             if r.priority != self.cfg.metric {
-                self.other_metric.push((p, r.priority));
+                self.old.push(Old {
+                    prefix: p,
+                    table: r.table,
+                    protocol: r.protocol,
+                    metric: r.priority,
+                });
                 return;
             }
             let id = self.res.id(&Self::installed_of(r));
@@ -382,12 +442,77 @@ impl Core {
         for p in all {
             self.enqueue(p);
         }
+        self.forget_retired();
+    }
+
+    /// Retired keys with no route left in `old` (or in flight) are
+    /// forgotten: their routes are gone.
+    fn forget_retired(&mut self) {
+        let (old, in_flight) = (&self.old, &self.in_flight_old);
+        self.retired.retain(|k| {
+            old.iter()
+                .chain(in_flight)
+                .any(|o| (o.table, o.protocol) == *k)
+        });
+    }
+
+    /// A reload changed `[kernel]`. A new table, protocol or metric moves
+    /// every route (the table is read again; written under the new key,
+    /// deleted under the old one once the queue is empty); a new `ecmp`
+    /// resolves every next-hop set again (the RIB sends its entries again
+    /// with the new sets) and rewrites what differs.
+    pub fn reconfigure(&mut self, new: FibConfig) -> Reconfigured {
+        let old = std::mem::replace(&mut self.cfg, new.clone());
+        let mut out = Reconfigured {
+            moved: (old.table, old.protocol, old.metric) != (new.table, new.protocol, new.metric),
+            rewrite: old.ecmp != new.ecmp,
+            hold_cut: false,
+        };
+        if (old.table, old.protocol) != (new.table, new.protocol)
+            && !self.retired.contains(&(old.table, old.protocol))
+        {
+            self.retired.push((old.table, old.protocol));
+        }
+        self.retired.retain(|k| *k != (new.table, new.protocol));
+        if out.moved {
+            // Adopted routes are kept as they are by their old copies (not
+            // deleted before the hold ends); under the new key each prefix
+            // gets what the RIB wants.
+            for e in self.routes.values_mut() {
+                if e.flags & ADOPTED != 0 {
+                    e.flags &= !ADOPTED;
+                    out.hold_cut = true;
+                }
+            }
+            if self.phase == Phase::Running {
+                self.resync = true;
+            }
+        } else if out.rewrite {
+            self.reresolve_all();
+        }
+        out
+    }
+
+    /// The protocols whose route notifications are ours (the socket filter
+    /// drops them): the current one and any retired one.
+    pub fn own_protocols(&self) -> Vec<u8> {
+        let mut v = vec![self.cfg.protocol];
+        for (_, p) in &self.retired {
+            if !v.contains(p) {
+                v.push(*p);
+            }
+        }
+        v
     }
 
     /// A route, link or address notification (`deleted`: RTM_DEL*).
     pub fn kernel_route(&mut self, r: &KernelRoute, deleted: bool) {
         self.counters.notifications += 1;
-        if self.ours(r) || !self.resolution_domain(r) || self.phase != Phase::Running {
+        if self.ours(r)
+            || self.retired_key(r)
+            || !self.resolution_domain(r)
+            || self.phase != Phase::Running
+        {
             return;
         }
         self.foreign.retain(|x| {
@@ -533,11 +658,12 @@ impl Core {
         }
     }
 
-    /// Work is queued and may be written.
+    /// Work is queued and may be written (routes under an old key wait
+    /// for the end of the start-up hold).
     pub fn has_work(&self) -> bool {
         self.phase == Phase::Running
             && !self.resync
-            && (!self.queue.is_empty() || !self.other_metric.is_empty())
+            && (!self.queue.is_empty() || (!self.old.is_empty() && self.keep_stale_until.is_none()))
     }
 
     /// Encodes up to `max` route messages into `buf` (cleared), sequence
@@ -546,22 +672,11 @@ impl Core {
     pub fn next_batch(&mut self, now: Instant, buf: &mut Vec<u8>, seq: u32, max: usize) -> usize {
         buf.clear();
         self.in_flight.clear();
-        self.in_flight_other = 0;
+        self.in_flight_old.clear();
         if !self.has_work() {
             return 0;
         }
         let mut last = None;
-        while self.in_flight_other < max {
-            let Some((p, metric)) = self.other_metric.pop() else {
-                break;
-            };
-            last = Some(buf.len());
-            let key = route_key(&p, &self.cfg, metric);
-            let s = seq.wrapping_add(self.in_flight.len() as u32);
-            codec::encode_route(buf, s, false, RouteOp::Delete, &key, &[]);
-            self.in_flight.push((p, RouteOp::Delete, NONE));
-            self.in_flight_other += 1;
-        }
         while self.in_flight.len() < max {
             let Some(p) = self.queue.pop() else { break };
             let Some(e) = self.routes.get_mut(&p) else {
@@ -593,12 +708,30 @@ impl Core {
             codec::encode_route(buf, s, false, op, &key, nhs);
             self.in_flight.push((p, op, target));
         }
+        // Old keys last, once every queued write is in this batch or done:
+        // the new route of a prefix always goes in before its old one goes.
+        while self.queue.is_empty()
+            && self.keep_stale_until.is_none()
+            && self.in_flight.len() + self.in_flight_old.len() < max
+        {
+            let Some(o) = self.old.pop() else { break };
+            last = Some(buf.len());
+            let key = RouteKey {
+                table: o.table,
+                protocol: o.protocol,
+                priority: o.metric,
+                ..route_key(&o.prefix, &self.cfg, o.metric)
+            };
+            let s = seq.wrapping_add((self.in_flight.len() + self.in_flight_old.len()) as u32);
+            codec::encode_route(buf, s, false, RouteOp::Delete, &key, &[]);
+            self.in_flight_old.push(o);
+        }
         if let Some(at) = last {
             let flags = u16::from_ne_bytes([buf[at + 6], buf[at + 7]]) | NLM_F_ACK;
             buf[at + 6..at + 8].copy_from_slice(&flags.to_ne_bytes());
             self.counters.batches += 1;
         }
-        self.in_flight.len()
+        self.in_flight.len() + self.in_flight_old.len()
     }
 
     /// The kernel's answers to the batch starting at `seq`: the errors
@@ -615,10 +748,18 @@ impl Core {
             self.counters.lost_answers += 1;
             self.resync = true;
         }
-        for (i, (p, op, target)) in in_flight.into_iter().enumerate() {
-            if i < self.in_flight_other {
-                continue;
+        let first_old = in_flight.len();
+        for (i, _) in self.in_flight_old.iter().enumerate() {
+            match failed.get(&(first_old + i)) {
+                None | Some(&libc::ESRCH) => self.counters.deleted += 1,
+                // Left in the kernel; the next dump finds it while its key
+                // is retired or ours.
+                Some(_) => self.counters.errors += 1,
             }
+        }
+        self.in_flight_old.clear();
+        self.forget_retired();
+        for (i, (p, op, target)) in in_flight.into_iter().enumerate() {
             let err = failed.get(&i).copied();
             let Some(e) = self.routes.get_mut(&p) else {
                 continue;
@@ -655,11 +796,11 @@ impl Core {
     /// The batch could not be sent: everything in it is queued again.
     pub fn batch_unsent(&mut self) {
         let in_flight = std::mem::take(&mut self.in_flight);
-        for (i, (p, _, _)) in in_flight.into_iter().enumerate() {
-            if i >= self.in_flight_other {
-                self.enqueue(p);
-            }
+        for (p, _, _) in in_flight {
+            self.enqueue(p);
         }
+        let old = std::mem::take(&mut self.in_flight_old);
+        self.old.extend(old);
         self.resync = true;
     }
 
