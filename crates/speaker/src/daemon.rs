@@ -439,7 +439,7 @@ impl Daemon {
         let mut summary =
             format!("{added} neighbour(s) added, {changed} changed, {removed} removed");
         if !kernel.is_empty() {
-            summary.push_str("; kernel FIB: ");
+            summary.push_str("; kernel FIB changed: ");
             summary.push_str(&kernel);
         }
         Ok(summary)

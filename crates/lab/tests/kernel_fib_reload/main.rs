@@ -153,7 +153,8 @@ fn reload(hf: &Holdfastd, lab: &mut Lab, kernel: Option<&str>, n: usize) -> Stri
     .unwrap_or_else(|e| panic!("{e}\n{}", hf.log_text(lab)))
 }
 
-/// Waits until `show fib` reports these settings, running, nothing pending.
+/// Waits until `show fib` reports these settings, running, nothing pending,
+/// nothing left under an old key.
 fn wait_fib(
     hf: &Holdfastd,
     lab: &Lab,
@@ -169,6 +170,7 @@ fn wait_fib(
             && f["persist"] == persist
             && f["phase"] == "running"
             && f["pending"] == 0
+            && f["old_key"] == 0
             && f["installed"] == 2)
             .then(|| f.clone()))
     })

@@ -50,8 +50,8 @@ impl Daemon {
     }
 
     /// A reload's `[kernel]` changes, each applied to its instance's FIB;
-    /// one log line for all of them. Returns the summary's part (empty:
-    /// nothing changed).
+    /// one log line for all of them. Returns the names of the instances
+    /// whose FIB changed, for the reload's summary (empty: none).
     pub(super) fn sync_kernel(&mut self, changes: &[KernelChange]) -> String {
         if changes.is_empty() {
             return String::new();
@@ -86,8 +86,6 @@ impl Daemon {
                         inst.rib.send(RibCmd::FibStop { withdraw, done });
                         inst.fib = None;
                         inst.fib_retiring = Some(rx);
-                        self.metrics
-                            .fib_routes(&c.instance, crate::obs::FibRoutes::default());
                     }
                 }
                 (KernelAction::Update { .. }, Some(k)) => {
@@ -101,9 +99,12 @@ impl Daemon {
                 _ => {}
             }
         }
-        let line = said.join("; ");
-        tracing::info!("kernel FIB reloaded: {line}");
-        line
+        tracing::info!("kernel FIB reloaded: {}", said.join("; "));
+        changes
+            .iter()
+            .map(|c| c.instance.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 }
 

@@ -818,6 +818,11 @@ impl Core {
         }
     }
 
+    /// Ours under an old key, still to be deleted.
+    pub fn old_key_routes(&self) -> usize {
+        self.old.len() + self.in_flight_old.len()
+    }
+
     /// Prefixes the RIB wants in the kernel.
     pub fn wanted(&self) -> usize {
         self.routes.values().filter(|e| e.want != NONE).count()

@@ -297,6 +297,9 @@ impl Shell {
                 if withdraw && !self.persist && self.core.phase() != core::Phase::Hold {
                     self.withdraw_all();
                 }
+                // No FIB any more: no routes by state.
+                self.metrics
+                    .fib_routes(&self.instance, FibRoutes::default());
                 let _ = done.send(());
                 return false;
             }
@@ -525,6 +528,7 @@ impl Shell {
             unresolved: unresolved as u64,
             failed: failed as u64,
             stale: stale as u64,
+            old_key: self.core.old_key_routes() as u64,
             counters: FibCounters {
                 added: c.added,
                 replaced: c.replaced,
