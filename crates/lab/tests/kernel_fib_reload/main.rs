@@ -25,13 +25,18 @@
 //!    multipath route via 192.0.2.2 and 192.0.3.2, 10.201.0.0/24 is not
 //!    rewritten (`show fib`: one replace); the log says the start-up hold
 //!    applies at the next start only;
-//! 5. table 100 -> 101, protocol 179 -> 201, persist on: both routes in
-//!    table 101 proto 201, none of ours left in table 100;
-//! 6. `[kernel]` removed with persist: the routes stay; `show fib` lists
+//! 5. protocol 179 -> 201 alone: the kernel's key (table, prefix, metric)
+//!    has no protocol, so each route is replaced in place: both in table
+//!    100 proto 201, none left at 179, `ip monitor route` shows them
+//!    rewritten with proto 201 and no deletion, no error (an add would
+//!    have collided: EEXIST);
+//! 6. table 100 -> 101, persist on: both routes in table 101 proto 201,
+//!    none of ours left in table 100;
+//! 7. `[kernel]` removed with persist: the routes stay; `show fib` lists
 //!    no FIB;
-//! 7. added back (table 101, protocol 201, no persist): both adopted,
+//! 8. added back (table 101, protocol 201, no persist): both adopted,
 //!    nothing written;
-//! 8. removed without persist: our routes are gone; the static routes of
+//! 9. removed without persist: our routes are gone; the static routes of
 //!    tables 100 and 101 stayed through every step.
 //!
 //! Every step also checks `holdfast show fib --json` (table, metric,
@@ -387,17 +392,50 @@ fn kernel_fib_follows_reloads() {
         "only the multipath prefix rewritten: {f}"
     );
 
-    // 5. table 100 -> 101, protocol 179 -> 201, persist on.
-    let k4 = "table = 101\nprotocol = 201\nmetric = 20\necmp = 2\npersist = true";
+    // 5. protocol 179 -> 201 alone: the kernel's key (table, prefix,
+    // metric) is the same, so each route is replaced in place: never
+    // deleted.
+    let mon = lab.spawn_route_monitor(r, "ipmon2").expect("ip monitor");
+    let k4 = "table = 100\nprotocol = 201\nmetric = 20\necmp = 2";
     let line = reload(&hf, &mut lab, Some(k4), 4);
+    assert!(line.contains("default: protocol 179 -> 201"), "{line}");
+    wait_fib(&hf, &lab, (100, 20, 201, 2, false));
+    wait_for("our routes in table 100 proto 201 only", T, || {
+        let new = routes(&lab, r, 100, "201");
+        let old = routes(&lab, r, 100, "179");
+        Ok((new.len() == 2 && old.is_empty()).then_some(()))
+    })
+    .unwrap_or_else(|e| {
+        panic!(
+            "{e}: 201 {:?} 179 {:?}",
+            routes(&lab, r, 100, "201"),
+            routes(&lab, r, 100, "179")
+        )
+    });
+    lab.kill(mon, Signal::Term);
+    let seen = std::fs::read_to_string(lab.proc_logs(mon).0).unwrap_or_default();
+    for p in ["10.201.0.0/24", "10.202.0.0/24"] {
+        assert!(
+            seen.lines()
+                .any(|l| l.starts_with(&format!("{p} ")) && l.contains("proto 201")),
+            "{p} rewritten with proto 201:\n{seen}"
+        );
+    }
     assert!(
-        line.contains("table 100 -> 101, protocol 179 -> 201"),
-        "{line}"
+        !seen.lines().any(|l| l.starts_with("Deleted 10.20")),
+        "a route of ours deleted on a protocol change:\n{seen}"
     );
+    let f = fibs(&hf, &lab).remove(0);
+    assert_eq!(f["counters"]["errors"], 0, "no EEXIST: {f}");
+
+    // 6. table 100 -> 101, persist on.
+    let k4 = "table = 101\nprotocol = 201\nmetric = 20\necmp = 2\npersist = true";
+    let line = reload(&hf, &mut lab, Some(k4), 5);
+    assert!(line.contains("table 100 -> 101"), "{line}");
     wait_fib(&hf, &lab, (101, 20, 201, 2, true));
     wait_for("our routes in table 101 proto 201 only", T, || {
         let new = routes(&lab, r, 101, "201");
-        let old = routes(&lab, r, 100, "179");
+        let old = routes(&lab, r, 100, "201");
         Ok((new.len() == 2 && old.is_empty()).then_some(new))
     })
     .map(|v| {
@@ -414,13 +452,13 @@ fn kernel_fib_follows_reloads() {
         panic!(
             "{e}: new {:?} old {:?}",
             routes(&lab, r, 101, "201"),
-            routes(&lab, r, 100, "179")
+            routes(&lab, r, 100, "201")
         )
     });
 
-    // 6. Removed with persist: left in the table.
+    // 7. Removed with persist: left in the table.
     let left = routes(&lab, r, 101, "201");
-    let line = reload(&hf, &mut lab, None, 5);
+    let line = reload(&hf, &mut lab, None, 6);
     assert!(
         line.contains("persist: our routes are left in the table"),
         "{line}"
@@ -431,9 +469,9 @@ fn kernel_fib_follows_reloads() {
     .expect("FIB stopped");
     assert_eq!(routes(&lab, r, 101, "201"), left, "persist: routes kept");
 
-    // 7. Added back: adopted, nothing written.
+    // 8. Added back: adopted, nothing written.
     let k5 = "table = 101\nprotocol = 201\nmetric = 20\necmp = 2";
-    reload(&hf, &mut lab, Some(k5), 6);
+    reload(&hf, &mut lab, Some(k5), 7);
     let f = wait_fib(&hf, &lab, (101, 20, 201, 2, false));
     assert_eq!(f["counters"]["adopted"], 2, "{f}");
     for k in ["added", "replaced", "deleted"] {
@@ -441,8 +479,8 @@ fn kernel_fib_follows_reloads() {
     }
     assert_eq!(routes(&lab, r, 101, "201"), left);
 
-    // 8. Removed: our routes gone, the other protocols' routes kept.
-    let line = reload(&hf, &mut lab, None, 7);
+    // 9. Removed: our routes gone, the other protocols' routes kept.
+    let line = reload(&hf, &mut lab, None, 8);
     assert!(
         line.contains("our routes are removed from the table"),
         "{line}"
@@ -453,6 +491,7 @@ fn kernel_fib_follows_reloads() {
     .unwrap_or_else(|e| panic!("{e}: {:?}", routes(&lab, r, 101, "201")));
     assert!(fibs(&hf, &lab).is_empty());
     assert!(routes(&lab, r, 100, "179").is_empty());
+    assert!(routes(&lab, r, 100, "201").is_empty());
     assert_eq!(
         statics(&lab),
         statics_before,

@@ -35,7 +35,12 @@
 //! reads the table again; each route is written under the new key, and
 //! ours under an old key (another metric of our table and protocol, or a
 //! table and protocol we used before: `retired`) are deleted only once
-//! every queued write has gone out, so a prefix always has a route. An old
+//! every queued write has gone out, so a prefix always has a route. The
+//! protocol is not part of the kernel's key (table, destination, TOS,
+//! metric): a new protocol alone in the same table at the same metric
+//! would collide with our old route (EEXIST), so that route is taken as
+//! the prefix's own and replaced in place, which sets the new protocol
+//! (`proto_of`). An old
 //! key's routes are not a resolution route meanwhile, and during the
 //! start-up hold they are kept until it ends, as adopted routes are. A new
 //! `ecmp` re-resolves every next-hop set (the RIB hands over its entries
@@ -208,6 +213,10 @@ pub struct Core {
     /// protocol), found by the last dump: deleted once the queue is empty
     /// and no start-up hold runs.
     old: Vec<Old>,
+    /// Prefixes whose route in the kernel carries a retired protocol at
+    /// our table and metric (the same key as ours): replaced in place, or
+    /// deleted with that protocol.
+    proto_of: HashMap<Prefix, u8, ahash::RandomState>,
     /// (table, protocol) used before a reconfiguration whose routes may
     /// still be in the kernel: found by a dump into `old`, never used for
     /// resolution; forgotten once none is left.
@@ -277,6 +286,7 @@ impl Core {
             foreign: Vec::new(),
             queue: Vec::new(),
             old: Vec::new(),
+            proto_of: HashMap::default(),
             retired: Vec::new(),
             in_flight: Vec::new(),
             in_flight_old: Vec::new(),
@@ -354,6 +364,7 @@ impl Core {
     pub fn dump_begin(&mut self) {
         self.foreign.clear();
         self.old.clear();
+        self.proto_of.clear();
         for e in self.routes.values_mut() {
             e.flags &= !SEEN;
         }
@@ -386,7 +397,25 @@ impl Core {
     }
 
     pub fn dump_route(&mut self, r: &KernelRoute) {
-        if self.retired_key(r) && !self.ours(r) {
+        let same_key = r.table == self.cfg.table && r.priority == self.cfg.metric;
+        if self.retired_key(r) && !self.ours(r) && same_key {
+            // Our old protocol at our table and metric: the kernel's key
+            // is ours, so this is the prefix's route (replaced in place).
+            let Some(p) = prefix_of(r) else { return };
+            let id = self.res.id(&Self::installed_of(r));
+            let hold = self.keep_stale_until.is_some();
+            let e = self.routes.entry(p).or_insert(Entry {
+                want: NONE,
+                kernel: NONE,
+                flags: 0,
+            });
+            e.kernel = id;
+            e.flags |= SEEN;
+            if hold {
+                e.flags |= ADOPTED;
+            }
+            self.proto_of.insert(p, r.protocol);
+        } else if self.retired_key(r) && !self.ours(r) {
             if let Some(prefix) = prefix_of(r) {
                 self.old.push(Old {
                     prefix,
@@ -448,11 +477,13 @@ impl Core {
     /// Retired keys with no route left in `old` (or in flight) are
     /// forgotten: their routes are gone.
     fn forget_retired(&mut self) {
-        let (old, in_flight) = (&self.old, &self.in_flight_old);
+        let (old, in_flight, proto_of) = (&self.old, &self.in_flight_old, &self.proto_of);
+        let table = self.cfg.table;
         self.retired.retain(|k| {
             old.iter()
                 .chain(in_flight)
                 .any(|o| (o.table, o.protocol) == *k)
+                || proto_of.values().any(|p| (table, *p) == *k)
         });
     }
 
@@ -685,7 +716,10 @@ impl Core {
             e.flags &= !QUEUED;
             let e = *e;
             let target = self.target(&e, now);
+            let old_proto = self.proto_of.get(&p).copied();
             let op = match (e.kernel, target) {
+                // Same content under a retired protocol: rewritten to set ours.
+                (k, t) if k == t && k != NONE && old_proto.is_some() => RouteOp::Replace,
                 (k, t) if k == t => {
                     if e.want == NONE && e.kernel == NONE {
                         self.routes.remove(&p);
@@ -698,7 +732,10 @@ impl Core {
                 _ => RouteOp::Replace,
             };
             last = Some(buf.len());
-            let key = route_key(&p, &self.cfg, self.cfg.metric);
+            let mut key = route_key(&p, &self.cfg, self.cfg.metric);
+            if let (RouteOp::Delete, Some(proto)) = (op, old_proto) {
+                key.protocol = proto;
+            }
             let s = seq.wrapping_add(self.in_flight.len() as u32);
             let nhs: &[(IpAddr, u32)] = if target == NONE {
                 &[]
@@ -758,7 +795,6 @@ impl Core {
             }
         }
         self.in_flight_old.clear();
-        self.forget_retired();
         for (i, (p, op, target)) in in_flight.into_iter().enumerate() {
             let err = failed.get(&i).copied();
             let Some(e) = self.routes.get_mut(&p) else {
@@ -768,9 +804,11 @@ impl Core {
                 (RouteOp::Delete, None) | (RouteOp::Delete, Some(libc::ESRCH)) => {
                     e.kernel = NONE;
                     self.counters.deleted += 1;
+                    self.proto_of.remove(&p);
                 }
                 (_, None) => {
                     e.kernel = target;
+                    self.proto_of.remove(&p);
                     if op == RouteOp::Add {
                         self.counters.added += 1;
                     } else {
@@ -791,6 +829,7 @@ impl Core {
             }
             self.errors.remove(&p);
         }
+        self.forget_retired();
     }
 
     /// The batch could not be sent: everything in it is queued again.

@@ -502,12 +502,12 @@ fn new_table_and_protocol_move_the_routes_and_forget_the_old_key() {
             other.clone(),
         ],
     );
+    // Same table and metric: the kernel's key is the same, the route is
+    // replaced in place with the new protocol (see
+    // a_new_protocol_alone_replaces_in_place).
     assert_eq!(
         drain_keyed(&mut c, now, 10),
-        vec![
-            (RTM_NEWROUTE, "10.1.0.0/16".into(), 100, 201, 32, 1),
-            (RTM_DELROUTE, "10.1.0.0/16".into(), 100, 179, 32, 0),
-        ]
+        vec![(RTM_NEWROUTE, "10.1.0.0/16".into(), 100, 201, 32, 1)]
     );
     assert_eq!(c.view(now, 10)[1].state, "unresolved");
     assert_eq!(c.own_protocols(), vec![201], "retired key forgotten");
@@ -684,4 +684,80 @@ fn a_reconfiguration_before_activation_applies_at_the_first_dump() {
             (RTM_DELROUTE, "10.1.0.0/16".into(), 100, 179, 32, 0),
         ]
     );
+}
+
+/// (type, replace flag, prefix, protocol, metric) of each message.
+fn drain_flags(c: &mut Core, now: Instant) -> Vec<(u16, bool, String, u8, u32)> {
+    let mut all = Vec::new();
+    let mut buf = Vec::new();
+    let mut seq = 1;
+    loop {
+        let n = c.next_batch(now, &mut buf, seq, 10);
+        if n == 0 {
+            return all;
+        }
+        for m in messages(&buf) {
+            let r = parse_route(m.payload).unwrap();
+            all.push((
+                m.ty,
+                m.flags & holdfast_linux::rtnl::codec::NLM_F_REPLACE != 0,
+                format!("{}/{}", r.dst, r.dst_len),
+                r.protocol,
+                r.priority,
+            ));
+        }
+        c.batch_done(now, seq, &[], true);
+        seq += n as u32;
+    }
+}
+
+#[test]
+fn a_new_protocol_alone_replaces_in_place() {
+    // The kernel's key has no protocol: at the same table and metric, an
+    // add for the new protocol would collide with our old route (EEXIST).
+    let now = Instant::now();
+    let mut c = Core::new(cfg());
+    c.routes(vec![
+        fr("10.1.0.0/16", &["192.0.2.1"]),
+        fr("10.2.0.0/16", &["192.0.2.1"]),
+    ]);
+    start(&mut c, now, &[connected("192.0.2.0", 24, 3)]);
+    drain(&mut c, now);
+    c.reconfigure(FibConfig {
+        protocol: 201,
+        ..cfg()
+    });
+    // The RIB no longer wants 10.2.0.0/16 by the time the table is read.
+    c.routes(vec![fr("10.2.0.0/16", &[])]);
+    redump(
+        &mut c,
+        &[
+            connected("192.0.2.0", 24, 3),
+            ours_at("10.1.0.0", "192.0.2.1", 100, 179, 32),
+            ours_at("10.2.0.0", "192.0.2.1", 100, 179, 32),
+        ],
+    );
+    let mut got = drain_flags(&mut c, now);
+    got.sort();
+    assert_eq!(
+        got,
+        vec![
+            // Same content, new protocol: replaced in place, no delete.
+            (RTM_NEWROUTE, true, "10.1.0.0/16".into(), 201, 32),
+            // Not wanted: deleted with the protocol it carries.
+            (RTM_DELROUTE, false, "10.2.0.0/16".into(), 179, 32),
+        ]
+    );
+    assert_eq!(c.own_protocols(), vec![201], "nothing left of 179");
+    assert_eq!(c.counts(now), (1, 0, 0, 0, 0));
+    // Read again: ours, nothing to do.
+    c.link_changed();
+    redump(
+        &mut c,
+        &[
+            connected("192.0.2.0", 24, 3),
+            ours_at("10.1.0.0", "192.0.2.1", 100, 201, 32),
+        ],
+    );
+    assert_eq!(drain(&mut c, now), vec![]);
 }
