@@ -515,6 +515,12 @@ impl Core {
                     out.hold_cut = true;
                 }
             }
+            if !out.hold_cut {
+                // The hold keeps nothing found at the start (none adopted
+                // or all taken back already): the old copies need not
+                // wait for its end either.
+                self.keep_stale_until = None;
+            }
             if self.phase == Phase::Running {
                 self.resync = true;
             }

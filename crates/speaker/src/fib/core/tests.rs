@@ -761,3 +761,34 @@ fn a_new_protocol_alone_replaces_in_place() {
     );
     assert_eq!(drain(&mut c, now), vec![]);
 }
+
+#[test]
+fn a_move_during_a_hold_that_keeps_nothing_does_not_wait() {
+    // A fresh start with a hold but an empty table: nothing adopted, so
+    // the old copies of a move go at once.
+    let now = Instant::now();
+    let mut c = Core::new(cfg());
+    c.routes(vec![fr("10.1.0.0/16", &["192.0.2.1"])]);
+    c.activate(now, Duration::from_secs(60));
+    redump(&mut c, &[connected("192.0.2.0", 24, 3)]);
+    assert_eq!(drain(&mut c, now).len(), 1);
+    let r = c.reconfigure(FibConfig {
+        metric: 20,
+        ..cfg()
+    });
+    assert!(r.moved && !r.hold_cut);
+    redump(
+        &mut c,
+        &[
+            connected("192.0.2.0", 24, 3),
+            ours("10.1.0.0", 16, "192.0.2.1", 3, 32),
+        ],
+    );
+    assert_eq!(
+        drain_keyed(&mut c, now, 10),
+        vec![
+            (RTM_NEWROUTE, "10.1.0.0/16".into(), 100, 179, 20, 1),
+            (RTM_DELROUTE, "10.1.0.0/16".into(), 100, 179, 32, 0),
+        ]
+    );
+}
