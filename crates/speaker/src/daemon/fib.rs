@@ -63,6 +63,16 @@ impl Daemon {
             if !self.instances.contains_key(&c.instance) {
                 continue;
             }
+            // A FIB that could not start before (rtnetlink sockets) is
+            // started now rather than reconfigured.
+            let not_running = self
+                .instances
+                .get(&c.instance)
+                .is_some_and(|i| i.fib.is_none());
+            let action = match action {
+                KernelAction::Update { .. } if not_running => KernelAction::Start,
+                a => a,
+            };
             match (action, &c.new) {
                 (KernelAction::Start, Some(k)) => {
                     let after = self

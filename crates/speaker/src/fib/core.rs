@@ -40,11 +40,11 @@
 //! metric): a new protocol alone in the same table at the same metric
 //! would collide with our old route (EEXIST), so that route is taken as
 //! the prefix's own and replaced in place, which sets the new protocol
-//! (`proto_of`). An old
-//! key's routes are not a resolution route meanwhile, and during the
-//! start-up hold they are kept until it ends, as adopted routes are. A new
-//! `ecmp` re-resolves every next-hop set (the RIB hands over its entries
-//! again with the new set sizes) and rewrites only what differs.
+//! (`proto_of`). An old key's routes are not a resolution route
+//! meanwhile; during a start-up hold that still keeps routes found at the
+//! start, they are kept until it ends, as those are. A new `ecmp`
+//! re-resolves every next-hop set (the RIB hands over its entries again
+//! with the new set sizes) and rewrites only what differs.
 //!
 //! # Known issues
 //! - Resolution is one level deep (the kernel's routes have directly
@@ -863,9 +863,10 @@ impl Core {
         }
     }
 
-    /// Ours under an old key, still to be deleted.
+    /// Ours under an old key, still to be deleted or (a protocol alone
+    /// changed) rewritten.
     pub fn old_key_routes(&self) -> usize {
-        self.old.len() + self.in_flight_old.len()
+        self.old.len() + self.in_flight_old.len() + self.proto_of.len()
     }
 
     /// Prefixes the RIB wants in the kernel.
