@@ -25,6 +25,10 @@
 //!    multipath route via 192.0.2.2 and 192.0.3.2, 10.201.0.0/24 is not
 //!    rewritten (`show fib`: one replace); the log says the start-up hold
 //!    applies at the next start only;
+//!    Then an `[[instance]]` "blue" with `kernel = { table = 102, protocol
+//!    = 202 }` added: its FIB starts (running, table 102), the default's
+//!    is untouched (same counters, not in the log line); removed again by
+//!    the next step;
 //! 5. protocol 179 -> 201 alone: the kernel's key (table, prefix, metric)
 //!    has no protocol, so each route is replaced in place: both in table
 //!    100 proto 201, none left at 179, `ip monitor route` shows them
@@ -134,6 +138,14 @@ fn bird_spec(asn: u32, rid: &str, hf: &str, prefixes: &[&str]) -> PeerSpec {
     s
 }
 
+/// The default instance's FIB in `show fib --json`.
+fn default_fib(hf: &Holdfastd, lab: &Lab) -> serde_json::Value {
+    fibs(hf, lab)
+        .into_iter()
+        .find(|f| f["instance"] == "default")
+        .expect("the default instance's FIB")
+}
+
 /// `show fib --json`'s list of FIBs.
 fn fibs(hf: &Holdfastd, lab: &Lab) -> Vec<serde_json::Value> {
     let v = hf
@@ -145,7 +157,12 @@ fn fibs(hf: &Holdfastd, lab: &Lab) -> Vec<serde_json::Value> {
 /// Rewrites the file, sends SIGHUP and waits for the reload's log line
 /// (the `n`th).
 fn reload(hf: &Holdfastd, lab: &mut Lab, kernel: Option<&str>, n: usize) -> String {
-    hf.reload(lab, &config(kernel)).expect("reload");
+    reload_text(hf, lab, &config(kernel), n)
+}
+
+/// [`reload`] with the whole file.
+fn reload_text(hf: &Holdfastd, lab: &mut Lab, text: &str, n: usize) -> String {
+    hf.reload(lab, text).expect("reload");
     wait_for("the reload's kernel FIB line", T, || {
         let log = hf.log_text(lab);
         let lines: Vec<String> = log
@@ -167,7 +184,9 @@ fn wait_fib(
 ) -> serde_json::Value {
     wait_for("show fib with the new settings, written", T, || {
         let f = fibs(hf, lab);
-        let Some(f) = f.first() else { return Ok(None) };
+        let Some(f) = f.iter().find(|f| f["instance"] == "default") else {
+            return Ok(None);
+        };
         Ok((f["table"] == table
             && f["metric"] == metric
             && f["protocol"] == protocol
@@ -303,7 +322,7 @@ fn kernel_fib_follows_reloads() {
     })
     .unwrap_or_else(|e| panic!("{e}: {:?}", routes(&lab, r, 100, "179")));
     let f = wait_for("the stale route's delete counted", T, || {
-        let f = fibs(&hf, &lab).remove(0);
+        let f = default_fib(&hf, &lab);
         Ok((f["counters"]["deleted"] == 1).then_some(f))
     })
     .unwrap_or_else(|e| panic!("{e}: {f}"));
@@ -356,7 +375,9 @@ fn kernel_fib_follows_reloads() {
 
     // 4. ecmp 1 -> 2: the equal-cost prefix becomes multipath, the other
     // is not rewritten; startup_hold's change is said to wait.
-    let replaced = fibs(&hf, &lab)[0]["counters"]["replaced"].as_u64().unwrap();
+    let replaced = default_fib(&hf, &lab)["counters"]["replaced"]
+        .as_u64()
+        .unwrap();
     let k3 = "table = 100\nmetric = 20\necmp = 2\nstartup_hold = 30";
     let line = reload(&hf, &mut lab, Some(k3), 3);
     assert!(line.contains("ecmp 1 -> 2"), "{line}");
@@ -385,20 +406,45 @@ fn kernel_fib_follows_reloads() {
         )
     })
     .unwrap_or_else(|e| panic!("{e}: {:?}", routes(&lab, r, 100, "179")));
-    let f = fibs(&hf, &lab).remove(0);
+    let f = default_fib(&hf, &lab);
     assert_eq!(
         f["counters"]["replaced"].as_u64().unwrap() - replaced,
         1,
         "only the multipath prefix rewritten: {f}"
     );
 
+    // 4b. An [[instance]] with `kernel = {...}` added on reload (a new
+    // instance, its FIB started; no route of its own to install), then
+    // removed with the next step; the default instance's FIB untouched.
+    let blue = format!(
+        "{}\n[[instance]]\nname = \"blue\"\nkernel = {{ table = 102, protocol = 202 }}\n",
+        config(Some(k3))
+    );
+    let line = reload_text(&hf, &mut lab, &blue, 4);
+    assert!(
+        line.contains("blue: added (table 102 metric 32 ecmp 1 protocol 202)"),
+        "{line}"
+    );
+    assert!(!line.contains("default:"), "{line}");
+    wait_for("blue's FIB running", T, || {
+        Ok(fibs(&hf, &lab)
+            .into_iter()
+            .find(|f| f["instance"] == "blue" && f["phase"] == "running" && f["table"] == 102))
+    })
+    .unwrap_or_else(|e| panic!("{e}: {:?}", fibs(&hf, &lab)));
+    let now = default_fib(&hf, &lab);
+    for k in ["added", "replaced", "deleted", "dumps"] {
+        assert_eq!(now["counters"][k], f["counters"][k], "{k}: {now}");
+    }
+
     // 5. protocol 179 -> 201 alone: the kernel's key (table, prefix,
     // metric) is the same, so each route is replaced in place: never
     // deleted.
     let mon = lab.spawn_route_monitor(r, "ipmon2").expect("ip monitor");
     let k4 = "table = 100\nprotocol = 201\nmetric = 20\necmp = 2";
-    let line = reload(&hf, &mut lab, Some(k4), 4);
+    let line = reload(&hf, &mut lab, Some(k4), 5);
     assert!(line.contains("default: protocol 179 -> 201"), "{line}");
+    assert!(line.contains("blue: removed"), "{line}");
     wait_fib(&hf, &lab, (100, 20, 201, 2, false));
     wait_for("our routes in table 100 proto 201 only", T, || {
         let new = routes(&lab, r, 100, "201");
@@ -425,12 +471,12 @@ fn kernel_fib_follows_reloads() {
         !seen.lines().any(|l| l.starts_with("Deleted 10.20")),
         "a route of ours deleted on a protocol change:\n{seen}"
     );
-    let f = fibs(&hf, &lab).remove(0);
+    let f = default_fib(&hf, &lab);
     assert_eq!(f["counters"]["errors"], 0, "no EEXIST: {f}");
 
     // 6. table 100 -> 101, persist on.
     let k4 = "table = 101\nprotocol = 201\nmetric = 20\necmp = 2\npersist = true";
-    let line = reload(&hf, &mut lab, Some(k4), 5);
+    let line = reload(&hf, &mut lab, Some(k4), 6);
     assert!(line.contains("table 100 -> 101"), "{line}");
     wait_fib(&hf, &lab, (101, 20, 201, 2, true));
     wait_for("our routes in table 101 proto 201 only", T, || {
@@ -458,7 +504,7 @@ fn kernel_fib_follows_reloads() {
 
     // 7. Removed with persist: left in the table.
     let left = routes(&lab, r, 101, "201");
-    let line = reload(&hf, &mut lab, None, 6);
+    let line = reload(&hf, &mut lab, None, 7);
     assert!(
         line.contains("persist: our routes are left in the table"),
         "{line}"
@@ -471,7 +517,7 @@ fn kernel_fib_follows_reloads() {
 
     // 8. Added back: adopted, nothing written.
     let k5 = "table = 101\nprotocol = 201\nmetric = 20\necmp = 2";
-    reload(&hf, &mut lab, Some(k5), 7);
+    reload(&hf, &mut lab, Some(k5), 8);
     let f = wait_fib(&hf, &lab, (101, 20, 201, 2, false));
     assert_eq!(f["counters"]["adopted"], 2, "{f}");
     for k in ["added", "replaced", "deleted"] {
@@ -480,7 +526,7 @@ fn kernel_fib_follows_reloads() {
     assert_eq!(routes(&lab, r, 101, "201"), left);
 
     // 9. Removed: our routes gone, the other protocols' routes kept.
-    let line = reload(&hf, &mut lab, None, 8);
+    let line = reload(&hf, &mut lab, None, 9);
     assert!(
         line.contains("our routes are removed from the table"),
         "{line}"
