@@ -252,6 +252,7 @@ impl Shell {
                 unresolved: unresolved as u64,
                 failed: failed as u64,
                 stale: stale as u64,
+                old_key: self.core.old_key_routes() as u64,
             },
         );
     }
