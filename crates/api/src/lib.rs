@@ -305,6 +305,11 @@ pub struct FibInfo {
     pub failed: u64,
     /// Ours in the table, not wanted (kept for the start-up hold).
     pub stale: u64,
+    /// Ours under a key a reload replaced (another metric, the previous
+    /// table or protocol), deleted once the routes under the new key are
+    /// written (after the start-up hold, if one runs).
+    #[serde(default)]
+    pub old_key: u64,
     pub counters: FibCounters,
     pub next_hops: Vec<FibNextHop>,
     /// The first routes by prefix, up to the request's limit.

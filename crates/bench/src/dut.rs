@@ -140,7 +140,8 @@ pub fn origin_prefix(i: usize) -> Ipv4Addr {
     Ipv4Addr::from(u32::from(ORIGIN_BASE) + ((i as u32) << 8))
 }
 
-fn holdfastd_config(cfg: &DutConfig) -> String {
+/// holdfastd's configuration file for `cfg`.
+pub fn holdfastd_config(cfg: &DutConfig) -> String {
     let mut c =
         format!("[global]\nasn = {DUT_AS}\nrouter_id = \"{DUT_ID}\"\nlisten = \"0.0.0.0:179\"\n");
     if let Some(w) = cfg.workers {

@@ -138,7 +138,7 @@ fn trie_prefixes(table: u32) -> Result<usize> {
 /// Polls the DUT's table every [`POLL`] until it holds `n` prefixes;
 /// returns the instant of the first poll that saw them, once a dump
 /// confirms that `n` routes of `protocol` are there.
-fn count_until(
+pub(crate) fn count_until(
     n: usize,
     protocol: u8,
     limit: Duration,

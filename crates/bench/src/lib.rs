@@ -30,7 +30,9 @@
 //! - **Scaling** ([`figures::scaling`]): holdfastd with 1 and 2 workers.
 //! - **Kernel FIB** ([`fib`], `--fib N`, run alone): N routes installed
 //!   into a kernel table of the DUT's namespace, holdfastd `[kernel]`
-//!   against bird2's `kernel` protocol.
+//!   against bird2's `kernel` protocol. [`fib_reload`] (`--fib-reload N`):
+//!   holdfastd's routes moved to a new metric, then a new protocol, by a
+//!   SIGHUP reload with N installed.
 //!
 //! Every cell is the median of `--runs` runs with the min–max spread; a run
 //! slower than `--slow` seconds is not repeated ("1 run"); a run over
@@ -58,6 +60,7 @@
 pub mod dut;
 pub mod fanout;
 pub mod fib;
+pub mod fib_reload;
 pub mod figures;
 pub mod learn;
 pub mod many;

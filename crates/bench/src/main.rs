@@ -94,6 +94,12 @@ struct Args {
     /// `--fib 1M`. The other figures are not run.
     #[arg(long)]
     fib: Option<String>,
+    /// holdfastd alone: N routes installed, then `[kernel]`'s metric and
+    /// protocol changed by SIGHUP; the time of each move and the fewest
+    /// prefixes with a route seen during it (`--runs` each); e.g.
+    /// `--fib-reload 100k,1M`.
+    #[arg(long)]
+    fib_reload: Option<String>,
 }
 
 /// The 1-minute load average (`/proc/loadavg`), printed with each run.
@@ -102,6 +108,37 @@ fn load1() -> String {
         .ok()
         .and_then(|s| s.split_whitespace().next().map(str::to_string))
         .unwrap_or_else(|| "?".into())
+}
+
+/// `--fib-reload`: each size, `runs` runs of holdfastd's two moves.
+fn fib_reload_mode(sizes: &str, runs: usize, timeout: Duration) -> Result<()> {
+    std::env::set_var("HOLDFAST_LAB_PCAP", "0");
+    holdfast_lab::preflight(&[])?;
+    cleanup_stale()?;
+    for n in parse_sizes(sizes)? {
+        for r in 0..runs.max(1) {
+            let load = load1();
+            match holdfast_bench::fib_reload::measure(n, timeout) {
+                Ok(run) => {
+                    for (what, m) in [
+                        ("metric 32 -> 20", run.metric),
+                        ("protocol 179 -> 201", run.protocol),
+                    ] {
+                        println!(
+                            "fib-reload {} run {}: {what}: {:.2} s; fewest prefixes with a route in a sample: {} of {n} ({} samples; load {load} at the start)",
+                            size_label(n),
+                            r + 1,
+                            m.secs,
+                            m.min_prefixes,
+                            m.samples
+                        );
+                    }
+                }
+                Err(e) => println!("fib-reload {} run {}: {e:#}", size_label(n), r + 1),
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `--fib`: each size, `runs` rounds of one run per daemon (interleaved,
@@ -325,6 +362,9 @@ fn main() -> Result<()> {
     let mut args = Args::parse();
     if args.quick {
         apply_quick(&mut args);
+    }
+    if let Some(sizes) = &args.fib_reload {
+        return fib_reload_mode(sizes, args.runs, Duration::from_secs(args.timeout));
     }
     if let Some(sizes) = &args.fib {
         let daemons = Dut::parse_list(&args.daemons)?;

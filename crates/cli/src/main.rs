@@ -602,8 +602,18 @@ fn print_fib(list: &[holdfast_api::FibInfo]) {
             f.phase
         );
         println!(
-            "  routes {}: installed {}, pending {}, unresolved {}, failed {}, stale {}",
-            f.routes_total, f.installed, f.pending, f.unresolved, f.failed, f.stale
+            "  routes {}: installed {}, pending {}, unresolved {}, failed {}, stale {}{}",
+            f.routes_total,
+            f.installed,
+            f.pending,
+            f.unresolved,
+            f.failed,
+            f.stale,
+            if f.old_key > 0 {
+                format!(", under the old key {}", f.old_key)
+            } else {
+                String::new()
+            }
         );
         println!(
             "  added {}, replaced {}, deleted {}, errors {}, batches {}, dumps {}, adopted {}, notifications {}, lost answers {}",

@@ -1,7 +1,9 @@
 //! Reload: what changed between two configurations, so that the daemon
-//! touches only the sessions whose settings changed.
+//! touches only the sessions whose settings changed, and each routing
+//! instance's kernel FIB only where its `[kernel]` changed
+//! ([`KernelChange`]).
 
-use crate::model::{Neighbor, NeighborKey};
+use crate::model::{Instance, Kernel, Neighbor, NeighborKey};
 use crate::values::PolicyRef;
 use crate::Config;
 use std::collections::{BTreeMap, BTreeSet};
@@ -31,7 +33,13 @@ pub struct ConfigDiff {
     /// reach a running BFD session as a Poll Sequence (RFC 5880 §6.8.3).
     pub bfd_changed: Vec<NeighborKey>,
     pub global_changed: bool,
+    /// An `[[instance]]` was added or removed, or its `vrf`, `router_id`
+    /// or `asn` changed. A change of its `kernel` alone is not counted
+    /// here but in `kernel_changed`.
     pub instances_changed: bool,
+    /// Per routing instance whose `[kernel]` (or `kernel = {...}`)
+    /// differs, sorted by instance name.
+    pub kernel_changed: Vec<KernelChange>,
     pub networks_changed: bool,
     /// `[[mrt]]` changed: the MRT timers and logs start afresh.
     pub mrt_changed: bool,
@@ -48,6 +56,152 @@ impl ConfigDiff {
     pub fn is_empty(&self) -> bool {
         *self == ConfigDiff::default()
     }
+}
+
+/// One routing instance's kernel FIB before and after a reload (`None`:
+/// no `[kernel]`, or no such instance).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelChange {
+    pub instance: String,
+    pub old: Option<Kernel>,
+    pub new: Option<Kernel>,
+}
+
+/// What a reload does to one instance's kernel FIB ([`KernelChange::action`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KernelAction {
+    /// `[kernel]` added: the FIB starts, adopts our routes already in the
+    /// table and installs the best paths at once (no start-up hold: the
+    /// tables are complete).
+    Start,
+    /// `[kernel]` removed: the FIB stops; `withdraw` (the old `persist`
+    /// was false): our routes are removed from the table first.
+    Stop { withdraw: bool },
+    /// Changed in place: the running FIB takes the new settings. `moved`:
+    /// the table, protocol or metric changed, so every route is written
+    /// under the new key and then removed under the old one. `rewrite`:
+    /// `ecmp` changed, every entry is computed again and rewritten where
+    /// it differs. Neither: only `persist` or `startup_hold`, which need
+    /// no write.
+    Update { moved: bool, rewrite: bool },
+}
+
+impl KernelChange {
+    pub fn action(&self) -> Option<KernelAction> {
+        match (&self.old, &self.new) {
+            (None, None) => None,
+            (None, Some(_)) => Some(KernelAction::Start),
+            (Some(o), None) => Some(KernelAction::Stop {
+                withdraw: !o.persist,
+            }),
+            (Some(o), Some(n)) if o == n => None,
+            (Some(o), Some(n)) => Some(KernelAction::Update {
+                moved: (o.table, o.protocol, o.metric) != (n.table, n.protocol, n.metric),
+                rewrite: o.ecmp != n.ecmp,
+            }),
+        }
+    }
+
+    /// `startup_hold` changed on a FIB that keeps running: it applies
+    /// only at the next start.
+    pub fn startup_hold_deferred(&self) -> bool {
+        matches!((&self.old, &self.new), (Some(o), Some(n)) if o.startup_hold != n.startup_hold)
+    }
+
+    /// One line for the reload's log: what changed and what is done.
+    pub fn describe(&self) -> String {
+        let keys = |k: &Kernel| {
+            format!(
+                "table {} metric {} ecmp {} protocol {}{}",
+                k.table,
+                k.metric,
+                k.ecmp,
+                k.protocol,
+                if k.persist { " persist" } else { "" }
+            )
+        };
+        match (&self.old, &self.new) {
+            (None, None) => "unchanged".into(),
+            (None, Some(n)) => format!(
+                "added ({}): starting, adopting ours in the table, installing the best paths",
+                keys(n)
+            ),
+            (Some(o), None) if o.persist => format!(
+                "removed ({}): stopping; persist: our routes are left in the table",
+                keys(o)
+            ),
+            (Some(o), None) => format!(
+                "removed ({}): stopping; our routes are removed from the table",
+                keys(o)
+            ),
+            (Some(o), Some(n)) => {
+                let mut parts: Vec<String> = Vec::new();
+                let mut field = |name: &str, a: String, b: String| {
+                    if a != b {
+                        parts.push(format!("{name} {a} -> {b}"));
+                    }
+                };
+                field("table", o.table.to_string(), n.table.to_string());
+                field("protocol", o.protocol.to_string(), n.protocol.to_string());
+                field("metric", o.metric.to_string(), n.metric.to_string());
+                field("ecmp", o.ecmp.to_string(), n.ecmp.to_string());
+                field("persist", o.persist.to_string(), n.persist.to_string());
+                field(
+                    "startup_hold",
+                    o.startup_hold.to_string(),
+                    n.startup_hold.to_string(),
+                );
+                let mut what: Vec<&str> = Vec::new();
+                if let Some(KernelAction::Update { moved, rewrite }) = self.action() {
+                    if moved {
+                        what.push("routes written under the new key, then removed under the old");
+                    }
+                    if rewrite {
+                        what.push("every entry recomputed and rewritten where it differs");
+                    }
+                }
+                if self.startup_hold_deferred() {
+                    what.push("startup_hold applies at the next start only");
+                }
+                if what.is_empty() {
+                    what.push("nothing to write");
+                }
+                format!("{}: {}", parts.join(", "), what.join("; "))
+            }
+        }
+    }
+}
+
+/// Instances compared without their `kernel` (see [`KernelChange`]).
+fn without_kernel(v: &[Instance]) -> Vec<Instance> {
+    v.iter()
+        .map(|i| Instance {
+            kernel: None,
+            ..i.clone()
+        })
+        .collect()
+}
+
+/// Every instance whose kernel FIB differs between `old` and `new`.
+pub fn kernel_changes(old: &Config, new: &Config) -> Vec<KernelChange> {
+    let names: BTreeSet<&str> = old
+        .instances
+        .iter()
+        .chain(&new.instances)
+        .map(|i| i.name.as_str())
+        .collect();
+    names
+        .into_iter()
+        .filter_map(|name| {
+            let o = old.instance(name).and_then(|i| i.kernel.clone());
+            let n = new.instance(name).and_then(|i| i.kernel.clone());
+            (o != n).then(|| KernelChange {
+                instance: name.to_string(),
+                old: o,
+                new: n,
+            })
+        })
+        .collect()
 }
 
 /// Fields whose change requires a session reset, resolved against global
@@ -133,7 +287,8 @@ pub fn diff(old: &Config, new: &Config) -> ConfigDiff {
         mrt_changed: old.mrt != new.mrt,
         bmp_changed: old.bmp != new.bmp,
         rpki_changed: old.rpki != new.rpki,
-        instances_changed: old.instances != new.instances,
+        instances_changed: without_kernel(&old.instances) != without_kernel(&new.instances),
+        kernel_changed: kernel_changes(old, new),
         networks_changed: old.networks != new.networks,
         policies_changed: changed.iter().cloned().collect(),
         ..ConfigDiff::default()

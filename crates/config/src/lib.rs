@@ -24,7 +24,7 @@ mod policy;
 mod values;
 
 pub use bfd::{BfdAuth, BfdAuthType, BfdDefaults, BfdPassword, BfdSettings, MAX_INTERVAL_MS};
-pub use diff::{diff, ConfigDiff};
+pub use diff::{diff, kernel_changes, ConfigDiff, KernelAction, KernelChange};
 pub use model::{
     Bmp, BmpTable, Global, Instance, Kernel, LogFormat, Mrt, MrtKind, MrtTable, Neighbor,
     NeighborKey, Network, Nsr, Rpki, DEFAULT_INSTANCE, DEFAULT_KERNEL_PROTOCOL,

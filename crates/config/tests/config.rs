@@ -1001,3 +1001,99 @@ fn kernel_tables() {
     .to_string();
     assert!(e.contains("already"), "{e}");
 }
+
+#[test]
+fn diff_kernel_changes_per_instance() {
+    let d = |old: &str, new: &str| diff_of(&format!("{GLOBAL}{old}"), &format!("{GLOBAL}{new}"));
+    let blue = "[[instance]]\nname = \"blue\"\n";
+    // Unchanged: nothing.
+    let same = d("[kernel]\ntable = 100\n", "[kernel]\ntable = 100\n");
+    assert!(same.is_empty(), "{same:?}");
+    // Added and removed; a kernel change alone is not an instance change
+    // (BMP and RPKI are not restarted for it).
+    let added = d("", "[kernel]\ntable = 100\n");
+    assert!(!added.instances_changed);
+    assert_eq!(added.kernel_changed.len(), 1);
+    let k = &added.kernel_changed[0];
+    assert_eq!(k.instance, "default");
+    assert_eq!(k.action(), Some(KernelAction::Start));
+    assert!(k
+        .describe()
+        .starts_with("added (table 100 metric 32 ecmp 1 protocol 179)"));
+    let removed = d("[kernel]\ntable = 100\n", "");
+    assert_eq!(
+        removed.kernel_changed[0].action(),
+        Some(KernelAction::Stop { withdraw: true })
+    );
+    let kept = d("[kernel]\ntable = 100\npersist = true\n", "");
+    assert_eq!(
+        kept.kernel_changed[0].action(),
+        Some(KernelAction::Stop { withdraw: false })
+    );
+    assert!(kept.kernel_changed[0]
+        .describe()
+        .contains("left in the table"));
+    // In place: metric, table and protocol move the routes, ecmp rewrites.
+    for (new, moved, rewrite) in [
+        ("[kernel]\ntable = 100\nmetric = 20\n", true, false),
+        ("[kernel]\ntable = 101\n", true, false),
+        ("[kernel]\ntable = 100\nprotocol = 201\n", true, false),
+        ("[kernel]\ntable = 100\necmp = 2\n", false, true),
+        ("[kernel]\ntable = 100\necmp = 2\nmetric = 7\n", true, true),
+        ("[kernel]\ntable = 100\npersist = true\n", false, false),
+    ] {
+        let c = d("[kernel]\ntable = 100\n", new);
+        assert_eq!(
+            c.kernel_changed[0].action(),
+            Some(KernelAction::Update { moved, rewrite }),
+            "{new}"
+        );
+    }
+    let m = d(
+        "[kernel]\ntable = 100\n",
+        "[kernel]\ntable = 100\nmetric = 20\n",
+    );
+    assert_eq!(
+        m.kernel_changed[0].describe(),
+        "metric 32 -> 20: routes written under the new key, then removed under the old"
+    );
+    // startup_hold alone: nothing to write, said so.
+    let h = d(
+        "[kernel]\nstartup_hold = 60\n",
+        "[kernel]\nstartup_hold = 5\n",
+    );
+    let k = &h.kernel_changed[0];
+    assert_eq!(
+        k.action(),
+        Some(KernelAction::Update {
+            moved: false,
+            rewrite: false
+        })
+    );
+    assert!(k.startup_hold_deferred());
+    assert_eq!(
+        k.describe(),
+        "startup_hold 60 -> 5: startup_hold applies at the next start only"
+    );
+    // `kernel = {...}` in an [[instance]], and an instance added with one.
+    let i = d(
+        &format!("{blue}kernel = {{ table = 7 }}\n"),
+        &format!("{blue}kernel = {{ table = 7, ecmp = 4 }}\n"),
+    );
+    assert!(!i.instances_changed);
+    assert_eq!(i.kernel_changed[0].instance, "blue");
+    let new_inst = d("", &format!("{blue}kernel = {{ table = 7 }}\n"));
+    assert!(new_inst.instances_changed);
+    assert_eq!(new_inst.kernel_changed[0].instance, "blue");
+    assert_eq!(
+        new_inst.kernel_changed[0].action(),
+        Some(KernelAction::Start)
+    );
+    // The default instance's `[kernel]` written as `kernel = {...}` in its
+    // [[instance]] is the same thing.
+    let same = d(
+        "[kernel]\ntable = 9\n",
+        "[[instance]]\nname = \"default\"\nkernel = { table = 9 }\n",
+    );
+    assert!(same.kernel_changed.is_empty(), "{same:?}");
+}

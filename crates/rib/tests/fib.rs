@@ -107,3 +107,59 @@ fn off_by_default() {
     )]);
     assert_eq!(take(&mut e), vec![]);
 }
+
+/// `[kernel]` changed on reload: `set_fib_ecmp` and `fib_all` give the
+/// whole table under the new value; 0 turns the output off.
+#[test]
+fn ecmp_changed_at_run_time() {
+    let mut e = engine(1);
+    e.apply(vec![
+        (1, ann(&["10.0.0.0/24"], attrs(&[65001], [192, 0, 2, 1]))),
+        (2, ann(&["10.0.0.0/24"], attrs(&[65002], [192, 0, 2, 2]))),
+        (1, ann(&["10.0.1.0/24"], attrs(&[65001], [192, 0, 2, 1]))),
+    ]);
+    take(&mut e);
+    let all = |e: &mut Engine| {
+        let mut v = Vec::new();
+        e.fib_all(&mut v);
+        let mut v: Vec<(Prefix, Vec<IpAddr>)> = v
+            .into_iter()
+            .map(|r| (r.prefix, r.nexthops.to_vec()))
+            .collect();
+        v.sort();
+        v
+    };
+    e.set_fib_ecmp(2);
+    assert_eq!(
+        all(&mut e),
+        vec![
+            (p("10.0.0.0/24"), vec![ip("192.0.2.1"), ip("192.0.2.2")]),
+            (p("10.0.1.0/24"), vec![ip("192.0.2.1")]),
+        ]
+    );
+    // Later changes follow the new value.
+    e.apply(vec![(2, wd(&["10.0.0.0/24"]))]);
+    assert_eq!(
+        take(&mut e),
+        vec![(p("10.0.0.0/24"), vec![ip("192.0.2.1")])]
+    );
+    e.set_fib_ecmp(1);
+    e.apply(vec![(
+        2,
+        ann(&["10.0.0.0/24"], attrs(&[65002], [192, 0, 2, 2])),
+    )]);
+    take(&mut e);
+    assert_eq!(
+        all(&mut e),
+        vec![
+            (p("10.0.0.0/24"), vec![ip("192.0.2.1")]),
+            (p("10.0.1.0/24"), vec![ip("192.0.2.1")]),
+        ]
+    );
+    // Off: nothing is marked or reported any more.
+    e.apply(vec![(1, wd(&["10.0.1.0/24"]))]);
+    e.set_fib_ecmp(0);
+    assert_eq!(take(&mut e), vec![]);
+    e.apply(vec![(1, wd(&["10.0.0.0/24"]))]);
+    assert_eq!(take(&mut e), vec![]);
+}

@@ -15,6 +15,7 @@
 
 mod api_routes;
 mod bmp;
+mod fib;
 mod mrt;
 mod rpki;
 mod standby;
@@ -60,6 +61,9 @@ struct Instance {
     api_routes: BTreeMap<Prefix, Arc<PathAttrs>>,
     /// The kernel FIB thread, with `[kernel]`.
     fib: Option<crate::fib::FibHandle>,
+    /// A FIB thread stopped by a reload, until it has removed our routes:
+    /// a FIB started again for the instance waits for it.
+    fib_retiring: Option<std::sync::mpsc::Receiver<()>>,
 }
 
 struct PeerEntry {
@@ -362,7 +366,12 @@ impl Daemon {
                 "[global] changed: asn, router_id and listen take effect for new sessions only"
             );
         }
-        self.ensure_instances(&cfg);
+        self.ensure_instances(&cfg, initial);
+        let kernel = if initial {
+            String::new()
+        } else {
+            self.sync_kernel(&diff.kernel_changed)
+        };
         let mut added = 0;
         let mut changed = 0;
         let mut removed = 0;
@@ -427,32 +436,33 @@ impl Daemon {
         if (diff.rpki_changed || diff.instances_changed) && !initial {
             self.restart_rpki();
         }
-        Ok(format!(
-            "{added} neighbour(s) added, {changed} changed, {removed} removed"
-        ))
+        let mut summary =
+            format!("{added} neighbour(s) added, {changed} changed, {removed} removed");
+        if !kernel.is_empty() {
+            summary.push_str("; kernel FIB changed: ");
+            summary.push_str(&kernel);
+        }
+        Ok(summary)
     }
 
-    /// A RIB thread for every routing instance of `cfg` that has none.
-    fn ensure_instances(&mut self, cfg: &Config) {
+    /// A RIB thread for every routing instance of `cfg` that has none;
+    /// with `with_fib` (at start) its kernel FIB thread too. On a reload
+    /// the FIB of a new instance is started by `sync_kernel` like any
+    /// `[kernel]` added.
+    fn ensure_instances(&mut self, cfg: &Config, with_fib: bool) {
         for inst in &cfg.instances {
             if !self.instances.contains_key(&inst.name) {
-                let engine = holdfast_rib::Engine::new(convert::engine_config(cfg, inst));
+                let mut engine_cfg = convert::engine_config(cfg, inst);
+                if !with_fib {
+                    engine_cfg.fib_ecmp = 0;
+                }
+                let engine = holdfast_rib::Engine::new(engine_cfg);
                 let mailboxes: Mailboxes = Arc::new(RwLock::new(HashMap::new()));
-                let fib = inst.kernel.as_ref().and_then(|k| {
-                    let fc = crate::fib::core::FibConfig {
-                        table: k.table,
-                        metric: k.metric,
-                        ecmp: k.ecmp.max(1) as usize,
-                        protocol: k.protocol,
-                    };
-                    match crate::fib::spawn(inst.name.clone(), fc, k.persist, self.metrics.clone()) {
-                        Ok(f) => Some(f),
-                        Err(e) => {
-                            tracing::error!(instance = %inst.name, error = %e, "kernel FIB not started: rtnetlink socket");
-                            None
-                        }
-                    }
-                });
+                let fib = inst
+                    .kernel
+                    .as_ref()
+                    .filter(|_| with_fib)
+                    .and_then(|k| self.spawn_fib(&inst.name, k, None));
                 let rib = rib_thread::spawn(
                     inst.name.clone(),
                     engine,
@@ -469,6 +479,7 @@ impl Daemon {
                         networks: BTreeMap::new(),
                         api_routes: BTreeMap::new(),
                         fib,
+                        fib_retiring: None,
                     },
                 );
             }
@@ -732,11 +743,8 @@ impl Daemon {
         // A normal stop removes our kernel routes (unless `persist`), as
         // BIRD's kernel protocol does; a fenced or killed process never
         // gets here and leaves them to its backup.
-        for (name, inst) in &self.instances {
-            if let Some(f) = &inst.fib {
-                tracing::info!(instance = %name, "stopping the kernel FIB");
-                f.stop(true, Duration::from_secs(60));
-            }
+        for (name, inst) in self.instances.iter_mut() {
+            inst.stop_fib(name, Duration::from_secs(60));
         }
         tracing::info!("shutting down: sending Cease to every peer");
         let keys: Vec<NeighborKey> = self.peers.keys().cloned().collect();

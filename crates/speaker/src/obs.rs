@@ -132,6 +132,8 @@ pub struct FibRoutes {
     pub unresolved: u64,
     pub failed: u64,
     pub stale: u64,
+    /// Ours under a key a reload replaced, still to delete or rewrite.
+    pub old_key: u64,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -625,6 +627,7 @@ impl Metrics {
             ("unresolved", r.unresolved),
             ("failed", r.failed),
             ("stale", r.stale),
+            ("old_key", r.old_key),
         ] {
             self.fib_routes
                 .get_or_create(&FibStateLabels {

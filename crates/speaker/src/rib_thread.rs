@@ -117,6 +117,27 @@ pub enum RibCmd {
     FibActivate {
         hold: std::time::Duration,
     },
+    /// A reload added `[kernel]`: the engine reports forwarding entries
+    /// (at most `ecmp` next hops) to this new FIB thread, which gets the
+    /// whole table and is activated at once with no hold.
+    FibStart {
+        fib: FibHandle,
+        ecmp: usize,
+    },
+    /// A reload changed `[kernel]`: the FIB thread takes `cfg`; with a new
+    /// `ecmp` the engine computes every entry again and hands them over
+    /// after it (the core rewrites what differs).
+    FibReconfigure {
+        cfg: crate::fib::core::FibConfig,
+        persist: bool,
+    },
+    /// A reload removed `[kernel]`: the engine stops reporting, the FIB
+    /// thread stops (`withdraw`: our routes removed first) and says so on
+    /// `done`.
+    FibStop {
+        withdraw: bool,
+        done: std::sync::mpsc::Sender<()>,
+    },
     /// RPKI: the VRP table now in force and the VRPs added or removed
     /// since the previous one (their prefixes' routes are revalidated).
     Rpki {
@@ -512,6 +533,9 @@ impl RibThread {
             | RibCmd::WatchBest(_)
             | RibCmd::Bmp(_)
             | RibCmd::FibActivate { .. }
+            | RibCmd::FibStart { .. }
+            | RibCmd::FibReconfigure { .. }
+            | RibCmd::FibStop { .. }
             | RibCmd::RpkiAwait { .. } => true,
             // Skipped below: the session is preheated.
             RibCmd::AddPeer(spec) => self.preheated.contains_key(&spec.id),
@@ -633,6 +657,40 @@ impl RibThread {
                 self.flush_fib();
                 if let Some(f) = &self.fib {
                     f.send(FibCmd::Activate { hold });
+                }
+                return;
+            }
+            RibCmd::FibStart { fib, ecmp } => {
+                self.engine.set_fib_ecmp(ecmp);
+                let mut all = Vec::new();
+                self.engine.fib_all(&mut all);
+                fib.send(FibCmd::Routes(all));
+                fib.send(FibCmd::Activate {
+                    hold: std::time::Duration::ZERO,
+                });
+                self.fib = Some(fib);
+                return;
+            }
+            RibCmd::FibReconfigure { cfg, persist } => {
+                // What the old settings computed goes first.
+                self.flush_fib();
+                let Some(f) = &self.fib else { return };
+                let ecmp = cfg.ecmp;
+                f.send(FibCmd::Reconfigure { cfg, persist });
+                if ecmp != self.engine.fib_ecmp() {
+                    self.engine.set_fib_ecmp(ecmp);
+                    let mut all = Vec::new();
+                    self.engine.fib_all(&mut all);
+                    f.send(FibCmd::Routes(all));
+                }
+                return;
+            }
+            RibCmd::FibStop { withdraw, done } => {
+                self.flush_fib();
+                self.engine.set_fib_ecmp(0);
+                match self.fib.take() {
+                    Some(f) => f.send(FibCmd::Stop { withdraw, done }),
+                    None => drop(done.send(())),
                 }
                 return;
             }

@@ -70,32 +70,14 @@ impl RtnlSocket {
     /// writes never reach the FIB's notification socket, so a million
     /// installs cannot overflow it.
     pub fn drop_routes_of_protocol(&self, protocol: u8) -> io::Result<()> {
-        // BPF loads are big-endian; netlink headers are native-endian.
-        let ty = |t: u16| u16::from_be_bytes(t.to_ne_bytes()) as u32;
-        let stmt = |code: u16, k: u32| libc::sock_filter {
-            code,
-            jt: 0,
-            jf: 0,
-            k,
-        };
-        let jeq = |k: u32, jt: u8, jf: u8| libc::sock_filter {
-            code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
-            jt,
-            jf,
-            k,
-        };
-        let prog = [
-            // nlmsg_type
-            stmt((libc::BPF_LD | libc::BPF_H | libc::BPF_ABS) as u16, 4),
-            jeq(ty(codec::RTM_NEWROUTE), 1, 0),
-            jeq(ty(codec::RTM_DELROUTE), 0, 2),
-            // rtm_protocol: 16-byte nlmsghdr, then family, dst_len,
-            // src_len, tos, table, protocol.
-            stmt((libc::BPF_LD | libc::BPF_B | libc::BPF_ABS) as u16, 21),
-            jeq(protocol as u32, 1, 0),
-            stmt((libc::BPF_RET | libc::BPF_K) as u16, u32::MAX),
-            stmt((libc::BPF_RET | libc::BPF_K) as u16, 0),
-        ];
+        self.drop_routes_of_protocols(&[protocol])
+    }
+
+    /// The same for several protocols (1 to 32): while a reload moves our
+    /// routes to a new protocol number, the old one's deletions are ours
+    /// too. Attaching replaces the filter in place.
+    pub fn drop_routes_of_protocols(&self, protocols: &[u8]) -> io::Result<()> {
+        let prog = protocol_filter(protocols)?;
         socket2::SockRef::from(&self.fd).attach_filter(&prog)
     }
 
@@ -129,8 +111,111 @@ impl RtnlSocket {
     }
 }
 
+/// The classic BPF program of [`RtnlSocket::drop_routes_of_protocols`]:
+/// route messages whose `rtm_protocol` is one of `protocols` are dropped,
+/// everything else is kept whole.
+fn protocol_filter(protocols: &[u8]) -> io::Result<Vec<libc::sock_filter>> {
+    if protocols.is_empty() || protocols.len() > 32 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "1 to 32 protocols",
+        ));
+    }
+    let n = protocols.len() as u8;
+    // BPF loads are big-endian; netlink headers are native-endian.
+    let ty = |t: u16| u16::from_be_bytes(t.to_ne_bytes()) as u32;
+    let stmt = |code: u16, k: u32| libc::sock_filter {
+        code,
+        jt: 0,
+        jf: 0,
+        k,
+    };
+    let jeq = |k: u32, jt: u8, jf: u8| libc::sock_filter {
+        code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
+        jt,
+        jf,
+        k,
+    };
+    let mut prog = vec![
+        // nlmsg_type
+        stmt((libc::BPF_LD | libc::BPF_H | libc::BPF_ABS) as u16, 4),
+        jeq(ty(codec::RTM_NEWROUTE), 1, 0),
+        // Not a route message: over the protocol load and tests, to keep.
+        jeq(ty(codec::RTM_DELROUTE), 0, n + 1),
+        // rtm_protocol: 16-byte nlmsghdr, then family, dst_len,
+        // src_len, tos, table, protocol.
+        stmt((libc::BPF_LD | libc::BPF_B | libc::BPF_ABS) as u16, 21),
+    ];
+    for (i, p) in protocols.iter().enumerate() {
+        // A match jumps over the remaining tests and the keep, to drop.
+        prog.push(jeq(*p as u32, n - i as u8, 0));
+    }
+    prog.push(stmt((libc::BPF_RET | libc::BPF_K) as u16, u32::MAX));
+    prog.push(stmt((libc::BPF_RET | libc::BPF_K) as u16, 0));
+    Ok(prog)
+}
+
 impl AsFd for RtnlSocket {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
+    }
+}
+
+#[cfg(test)]
+mod filter_tests {
+    use super::*;
+
+    /// Runs the few classic BPF instructions the filter uses on `pkt`.
+    fn run(prog: &[libc::sock_filter], pkt: &[u8]) -> u32 {
+        let mut a: u32 = 0;
+        let mut pc = 0;
+        loop {
+            let i = &prog[pc];
+            let code = i.code as u32;
+            match code {
+                c if c == libc::BPF_LD | libc::BPF_H | libc::BPF_ABS => {
+                    let k = i.k as usize;
+                    a = u16::from_be_bytes([pkt[k], pkt[k + 1]]) as u32;
+                }
+                c if c == libc::BPF_LD | libc::BPF_B | libc::BPF_ABS => {
+                    a = pkt[i.k as usize] as u32
+                }
+                c if c == libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K => {
+                    pc += if a == i.k { i.jt } else { i.jf } as usize;
+                }
+                c if c == libc::BPF_RET | libc::BPF_K => return i.k,
+                other => panic!("unexpected instruction {other:#x}"),
+            }
+            pc += 1;
+        }
+    }
+
+    fn msg(ty: u16, protocol: u8) -> Vec<u8> {
+        let mut m = vec![0u8; 28];
+        m[4..6].copy_from_slice(&ty.to_ne_bytes());
+        m[21] = protocol;
+        m
+    }
+
+    #[test]
+    fn drops_exactly_the_route_messages_of_the_protocols_given() {
+        for protos in [vec![179u8], vec![201, 179], vec![5, 6, 7]] {
+            let prog = protocol_filter(&protos).unwrap();
+            for p in [2u8, 5, 6, 7, 12, 179, 186, 201, 255] {
+                for ty in [codec::RTM_NEWROUTE, codec::RTM_DELROUTE] {
+                    let keep = run(&prog, &msg(ty, p));
+                    assert_eq!(
+                        keep == 0,
+                        protos.contains(&p),
+                        "{protos:?} type {ty} proto {p}"
+                    );
+                }
+                // Link and address messages are kept whatever byte 21 is.
+                for ty in [codec::RTM_NEWLINK, codec::RTM_NEWADDR, codec::RTM_DELADDR] {
+                    assert_ne!(run(&prog, &msg(ty, p)), 0);
+                }
+            }
+        }
+        assert!(protocol_filter(&[]).is_err());
     }
 }

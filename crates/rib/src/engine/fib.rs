@@ -187,6 +187,25 @@ impl Engine {
         self.shards = shards;
     }
 
+    /// `fib_ecmp` now (0: no FIB output).
+    pub fn fib_ecmp(&self) -> usize {
+        self.cfg.fib_ecmp
+    }
+
+    /// Changes `fib_ecmp` at run time (a reload of `[kernel]`): 0 turns
+    /// the FIB output off and drops the marks not yet taken. The entries
+    /// already handed out are not recomputed here: call [`Engine::fib_all`]
+    /// for the full set under the new value.
+    pub fn set_fib_ecmp(&mut self, ecmp: usize) {
+        self.cfg.fib_ecmp = ecmp;
+        if ecmp == 0 {
+            for s in &mut self.shards {
+                s.v4.fib_dirty.clear();
+                s.v6.fib_dirty.clear();
+            }
+        }
+    }
+
     /// Every forwarding entry (prefixes with next hops only), in no
     /// particular order; clears the marks `take_fib` would report.
     pub fn fib_all(&mut self, out: &mut Vec<FibRoute>) {

@@ -52,7 +52,7 @@ impl Daemon {
             .as_ref()
             .filter(|n| n.enabled)
             .context("--standby needs an enabled [nsr] section")?;
-        self.ensure_instances(cfg);
+        self.ensure_instances(cfg, true);
         let compiled = crate::convert::compile(cfg).context("compiling policies")?;
         let mut targets = HashMap::new();
         for nb in &cfg.neighbors {

@@ -55,6 +55,22 @@
 //! the errors (by sequence number) and that acknowledgement are all queued
 //! when it returns ([`Core::batch_done`]).
 //!
+//! Reconfiguration (a SIGHUP reload of `[kernel]`, [`Core::reconfigure`]):
+//! a new metric, table or protocol is a new key for every route. The core
+//! reads the table again; each route is written under the new key, and
+//! ours under an old key (another metric of our table and protocol, or a
+//! table and protocol we used before: `retired`) are deleted only once
+//! every queued write has gone out, so a prefix always has a route. The
+//! protocol is not part of the kernel's key (table, destination, TOS,
+//! metric): a new protocol alone in the same table at the same metric
+//! would collide with our old route (EEXIST), so that route is taken as
+//! the prefix's own and replaced in place, which sets the new protocol
+//! (`proto_of`). An old key's routes are not a resolution route
+//! meanwhile; during a start-up hold that still keeps routes found at the
+//! start, they are kept until it ends, as those are. A new `ecmp`
+//! re-resolves every next-hop set (the RIB hands over its entries again
+//! with the new set sizes) and rewrites only what differs.
+//!
 //! # Known issues
 //! - Resolution is one level deep (the kernel's routes have directly
 //!   connected gateways); next hops are re-resolved all together when a
@@ -93,6 +109,29 @@ const RETRY: Duration = Duration::from_secs(10);
 const NH_GC: Duration = Duration::from_secs(60);
 /// Where our next-hop object ids start (others' ids are skipped).
 const NH_BASE: u32 = 0x6b00_0000;
+
+/// Our route under a key we no longer use: deleted once the queue is empty.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Old {
+    prefix: Prefix,
+    table: u32,
+    protocol: u8,
+    metric: u32,
+}
+
+/// What [`Core::reconfigure`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Reconfigured {
+    /// Table, protocol or metric changed: the table is read again, every
+    /// route written under the new key, the old ones deleted after.
+    pub moved: bool,
+    /// `ecmp` changed: every next-hop set resolved again.
+    pub rewrite: bool,
+    /// The start-up hold was running and its adopted routes are now
+    /// written under the new key (their old copies are kept until the hold
+    /// ends).
+    pub hold_cut: bool,
+}
 
 /// `[kernel]` as the core needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -154,8 +193,8 @@ impl<T: Clone + Eq + std::hash::Hash> Interner<T> {
 /// One message of the batch in flight.
 #[derive(Debug, Clone, Copy)]
 enum Flight {
-    /// A delete of ours at another metric.
-    Other,
+    /// A delete of ours under an old key.
+    Old(Old),
     Route {
         slot: u32,
         op: RouteOp,
@@ -256,8 +295,18 @@ pub struct Core {
     queue: Vec<u32>,
     /// The round being written, in reverse (the next is last).
     round: Vec<u32>,
-    /// Ours at another metric (an older configuration): deleted.
-    other_metric: Vec<(Prefix, u32)>,
+    /// Ours under an old key (another metric, or a retired table and
+    /// protocol), found by the last dump: deleted once the queue is empty
+    /// and no start-up hold runs.
+    old: Vec<Old>,
+    /// Slots whose route in the kernel carries a retired protocol at our
+    /// table and metric (the same key as ours): replaced in place, or
+    /// deleted with that protocol.
+    proto_of: HashMap<u32, u8, ahash::RandomState>,
+    /// (table, protocol) used before a reconfiguration whose routes may
+    /// still be in the kernel: found by a dump into `old`, never used for
+    /// resolution; forgotten once none is left.
+    retired: Vec<(u32, u8)>,
     in_flight: Vec<Flight>,
     nh: Nexthops,
     /// Failed slots and their errno.
@@ -325,7 +374,9 @@ impl Core {
             foreign: Vec::new(),
             queue: Vec::new(),
             round: Vec::new(),
-            other_metric: Vec::new(),
+            old: Vec::new(),
+            proto_of: HashMap::default(),
+            retired: Vec::new(),
             in_flight: Vec::new(),
             nh: Nexthops::default(),
             errors: HashMap::default(),
@@ -407,7 +458,8 @@ impl Core {
 
     pub fn dump_begin(&mut self) {
         self.foreign.clear();
-        self.other_metric.clear();
+        self.old.clear();
+        self.proto_of.clear();
         self.nh.of_res.clear();
         self.nh.res_of.clear();
         self.nh.taken.clear();
@@ -422,9 +474,14 @@ impl Core {
         r.table == self.cfg.table && r.protocol == self.cfg.protocol
     }
 
+    fn retired_key(&self, r: &KernelRoute) -> bool {
+        self.retired.contains(&(r.table, r.protocol))
+    }
+
     fn resolution_domain(&self, r: &KernelRoute) -> bool {
         (r.table == MAIN_TABLE || r.table == self.cfg.table)
             && r.protocol != self.cfg.protocol
+            && !self.retired_key(r)
             && r.kind == RTN_UNICAST
             && r.dst_len > 0
     }
@@ -434,7 +491,9 @@ impl Core {
     pub fn dump_nexthop(&mut self, n: &KernelNexthop) {
         self.nh.enabled = true;
         self.nh.taken.insert(n.id);
-        if n.protocol != self.cfg.protocol || n.special || n.family != AF_INET {
+        let ours =
+            n.protocol == self.cfg.protocol || self.retired.iter().any(|(_, p)| *p == n.protocol);
+        if !ours || n.special || n.family != AF_INET {
             return;
         }
         let Some(gw) = n.gateway else { return };
@@ -465,10 +524,40 @@ impl Core {
     }
 
     pub fn dump_route(&mut self, r: &KernelRoute) {
-        if self.ours(r) {
+        let same_key = r.table == self.cfg.table && r.priority == self.cfg.metric;
+        if self.retired_key(r) && !self.ours(r) && same_key {
+            // Our old protocol at our table and metric: the kernel's key
+            // is ours, so this is the prefix's route (replaced in place).
+            let Some(p) = prefix_of(r) else { return };
+            let installed = self.installed_of(r);
+            let id = self.res.id(&installed);
+            let hold = self.keep_stale_until.is_some();
+            let (s, _) = self.routes.find_or_insert(&p);
+            let e = self.routes.get(s);
+            e.kernel = id;
+            e.flags |= SEEN;
+            if hold {
+                e.flags |= ADOPTED;
+            }
+            self.proto_of.insert(s, r.protocol);
+        } else if self.retired_key(r) && !self.ours(r) {
+            if let Some(prefix) = prefix_of(r) {
+                self.old.push(Old {
+                    prefix,
+                    table: r.table,
+                    protocol: r.protocol,
+                    metric: r.priority,
+                });
+            }
+        } else if self.ours(r) {
             let Some(p) = prefix_of(r) else { return };
             if r.priority != self.cfg.metric {
-                self.other_metric.push((p, r.priority));
+                self.old.push(Old {
+                    prefix: p,
+                    table: r.table,
+                    protocol: r.protocol,
+                    metric: r.priority,
+                });
                 return;
             }
             let installed = self.installed_of(r);
@@ -506,12 +595,93 @@ impl Core {
         for s in all {
             self.enqueue(s);
         }
+        self.forget_retired();
+    }
+
+    /// Retired keys with no route left in `old` (or in flight) are
+    /// forgotten: their routes are gone.
+    fn forget_retired(&mut self) {
+        let in_flight: Vec<Old> = self
+            .in_flight
+            .iter()
+            .filter_map(|f| match f {
+                Flight::Old(o) => Some(*o),
+                _ => None,
+            })
+            .collect();
+        let (old, proto_of) = (&self.old, &self.proto_of);
+        let table = self.cfg.table;
+        self.retired.retain(|k| {
+            old.iter()
+                .chain(&in_flight)
+                .any(|o| (o.table, o.protocol) == *k)
+                || proto_of.values().any(|p| (table, *p) == *k)
+        });
+    }
+
+    /// A reload changed `[kernel]`. A new table, protocol or metric moves
+    /// every route (the table is read again; written under the new key,
+    /// deleted under the old one once the queue is empty); a new `ecmp`
+    /// resolves every next-hop set again (the RIB sends its entries again
+    /// with the new sets) and rewrites what differs.
+    pub fn reconfigure(&mut self, new: FibConfig) -> Reconfigured {
+        let old = std::mem::replace(&mut self.cfg, new.clone());
+        let mut out = Reconfigured {
+            moved: (old.table, old.protocol, old.metric) != (new.table, new.protocol, new.metric),
+            rewrite: old.ecmp != new.ecmp,
+            hold_cut: false,
+        };
+        if (old.table, old.protocol) != (new.table, new.protocol)
+            && !self.retired.contains(&(old.table, old.protocol))
+        {
+            self.retired.push((old.table, old.protocol));
+        }
+        self.retired.retain(|k| *k != (new.table, new.protocol));
+        if out.moved {
+            // Adopted routes are kept as they are by their old copies (not
+            // deleted before the hold ends); under the new key each prefix
+            // gets what the RIB wants.
+            for (_, e) in self.routes.live_mut() {
+                if e.flags & ADOPTED != 0 {
+                    e.flags &= !ADOPTED;
+                    out.hold_cut = true;
+                }
+            }
+            if !out.hold_cut {
+                // The hold keeps nothing found at the start (none adopted
+                // or all taken back already): the old copies need not
+                // wait for its end either.
+                self.keep_stale_until = None;
+            }
+            if self.phase == Phase::Running {
+                self.resync = true;
+            }
+        } else if out.rewrite {
+            self.reresolve_all();
+        }
+        out
+    }
+
+    /// The protocols whose route notifications are ours (the socket filter
+    /// drops them): the current one and any retired one.
+    pub fn own_protocols(&self) -> Vec<u8> {
+        let mut v = vec![self.cfg.protocol];
+        for (_, p) in &self.retired {
+            if !v.contains(p) {
+                v.push(*p);
+            }
+        }
+        v
     }
 
     /// A route, link or address notification (`deleted`: RTM_DEL*).
     pub fn kernel_route(&mut self, r: &KernelRoute, deleted: bool) {
         self.counters.notifications += 1;
-        if self.ours(r) || !self.resolution_domain(r) || self.phase != Phase::Running {
+        if self.ours(r)
+            || self.retired_key(r)
+            || !self.resolution_domain(r)
+            || self.phase != Phase::Running
+        {
             return;
         }
         self.foreign.retain(|x| {
@@ -673,7 +843,7 @@ impl Core {
             && !self.resync
             && (!self.queue.is_empty()
                 || !self.round.is_empty()
-                || !self.other_metric.is_empty()
+                || (!self.old.is_empty() && self.keep_stale_until.is_none())
                 || self.nh.gc_due)
     }
 
@@ -687,16 +857,6 @@ impl Core {
             return 0;
         }
         let mut last = None;
-        while self.in_flight.len() < max {
-            let Some((p, metric)) = self.other_metric.pop() else {
-                break;
-            };
-            last = Some(buf.len());
-            let key = route_key(&p, &self.cfg, metric);
-            let s = seq.wrapping_add(self.in_flight.len() as u32);
-            codec::encode_route(buf, s, false, RouteOp::Delete, &key, &[]);
-            self.in_flight.push(Flight::Other);
-        }
         while self.in_flight.len() < max {
             if self.round.is_empty() {
                 self.round = std::mem::take(&mut self.queue);
@@ -713,11 +873,15 @@ impl Core {
             e.flags &= !QUEUED;
             let e = *e;
             let target = self.target(&e, now);
+            let old_proto = self.proto_of.get(&s).copied();
             let op = match (e.kernel, target) {
+                // Same content under a retired protocol: rewritten to set ours.
+                (k, t) if k == t && k != NONE && old_proto.is_some() => RouteOp::Replace,
                 (k, t) if k == t => {
                     if e.want == NONE && e.kernel == NONE {
                         self.routes.remove(s);
                         self.errors.remove(&s);
+                        self.proto_of.remove(&s);
                     }
                     continue;
                 }
@@ -725,7 +889,10 @@ impl Core {
                 (_, NONE) => RouteOp::Delete,
                 _ => RouteOp::Replace,
             };
-            let key = route_key(&e.prefix(), &self.cfg, self.cfg.metric);
+            let mut key = route_key(&e.prefix(), &self.cfg, self.cfg.metric);
+            if let (RouteOp::Delete, Some(proto)) = (op, old_proto) {
+                key.protocol = proto;
+            }
             let nh = if op == RouteOp::Delete || e.v6 {
                 None
             } else {
@@ -749,6 +916,25 @@ impl Core {
                 op,
                 target,
             });
+        }
+        // Old keys last, once every queued write is in this batch or done:
+        // the new route of a prefix always goes in before its old one goes.
+        while self.queue.is_empty()
+            && self.round.is_empty()
+            && self.keep_stale_until.is_none()
+            && self.in_flight.len() < max
+        {
+            let Some(o) = self.old.pop() else { break };
+            last = Some(buf.len());
+            let key = RouteKey {
+                table: o.table,
+                protocol: o.protocol,
+                priority: o.metric,
+                ..route_key(&o.prefix, &self.cfg, o.metric)
+            };
+            let sq = seq.wrapping_add(self.in_flight.len() as u32);
+            codec::encode_route(buf, sq, false, RouteOp::Delete, &key, &[]);
+            self.in_flight.push(Flight::Old(o));
         }
         // Collected in a batch of their own, once the routes' answers are in.
         if self.nh.gc_due
@@ -838,7 +1024,15 @@ impl Core {
         for (i, f) in in_flight.into_iter().enumerate() {
             let err = failed.get(&i).copied();
             let (s, op, target) = match f {
-                Flight::Other => continue,
+                Flight::Old(_) => {
+                    match err {
+                        None | Some(libc::ESRCH) => self.counters.deleted += 1,
+                        // Left in the kernel; the next dump finds it while
+                        // its key is retired or ours.
+                        Some(_) => self.counters.errors += 1,
+                    }
+                    continue;
+                }
                 Flight::NhAdd { res, id } => {
                     if err.is_some() {
                         nh_failed.push(res);
@@ -873,9 +1067,11 @@ impl Core {
                 (RouteOp::Delete, None) | (RouteOp::Delete, Some(libc::ESRCH)) => {
                     e.kernel = NONE;
                     self.counters.deleted += 1;
+                    self.proto_of.remove(&s);
                 }
                 (_, None) => {
                     e.kernel = target;
+                    self.proto_of.remove(&s);
                     if op == RouteOp::Add {
                         self.counters.added += 1;
                     } else {
@@ -893,11 +1089,13 @@ impl Core {
             e.flags &= !FAILED;
             if e.want == NONE && e.kernel == NONE {
                 self.routes.remove(s);
+                self.proto_of.remove(&s);
             }
             if !self.errors.is_empty() {
                 self.errors.remove(&s);
             }
         }
+        self.forget_retired();
     }
 
     fn nexthop_added(&mut self, res: u32, id: u32, err: Option<i32>) {
@@ -930,8 +1128,16 @@ impl Core {
     pub fn batch_unsent(&mut self) {
         let in_flight = std::mem::take(&mut self.in_flight);
         for f in in_flight {
-            if let Flight::Route { slot, .. } = f {
-                self.enqueue(slot);
+            match f {
+                Flight::Route { slot, .. } => self.enqueue(slot),
+                Flight::Old(o) => self.old.push(o),
+                Flight::NhAdd { res, id } => {
+                    self.nh.res_of.remove(&id);
+                    if self.nh.of_res.get(&res) == Some(&id) {
+                        self.nh.of_res.remove(&res);
+                    }
+                }
+                Flight::NhDel { .. } => self.nh.gc_due = true,
             }
         }
         self.resync = true;
@@ -949,6 +1155,17 @@ impl Core {
             self.enqueue(s);
         }
         self.nh.gc_due = true;
+    }
+
+    /// Ours under an old key, still to be deleted or (a protocol alone
+    /// changed) rewritten.
+    pub fn old_key_routes(&self) -> usize {
+        let in_flight = self
+            .in_flight
+            .iter()
+            .filter(|f| matches!(f, Flight::Old(_)))
+            .count();
+        self.old.len() + in_flight + self.proto_of.len()
     }
 
     /// Prefixes the RIB wants in the kernel.

@@ -18,13 +18,24 @@
 //! with no hold). Then it dumps the table, adopts ours, and writes only
 //! the difference: a takeover on the same host writes nothing.
 //!
+//! Reload (SIGHUP): a `[kernel]` added starts a thread that is activated
+//! at once with no hold (the tables are complete); one removed stops it
+//! (`FibCmd::Stop`, our routes removed unless `persist`) without the
+//! daemon waiting; a change is `FibCmd::Reconfigure`, which the core turns
+//! into a new read of the table and writes under the new key
+//! (`core::Core::reconfigure`). The notification filter follows the
+//! protocols the core calls its own (a moved protocol's old routes too,
+//! until they are gone).
+//!
 //! Metrics (`holdfast_fib_*`, crate::obs) come from the calls that log
 //! each batch, dump and loss; the routes-by-state gauges are refreshed
 //! every second when idle, every [`GAUGES_BUSY`] while writing (counting
 //! walks every prefix).
 //!
 //! # Known issues
-//! - Changing `[kernel]` takes effect at the next start, not on SIGHUP.
+//! - A `[kernel]` removed and added back within one withdrawal (two
+//!   reloads in quick succession): the new thread waits for the old one
+//!   to finish (at most a minute), then reads the table.
 
 pub mod core;
 
@@ -62,6 +73,11 @@ pub enum FibCmd {
     /// `hold`.
     Activate {
         hold: Duration,
+    },
+    /// A reload changed `[kernel]` (see `core::Core::reconfigure`).
+    Reconfigure {
+        cfg: FibConfig,
+        persist: bool,
     },
     Show {
         limit: usize,
@@ -101,22 +117,29 @@ impl FibHandle {
     }
 }
 
-/// Starts the FIB thread of `instance`, holding until activated.
+/// Starts the FIB thread of `instance`, holding until activated. With
+/// `after` (the instance's previous FIB thread still removing its routes),
+/// it first waits for that thread to end, at most a minute.
 pub fn spawn(
     instance: String,
     cfg: FibConfig,
     persist: bool,
     metrics: Arc<Metrics>,
+    after: Option<mpsc::Receiver<()>>,
 ) -> io::Result<FibHandle> {
     let write = RtnlSocket::open(0, false)?;
     write.set_buffers(32 << 20, 8 << 20);
     let monitor = RtnlSocket::open(GROUPS_FIB, true)?;
     monitor.set_buffers(64 << 20, 1 << 16);
     monitor.drop_routes_of_protocol(cfg.protocol)?;
+    let filtered = vec![cfg.protocol];
     let (tx, rx) = mpsc::channel();
     std::thread::Builder::new()
         .name(format!("fib-{instance}"))
         .spawn(move || {
+            if let Some(rx) = after {
+                let _ = rx.recv_timeout(Duration::from_secs(60));
+            }
             Shell {
                 instance,
                 core: Core::new(cfg),
@@ -130,6 +153,7 @@ pub fn spawn(
                 last_dump: None,
                 metrics,
                 last_gauges: None,
+                filtered,
             }
             .run()
         })?;
@@ -149,6 +173,8 @@ struct Shell {
     last_dump: Option<Instant>,
     metrics: Arc<Metrics>,
     last_gauges: Option<Instant>,
+    /// The protocols the notification filter drops now.
+    filtered: Vec<u8>,
 }
 
 impl Shell {
@@ -226,6 +252,7 @@ impl Shell {
                 unresolved: unresolved as u64,
                 failed: failed as u64,
                 stale: stale as u64,
+                old_key: self.core.old_key_routes() as u64,
             },
         );
     }
@@ -242,6 +269,28 @@ impl Shell {
                 );
                 self.core.activate(Instant::now(), hold)
             }
+            FibCmd::Reconfigure { cfg, persist } => {
+                let r = self.core.reconfigure(cfg);
+                self.persist = persist;
+                self.sync_filter();
+                let c = self.core.config();
+                tracing::info!(
+                    instance = %self.instance,
+                    table = c.table,
+                    protocol = c.protocol,
+                    metric = c.metric,
+                    ecmp = c.ecmp,
+                    persist,
+                    moved = r.moved,
+                    rewrite = r.rewrite,
+                    "kernel FIB: reconfigured{}",
+                    if r.hold_cut {
+                        " (the start-up hold's routes are written under the new key now; their old copies stay until the hold ends)"
+                    } else {
+                        ""
+                    }
+                );
+            }
             FibCmd::Show { limit, reply } => {
                 let _ = reply.send(self.info(limit));
             }
@@ -249,11 +298,29 @@ impl Shell {
                 if withdraw && !self.persist && self.core.phase() != core::Phase::Hold {
                     self.withdraw_all();
                 }
+                // No FIB any more: no routes by state.
+                self.metrics
+                    .fib_routes(&self.instance, FibRoutes::default());
                 let _ = done.send(());
                 return false;
             }
         }
         true
+    }
+
+    /// The notification filter drops the protocols the core calls its own
+    /// (a moved protocol's old routes are being deleted by us too).
+    fn sync_filter(&mut self) {
+        let want = self.core.own_protocols();
+        if want == self.filtered {
+            return;
+        }
+        match self.monitor.drop_routes_of_protocols(&want) {
+            Ok(()) => self.filtered = want,
+            Err(e) => {
+                tracing::warn!(instance = %self.instance, error = %e, "kernel FIB: notification filter not changed")
+            }
+        }
     }
 
     fn withdraw_all(&mut self) {
@@ -292,6 +359,7 @@ impl Shell {
             return;
         }
         self.core.dump_end();
+        self.sync_filter();
         self.metrics.fib_dump(
             &self.instance,
             self.core.counters.adopted - adopted,
@@ -437,6 +505,7 @@ impl Shell {
             tracing::debug!(instance = %self.instance, seq = s, errno = code, "kernel FIB: route refused");
         }
         self.core.batch_done(Instant::now(), seq, &errors, complete);
+        self.sync_filter();
         let after = self.core.counters;
         self.metrics.fib_batch(
             &self.instance,
@@ -511,6 +580,7 @@ impl Shell {
             unresolved: unresolved as u64,
             failed: failed as u64,
             stale: stale as u64,
+            old_key: self.core.old_key_routes() as u64,
             counters: FibCounters {
                 added: c.added,
                 replaced: c.replaced,

@@ -578,3 +578,431 @@ fn large_rounds_go_out_in_bit_reversed_order() {
     all.sort_unstable();
     assert_eq!(all, (0..n).collect::<Vec<_>>(), "each once");
 }
+
+/// (type, prefix, table, protocol, metric, next hops) of one route
+/// message: the whole key, for the reconfiguration tests.
+type KeyedOp = (u16, String, u32, u8, u32, usize);
+
+/// Every batch, with the kernel accepting all, keyed.
+fn drain_keyed(c: &mut Core, now: Instant, max: usize) -> Vec<KeyedOp> {
+    let mut all = Vec::new();
+    let mut buf = Vec::new();
+    let mut seq = 1;
+    loop {
+        let n = c.next_batch(now, &mut buf, seq, max);
+        if n == 0 {
+            return all;
+        }
+        for m in messages(&buf) {
+            let r = parse_route(m.payload).unwrap();
+            all.push((
+                m.ty,
+                format!("{}/{}", r.dst, r.dst_len),
+                r.table,
+                r.protocol,
+                r.priority,
+                r.nexthops.len(),
+            ));
+        }
+        c.batch_done(now, seq, &[], true);
+        seq += n as u32;
+    }
+}
+
+fn redump(c: &mut Core, kernel: &[KernelRoute]) {
+    assert!(c.wants_dump());
+    c.dump_begin();
+    for r in kernel {
+        c.dump_route(r);
+    }
+    c.dump_end();
+}
+
+fn ours_at(net: &str, gw: &str, table: u32, protocol: u8, metric: u32) -> KernelRoute {
+    KernelRoute {
+        table,
+        protocol,
+        priority: metric,
+        ..via(net, 16, gw, 3)
+    }
+}
+
+#[test]
+fn new_metric_adds_every_route_before_deleting_the_old() {
+    let now = Instant::now();
+    let mut c = Core::new(cfg());
+    c.routes(vec![
+        fr("10.1.0.0/16", &["192.0.2.1"]),
+        fr("10.2.0.0/16", &["192.0.2.1"]),
+        fr("10.3.0.0/16", &["192.0.2.1"]),
+    ]);
+    start(&mut c, now, &[connected("192.0.2.0", 24, 3)]);
+    assert_eq!(drain(&mut c, now).len(), 3);
+    let r = c.reconfigure(FibConfig {
+        metric: 20,
+        ..cfg()
+    });
+    assert_eq!(
+        r,
+        Reconfigured {
+            moved: true,
+            rewrite: false,
+            hold_cut: false
+        }
+    );
+    assert!(!c.has_work(), "nothing is written before the table is read");
+    let mut table = vec![connected("192.0.2.0", 24, 3)];
+    for p in ["10.1.0.0", "10.2.0.0", "10.3.0.0"] {
+        table.push(ours(p, 16, "192.0.2.1", 3, 32));
+    }
+    redump(&mut c, &table);
+    // Two messages per batch: the adds fill the first batches, the
+    // deletes of metric 32 come only after the last add.
+    let got = drain_keyed(&mut c, now, 2);
+    assert_eq!(got.len(), 6, "{got:?}");
+    let (adds, dels) = got.split_at(3);
+    assert!(adds
+        .iter()
+        .all(|o| o.0 == RTM_NEWROUTE && (o.2, o.3, o.4) == (100, 179, 20)));
+    assert!(dels
+        .iter()
+        .all(|o| o.0 == RTM_DELROUTE && (o.2, o.3, o.4) == (100, 179, 32)));
+    let mut a: Vec<&str> = adds.iter().map(|o| o.1.as_str()).collect();
+    let mut d: Vec<&str> = dels.iter().map(|o| o.1.as_str()).collect();
+    a.sort();
+    d.sort();
+    assert_eq!(a, d);
+    assert_eq!(c.counts(now), (3, 0, 0, 0, 0));
+    assert_eq!((c.counters.added, c.counters.deleted), (6, 3));
+    // Read again: only the new metric is there, nothing to do.
+    c.link_changed();
+    let table: Vec<KernelRoute> = ["10.1.0.0", "10.2.0.0", "10.3.0.0"]
+        .iter()
+        .map(|p| ours(p, 16, "192.0.2.1", 3, 20))
+        .chain([connected("192.0.2.0", 24, 3)])
+        .collect();
+    redump(&mut c, &table);
+    assert_eq!(drain(&mut c, now), vec![]);
+}
+
+#[test]
+fn new_table_and_protocol_move_the_routes_and_forget_the_old_key() {
+    let now = Instant::now();
+    let mut c = Core::new(cfg());
+    c.routes(vec![
+        fr("10.1.0.0/16", &["192.0.2.1"]),
+        // Its next hop is inside our own 10.1.0.0/16: never resolved
+        // through our routes, old key or new.
+        fr("10.7.0.0/16", &["10.1.0.5"]),
+    ]);
+    start(&mut c, now, &[connected("192.0.2.0", 24, 3)]);
+    assert_eq!(drain(&mut c, now).len(), 1);
+    assert_eq!(c.own_protocols(), vec![179]);
+    // Same table, new protocol: the old protocol's routes in our table are
+    // not someone else's routes to resolve through.
+    let r = c.reconfigure(FibConfig {
+        protocol: 201,
+        ..cfg()
+    });
+    assert!(r.moved && !r.rewrite);
+    assert_eq!(c.own_protocols(), vec![201, 179]);
+    let mut other = via("10.9.0.0", 16, "192.0.2.9", 3);
+    other.table = 100;
+    redump(
+        &mut c,
+        &[
+            connected("192.0.2.0", 24, 3),
+            ours_at("10.1.0.0", "192.0.2.1", 100, 179, 32),
+            other.clone(),
+        ],
+    );
+    // Same table and metric: the kernel's key is the same, the route is
+    // replaced in place with the new protocol (see
+    // a_new_protocol_alone_replaces_in_place).
+    assert_eq!(
+        drain_keyed(&mut c, now, 10),
+        vec![(RTM_NEWROUTE, "10.1.0.0/16".into(), 100, 201, 32, 1)]
+    );
+    assert_eq!(c.view(now, 10)[1].state, "unresolved");
+    assert_eq!(c.own_protocols(), vec![201], "retired key forgotten");
+    // New table and protocol at once: table 101, protocol 202.
+    c.reconfigure(FibConfig {
+        table: 101,
+        protocol: 202,
+        ..cfg()
+    });
+    assert_eq!(c.own_protocols(), vec![202, 201]);
+    redump(
+        &mut c,
+        &[
+            connected("192.0.2.0", 24, 3),
+            ours_at("10.1.0.0", "192.0.2.1", 100, 201, 32),
+            other,
+        ],
+    );
+    assert_eq!(
+        drain_keyed(&mut c, now, 10),
+        vec![
+            (RTM_NEWROUTE, "10.1.0.0/16".into(), 101, 202, 32, 1),
+            (RTM_DELROUTE, "10.1.0.0/16".into(), 100, 201, 32, 0),
+        ]
+    );
+    assert_eq!(c.own_protocols(), vec![202]);
+    // Moving back to a key used before: it is ours again, not retired.
+    c.reconfigure(FibConfig {
+        table: 101,
+        protocol: 201,
+        ..cfg()
+    });
+    c.reconfigure(FibConfig {
+        table: 101,
+        protocol: 202,
+        ..cfg()
+    });
+    assert_eq!(c.own_protocols(), vec![202, 201]);
+    redump(
+        &mut c,
+        &[
+            connected("192.0.2.0", 24, 3),
+            ours_at("10.1.0.0", "192.0.2.1", 101, 202, 32),
+        ],
+    );
+    assert_eq!(drain(&mut c, now), vec![], "nothing moved in the end");
+    assert_eq!(c.own_protocols(), vec![202]);
+}
+
+#[test]
+fn new_ecmp_rewrites_only_what_differs() {
+    let now = Instant::now();
+    let mut c = Core::new(FibConfig { ecmp: 1, ..cfg() });
+    let mut two = via("198.51.100.0", 24, "192.0.2.253", 3);
+    two.nexthops.push(holdfast_linux::rtnl::codec::NextHop {
+        gateway: Some(ip("192.0.2.254")),
+        oif: 3,
+        flags: 0,
+    });
+    c.routes(vec![
+        fr("10.1.0.0/16", &["192.0.2.1"]),
+        // One BGP next hop resolving through a kernel route with two
+        // gateways: one of them with ecmp 1.
+        fr("10.2.0.0/16", &["198.51.100.7"]),
+        fr("10.3.0.0/16", &["192.0.2.1"]),
+    ]);
+    start(&mut c, now, &[connected("192.0.2.0", 24, 3), two]);
+    let got = drain_keyed(&mut c, now, 10);
+    assert!(got.iter().all(|o| o.5 == 1), "{got:?}");
+    let r = c.reconfigure(FibConfig { ecmp: 2, ..cfg() });
+    assert_eq!(
+        r,
+        Reconfigured {
+            moved: false,
+            rewrite: true,
+            hold_cut: false
+        }
+    );
+    // The RIB sends its entries again, now with up to two next hops.
+    c.routes(vec![
+        fr("10.1.0.0/16", &["192.0.2.1", "192.0.2.2"]),
+        fr("10.2.0.0/16", &["198.51.100.7"]),
+        fr("10.3.0.0/16", &["192.0.2.1"]),
+    ]);
+    let mut got = drain_keyed(&mut c, now, 10);
+    got.sort();
+    assert_eq!(
+        got,
+        vec![
+            (RTM_NEWROUTE, "10.1.0.0/16".into(), 100, 179, 32, 2),
+            (RTM_NEWROUTE, "10.2.0.0/16".into(), 100, 179, 32, 2),
+        ],
+        "10.3.0.0/16 is unchanged and not written"
+    );
+    assert_eq!(c.counters.replaced, 2);
+    // And back to 1.
+    c.reconfigure(FibConfig { ecmp: 1, ..cfg() });
+    c.routes(vec![fr("10.1.0.0/16", &["192.0.2.1"])]);
+    let got = drain_keyed(&mut c, now, 10);
+    assert_eq!(got.len(), 2);
+    assert!(got.iter().all(|o| o.5 == 1), "{got:?}");
+}
+
+#[test]
+fn a_move_during_the_start_up_hold_keeps_the_old_copies_until_it_ends() {
+    let now = Instant::now();
+    let mut c = Core::new(cfg());
+    c.activate(now, Duration::from_secs(30));
+    redump(
+        &mut c,
+        &[
+            connected("192.0.2.0", 24, 3),
+            ours("10.4.0.0", 16, "192.0.2.1", 3, 32),
+            ours("10.5.0.0", 16, "192.0.2.1", 3, 32),
+        ],
+    );
+    c.routes(vec![fr("10.4.0.0/16", &["192.0.2.1"])]);
+    assert_eq!(drain(&mut c, now), vec![]);
+    let r = c.reconfigure(FibConfig {
+        metric: 20,
+        ..cfg()
+    });
+    assert!(r.moved && r.hold_cut);
+    redump(
+        &mut c,
+        &[
+            connected("192.0.2.0", 24, 3),
+            ours("10.4.0.0", 16, "192.0.2.1", 3, 32),
+            ours("10.5.0.0", 16, "192.0.2.1", 3, 32),
+        ],
+    );
+    // The wanted prefix at the new metric now; 10.5 (not back yet) keeps
+    // its old copy, and no old copy goes during the hold.
+    assert_eq!(
+        drain_keyed(&mut c, now, 10),
+        vec![(RTM_NEWROUTE, "10.4.0.0/16".into(), 100, 179, 20, 1)]
+    );
+    assert!(!c.has_work());
+    let later = now + Duration::from_secs(31);
+    c.tick(later);
+    let mut got = drain_keyed(&mut c, later, 10);
+    got.sort();
+    assert_eq!(
+        got,
+        vec![
+            (RTM_DELROUTE, "10.4.0.0/16".into(), 100, 179, 32, 0),
+            (RTM_DELROUTE, "10.5.0.0/16".into(), 100, 179, 32, 0),
+        ]
+    );
+}
+
+#[test]
+fn a_reconfiguration_before_activation_applies_at_the_first_dump() {
+    let now = Instant::now();
+    let mut c = Core::new(cfg());
+    c.routes(vec![fr("10.1.0.0/16", &["192.0.2.1"])]);
+    c.reconfigure(FibConfig {
+        table: 101,
+        ..cfg()
+    });
+    assert!(!c.wants_dump(), "still held");
+    start(
+        &mut c,
+        now,
+        &[
+            connected("192.0.2.0", 24, 3),
+            ours_at("10.1.0.0", "192.0.2.1", 100, 179, 32),
+        ],
+    );
+    assert_eq!(
+        drain_keyed(&mut c, now, 10),
+        vec![
+            (RTM_NEWROUTE, "10.1.0.0/16".into(), 101, 179, 32, 1),
+            (RTM_DELROUTE, "10.1.0.0/16".into(), 100, 179, 32, 0),
+        ]
+    );
+}
+
+/// (type, replace flag, prefix, protocol, metric) of each message.
+fn drain_flags(c: &mut Core, now: Instant) -> Vec<(u16, bool, String, u8, u32)> {
+    let mut all = Vec::new();
+    let mut buf = Vec::new();
+    let mut seq = 1;
+    loop {
+        let n = c.next_batch(now, &mut buf, seq, 10);
+        if n == 0 {
+            return all;
+        }
+        for m in messages(&buf) {
+            let r = parse_route(m.payload).unwrap();
+            all.push((
+                m.ty,
+                m.flags & holdfast_linux::rtnl::codec::NLM_F_REPLACE != 0,
+                format!("{}/{}", r.dst, r.dst_len),
+                r.protocol,
+                r.priority,
+            ));
+        }
+        c.batch_done(now, seq, &[], true);
+        seq += n as u32;
+    }
+}
+
+#[test]
+fn a_new_protocol_alone_replaces_in_place() {
+    // The kernel's key has no protocol: at the same table and metric, an
+    // add for the new protocol would collide with our old route (EEXIST).
+    let now = Instant::now();
+    let mut c = Core::new(cfg());
+    c.routes(vec![
+        fr("10.1.0.0/16", &["192.0.2.1"]),
+        fr("10.2.0.0/16", &["192.0.2.1"]),
+    ]);
+    start(&mut c, now, &[connected("192.0.2.0", 24, 3)]);
+    drain(&mut c, now);
+    c.reconfigure(FibConfig {
+        protocol: 201,
+        ..cfg()
+    });
+    // The RIB no longer wants 10.2.0.0/16 by the time the table is read.
+    c.routes(vec![fr("10.2.0.0/16", &[])]);
+    redump(
+        &mut c,
+        &[
+            connected("192.0.2.0", 24, 3),
+            ours_at("10.1.0.0", "192.0.2.1", 100, 179, 32),
+            ours_at("10.2.0.0", "192.0.2.1", 100, 179, 32),
+        ],
+    );
+    let mut got = drain_flags(&mut c, now);
+    got.sort();
+    assert_eq!(
+        got,
+        vec![
+            // Same content, new protocol: replaced in place, no delete.
+            (RTM_NEWROUTE, true, "10.1.0.0/16".into(), 201, 32),
+            // Not wanted: deleted with the protocol it carries.
+            (RTM_DELROUTE, false, "10.2.0.0/16".into(), 179, 32),
+        ]
+    );
+    assert_eq!(c.own_protocols(), vec![201], "nothing left of 179");
+    assert_eq!(c.counts(now), (1, 0, 0, 0, 0));
+    // Read again: ours, nothing to do.
+    c.link_changed();
+    redump(
+        &mut c,
+        &[
+            connected("192.0.2.0", 24, 3),
+            ours_at("10.1.0.0", "192.0.2.1", 100, 201, 32),
+        ],
+    );
+    assert_eq!(drain(&mut c, now), vec![]);
+}
+
+#[test]
+fn a_move_during_a_hold_that_keeps_nothing_does_not_wait() {
+    // A fresh start with a hold but an empty table: nothing adopted, so
+    // the old copies of a move go at once.
+    let now = Instant::now();
+    let mut c = Core::new(cfg());
+    c.routes(vec![fr("10.1.0.0/16", &["192.0.2.1"])]);
+    c.activate(now, Duration::from_secs(60));
+    redump(&mut c, &[connected("192.0.2.0", 24, 3)]);
+    assert_eq!(drain(&mut c, now).len(), 1);
+    let r = c.reconfigure(FibConfig {
+        metric: 20,
+        ..cfg()
+    });
+    assert!(r.moved && !r.hold_cut);
+    redump(
+        &mut c,
+        &[
+            connected("192.0.2.0", 24, 3),
+            ours("10.1.0.0", 16, "192.0.2.1", 3, 32),
+        ],
+    );
+    assert_eq!(
+        drain_keyed(&mut c, now, 10),
+        vec![
+            (RTM_NEWROUTE, "10.1.0.0/16".into(), 100, 179, 20, 1),
+            (RTM_DELROUTE, "10.1.0.0/16".into(), 100, 179, 32, 0),
+        ]
+    );
+}
