@@ -11,7 +11,9 @@
 //! lone UPDATE is still processed at once.
 //!
 //! With `[kernel]`, after each command it hands the instance's FIB thread
-//! the forwarding entries that changed (`Engine::take_fib`).
+//! the forwarding entries that changed (`Engine::take_fib`). A reload's
+//! FIB commands (`FibStart`, `FibReconfigure`, `FibStop`) come through it
+//! too, so they are ordered with those entries.
 //!
 //! BMP: while a connected collector monitors the post-policy Adj-RIB-In or
 //! the Loc-RIB (RFC 7854, RFC 9069), after each command it hands the BMP
