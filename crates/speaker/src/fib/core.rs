@@ -79,6 +79,12 @@
 //!   (a link or address change, a lost answer); notifications of our own
 //!   protocol are not followed.
 //! - Interned next-hop sets are never freed (there are few distinct ones).
+//! - Next-hop objects are collected by resolution, not by id: two objects
+//!   of ours with the same gateway (one adopted, one created) both stay
+//!   while either is in use. After a `protocol` change, routes keep naming
+//!   the objects created under the old number; a later start no longer
+//!   counts those as ours, so one left unused then is not removed.
+//! - ECMP sets and IPv6 routes carry their gateways (no group objects).
 
 use std::collections::HashMap;
 use std::net::IpAddr;
