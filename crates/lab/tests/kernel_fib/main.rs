@@ -35,32 +35,18 @@
 //! * a normal stop (SIGTERM, no `persist`) removes our routes and next-hop
 //!   objects and leaves the static route.
 
-use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use holdfast_lab::{
-    send_signal, skip_unless_ready, skip_unless_tools, wait_for, AddrPair, Bird, Holdfastd, HostId,
-    Lab, NeighborSpec, Peer, PeerKind, PeerSpec, RouteSpec, Signal,
+    send_signal, skip_unless_ready, skip_unless_tools, wait_for, Bird, Holdfastd, HostId, Lab,
+    NeighborSpec, Peer, PeerKind, PeerSpec, RouteSpec, Signal,
 };
 
+#[path = "../support/fib.rs"]
+mod fib_common;
+use fib_common::{ip, sh, v4};
+
 const T: Duration = Duration::from_secs(30);
-
-fn v4(a: [u8; 4], b: [u8; 4]) -> Option<AddrPair<Ipv4Addr>> {
-    Some(AddrPair {
-        a: Ipv4Addr::from(a),
-        b: Ipv4Addr::from(b),
-        prefix_len: 24,
-    })
-}
-
-fn ip(s: &str) -> IpAddr {
-    s.parse().unwrap()
-}
-
-fn sh(lab: &Lab, host: HostId, cmd: &[&str]) -> String {
-    lab.exec_ok(host, cmd)
-        .unwrap_or_else(|e| panic!("{}: {e}", cmd.join(" ")))
-}
 
 /// Our routes in table 100, one line per route (nexthops joined).
 fn ours(lab: &Lab, r: HostId) -> Vec<String> {

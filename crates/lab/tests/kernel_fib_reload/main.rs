@@ -46,33 +46,19 @@
 //! Every step also checks `holdfast show fib --json` (table, metric,
 //! protocol, ecmp, persist) and the reload's one log line.
 
-use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use holdfast_api::RibTable;
 use holdfast_lab::{
-    skip_unless_ready, wait_for, AddrPair, Bird, Holdfastd, HostId, Lab, NeighborSpec, Peer,
-    PeerKind, PeerSpec, RouteSpec, Signal,
+    skip_unless_ready, wait_for, Bird, Holdfastd, HostId, Lab, NeighborSpec, Peer, PeerKind,
+    PeerSpec, RouteSpec, Signal,
 };
 
+#[path = "../support/fib.rs"]
+mod fib_common;
+use fib_common::{ip, sh, v4};
+
 const T: Duration = Duration::from_secs(30);
-
-fn v4(a: [u8; 4], b: [u8; 4]) -> Option<AddrPair<Ipv4Addr>> {
-    Some(AddrPair {
-        a: Ipv4Addr::from(a),
-        b: Ipv4Addr::from(b),
-        prefix_len: 24,
-    })
-}
-
-fn ip(s: &str) -> IpAddr {
-    s.parse().unwrap()
-}
-
-fn sh(lab: &Lab, host: HostId, cmd: &[&str]) -> String {
-    lab.exec_ok(host, cmd)
-        .unwrap_or_else(|e| panic!("{}: {e}", cmd.join(" ")))
-}
 
 /// Routes of `proto` in `table`, one line per route (nexthops joined).
 fn routes(lab: &Lab, r: HostId, table: u32, proto: &str) -> Vec<String> {

@@ -87,20 +87,26 @@ fn ops(buf: &[u8]) -> Vec<Op> {
         .collect()
 }
 
-/// Runs every batch with the kernel accepting all.
-fn drain(c: &mut Core, now: Instant) -> Vec<Op> {
+/// Runs every batch of at most `max` messages with the kernel accepting
+/// all; `read` turns each batch into what the test compares.
+fn drain_with<T>(c: &mut Core, now: Instant, max: usize, read: impl Fn(&[u8]) -> Vec<T>) -> Vec<T> {
     let mut all = Vec::new();
     let mut buf = Vec::new();
     let mut seq = 1;
     loop {
-        let n = c.next_batch(now, &mut buf, seq, 2);
+        let n = c.next_batch(now, &mut buf, seq, max);
         if n == 0 {
             return all;
         }
-        all.extend(ops(&buf));
+        all.extend(read(&buf));
         c.batch_done(now, seq, &[], true);
         seq += n as u32;
     }
+}
+
+/// Runs every batch (of two) with the kernel accepting all.
+fn drain(c: &mut Core, now: Instant) -> Vec<Op> {
+    drain_with(c, now, 2, ops)
 }
 
 fn start(c: &mut Core, now: Instant, kernel: &[KernelRoute]) {
@@ -396,18 +402,7 @@ fn nh_ops(buf: &[u8]) -> Vec<NhOp> {
 }
 
 fn nh_drain(c: &mut Core, now: Instant) -> Vec<NhOp> {
-    let mut all = Vec::new();
-    let mut buf = Vec::new();
-    let mut seq = 1;
-    loop {
-        let n = c.next_batch(now, &mut buf, seq, 2);
-        if n == 0 {
-            return all;
-        }
-        all.extend(nh_ops(&buf));
-        c.batch_done(now, seq, &[], true);
-        seq += n as u32;
-    }
+    drain_with(c, now, 2, nh_ops)
 }
 
 /// Starts with a kernel that has next-hop objects (`objects` of anyone's).
@@ -585,28 +580,21 @@ type KeyedOp = (u16, String, u32, u8, u32, usize);
 
 /// Every batch, with the kernel accepting all, keyed.
 fn drain_keyed(c: &mut Core, now: Instant, max: usize) -> Vec<KeyedOp> {
-    let mut all = Vec::new();
-    let mut buf = Vec::new();
-    let mut seq = 1;
-    loop {
-        let n = c.next_batch(now, &mut buf, seq, max);
-        if n == 0 {
-            return all;
-        }
-        for m in messages(&buf) {
-            let r = parse_route(m.payload).unwrap();
-            all.push((
-                m.ty,
-                format!("{}/{}", r.dst, r.dst_len),
-                r.table,
-                r.protocol,
-                r.priority,
-                r.nexthops.len(),
-            ));
-        }
-        c.batch_done(now, seq, &[], true);
-        seq += n as u32;
-    }
+    drain_with(c, now, max, |buf| {
+        messages(buf)
+            .map(|m| {
+                let r = parse_route(m.payload).unwrap();
+                (
+                    m.ty,
+                    format!("{}/{}", r.dst, r.dst_len),
+                    r.table,
+                    r.protocol,
+                    r.priority,
+                    r.nexthops.len(),
+                )
+            })
+            .collect()
+    })
 }
 
 fn redump(c: &mut Core, kernel: &[KernelRoute]) {
@@ -902,27 +890,20 @@ fn a_reconfiguration_before_activation_applies_at_the_first_dump() {
 
 /// (type, replace flag, prefix, protocol, metric) of each message.
 fn drain_flags(c: &mut Core, now: Instant) -> Vec<(u16, bool, String, u8, u32)> {
-    let mut all = Vec::new();
-    let mut buf = Vec::new();
-    let mut seq = 1;
-    loop {
-        let n = c.next_batch(now, &mut buf, seq, 10);
-        if n == 0 {
-            return all;
-        }
-        for m in messages(&buf) {
-            let r = parse_route(m.payload).unwrap();
-            all.push((
-                m.ty,
-                m.flags & holdfast_linux::rtnl::codec::NLM_F_REPLACE != 0,
-                format!("{}/{}", r.dst, r.dst_len),
-                r.protocol,
-                r.priority,
-            ));
-        }
-        c.batch_done(now, seq, &[], true);
-        seq += n as u32;
-    }
+    drain_with(c, now, 10, |buf| {
+        messages(buf)
+            .map(|m| {
+                let r = parse_route(m.payload).unwrap();
+                (
+                    m.ty,
+                    m.flags & holdfast_linux::rtnl::codec::NLM_F_REPLACE != 0,
+                    format!("{}/{}", r.dst, r.dst_len),
+                    r.protocol,
+                    r.priority,
+                )
+            })
+            .collect()
+    })
 }
 
 #[test]
