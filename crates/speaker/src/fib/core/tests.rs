@@ -2,7 +2,9 @@
 //! answers.
 
 use super::*;
-use holdfast_linux::rtnl::codec::{messages, parse_route, NextHop, RTM_DELROUTE, RTM_NEWROUTE};
+use holdfast_linux::rtnl::codec::{
+    messages, parse_route, KernelNexthop, NextHop, RTM_DELROUTE, RTM_NEWROUTE,
+};
 
 fn cfg() -> FibConfig {
     FibConfig {
