@@ -46,9 +46,12 @@
 //!   packet instead.
 //!
 //! Packets that cannot be rewritten, because they carry a TCP-MD5 or TCP-AO
-//! signature or because they exceed the 65531-byte copy range, are held in
-//! order (with everything after them on that connection) instead of being
-//! clamped, and no ACK is synthesised for signed connections.
+//! signature, because they exceed the 65531-byte copy range, or because
+//! they are GSO packets (several segments the kernel has not split yet),
+//! are held in order (with everything after them on that connection)
+//! instead of being clamped, and no ACK is synthesised for signed
+//! connections. A clamped packet whose checksum the kernel had left partial
+//! ([`SkbInfo::csum_partial`]) gets its checksum computed in full.
 //!
 //! RSTs, packets whose `A` is not after `C`, packets of unregistered
 //! connections and anything that is not TCP pass unmodified. In
@@ -118,6 +121,19 @@ pub enum GateMode {
     Bypass,
     /// Fenced or exiting: every queued packet is dropped, registered or not.
     DropAll,
+}
+
+/// What the kernel says of a queued packet's buffer (`NFQA_SKB_INFO`,
+/// reported because the queue is bound with `NFQA_CFG_F_GSO`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SkbInfo {
+    /// The TCP checksum field holds only the pseudo-header's sum
+    /// (`CHECKSUM_PARTIAL`, completed by the device or the stack): a
+    /// rewritten packet needs its checksum computed in full.
+    pub csum_partial: bool,
+    /// A GSO packet, larger than the path's MSS: the kernel would lose its
+    /// segmentation if it were handed back rewritten.
+    pub gso: bool,
 }
 
 /// Counters of an [`AckGate`](crate::nfq::AckGate).
@@ -551,6 +567,7 @@ impl Core {
         id: u32,
         pkt: &mut [u8],
         oif: u32,
+        skb: SkbInfo,
         now: Instant,
         out: &mut Vec<Out>,
     ) -> Verdict {
@@ -612,7 +629,7 @@ impl Core {
         }
         // The ACK number is beyond what may leave.
         c.wait(now, m.ack);
-        let modifiable = !m.truncated && !m.signed;
+        let modifiable = !m.truncated && !m.signed && !skb.gso;
         let hold = Held {
             id,
             arrival,
@@ -644,6 +661,11 @@ impl Core {
         }
         let floor = c.floor();
         let win = packet::clamp_ack(pkt, &m, floor, c.wscale);
+        if skb.csum_partial {
+            // The kernel hands a rewritten packet on as checksummed
+            // (`CHECKSUM_NONE`): the field must hold the whole sum.
+            let _ = packet::fill_tcp_checksum(pkt);
+        }
         c.left(hist, &m, &pkt[..hdr_len], floor, win, arrival, oif, now);
         stats.clamped += 1;
         Verdict::AcceptModified

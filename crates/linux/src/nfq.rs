@@ -30,12 +30,17 @@
 //! TCP packet to or from the BGP ports to queue `queue_num`. This module
 //! binds the queue over a raw `NETLINK_NETFILTER` socket (the `nfq` crate
 //! hides its descriptor, so it cannot be polled together with a wake-up
-//! eventfd), asks for whole packets, and deliberately sets neither
-//! `NFQA_CFG_F_FAIL_OPEN` nor `NFQA_CFG_F_GSO`:
+//! eventfd), asks for whole packets, sets `NFQA_CFG_F_GSO` and deliberately
+//! leaves `NFQA_CFG_F_FAIL_OPEN` unset:
 //!
-//! - without `GSO` the kernel segments large packets and completes their
-//!   checksums before queueing, so headers can be rewritten with an
-//!   incremental checksum update;
+//! - with `GSO` the kernel queues a large packet of a bulk transfer as one
+//!   entry, as TCP built it, instead of cutting it into MSS-sized segments
+//!   and completing their checksums first. Without it, every 64 KiB the
+//!   speaker wrote to a peer came back as some 45 queued packets, each
+//!   copied, judged, re-injected and received on its own. The price: a GSO
+//!   packet cannot be rewritten (it is held instead of clamped, see
+//!   [`crate::gate`]), and a clamped packet's checksum is computed in full
+//!   when the kernel reports it partial (`NFQA_SKB_INFO`);
 //! - without fail-open (and without `--queue-bypass` on the rule) the kernel
 //!   drops packets when the queue is full or nobody is bound. When the
 //!   speaker dies its netlink socket closes, the kernel drops every packet
@@ -494,14 +499,20 @@ fn run(shared: &Shared, mut nl: Nl, inj: Injector) -> io::Result<()> {
             msgs.clear();
             codec::parse_nl(&buf[..n], &mut msgs);
             for msg in msgs.drain(..) {
-                let codec::NlMsg::Packet { id, payload, oif } = msg else {
+                let codec::NlMsg::Packet {
+                    id,
+                    payload,
+                    oif,
+                    skb,
+                } = msg
+                else {
                     continue;
                 };
                 let pkt = &mut buf[payload];
                 let v = {
                     let mut core = shared.core();
                     core.drain(Instant::now(), &mut out);
-                    core.packet(id, pkt, oif, Instant::now(), &mut out)
+                    core.packet(id, pkt, oif, skb, Instant::now(), &mut out)
                 };
                 execute(shared, &mut nl, &inj, &mut out);
                 let r = match v {

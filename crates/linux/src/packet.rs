@@ -6,10 +6,10 @@
 //!
 //! Checksums are updated incrementally with RFC 1624 equation 3,
 //! `HC' = ~(~HC + ~m + m')`, so rewriting the ACK number and window of a
-//! 64 KiB segment costs a handful of additions. This is only sound when the
-//! packet carries a *complete* checksum, which is why the queue is bound
-//! without `NFQA_CFG_F_GSO` (the kernel then resolves partial checksums and
-//! segments GSO packets before queueing them).
+//! segment costs a handful of additions. This is only sound when the packet
+//! carries a *complete* checksum; for one whose checksum the kernel left
+//! partial (`CHECKSUM_PARTIAL`, reported in `NFQA_SKB_INFO`) the gate calls
+//! [`fill_tcp_checksum`] after the rewrite.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 

@@ -65,11 +65,16 @@ impl Rig {
     }
 
     /// Feeds a packet at time `ms`; returns (id, verdict, packet after).
-    fn feed(&mut self, ms: u64, mut p: Vec<u8>) -> (u32, Verdict, Vec<u8>) {
+    fn feed(&mut self, ms: u64, p: Vec<u8>) -> (u32, Verdict, Vec<u8>) {
+        self.feed_skb(ms, p, SkbInfo::default())
+    }
+
+    /// [`Rig::feed`] with what the kernel says of the buffer.
+    fn feed_skb(&mut self, ms: u64, mut p: Vec<u8>, skb: SkbInfo) -> (u32, Verdict, Vec<u8>) {
         let id = self.next_id;
         self.next_id += 1;
         let now = self.at(ms);
-        let v = self.core.packet(id, &mut p, 1, now, &mut self.out);
+        let v = self.core.packet(id, &mut p, 1, skb, now, &mut self.out);
         (id, v, p)
     }
 
@@ -281,6 +286,46 @@ fn truncated_packets_are_held_not_modified() {
     let (_, v, p) = r.feed(0, full[..100].to_vec());
     assert_eq!(v, Verdict::Hold);
     assert_eq!(p, full[..100].to_vec());
+}
+
+#[test]
+fn gso_packets_are_held_in_order_or_passed_unmodified() {
+    let gso = SkbInfo {
+        csum_partial: true,
+        gso: true,
+    };
+    let mut r = Rig::new();
+    r.core.register(key(), 1000, 0);
+    // Within what is confirmed: one entry for many segments, unmodified.
+    let big = pkt(ACK | PSH, 10, 1000, 10, &[7u8; 3000]);
+    let (_, v, p) = r.feed_skb(0, big.clone(), gso);
+    assert_eq!((v, p), (Verdict::Accept, big));
+    // Beyond it: held, not clamped, and what follows waits behind it.
+    let (a, v, _) = r.feed_skb(1, pkt(ACK | PSH, 3010, 1100, 10, &[7u8; 3000]), gso);
+    assert_eq!(v, Verdict::Hold);
+    let (b, v, _) = r.feed(2, pkt(ACK | PSH, 6010, 1100, 10, b"bb"));
+    assert_eq!(v, Verdict::Hold);
+    assert!(r.core.confirm(&key(), 1100));
+    assert_eq!(accepts(&r.drain(3)), vec![a, b]);
+    assert_eq!(r.core.snapshot().clamped, 0);
+}
+
+#[test]
+fn clamped_packet_with_partial_checksum_gets_a_full_one() {
+    let mut r = Rig::new();
+    r.core.register(key(), 1000, 0);
+    let mut p = pkt(ACK | PSH, 10, 1100, 10, b"abc");
+    // What the stack leaves in a CHECKSUM_PARTIAL packet: not the sum.
+    p[36..38].copy_from_slice(&[0x12, 0x34]);
+    assert!(!tcp_checksum_ok(&p));
+    let partial = SkbInfo {
+        csum_partial: true,
+        gso: false,
+    };
+    let (_, v, out) = r.feed_skb(0, p, partial);
+    assert_eq!(v, Verdict::AcceptModified);
+    assert_eq!(parse(&out).unwrap().ack, 1000);
+    assert!(tcp_checksum_ok(&out), "the kernel sends it as is");
 }
 
 #[test]

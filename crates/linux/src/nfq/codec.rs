@@ -14,13 +14,14 @@
 //! # Known issues
 //!
 //! - Only the attributes the gate uses are read (`NFQA_PACKET_HDR`,
-//!   `NFQA_IFINDEX_OUTDEV`, `NFQA_PAYLOAD`); conntrack, marks, timestamps,
+//!   `NFQA_IFINDEX_OUTDEV`, `NFQA_PAYLOAD`, `NFQA_SKB_INFO`); conntrack, marks, timestamps,
 //!   UIDs and nested attributes are skipped.
 //! - Messages are built for one queue and `AF_UNSPEC`; batched verdicts
 //!   (`NFQNL_MSG_VERDICT_BATCH`) are not used: one message per packet.
 //! - A packet message without `NFQA_PACKET_HDR` is reported as
 //!   [`NlMsg::Other`]; a packet without `NFQA_PAYLOAD` has an empty payload.
 
+use crate::gate::SkbInfo;
 use std::ops::Range;
 
 const NFNL_SUBSYS_QUEUE: u16 = 3;
@@ -40,6 +41,11 @@ const NFQA_PACKET_HDR: u16 = 1;
 const NFQA_VERDICT_HDR: u16 = 2;
 const NFQA_IFINDEX_OUTDEV: u16 = 6;
 const NFQA_PAYLOAD: u16 = 10;
+const NFQA_SKB_INFO: u16 = 14;
+/// `NFQA_SKB_INFO` bits: the TCP checksum is only the pseudo-header's
+/// (`CHECKSUM_PARTIAL`), and the packet is a GSO packet.
+const NFQA_SKB_CSUMNOTREADY: u32 = 1 << 0;
+const NFQA_SKB_GSO: u32 = 1 << 1;
 pub(super) const NF_DROP: u32 = 0;
 pub(super) const NF_ACCEPT: u32 = 1;
 const NLA_TYPE_MASK: u16 = 0x3fff;
@@ -79,9 +85,8 @@ fn patch_len(buf: &mut [u8], len: usize) {
 
 /// The message binding queue `queue` (request `seq`, acknowledgement
 /// asked for): whole packets (copy range 0xffff, which the kernel caps at
-/// 65531), a kernel queue of [`QUEUE_MAXLEN`] packets, and the flags
-/// fail-open and GSO explicitly cleared (see the module docs of
-/// [`crate::nfq`]).
+/// 65531), a kernel queue of [`QUEUE_MAXLEN`] packets, fail-open explicitly
+/// cleared and GSO set (see the module docs of [`crate::nfq`]).
 pub(super) fn bind_message(queue: u16, seq: u32) -> Vec<u8> {
     let mut m = Vec::with_capacity(96);
     nfq_header(
@@ -99,13 +104,13 @@ pub(super) fn bind_message(queue: u16, seq: u32) -> Vec<u8> {
     params.push(NFQNL_COPY_PACKET);
     put_attr(&mut m, NFQA_CFG_PARAMS, &params);
     put_attr(&mut m, NFQA_CFG_QUEUE_MAXLEN, &QUEUE_MAXLEN.to_be_bytes());
-    // Explicitly clear fail-open and GSO.
+    // Explicitly clear fail-open; set GSO.
     put_attr(
         &mut m,
         NFQA_CFG_MASK,
         &(NFQA_CFG_F_FAIL_OPEN | NFQA_CFG_F_GSO).to_be_bytes(),
     );
-    put_attr(&mut m, NFQA_CFG_FLAGS, &0u32.to_be_bytes());
+    put_attr(&mut m, NFQA_CFG_FLAGS, &NFQA_CFG_F_GSO.to_be_bytes());
     let len = m.len();
     patch_len(&mut m, len);
     m
@@ -153,6 +158,7 @@ pub(super) enum NlMsg {
         id: u32,
         payload: Range<usize>,
         oif: u32,
+        skb: SkbInfo,
     },
     /// `NLMSG_ERROR` (error 0 is an ACK).
     Error {
@@ -194,6 +200,7 @@ pub(super) fn parse_nl(buf: &[u8], msgs: &mut Vec<NlMsg>) {
             let mut id = None;
             let mut payload = 0..0;
             let mut oif = 0;
+            let mut skb = SkbInfo::default();
             let mut a = off + NLMSG_HDRLEN + NFGEN_HDRLEN;
             let end = off + len;
             while a + 4 <= end {
@@ -207,12 +214,24 @@ pub(super) fn parse_nl(buf: &[u8], msgs: &mut Vec<NlMsg>) {
                     NFQA_PACKET_HDR if data.len() >= 4 => id = Some(be32_at(buf, data.start)),
                     NFQA_IFINDEX_OUTDEV if data.len() >= 4 => oif = be32_at(buf, data.start),
                     NFQA_PAYLOAD => payload = data,
+                    NFQA_SKB_INFO if data.len() >= 4 => {
+                        let bits = be32_at(buf, data.start);
+                        skb = SkbInfo {
+                            csum_partial: bits & NFQA_SKB_CSUMNOTREADY != 0,
+                            gso: bits & NFQA_SKB_GSO != 0,
+                        };
+                    }
                     _ => {}
                 }
                 a += align4(alen);
             }
             match id {
-                Some(id) => NlMsg::Packet { id, payload, oif },
+                Some(id) => NlMsg::Packet {
+                    id,
+                    payload,
+                    oif,
+                    skb,
+                },
                 None => NlMsg::Other,
             }
         } else {
@@ -236,8 +255,21 @@ mod tests {
         put_attr(&mut m, NFQA_IFINDEX_OUTDEV, &7u32.to_be_bytes());
         let start = m.len() + 4;
         put_attr(&mut m, NFQA_PAYLOAD, b"abcde");
+        put_attr(
+            &mut m,
+            NFQA_SKB_INFO,
+            &(NFQA_SKB_CSUMNOTREADY | NFQA_SKB_GSO).to_be_bytes(),
+        );
         let len = m.len();
         patch_len(&mut m, len);
+        // A second packet without NFQA_SKB_INFO: a complete checksum.
+        let mut p = Vec::new();
+        nfq_header(&mut p, NFQNL_MSG_PACKET, 0, 0, 3);
+        put_attr(&mut p, NFQA_PACKET_HDR, &[0, 0, 0, 43, 8, 0, 3]);
+        put_attr(&mut p, NFQA_SKB_INFO, &NFQA_SKB_CSUMNOTREADY.to_be_bytes());
+        let len = p.len();
+        patch_len(&mut p, len);
+        m.extend_from_slice(&p);
         // Followed by an error message.
         let mut e = vec![0u8; 36];
         e[..4].copy_from_slice(&36u32.to_ne_bytes());
@@ -253,7 +285,20 @@ mod tests {
                 NlMsg::Packet {
                     id: 42,
                     payload: start..start + 5,
-                    oif: 7
+                    oif: 7,
+                    skb: SkbInfo {
+                        csum_partial: true,
+                        gso: true
+                    }
+                },
+                NlMsg::Packet {
+                    id: 43,
+                    payload: 0..0,
+                    oif: 0,
+                    skb: SkbInfo {
+                        csum_partial: true,
+                        gso: false
+                    }
                 },
                 NlMsg::Error {
                     seq: 9,
@@ -281,7 +326,7 @@ mod tests {
     }
 
     #[test]
-    fn bind_message_clears_fail_open_and_gso() {
+    fn bind_message_clears_fail_open_and_sets_gso() {
         let m = bind_message(1707, 1);
         assert_eq!(u32_at(&m, 0) as usize, m.len());
         assert_eq!(u16_at(&m, 4), (NFNL_SUBSYS_QUEUE << 8) | NFQNL_MSG_CONFIG);
@@ -305,7 +350,7 @@ mod tests {
                         .to_be_bytes()
                         .to_vec()
                 ),
-                (NFQA_CFG_FLAGS, vec![0, 0, 0, 0]),
+                (NFQA_CFG_FLAGS, NFQA_CFG_F_GSO.to_be_bytes().to_vec()),
             ]
         );
     }
