@@ -16,6 +16,11 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+/// The log filter a lab holdfastd runs with unless told otherwise: the
+/// binary's debug lines, and the `RIB batch` and session-state debug lines
+/// of the speaker's metrics module (`obs`), which the bench sums up.
+pub const DEFAULT_LOG: &str = "info,holdfastd=debug,holdfast_speaker::obs=debug";
+
 /// Finds a workspace binary: `$ENV`, else NAME next to the running executable (e.g.
 /// `holdfastd` next to `holdfast` for `holdfast lab`), else the newest of
 /// target/{release,debug}/NAME.
@@ -59,7 +64,7 @@ pub struct StartOpts {
     /// `--takeover-ready-file PATH`: created by holdfastd once its state is loaded and it
     /// waits for the service address (see [`Holdfastd::wait_ready_file`]).
     pub ready_file: Option<PathBuf>,
-    /// Extra environment (after the default `HOLDFAST_LOG=info,holdfastd=debug`, which
+    /// Extra environment (after the default [`DEFAULT_LOG`] in `HOLDFAST_LOG`, which
     /// an entry here overrides).
     pub env: Vec<(String, String)>,
     /// Further command-line arguments (e.g. `--record DIR`).
@@ -151,7 +156,7 @@ impl Holdfastd {
         }
         args.extend(opts.args.iter().cloned());
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
-        let mut env: Vec<(&str, &str)> = vec![("HOLDFAST_LOG", "info,holdfastd=debug")];
+        let mut env: Vec<(&str, &str)> = vec![("HOLDFAST_LOG", DEFAULT_LOG)];
         env.extend(opts.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         d.proc = lab.spawn(host, name, &argv, &env)?;
         d.os_pid = lab.pid(d.proc);
