@@ -51,7 +51,10 @@
 //! are held in order (with everything after them on that connection)
 //! instead of being clamped, and no ACK is synthesised for signed
 //! connections. A clamped packet whose checksum the kernel had left partial
-//! ([`SkbInfo::csum_partial`]) gets its checksum computed in full.
+//! ([`SkbInfo::csum_partial`]) gets its checksum computed in full. A GSO
+//! packet beyond 64 KiB (BIG TCP) has 0 in its IP length field; its length
+//! is the one the queue reports ([`SkbInfo::wire_len`]), so it is gated
+//! like any other.
 //!
 //! RSTs, packets whose `A` is not after `C`, packets of unregistered
 //! connections and anything that is not TCP pass unmodified. In
@@ -134,6 +137,10 @@ pub struct SkbInfo {
     /// A GSO packet, larger than the path's MSS: the kernel would lose its
     /// segmentation if it were handed back rewritten.
     pub gso: bool,
+    /// The packet's length when the queue's copy was cut short
+    /// (`NFQA_CAP_LEN`): how long a BIG TCP packet, whose IP length field
+    /// is 0, really is.
+    pub wire_len: Option<u32>,
 }
 
 /// Counters of an [`AckGate`](crate::nfq::AckGate).
@@ -578,7 +585,7 @@ impl Core {
             self.stats.dropped += 1;
             return Verdict::Drop;
         }
-        let Some(m) = packet::parse(pkt) else {
+        let Some(m) = packet::parse_len(pkt, skb.wire_len.map(|n| n as usize)) else {
             self.stats.passed += 1;
             return Verdict::Accept;
         };

@@ -125,6 +125,15 @@ fn be32(b: &[u8], at: usize) -> u32 {
 /// else: other protocols, IP fragments, IPv6 jumbograms, ESP, malformed or
 /// too-short headers. Only the headers need to be present in `pkt`.
 pub fn parse(pkt: &[u8]) -> Option<TcpMeta> {
+    parse_len(pkt, None)
+}
+
+/// [`parse`], for a packet whose length the queue reported apart
+/// (`wire_len`: `NFQA_CAP_LEN`, the length before the copy was cut). A GSO
+/// packet beyond 64 KiB (BIG TCP, RFC 2675's jumbograms without the
+/// option) carries 0 in its IP length field; its length is then
+/// `wire_len`. Without it such a packet is not parsed.
+pub fn parse_len(pkt: &[u8], wire_len: Option<usize>) -> Option<TcpMeta> {
     let first = *pkt.first()?;
     let (src_ip, dst_ip, tcp_offset, ip_total) = match first >> 4 {
         4 => {
@@ -132,7 +141,10 @@ pub fn parse(pkt: &[u8]) -> Option<TcpMeta> {
                 return None;
             }
             let ihl = usize::from(first & 0x0f) * 4;
-            let total = usize::from(be16(pkt, 2));
+            let total = match (be16(pkt, 2), wire_len) {
+                (0, Some(n)) => n,
+                (t, _) => usize::from(t),
+            };
             let frag = be16(pkt, 6);
             // More-fragments set or a non-zero offset: not a whole segment.
             if ihl < 20 || pkt.len() < ihl || total < ihl || frag & 0x3fff != 0 || pkt[9] != 6 {
@@ -146,15 +158,15 @@ pub fn parse(pkt: &[u8]) -> Option<TcpMeta> {
             if pkt.len() < 40 {
                 return None;
             }
-            let plen = usize::from(be16(pkt, 4));
-            if plen == 0 {
-                return None; // jumbogram (or nothing at all)
-            }
+            let total = match (usize::from(be16(pkt, 4)), wire_len) {
+                (0, Some(n)) if n > 40 => n,
+                (0, _) => return None, // jumbogram (or nothing at all)
+                (plen, _) => 40 + plen,
+            };
             let mut s = [0u8; 16];
             let mut d = [0u8; 16];
             s.copy_from_slice(&pkt[8..24]);
             d.copy_from_slice(&pkt[24..40]);
-            let total = 40 + plen;
             let mut next = pkt[6];
             let mut off = 40;
             loop {
@@ -593,6 +605,27 @@ mod tests {
         o.extend_from_slice(&[OPT_NOP, OPT_END]);
         let p = v4_packet(ACK, 1, 2, 3, &o, &[]);
         assert!(parse(&p).unwrap().signed);
+    }
+
+    #[test]
+    fn big_tcp_lengths_come_from_the_queue() {
+        // IPv4 BIG TCP: total length 0, the copy cut at 60 bytes of 100,000.
+        let mut p = v4_packet(ACK, 1, 2, 3, &[], &[0u8; 100]);
+        p[2..4].copy_from_slice(&[0, 0]);
+        assert!(parse(&p[..60]).is_none(), "shorter than its own headers");
+        let m = parse_len(&p[..60], Some(100_000)).unwrap();
+        assert!(m.truncated);
+        assert_eq!((m.ack, m.payload_len), (2, 100_000 - 40));
+        // IPv6: payload length 0.
+        let mut p = v6_packet(ACK, 1, 2, 3, false, &[0u8; 100]);
+        p[4..6].copy_from_slice(&[0, 0]);
+        assert!(parse(&p).is_none());
+        let m = parse_len(&p[..80], Some(100_000)).unwrap();
+        assert!(m.truncated);
+        assert_eq!((m.ack, m.payload_len), (2, 100_000 - 60));
+        // A length field that is set wins over the queue's figure.
+        let p = v4_packet(ACK, 1, 2, 3, &[], &[0u8; 100]);
+        assert_eq!(parse_len(&p, Some(9999)).unwrap().payload_len, 100);
     }
 
     #[test]

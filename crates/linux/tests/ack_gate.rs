@@ -479,6 +479,97 @@ fn ipv6_and_v4_mapped_keys() {
     });
 }
 
+/// GSO packets come through the queue whole (`NFQA_CFG_F_GSO`): a GSO
+/// data packet whose ACK number is not confirmed is held, never let out with
+/// it. With `gso_max_size` raised on the namespace's `lo` (MTU 1500), IPv6
+/// TCP builds BIG TCP packets beyond 64 KiB whose payload length field is
+/// 0 and which the queue copies only in part; the gate reads their length
+/// from `NFQA_CAP_LEN`. Observed from the client: nothing it sent is
+/// acknowledged, and nothing of the server's reply arrives, until the
+/// confirm; then all of it.
+#[test]
+fn gso_and_big_tcp_data_wait_for_the_confirm() {
+    if !netns::root_or_skip() {
+        return;
+    }
+    const Q: u16 = 7116;
+    const PORT: u16 = 17916;
+    let ns = Netns::new("gso");
+    ns.ip(&["link", "set", "lo", "mtu", "1500", "gso_max_size", "185000"]);
+    ns.run(|| {
+        let rules = Rules::gate("t-gso", Q, PORT);
+        let gate = AckGate::start(Q).expect("start gate");
+        let addr: SocketAddr = format!("[::1]:{PORT}").parse().unwrap();
+        let (mut client, mut server) = pair(addr, addr);
+        let (key, rcv) = register(&gate, &server);
+        let b0 = acked(&client);
+        // 1. Warm up with everything confirmed, so the server's congestion
+        //    window and pacing rate let TCP build its largest packets.
+        client.write_all(&pattern(1000, 3)).unwrap();
+        let mut got = vec![0u8; 1000];
+        server.read_exact(&mut got).unwrap();
+        gate.confirm(&key, rcv.wrapping_add(1000));
+        const W: usize = 8_000_000;
+        let stream = |server: &TcpStream, n: usize, seed: u8| {
+            let mut server = server.try_clone().unwrap();
+            std::thread::spawn(move || server.write_all(&pattern(n, seed)))
+        };
+        let warm = stream(&server, W, 4);
+        let mut buf = vec![0u8; W];
+        client.read_exact(&mut buf).unwrap();
+        warm.join().unwrap().unwrap();
+        wait_for(Duration::from_secs(1), || acked(&client) == b0 + 1000)
+            .expect("confirm not seen by the client");
+        // 2. The client sends 1000 more bytes, the server reads them and
+        //    nothing is confirmed; meanwhile the server streams on. Every
+        //    packet it sends carries an ACK number beyond the confirmed one:
+        //    small ones are clamped, GSO ones held (and what follows them).
+        client.write_all(&pattern(1000, 5)).unwrap();
+        server.read_exact(&mut got).unwrap();
+        const R: usize = 4_000_000;
+        let reply = stream(&server, R, 6);
+        client
+            .set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        let mut early = 0;
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_millis(600) && early < R {
+            match client.read(&mut buf[early..R]) {
+                Ok(n) => early += n,
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+                Err(e) => panic!("client read: {e}"),
+            }
+        }
+        assert_eq!(
+            acked(&client),
+            b0 + 1000,
+            "acknowledged beyond the confirm (a GSO packet left unexamined?)"
+        );
+        let s = gate.stats();
+        print_stats("gso before confirm", &s);
+        assert!(s.held_now >= 1, "nothing held: {s:?}");
+        assert!(early < R, "the whole reply arrived before the confirm");
+        // 3. The confirm lets the rest through, in order.
+        gate.confirm(&key, rcv.wrapping_add(2000));
+        client.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+        client.read_exact(&mut buf[early..R]).unwrap();
+        assert!(
+            buf[..R] == pattern(R, 6)[..],
+            "the reply arrived whole and in order"
+        );
+        reply.join().unwrap().unwrap();
+        wait_for(Duration::from_secs(1), || acked(&client) == b0 + 2000)
+            .expect("confirm not seen by the client");
+        let s = gate.stats();
+        print_stats("gso after confirm", &s);
+        assert_eq!(s.held_now, 0);
+        println!("reply bytes the client read before the confirm: {early} of {R}");
+        gate.unregister(&key);
+        drop(gate);
+        rules.finish();
+    });
+}
+
 /// The rebuild guard: while it is installed, a segment to a port without a
 /// socket is not answered with a RST (the client's connect times out
 /// instead of being refused); `remove_guard` removes only the guard.

@@ -293,6 +293,7 @@ fn gso_packets_are_held_in_order_or_passed_unmodified() {
     let gso = SkbInfo {
         csum_partial: true,
         gso: true,
+        wire_len: None,
     };
     let mut r = Rig::new();
     r.core.register(key(), 1000, 0);
@@ -308,6 +309,21 @@ fn gso_packets_are_held_in_order_or_passed_unmodified() {
     assert!(r.core.confirm(&key(), 1100));
     assert_eq!(accepts(&r.drain(3)), vec![a, b]);
     assert_eq!(r.core.snapshot().clamped, 0);
+    // BIG TCP: no length in the IP header, the queue's copy cut short. The
+    // gate still finds the connection and its ACK number, and holds it.
+    let mut big = pkt(ACK | PSH, 6012, 1200, 10, &[7u8; 100]);
+    big[2..4].copy_from_slice(&[0, 0]);
+    let cut = big[..60].to_vec();
+    let big_tcp = SkbInfo {
+        wire_len: Some(100_000),
+        ..gso
+    };
+    let (_, v, _) = r.feed_skb(4, cut.clone(), gso);
+    assert_eq!(v, Verdict::Accept, "unreadable without the queue's length");
+    let (c, v, p) = r.feed_skb(5, cut.clone(), big_tcp);
+    assert_eq!((v, p), (Verdict::Hold, cut));
+    assert!(r.core.confirm(&key(), 1200));
+    assert_eq!(accepts(&r.drain(6)), vec![c]);
 }
 
 #[test]
@@ -321,6 +337,7 @@ fn clamped_packet_with_partial_checksum_gets_a_full_one() {
     let partial = SkbInfo {
         csum_partial: true,
         gso: false,
+        wire_len: None,
     };
     let (_, v, out) = r.feed_skb(0, p, partial);
     assert_eq!(v, Verdict::AcceptModified);

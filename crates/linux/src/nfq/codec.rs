@@ -14,7 +14,7 @@
 //! # Known issues
 //!
 //! - Only the attributes the gate uses are read (`NFQA_PACKET_HDR`,
-//!   `NFQA_IFINDEX_OUTDEV`, `NFQA_PAYLOAD`, `NFQA_SKB_INFO`); conntrack, marks, timestamps,
+//!   `NFQA_IFINDEX_OUTDEV`, `NFQA_PAYLOAD`, `NFQA_CAP_LEN`, `NFQA_SKB_INFO`); conntrack, marks, timestamps,
 //!   UIDs and nested attributes are skipped.
 //! - Messages are built for one queue and `AF_UNSPEC`; batched verdicts
 //!   (`NFQNL_MSG_VERDICT_BATCH`) are not used: one message per packet.
@@ -41,6 +41,7 @@ const NFQA_PACKET_HDR: u16 = 1;
 const NFQA_VERDICT_HDR: u16 = 2;
 const NFQA_IFINDEX_OUTDEV: u16 = 6;
 const NFQA_PAYLOAD: u16 = 10;
+const NFQA_CAP_LEN: u16 = 13;
 const NFQA_SKB_INFO: u16 = 14;
 /// `NFQA_SKB_INFO` bits: the TCP checksum is only the pseudo-header's
 /// (`CHECKSUM_PARTIAL`), and the packet is a GSO packet.
@@ -216,10 +217,11 @@ pub(super) fn parse_nl(buf: &[u8], msgs: &mut Vec<NlMsg>) {
                     NFQA_PAYLOAD => payload = data,
                     NFQA_SKB_INFO if data.len() >= 4 => {
                         let bits = be32_at(buf, data.start);
-                        skb = SkbInfo {
-                            csum_partial: bits & NFQA_SKB_CSUMNOTREADY != 0,
-                            gso: bits & NFQA_SKB_GSO != 0,
-                        };
+                        skb.csum_partial = bits & NFQA_SKB_CSUMNOTREADY != 0;
+                        skb.gso = bits & NFQA_SKB_GSO != 0;
+                    }
+                    NFQA_CAP_LEN if data.len() >= 4 => {
+                        skb.wire_len = Some(be32_at(buf, data.start));
                     }
                     _ => {}
                 }
@@ -260,6 +262,7 @@ mod tests {
             NFQA_SKB_INFO,
             &(NFQA_SKB_CSUMNOTREADY | NFQA_SKB_GSO).to_be_bytes(),
         );
+        put_attr(&mut m, NFQA_CAP_LEN, &100_000u32.to_be_bytes());
         let len = m.len();
         patch_len(&mut m, len);
         // A second packet without NFQA_SKB_INFO: a complete checksum.
@@ -288,7 +291,8 @@ mod tests {
                     oif: 7,
                     skb: SkbInfo {
                         csum_partial: true,
-                        gso: true
+                        gso: true,
+                        wire_len: Some(100_000)
                     }
                 },
                 NlMsg::Packet {
@@ -297,7 +301,8 @@ mod tests {
                     oif: 0,
                     skb: SkbInfo {
                         csum_partial: true,
-                        gso: false
+                        gso: false,
+                        wire_len: None
                     }
                 },
                 NlMsg::Error {
