@@ -484,8 +484,13 @@ VmFlags: rd ex mr mw me sd
         assert!(r.mappings >= 2, "{r:?}");
         assert!(r.bytes > 0, "{r:?}");
         assert_eq!(checksum(), before);
-        assert!(exe_rss_kb() < rss_before);
-        let again = release_clean_code().expect("release again");
-        assert!(again.mappings >= 1, "{again:?}");
+        // Tests on other threads fault code pages back in meanwhile: a
+        // drop in any of a few tries proves the release works.
+        let dropped = (0..5).any(|_| {
+            let r = release_clean_code().expect("release again");
+            assert!(r.mappings >= 1, "{r:?}");
+            exe_rss_kb() < rss_before
+        });
+        assert!(dropped, "the executable's resident pages never went down");
     }
 }
