@@ -816,6 +816,9 @@ fn open_via_sentinels(
     )))
 }
 
+/// A hash as `HGETALL` answers it.
+type RawHash = Vec<(String, Vec<u8>)>;
+
 fn bulk(v: Value) -> Option<Bytes> {
     match v {
         Value::BulkString(b) => Some(Bytes::from(b)),
@@ -1031,7 +1034,7 @@ impl Store for RedisStore {
                 }
             });
         }
-        let r: redis::RedisResult<(Vec<(String, Vec<u8>)>, Vec<(String, Vec<u8>)>)> = redis::pipe()
+        let r: redis::RedisResult<(RawHash, RawHash)> = redis::pipe()
             .cmd("HGETALL")
             .arg(&self.bfd_key)
             .cmd("HGETALL")
