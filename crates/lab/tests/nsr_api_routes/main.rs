@@ -25,6 +25,10 @@
 //!    (`holdfastd --standby`, `holdfast nsr takeover`) takes over from it
 //!    (SIGKILL): frr still holds 10.9.0.0/24 and 10.9.2.0/24, and the
 //!    newest primary lists them.
+//! 5. The store is killed (it comes back empty) and `10.9.3.0/24` is added
+//!    while it is down (frr gets it); the store comes back, the primary
+//!    re-claims it and writes everything anew, then a cold takeover: frr
+//!    still holds the three routes.
 //!
 //! Throughout, frr's session never left Established (frr's CLI sampled every
 //! 200 ms: state, uptime, established/dropped counters) and the number of
@@ -34,9 +38,10 @@
 //! exactly one withdrawn prefix after it; no FIN or RST left the service
 //! address.
 //!
-//! Negative control (docs/notes/nsr-api-routes.md): with the backup's
+//! Negative controls (docs/notes/nsr-api-routes.md): with the backup's
 //! `adopt_stored_routes` disabled, step 2 fails: frr no longer holds the
-//! two routes (the backup withdrew them).
+//! two routes (the backup withdrew them); with the sets not written again
+//! on re-synchronisation, step 5 fails: frr holds none of the three.
 
 #[path = "../support/nsr.rs"]
 mod nsr_common;
@@ -153,6 +158,7 @@ fn routes_added_over_the_api_survive_takeovers() {
         return;
     };
     const ALL: [&str; 3] = ["10.9.0.0/24", "10.9.1.0/24", "10.9.2.0/24"];
+    const ALL4: [&str; 4] = ["10.9.0.0/24", "10.9.1.0/24", "10.9.2.0/24", "10.9.3.0/24"];
     let since = SystemTime::now();
     let watch = r.watch();
 
@@ -291,6 +297,34 @@ fn routes_added_over_the_api_survive_takeovers() {
         );
     }
     assert!(!rib.contains("10.9.1.0/24"), "deleted route back: {rib:?}");
+
+    // 5. The store is lost (killed, back empty); a route is added while it
+    //    is down; once it is back and everything re-synchronised, a cold
+    //    takeover.
+    r.store_down();
+    let d = r.hf().host;
+    gobgp(
+        &r.lab,
+        d,
+        &["global", "rib", "add", "10.9.3.0/24", "-a", "ipv4"],
+    );
+    wait_held(
+        &r,
+        "frr holds the route added while the store was down",
+        &ALL4,
+        &["10.9.0.0/24", "10.9.2.0/24", "10.9.3.0/24"],
+    );
+    r.store_back();
+    drop(r.takeover("SIGKILL after the store came back empty", Fence::Kill));
+    r.check("after the takeover that followed the store outage");
+    assert_eq!(
+        held(&r, &ALL4).expect("frr"),
+        ["10.9.0.0/24", "10.9.2.0/24", "10.9.3.0/24"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+        "frr lost a route added over the API across the store outage and takeover"
+    );
     stop_watch(watch, "after the delete");
     let none = withdrawn(&r, after_delete, None);
     assert!(
