@@ -473,6 +473,26 @@ mod tests {
             .is_empty());
     }
 
+    /// The sizes docs/nsr.md gives (Known issues) for a stored route.
+    #[test]
+    fn stored_route_sizes() {
+        let bare = RouteSpec {
+            prefix: "10.9.0.0/24".into(),
+            ..RouteSpec::default()
+        };
+        let full = RouteSpec {
+            prefix: "10.9.0.0/24".into(),
+            next_hop: Some("192.0.2.1".into()),
+            origin: 2,
+            as_path: vec![65100],
+            med: Some(10),
+            communities: vec![65000 << 16 | 1],
+            ..RouteSpec::default()
+        };
+        let len = |r: &RouteSpec| serde_json::to_vec(r).expect("json").len();
+        assert_eq!((len(&bare), len(&full)), (109, 156));
+    }
+
     #[test]
     fn unreadable_stored_routes_are_left_out() {
         let rec = OriginatedRecord {
