@@ -58,9 +58,17 @@ const GRPC: &str = "127.0.0.1:50051";
 fn gobgp(lab: &Lab, host: HostId, args: &[&str]) -> String {
     let mut cmd = vec!["gobgp", "-u", "127.0.0.1", "-p", "50051"];
     cmd.extend_from_slice(args);
+    let t = Instant::now();
     let out = lab
         .exec_timeout(host, &cmd, Duration::from_secs(15))
         .expect("running gobgp");
+    if args.get(2).is_some_and(|a| *a == "add" || *a == "del") {
+        println!(
+            "gobgp {}: {:?} (client start included)",
+            args.join(" "),
+            t.elapsed()
+        );
+    }
     let (stdout, stderr) = (
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
@@ -192,6 +200,11 @@ fn routes_added_over_the_api_survive_takeovers() {
         "frr holds the two routes added over the API",
         &ALL,
         &ALL[..2],
+    );
+    let n = r.nsr_status();
+    println!(
+        "primary's store writes: p50 {} us, p99 {} us",
+        n["store_latency_p50_us"], n["store_latency_p99_us"]
     );
     let routes = r
         .peer()
