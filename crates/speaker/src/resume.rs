@@ -27,9 +27,9 @@
 //! 3. claim the instance (bump its epoch): an old primary is fenced from
 //!    here on;
 //! 4. a primary forgets what an earlier owner left; a takeover loads every
-//!    stored session (with the BFD records and each instance's routes
-//!    added over the API) (a preheated standby's takeover: only the log chunks
-//!    after the positions it followed, for the sessions whose logs kept
+//!    stored session, BFD record and set of routes added over the API (a
+//!    preheated standby's takeover: only the log chunks after the
+//!    positions it followed, for the sessions whose logs kept
 //!    their version — [`continued`]) and destroys leftover sockets of a
 //!    dead process on this host (their RST goes to the gate, which drops
 //!    it);
