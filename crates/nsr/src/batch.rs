@@ -18,7 +18,9 @@
 //!   it is never merged and ends no run (it commutes with the appends);
 //! - `Bfd` and `BfdRemove` are no steps: they touch only the BFD records,
 //!   which each store applies after the steps (last one per key wins,
-//!   [`bfd_writes`]).
+//!   [`bfd_writes`]);
+//! - `Originated` is no step either: it touches only the instances'
+//!   run-time routes, applied with the BFD records ([`originated_writes`]).
 //!
 //! Both stores apply the same steps, so they store the same chunks.
 //!
@@ -26,7 +28,7 @@
 //! merged chunk stays until all of it is acknowledged (`send_queue` skips
 //! the acknowledged head, so what the backup restores is unchanged).
 
-use crate::record::{BfdRecord, Op, SessionRecord, SCHEMA_VERSION};
+use crate::record::{BfdRecord, Op, OriginatedRecord, SessionRecord, SCHEMA_VERSION};
 use crate::store::StoreError;
 use bytes::Bytes;
 use serde::Deserialize;
@@ -239,7 +241,7 @@ pub(crate) fn plan(ops: &[Op]) -> Vec<Step<'_>> {
                 *o = Open::default();
                 steps.push(Step::Remove { key });
             }
-            Op::Bfd { .. } | Op::BfdRemove { .. } => {}
+            Op::Bfd { .. } | Op::BfdRemove { .. } | Op::Originated { .. } => {}
         }
     }
     steps
@@ -270,6 +272,40 @@ pub(crate) fn bfd_writes(ops: &[Op]) -> Result<Vec<BfdWrite<'_>>, StoreError> {
         }
     }
     Ok(out)
+}
+
+/// A record to set (its JSON) or, `None`, to delete: an instance's
+/// run-time routes.
+pub(crate) type OriginatedWrite<'a> = (&'a str, Option<Vec<u8>>);
+
+/// The run-time route sets a batch leaves: per key, the last op's record
+/// (encoded) or `None` (no routes: removed), in first-seen key order.
+pub(crate) fn originated_writes(ops: &[Op]) -> Result<Vec<OriginatedWrite<'_>>, StoreError> {
+    let mut out: Vec<OriginatedWrite<'_>> = Vec::new();
+    for op in ops {
+        let Op::Originated { key, record } = op else {
+            continue;
+        };
+        let value = if record.routes.is_empty() {
+            None
+        } else {
+            Some(serde_json::to_vec(record).map_err(|e| StoreError::Corrupt {
+                key: key.clone(),
+                reason: format!("cannot encode originated routes: {e}"),
+            })?)
+        };
+        match out.iter_mut().find(|(k, _)| *k == key.as_str()) {
+            Some(slot) => slot.1 = value,
+            None => out.push((key.as_str(), value)),
+        }
+    }
+    Ok(out)
+}
+
+/// Parses a stored set of run-time routes, refusing a newer schema as
+/// [`decode_record`] does.
+pub(crate) fn decode_originated(key: &str, json: &[u8]) -> Result<OriginatedRecord, StoreError> {
+    decode_versioned(key, json)
 }
 
 /// Parses a stored BFD record, refusing a newer schema as

@@ -19,8 +19,8 @@ mod url;
 
 pub use memory::MemoryStore;
 pub use record::{
-    BfdRecord, InstanceState, LogPos, Op, SessionRecord, StoredBfd, StoredSession, TcpParams,
-    SCHEMA_VERSION,
+    BfdRecord, InstanceState, LogPos, Op, OriginatedRecord, SessionRecord, StoredBfd,
+    StoredOriginated, StoredSession, TcpParams, SCHEMA_VERSION,
 };
 pub use redis_store::{RedisStore, StoreUrl};
 pub use store::{Store, StoreError};

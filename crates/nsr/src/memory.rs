@@ -7,7 +7,7 @@
 //! state. The state is laid out as the Redis keys are (see
 //! [`redis_store`](crate::redis_store)): a record (JSON, parsed on load
 //! exactly as from Redis), `rcv` and `una`, three lists, and the set of
-//! sessions; the same batch planning ([`Op`] merging) is applied, so both
+//! sessions; the BFD records and the run-time route sets by key; the same batch planning ([`Op`] merging) is applied, so both
 //! stores keep the same chunks.
 //!
 //! [`MemoryStore::set_available`] simulates an outage: every call then
@@ -20,7 +20,7 @@
 //!   too, but do not rely on that order elsewhere.
 
 use crate::batch::{self, Step};
-use crate::record::{InstanceState, LogPos, Op, StoredBfd, StoredSession};
+use crate::record::{InstanceState, LogPos, Op, StoredBfd, StoredOriginated, StoredSession};
 use crate::store::{Store, StoreError};
 use bytes::Bytes;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
@@ -50,6 +50,8 @@ struct Instance {
     data: BTreeMap<String, MemSession>,
     /// BFD records (JSON), as the Redis `bfd` hash.
     bfd: BTreeMap<String, Bytes>,
+    /// Run-time route sets (JSON), as the Redis `originated` hash.
+    originated: BTreeMap<String, Bytes>,
     /// The counter log versions are drawn from (`logver`).
     logver: u64,
 }
@@ -115,6 +117,14 @@ impl MemoryStore {
         let mut g = self.lock();
         let inst = g.instances.entry(self.instance.clone()).or_default();
         inst.bfd
+            .insert(key.to_string(), Bytes::copy_from_slice(json));
+    }
+
+    /// Stores `json` as the run-time routes of `key` without any check.
+    pub fn put_raw_originated(&self, key: &str, json: &[u8]) {
+        let mut g = self.lock();
+        let inst = g.instances.entry(self.instance.clone()).or_default();
+        inst.originated
             .insert(key.to_string(), Bytes::copy_from_slice(json));
     }
 
@@ -232,8 +242,15 @@ impl Store for MemoryStore {
                 }
             }
             let bfd = batch::bfd_writes(ops)?;
+            let originated = batch::originated_writes(ops)?;
             for step in &steps {
                 apply(inst, step)?;
+            }
+            for (key, value) in originated {
+                match value {
+                    Some(v) => inst.originated.insert(key.to_string(), Bytes::from(v)),
+                    None => inst.originated.remove(key),
+                };
             }
             for (key, value) in bfd {
                 match value {
@@ -301,10 +318,21 @@ impl Store for MemoryStore {
                     })
                 })
                 .collect::<Result<Vec<_>, StoreError>>()?;
+            let originated = inst
+                .originated
+                .iter()
+                .map(|(key, json)| {
+                    Ok(StoredOriginated {
+                        key: key.clone(),
+                        record: batch::decode_originated(key, json)?,
+                    })
+                })
+                .collect::<Result<Vec<_>, StoreError>>()?;
             Ok(InstanceState {
                 epoch: inst.epoch,
                 sessions,
                 bfd,
+                originated,
             })
         })
     }

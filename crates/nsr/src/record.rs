@@ -18,6 +18,11 @@
 //! apart, as one [`BfdRecord`] per key, replaced whenever its state changes
 //! ([`Op::Bfd`]) and removed with [`Op::BfdRemove`].
 //!
+//! The routes a routing instance originates at run time (added over the
+//! GoBGP API or `holdfast add_route`) are stored apart too, as one
+//! [`OriginatedRecord`] per instance holding the whole set, replaced on
+//! every add and delete ([`Op::Originated`]; an empty set removes it).
+//!
 //! Records carry [`SCHEMA_VERSION`]; a reader refuses a newer major schema
 //! and reads older ones (primary and backup may run different builds during
 //! an upgrade).
@@ -94,6 +99,28 @@ pub struct StoredBfd {
     pub record: BfdRecord,
 }
 
+/// The routes one routing instance originates at run time (added over the
+/// GoBGP API or `holdfast add_route`, not the configuration's
+/// `[[network]]`s): the whole set, as a backup puts it back before it
+/// compares its Adj-RIB-Out with what the peers hold.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OriginatedRecord {
+    pub schema: u32,
+    /// Routing instance (VRF) name.
+    pub instance: String,
+    /// The routes, each a `holdfast_api::RouteSpec` as JSON (prefix,
+    /// next hop, origin, AS path, MED, LOCAL_PREF, communities), in
+    /// prefix order. Opaque here.
+    pub routes: Vec<serde_json::Value>,
+}
+
+/// One instance's run-time routes as loaded by a backup.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredOriginated {
+    pub key: String,
+    pub record: OriginatedRecord,
+}
+
 /// One replication operation. A batch of them is applied atomically and in
 /// order by [`Store::write`](crate::Store::write).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -142,6 +169,12 @@ pub enum Op {
     Bfd { key: String, record: BfdRecord },
     /// A BFD session was removed on purpose: forget it.
     BfdRemove { key: String },
+    /// An instance's run-time routes changed: the record replaces the
+    /// stored set; a record without routes removes it.
+    Originated {
+        key: String,
+        record: OriginatedRecord,
+    },
 }
 
 impl Op {
@@ -155,7 +188,8 @@ impl Op {
             | Op::Refresh { key, .. }
             | Op::Remove { key }
             | Op::Bfd { key, .. }
-            | Op::BfdRemove { key } => key,
+            | Op::BfdRemove { key }
+            | Op::Originated { key, .. } => key,
         }
     }
 
@@ -168,6 +202,7 @@ impl Op {
                 adj_in, adj_out, ..
             } => adj_in.len() + adj_out.len(),
             Op::Session { .. } | Op::Bfd { .. } => 256,
+            Op::Originated { record, .. } => 64 + 128 * record.routes.len(),
             Op::Refresh { pending, .. } => pending.len() + 8,
             Op::Acked { .. } | Op::Remove { .. } | Op::BfdRemove { .. } => 8,
         }
@@ -293,6 +328,8 @@ pub struct InstanceState {
     pub sessions: Vec<StoredSession>,
     /// BFD sessions, sorted by key.
     pub bfd: Vec<StoredBfd>,
+    /// Run-time routes per routing instance, sorted by key.
+    pub originated: Vec<StoredOriginated>,
 }
 
 impl Op {
@@ -300,5 +337,11 @@ impl Op {
     /// steps: see [`crate::batch`]).
     pub fn is_bfd(&self) -> bool {
         matches!(self, Op::Bfd { .. } | Op::BfdRemove { .. })
+    }
+
+    /// Whether the op is an instance's run-time routes' (kept apart like
+    /// the BFD records).
+    pub fn is_originated(&self) -> bool {
+        matches!(self, Op::Originated { .. })
     }
 }

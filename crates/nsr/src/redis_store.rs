@@ -22,6 +22,7 @@
 //! | `s:K:ver` | string (integer) | version of the session's `in` and `out` logs ([`crate::LogPos`]): drawn from `logver` whenever they are replaced (`S`, `P`) |
 //! | `logver` | string (integer) | the counter log versions are drawn from; created at the server's time in microseconds, so that a store restarted without its data does not hand out a version again |
 //! | `bfd` | hash | BFD records: field = key, value = [`crate::BfdRecord`] JSON (non-stop BFD) |
+//! | `originated` | hash | run-time routes: field = routing instance, value = [`crate::OriginatedRecord`] JSON (the whole set; no field: none) |
 //!
 //! `K` may contain anything; the suffixes contain no `:`, so no two
 //! sessions' keys collide.
@@ -43,9 +44,11 @@
 //! client first (see `batch.rs`); the command is packed by hand, the
 //! payloads copied once.
 //!
-//! A batch's BFD records ([`Op::Bfd`], [`Op::BfdRemove`]) are applied after
-//! its session steps by a second, equally fenced script (`BFD_SCRIPT`):
-//! atomic on their own, not together with the steps.
+//! A batch's BFD records ([`Op::Bfd`], [`Op::BfdRemove`]) and run-time
+//! route sets ([`Op::Originated`]) are applied after its session steps by
+//! a second, equally fenced script (`RECORDS_SCRIPT`): atomic on their
+//! own, not together with the steps. A write is confirmed (and what waited
+//! for it released) only once both calls succeeded.
 //!
 //! With [`RedisStore::set_wait_replicas`], a `WAIT` is pipelined after the
 //! script, so a write returns once replicas have it (still one round trip
@@ -129,7 +132,7 @@
 //!   fenced) for an exact picture.
 
 use crate::batch::{self, Step};
-use crate::record::{InstanceState, LogPos, Op, StoredBfd, StoredSession};
+use crate::record::{InstanceState, LogPos, Op, StoredBfd, StoredOriginated, StoredSession};
 use crate::store::{Store, StoreError};
 use bytes::Bytes;
 use redis::{ConnectionAddr, ConnectionInfo, RedisConnectionInfo, Value};
@@ -237,9 +240,11 @@ end
 return i
 "#;
 
-/// The script applying a batch's BFD records: fenced like [`WRITE_SCRIPT`],
-/// then `H key json` sets and `D key` deletes fields of the `bfd` hash.
-const BFD_SCRIPT: &str = r#"
+/// The script applying a batch's records kept apart from the sessions:
+/// fenced like [`WRITE_SCRIPT`], then `H key json` sets and `D key`
+/// deletes fields of the `bfd` hash (`KEYS[2]`), `O key json` sets and
+/// `N key` deletes fields of the `originated` hash (`KEYS[3]`).
+const RECORDS_SCRIPT: &str = r#"
 local cur = redis.call('GET', KEYS[1])
 if not cur then cur = '0' end
 if cur ~= ARGV[1] then
@@ -247,12 +252,21 @@ if cur ~= ARGV[1] then
 end
 local i = 2
 while i <= #ARGV do
-  if ARGV[i] == 'H' then
+  local op = ARGV[i]
+  if op == 'H' then
     redis.call('HSET', KEYS[2], ARGV[i + 1], ARGV[i + 2])
     i = i + 3
-  else
+  elseif op == 'D' then
     redis.call('HDEL', KEYS[2], ARGV[i + 1])
     i = i + 2
+  elseif op == 'O' then
+    redis.call('HSET', KEYS[3], ARGV[i + 1], ARGV[i + 2])
+    i = i + 3
+  elseif op == 'N' then
+    redis.call('HDEL', KEYS[3], ARGV[i + 1])
+    i = i + 2
+  else
+    return redis.error_reply('ERR holdfast-nsr: bad record op ' .. op)
   end
 end
 return i
@@ -281,8 +295,10 @@ pub struct RedisStore {
     logver_key: String,
     /// The hash of BFD records (field: key, value: JSON).
     bfd_key: String,
+    /// The hash of run-time route sets (field: instance, value: JSON).
+    originated_key: String,
     script_sha: String,
-    bfd_sha: String,
+    records_sha: String,
     batch_limit: usize,
     /// Replicas that must acknowledge each write (`WAIT`), 0 for none.
     wait_replicas: u32,
@@ -456,9 +472,10 @@ impl RedisStore {
             sessions_key: format!("{prefix}sessions"),
             logver_key: format!("{prefix}logver"),
             bfd_key: format!("{prefix}bfd"),
+            originated_key: format!("{prefix}originated"),
             prefix,
             script_sha: redis::Script::new(WRITE_SCRIPT).get_hash().to_string(),
-            bfd_sha: redis::Script::new(BFD_SCRIPT).get_hash().to_string(),
+            records_sha: redis::Script::new(RECORDS_SCRIPT).get_hash().to_string(),
             batch_limit: DEFAULT_BATCH_LIMIT,
             wait_replicas: 0,
             wait_timeout: None,
@@ -601,7 +618,7 @@ impl RedisStore {
             .arg(format!("holdfast-nsr:{}", client_name_safe(&self.instance)))
             .ignore();
         setup.cmd("SCRIPT").arg("LOAD").arg(WRITE_SCRIPT).ignore();
-        setup.cmd("SCRIPT").arg("LOAD").arg(BFD_SCRIPT).ignore();
+        setup.cmd("SCRIPT").arg("LOAD").arg(RECORDS_SCRIPT).ignore();
         set_timeouts(&conn, remaining(deadline, &peer)?).map_err(|e| unavailable(&peer, e))?;
         setup
             .query::<()>(&mut conn)
@@ -798,6 +815,9 @@ fn open_via_sentinels(
         errors.join("; ")
     )))
 }
+
+/// A hash as `HGETALL` answers it.
+type RawHash = Vec<(String, Vec<u8>)>;
 
 fn bulk(v: Value) -> Option<Bytes> {
     match v {
@@ -1014,9 +1034,13 @@ impl Store for RedisStore {
                 }
             });
         }
-        let r: redis::RedisResult<Vec<(String, Vec<u8>)>> =
-            redis::cmd("HGETALL").arg(&self.bfd_key).query(self.conn()?);
-        let mut raw = r.map_err(|e| self.fail(e))?;
+        let r: redis::RedisResult<(RawHash, RawHash)> = redis::pipe()
+            .cmd("HGETALL")
+            .arg(&self.bfd_key)
+            .cmd("HGETALL")
+            .arg(&self.originated_key)
+            .query(self.conn()?);
+        let (mut raw, mut raw_originated) = r.map_err(|e| self.fail(e))?;
         raw.sort();
         let bfd = raw
             .into_iter()
@@ -1025,10 +1049,19 @@ impl Store for RedisStore {
                 Ok(StoredBfd { key, record })
             })
             .collect::<Result<Vec<_>, StoreError>>()?;
+        raw_originated.sort();
+        let originated = raw_originated
+            .into_iter()
+            .map(|(key, json)| {
+                let record = batch::decode_originated(&key, &json)?;
+                Ok(StoredOriginated { key, record })
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
         Ok(InstanceState {
             epoch,
             sessions,
             bfd,
+            originated,
         })
     }
 

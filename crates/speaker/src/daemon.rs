@@ -58,7 +58,7 @@ struct Instance {
     /// `[[network]]` routes of the configuration.
     networks: BTreeMap<Prefix, Arc<PathAttrs>>,
     /// Routes added at run time (`add_route`, the GoBGP API's `AddPath`).
-    api_routes: BTreeMap<Prefix, Arc<PathAttrs>>,
+    api_routes: BTreeMap<Prefix, api_routes::ApiRoute>,
     /// The kernel FIB thread, with `[kernel]`.
     fib: Option<crate::fib::FibHandle>,
     /// A FIB thread stopped by a reload, until it has removed our routes:
@@ -266,6 +266,7 @@ pub async fn run(
     }
     let fenced = fenced(d.nsr.clone());
     tokio::pin!(fenced);
+    let mut resync = d.nsr.as_ref().map(|n| n.shared.resync.subscribe());
     d.apply(cfg, true)?;
     d.restart_mrt();
     d.restart_bmp();
@@ -301,6 +302,7 @@ pub async fn run(
             f = &mut fenced => return Ok(Exit::Fenced(f)),
             Some(e) = failed_rx.recv() => return Ok(Exit::TakeoverFailed(e)),
             Some(req) = rx.recv() => d.on_request(req).await,
+            Ok(()) = resynced(resync.as_mut()) => d.replicate_all_api_routes(),
             _ = hup.recv() => {
                 if let Err(e) = d.reload() {
                     tracing::error!("reload failed, keeping the running configuration: {e:#}");
@@ -327,6 +329,15 @@ fn release_start_up_pages() {
             "start-up pages released"
         ),
         Err(e) => tracing::warn!("releasing the start-up pages: {e}"),
+    }
+}
+
+/// Resolves when the sessions are told to re-synchronise (the store
+/// answers again); never without NSR.
+async fn resynced(rx: Option<&mut tokio::sync::watch::Receiver<u64>>) -> Result<(), ()> {
+    match rx {
+        Some(rx) => rx.changed().await.map_err(|_| ()),
+        None => std::future::pending().await,
     }
 }
 
@@ -367,6 +378,9 @@ impl Daemon {
             );
         }
         self.ensure_instances(&cfg, initial);
+        if initial {
+            self.adopt_stored_routes();
+        }
         let kernel = if initial {
             String::new()
         } else {
@@ -933,8 +947,8 @@ impl Daemon {
                 Ok(info) => Response::mrt(info),
                 Err(e) => Response::error(format!("{e:#}")),
             },
-            Request::AddRoute { instance, route } => self.add_route(instance, route),
-            Request::DelRoute { instance, prefix } => self.del_route(instance, prefix),
+            Request::AddRoute { instance, route } => self.add_route(instance, route).await,
+            Request::DelRoute { instance, prefix } => self.del_route(instance, prefix).await,
             Request::NeighborReset { address } => {
                 let Ok(ip) = address.parse::<IpAddr>() else {
                     return Response::error(format!("{address}: not an IP address"));

@@ -27,8 +27,9 @@
 //! 3. claim the instance (bump its epoch): an old primary is fenced from
 //!    here on;
 //! 4. a primary forgets what an earlier owner left; a takeover loads every
-//!    stored session (a preheated standby's takeover: only the log chunks
-//!    after the positions it followed, for the sessions whose logs kept
+//!    stored session, BFD record and set of routes added over the API (a
+//!    preheated standby's takeover: only the log chunks after the
+//!    positions it followed, for the sessions whose logs kept
 //!    their version — [`continued`]) and destroys leftover sockets of a
 //!    dead process on this host (their RST goes to the gate, which drops
 //!    it);
@@ -247,6 +248,8 @@ struct Started {
     sessions: Vec<StoredSession>,
     /// Takeover: the stored BFD sessions.
     bfd: Vec<holdfast_nsr::StoredBfd>,
+    /// Takeover: the stored run-time routes per routing instance.
+    originated: Vec<holdfast_nsr::StoredOriginated>,
     claim_us: u64,
     load_us: u64,
     /// Takeover from a standby: the sessions whose logs continue what the
@@ -300,6 +303,7 @@ fn bring_up(
     let mut preheated = HashSet::new();
     let mut sessions = Vec::new();
     let mut bfd = Vec::new();
+    let mut originated = Vec::new();
     let (mut claim_us, mut load_us) = (0, 0);
     let (epoch, store_up) = match role {
         Role::Primary => match claim_and_forget(&mut store) {
@@ -326,11 +330,15 @@ fn bring_up(
             if let Some(from) = followed {
                 preheated = continued(from, &state.sessions);
             }
-            (sessions, bfd) = (state.sessions, state.bfd);
+            (sessions, bfd, originated) = (state.sessions, state.bfd, state.originated);
             load_us = t.elapsed().as_micros() as u64;
             tracing::info!(
                 sessions = sessions.len(),
                 bfd_sessions = bfd.len(),
+                api_routes = originated
+                    .iter()
+                    .map(|o| o.record.routes.len())
+                    .sum::<usize>(),
                 load_ms = load_us / 1000,
                 "takeover: state loaded"
             );
@@ -372,6 +380,7 @@ fn bring_up(
         nsr,
         sessions,
         bfd,
+        originated,
         claim_us,
         load_us,
         preheated,
@@ -503,7 +512,8 @@ pub(crate) fn continued(
 }
 
 /// A primary's steps 3–4: claim the instance and remove every session (BGP
-/// and BFD) an earlier owner left. Returns the epoch.
+/// and BFD) and every set of run-time routes an earlier owner left.
+/// Returns the epoch.
 /// How long a takeover retries a store that does not answer (a new host's
 /// first packets may wait for ARP, or the store may be failing over).
 const TAKEOVER_STORE_PATIENCE: Duration = Duration::from_secs(5);
@@ -531,6 +541,13 @@ fn claim_and_forget(store: &mut LazyStore) -> Result<u64, StoreError> {
         .into_iter()
         .map(|s| Op::Remove { key: s.key })
         .chain(state.bfd.into_iter().map(|b| Op::BfdRemove { key: b.key }))
+        .chain(state.originated.into_iter().map(|o| Op::Originated {
+            key: o.key,
+            record: holdfast_nsr::OriginatedRecord {
+                routes: Vec::new(),
+                ..o.record
+            },
+        }))
         .collect();
     if !ops.is_empty() {
         store.write(epoch, &ops)?;
@@ -554,6 +571,9 @@ pub struct Takeover {
     /// Stored BFD sessions by key (`instance/address`), taken by the
     /// daemon as it adds each neighbour's BFD session.
     pub bfd: HashMap<String, holdfast_nsr::BfdRecord>,
+    /// Stored run-time routes by routing instance, taken by the daemon
+    /// before it originates anything (`Daemon::adopt_stored_routes`).
+    pub originated: HashMap<String, holdfast_nsr::OriginatedRecord>,
     pub ready_file: Option<PathBuf>,
     /// Sessions whose tables a standby built already (keys).
     pub preheated: HashSet<String>,
@@ -582,6 +602,11 @@ impl Takeover {
         }
         let bfd: HashMap<String, holdfast_nsr::BfdRecord> =
             up.bfd.into_iter().map(|b| (b.key, b.record)).collect();
+        let originated = up
+            .originated
+            .into_iter()
+            .map(|o| (o.key, o.record))
+            .collect();
         let times = TakeoverTimes {
             sessions: sessions.len() as u64,
             claim_us: up.claim_us,
@@ -595,6 +620,7 @@ impl Takeover {
             times,
             sessions,
             bfd,
+            originated,
             ready_file,
             preheated: up.preheated,
             tag: tag(&n.instance),

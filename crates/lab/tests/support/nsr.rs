@@ -850,6 +850,24 @@ impl<P: Peer> Run<P> {
         self.check("frozen primary (SIGSTOP)");
     }
 
+    /// Kills the store (it comes back empty: no persistence) and waits
+    /// until the primary says it is unprotected.
+    pub fn store_down(&mut self) {
+        self.redis.kill(&mut self.lab).expect("kill redis");
+        wait_ok("store down: UNPROTECTED", T, || {
+            let n = self.nsr();
+            (n["protected"] == false).then_some(()).ok_or(n.to_string())
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    /// Restarts the store killed by [`Run::store_down`] and waits until
+    /// the primary is protected again (re-claimed, re-synchronised).
+    pub fn store_back(&mut self) {
+        self.redis.restart(&mut self.lab).expect("restart redis");
+        self.wait_protected("redis back");
+    }
+
     pub fn redis_outage(&mut self) {
         self.redis.kill(&mut self.lab).expect("kill redis");
         wait_ok("store down: UNPROTECTED", T, || {

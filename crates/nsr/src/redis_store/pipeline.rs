@@ -2,7 +2,7 @@
 //! [`Store::recv_write`]).
 //!
 //! A write is one or more script calls: its session steps (split at the
-//! batch limit), then its BFD records. [`RedisStore::send_calls`] packs
+//! batch limit), then its BFD records and run-time route sets. [`RedisStore::send_calls`] packs
 //! and sends them all at once, each followed by a `WAIT` if replicas are
 //! asked for, and queues what it sent; [`RedisStore::recv_calls`] reads the
 //! replies of the oldest write, in order. Redis runs the commands of one
@@ -18,11 +18,12 @@
 //! as `Unavailable` instead, and the caller re-synchronises.
 //!
 //! # Known issues
-//! - A write's BFD records are a second script call: atomic on their own,
-//!   not together with the write's session steps (as before pipelining).
+//! - A write's BFD records and run-time route sets are a second script
+//!   call: atomic on their own, not together with the write's session
+//!   steps (as before pipelining).
 
-use super::{header, Packer, RedisStore, BFD_SCRIPT, HEADER_ROOM, WRITE_SCRIPT};
-use crate::batch::{self, BfdWrite, Step};
+use super::{header, Packer, RedisStore, HEADER_ROOM, RECORDS_SCRIPT, WRITE_SCRIPT};
+use crate::batch::{self, BfdWrite, OriginatedWrite, Step};
 use crate::record::Op;
 use crate::store::StoreError;
 use redis::Value;
@@ -34,14 +35,14 @@ type Replies = (redis::RedisResult<Value>, Option<redis::RedisResult<Value>>);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Script {
     Write,
-    Bfd,
+    Records,
 }
 
 impl Script {
     fn text(self) -> &'static str {
         match self {
             Script::Write => WRITE_SCRIPT,
-            Script::Bfd => BFD_SCRIPT,
+            Script::Records => RECORDS_SCRIPT,
         }
     }
 }
@@ -115,9 +116,10 @@ impl RedisStore {
 
     /// The calls of a write: its session steps, split at the batch limit
     /// (one empty call if there are none: it still checks the epoch), then
-    /// its BFD records.
+    /// its BFD records and run-time route sets.
     fn pack_calls(&self, epoch: u64, ops: &[Op]) -> Result<Vec<(Script, Packer)>, StoreError> {
         let bfd = batch::bfd_writes(ops)?;
+        let originated = batch::originated_writes(ops)?;
         let steps = batch::plan(ops);
         let mut calls = Vec::new();
         if steps.is_empty() {
@@ -129,32 +131,45 @@ impl RedisStore {
             calls.push((Script::Write, self.pack(epoch, &steps[start..end])?));
             start = end;
         }
-        if !bfd.is_empty() {
-            calls.push((Script::Bfd, self.pack_bfd(epoch, &bfd)));
+        if !bfd.is_empty() || !originated.is_empty() {
+            calls.push((Script::Records, self.pack_records(epoch, &bfd, &originated)));
         }
         Ok(calls)
     }
 
-    /// The BFD script's arguments: `H key json` sets, `D key` deletes.
-    fn pack_bfd(&self, epoch: u64, writes: &[BfdWrite<'_>]) -> Packer {
-        let room: usize = writes
+    /// The records script's arguments: `H key json` sets and `D key`
+    /// deletes BFD records, `O key json` sets and `N key` deletes run-time
+    /// route sets.
+    fn pack_records(
+        &self,
+        epoch: u64,
+        bfd: &[BfdWrite<'_>],
+        originated: &[OriginatedWrite<'_>],
+    ) -> Packer {
+        let room: usize = bfd
             .iter()
+            .chain(originated)
             .map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len) + 32)
             .sum();
-        let mut p = Packer::with_room(HEADER_ROOM, room + 128);
-        p.arg_num(2);
+        let mut p = Packer::with_room(HEADER_ROOM, room + 160);
+        p.arg_num(3);
         p.arg(self.epoch_key.as_bytes());
         p.arg(self.bfd_key.as_bytes());
+        p.arg(self.originated_key.as_bytes());
         p.arg_num(epoch);
-        for (key, value) in writes {
+        let ops = bfd
+            .iter()
+            .map(|w| (w, (b"H", b"D")))
+            .chain(originated.iter().map(|w| (w, (b"O", b"N"))));
+        for ((key, value), (set, del)) in ops {
             match value {
                 Some(v) => {
-                    p.arg(b"H");
+                    p.arg(set);
                     p.arg(key.as_bytes());
                     p.arg(v);
                 }
                 None => {
-                    p.arg(b"D");
+                    p.arg(del);
                     p.arg(key.as_bytes());
                 }
             }
@@ -167,7 +182,7 @@ impl RedisStore {
     fn send(&mut self, sent: &mut Sent) -> Result<(), StoreError> {
         let sha = match sent.script {
             Script::Write => self.script_sha.clone(),
-            Script::Bfd => self.bfd_sha.clone(),
+            Script::Records => self.records_sha.clone(),
         };
         let h = header(sent.call.args + 2, &[b"EVALSHA", sha.as_bytes()]);
         let start = HEADER_ROOM.checked_sub(h.len()).ok_or_else(|| {

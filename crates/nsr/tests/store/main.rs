@@ -117,6 +117,8 @@ trait Env {
     fn handle(&self, instance: &str) -> Box<dyn Store>;
     /// Stores raw record JSON for `key` (as another build would).
     fn put_raw_record(&self, instance: &str, key: &str, json: &[u8]);
+    /// Stores raw JSON as the run-time routes of `key`.
+    fn put_raw_originated(&self, instance: &str, key: &str, json: &[u8]);
 }
 
 struct MemEnv(MemoryStore);
@@ -133,6 +135,9 @@ impl Env for MemEnv {
     }
     fn put_raw_record(&self, instance: &str, key: &str, json: &[u8]) {
         self.0.for_instance(instance).put_raw_record(key, json);
+    }
+    fn put_raw_originated(&self, instance: &str, key: &str, json: &[u8]) {
+        self.0.for_instance(instance).put_raw_originated(key, json);
     }
 }
 
@@ -171,6 +176,15 @@ impl Env for RedisEnv {
             .arg(format!("{p}sessions"))
             .arg(key)
             .ignore()
+            .query(&mut c)
+            .expect("raw write");
+    }
+    fn put_raw_originated(&self, instance: &str, key: &str, json: &[u8]) {
+        let mut c = self.0.raw();
+        let _: () = redis::cmd("HSET")
+            .arg(format!("hf:{{{instance}}}:originated"))
+            .arg(key)
+            .arg(json)
             .query(&mut c)
             .expect("raw write");
     }

@@ -1,5 +1,6 @@
 //! The Redis-only part of the store suite: outages, key layout, large
-//! batches, pipelines, authentication, Sentinel, and non-stop BFD records.
+//! batches, pipelines, authentication, Sentinel, non-stop BFD records and
+//! the routes added at run time.
 
 use super::*;
 
@@ -553,5 +554,126 @@ mod bfd_on_redis {
     #[test]
     fn bfd_records() {
         super::bfd_records(&super::RedisEnv::new())
+    }
+}
+
+// ------------------------------------------ routes added at run time
+
+fn originated(instance: &str, prefixes: &[&str]) -> Op {
+    Op::Originated {
+        key: instance.into(),
+        record: holdfast_nsr::OriginatedRecord {
+            schema: SCHEMA_VERSION,
+            instance: instance.into(),
+            routes: prefixes
+                .iter()
+                .map(|p| serde_json::json!({ "prefix": p, "origin": 0, "as_path": [65001] }))
+                .collect(),
+        },
+    }
+}
+
+fn prefixes(st: &holdfast_nsr::InstanceState, key: &str) -> Vec<String> {
+    st.originated
+        .iter()
+        .find(|o| o.key == key)
+        .map(|o| {
+            o.record
+                .routes
+                .iter()
+                .map(|r| r["prefix"].as_str().unwrap_or_default().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn originated_records(env: &dyn Env) {
+    let mut s = env.handle("orig");
+    let e = s.claim().unwrap();
+    // In one batch with session steps and BFD records: the last set of
+    // each instance wins.
+    s.write(
+        e,
+        &[
+            originated("default", &["10.9.0.0/24"]),
+            session("a", 1, 2),
+            originated("blue", &["10.8.0.0/24"]),
+            Op::Bfd {
+                key: "default_192.0.2.1".into(),
+                record: bfd_record(49152, "Up"),
+            },
+            originated("default", &["10.9.0.0/24", "10.9.1.0/24"]),
+        ],
+    )
+    .unwrap();
+    let st = s.load().unwrap();
+    let keys: Vec<&str> = st.originated.iter().map(|o| o.key.as_str()).collect();
+    assert_eq!(keys, ["blue", "default"], "sorted by key");
+    assert_eq!(prefixes(&st, "default"), ["10.9.0.0/24", "10.9.1.0/24"]);
+    assert_eq!(st.sessions.len(), 1);
+    assert_eq!(st.bfd.len(), 1);
+    assert_eq!(
+        st.originated[1].record.routes[0]["as_path"],
+        serde_json::json!([65001]),
+        "the routes come back as written"
+    );
+    // load_since reads them whole, whatever the positions.
+    let st = s.load_since(&HashMap::new()).unwrap();
+    assert_eq!(prefixes(&st, "blue"), ["10.8.0.0/24"]);
+    // An empty set removes the instance's record.
+    s.write(e, &[originated("blue", &[])]).unwrap();
+    let st = s.load().unwrap();
+    assert_eq!(st.originated.len(), 1);
+    assert_eq!(prefixes(&st, "blue"), Vec::<String>::new());
+    // A fenced writer changes nothing.
+    let mut backup = env.handle("orig");
+    let e2 = backup.claim().unwrap();
+    let r = s.write(e, &[originated("default", &[])]);
+    assert!(matches!(r, Err(StoreError::Fenced { .. })), "{r:?}");
+    assert_eq!(
+        prefixes(&backup.load().unwrap(), "default"),
+        ["10.9.0.0/24", "10.9.1.0/24"]
+    );
+    // A set of a newer schema is refused.
+    let mut newer = originated("default", &["10.9.0.0/24"]);
+    if let Op::Originated { record, .. } = &mut newer {
+        record.schema = SCHEMA_VERSION + 1;
+    }
+    backup.write(e2, &[newer]).unwrap();
+    let r = backup.load();
+    assert!(
+        matches!(r, Err(StoreError::Schema { ref key, found, .. }) if key == "default" && found == SCHEMA_VERSION + 1),
+        "{r:?}"
+    );
+    // Also one that no longer parses as ours.
+    let raw = format!(
+        r#"{{"schema": {}, "instance": "default", "routes": "elsewhere"}}"#,
+        SCHEMA_VERSION + 1
+    );
+    env.put_raw_originated("orig", "default", raw.as_bytes());
+    let r = backup.load();
+    assert!(
+        matches!(r, Err(StoreError::Schema { ref key, .. }) if key == "default"),
+        "{r:?}"
+    );
+    env.put_raw_originated("orig", "default", b"{not json");
+    let r = backup.load();
+    assert!(
+        matches!(r, Err(StoreError::Corrupt { ref key, .. }) if key == "default"),
+        "{r:?}"
+    );
+}
+
+mod originated_on_memory {
+    #[test]
+    fn originated_records() {
+        super::originated_records(&super::MemEnv::new())
+    }
+}
+
+mod originated_on_redis {
+    #[test]
+    fn originated_records() {
+        super::originated_records(&super::RedisEnv::new())
     }
 }

@@ -63,6 +63,11 @@ pub enum Then {
     Write(mpsc::UnboundedSender<Arc<Vec<u8>>>, Arc<Vec<u8>>),
     /// The session closes on purpose: stop gating its packets.
     Unregister(ConnKey),
+    /// Tell whoever waits (a control request): the op is stored, or the
+    /// instance is unprotected and it was released without being stored
+    /// (see [`Shared::protected`]). Dropped unsent if the process is
+    /// fenced.
+    Notify(tokio::sync::oneshot::Sender<()>),
 }
 
 /// One queued operation and what it waits for.

@@ -7,8 +7,9 @@
 //! sent to the store without waiting (pipelined, at most [`WINDOW`] writes
 //! in flight); a [`ReplOutput::Store`] is a store call whose result goes
 //! straight back to the core; [`ReplOutput::Release`] confirms ACKs to the
-//! gate, hands messages to the connections' writers and unregisters closed
-//! connections, in queue order, only after the writes that stored them;
+//! gate, hands messages to the connections' writers, unregisters closed
+//! connections and answers whoever waits for an op ([`Then::Notify`]), in
+//! queue order, only after the writes that stored them;
 //! the rest sets the gate's mode, bumps the sessions' re-synchronisation,
 //! and publishes the state and figures in [`Shared`].
 //!
@@ -308,6 +309,9 @@ impl Replicator {
                     let _ = tx.send(bytes);
                 }
                 Then::Unregister(key) => self.gate.unregister(&key),
+                Then::Notify(tx) => {
+                    let _ = tx.send(());
+                }
             }
         }
         if done.is_empty() {

@@ -117,6 +117,7 @@ fn op_name(op: &Op) -> &'static str {
         Op::Remove { .. } => "remove",
         Op::Bfd { .. } => "bfd",
         Op::BfdRemove { .. } => "bfd-remove",
+        Op::Originated { .. } => "originated",
     }
 }
 
@@ -451,4 +452,49 @@ fn thread_ends_when_every_handle_is_gone() {
     let f = Fixture::start();
     drop(f.tx);
     assert_eq!(f.thread.join().expect("thread"), Ended::Closed);
+}
+
+#[test]
+fn run_time_routes_are_stored_before_the_waiter_hears_and_the_update_leaves() {
+    let f = Fixture::start();
+    let (ntx, mut nrx) = tokio::sync::oneshot::channel();
+    let (wtx, mut wrx) = mpsc::unbounded_channel();
+    let record = holdfast_nsr::OriginatedRecord {
+        schema: holdfast_nsr::SCHEMA_VERSION,
+        instance: "default".into(),
+        routes: vec![serde_json::json!({ "prefix": "10.9.0.0/24" })],
+    };
+    f.submit(
+        Some(Op::Originated {
+            key: "default".into(),
+            record: record.clone(),
+        }),
+        Then::Notify(ntx),
+    );
+    f.submit(
+        Some(acked(11)),
+        Then::Write(wtx, Arc::new(b"update".to_vec())),
+    );
+    let t = Instant::now();
+    loop {
+        match nrx.try_recv() {
+            Ok(()) => break,
+            Err(tokio::sync::oneshot::error::TryRecvError::Empty) => {
+                assert!(t.elapsed() < Duration::from_secs(5), "{:?}", f.log());
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => panic!("waiter dropped: {e}"),
+        }
+    }
+    let state = f.store.with(|s| s.load()).expect("load");
+    assert_eq!(state.originated.len(), 1);
+    assert_eq!(state.originated[0].record, record);
+    f.wait("update handed to the writer", |_| !wrx.is_empty());
+    assert_eq!(wrx.try_recv().expect("written").as_slice(), b"update");
+    let log = f.log();
+    assert!(
+        log.iter()
+            .any(|e| e.starts_with("write") && e.contains("originated")),
+        "{log:?}"
+    );
 }
