@@ -32,6 +32,8 @@
 //! - On an IPv6 socket, [`set_gtsm`] and [`set_ttl`] also set the IPv4
 //!   options for IPv4-mapped peers on a best-effort basis.
 
+#[cfg(feature = "mimalloc")]
+pub mod allocator;
 pub mod announce;
 pub mod device;
 pub mod gate;
