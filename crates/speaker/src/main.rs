@@ -62,13 +62,14 @@ struct Args {
 }
 
 fn main() -> anyhow::Result<()> {
-    // Freed buffers go back to the kernel within 10 ms rather than mimalloc
-    // v3's 1 s (see `holdfast_linux::allocator`), unless the operator chose.
-    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
-        holdfast_linux::allocator::set_purge_delay_ms(holdfast_linux::allocator::PURGE_DELAY_MS);
-    }
     holdfast_docgen::intercept(Args::command);
     let args = Args::parse();
+    // Freed buffers go back to the kernel within 10 ms rather than mimalloc
+    // v3's 1 s (see `holdfast_linux::allocator`), unless the operator chose;
+    // a backup switches once its takeover is done (`resume`).
+    if !args.takeover && !args.standby {
+        holdfast_linux::allocator::use_short_purge_delay();
+    }
     let (mut cfg, warnings) = holdfast_config::load(&args.config)
         .with_context(|| format!("loading {}", args.config.display()))?;
     if let Some(w) = args.workers {

@@ -789,6 +789,7 @@ impl Takeover {
             resumed_us = self.times.resumed_us,
             "takeover: sessions RESUMED"
         );
+        short_purge_delay_later();
         if let Ok(mut t) = self.nsr.shared.takeover.lock() {
             // The RIB threads may already have reported the tables.
             let (routes, tables_us) = t.as_ref().map_or((0, 0), |x| (x.routes, x.tables_us));
@@ -922,6 +923,27 @@ fn kill_stale_socket(local: std::net::SocketAddr, remote: std::net::SocketAddr) 
             "takeover: destroyed a leftover socket of a dead process"
         ),
         Err(e) => tracing::warn!(error = %e, "ss -K failed"),
+    }
+}
+
+/// How long after its sessions resumed a backup keeps the allocator's long
+/// purge delay: past the table rebuild (a cold takeover of 1M routes
+/// rebuilds in about 2.5 s here). See `holdfast_linux::allocator`.
+const SHORT_PURGE_AFTER: Duration = Duration::from_secs(10);
+
+/// Switches the allocator to its short purge delay [`SHORT_PURGE_AFTER`]
+/// from now (at once outside a runtime).
+fn short_purge_delay_later() {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) => {
+            h.spawn(async {
+                tokio::time::sleep(SHORT_PURGE_AFTER).await;
+                holdfast_linux::allocator::use_short_purge_delay();
+            });
+        }
+        Err(_) => {
+            holdfast_linux::allocator::use_short_purge_delay();
+        }
     }
 }
 
