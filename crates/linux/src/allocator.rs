@@ -12,8 +12,8 @@
 //! time, while pages reused right away (the common case under load) are
 //! never returned and faulted in again.
 //!
-//! A backup taking over is the exception: it keeps v3's delay until its
-//! sessions have resumed and its tables are rebuilt. Measured with a
+//! A backup taking over is the exception: it keeps v3's delay until 10 s
+//! after its sessions have resumed, past the table rebuild. Measured with a
 //! preheated standby at 1M routes, the short delay made the takeover's
 //! BGP resume 109–111 ms instead of 77–91 ms (its state load 2.4–3.2 ms
 //! instead of 0.3–0.4 ms): the takeover allocates what the load had just
@@ -27,8 +27,9 @@
 //! - `libmimalloc-sys` names no constant for `mi_option_purge_delay`; its
 //!   index in v3's `mi_option_t` is written here ([`OPTION_PURGE_DELAY`])
 //!   and a unit test checks it against the option's v3 default.
-//! - The delay must be set before much is freed: options read after the
-//!   first purge keep their earlier value for the pages already scheduled.
+//! - A backup switches to the short delay a fixed 10 s after its sessions
+//!   resumed (`resume::SHORT_PURGE_AFTER`), not when its tables are
+//!   rebuilt; a much larger table rebuilds later than that.
 
 use libmimalloc_sys::{mi_option_get, mi_option_set, mi_option_t};
 use std::ffi::c_long;
@@ -40,13 +41,11 @@ const OPTION_PURGE_DELAY: mi_option_t = 15;
 pub const PURGE_DELAY_MS: c_long = 10;
 
 /// Sets the purge delay to [`PURGE_DELAY_MS`], unless the operator chose
-/// one (`MIMALLOC_PURGE_DELAY` in the environment). Returns whether it did.
-pub fn use_short_purge_delay() -> bool {
-    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
-        return false;
+/// one (`MIMALLOC_PURGE_DELAY` in the environment).
+pub fn use_short_purge_delay() {
+    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
+        set_purge_delay_ms(PURGE_DELAY_MS);
     }
-    set_purge_delay_ms(PURGE_DELAY_MS);
-    true
 }
 
 /// Sets mimalloc's purge delay to `ms` milliseconds (0: purge at once).

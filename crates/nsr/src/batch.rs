@@ -28,7 +28,7 @@
 //! merged chunk stays until all of it is acknowledged (`send_queue` skips
 //! the acknowledged head, so what the backup restores is unchanged).
 
-use crate::record::{BfdRecord, Op, OriginatedRecord, SessionRecord, SCHEMA_VERSION};
+use crate::record::{Op, SessionRecord, SCHEMA_VERSION};
 use crate::store::StoreError;
 use bytes::Bytes;
 use serde::Deserialize;
@@ -247,25 +247,18 @@ pub(crate) fn plan(ops: &[Op]) -> Vec<Step<'_>> {
     steps
 }
 
-/// A BFD record to set (its JSON) or, `None`, to delete.
-pub(crate) type BfdWrite<'a> = (&'a str, Option<Vec<u8>>);
+/// A record kept apart from the sessions (a BFD record, an instance's
+/// run-time routes) to set (its JSON) or, `None`, to delete.
+pub(crate) type RecordWrite<'a> = (&'a str, Option<Vec<u8>>);
 
-/// The BFD records a batch leaves: per key, the last op's record (encoded)
-/// or `None` (removed), in first-seen key order.
-pub(crate) fn bfd_writes(ops: &[Op]) -> Result<Vec<BfdWrite<'_>>, StoreError> {
-    let mut out: Vec<BfdWrite<'_>> = Vec::new();
-    for op in ops {
-        let (key, value) = match op {
-            Op::Bfd { key, record } => (
-                key.as_str(),
-                Some(serde_json::to_vec(record).map_err(|e| StoreError::Corrupt {
-                    key: key.clone(),
-                    reason: format!("cannot encode BFD record: {e}"),
-                })?),
-            ),
-            Op::BfdRemove { key } => (key.as_str(), None),
-            _ => continue,
-        };
+/// What a batch leaves of records kept apart: per key, the last write, in
+/// first-seen key order.
+fn last_per_key<'a>(
+    writes: impl Iterator<Item = Result<RecordWrite<'a>, StoreError>>,
+) -> Result<Vec<RecordWrite<'a>>, StoreError> {
+    let mut out: Vec<RecordWrite<'a>> = Vec::new();
+    for w in writes {
+        let (key, value) = w?;
         match out.iter_mut().find(|(k, _)| *k == key) {
             Some(slot) => slot.1 = value,
             None => out.push((key, value)),
@@ -274,44 +267,60 @@ pub(crate) fn bfd_writes(ops: &[Op]) -> Result<Vec<BfdWrite<'_>>, StoreError> {
     Ok(out)
 }
 
-/// A record to set (its JSON) or, `None`, to delete: an instance's
-/// run-time routes.
-pub(crate) type OriginatedWrite<'a> = (&'a str, Option<Vec<u8>>);
+fn encode_apart<T: serde::Serialize>(
+    key: &str,
+    record: &T,
+    what: &str,
+) -> Result<Vec<u8>, StoreError> {
+    serde_json::to_vec(record).map_err(|e| StoreError::Corrupt {
+        key: key.to_string(),
+        reason: format!("cannot encode {what}: {e}"),
+    })
+}
+
+/// The BFD records a batch leaves: per key, the last op's record (encoded)
+/// or `None` (removed).
+pub(crate) fn bfd_writes(ops: &[Op]) -> Result<Vec<RecordWrite<'_>>, StoreError> {
+    last_per_key(ops.iter().filter_map(|op| match op {
+        Op::Bfd { key, record } => {
+            Some(encode_apart(key, record, "BFD record").map(|v| (key.as_str(), Some(v))))
+        }
+        Op::BfdRemove { key } => Some(Ok((key.as_str(), None))),
+        _ => None,
+    }))
+}
 
 /// The run-time route sets a batch leaves: per key, the last op's record
-/// (encoded) or `None` (no routes: removed), in first-seen key order.
-pub(crate) fn originated_writes(ops: &[Op]) -> Result<Vec<OriginatedWrite<'_>>, StoreError> {
-    let mut out: Vec<OriginatedWrite<'_>> = Vec::new();
-    for op in ops {
-        let Op::Originated { key, record } = op else {
-            continue;
-        };
-        let value = if record.routes.is_empty() {
-            None
-        } else {
-            Some(serde_json::to_vec(record).map_err(|e| StoreError::Corrupt {
-                key: key.clone(),
-                reason: format!("cannot encode originated routes: {e}"),
-            })?)
-        };
-        match out.iter_mut().find(|(k, _)| *k == key.as_str()) {
-            Some(slot) => slot.1 = value,
-            None => out.push((key.as_str(), value)),
+/// (encoded) or `None` (no routes: removed).
+pub(crate) fn originated_writes(ops: &[Op]) -> Result<Vec<RecordWrite<'_>>, StoreError> {
+    last_per_key(ops.iter().filter_map(|op| match op {
+        Op::Originated { key, record } if record.routes.is_empty() => {
+            Some(Ok((key.as_str(), None)))
         }
-    }
-    Ok(out)
+        Op::Originated { key, record } => {
+            Some(encode_apart(key, record, "originated routes").map(|v| (key.as_str(), Some(v))))
+        }
+        _ => None,
+    }))
 }
 
-/// Parses a stored set of run-time routes, refusing a newer schema as
-/// [`decode_record`] does.
-pub(crate) fn decode_originated(key: &str, json: &[u8]) -> Result<OriginatedRecord, StoreError> {
-    decode_versioned(key, json)
-}
-
-/// Parses a stored BFD record, refusing a newer schema as
-/// [`decode_record`] does.
-pub(crate) fn decode_bfd(key: &str, json: &[u8]) -> Result<BfdRecord, StoreError> {
-    decode_versioned(key, json)
+/// Parses the stored records of one hash (field: key, value: JSON) into
+/// `make(key, record)`, refusing a newer schema as [`decode_record`] does.
+pub(crate) fn decode_apart<R, T, B>(
+    entries: impl IntoIterator<Item = (String, B)>,
+    make: impl Fn(String, R) -> T,
+) -> Result<Vec<T>, StoreError>
+where
+    R: serde::de::DeserializeOwned,
+    B: AsRef<[u8]>,
+{
+    entries
+        .into_iter()
+        .map(|(key, json)| {
+            let record = decode_versioned(&key, json.as_ref())?;
+            Ok(make(key, record))
+        })
+        .collect()
 }
 
 /// Serialises a record as stored (JSON).

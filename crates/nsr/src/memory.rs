@@ -148,6 +148,17 @@ impl MemoryStore {
     }
 }
 
+/// Sets or deletes the fields of a hash of records kept apart, as the
+/// records script does in Redis.
+fn apply_apart(map: &mut BTreeMap<String, Bytes>, writes: Vec<batch::RecordWrite<'_>>) {
+    for (key, value) in writes {
+        match value {
+            Some(v) => map.insert(key.to_string(), Bytes::from(v)),
+            None => map.remove(key),
+        };
+    }
+}
+
 fn apply(inst: &mut Instance, step: &Step<'_>) -> Result<(), StoreError> {
     let key = step.key();
     match step {
@@ -246,18 +257,8 @@ impl Store for MemoryStore {
             for step in &steps {
                 apply(inst, step)?;
             }
-            for (key, value) in originated {
-                match value {
-                    Some(v) => inst.originated.insert(key.to_string(), Bytes::from(v)),
-                    None => inst.originated.remove(key),
-                };
-            }
-            for (key, value) in bfd {
-                match value {
-                    Some(v) => inst.bfd.insert(key.to_string(), Bytes::from(v)),
-                    None => inst.bfd.remove(key),
-                };
-            }
+            apply_apart(&mut inst.originated, originated);
+            apply_apart(&mut inst.bfd, bfd);
             Ok(())
         })
     }
@@ -308,26 +309,14 @@ impl Store for MemoryStore {
                     log: LogPos::start(s.ver),
                 });
             }
-            let bfd = inst
-                .bfd
-                .iter()
-                .map(|(key, json)| {
-                    Ok(StoredBfd {
-                        key: key.clone(),
-                        record: batch::decode_bfd(key, json)?,
-                    })
-                })
-                .collect::<Result<Vec<_>, StoreError>>()?;
-            let originated = inst
-                .originated
-                .iter()
-                .map(|(key, json)| {
-                    Ok(StoredOriginated {
-                        key: key.clone(),
-                        record: batch::decode_originated(key, json)?,
-                    })
-                })
-                .collect::<Result<Vec<_>, StoreError>>()?;
+            let bfd = batch::decode_apart(
+                inst.bfd.iter().map(|(k, v)| (k.clone(), v)),
+                |key, record| StoredBfd { key, record },
+            )?;
+            let originated = batch::decode_apart(
+                inst.originated.iter().map(|(k, v)| (k.clone(), v)),
+                |key, record| StoredOriginated { key, record },
+            )?;
             Ok(InstanceState {
                 epoch: inst.epoch,
                 sessions,

@@ -338,10 +338,4 @@ impl Op {
     pub fn is_bfd(&self) -> bool {
         matches!(self, Op::Bfd { .. } | Op::BfdRemove { .. })
     }
-
-    /// Whether the op is an instance's run-time routes' (kept apart like
-    /// the BFD records).
-    pub fn is_originated(&self) -> bool {
-        matches!(self, Op::Originated { .. })
-    }
 }

@@ -1042,21 +1042,12 @@ impl Store for RedisStore {
             .query(self.conn()?);
         let (mut raw, mut raw_originated) = r.map_err(|e| self.fail(e))?;
         raw.sort();
-        let bfd = raw
-            .into_iter()
-            .map(|(key, json)| {
-                let record = batch::decode_bfd(&key, &json)?;
-                Ok(StoredBfd { key, record })
-            })
-            .collect::<Result<Vec<_>, StoreError>>()?;
         raw_originated.sort();
-        let originated = raw_originated
-            .into_iter()
-            .map(|(key, json)| {
-                let record = batch::decode_originated(&key, &json)?;
-                Ok(StoredOriginated { key, record })
-            })
-            .collect::<Result<Vec<_>, StoreError>>()?;
+        let bfd = batch::decode_apart(raw, |key, record| StoredBfd { key, record })?;
+        let originated = batch::decode_apart(raw_originated, |key, record| StoredOriginated {
+            key,
+            record,
+        })?;
         Ok(InstanceState {
             epoch,
             sessions,

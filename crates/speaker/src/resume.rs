@@ -511,9 +511,6 @@ pub(crate) fn continued(
     out
 }
 
-/// A primary's steps 3–4: claim the instance and remove every session (BGP
-/// and BFD) and every set of run-time routes an earlier owner left.
-/// Returns the epoch.
 /// How long a takeover retries a store that does not answer (a new host's
 /// first packets may wait for ARP, or the store may be failing over).
 const TAKEOVER_STORE_PATIENCE: Duration = Duration::from_secs(5);
@@ -533,6 +530,9 @@ fn patiently<T>(what: &str, mut f: impl FnMut() -> Result<T, StoreError>) -> Res
     }
 }
 
+/// A primary's steps 3–4: claim the instance and remove every session (BGP
+/// and BFD) and every set of run-time routes an earlier owner left.
+/// Returns the epoch.
 fn claim_and_forget(store: &mut LazyStore) -> Result<u64, StoreError> {
     let epoch = store.claim()?;
     let state = store.load()?;

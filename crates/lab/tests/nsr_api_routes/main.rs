@@ -138,19 +138,6 @@ fn withdrawn(r: &nsr_common::Run<Frr>, since: SystemTime, until: Option<SystemTi
         .collect()
 }
 
-fn stop_watch(w: holdfast_lab::PeerWatch, what: &str) {
-    let report = w.stop();
-    println!("{what}: peer watch: {}", report.summary());
-    report
-        .assert_uninterrupted()
-        .unwrap_or_else(|e| panic!("{what}: the peer saw an interruption: {e}"));
-    assert!(
-        report.prefixes_received_drops.is_empty(),
-        "{what}: routes frr held from us were withdrawn: {:?}",
-        report.prefixes_received_drops
-    );
-}
-
 #[test]
 fn routes_added_over_the_api_survive_takeovers() {
     if skip_unless_tools(&["gobgp", "tcpdump"]) {
@@ -243,7 +230,7 @@ fn routes_added_over_the_api_survive_takeovers() {
             "gobgp global rib on the new primary lacks {p}: {rib:?}"
         );
     }
-    stop_watch(watch, "up to the delete");
+    nsr_common::stop_watch(watch, "up to the delete");
     let before_delete = SystemTime::now();
     let none = withdrawn(&r, since, Some(before_delete));
     assert!(
@@ -338,7 +325,7 @@ fn routes_added_over_the_api_survive_takeovers() {
             .collect(),
         "frr lost a route added over the API across the store outage and takeover"
     );
-    stop_watch(watch, "after the delete");
+    nsr_common::stop_watch(watch, "after the delete");
     let none = withdrawn(&r, after_delete, None);
     assert!(
         none.iter().all(|n| *n == 0),

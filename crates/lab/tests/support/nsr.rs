@@ -869,12 +869,7 @@ impl<P: Peer> Run<P> {
     }
 
     pub fn redis_outage(&mut self) {
-        self.redis.kill(&mut self.lab).expect("kill redis");
-        wait_ok("store down: UNPROTECTED", T, || {
-            let n = self.nsr();
-            (n["protected"] == false).then_some(()).ok_or(n.to_string())
-        })
-        .unwrap_or_else(|e| panic!("{e}"));
+        self.store_down();
         // Sessions stay up and routes flow while unprotected.
         self.check("redis down");
         // What holdfastd sends the outbound feed from here is not
@@ -971,21 +966,27 @@ pub fn failover_sequence<P: Peer>(name: &str, kind: PeerKind, o: Options) {
     r.finish(watch, since);
 }
 
+/// Stops the peer's watch: it saw no interruption and no route it held
+/// from us withdrawn (`what`: the stretch it watched, for the messages).
+pub fn stop_watch(watch: PeerWatch, what: &str) {
+    let report = watch.stop();
+    println!("{what}: peer watch: {}", report.summary());
+    report
+        .assert_uninterrupted()
+        .unwrap_or_else(|e| panic!("{what}: the peer saw an interruption: {e}"));
+    assert!(
+        report.prefixes_received_drops.is_empty(),
+        "{what}: routes the peer held from us were withdrawn: {:?}",
+        report.prefixes_received_drops
+    );
+}
+
 impl<P: Peer> Run<P> {
     /// The end of a run: the peer's watch saw no interruption and no route
     /// it held from us withdrawn, nothing leaked a FIN or RST since `since`;
     /// then the takeover phases are printed.
     pub fn finish(&self, watch: PeerWatch, since: std::time::SystemTime) {
-        let report = watch.stop();
-        println!("peer watch: {}", report.summary());
-        report
-            .assert_uninterrupted()
-            .unwrap_or_else(|e| panic!("the peer saw an interruption: {e}"));
-        assert!(
-            report.prefixes_received_drops.is_empty(),
-            "routes the peer held from us were withdrawn: {:?}",
-            report.prefixes_received_drops
-        );
+        stop_watch(watch, "the run");
         self.assert_nothing_leaked(since);
         self.print_phases();
     }

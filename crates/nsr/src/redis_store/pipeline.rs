@@ -23,7 +23,7 @@
 //!   steps (as before pipelining).
 
 use super::{header, Packer, RedisStore, HEADER_ROOM, RECORDS_SCRIPT, WRITE_SCRIPT};
-use crate::batch::{self, BfdWrite, OriginatedWrite, Step};
+use crate::batch::{self, RecordWrite, Step};
 use crate::record::Op;
 use crate::store::StoreError;
 use redis::Value;
@@ -143,8 +143,8 @@ impl RedisStore {
     fn pack_records(
         &self,
         epoch: u64,
-        bfd: &[BfdWrite<'_>],
-        originated: &[OriginatedWrite<'_>],
+        bfd: &[RecordWrite<'_>],
+        originated: &[RecordWrite<'_>],
     ) -> Packer {
         let room: usize = bfd
             .iter()

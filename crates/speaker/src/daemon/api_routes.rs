@@ -47,7 +47,7 @@
 //!   the same time, but that is not waited for.
 
 use super::{Daemon, Instance};
-use crate::nsr::Then;
+use crate::nsr::{Nsr, Then};
 use crate::rib_thread::{BestBatch, RibCmd};
 use holdfast_api::{Response, RouteSpec};
 use holdfast_nsr::{Op, OriginatedRecord, SCHEMA_VERSION};
@@ -167,6 +167,16 @@ pub(crate) fn originated_record(
     }
 }
 
+/// Queues instance `name`'s run-time routes (the whole set; none: the
+/// stored set is removed) for the store.
+fn submit_record(nsr: &Nsr, name: &str, routes: &BTreeMap<Prefix, ApiRoute>, then: Then) {
+    let op = Op::Originated {
+        key: name.to_string(),
+        record: originated_record(name, routes),
+    };
+    nsr.submit(name, Some(op), nsr.gen(), then);
+}
+
 /// The routes of a stored record, and a message for each one that cannot
 /// be read back (it is left out).
 pub(crate) fn routes_from_record(
@@ -231,15 +241,8 @@ impl Daemon {
                 attrs: Arc::new(attrs),
             },
         );
-        // Replicated before the RIB thread hears of it (module docs).
-        let stored = self.replicate_api_routes(&name, true);
-        if let Some(inst) = self.instances.get_mut(&name) {
-            sync_originated(&name, inst);
-        }
-        match self.stored(stored).await {
-            Ok(note) => Response::message(format!("{prefix} originated in instance {name}{note}")),
-            Err(e) => Response::error(format!("{prefix} originated in instance {name}, but {e}")),
-        }
+        self.api_routes_changed(&name, format!("{prefix} originated in instance {name}"))
+            .await
     }
 
     pub(super) async fn del_route(&mut self, instance: Option<String>, prefix: String) -> Response {
@@ -257,13 +260,21 @@ impl Daemon {
             ));
         }
         tracing::info!(instance = %name, %prefix, "route deleted over the API");
-        let stored = self.replicate_api_routes(&name, true);
-        if let Some(inst) = self.instances.get_mut(&name) {
-            sync_originated(&name, inst);
+        self.api_routes_changed(&name, format!("{prefix} withdrawn in instance {name}"))
+            .await
+    }
+
+    /// After an add or delete in instance `name`: the set replicated before
+    /// the RIB thread hears of the change (module docs), then the reply
+    /// (`done`) once the store has it.
+    async fn api_routes_changed(&mut self, name: &str, done: String) -> Response {
+        let stored = self.replicate_api_routes(name, true);
+        if let Some(inst) = self.instances.get_mut(name) {
+            sync_originated(name, inst);
         }
         match self.stored(stored).await {
-            Ok(note) => Response::message(format!("{prefix} withdrawn in instance {name}{note}")),
-            Err(e) => Response::error(format!("{prefix} withdrawn in instance {name}, but {e}")),
+            Ok(note) => Response::message(format!("{done}{note}")),
+            Err(e) => Response::error(format!("{done}, but {e}")),
         }
     }
 
@@ -273,22 +284,13 @@ impl Daemon {
     fn replicate_api_routes(&self, name: &str, wait: bool) -> Option<oneshot::Receiver<()>> {
         let nsr = self.nsr.as_ref()?;
         let inst = self.instances.get(name)?;
-        let record = originated_record(name, &inst.api_routes);
         let (then, rx) = if wait {
             let (tx, rx) = oneshot::channel();
             (Then::Notify(tx), Some(rx))
         } else {
             (Then::Nothing, None)
         };
-        nsr.submit(
-            name,
-            Some(Op::Originated {
-                key: name.to_string(),
-                record,
-            }),
-            nsr.gen(),
-            then,
-        );
+        submit_record(nsr, name, &inst.api_routes, then);
         rx
     }
 
@@ -335,16 +337,7 @@ impl Daemon {
             let Some(inst) = self.instances.get_mut(&name) else {
                 tracing::warn!(instance = %name, routes = record.routes.len(), "takeover: stored routes added over the API belong to an instance the configuration no longer has: forgotten");
                 if let Some(nsr) = &self.nsr {
-                    let record = originated_record(&name, &BTreeMap::new());
-                    nsr.submit(
-                        &name,
-                        Some(Op::Originated {
-                            key: name.clone(),
-                            record,
-                        }),
-                        nsr.gen(),
-                        Then::Nothing,
-                    );
+                    submit_record(nsr, &name, &BTreeMap::new(), Then::Nothing);
                 }
                 continue;
             };

@@ -457,7 +457,7 @@ fn thread_ends_when_every_handle_is_gone() {
 #[test]
 fn run_time_routes_are_stored_before_the_waiter_hears_and_the_update_leaves() {
     let f = Fixture::start();
-    let (ntx, mut nrx) = tokio::sync::oneshot::channel();
+    let (ntx, nrx) = tokio::sync::oneshot::channel();
     let (wtx, mut wrx) = mpsc::unbounded_channel();
     let record = holdfast_nsr::OriginatedRecord {
         schema: holdfast_nsr::SCHEMA_VERSION,
@@ -475,17 +475,10 @@ fn run_time_routes_are_stored_before_the_waiter_hears_and_the_update_leaves() {
         Some(acked(11)),
         Then::Write(wtx, Arc::new(b"update".to_vec())),
     );
-    let t = Instant::now();
-    loop {
-        match nrx.try_recv() {
-            Ok(()) => break,
-            Err(tokio::sync::oneshot::error::TryRecvError::Empty) => {
-                assert!(t.elapsed() < Duration::from_secs(5), "{:?}", f.log());
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            Err(e) => panic!("waiter dropped: {e}"),
-        }
-    }
+    let nrx = std::cell::RefCell::new(nrx);
+    f.wait("the waiter told (not dropped)", |_| {
+        nrx.borrow_mut().try_recv().is_ok()
+    });
     let state = f.store.with(|s| s.load()).expect("load");
     assert_eq!(state.originated.len(), 1);
     assert_eq!(state.originated[0].record, record);
