@@ -664,54 +664,58 @@ fn carry_out(x: &mut Ctx<'_>, o: AgentOutput, now: Time) -> Vec<AgentOutput> {
 }
 
 /// Adds (and announces) or deletes the service addresses on `interface`,
-/// in the network namespace `netns` when given (a unit's container).
+/// in the network namespace `netns` when given (a unit's container), over
+/// rtnetlink: an add replaces an address that is there (an IPv6 one
+/// without duplicate address detection, so that it can be announced at
+/// once), a delete of an absent one does nothing.
 fn move_addresses(
     addresses: &[String],
     add: bool,
     interface: &str,
     netns: Option<&str>,
 ) -> Result<(), String> {
+    let mut parsed = Vec::with_capacity(addresses.len());
     for a in addresses {
         let (ip, len) = a.split_once('/').unwrap_or((a.as_str(), ""));
         let ip: std::net::IpAddr = ip.parse().map_err(|e| format!("{a}: {e}"))?;
-        let prefix = if len.is_empty() {
-            if ip.is_ipv4() { "32" } else { "128" }.to_string()
-        } else {
-            len.to_string()
+        let full = if ip.is_ipv4() { 32 } else { 128 };
+        let len: u8 = match len {
+            "" => full,
+            l => l
+                .parse()
+                .ok()
+                .filter(|l| *l <= full)
+                .ok_or_else(|| format!("{a}: bad prefix length"))?,
         };
-        let mut ip_cmd = std::process::Command::new("ip");
-        if let Some(ns) = netns {
-            ip_cmd.args(["-n", ns]);
-        }
-        let st = ip_cmd
-            .args([
-                "addr",
-                if add { "replace" } else { "del" },
-                &format!("{ip}/{prefix}"),
-                "dev",
-                interface,
-            ])
-            .status()
-            .map_err(|e| format!("ip addr: {e}"))?;
-        if !st.success() {
-            return Err(format!(
-                "ip addr {} {ip} on {interface} failed",
-                if add { "add" } else { "del" }
-            ));
-        }
-        if add {
-            let ifname = interface.to_string();
-            let announced = match netns {
-                Some(ns) => holdfast_linux::netns::in_netns(ns, move || {
-                    holdfast_linux::announce_address(&ifname, ip)
-                })
-                .and_then(|r| r),
-                None => holdfast_linux::announce_address(&ifname, ip),
-            };
-            announced.map_err(|e| format!("announcing {ip}: {e}"))?;
-        }
+        parsed.push((ip, len));
     }
-    Ok(())
+    let ifname = interface.to_string();
+    let apply = move || -> Result<(), String> {
+        let index = holdfast_linux::device::ifindex(&ifname)
+            .map_err(|e| format!("interface {ifname}: {e}"))?;
+        for (ip, len) in parsed {
+            let flags = if add && ip.is_ipv6() {
+                holdfast_linux::rtnl::codec::IFA_F_NODAD
+            } else {
+                0
+            };
+            holdfast_linux::rtnl::set_address(add, index, ip, len, flags).map_err(|e| {
+                let verb = if add { "adding" } else { "deleting" };
+                format!("{verb} {ip}/{len} on {ifname}: {e}")
+            })?;
+            if add {
+                holdfast_linux::announce_address(&ifname, ip)
+                    .map_err(|e| format!("announcing {ip}: {e}"))?;
+            }
+        }
+        Ok(())
+    };
+    match netns {
+        Some(ns) => holdfast_linux::netns::in_netns(ns, apply)
+            .map_err(|e| format!("network namespace {ns}: {e}"))
+            .and_then(|r| r),
+        None => apply(),
+    }
 }
 
 /// `holdfast nsr switchover` through the unit's control socket.

@@ -245,7 +245,7 @@ impl Holdfastd {
             &format!("ready file {}", f.display()),
             "before creating its ready file",
             timeout,
-            Duration::from_millis(10),
+            Duration::from_millis(2),
             || {
                 if f.exists() {
                     Ok(())

@@ -256,54 +256,46 @@ impl NsrTopo {
         }))
     }
 
-    fn addr_cmd(&self, verb: &str, addr: IpAddr, ifname: &str) -> Vec<String> {
-        let len = if addr.is_ipv4() {
-            NSR_V4_LEN
-        } else {
-            NSR_V6_LEN
-        };
-        let mut v: Vec<String> = ["ip", "addr", verb, &format!("{addr}/{len}"), "dev", ifname]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-        if addr.is_ipv6() && verb == "add" {
-            v.push("nodad".into());
-        }
-        v
+    /// Adds (`add`) or deletes the service addresses on `host`, over
+    /// rtnetlink in its namespace (an add replaces an address that is
+    /// there; the IPv6 one is added without duplicate address detection, so
+    /// that it can be announced at once). No `ip` process: a takeover's
+    /// address move is on the critical path of every session's resume.
+    fn set_service(&self, lab: &Lab, host: HostId, add: bool) -> Result<()> {
+        let ifname = self.ifname(host)?.to_string();
+        let netns = lab.netns(host).to_string();
+        let context = format!(
+            "{} the service addresses on {ifname} in {netns}",
+            if add { "adding" } else { "deleting" }
+        );
+        let addrs = [
+            (IpAddr::from(self.service_v4), NSR_V4_LEN),
+            (IpAddr::from(self.service_v6), NSR_V6_LEN),
+        ];
+        holdfast_linux::netns::in_netns(&netns, move || -> std::io::Result<()> {
+            let index = holdfast_linux::device::ifindex(&ifname)?;
+            for (addr, len) in addrs {
+                let flags = if add && addr.is_ipv6() {
+                    holdfast_linux::rtnl::codec::IFA_F_NODAD
+                } else {
+                    0
+                };
+                holdfast_linux::rtnl::set_address(add, index, addr, len, flags)?;
+            }
+            Ok(())
+        })
+        .and_then(|r| r)
+        .map_err(|source| LabError::Io { context, source })
     }
 
-    /// Adds the service addresses missing on `host` (no announcement).
+    /// Adds the service addresses on `host` (no announcement).
     pub fn add_service(&self, lab: &Lab, host: HostId) -> Result<()> {
-        let have = self.service_addrs_on(lab, host)?;
-        let ifname = self.ifname(host)?;
-        for (addr, present) in [
-            (IpAddr::from(self.service_v4), have.0),
-            (self.service_v6.into(), have.1),
-        ] {
-            if !present {
-                let cmd = self.addr_cmd("add", addr, ifname);
-                let cmd: Vec<&str> = cmd.iter().map(String::as_str).collect();
-                lab.exec_ok(host, &cmd)?;
-            }
-        }
-        Ok(())
+        self.set_service(lab, host, true)
     }
 
     /// Deletes the service addresses present on `host`.
     pub fn del_service(&self, lab: &Lab, host: HostId) -> Result<()> {
-        let have = self.service_addrs_on(lab, host)?;
-        let ifname = self.ifname(host)?;
-        for (addr, present) in [
-            (IpAddr::from(self.service_v4), have.0),
-            (self.service_v6.into(), have.1),
-        ] {
-            if present {
-                let cmd = self.addr_cmd("del", addr, ifname);
-                let cmd: Vec<&str> = cmd.iter().map(String::as_str).collect();
-                lab.exec_ok(host, &cmd)?;
-            }
-        }
-        Ok(())
+        self.set_service(lab, host, false)
     }
 }
 

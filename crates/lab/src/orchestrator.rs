@@ -32,7 +32,7 @@ use crate::nsr::NsrTopo;
 use crate::wait::wait_for_every;
 
 /// The lab's orchestrator: fences by signal, moves the service addresses of an
-/// [`NsrTopo`] with `ip addr` and announces them with
+/// [`NsrTopo`] over rtnetlink and announces them with
 /// `holdfast_linux::announce_address` inside the new host's namespace.
 #[derive(Debug, Clone)]
 pub struct LabOrchestrator {

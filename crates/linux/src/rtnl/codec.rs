@@ -10,7 +10,9 @@
 //! (8 bytes each, followed by their own attributes) inside `RTA_MULTIPATH`.
 //! Next-hop objects (`RTM_NEWNEXTHOP`, `RTM_DELNEXTHOP`, `RTM_GETNEXTHOP`;
 //! `linux/nexthop.h`): an 8-byte `nhmsg`, then `NHA_*` attributes; a route
-//! names one with `RTA_NH_ID`.
+//! names one with `RTA_NH_ID`. Interface addresses (`RTM_NEWADDR`,
+//! `RTM_DELADDR`; `linux/if_addr.h`): an 8-byte `ifaddrmsg`, then `IFA_*`
+//! attributes.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -265,6 +267,47 @@ pub enum RouteOp {
     Delete,
 }
 
+const IFA_ADDRESS: u16 = 1;
+const IFA_LOCAL: u16 = 2;
+const IFA_FLAGS: u16 = 8;
+/// No duplicate address detection (IPv6): usable at once.
+pub const IFA_F_NODAD: u32 = 0x02;
+
+/// Appends an acknowledged interface address request: `add` creates or
+/// replaces `addr/prefix_len` on interface `ifindex` (`RTM_NEWADDR` with
+/// `NLM_F_CREATE | NLM_F_REPLACE`, as `ip address replace`), otherwise it
+/// is deleted (`RTM_DELADDR`). `IFA_LOCAL` and `IFA_ADDRESS` are both
+/// `addr`, as `ip` sends them; `flags` are `IFA_F_*` (e.g.
+/// [`IFA_F_NODAD`]).
+pub fn encode_address(
+    buf: &mut Vec<u8>,
+    seq: u32,
+    add: bool,
+    ifindex: u32,
+    addr: IpAddr,
+    prefix_len: u8,
+    flags: u32,
+) {
+    let (ty, nl_flags) = if add {
+        (RTM_NEWADDR, NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE)
+    } else {
+        (RTM_DELADDR, NLM_F_REQUEST | NLM_F_ACK)
+    };
+    let start = header(buf, ty, nl_flags, seq);
+    let family = if addr.is_ipv4() { AF_INET } else { AF_INET6 };
+    // ifaddrmsg: family, prefix length, flags (the low 8 bits), scope.
+    buf.extend_from_slice(&[family, prefix_len, (flags & 0xff) as u8, RT_SCOPE_UNIVERSE]);
+    buf.extend_from_slice(&ifindex.to_ne_bytes());
+    let mut a = [0u8; 16];
+    let n = ip_bytes(&addr, &mut a);
+    attr(buf, IFA_LOCAL, &a[..n]);
+    attr(buf, IFA_ADDRESS, &a[..n]);
+    if add && flags != 0 {
+        attr(buf, IFA_FLAGS, &flags.to_ne_bytes());
+    }
+    finish(buf, start);
+}
+
 fn header(buf: &mut Vec<u8>, ty: u16, flags: u16, seq: u32) -> usize {
     let start = buf.len();
     buf.extend_from_slice(&0u32.to_ne_bytes());
@@ -486,6 +529,38 @@ mod tests {
             NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewRoute(r))
             | NetlinkPayload::InnerMessage(RouteNetlinkMessage::DelRoute(r)) => r,
             other => panic!("not a route message: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn address_requests_match_netlink_packet_route() {
+        use netlink_packet_route::address::{AddressAttribute, AddressFlags};
+        for (add, addr, len, flags) in [
+            (true, "192.0.2.10", 32u8, 0u32),
+            (true, "2001:db8::10", 128, IFA_F_NODAD),
+            (false, "192.0.2.10", 32, 0),
+        ] {
+            let ip: IpAddr = addr.parse().unwrap();
+            let mut buf = Vec::new();
+            encode_address(&mut buf, 7, add, 42, ip, len, flags);
+            let m = parsed(&buf);
+            assert_eq!(m.header.length as usize, buf.len());
+            assert_eq!(m.header.sequence_number, 7);
+            let want = if add { RTM_NEWADDR } else { RTM_DELADDR };
+            assert_eq!(m.header.message_type, want);
+            let a = match m.payload {
+                NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewAddress(a))
+                | NetlinkPayload::InnerMessage(RouteNetlinkMessage::DelAddress(a)) => a,
+                other => panic!("not an address message: {other:?}"),
+            };
+            assert_eq!(a.header.index, 42);
+            assert_eq!(a.header.prefix_len, len);
+            assert!(a.attributes.contains(&AddressAttribute::Local(ip)));
+            assert!(a.attributes.contains(&AddressAttribute::Address(ip)));
+            let nodad = a.attributes.iter().any(
+                |x| matches!(x, AddressAttribute::Flags(f) if f.contains(AddressFlags::Nodad)),
+            );
+            assert_eq!(nodad, flags & IFA_F_NODAD != 0, "{addr}");
         }
     }
 

@@ -1,5 +1,7 @@
 //! rtnetlink for the kernel FIB: a `NETLINK_ROUTE` socket (through `nix`,
-//! no `unsafe`) and the route message codec ([`codec`]).
+//! no `unsafe`) and the route message codec ([`codec`]); and interface
+//! addresses ([`set_address`]), which the orchestration moves at a
+//! takeover without running `ip`.
 //!
 //! The FIB writes many route messages per `sendmsg` (the kernel processes
 //! them in order, within the call) and reads the answers afterwards;
@@ -107,6 +109,42 @@ impl RtnlSocket {
                 Err(Errno::EINTR) => continue,
                 Err(e) => return Err(e.into()),
             }
+        }
+    }
+}
+
+/// Adds (`add`, replacing one that exists) or deletes `addr/prefix_len`
+/// on interface `ifindex` of the calling thread's network namespace, and
+/// waits for the kernel's answer. `flags`: `IFA_F_*` for an add (e.g.
+/// [`codec::IFA_F_NODAD`]). Deleting an address that is not there is
+/// `Ok(false)`; otherwise `Ok(true)`.
+pub fn set_address(
+    add: bool,
+    ifindex: u32,
+    addr: std::net::IpAddr,
+    prefix_len: u8,
+    flags: u32,
+) -> io::Result<bool> {
+    let sock = RtnlSocket::open(0, false)?;
+    let mut req = Vec::with_capacity(64);
+    codec::encode_address(&mut req, 1, add, ifindex, addr, prefix_len, flags);
+    sock.send(&req)?;
+    let mut buf = vec![0u8; 8192];
+    loop {
+        let n = sock.recv(&mut buf, true)?;
+        for m in codec::messages(&buf[..n]) {
+            if m.ty != codec::NLMSG_ERROR || m.seq != 1 {
+                continue;
+            }
+            return match codec::error_code(m.payload) {
+                Some(0) => Ok(true),
+                Some(e) if !add && (e == libc::EADDRNOTAVAIL || e == libc::ENOENT) => Ok(false),
+                Some(e) => Err(io::Error::from_raw_os_error(e)),
+                None => Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "short netlink error message",
+                )),
+            };
         }
     }
 }
