@@ -11,8 +11,10 @@
 //!
 //! The rebuild guard has two rules per peer and port; with hundreds of
 //! sessions one `iptables` process per rule took seconds of a takeover, so
-//! the guard is installed and removed in one `iptables-restore --noflush`
-//! transaction per family (one process, atomic). Its rules live in a chain
+//! the guard and the gate's rules are installed, and the guard removed, in
+//! one `iptables-restore --noflush` transaction per family (one process,
+//! atomic), from one listing of the table ([`Listing`]): a takeover runs
+//! four processes for its rules. Its rules live in a chain
 //! of their own ([`guard_chain`]) that one tagged rule at the head of
 //! `INPUT` jumps to: lifting the guard deletes that jump and the chain
 //! without listing or matching a thousand rules one by one (which
@@ -145,24 +147,6 @@ fn delete_lines(listed: &[String], comment: &str, only_chain: Option<&str>) -> V
         .collect()
 }
 
-/// Inserts `spec` at the head of `chain` unless an identical rule exists.
-fn ensure(cmd: &str, chain: &str, spec: &[String]) -> io::Result<()> {
-    let mut check = vec!["-t".into(), TABLE.into(), "-C".into(), chain.into()];
-    check.extend_from_slice(spec);
-    if run(cmd, &check)?.status.success() {
-        return Ok(());
-    }
-    let mut insert = vec![
-        "-t".into(),
-        TABLE.into(),
-        "-I".into(),
-        chain.into(),
-        "1".into(),
-    ];
-    insert.extend_from_slice(spec);
-    run_ok(cmd, &insert)
-}
-
 /// One rule per port and direction: `pre` (e.g. a source address), TCP,
 /// the port, `flags` (TCP flag matches), the comment, the target.
 fn port_specs(
@@ -187,77 +171,158 @@ fn port_specs(
     specs
 }
 
-fn install(chain: &str, specs: &[Vec<String>]) -> io::Result<()> {
-    for cmd in FAMILIES {
-        // Insert in reverse so the resulting order matches `specs`.
-        for spec in specs.iter().rev() {
-            ensure(cmd, chain, spec)?;
+/// The filter table's rules of both families (the `-A` lines `iptables
+/// -S` and `ip6tables -S` print), listed once: a takeover checks them
+/// against the namespace's lock and installs its rules from the same
+/// listing ([`install`]), two processes instead of one per rule or check.
+#[derive(Debug, Clone, Default)]
+pub struct Listing {
+    v4: Vec<String>,
+    v6: Vec<String>,
+}
+
+impl Listing {
+    /// Lists both families now.
+    pub fn read() -> io::Result<Listing> {
+        Ok(Listing {
+            v4: rules("iptables")?,
+            v6: rules("ip6tables")?,
+        })
+    }
+
+    fn of(&self, cmd: &str) -> &[String] {
+        if cmd == "ip6tables" {
+            &self.v6
+        } else {
+            &self.v4
         }
     }
-    Ok(())
+
+    /// Every Holdfast rule, whatever its tag, prefixed with the command.
+    pub fn holdfast(&self) -> Vec<String> {
+        FAMILIES
+            .iter()
+            .flat_map(|cmd| {
+                self.of(cmd)
+                    .iter()
+                    .filter(|l| holdfast_tag(l).is_some())
+                    .map(move |l| format!("{cmd} {l}"))
+            })
+            .collect()
+    }
 }
 
-/// OUTPUT: TCP with source or destination port in `ports` and without
-/// the SYN flag goes to NFQUEUE `queue_num` (no bypass: dropped while
-/// nobody serves the queue), IPv4 and IPv6. Idempotent.
+/// The ACK gate's rules and, with `guard`, the rebuild guard, installed
+/// from `listed` (what the table holds now) in one `iptables-restore
+/// --noflush` transaction per family: atomic, never a moment ungated or
+/// unguarded, and idempotent (rules of an earlier install of this tag are
+/// replaced in the same transaction).
 ///
-/// SYN and SYN-ACK segments never go through the queue: the gate has
-/// nothing to decide for them (no gated connection sends one), and a
-/// starved, exiting or taking-over speaker must not make its port look
-/// unreachable to the host agents' TCP probes. A connection opened or
-/// accepted by a process whose gate drops everything still carries nothing
-/// else.
-pub fn install_gate(tag: &str, queue_num: u16, ports: &[u16]) -> io::Result<()> {
+/// The gate — OUTPUT: TCP with source or destination port in `ports` and
+/// without the SYN flag goes to NFQUEUE `queue_num` (no bypass: dropped
+/// while nobody serves the queue), IPv4 and IPv6. SYN and SYN-ACK segments
+/// never go through the queue: the gate has nothing to decide for them (no
+/// gated connection sends one), and a starved, exiting or taking-over
+/// speaker must not make its port look unreachable to the host agents' TCP
+/// probes. A connection opened or accepted by a process whose gate drops
+/// everything still carries nothing else.
+///
+/// The guard (`guard`: the peers, or every source when empty) — INPUT: drop
+/// TCP from those peers with source or destination port in `ports`
+/// (inbound segments of our sessions), so that nothing is answered with a
+/// RST while sockets are being rebuilt, each peer in its family. Naming the
+/// peers keeps the port open to everyone else meanwhile (the host agents'
+/// probes).
+pub fn install(
+    tag: &str,
+    queue_num: u16,
+    ports: &[u16],
+    guard: Option<&[IpAddr]>,
+    listed: &Listing,
+) -> io::Result<()> {
     let c = comment(tag)?;
-    let q = queue_num.to_string();
-    install(
-        "OUTPUT",
-        &port_specs(
-            ports,
-            &[],
-            &["!", "--tcp-flags", "SYN", "SYN"],
-            &c,
-            &["-j", "NFQUEUE", "--queue-num", &q],
-        ),
-    )
-}
-
-/// INPUT: drop TCP from `peers` (every source when empty) with source or
-/// destination port in `ports` (inbound segments of our sessions), so that
-/// nothing is answered with a RST while sockets are being rebuilt. IPv4 and
-/// IPv6, each peer in its family. Idempotent. Naming the peers keeps the
-/// port open to everyone else meanwhile (the host agents' probes).
-pub fn install_guard(tag: &str, ports: &[u16], peers: &[IpAddr]) -> io::Result<()> {
-    let c = comment(tag)?;
-    let chain = guard_chain(tag);
-    let target = ["-j", "DROP"];
     for (cmd, v6) in [("iptables", false), ("ip6tables", true)] {
-        let specs = if peers.is_empty() {
-            port_specs(ports, &[], &[], &c, &target)
-        } else {
-            let mut specs = Vec::new();
-            for p in peers.iter().filter(|p| p.is_ipv6() == v6) {
-                let src = p.to_string();
-                specs.extend(port_specs(ports, &["-s", &src], &[], &c, &target));
-            }
-            specs
+        let mut lines = match guard {
+            Some(peers) => guard_lines(cmd, v6, tag, &c, ports, peers, listed),
+            None => Vec::new(),
         };
-        if specs.is_empty() {
-            continue;
-        }
-        // The chain is created or emptied, and an earlier guard of this tag
-        // (its jump, or rules of a version without the chain) goes in the
-        // same transaction: idempotent, and never a moment unguarded.
-        let mut lines = vec![format!(":{chain} - [0:0]"), format!("-F {chain}")];
-        lines.extend(delete_lines(&rules(cmd)?, &c, Some("INPUT")));
-        lines.extend(specs.iter().map(|spec| {
-            let words: Vec<String> = spec.iter().map(|w| save_word(w)).collect();
-            format!("-A {chain} {}", words.join(" "))
-        }));
-        lines.push(format!("-I INPUT 1 {}", jump_spec(&c, &chain)));
+        lines.extend(gate_lines(&c, queue_num, ports, listed.of(cmd)));
         restore(cmd, &lines)?;
     }
     Ok(())
+}
+
+/// [`install`] of the gate alone, from a fresh listing.
+pub fn install_gate(tag: &str, queue_num: u16, ports: &[u16]) -> io::Result<()> {
+    install(tag, queue_num, ports, None, &Listing::read()?)
+}
+
+/// The guard alone (see [`install`]), from a fresh listing.
+pub fn install_guard(tag: &str, ports: &[u16], peers: &[IpAddr]) -> io::Result<()> {
+    let c = comment(tag)?;
+    let listed = Listing::read()?;
+    for (cmd, v6) in [("iptables", false), ("ip6tables", true)] {
+        restore(cmd, &guard_lines(cmd, v6, tag, &c, ports, peers, &listed))?;
+    }
+    Ok(())
+}
+
+/// The gate's rule commands: this tag's OUTPUT rules in `listed` deleted,
+/// then one rule per port and direction inserted at the head, in the order
+/// of [`port_specs`].
+fn gate_lines(comment: &str, queue_num: u16, ports: &[u16], listed: &[String]) -> Vec<String> {
+    let q = queue_num.to_string();
+    let specs = port_specs(
+        ports,
+        &[],
+        &["!", "--tcp-flags", "SYN", "SYN"],
+        comment,
+        &["-j", "NFQUEUE", "--queue-num", &q],
+    );
+    let mut lines = delete_lines(listed, comment, Some("OUTPUT"));
+    lines.extend(specs.iter().rev().map(|spec| {
+        let words: Vec<String> = spec.iter().map(|w| save_word(w)).collect();
+        format!("-I OUTPUT 1 {}", words.join(" "))
+    }));
+    lines
+}
+
+/// The guard's rule commands for one family (none when no peer is of that
+/// family): its chain created or emptied, an earlier guard of this tag
+/// (its jump, or rules of a version without the chain) deleted, the rules
+/// appended to the chain, and the jump inserted at the head of INPUT.
+fn guard_lines(
+    cmd: &str,
+    v6: bool,
+    tag: &str,
+    comment: &str,
+    ports: &[u16],
+    peers: &[IpAddr],
+    listed: &Listing,
+) -> Vec<String> {
+    let chain = guard_chain(tag);
+    let target = ["-j", "DROP"];
+    let specs = if peers.is_empty() {
+        port_specs(ports, &[], &[], comment, &target)
+    } else {
+        let mut specs = Vec::new();
+        for p in peers.iter().filter(|p| p.is_ipv6() == v6) {
+            let src = p.to_string();
+            specs.extend(port_specs(ports, &["-s", &src], &[], comment, &target));
+        }
+        specs
+    };
+    if specs.is_empty() {
+        return Vec::new();
+    }
+    let mut lines = vec![format!(":{chain} - [0:0]"), format!("-F {chain}")];
+    lines.extend(delete_lines(listed.of(cmd), comment, Some("INPUT")));
+    lines.extend(specs.iter().map(|spec| {
+        let words: Vec<String> = spec.iter().map(|w| save_word(w)).collect();
+        format!("-A {chain} {}", words.join(" "))
+    }));
+    lines.push(format!("-I INPUT 1 {}", jump_spec(comment, &chain)));
+    lines
 }
 
 /// The chain holding a tag's guard rules: `HF-GUARD-` and 8 hex digits of
@@ -345,15 +410,7 @@ pub fn list(tag: &str) -> io::Result<Vec<String>> {
 /// Every Holdfast rule in this network namespace, whatever its tag (as
 /// `iptables -S` prints them, prefixed with the command).
 pub fn list_any() -> io::Result<Vec<String>> {
-    let mut out = Vec::new();
-    for cmd in FAMILIES {
-        for line in rules(cmd)? {
-            if holdfast_tag(&line).is_some() {
-                out.push(format!("{cmd} {line}"));
-            }
-        }
-    }
-    Ok(out)
+    Listing::read().map(|l| l.holdfast())
 }
 
 /// The tag of a Holdfast rule (`--comment holdfast:TAG`), if it is one.
@@ -514,6 +571,22 @@ mod tests {
         assert_eq!(save_word("a b"), "\"a b\"");
         assert_eq!(save_word("").len(), 2);
         assert_eq!(split(&save_word("a \"q\" b")), vec!["a \"q\" b"]);
+    }
+
+    #[test]
+    fn gate_lines_replace_this_tags_output_rules_in_order() {
+        let listed = vec![
+            r#"-A OUTPUT -p tcp -m tcp --sport 179 -m comment --comment "holdfast:x" -j NFQUEUE --queue-num 3"#.to_string(),
+            r#"-A OUTPUT -p tcp -m tcp --sport 179 -m comment --comment "holdfast:y" -j NFQUEUE --queue-num 4"#.to_string(),
+            r#"-A INPUT -p tcp -m tcp --sport 179 -m comment --comment "holdfast:x" -j DROP"#.to_string(),
+        ];
+        let l = gate_lines("holdfast:x", 5, &[179], &listed);
+        assert_eq!(l.len(), 3, "{l:?}");
+        assert!(l[0].starts_with("-D OUTPUT ") && l[0].contains("--queue-num 3"), "{l:?}");
+        // Inserted at the head in reverse: --sport first in the chain.
+        assert!(l[1].starts_with("-I OUTPUT 1 ") && l[1].contains("--dport 179"), "{l:?}");
+        assert!(l[2].contains("--sport 179") && l[2].contains("--queue-num 5"), "{l:?}");
+        assert!(l[2].contains("! --tcp-flags SYN SYN"), "{l:?}");
     }
 
     #[test]

@@ -14,16 +14,17 @@
 //!    instance's leftovers are logged and left alone (they may still be
 //!    keeping a dead primary's FIN from a peer another host is taking
 //!    over);
-//! 1. takeover only: the guard — inbound segments of our sessions (from
-//!    the configured neighbours; everyone else, such as the host agents'
-//!    probes, still reaches the port) are
-//!    dropped, so the kernel never answers a peer's segment with a RST
-//!    before its socket exists (`holdfast_linux::rules::install_guard`);
-//! 2. the ACK gate: bind the NFQUEUE (`AckGate::start`), set its first mode
-//!    (a takeover drops everything until its sockets are rebuilt), then
-//!    send every outgoing packet of our sessions to it
-//!    (`rules::install_gate`; no bypass: if this process dies, the kernel
-//!    drops our sessions' packets, FIN and RST included);
+//! 1. the ACK gate: bind the NFQUEUE (`AckGate::start`) and set its first
+//!    mode (a takeover drops everything until its sockets are rebuilt);
+//! 2. in one `iptables-restore` transaction per family, from one listing
+//!    of the filter table taken with the lock held
+//!    (`holdfast_linux::rules::install`): send every outgoing packet of
+//!    our sessions to the gate (no bypass: if this process dies, the kernel
+//!    drops our sessions' packets, FIN and RST included) and, takeover
+//!    only, the guard — inbound segments of our sessions (from the
+//!    configured neighbours; everyone else, such as the host agents'
+//!    probes, still reaches the port) are dropped, so the kernel never
+//!    answers a peer's segment with a RST before its socket exists;
 //! 3. claim the instance (bump its epoch): an old primary is fenced from
 //!    here on;
 //! 4. a primary forgets what an earlier owner left; a takeover loads every
@@ -217,7 +218,7 @@ pub enum StartError {
     },
     #[error("taking this network namespace's NSR lock (@{NETNS_LOCK}): {0}")]
     Lock(io::Error),
-    #[error("installing the takeover guard ({tag}): {source}")]
+    #[error("installing the takeover guard and the ACK gate rules ({tag}): {source}")]
     Guard { tag: String, source: io::Error },
     #[error("binding NFQUEUE {queue}: {source}{bound}")]
     Queue {
@@ -274,17 +275,10 @@ fn bring_up(
     };
     let tag = tag(&n.instance);
     let ports = ports(cfg);
-    // 0. One speaker with NSR per network namespace.
-    let lock = take_netns_lock(NETNS_LOCK, n, &tag, &ports, role)?;
-    // 1. The guard.
-    if role == Role::Takeover {
-        let peers: Vec<std::net::IpAddr> = cfg.neighbors.iter().map(|nb| nb.address).collect();
-        rules::install_guard(&tag, &ports, &peers).map_err(|source| StartError::Guard {
-            tag: tag.clone(),
-            source,
-        })?;
-    }
-    // 2. The gate, in its first mode before any packet reaches it.
+    // 0. One speaker with NSR per network namespace. The filter table is
+    // listed once the lock is held, for the rules of steps 1–2.
+    let (lock, listed) = take_netns_lock(NETNS_LOCK, n, &tag, &ports, role)?;
+    // 1. The gate, in its first mode before any packet reaches it.
     let gate = AckGate::start(n.queue).map_err(|source| StartError::Queue {
         queue: n.queue,
         source,
@@ -294,10 +288,22 @@ fn bring_up(
     if hold {
         gate.set_mode(GateMode::DropAll);
     }
-    rules::install_gate(&tag, n.queue, &ports).map_err(|source| StartError::GateRules {
-        tag: tag.clone(),
-        source,
-    })?;
+    // 2. The gate's rules and (a takeover) the guard, in one transaction
+    // per family.
+    let peers: Vec<std::net::IpAddr> = cfg.neighbors.iter().map(|nb| nb.address).collect();
+    let guard = (role == Role::Takeover).then_some(peers.as_slice());
+    listed
+        .and_then(|l| rules::install(&tag, n.queue, &ports, guard, &l))
+        .map_err(|source| match guard {
+            Some(_) => StartError::Guard {
+                tag: tag.clone(),
+                source,
+            },
+            None => StartError::GateRules {
+                tag: tag.clone(),
+                source,
+            },
+        })?;
     // 3.–4. Claim; then forget (primary) or load (takeover).
     let mut store = LazyStore::new(n);
     let mut preheated = HashSet::new();
@@ -389,22 +395,24 @@ fn bring_up(
 
 /// Step 0: takes the namespace's NSR lock (`name`: [`NETNS_LOCK`]), or
 /// names who holds it. With the lock held, every Holdfast rule here is a
-/// dead process's: ours are re-used, others are logged.
+/// dead process's: ours are re-used (replaced by steps 1–2), others are
+/// logged. Returns the lock and the filter table as listed with it held.
 fn take_netns_lock(
     name: &str,
     n: &holdfast_config::Nsr,
     tag: &str,
     ports: &[u16],
     role: Role,
-) -> Result<holdfast_linux::nslock::NetnsLock, StartError> {
+) -> Result<(holdfast_linux::nslock::NetnsLock, io::Result<rules::Listing>), StartError> {
     use holdfast_linux::nslock::NetnsLock;
     let me = format!(
         "holdfastd {role:?}, instance {:?}, NFQUEUE {}, ports {ports:?}, rules tagged holdfast:{tag}",
         n.instance, n.queue
     );
-    let found = rules::list_any();
     match NetnsLock::acquire(name, &me).map_err(StartError::Lock)? {
         Ok(lock) => {
+            let listed = rules::Listing::read();
+            let found = listed.as_ref().map(rules::Listing::holdfast);
             for line in found.iter().flatten() {
                 match rules::holdfast_tag(line) {
                     Some(t) if t == tag => tracing::info!(
@@ -417,11 +425,11 @@ fn take_netns_lock(
                     ),
                 }
             }
-            Ok(lock)
+            Ok((lock, listed))
         }
         Err(holder) => Err(StartError::Conflict {
             holder,
-            rules: describe_rules(found),
+            rules: describe_rules(rules::list_any()),
         }),
     }
 }
