@@ -582,10 +582,19 @@ mod tests {
         ];
         let l = gate_lines("holdfast:x", 5, &[179], &listed);
         assert_eq!(l.len(), 3, "{l:?}");
-        assert!(l[0].starts_with("-D OUTPUT ") && l[0].contains("--queue-num 3"), "{l:?}");
+        assert!(
+            l[0].starts_with("-D OUTPUT ") && l[0].contains("--queue-num 3"),
+            "{l:?}"
+        );
         // Inserted at the head in reverse: --sport first in the chain.
-        assert!(l[1].starts_with("-I OUTPUT 1 ") && l[1].contains("--dport 179"), "{l:?}");
-        assert!(l[2].contains("--sport 179") && l[2].contains("--queue-num 5"), "{l:?}");
+        assert!(
+            l[1].starts_with("-I OUTPUT 1 ") && l[1].contains("--dport 179"),
+            "{l:?}"
+        );
+        assert!(
+            l[2].contains("--sport 179") && l[2].contains("--queue-num 5"),
+            "{l:?}"
+        );
         assert!(l[2].contains("! --tcp-flags SYN SYN"), "{l:?}");
     }
 

@@ -403,7 +403,13 @@ fn take_netns_lock(
     tag: &str,
     ports: &[u16],
     role: Role,
-) -> Result<(holdfast_linux::nslock::NetnsLock, io::Result<rules::Listing>), StartError> {
+) -> Result<
+    (
+        holdfast_linux::nslock::NetnsLock,
+        io::Result<rules::Listing>,
+    ),
+    StartError,
+> {
     use holdfast_linux::nslock::NetnsLock;
     let me = format!(
         "holdfastd {role:?}, instance {:?}, NFQUEUE {}, ports {ports:?}, rules tagged holdfast:{tag}",
@@ -828,25 +834,8 @@ fn add_address(addr: IpAddr) -> anyhow::Result<()> {
     if address_is_local(addr) {
         return Ok(());
     }
-    let out = std::process::Command::new("ip")
-        .args(["-o", "route", "get", &addr.to_string()])
-        .output()
-        .context("running ip route get")?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let dev = text
-        .split_whitespace()
-        .skip_while(|w| *w != "dev")
-        .nth(1)
-        .map(str::to_string)
-        .with_context(|| format!("no interface routes to {addr}: {text}"))?;
-    let plen = if addr.is_ipv4() { 32 } else { 128 };
-    let st = std::process::Command::new("ip")
-        .args(["addr", "add", &format!("{addr}/{plen}"), "dev", &dev])
-        .status()
-        .context("running ip addr add")?;
-    if !st.success() {
-        bail!("ip addr add {addr}/{plen} dev {dev} failed");
-    }
+    let dev = holdfast_linux::rtnl::add_routed_host_address(addr)
+        .with_context(|| format!("adding {addr} on the interface that routes to it"))?;
     announce_address(&dev, addr).with_context(|| format!("announcing {addr} on {dev}"))?;
     tracing::info!(%addr, %dev, "takeover: service address added and announced");
     Ok(())

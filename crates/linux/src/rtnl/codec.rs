@@ -289,7 +289,10 @@ pub fn encode_address(
     flags: u32,
 ) {
     let (ty, nl_flags) = if add {
-        (RTM_NEWADDR, NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE)
+        (
+            RTM_NEWADDR,
+            NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE,
+        )
     } else {
         (RTM_DELADDR, NLM_F_REQUEST | NLM_F_ACK)
     };
@@ -305,6 +308,27 @@ pub fn encode_address(
     if add && flags != 0 {
         attr(buf, IFA_FLAGS, &flags.to_ne_bytes());
     }
+    finish(buf, start);
+}
+
+/// Appends a route lookup for one destination (`RTM_GETROUTE` with
+/// `RTA_DST`, as `ip route get ADDR`): the kernel answers with the route
+/// it would use, as one `RTM_NEWROUTE` (its output interface in
+/// `RTA_OIF`).
+pub fn encode_route_get(buf: &mut Vec<u8>, seq: u32, dst: IpAddr) {
+    let start = header(buf, RTM_GETROUTE, NLM_F_REQUEST, seq);
+    let (family, len) = if dst.is_ipv4() {
+        (AF_INET, 32)
+    } else {
+        (AF_INET6, 128)
+    };
+    // rtmsg: family, dst_len, src_len, tos, table, protocol, scope, type;
+    // flags.
+    buf.extend_from_slice(&[family, len, 0, 0, 0, 0, 0, 0]);
+    buf.extend_from_slice(&0u32.to_ne_bytes());
+    let mut a = [0u8; 16];
+    let n = ip_bytes(&dst, &mut a);
+    attr(buf, RTA_DST, &a[..n]);
     finish(buf, start);
 }
 
@@ -529,6 +553,34 @@ mod tests {
             NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewRoute(r))
             | NetlinkPayload::InnerMessage(RouteNetlinkMessage::DelRoute(r)) => r,
             other => panic!("not a route message: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn route_get_matches_netlink_packet_route() {
+        for dst in ["192.0.2.10", "2001:db8::10"] {
+            let ip: IpAddr = dst.parse().unwrap();
+            let mut buf = Vec::new();
+            encode_route_get(&mut buf, 3, ip);
+            let m = parsed(&buf);
+            assert_eq!(m.header.length as usize, buf.len());
+            let r = match m.payload {
+                NetlinkPayload::InnerMessage(RouteNetlinkMessage::GetRoute(r)) => r,
+                other => panic!("not a route lookup: {other:?}"),
+            };
+            assert_eq!(
+                r.header.destination_prefix_length,
+                if ip.is_ipv4() { 32 } else { 128 }
+            );
+            let want = match ip {
+                IpAddr::V4(a) => {
+                    RouteAttribute::Destination(netlink_packet_route::route::RouteAddress::Inet(a))
+                }
+                IpAddr::V6(a) => {
+                    RouteAttribute::Destination(netlink_packet_route::route::RouteAddress::Inet6(a))
+                }
+            };
+            assert_eq!(r.attributes, vec![want], "{dst}");
         }
     }
 

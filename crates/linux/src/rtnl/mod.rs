@@ -149,6 +149,63 @@ pub fn set_address(
     }
 }
 
+/// The interface the kernel would send to `dst` over, in the calling
+/// thread's network namespace (a route lookup, as `ip route get`).
+pub fn route_oif(dst: std::net::IpAddr) -> io::Result<u32> {
+    let sock = RtnlSocket::open(0, false)?;
+    let mut req = Vec::with_capacity(64);
+    codec::encode_route_get(&mut req, 1, dst);
+    sock.send(&req)?;
+    let mut buf = vec![0u8; 8192];
+    loop {
+        let n = sock.recv(&mut buf, true)?;
+        for m in codec::messages(&buf[..n]) {
+            if m.seq != 1 {
+                continue;
+            }
+            match m.ty {
+                codec::NLMSG_ERROR => {
+                    let e = codec::error_code(m.payload).unwrap_or(libc::EPROTO);
+                    return Err(io::Error::from_raw_os_error(e));
+                }
+                codec::RTM_NEWROUTE => {
+                    return codec::parse_route(m.payload)
+                        .and_then(|r| r.nexthops.first().map(|nh| nh.oif))
+                        .filter(|oif| *oif != 0)
+                        .ok_or_else(|| {
+                            io::Error::new(
+                                io::ErrorKind::NotFound,
+                                format!("no interface routes to {dst}"),
+                            )
+                        });
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Adds `addr` as a host address (/32 or /128) on the interface the kernel
+/// routes it over (an IPv6 one without duplicate address detection: a
+/// tentative address could be neither used nor announced for a second or
+/// more); returns that interface's name.
+pub fn add_routed_host_address(addr: std::net::IpAddr) -> io::Result<String> {
+    let index = route_oif(addr)?;
+    let dev = crate::device::ifname(index).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("no name for interface {index}"),
+        )
+    })?;
+    let (len, flags) = if addr.is_ipv4() {
+        (32, 0)
+    } else {
+        (128, codec::IFA_F_NODAD)
+    };
+    set_address(true, index, addr, len, flags)?;
+    Ok(dev)
+}
+
 /// The classic BPF program of [`RtnlSocket::drop_routes_of_protocols`]:
 /// route messages whose `rtm_protocol` is one of `protocols` are dropped,
 /// everything else is kept whole.
