@@ -256,11 +256,11 @@ impl NsrTopo {
         }))
     }
 
-    /// Adds (`add`) or deletes the service addresses on `host`, over
-    /// rtnetlink in its namespace (an add replaces an address that is
-    /// there; the IPv6 one is added without duplicate address detection, so
-    /// that it can be announced at once). No `ip` process: a takeover's
-    /// address move is on the critical path of every session's resume.
+    /// Adds (`add`) the service addresses missing on `host`, or deletes
+    /// them, over rtnetlink in its namespace (the IPv6 one is added without
+    /// duplicate address detection, so that it can be announced at once).
+    /// No `ip` process: a takeover's address move is on the critical path
+    /// of every session's resume.
     fn set_service(&self, lab: &Lab, host: HostId, add: bool) -> Result<()> {
         let ifname = self.ifname(host)?.to_string();
         let netns = lab.netns(host).to_string();
@@ -275,6 +275,12 @@ impl NsrTopo {
         holdfast_linux::netns::in_netns(&netns, move || -> std::io::Result<()> {
             let index = holdfast_linux::device::ifindex(&ifname)?;
             for (addr, len) in addrs {
+                // An address already there is left alone: replacing it
+                // would notify every netlink listener (a kernel FIB
+                // re-reads its addresses on that).
+                if add && holdfast_linux::address_is_local(addr) {
+                    continue;
+                }
                 let flags = if add && addr.is_ipv6() {
                     holdfast_linux::rtnl::codec::IFA_F_NODAD
                 } else {

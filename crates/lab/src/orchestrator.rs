@@ -31,6 +31,10 @@ use crate::lab::{HostId, Lab};
 use crate::nsr::NsrTopo;
 use crate::wait::wait_for_every;
 
+/// How long [`LabOrchestrator::unit_adds_address`] waits for the unit to
+/// add the service address.
+const ADDRESS_BY_UNIT: Duration = Duration::from_secs(10);
+
 /// The lab's orchestrator: fences by signal, moves the service addresses of an
 /// [`NsrTopo`] over rtnetlink and announces them with
 /// `holdfast_linux::announce_address` inside the new host's namespace.
@@ -45,6 +49,10 @@ pub struct LabOrchestrator {
     pub unreachable: Vec<HostId>,
     /// What it did, one line per action, with the time since it was created.
     pub actions: Vec<String>,
+    /// The units add and announce the IPv4 service address themselves
+    /// (`[nsr] manage_address = true`): a takeover's address step removes
+    /// it from the old host and waits until it is on the new one.
+    pub unit_adds_address: bool,
     created: Instant,
 }
 
@@ -56,6 +64,7 @@ impl LabOrchestrator {
             deadlines: TakeoverDeadlines::default(),
             unreachable: Vec::new(),
             actions: Vec::new(),
+            unit_adds_address: false,
             created: Instant::now(),
         }
     }
@@ -139,6 +148,19 @@ impl Orchestrator for LabOrchestrator {
                     lab.host_info(from).name
                 )),
             }
+        }
+        if self.unit_adds_address {
+            wait_for_every(
+                "the unit adding the service address",
+                ADDRESS_BY_UNIT,
+                Duration::from_millis(2),
+                || Ok(topo.service_addrs_on(lab, to)?.0.then_some(())),
+            )?;
+            self.note(format!(
+                "address: added by the unit on {}",
+                lab.host_info(to).name
+            ));
+            return Ok(());
         }
         topo.add_service(lab, to)?;
         self.note(format!("address: added on {}", lab.host_info(to).name));

@@ -447,6 +447,13 @@ impl<P: Peer> Run<P> {
             .unwrap_or(0)
     }
 
+    /// From now on the units add and announce the service address
+    /// themselves (`[nsr] manage_address = true` in the configuration): a
+    /// takeover only removes it from the old host and waits for it.
+    pub fn units_add_the_address(&mut self) {
+        self.orch.unit_adds_address = true;
+    }
+
     /// Takes over onto the other host with the given fence.
     pub fn takeover(&mut self, what: &str, fence: Fence) -> Holdfastd {
         let to = self.other_host();
