@@ -694,12 +694,7 @@ fn move_addresses(
         let index = holdfast_linux::device::ifindex(&ifname)
             .map_err(|e| format!("interface {ifname}: {e}"))?;
         for (ip, len) in parsed {
-            let flags = if add && ip.is_ipv6() {
-                holdfast_linux::rtnl::codec::IFA_F_NODAD
-            } else {
-                0
-            };
-            holdfast_linux::rtnl::set_address(add, index, ip, len, flags).map_err(|e| {
+            holdfast_linux::rtnl::set_address(add, index, ip, len).map_err(|e| {
                 let verb = if add { "adding" } else { "deleting" };
                 format!("{verb} {ip}/{len} on {ifname}: {e}")
             })?;

@@ -281,12 +281,7 @@ impl NsrTopo {
                 if add && holdfast_linux::address_is_local(addr) {
                     continue;
                 }
-                let flags = if add && addr.is_ipv6() {
-                    holdfast_linux::rtnl::codec::IFA_F_NODAD
-                } else {
-                    0
-                };
-                holdfast_linux::rtnl::set_address(add, index, addr, len, flags)?;
+                holdfast_linux::rtnl::set_address(add, index, addr, len)?;
             }
             Ok(())
         })

@@ -280,10 +280,12 @@ fn gate_lines(comment: &str, queue_num: u16, ports: &[u16], listed: &[String]) -
         &["-j", "NFQUEUE", "--queue-num", &q],
     );
     let mut lines = delete_lines(listed, comment, Some("OUTPUT"));
-    lines.extend(specs.iter().rev().map(|spec| {
-        let words: Vec<String> = spec.iter().map(|w| save_word(w)).collect();
-        format!("-I OUTPUT 1 {}", words.join(" "))
-    }));
+    lines.extend(
+        specs
+            .iter()
+            .rev()
+            .map(|spec| spec_line("-I OUTPUT 1", spec)),
+    );
     lines
 }
 
@@ -317,12 +319,17 @@ fn guard_lines(
     }
     let mut lines = vec![format!(":{chain} - [0:0]"), format!("-F {chain}")];
     lines.extend(delete_lines(listed.of(cmd), comment, Some("INPUT")));
-    lines.extend(specs.iter().map(|spec| {
-        let words: Vec<String> = spec.iter().map(|w| save_word(w)).collect();
-        format!("-A {chain} {}", words.join(" "))
-    }));
+    let append = format!("-A {chain}");
+    lines.extend(specs.iter().map(|spec| spec_line(&append, spec)));
     lines.push(format!("-I INPUT 1 {}", jump_spec(comment, &chain)));
     lines
+}
+
+/// A rule command in `iptables-save` syntax: `head` (e.g. `-A CHAIN`),
+/// then the rule's words, quoted where needed.
+fn spec_line(head: &str, spec: &[String]) -> String {
+    let words: Vec<String> = spec.iter().map(|w| save_word(w)).collect();
+    format!("{head} {}", words.join(" "))
 }
 
 /// The chain holding a tag's guard rules: `HF-GUARD-` and 8 hex digits of

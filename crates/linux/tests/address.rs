@@ -12,7 +12,7 @@
 
 mod netns;
 
-use holdfast_linux::rtnl::{codec::IFA_F_NODAD, set_address};
+use holdfast_linux::rtnl::set_address;
 use netns::Netns;
 use std::net::IpAddr;
 
@@ -27,12 +27,12 @@ fn addresses_are_added_replaced_and_deleted() {
         .expect("lo");
     let v4: IpAddr = "192.0.2.10".parse().unwrap();
     let v6: IpAddr = "2001:db8::10".parse().unwrap();
-    for (addr, len, flags) in [(v4, 32u8, 0u32), (v6, 128, IFA_F_NODAD)] {
+    for (addr, len) in [(v4, 32u8), (v6, 128)] {
         let shown = |ns: &Netns| ns.ip(&["-o", "address", "show", "dev", "lo"]);
         let needle = format!(" {addr}/{len} ");
         assert!(!shown(&ns).contains(&needle));
         for _ in 0..2 {
-            let r = ns.run(move || set_address(true, lo, addr, len, flags));
+            let r = ns.run(move || set_address(true, lo, addr, len));
             assert!(r.expect("add"), "{addr}");
         }
         let out = shown(&ns);
@@ -40,13 +40,13 @@ fn addresses_are_added_replaced_and_deleted() {
         let line = line.unwrap_or_else(|| panic!("{addr} not added: {out}"));
         assert!(!line.contains("tentative"), "{line}");
         assert!(ns.run(move || holdfast_linux::address_is_local(addr)));
-        let r = ns.run(move || set_address(false, lo, addr, len, 0));
+        let r = ns.run(move || set_address(false, lo, addr, len));
         assert!(r.expect("delete"), "{addr} was there");
         assert!(!shown(&ns).contains(&needle), "{addr} still there");
-        let r = ns.run(move || set_address(false, lo, addr, len, 0));
+        let r = ns.run(move || set_address(false, lo, addr, len));
         assert!(!r.expect("delete of an absent address"), "{addr}");
     }
-    let r = ns.run(move || set_address(true, 999_999, v4, 32, 0));
+    let r = ns.run(move || set_address(true, 999_999, v4, 32));
     assert!(r.is_err(), "an unknown interface: {r:?}");
 }
 

@@ -113,82 +113,84 @@ impl RtnlSocket {
     }
 }
 
+/// Sends one request (sequence number 1) on a new socket and returns the
+/// first answer to it: (message type, payload).
+fn exchange(req: &[u8]) -> io::Result<(u16, Vec<u8>)> {
+    let sock = RtnlSocket::open(0, false)?;
+    sock.send(req)?;
+    let mut buf = vec![0u8; 8192];
+    loop {
+        let n = sock.recv(&mut buf, true)?;
+        if let Some(m) = codec::messages(&buf[..n]).find(|m| m.seq == 1) {
+            return Ok((m.ty, m.payload.to_vec()));
+        }
+    }
+}
+
+/// The kernel's `NLMSG_ERROR` answer as a result (0: success).
+fn acknowledged(ty: u16, payload: &[u8]) -> io::Result<()> {
+    match (ty, codec::error_code(payload)) {
+        (codec::NLMSG_ERROR, Some(0)) => Ok(()),
+        (codec::NLMSG_ERROR, Some(e)) => Err(io::Error::from_raw_os_error(e)),
+        _ => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("unexpected netlink answer (type {ty})"),
+        )),
+    }
+}
+
 /// Adds (`add`, replacing one that exists) or deletes `addr/prefix_len`
 /// on interface `ifindex` of the calling thread's network namespace, and
-/// waits for the kernel's answer. `flags`: `IFA_F_*` for an add (e.g.
-/// [`codec::IFA_F_NODAD`]). Deleting an address that is not there is
-/// `Ok(false)`; otherwise `Ok(true)`.
+/// waits for the kernel's answer. An IPv6 address is added without
+/// duplicate address detection (`IFA_F_NODAD`): a service address moved at
+/// a takeover must be usable and announced at once, not tentative for a
+/// second. Deleting an address that is not there is `Ok(false)`;
+/// otherwise `Ok(true)`.
 pub fn set_address(
     add: bool,
     ifindex: u32,
     addr: std::net::IpAddr,
     prefix_len: u8,
-    flags: u32,
 ) -> io::Result<bool> {
-    let sock = RtnlSocket::open(0, false)?;
+    let flags = if add && addr.is_ipv6() {
+        codec::IFA_F_NODAD
+    } else {
+        0
+    };
     let mut req = Vec::with_capacity(64);
     codec::encode_address(&mut req, 1, add, ifindex, addr, prefix_len, flags);
-    sock.send(&req)?;
-    let mut buf = vec![0u8; 8192];
-    loop {
-        let n = sock.recv(&mut buf, true)?;
-        for m in codec::messages(&buf[..n]) {
-            if m.ty != codec::NLMSG_ERROR || m.seq != 1 {
-                continue;
-            }
-            return match codec::error_code(m.payload) {
-                Some(0) => Ok(true),
-                Some(e) if !add && (e == libc::EADDRNOTAVAIL || e == libc::ENOENT) => Ok(false),
-                Some(e) => Err(io::Error::from_raw_os_error(e)),
-                None => Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    "short netlink error message",
-                )),
-            };
+    let (ty, payload) = exchange(&req)?;
+    match acknowledged(ty, &payload) {
+        Ok(()) => Ok(true),
+        Err(e) if !add && matches!(e.raw_os_error(), Some(libc::EADDRNOTAVAIL | libc::ENOENT)) => {
+            Ok(false)
         }
+        Err(e) => Err(e),
     }
 }
 
 /// The interface the kernel would send to `dst` over, in the calling
 /// thread's network namespace (a route lookup, as `ip route get`).
 pub fn route_oif(dst: std::net::IpAddr) -> io::Result<u32> {
-    let sock = RtnlSocket::open(0, false)?;
     let mut req = Vec::with_capacity(64);
     codec::encode_route_get(&mut req, 1, dst);
-    sock.send(&req)?;
-    let mut buf = vec![0u8; 8192];
-    loop {
-        let n = sock.recv(&mut buf, true)?;
-        for m in codec::messages(&buf[..n]) {
-            if m.seq != 1 {
-                continue;
-            }
-            match m.ty {
-                codec::NLMSG_ERROR => {
-                    let e = codec::error_code(m.payload).unwrap_or(libc::EPROTO);
-                    return Err(io::Error::from_raw_os_error(e));
-                }
-                codec::RTM_NEWROUTE => {
-                    return codec::parse_route(m.payload)
-                        .and_then(|r| r.nexthops.first().map(|nh| nh.oif))
-                        .filter(|oif| *oif != 0)
-                        .ok_or_else(|| {
-                            io::Error::new(
-                                io::ErrorKind::NotFound,
-                                format!("no interface routes to {dst}"),
-                            )
-                        });
-                }
-                _ => {}
-            }
-        }
+    let (ty, payload) = exchange(&req)?;
+    if ty != codec::RTM_NEWROUTE {
+        acknowledged(ty, &payload)?;
     }
+    codec::parse_route(&payload)
+        .and_then(|r| r.nexthops.first().map(|nh| nh.oif))
+        .filter(|oif| *oif != 0)
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("no interface routes to {dst}"),
+            )
+        })
 }
 
-/// Adds `addr` as a host address (/32 or /128) on the interface the kernel
-/// routes it over (an IPv6 one without duplicate address detection: a
-/// tentative address could be neither used nor announced for a second or
-/// more); returns that interface's name.
+/// Adds `addr` as a host address (/32 or /128, see [`set_address`]) on
+/// the interface the kernel routes it over; returns that interface's name.
 pub fn add_routed_host_address(addr: std::net::IpAddr) -> io::Result<String> {
     let index = route_oif(addr)?;
     let dev = crate::device::ifname(index).ok_or_else(|| {
@@ -197,12 +199,8 @@ pub fn add_routed_host_address(addr: std::net::IpAddr) -> io::Result<String> {
             format!("no name for interface {index}"),
         )
     })?;
-    let (len, flags) = if addr.is_ipv4() {
-        (32, 0)
-    } else {
-        (128, codec::IFA_F_NODAD)
-    };
-    set_address(true, index, addr, len, flags)?;
+    let len = if addr.is_ipv4() { 32 } else { 128 };
+    set_address(true, index, addr, len)?;
     Ok(dev)
 }
 
