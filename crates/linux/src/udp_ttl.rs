@@ -1,10 +1,14 @@
 //! UDP datagrams with the TTL (hop limit) they arrived with: RFC 5881 §5
-//! (BFD single-hop accepts only TTL 255) and RFC 5082 for UDP.
+//! (BFD single-hop accepts only TTL 255) and RFC 5082 for UDP; and with
+//! the time the kernel received them.
 //!
 //! [`enable_recv_ttl`] asks the kernel to attach the received TTL to each
-//! datagram (`IP_RECVTTL` / `IPV6_RECVHOPLIMIT`); [`recv_with_ttl`] reads
-//! one datagram with `recvmsg(2)` and returns it with its source address
-//! and that TTL.
+//! datagram (`IP_RECVTTL` / `IPV6_RECVHOPLIMIT`) and its arrival time
+//! (`SO_TIMESTAMPNS`); [`recv_with_ttl`] reads one datagram with
+//! `recvmsg(2)` and returns it with its source address, that TTL and that
+//! time. The arrival time is what a process that was stopped or starved
+//! judges its peer's silence by: the datagrams that waited in the socket
+//! while it did not run arrived on time.
 
 use crate::sockopt;
 use std::io;
@@ -20,10 +24,15 @@ pub struct Datagram {
     pub from: SocketAddr,
     /// The TTL or hop limit it arrived with, when the kernel attached it.
     pub ttl: Option<u8>,
+    /// When the kernel received it (`SO_TIMESTAMPNS`, wall clock), when
+    /// the kernel attached it.
+    pub received: Option<std::time::SystemTime>,
 }
 
-/// Attach the received TTL (IPv4) or hop limit (IPv6) to every datagram.
+/// Attach the received TTL (IPv4) or hop limit (IPv6) and the kernel's
+/// receive time to every datagram.
 pub fn enable_recv_ttl(fd: BorrowedFd<'_>, v6: bool) -> io::Result<()> {
+    sockopt::set_int(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1)?;
     if v6 {
         sockopt::set_int(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVHOPLIMIT, 1)
     } else {
@@ -58,6 +67,7 @@ pub fn recv_with_ttl(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<Datagram>
         return Err(io::Error::last_os_error());
     }
     let mut ttl = None;
+    let mut received = None;
     // SAFETY: `msg` was filled by recvmsg; CMSG_FIRSTHDR only reads its
     // control fields.
     let mut c = unsafe { libc::CMSG_FIRSTHDR(&msg) };
@@ -73,6 +83,18 @@ pub fn recv_with_ttl(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<Datagram>
             let v: libc::c_int =
                 unsafe { std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>()) };
             ttl = u8::try_from(v).ok();
+        }
+        let is_ts = h.cmsg_level == libc::SOL_SOCKET && h.cmsg_type == libc::SCM_TIMESTAMPNS;
+        if is_ts && h.cmsg_len as usize >= size_of::<libc::cmsghdr>() + size_of::<libc::timespec>()
+        {
+            // SAFETY: the length check above guarantees a timespec of data
+            // after the header; it may be unaligned, hence read_unaligned.
+            let ts: libc::timespec =
+                unsafe { std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::timespec>()) };
+            received = u64::try_from(ts.tv_sec).ok().map(|s| {
+                std::time::UNIX_EPOCH
+                    + std::time::Duration::new(s, u32::try_from(ts.tv_nsec).unwrap_or(0))
+            });
         }
         // SAFETY: `c` is a valid header of `msg`'s control buffer.
         c = unsafe { libc::CMSG_NXTHDR(&msg, c) };
@@ -111,6 +133,7 @@ pub fn recv_with_ttl(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<Datagram>
         len: usize::try_from(n).unwrap_or(0),
         from,
         ttl,
+        received,
     })
 }
 
@@ -150,5 +173,41 @@ mod tests {
             assert_eq!(d.from, tx.local_addr().unwrap());
             assert_eq!(d.ttl, Some(255), "{bind}");
         }
+    }
+
+    /// A datagram read long after it arrived carries its arrival time, not
+    /// the time it was read (what a stopped process judges silence by).
+    #[test]
+    fn datagram_read_late_carries_its_arrival_time() {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        enable_recv_ttl(rx.as_fd(), false).unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut buf = [0u8; 64];
+        // The kernel turns receive timestamping on for the whole stack a
+        // little after the first socket asks (a deferred static key): until
+        // then a datagram is stamped when it is read. Wait for it, bounded.
+        let delay = std::time::Duration::from_millis(50);
+        for _ in 0..100 {
+            tx.send_to(b"warm-up", rx.local_addr().unwrap()).unwrap();
+            std::thread::sleep(delay);
+            let d = recv_with_ttl(rx.as_fd(), &mut buf).expect("queued datagram");
+            let at = d.received.expect("a kernel timestamp");
+            let queued = std::time::SystemTime::now().duration_since(at).unwrap_or_default();
+            if queued >= delay / 2 {
+                break;
+            }
+        }
+        let sent = std::time::SystemTime::now();
+        tx.send_to(b"early", rx.local_addr().unwrap()).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let d = recv_with_ttl(rx.as_fd(), &mut buf).expect("queued datagram");
+        let at = d.received.expect("a kernel timestamp");
+        let read = std::time::SystemTime::now();
+        let queued = read.duration_since(at).expect("arrived before it was read");
+        assert!(
+            queued >= std::time::Duration::from_millis(250),
+            "arrival time {at:?} is the read time, not the arrival (sent {sent:?}, read {read:?})"
+        );
+        assert!(at.duration_since(sent).unwrap_or_default() < std::time::Duration::from_millis(100));
     }
 }

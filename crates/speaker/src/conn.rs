@@ -235,6 +235,12 @@ impl Conn {
         )
     }
 
+    /// Whether the kernel holds bytes of this connection that have not
+    /// been read yet (`SIOCINQ`).
+    pub fn unread_in_kernel(&self) -> bool {
+        repair::inq(self.rd.as_ref().as_fd()).is_ok_and(|n| n > 0)
+    }
+
     /// Milliseconds since the peer's TCP last acknowledged us (any
     /// acceptable ACK), from `TCP_INFO`.
     pub fn last_ack_recv_ms(&self) -> Option<u32> {

@@ -600,6 +600,17 @@ impl PeerTask {
             }
         }
         if self.core.next_deadline().is_some_and(|d| d <= now()) {
+            // Bytes the kernel holds for a session are read before any of
+            // its timers (the HoldTimer above all) is judged: after this
+            // process was stopped or starved, the peer's KEEPALIVEs wait
+            // there, and the loop reads them first on its next turn.
+            if [self.main.as_ref(), self.extra.as_ref()]
+                .into_iter()
+                .flatten()
+                .any(Conn::unread_in_kernel)
+            {
+                return;
+            }
             self.input(PeerInput::Timer);
         }
     }

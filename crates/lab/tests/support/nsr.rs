@@ -350,6 +350,14 @@ impl<P: Peer> Run<P> {
         }
     }
 
+    /// SIGSTOPs the primary for `d`, then SIGCONT: a stall, not a failure
+    /// (nobody takes over).
+    pub fn stall_primary(&mut self, d: Duration) {
+        self.lab.kill(self.hf.proc, Signal::Stop);
+        std::thread::sleep(d);
+        self.lab.kill(self.hf.proc, Signal::Cont);
+    }
+
     /// SIGKILLs the primary; nobody takes over.
     pub fn kill_primary(&mut self) {
         self.lab.kill(self.hf.proc, Signal::Kill);
@@ -765,6 +773,51 @@ impl<P: Peer> Run<P> {
     /// Streams `burst()` routes from a feed; kills the primary once
     /// `progress()` reaches a tenth of them, and takes over.
     fn burst_and_kill(&mut self, what: &str, inbound: bool, progress: impl Fn(&Self) -> u64) {
+        self.burst_and(what, inbound, progress, |r| {
+            drop(r.takeover(what, Fence::Kill));
+        });
+    }
+
+    /// Streams a 100k inbound burst; once a tenth is through, SIGSTOPs the
+    /// store for `d`, then SIGCONT. Returns how long after the store's
+    /// return the primary was PROTECTED again.
+    pub fn store_stall(&mut self, d: Duration) -> Duration {
+        let peer_ip = self.peer_ip();
+        let what = format!("store stalled {d:?} during a 100k inbound burst");
+        let mut back = Duration::ZERO;
+        self.burst_and(
+            &what,
+            true,
+            move |r| {
+                r.hf.neighbor(peer_ip)
+                    .ok()
+                    .flatten()
+                    .map_or(0, |n| n.prefixes_received)
+            },
+            |r| {
+                let redis = r.redis.proc();
+                r.lab.kill(redis, Signal::Stop);
+                std::thread::sleep(d);
+                r.lab.kill(redis, Signal::Cont);
+                let t = std::time::Instant::now();
+                r.wait_protected(&format!("{what}: the store back"));
+                back = t.elapsed();
+            },
+        );
+        println!("{what}: PROTECTED again {back:?} after the store's return");
+        self.check(&what);
+        back
+    }
+
+    /// Streams `burst()` routes from a feed; once `progress()` reaches a
+    /// tenth of them, does `act` while the rest streams.
+    fn burst_and(
+        &mut self,
+        what: &str,
+        inbound: bool,
+        progress: impl Fn(&Self) -> u64,
+        act: impl FnOnce(&mut Self),
+    ) {
         let n = burst();
         let (t, asn) = if inbound {
             (self.feed_in.clone(), FEED_IN_AS)
@@ -795,8 +848,8 @@ impl<P: Peer> Run<P> {
             },
         )
         .unwrap_or_else(|e| panic!("{e}"));
-        println!("{what}: {at} of {n} through, killing the primary");
-        drop(self.takeover(what, Fence::Kill));
+        println!("{what}: {at} of {n} through");
+        act(self);
         sender.join().expect("sender").expect("burst sent");
     }
 

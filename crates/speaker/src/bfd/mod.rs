@@ -22,7 +22,10 @@
 //! - RFC 5880: the session machine is `holdfast-bfd`'s; here: discriminator
 //!   allocation (random, non-zero, unique) and demultiplexing (§6.8.6: by
 //!   Your Discriminator, or by the source address and the mode when it is
-//!   zero).
+//!   zero). The Detection Time (§6.8.4) is judged by when the kernel
+//!   received each packet (`SO_TIMESTAMPNS`), and every queued packet is
+//!   read before a session's timers are: a thread that was stopped or
+//!   starved does not take its own stall for the peer's silence.
 //! - RFC 5881 (single-hop): packets to UDP 3784, from a source port in
 //!   49152–65535 unique per session, with TTL / hop limit 255; received on
 //!   3784 and discarded unless their TTL / hop limit is 255 (read per
@@ -171,7 +174,7 @@ fn bind_rx(addr: SocketAddr) -> std::io::Result<UdpSocket> {
 }
 
 /// Reads one receive socket for ever, handing each datagram to the loop.
-async fn reader(sock: UdpSocket, multihop: bool, out: mpsc::UnboundedSender<Rx>) {
+async fn reader(sock: Arc<UdpSocket>, multihop: bool, out: mpsc::UnboundedSender<Rx>) {
     let mut buf = vec![0u8; 512];
     loop {
         if sock.readable().await.is_err() {
@@ -182,13 +185,7 @@ async fn reader(sock: UdpSocket, multihop: bool, out: mpsc::UnboundedSender<Rx>)
         });
         match got {
             Ok(d) => {
-                let rx = Rx {
-                    data: buf[..d.len].to_vec(),
-                    from: d.from,
-                    ttl: d.ttl,
-                    multihop,
-                };
-                if out.send(rx).is_err() {
+                if out.send(rx_of(&buf, d, multihop)).is_err() {
                     return;
                 }
             }
@@ -198,6 +195,47 @@ async fn reader(sock: UdpSocket, multihop: bool, out: mpsc::UnboundedSender<Rx>)
     }
 }
 
+/// A datagram as the table takes it, stamped with the time the kernel
+/// received it (our monotonic [`crate::peer::now`] scale).
+fn rx_of(buf: &[u8], d: holdfast_linux::Datagram, multihop: bool) -> Rx {
+    Rx {
+        data: buf[..d.len].to_vec(),
+        from: d.from,
+        ttl: d.ttl,
+        multihop,
+        at: d.received.map(|t| arrival(t, crate::peer::now(), std::time::SystemTime::now())),
+    }
+}
+
+/// A kernel receive timestamp (wall clock) on the monotonic scale: `now`
+/// less how long ago, by the wall clock, the datagram arrived.
+fn arrival(received: std::time::SystemTime, now: holdfast_bfd::Time, wall: std::time::SystemTime) -> holdfast_bfd::Time {
+    now.saturating_sub(wall.duration_since(received).unwrap_or_default())
+}
+
+/// Every datagram queued on the receive sockets, read now without waiting
+/// (before any detection timer is judged: after this thread was stopped or
+/// starved, the peer's packets wait here with their arrival times).
+fn drain(socks: &[(Arc<UdpSocket>, bool)], table: &mut Table) {
+    let mut buf = [0u8; 512];
+    for (sock, multihop) in socks {
+        for _ in 0..DRAIN_MAX {
+            match holdfast_linux::recv_with_ttl(sock.as_fd(), &mut buf) {
+                Ok(d) => table.received(crate::peer::now(), rx_of(&buf, d, *multihop)),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => {
+                    tracing::debug!("BFD receive: {e}");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// Datagrams one [`drain`] reads per socket at the most (a bound, not a
+/// limit met in practice: a receive buffer holds a few thousand).
+const DRAIN_MAX: usize = 100_000;
+
 async fn run(
     mut cmds: mpsc::UnboundedReceiver<BfdCmd>,
     metrics: Arc<Metrics>,
@@ -205,7 +243,7 @@ async fn run(
     ready: std::sync::mpsc::Sender<std::io::Result<()>>,
 ) {
     let (pkt_tx, mut pkts) = mpsc::unbounded_channel();
-    let mut bound = 0;
+    let mut socks = Vec::new();
     for (ip, port, multihop) in [
         (IpAddr::V4(Ipv4Addr::UNSPECIFIED), SINGLE_HOP_PORT, false),
         (IpAddr::V6(Ipv6Addr::UNSPECIFIED), SINGLE_HOP_PORT, false),
@@ -216,13 +254,14 @@ async fn run(
         match bind_rx(addr) {
             Ok(s) => {
                 tracing::info!(%addr, "BFD listening");
-                bound += 1;
+                let s = Arc::new(s);
+                socks.push((s.clone(), multihop));
                 tokio::spawn(reader(s, multihop, pkt_tx.clone()));
             }
             Err(e) => tracing::error!(%addr, "BFD cannot listen: {e}"),
         }
     }
-    if bound == 0 {
+    if socks.is_empty() {
         let _ = ready.send(Err(std::io::Error::other(
             "no BFD receive socket could be bound",
         )));
@@ -251,7 +290,16 @@ async fn run(
             },
             Some(rx) = pkts.recv() => table.received(crate::peer::now(), rx),
             Ok(()) = resynced(resync.as_mut()) => table.replicate_all(),
-            _ = tokio::time::sleep_until(deadline) => table.timers(crate::peer::now()),
+            _ = tokio::time::sleep_until(deadline) => {
+                // What arrived while this thread did not run (stopped,
+                // starved) is read first, at its arrival time: a stall of
+                // ours is not the peer's silence.
+                while let Ok(rx) = pkts.try_recv() {
+                    table.received(crate::peer::now(), rx);
+                }
+                drain(&socks, &mut table);
+                table.timers(crate::peer::now());
+            }
         }
     }
 }

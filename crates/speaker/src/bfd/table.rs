@@ -25,6 +25,8 @@ pub struct Rx {
     pub from: SocketAddr,
     pub ttl: Option<u8>,
     pub multihop: bool,
+    /// When the kernel received it, when it said.
+    pub at: Option<Time>,
 }
 
 struct Entry {
@@ -58,6 +60,19 @@ pub struct Table {
     by_addr: HashMap<(IpAddr, bool), u32>,
     rng: u64,
     next_port: u16,
+    /// The latest time an input was handled at: inputs never go back in
+    /// time (a packet's arrival time may precede a timer just handled).
+    clock: Time,
+}
+
+/// Whether a packet with Your Discriminator zero and this My
+/// Discriminator may be handed to `session`, found by address: only while
+/// the session is Down or has no remote discriminator yet, or when it is
+/// the one the session knows.
+fn address_match_accepts(session: &Session, my_discriminator: u32) -> bool {
+    matches!(session.state(), State::Down | State::AdminDown)
+        || session.remote_discriminator() == 0
+        || session.remote_discriminator() == my_discriminator
 }
 
 /// An IPv4-mapped IPv6 address as IPv4, so that both spellings match.
@@ -82,6 +97,7 @@ impl Table {
             by_addr: HashMap::new(),
             rng: seed | 1,
             next_port: *SOURCE_PORTS.start() + (seed % 16_000) as u16,
+            clock: Time::ZERO,
         }
     }
 
@@ -376,8 +392,10 @@ impl Table {
 
     /// A datagram from a receive socket: the RFC 5881 TTL check, then the
     /// session by Your Discriminator, or by address when it is zero
-    /// (RFC 5880 §6.8.6).
+    /// (RFC 5880 §6.8.6). It is handled at its arrival time when the
+    /// kernel stamped it (never later than `now`).
     pub fn received(&mut self, now: Time, rx: Rx) {
+        let now = rx.at.map_or(now, |at| at.min(now));
         if !rx.multihop && rx.ttl != Some(255) {
             tracing::debug!(from = %rx.from, ttl = ?rx.ttl, "BFD single-hop packet with TTL ≠ 255 dropped (RFC 5881 §5)");
             return;
@@ -405,6 +423,23 @@ impl Table {
             tracing::debug!(%from, discriminator = d, "BFD packet for an unknown discriminator dropped");
             return;
         };
+        if pkt.your_discriminator == 0 && !address_match_accepts(&e.session, pkt.my_discriminator) {
+            // RFC 5880 §6.8.6 selects a session by Your Discriminator; when
+            // it is zero, by address "possibly including the My
+            // Discriminator field". A session past Down that knows its
+            // remote discriminator is not the one a packet with another
+            // My Discriminator is for: the peer runs a second session to
+            // this address (frr: bfdd's own peer beside bgpd's), whose Down
+            // packets would otherwise take ours Down.
+            e.span.in_scope(|| {
+                self.metrics.bfd_packet(
+                    &e.labels,
+                    "dropped",
+                    Some(&"another session of the peer (My Discriminator differs)"),
+                )
+            });
+            return;
+        }
         if canonical(e.spec.peer) != from || e.spec.multihop != rx.multihop {
             e.span.in_scope(|| {
                 self.metrics.bfd_packet(
@@ -422,6 +457,8 @@ impl Table {
     /// The one choke point of every input to a session: traced, handled
     /// by the session machine, its outputs carried out in order.
     fn input(&mut self, now: Time, d: u32, input: Input) {
+        let now = now.max(self.clock);
+        self.clock = now;
         let Some(e) = self.entries.get_mut(&d) else {
             return;
         };
@@ -683,5 +720,67 @@ fn info(e: &Entry) -> BfdSessionInfo {
         tx_gap_max_us: e.tx_gap_max.as_micros() as u64,
         tx_gap_p50_us: e.tx_gaps.percentile(0.5),
         tx_gap_p99_us: e.tx_gaps.percentile(0.99),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use holdfast_bfd::{Diag, SessionConfig};
+
+    fn from_peer(state: State, my: u32, your: u32) -> Input {
+        Input::Received(
+            ControlPacket {
+                diag: Diag::None,
+                state,
+                poll: false,
+                final_: false,
+                control_plane_independent: false,
+                demand: false,
+                detect_mult: 3,
+                my_discriminator: my,
+                your_discriminator: your,
+                desired_min_tx_us: 100_000,
+                required_min_rx_us: 100_000,
+                required_min_echo_rx_us: 0,
+                auth: None,
+            }
+            .encode(),
+        )
+    }
+
+    /// frr at lab start: bgpd's session (77) comes Up with ours; bfdd's
+    /// second session to the same address (78) keeps sending Down with
+    /// Your Discriminator zero. Those packets are not ours to take.
+    #[test]
+    fn a_second_session_of_the_peer_does_not_take_ours_down() {
+        let local = NonZeroU32::new(5).unwrap();
+        let t0 = Time::ZERO;
+        let mut s = Session::new(SessionConfig::default(), local, 1, t0).unwrap();
+        assert!(address_match_accepts(&s, 77), "a Down session takes any peer");
+        s.handle(t0, from_peer(State::Down, 77, 0));
+        assert_eq!(s.state(), State::Init);
+        assert!(address_match_accepts(&s, 77));
+        assert!(!address_match_accepts(&s, 78), "Init knows its remote: 78 is another session");
+        s.handle(t0, from_peer(State::Init, 77, 5));
+        assert_eq!(s.state(), State::Up);
+        assert!(address_match_accepts(&s, 77));
+        assert!(!address_match_accepts(&s, 78));
+        // What the table protects against: handed to the session, 78's
+        // Down packet takes it Down (RFC 5880 §6.8.6's state table).
+        s.handle(t0, from_peer(State::Down, 78, 0));
+        assert_eq!(s.state(), State::Down, "negative control: the session itself cannot tell");
+        assert!(address_match_accepts(&s, 78), "once Down, the peer's new session may join");
+    }
+
+    #[test]
+    fn a_kernel_timestamp_maps_onto_the_monotonic_scale() {
+        let wall = std::time::SystemTime::now();
+        let now = Time::from_secs(100);
+        let at = super::super::arrival(wall - std::time::Duration::from_millis(1500), now, wall);
+        assert_eq!(at, Time::from_millis(98_500));
+        // A timestamp "in the future" (clock stepped) is now.
+        let at = super::super::arrival(wall + std::time::Duration::from_secs(5), now, wall);
+        assert_eq!(at, now);
     }
 }
