@@ -58,6 +58,9 @@ const T: Duration = Duration::from_secs(90);
 /// The outbound burst's prefixes are the inbound ones moved by this much
 /// (1.0.0.0/24… becomes 33.0.0.0/24…), so the two never compete.
 const OUT_OFFSET: u32 = 0x2000_0000;
+/// How far each inbound burst after the first is moved (two /8s: a burst
+/// of 100k /24s spans less than one).
+const IN_BURST_OFFSET: u32 = 0x0200_0000;
 
 /// Routes in each burst (HOLDFAST_NSR_BURST, default 100,000).
 fn burst() -> usize {
@@ -107,6 +110,8 @@ pub struct Run<P: Peer> {
     feed_out: Arc<Tester>,
     mark: LogMark,
     fresh: u32,
+    /// Inbound bursts sent so far.
+    inbound_bursts: u32,
     /// (what, phase times) per takeover.
     pub phases: Vec<(String, holdfast_lab::TakeoverTimes, serde_json::Value)>,
     /// The BFD relay host, once added, and the running relay.
@@ -282,6 +287,7 @@ impl<P: Peer> Run<P> {
             feed_out,
             mark,
             fresh: 0,
+            inbound_bursts: 0,
             phases: Vec::new(),
             relay: None,
         };
@@ -825,12 +831,21 @@ impl<P: Peer> Run<P> {
             (self.feed_out.clone(), FEED_OUT_AS)
         };
         let mut w = generate(Kind::Packed, n, asn, self.topo.feed.v4);
-        if !inbound {
-            for (_, ps) in &mut w {
-                for p in ps.iter_mut() {
-                    if let Prefix::V4(p4) = p {
-                        p4.addr += OUT_OFFSET;
-                    }
+        // Outbound routes apart from inbound ones; each inbound burst after
+        // the first apart from the earlier ones (the same routes again
+        // would change nothing the peer passes on).
+        let offset = if inbound {
+            self.inbound_bursts * IN_BURST_OFFSET
+        } else {
+            OUT_OFFSET
+        };
+        if inbound {
+            self.inbound_bursts += 1;
+        }
+        for (_, ps) in &mut w {
+            for p in ps.iter_mut() {
+                if let Prefix::V4(p4) = p {
+                    p4.addr += offset;
                 }
             }
         }
