@@ -25,6 +25,8 @@ use crate::wait::wait_for;
 const ZEBRA: &str = "/usr/lib/frr/zebra";
 const BGPD: &str = "/usr/lib/frr/bgpd";
 const BFDD: &str = "/usr/lib/frr/bfdd";
+/// How long [`Frr::bfd_once_established`] waits for the sessions.
+const BFD_AFTER_ESTABLISHED: Duration = Duration::from_secs(300);
 
 /// An FRR instance (zebra + bgpd).
 #[derive(Debug)]
@@ -187,9 +189,6 @@ fn neighbor_lines(n: &NeighborSpec) -> Vec<String> {
     if n.ttl_security {
         v.push(format!("neighbor {a} ttl-security hops 1"));
     }
-    if n.bfd.is_some() {
-        v.push(format!("neighbor {a} bfd profile {}", bfd_profile(n)));
-    }
     v.push(if n.graceful_restart {
         format!("neighbor {a} graceful-restart")
     } else {
@@ -246,6 +245,64 @@ bfd
 }
 
 impl Frr {
+    /// BFD under each neighbour's session, configured once that session is
+    /// Established (a thread, bounded to [`BFD_AFTER_ESTABLISHED`]).
+    ///
+    /// bgpd 8.4 registers a neighbour's BFD session as soon as it is
+    /// configured, without the source address and interface it learns when
+    /// the connection comes up, and then registers it anew with them: bfdd
+    /// replaces the first session, which is Up with the neighbour by then,
+    /// and the replaced session's last packets say Down. The neighbour (any
+    /// BFD speaker, holdfastd as well as another frr) then takes BGP down
+    /// once at start (FRRouting/frr issue 17337, "BGP peering with BFD is
+    /// established twice"). Configured after the session is up, bgpd
+    /// registers once, with everything known.
+    fn bfd_once_established(&self) {
+        let todo: Vec<(IpAddr, String)> = self
+            .spec
+            .neighbors
+            .iter()
+            .filter(|n| n.bfd.is_some())
+            .map(|n| (n.address, bfd_profile(n)))
+            .collect();
+        if todo.is_empty() {
+            return;
+        }
+        let vty = self.vty.clone();
+        let local_as = self.spec.local_as;
+        std::thread::spawn(move || {
+            let end = std::time::Instant::now() + BFD_AFTER_ESTABLISHED;
+            let mut todo = todo;
+            while !todo.is_empty() && std::time::Instant::now() < end {
+                todo.retain(|(addr, profile)| {
+                    let up = vty
+                        .json(&format!("show bgp neighbors {addr} json"))
+                        .ok()
+                        .and_then(|v| {
+                            v.get(addr.to_string())
+                                .and_then(|n| n.get("bgpState"))
+                                .and_then(Value::as_str)
+                                .map(|s| s == "Established")
+                        })
+                        .unwrap_or(false);
+                    let configured = up
+                        && vty
+                            .run(
+                                "bgpd",
+                                &[
+                                    "configure terminal".to_string(),
+                                    format!("router bgp {local_as}"),
+                                    format!("neighbor {addr} bfd profile {profile}"),
+                                ],
+                            )
+                            .is_ok();
+                    !configured
+                });
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+    }
+
     /// `show bfd peers json` from bfdd (`[]` when bfdd does not run).
     pub fn bfd_peers(&self, _lab: &Lab) -> Result<Value> {
         if !self.spec.neighbors.iter().any(|n| n.bfd.is_some()) {
@@ -657,6 +714,7 @@ impl Peer for Frr {
                 .map(|n| format!("no neighbor {} shutdown", n.address)),
         );
         frr.vtysh(lab, &cmds)?;
+        frr.bfd_once_established();
         Ok(frr)
     }
 
