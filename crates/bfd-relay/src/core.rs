@@ -298,11 +298,11 @@ impl Core {
         out
     }
 
+    /// Sends what is due. Silence is not judged here but when the store
+    /// is read (every snapshot and every failed read): a relay that was
+    /// itself stopped or starved has not watched the store meanwhile, and
+    /// must not take its own stall for the unit's silence.
     fn timer(&mut self, now: Time, out: &mut Vec<Output>) {
-        let names: Vec<String> = self.units.keys().cloned().collect();
-        for n in &names {
-            self.check_silence(now, n, out);
-        }
         while let Some(Reverse((t, _, _, _))) = self.heap.peek() {
             if *t > now {
                 break;

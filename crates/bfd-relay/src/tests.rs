@@ -194,6 +194,27 @@ fn a_silent_instance_stops_being_covered_and_comes_back_when_it_moves() {
     assert!(o.iter().any(|o| matches!(o, Output::Started { .. })));
 }
 
+/// The relay itself stopped for longer than the cover time (SIGSTOP, a
+/// starved host): on waking its timer fires before the next read of the
+/// store; that is not the unit's silence, and it keeps covering.
+#[test]
+fn a_relay_that_was_stopped_does_not_take_its_stall_for_silence() {
+    let mut c = core();
+    let up = synthetic(0, 100_000, peer());
+    c.handle(Duration::ZERO, snap(1, vec![up.clone()], "a"));
+    let woke = Duration::from_secs(12);
+    let o = c.handle(woke, Input::Timer);
+    assert!(stops(&o).is_empty(), "stopped covering on waking: {o:?}");
+    assert!(
+        o.iter().any(|o| matches!(o, Output::Send { .. })),
+        "sends at once on waking: {o:?}"
+    );
+    // The next read finds the unit alive (its sequences moved).
+    let o = c.handle(woke + 100 * MS, snap(1, vec![up], "b"));
+    assert!(stops(&o).is_empty());
+    assert_eq!(c.stats().sessions, 1);
+}
+
 #[test]
 fn liveness_changes_keep_it_covered_and_store_errors_do_not_extend_it() {
     let mut c = core();
