@@ -192,7 +192,9 @@ mod tests {
             std::thread::sleep(delay);
             let d = recv_with_ttl(rx.as_fd(), &mut buf).expect("queued datagram");
             let at = d.received.expect("a kernel timestamp");
-            let queued = std::time::SystemTime::now().duration_since(at).unwrap_or_default();
+            let queued = std::time::SystemTime::now()
+                .duration_since(at)
+                .unwrap_or_default();
             if queued >= delay / 2 {
                 break;
             }
@@ -208,6 +210,8 @@ mod tests {
             queued >= std::time::Duration::from_millis(250),
             "arrival time {at:?} is the read time, not the arrival (sent {sent:?}, read {read:?})"
         );
-        assert!(at.duration_since(sent).unwrap_or_default() < std::time::Duration::from_millis(100));
+        assert!(
+            at.duration_since(sent).unwrap_or_default() < std::time::Duration::from_millis(100)
+        );
     }
 }

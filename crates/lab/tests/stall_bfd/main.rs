@@ -31,7 +31,7 @@
 #[path = "../support/nsr.rs"]
 mod nsr_common;
 
-use holdfast_lab::{hold_for, wait_until, Bird, BfdView, Frr, Peer, PeerKind, PeerWatch};
+use holdfast_lab::{hold_for, wait_until, BfdView, Bird, Frr, Peer, PeerKind, PeerWatch};
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
@@ -81,7 +81,11 @@ fn stalls_are_invisible<P: Peer>(name: &str, kind: PeerKind) {
             "holdfastd stopped {stall:?}: the peer's BFD before {before:?}, after {after:?} ({:?} after the stop)",
             t.elapsed()
         );
-        assert!(after.up, "stall {stall:?}: the peer's BFD is {}", after.state);
+        assert!(
+            after.up,
+            "stall {stall:?}: the peer's BFD is {}",
+            after.state
+        );
         assert_eq!(
             after.session_downs, before.session_downs,
             "stall {stall:?}: the peer counted a BFD session down"
@@ -91,11 +95,18 @@ fn stalls_are_invisible<P: Peer>(name: &str, kind: PeerKind) {
             "stall {stall:?}: the peer's BFD session changed state"
         );
         if let (Some(a), Some(b)) = (after.uptime_secs, before.uptime_secs) {
-            assert!(a >= b, "stall {stall:?}: the peer's BFD uptime went back {b} -> {a}");
+            assert!(
+                a >= b,
+                "stall {stall:?}: the peer's BFD uptime went back {b} -> {a}"
+            );
         }
         nsr_common::stop_watch(watch, &format!("stall {stall:?}"));
         r.check(&format!("holdfastd stopped {stall:?}"));
-        assert_eq!(r.hf().pid(&r.lab), pid, "the stalled holdfastd was replaced");
+        assert_eq!(
+            r.hf().pid(&r.lab),
+            pid,
+            "the stalled holdfastd was replaced"
+        );
     }
 }
 

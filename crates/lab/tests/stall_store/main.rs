@@ -27,11 +27,9 @@ use std::time::Duration;
 
 #[test]
 fn frr_sees_nothing_when_the_store_stalls_mid_burst() {
-    let Some(mut r) = nsr_common::Run::<Frr>::start(
-        "stall_store",
-        PeerKind::Frr,
-        nsr_common::Options::default(),
-    ) else {
+    let Some(mut r) =
+        nsr_common::Run::<Frr>::start("stall_store", PeerKind::Frr, nsr_common::Options::default())
+    else {
         return;
     };
     let watch = r.watch();

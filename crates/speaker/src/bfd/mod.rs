@@ -203,13 +203,19 @@ fn rx_of(buf: &[u8], d: holdfast_linux::Datagram, multihop: bool) -> Rx {
         from: d.from,
         ttl: d.ttl,
         multihop,
-        at: d.received.map(|t| arrival(t, crate::peer::now(), std::time::SystemTime::now())),
+        at: d
+            .received
+            .map(|t| arrival(t, crate::peer::now(), std::time::SystemTime::now())),
     }
 }
 
 /// A kernel receive timestamp (wall clock) on the monotonic scale: `now`
 /// less how long ago, by the wall clock, the datagram arrived.
-fn arrival(received: std::time::SystemTime, now: holdfast_bfd::Time, wall: std::time::SystemTime) -> holdfast_bfd::Time {
+fn arrival(
+    received: std::time::SystemTime,
+    now: holdfast_bfd::Time,
+    wall: std::time::SystemTime,
+) -> holdfast_bfd::Time {
     now.saturating_sub(wall.duration_since(received).unwrap_or_default())
 }
 

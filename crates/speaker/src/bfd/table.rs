@@ -757,11 +757,17 @@ mod tests {
         let local = NonZeroU32::new(5).unwrap();
         let t0 = Time::ZERO;
         let mut s = Session::new(SessionConfig::default(), local, 1, t0).unwrap();
-        assert!(address_match_accepts(&s, 77), "a Down session takes any peer");
+        assert!(
+            address_match_accepts(&s, 77),
+            "a Down session takes any peer"
+        );
         s.handle(t0, from_peer(State::Down, 77, 0));
         assert_eq!(s.state(), State::Init);
         assert!(address_match_accepts(&s, 77));
-        assert!(!address_match_accepts(&s, 78), "Init knows its remote: 78 is another session");
+        assert!(
+            !address_match_accepts(&s, 78),
+            "Init knows its remote: 78 is another session"
+        );
         s.handle(t0, from_peer(State::Init, 77, 5));
         assert_eq!(s.state(), State::Up);
         assert!(address_match_accepts(&s, 77));
@@ -769,8 +775,15 @@ mod tests {
         // What the table protects against: handed to the session, 78's
         // Down packet takes it Down (RFC 5880 §6.8.6's state table).
         s.handle(t0, from_peer(State::Down, 78, 0));
-        assert_eq!(s.state(), State::Down, "negative control: the session itself cannot tell");
-        assert!(address_match_accepts(&s, 78), "once Down, the peer's new session may join");
+        assert_eq!(
+            s.state(),
+            State::Down,
+            "negative control: the session itself cannot tell"
+        );
+        assert!(
+            address_match_accepts(&s, 78),
+            "once Down, the peer's new session may join"
+        );
     }
 
     #[test]
