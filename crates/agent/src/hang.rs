@@ -303,7 +303,13 @@ mod tests {
     #[test]
     fn a_unit_that_stops_pinging_is_hung_after_the_window_once() {
         let mut w = watch();
-        w.handle(Duration::ZERO, Input::Started { unit: "u1".into(), pid: 10 });
+        w.handle(
+            Duration::ZERO,
+            Input::Started {
+                unit: "u1".into(),
+                pid: 10,
+            },
+        );
         // Pings every 125 ms until 1 s, then nothing (SIGSTOP).
         for t in (100..=1000).step_by(125) {
             ping(&mut w, t);
@@ -327,7 +333,13 @@ mod tests {
     #[test]
     fn start_up_has_its_own_allowance() {
         let mut w = watch();
-        w.handle(Duration::ZERO, Input::Started { unit: "u1".into(), pid: 10 });
+        w.handle(
+            Duration::ZERO,
+            Input::Started {
+                unit: "u1".into(),
+                pid: 10,
+            },
+        );
         // A takeover loading a million routes: silent for 20 s, then ready.
         assert_eq!(run(&mut w, 0, 20_000), None);
         ping(&mut w, 20_000);
@@ -335,7 +347,13 @@ mod tests {
         assert!(run(&mut w, 20_500, 21_000).is_some());
         // One that never serves: hung after the allowance.
         let mut w = watch();
-        w.handle(Duration::ZERO, Input::Started { unit: "u1".into(), pid: 10 });
+        w.handle(
+            Duration::ZERO,
+            Input::Started {
+                unit: "u1".into(),
+                pid: 10,
+            },
+        );
         let (t, o) = run(&mut w, 0, 40_000).expect("hung");
         assert_eq!(t, 30_020);
         assert!(matches!(o, Output::Hung { served: false, .. }));
@@ -344,7 +362,13 @@ mod tests {
     #[test]
     fn pings_read_late_count_at_their_kernel_time() {
         let mut w = watch();
-        w.handle(Duration::ZERO, Input::Started { unit: "u1".into(), pid: 10 });
+        w.handle(
+            Duration::ZERO,
+            Input::Started {
+                unit: "u1".into(),
+                pid: 10,
+            },
+        );
         ping(&mut w, 100);
         w.handle(100 * MS, Input::Tick);
         // The agent's loop is slow (a tick every 200 ms, under the stall
@@ -369,7 +393,13 @@ mod tests {
     #[test]
     fn the_agents_own_stall_restarts_every_window() {
         let mut w = watch();
-        w.handle(Duration::ZERO, Input::Started { unit: "u1".into(), pid: 10 });
+        w.handle(
+            Duration::ZERO,
+            Input::Started {
+                unit: "u1".into(),
+                pid: 10,
+            },
+        );
         ping(&mut w, 100);
         w.handle(100 * MS, Input::Tick);
         // The whole host froze for 5 s (the agent too): no verdict at the
@@ -386,7 +416,13 @@ mod tests {
     #[test]
     fn other_pids_and_gone_units_are_ignored() {
         let mut w = watch();
-        w.handle(Duration::ZERO, Input::Started { unit: "u1".into(), pid: 10 });
+        w.handle(
+            Duration::ZERO,
+            Input::Started {
+                unit: "u1".into(),
+                pid: 10,
+            },
+        );
         ping(&mut w, 100);
         // An old process's pings do not keep the new one alive.
         for t in (120..=1000).step_by(20) {
@@ -409,7 +445,13 @@ mod tests {
         // A fenced unit is no longer watched; a new process starts afresh.
         w.handle(MS * 1000, Input::Gone { unit: "u1".into() });
         assert_eq!(w.watched().count(), 0);
-        w.handle(MS * 1000, Input::Started { unit: "u1".into(), pid: 11 });
+        w.handle(
+            MS * 1000,
+            Input::Started {
+                unit: "u1".into(),
+                pid: 11,
+            },
+        );
         assert_eq!(run(&mut w, 1000, 20_000), None);
         assert_eq!(w.watched().collect::<Vec<_>>(), vec![("u1", 11)]);
     }

@@ -184,7 +184,14 @@ impl Prober {
                     if let Some(sent) = s.outstanding.remove(&seq) {
                         let rtt = at.min(now).saturating_sub(sent);
                         let ok = ok && rtt <= self.cfg.timeout;
-                        out.push(outcome(&self.from, s, seq, sent, ok.then_some(rtt), stalled_at));
+                        out.push(outcome(
+                            &self.from,
+                            s,
+                            seq,
+                            sent,
+                            ok.then_some(rtt),
+                            stalled_at,
+                        ));
                     }
                 }
             }

@@ -314,7 +314,9 @@ pub async fn run(
         }
         for (unit, pid, silent) in rt.judge(now(), &mut status) {
             metrics.units_hung.inc();
-            status.hung.push((unit.clone(), pid, silent.as_millis() as u64));
+            status
+                .hung
+                .push((unit.clone(), pid, silent.as_millis() as u64));
             pending.extend(core.handle(now(), AgentInput::UnitHung { unit, pid, silent }));
         }
         pending.extend(core.handle(now(), AgentInput::Tick));
@@ -464,7 +466,8 @@ impl Units {
             let path = notify_socket(cfg, &spec.name);
             match self.sockets.bind(&spec.name, &path) {
                 Ok(()) => {
-                    spec.env.push(("NOTIFY_SOCKET".into(), path.display().to_string()));
+                    spec.env
+                        .push(("NOTIFY_SOCKET".into(), path.display().to_string()));
                     spec.env
                         .push(("WATCHDOG_USEC".into(), h.hang.as_micros().to_string()));
                 }
@@ -525,10 +528,19 @@ impl Units {
 }
 
 /// A probe discarded by the prober (the agent stalled while it was out).
-fn discarded(status: &mut AgentStatus, metrics: &crate::metrics::AgentMetrics, target: &str, seq: u64) {
+fn discarded(
+    status: &mut AgentStatus,
+    metrics: &crate::metrics::AgentMetrics,
+    target: &str,
+    seq: u64,
+) {
     status.probes_discarded += 1;
     metrics.probes_discarded.inc();
-    tracing::info!(target, seq, "probe discarded: the agent stalled while it was out");
+    tracing::info!(
+        target,
+        seq,
+        "probe discarded: the agent stalled while it was out"
+    );
 }
 
 /// The notification socket of a unit's process (`NOTIFY_SOCKET`).
@@ -695,14 +707,14 @@ fn carry_out(x: &mut Ctx<'_>, o: AgentOutput, now: Time) -> Vec<AgentOutput> {
             let r = std::fs::create_dir_all(&dir)
                 .and_then(|()| std::fs::write(&path, config))
                 .map_err(|e| e.to_string())
-                .and_then(
-                    |()| match rt.start(cfg, &unit_spec(cfg, &unit, &path, takeover, standby), now) {
+                .and_then(|()| {
+                    match rt.start(cfg, &unit_spec(cfg, &unit, &path, takeover, standby), now) {
                         Ok(pid) => Ok(Some(pid)),
                         // A repeated command (a new leader carrying on): done.
                         Err(crate::runtime::RuntimeError::Running(_)) => Ok(None),
                         Err(e) => Err(e.to_string()),
-                    },
-                );
+                    }
+                });
             let mut out = Vec::new();
             let mut waiting = false;
             let res = r.map(|started| {

@@ -107,7 +107,10 @@ impl World {
     }
 
     fn app_ok(&self, t: Millis, unit: &UnitId) -> bool {
-        !self.any(t, |f| matches!(f, Fault::App(x) | Fault::Hung(x) if x == unit))
+        !self.any(
+            t,
+            |f| matches!(f, Fault::App(x) | Fault::Hung(x) if x == unit),
+        )
     }
 
     fn lost(&self, t: Millis, from: &Vantage, to: &Target) -> bool {

@@ -68,7 +68,9 @@ impl Notifier {
     /// several separated by newlines). Never blocks: a full queue is an
     /// error (`WouldBlock`), and the next ping tries again.
     pub fn notify(&self, state: &str) -> io::Result<()> {
-        self.sock.send_to_addr(state.as_bytes(), &self.addr).map(|_| ())
+        self.sock
+            .send_to_addr(state.as_bytes(), &self.addr)
+            .map(|_| ())
     }
 }
 
@@ -151,7 +153,8 @@ impl Listener {
         use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags, UnixAddr};
         let mut buf = [0u8; 4096];
         for _ in 0..max {
-            let mut cmsg = nix::cmsg_space!(nix::sys::time::TimeSpec, nix::sys::socket::UnixCredentials);
+            let mut cmsg =
+                nix::cmsg_space!(nix::sys::time::TimeSpec, nix::sys::socket::UnixCredentials);
             let mut iov = [io::IoSliceMut::new(&mut buf)];
             let r = recvmsg::<UnixAddr>(
                 self.sock.as_raw_fd(),

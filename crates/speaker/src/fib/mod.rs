@@ -134,10 +134,7 @@ pub fn spawn(
     monitor.drop_routes_of_protocol(cfg.protocol)?;
     let filtered = vec![cfg.protocol];
     let (tx, rx) = mpsc::channel();
-    let stamp = crate::watchdog::register(
-        &format!("fib-{instance}"),
-        crate::watchdog::FIB_BUDGET,
-    );
+    let stamp = crate::watchdog::register(&format!("fib-{instance}"), crate::watchdog::FIB_BUDGET);
     std::thread::Builder::new()
         .name(format!("fib-{instance}"))
         .spawn(move || {

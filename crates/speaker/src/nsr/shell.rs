@@ -120,10 +120,7 @@ impl Replicator {
             out: Vec::new(),
             unreleased: VecDeque::new(),
             sent_at: VecDeque::new(),
-            stamp: crate::watchdog::register(
-                "nsr-replicator",
-                crate::watchdog::REPLICATOR_BUDGET,
-            ),
+            stamp: crate::watchdog::register("nsr-replicator", crate::watchdog::REPLICATOR_BUDGET),
         }
     }
 
