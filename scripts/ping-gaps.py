@@ -4,7 +4,8 @@ sending pid, the longest gap between two of its messages (kernel receive
 times, SO_TIMESTAMPNS) after its READY=1: how late holdfastd's watchdog
 pings get under load (docs/notes/issue25-hang.md).
 
-  scripts/ping-gaps.py SOCKET SECONDS
+  [PING_GAPS_OUT=FILE] scripts/ping-gaps.py SOCKET SECONDS
+  (FILE: the same summary, rewritten every 2 s)
   NOTIFY_SOCKET=SOCKET WATCHDOG_USEC=500000 <command that starts holdfastd>
 """
 import json, os, socket, struct, sys, time
@@ -26,7 +27,23 @@ s.setsockopt(socket.SOL_SOCKET, SO_PASSCRED, 1)
 s.settimeout(0.5)
 per = {}
 end = time.time() + seconds
+out = os.environ.get("PING_GAPS_OUT")
+last_dump = 0.0
+
+
+def summary():
+    return json.dumps([
+        {"pid": pid, "pings": p["pings"], "ready": p["ready"], "max_gap_ms": round(p["max_gap_ms"], 1)}
+        for pid, p in per.items()
+    ])
+
+
 while time.time() < end:
+    if out and time.time() - last_dump > 2:
+        last_dump = time.time()
+        with open(out + ".tmp", "w") as f:
+            f.write(summary() + "\n")
+        os.replace(out + ".tmp", out)
     try:
         data, anc, _, _ = s.recvmsg(4096, 256)
     except socket.timeout:
@@ -40,14 +57,11 @@ while time.time() < end:
             pid = struct.unpack("iII", blob[:12])[0]
     p = per.setdefault(pid, {"pings": 0, "ready": False, "last": None, "max_gap_ms": 0.0})
     text = data.decode(errors="replace")
-    if "READY=1" in text:
+    if "READY=1" in text or "WATCHDOG=1" in text:
         p["ready"] = True
     if p["ready"] and p["last"] is not None:
         p["max_gap_ms"] = max(p["max_gap_ms"], (ts - p["last"]) * 1000)
     if p["ready"]:
         p["last"] = ts
     p["pings"] += "WATCHDOG=1" in text
-for pid, p in per.items():
-    p.pop("last")
-    p["pid"] = pid
-print(json.dumps(list(per.values())))
+print(summary())

@@ -20,7 +20,8 @@
 //!   stopped or starved finds the pings that came meanwhile, at their real
 //!   times, and does not blame a unit for its own lateness.
 //! - The agent's own stall (Lifeguard's local health): a tick that comes
-//!   more than [`HangConfig::stall_slack`] after the previous one means
+//!   more than [`HangConfig::stall_slack`] (a fifth of the window) after
+//!   the previous one means
 //!   the agent did not run meanwhile; if the whole host froze, the units
 //!   could not ping either, so every unit's window starts again at that
 //!   tick.
@@ -59,12 +60,15 @@ pub struct HangConfig {
 }
 
 impl HangConfig {
-    /// `hang`, with the start allowance and a slack of half the window.
+    /// `hang`, with the start allowance and a slack of a fifth of the
+    /// window (the agent's loop passes every 20 ms at most; a host that
+    /// starves its processes for a fraction of the window stalls the agent
+    /// too, and the windows restart).
     pub fn new(hang: Duration, start: Duration) -> HangConfig {
         HangConfig {
             hang,
             start,
-            stall_slack: hang / 2,
+            stall_slack: hang / 5,
         }
     }
 }
@@ -361,7 +365,10 @@ mod tests {
 
     #[test]
     fn pings_read_late_count_at_their_kernel_time() {
-        let mut w = watch();
+        let mut w = HangWatch::new(HangConfig {
+            stall_slack: 250 * MS,
+            ..HangConfig::new(500 * MS, 30_000 * MS)
+        });
         w.handle(
             Duration::ZERO,
             Input::Started {

@@ -103,7 +103,25 @@ fn a_frozen_unit_is_fenced_and_taken_over_unseen_by_the_peers() {
     p.wait_leader(4, LONG).unwrap_or_else(|e| panic!("{e}"));
     p.wait_protected("u1", "a", LONG)
         .unwrap_or_else(|e| panic!("{e}"));
-    println!("1. u1 PROTECTED on a; frr, bird2 and gobgpd Established");
+    // The pings flow: agent a measured gaps between them (every 125 ms).
+    let status = p.host("a").status.clone();
+    let gap = wait_for_every(
+        "agent a's ping gaps of u1",
+        LONG,
+        Duration::from_millis(50),
+        || {
+            let v: serde_json::Value = std::fs::read_to_string(&status)
+                .ok()
+                .and_then(|t| serde_json::from_str(&t).ok())
+                .unwrap_or_default();
+            Ok(v["ping_gap_max_ms"]["u1"].as_u64().filter(|g| *g > 0))
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(hung_verdicts(&p), 0, "a hung verdict while healthy");
+    println!(
+        "1. u1 PROTECTED on a; frr, bird2 and gobgpd Established; longest ping gap so far {gap} ms"
+    );
 
     // 2. Frozen for 15 s.
     let w = p.watch(true).expect("watch");
