@@ -6,7 +6,8 @@
 //! [`Localizer::next_deadline`] (the end of a host's confirmation window).
 //! Both return [`Verdict`]s: a [`Finding`], the [`Evidence`] behind it, the
 //! time of the first bad measurement and the time of the verdict. Only the
-//! five failure kinds act ([`Finding::acts`]); the rest are notes.
+//! five failure kinds and a hung process act ([`Finding::acts`]); the rest
+//! are notes.
 //!
 //! # Vantage points and measurements
 //! - The controller's gRPC heartbeats ([`Measurement::Heartbeat`]) to each
@@ -349,7 +350,7 @@ pub enum Finding {
 }
 
 impl Finding {
-    /// The failure kind, for the five that act.
+    /// The failure kind, for the six that act (TENSOR's five and hung).
     pub fn failure_kind(&self) -> Option<FailureKind> {
         match self {
             Finding::Application { .. } => Some(FailureKind::Application),
