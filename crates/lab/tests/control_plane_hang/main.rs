@@ -15,14 +15,16 @@
 //!   c1..c3 .31-.33     etcd + holdfast-controller
 //!
 //!   u1 .10  primary a, backup b   (every peer has a session with it;
-//!                                  hold time 9 s, keepalive 3 s)
+//!                                  frr's hold time 9 s)
 //! ```
 //!
 //! Checked, in order:
-//! 1. u1 Established with frr, bird2 and gobgpd, PROTECTED on a;
+//! 1. u1 Established with frr, bird2 and gobgpd, PROTECTED on a; agent a
+//!    measures gaps between its pings (the longest printed), no `hung`
+//!    verdict while healthy;
 //! 2. **15 s SIGSTOP** of u1's holdfastd on a: verdict `hung` about u1
-//!    (the agent's report and the controller's heartbeat), u1 running and
-//!    PROTECTED on b within 1 s of the stop (printed); the frozen process
+//!    (the agent's report and the controller's heartbeat), u1 running on b
+//!    within 1 s of the stop (PROTECTED there: printed); the frozen process
 //!    is gone (its pid no longer exists) long before the 15 s are over, so
 //!    the SIGCONT finds nobody and it never sends again; the peers saw
 //!    nothing: frr's samples every 200 ms Established, established and
