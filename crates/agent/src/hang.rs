@@ -9,7 +9,13 @@
 //!
 //! [`HangWatch`] is the pure decision: `handle(now, input) -> outputs`.
 //! - A unit that has sent anything (`READY=1` or a ping) is **hung** when
-//!   nothing came from it for [`HangConfig::hang`]. Before its first
+//!   nothing came from it for [`HangConfig::hang`] and the kernel shows its
+//!   process stopped (`/proc/PID/stat` state `T`: SIGSTOP, a debugger), or
+//!   for [`HangConfig::running`] (4 × `hang`) whatever the kernel shows: a
+//!   process that is not stopped but silent may be starved or held in the
+//!   kernel for a moment by a loaded host (the lab saw three units on two
+//!   hosts silent for just over 500 ms at once, their agents on time), and
+//!   a deadlock or a stuck loop is found a little later. Before its first
 //!   message it has [`HangConfig::start`]: a process starting, a
 //!   `--takeover` loading a million routes, a standby building its tables
 //!   send nothing until they serve, and must not be judged by the pings'
@@ -57,6 +63,9 @@ pub struct HangConfig {
     pub start: Duration,
     /// A tick later than this after the previous one: the agent stalled.
     pub stall_slack: Duration,
+    /// Silent this long: hung even when the kernel does not show the
+    /// process stopped.
+    pub running: Duration,
 }
 
 impl HangConfig {
@@ -69,6 +78,7 @@ impl HangConfig {
             hang,
             start,
             stall_slack: hang / 5,
+            running: hang * 4,
         }
     }
 }
@@ -83,6 +93,13 @@ pub enum Input {
         unit: String,
         pid: Option<u32>,
         at: Time,
+    },
+    /// The kernel's view of a unit's process (asked for by
+    /// [`HangWatch::overdue`]): stopped (state `T`) or not.
+    Stopped {
+        unit: String,
+        pid: u32,
+        stopped: bool,
     },
     /// The unit's process is gone (exited or fenced): no more watching.
     Gone { unit: String },
@@ -114,6 +131,8 @@ struct Watched {
     from: Time,
     declared: bool,
     max_gap: Duration,
+    /// The kernel showed it stopped since its last message.
+    stopped: bool,
 }
 
 /// The pure hang decision (see the module docs).
@@ -148,6 +167,7 @@ impl HangWatch {
                         from: now,
                         declared: false,
                         max_gap: Duration::ZERO,
+                        stopped: false,
                     },
                 );
             }
@@ -160,9 +180,15 @@ impl HangWatch {
                                 w.max_gap = w.max_gap.max(at - w.last);
                             }
                             w.last = at;
+                            w.stopped = false;
                         }
                         w.served = true;
                     }
+                }
+            }
+            Input::Stopped { unit, pid, stopped } => {
+                if let Some(w) = self.units.get_mut(&unit).filter(|w| w.pid == pid) {
+                    w.stopped = stopped;
                 }
             }
             Input::Gone { unit } => {
@@ -188,10 +214,10 @@ impl HangWatch {
             if w.declared {
                 continue;
             }
-            let limit = if w.served {
-                self.cfg.hang
-            } else {
-                self.cfg.start
+            let limit = match (w.served, w.stopped) {
+                (false, _) => self.cfg.start,
+                (true, true) => self.cfg.hang,
+                (true, false) => self.cfg.running,
             };
             let since = w.last.max(w.from);
             if now.saturating_sub(since) > limit {
@@ -204,6 +230,19 @@ impl HangWatch {
                 });
             }
         }
+    }
+
+    /// The served units silent for longer than the window at `now`: the
+    /// shell tells their process state ([`Input::Stopped`]) before the
+    /// next [`Input::Tick`].
+    pub fn overdue(&self, now: Time) -> Vec<(String, u32)> {
+        self.units
+            .iter()
+            .filter(|(_, w)| {
+                w.served && !w.declared && now.saturating_sub(w.last.max(w.from)) > self.cfg.hang
+            })
+            .map(|(u, w)| (u.clone(), w.pid))
+            .collect()
     }
 
     /// The units watched and their pids.
@@ -223,6 +262,20 @@ impl HangWatch {
     pub fn stalls(&self) -> u64 {
         self.stalls
     }
+}
+
+/// Whether the kernel shows process `pid` stopped (`/proc/PID/stat` state
+/// `T` or `t`); `false` when it cannot be read.
+pub fn process_stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            let rest = &s[s.rfind(')')? + 1..];
+            rest.split_whitespace()
+                .next()
+                .map(|st| st == "T" || st == "t")
+        })
+        .unwrap_or(false)
 }
 
 /// The shell's per-unit notification sockets.
@@ -294,14 +347,25 @@ mod tests {
         );
     }
 
-    /// Ticks every 20 ms from `from` to `to`; the first hung verdict.
+    /// One pass of the shell at `t`: the kernel's view (`stopped`) of every
+    /// overdue unit, then the tick.
+    fn tick(w: &mut HangWatch, t: u64, stopped: bool) -> Vec<Output> {
+        for (unit, pid) in w.overdue(ms(t)) {
+            w.handle(ms(t), Input::Stopped { unit, pid, stopped });
+        }
+        w.handle(ms(t), Input::Tick)
+    }
+
+    /// Passes every 20 ms from `from` to `to`, the kernel showing the
+    /// process `stopped` or not; the first hung verdict.
     fn run(w: &mut HangWatch, from: u64, to: u64) -> Option<(u64, Output)> {
-        (from..=to).step_by(20).find_map(|t| {
-            w.handle(ms(t), Input::Tick)
-                .into_iter()
-                .next()
-                .map(|o| (t, o))
-        })
+        run_as(w, from, to, true)
+    }
+
+    fn run_as(w: &mut HangWatch, from: u64, to: u64, stopped: bool) -> Option<(u64, Output)> {
+        (from..=to)
+            .step_by(20)
+            .find_map(|t| tick(w, t, stopped).into_iter().next().map(|o| (t, o)))
     }
 
     #[test]
@@ -332,6 +396,47 @@ mod tests {
         );
         assert_eq!(run(&mut w, 1500, 5000), None, "declared once");
         assert_eq!(w.gaps()["u1"], 125 * MS);
+    }
+
+    #[test]
+    fn a_silent_unit_the_kernel_shows_running_gets_four_windows() {
+        let mut w = watch();
+        w.handle(
+            Duration::ZERO,
+            Input::Started {
+                unit: "u1".into(),
+                pid: 10,
+            },
+        );
+        ping(&mut w, 100);
+        // Starved or held in the kernel, not stopped: 2 s of silence.
+        assert_eq!(run_as(&mut w, 120, 2100, false), None);
+        let (t, o) = run_as(&mut w, 2120, 3000, false).expect("hung");
+        assert_eq!(t, 2120);
+        assert!(matches!(o, Output::Hung { served: true, .. }));
+        // Seen stopped once, then a ping: the next silence starts afresh
+        // (not stopped).
+        let mut w = watch();
+        w.handle(
+            Duration::ZERO,
+            Input::Started {
+                unit: "u1".into(),
+                pid: 10,
+            },
+        );
+        ping(&mut w, 100);
+        w.handle(
+            ms(700),
+            Input::Stopped {
+                unit: "u1".into(),
+                pid: 9,
+                stopped: true,
+            },
+        );
+        assert_eq!(run_as(&mut w, 620, 700, false), None, "another pid's view");
+        ping(&mut w, 710);
+        assert_eq!(run_as(&mut w, 720, 2700, false), None);
+        assert!(run_as(&mut w, 2720, 2720, false).is_some());
     }
 
     #[test]
@@ -441,7 +546,7 @@ mod tests {
                     at: ms(t),
                 },
             );
-            let o = w.handle(ms(t), Input::Tick);
+            let o = tick(&mut w, t, true);
             if t <= 600 {
                 assert!(o.is_empty(), "{t}");
             } else if !o.is_empty() {

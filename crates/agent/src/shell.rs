@@ -508,6 +508,10 @@ impl Units {
         for m in self.sockets.drain(now, SystemTime::now()) {
             h.handle(now, m);
         }
+        for (unit, pid) in h.overdue(now) {
+            let stopped = hang::process_stopped(pid);
+            h.handle(now, hang::Input::Stopped { unit, pid, stopped });
+        }
         let hung = h
             .handle(now, hang::Input::Tick)
             .into_iter()
