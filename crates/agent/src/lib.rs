@@ -20,8 +20,9 @@
 //!   failsafe mode).
 //! - [`hang`]: hang detection, the agent as its units' watchdog: each
 //!   holdfastd pings a socket of its own (`sd_notify` `WATCHDOG=1`) while
-//!   its event loops make progress; a unit silent for `--hang-ms` (after a
-//!   start-up allowance) is fenced through its pidfd and reported `HUNG`.
+//!   its event loops make progress; a unit silent for `--hang-ms` with its
+//!   process stopped, or for 4 × `--hang-ms` (after a start-up
+//!   allowance), is fenced through its pidfd and reported `HUNG`.
 //!   The pings are read with their kernel receive times, all of them
 //!   before judging, so the agent's own stall is never the unit's.
 //! - [`failsafe`]: the agents' failsafe service and rounds (gRPC, on the

@@ -82,7 +82,8 @@ struct Args {
     failsafe_listen: Option<std::net::SocketAddr>,
     /// Hang detection: each unit's holdfastd pings the agent (`sd_notify`
     /// `WATCHDOG=1`, `WATCHDOG_USEC` set to this) while its event loops
-    /// make progress; a unit with no ping for this long is fenced and
+    /// make progress; a unit with no ping for this long whose process is
+    /// stopped (or for 4 times this long, whatever its state) is fenced and
     /// reported hung. 0: off.
     #[arg(long, env = "HOLDFAST_AGENT_HANG_MS", default_value_t = 500)]
     hang_ms: u64,
