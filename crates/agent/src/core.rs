@@ -32,7 +32,7 @@ use holdfast_control_api::v1::{
     UnitEvent, UnitStatus,
 };
 use holdfast_control_api::{accept_token, SCHEMA};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 /// Settings of the core.
@@ -69,6 +69,13 @@ pub enum AgentInput {
     },
     /// A unit's process exited (or was fenced).
     UnitExited(Exit),
+    /// A unit's process made no progress for the hang window
+    /// ([`crate::hang`]): fence it, and report it hung once it is gone.
+    UnitHung {
+        unit: String,
+        pid: u32,
+        silent: Duration,
+    },
     /// A lease renewal (or grant) sent at `sent` was acknowledged.
     LeaseRenewed { sent: Time },
     /// A renewal request is being sent now.
@@ -103,6 +110,8 @@ pub enum AgentOutput {
     },
     /// Fence a unit (`id`: the command, `None` for a self-fence).
     Fence { id: Option<u64>, unit: String },
+    /// Fence a hung unit (its exit is then reported `HUNG`).
+    FenceHung { unit: String },
     /// Add (or delete) and announce a unit's service addresses.
     Address {
         id: u64,
@@ -154,6 +163,8 @@ pub struct AgentCore {
     promised: BTreeMap<String, Time>,
     /// Takeovers through a standby under way: command id -> unit.
     promoting: BTreeMap<u64, String>,
+    /// Units being fenced because they hung.
+    hung: BTreeSet<String>,
 }
 
 /// A unit's role on this host: its primary, or its preheated standby.
@@ -185,6 +196,7 @@ impl AgentCore {
             exited: BTreeMap::new(),
             promised: BTreeMap::new(),
             promoting: BTreeMap::new(),
+            hung: BTreeSet::new(),
         }
     }
 
@@ -256,6 +268,7 @@ impl AgentCore {
                 epoch,
             } => {
                 self.exited.remove(&unit);
+                self.hung.remove(&unit);
                 out.push(unit_event(
                     &unit,
                     pid,
@@ -270,18 +283,32 @@ impl AgentCore {
                     .units
                     .remove(&e.unit)
                     .map_or_else(|| PRIMARY.to_string(), |u| u.role);
+                let hung = e.fenced && self.hung.remove(&e.unit);
                 let kind = match (e.fenced, e.container_gone) {
+                    (true, _) if hung => unit_event::Kind::Hung,
                     (true, _) => unit_event::Kind::Fenced,
                     (false, true) => unit_event::Kind::ContainerGone,
                     (false, false) => unit_event::Kind::Exited,
                 };
                 let ev = unit_event(&e.unit, e.pid, kind, (e.code, e.signal), &role);
-                if e.fenced || role == STANDBY {
+                if (e.fenced && !hung) || role == STANDBY {
                     self.exited.remove(&e.unit);
                 } else {
                     self.exited.insert(e.unit.clone(), ev.clone());
                 }
                 out.push(ev);
+            }
+            AgentInput::UnitHung { unit, pid, silent } => {
+                if self.units.get(&unit).is_some_and(|u| u.pid == pid) {
+                    tracing::error!(
+                        %unit,
+                        pid,
+                        silent_ms = silent.as_millis() as u64,
+                        "unit hung (no watchdog ping): fencing it"
+                    );
+                    self.hung.insert(unit.clone());
+                    out.push(AgentOutput::FenceHung { unit });
+                }
             }
             AgentInput::LeaseRenewed { sent } => self.watchdog.renewed(sent),
             AgentInput::LeaseRenewalSent => self.watchdog.sending(now),
@@ -737,6 +764,78 @@ mod tests {
                 }
             )),
             vec![(1, true)]
+        );
+    }
+
+    #[test]
+    fn a_hung_unit_is_fenced_then_reported_hung_until_fenced_by_command() {
+        let mut c = core();
+        c.handle(Duration::ZERO, AgentInput::Connected);
+        c.handle(
+            MS,
+            AgentInput::UnitStarted {
+                unit: "edge-1".into(),
+                pid: 10,
+                role: PRIMARY.into(),
+                epoch: 1,
+            },
+        );
+        let hung = |pid| AgentInput::UnitHung {
+            unit: "edge-1".into(),
+            pid,
+            silent: 500 * MS,
+        };
+        // Another pid (an old process): nothing.
+        assert!(!c
+            .handle(2 * MS, hung(9))
+            .iter()
+            .any(|o| matches!(o, AgentOutput::FenceHung { .. })));
+        let o = c.handle(3 * MS, hung(10));
+        assert!(o.contains(&AgentOutput::FenceHung {
+            unit: "edge-1".into()
+        }));
+        let gone = AgentInput::UnitExited(Exit {
+            unit: "edge-1".into(),
+            pid: 10,
+            code: None,
+            signal: Some(9),
+            fenced: true,
+            container_gone: false,
+        });
+        let kinds = |o: &[AgentOutput]| -> Vec<i32> {
+            o.iter()
+                .filter_map(|x| match x {
+                    AgentOutput::Report(AgentReport {
+                        body: Some(agent_report::Body::UnitEvent(e)),
+                    }) => Some(e.kind),
+                    _ => None,
+                })
+                .collect()
+        };
+        assert_eq!(
+            kinds(&c.handle(4 * MS, gone.clone())),
+            vec![unit_event::Kind::Hung as i32]
+        );
+        // A new leader's stream hears of it again, until a command fences it.
+        assert_eq!(
+            kinds(&c.handle(5 * MS, AgentInput::Connected)),
+            vec![unit_event::Kind::Hung as i32]
+        );
+        c.handle(6 * MS, cmd(3, 1, fence_unit("edge-1")));
+        assert!(kinds(&c.handle(7 * MS, AgentInput::Connected)).is_empty());
+        // An ordinary fence afterwards is reported FENCED.
+        c.handle(
+            8 * MS,
+            AgentInput::UnitStarted {
+                unit: "edge-1".into(),
+                pid: 10,
+                role: PRIMARY.into(),
+                epoch: 2,
+            },
+        );
+        assert_eq!(
+            kinds(&c.handle(9 * MS, gone)),
+            vec![unit_event::Kind::Fenced as i32]
         );
     }
 

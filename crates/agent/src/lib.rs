@@ -18,6 +18,13 @@
 //!   controller may migrate them once it has (Patroni's watchdog); through
 //!   an etcd outage every host agent agrees on, it keeps them (Patroni's
 //!   failsafe mode).
+//! - [`hang`]: hang detection, the agent as its units' watchdog: each
+//!   holdfastd pings a socket of its own (`sd_notify` `WATCHDOG=1`) while
+//!   its event loops make progress; a unit silent for `--hang-ms` with its
+//!   process stopped, or for 4 × `--hang-ms` (after a start-up
+//!   allowance), is fenced through its pidfd and reported `HUNG`.
+//!   The pings are read with their kernel receive times, all of them
+//!   before judging, so the agent's own stall is never the unit's.
 //! - [`failsafe`]: the agents' failsafe service and rounds (gRPC, on the
 //!   management network) and the peers read from etcd.
 //! - [`runtime`]: the [`runtime::Runtime`] trait (start a unit, watch it,
@@ -34,6 +41,7 @@
 
 pub mod core;
 pub mod failsafe;
+pub mod hang;
 pub mod metrics;
 pub mod probe;
 pub mod runtime;

@@ -3,6 +3,7 @@
 use anyhow::{bail, Context, Result};
 use clap::{CommandFactory, Parser};
 use holdfast_agent::core::AgentConfig;
+use holdfast_agent::hang::HangConfig;
 use holdfast_agent::probe::{ProbeConfig, Target};
 use holdfast_agent::shell::{self, ShellConfig};
 use holdfast_agent::watchdog::WatchdogConfig;
@@ -79,6 +80,18 @@ struct Args {
     /// failsafe rounds can be confirmed.
     #[arg(long)]
     failsafe_listen: Option<std::net::SocketAddr>,
+    /// Hang detection: each unit's holdfastd pings the agent (`sd_notify`
+    /// `WATCHDOG=1`, `WATCHDOG_USEC` set to this) while its event loops
+    /// make progress; a unit with no ping for this long whose process is
+    /// stopped (or for 4 times this long, whatever its state) is fenced and
+    /// reported hung. 0: off.
+    #[arg(long, env = "HOLDFAST_AGENT_HANG_MS", default_value_t = 500)]
+    hang_ms: u64,
+    /// How long a unit may take to start serving (its first `READY=1` or
+    /// ping) before it is judged hung: a `--takeover` or a standby loading
+    /// its state sends nothing until it serves.
+    #[arg(long, default_value_t = 30_000)]
+    hang_start_ms: u64,
 }
 
 fn pair(s: &str, what: &str) -> Result<(String, String)> {
@@ -145,6 +158,7 @@ fn main() -> Result<()> {
         probe: ProbeConfig {
             interval,
             timeout: interval,
+            stall_slack: interval / 2,
         },
         targets,
         units,
@@ -159,6 +173,12 @@ fn main() -> Result<()> {
             .collect::<Result<_>>()?,
         metrics_listen: a.metrics_listen,
         failsafe_listen: a.failsafe_listen,
+        hang: (a.hang_ms > 0).then(|| {
+            HangConfig::new(
+                Duration::from_millis(a.hang_ms),
+                Duration::from_millis(a.hang_start_ms.max(a.hang_ms)),
+            )
+        }),
     };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

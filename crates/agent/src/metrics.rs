@@ -11,6 +11,8 @@ pub struct AgentMetrics {
     registry: Registry,
     pub probes_sent: Counter,
     pub probes_lost: Counter,
+    pub probes_discarded: Counter,
+    pub units_hung: Counter,
     pub lease_grants: Counter,
     pub self_fenced_units: Counter,
     pub failsafe_rounds_confirmed: Counter,
@@ -33,6 +35,8 @@ impl AgentMetrics {
             registry: Registry::default(),
             probes_sent: Counter::default(),
             probes_lost: Counter::default(),
+            probes_discarded: Counter::default(),
+            units_hung: Counter::default(),
             lease_grants: Counter::default(),
             self_fenced_units: Counter::default(),
             failsafe_rounds_confirmed: Counter::default(),
@@ -46,6 +50,16 @@ impl AgentMetrics {
             "probes_lost",
             "IP SLA probes lost (no answer in time)",
             m.probes_lost.clone(),
+        );
+        registry.register(
+            "probes_discarded",
+            "IP SLA probes whose outcome was discarded: the agent itself stalled while they were out",
+            m.probes_discarded.clone(),
+        );
+        registry.register(
+            "units_hung",
+            "Units fenced because they sent no watchdog ping for --hang-ms",
+            m.units_hung.clone(),
         );
         registry.register(
             "lease_grants",

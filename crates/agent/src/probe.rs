@@ -9,6 +9,18 @@
 //! answer came within the timeout, and reports every outcome once. A late
 //! answer to a probe already counted lost is ignored.
 //!
+//! **The agent's own stall is not a lost probe** (Lifeguard's local
+//! health, issue 25). The prober knows when it asked to be woken next
+//! ([`Prober::next_deadline`]); an input that comes more than
+//! [`ProbeConfig::stall_slack`] after that deadline means the agent itself
+//! did not run (stopped, starved, or its loop blocked). A probe that
+//! missed (no answer in time, an answer too late, or an error) and that
+//! was sent before such a stall was noticed is **discarded**
+//! ([`Output::Discarded`]), not reported: its timeout was not measured by
+//! a timer that fired on time. An answer's round trip is taken from the
+//! time the probe's own thread saw it ([`Input::Answered`]'s `at`), not
+//! from when the loop got to it.
+//!
 //! [`tcp_probe`] is the shell's probe: a TCP connect with a timeout. A
 //! completed handshake or a reset both count as an answer (the target's
 //! stack is up, whether or not the port listens); a timeout, "host
@@ -35,6 +47,14 @@ pub struct ProbeConfig {
     pub interval: Duration,
     /// A probe unanswered after `timeout` is lost (the interval by default).
     pub timeout: Duration,
+    /// An input this much later than the deadline the prober asked for:
+    /// the agent stalled (half the timeout by default).
+    #[serde(default = "default_stall_slack")]
+    pub stall_slack: Duration,
+}
+
+fn default_stall_slack() -> Duration {
+    Duration::from_millis(50)
 }
 
 impl Default for ProbeConfig {
@@ -42,6 +62,7 @@ impl Default for ProbeConfig {
         ProbeConfig {
             interval: Duration::from_millis(100),
             timeout: Duration::from_millis(100),
+            stall_slack: default_stall_slack(),
         }
     }
 }
@@ -67,8 +88,14 @@ pub enum Input {
     /// Fire what is due at `now`.
     Timer,
     /// The probe `seq` of target `target` was answered (`ok`) or failed
-    /// before its timeout (`!ok`: unreachable).
-    Answered { target: usize, seq: u64, ok: bool },
+    /// (`!ok`: unreachable, or no answer within its timeout), as its
+    /// thread saw at `at`.
+    Answered {
+        target: usize,
+        seq: u64,
+        ok: bool,
+        at: Time,
+    },
 }
 
 /// What the shell carries out, in order.
@@ -84,6 +111,8 @@ pub enum Output {
     },
     /// An outcome for the controller.
     Measured(Measurement),
+    /// A probe that missed across the agent's own stall: no outcome.
+    Discarded { target: String, seq: u64 },
 }
 
 #[derive(Debug)]
@@ -101,6 +130,10 @@ pub struct Prober {
     from: String,
     cfg: ProbeConfig,
     slots: Vec<Slot>,
+    /// The deadline the prober last asked to be woken at.
+    expected: Option<Time>,
+    /// When the latest stall of the agent was noticed.
+    stalled_at: Option<Time>,
 }
 
 impl Prober {
@@ -121,6 +154,8 @@ impl Prober {
             from: from.to_string(),
             cfg,
             slots,
+            expected: None,
+            stalled_at: None,
         }
     }
 
@@ -130,25 +165,38 @@ impl Prober {
 
     pub fn handle(&mut self, now: Time, input: Input) -> Vec<Output> {
         let mut out = Vec::new();
+        if self
+            .expected
+            .is_some_and(|d| now > d + self.cfg.stall_slack)
+        {
+            self.stalled_at = Some(now);
+        }
         match input {
             Input::Timer => self.timer(now, &mut out),
-            Input::Answered { target, seq, ok } => {
+            Input::Answered {
+                target,
+                seq,
+                ok,
+                at,
+            } => {
+                let stalled_at = self.stalled_at;
                 if let Some(s) = self.slots.get_mut(target) {
                     if let Some(sent) = s.outstanding.remove(&seq) {
-                        let rtt = now.saturating_sub(sent);
+                        let rtt = at.min(now).saturating_sub(sent);
                         let ok = ok && rtt <= self.cfg.timeout;
-                        out.push(Output::Measured(Measurement {
-                            from: self.from.clone(),
-                            target: s.target.name.clone(),
+                        out.push(outcome(
+                            &self.from,
+                            s,
                             seq,
-                            sent_at: sent,
-                            ok,
-                            rtt: ok.then_some(rtt),
-                        }));
+                            sent,
+                            ok.then_some(rtt),
+                            stalled_at,
+                        ));
                     }
                 }
             }
         }
+        self.expected = self.next_deadline();
         out
     }
 
@@ -162,14 +210,7 @@ impl Prober {
                 .collect();
             for (seq, sent) in lost {
                 s.outstanding.remove(&seq);
-                out.push(Output::Measured(Measurement {
-                    from: self.from.clone(),
-                    target: s.target.name.clone(),
-                    seq,
-                    sent_at: sent,
-                    ok: false,
-                    rtt: None,
-                }));
+                out.push(outcome(&self.from, s, seq, sent, None, self.stalled_at));
             }
             if now >= s.next_send {
                 let seq = s.next_seq;
@@ -209,6 +250,32 @@ impl Prober {
     }
 }
 
+/// A probe's outcome: answered in `rtt`, or a miss — discarded when the
+/// agent stalled after it was sent.
+fn outcome(
+    from: &str,
+    s: &Slot,
+    seq: u64,
+    sent: Time,
+    rtt: Option<Duration>,
+    stalled_at: Option<Time>,
+) -> Output {
+    if rtt.is_none() && stalled_at.is_some_and(|t| t > sent) {
+        return Output::Discarded {
+            target: s.target.name.clone(),
+            seq,
+        };
+    }
+    Output::Measured(Measurement {
+        from: from.to_string(),
+        target: s.target.name.clone(),
+        seq,
+        sent_at: sent,
+        ok: rtt.is_some(),
+        rtt,
+    })
+}
+
 /// The outcome of one TCP probe: `Ok(true)` answered (connected or reset),
 /// `Ok(false)` no answer within `timeout` or unreachable.
 pub fn tcp_probe(addr: SocketAddr, timeout: Duration) -> bool {
@@ -237,7 +304,7 @@ mod tests {
         o.iter()
             .filter_map(|o| match o {
                 Output::Probe { target, seq, .. } => Some((*target, *seq)),
-                Output::Measured(_) => None,
+                Output::Measured(_) | Output::Discarded { .. } => None,
             })
             .collect()
     }
@@ -246,7 +313,7 @@ mod tests {
         o.iter()
             .filter_map(|o| match o {
                 Output::Measured(m) => Some((m.target.clone(), m.seq, m.ok)),
-                Output::Probe { .. } => None,
+                Output::Probe { .. } | Output::Discarded { .. } => None,
             })
             .collect()
     }
@@ -271,6 +338,7 @@ mod tests {
                         target,
                         seq,
                         ok: true,
+                        at: t,
                     },
                 );
             }
@@ -290,6 +358,7 @@ mod tests {
         let cfg = ProbeConfig {
             interval: 100 * MS,
             timeout: 80 * MS,
+            stall_slack: 40 * MS,
         };
         let mut p = Prober::new("agent:a", cfg, targets(1), Duration::ZERO);
         assert_eq!(
@@ -303,6 +372,7 @@ mod tests {
                 target: 0,
                 seq: 0,
                 ok: true,
+                at: 10 * MS,
             },
         );
         assert_eq!(measured(&o), vec![("host:0".into(), 0, true)]);
@@ -323,7 +393,8 @@ mod tests {
                 Input::Answered {
                     target: 0,
                     seq: 1,
-                    ok: true
+                    ok: true,
+                    at: 190 * MS,
                 }
             )
             .is_empty());
@@ -335,6 +406,7 @@ mod tests {
                 target: 0,
                 seq: 2,
                 ok: false,
+                at: 201 * MS,
             },
         );
         assert_eq!(measured(&o), vec![("host:0".into(), 2, false)]);
@@ -345,7 +417,8 @@ mod tests {
                 Input::Answered {
                     target: 9,
                     seq: 0,
-                    ok: true
+                    ok: true,
+                    at: 202 * MS,
                 }
             )
             .is_empty());
@@ -363,12 +436,72 @@ mod tests {
         );
         p.handle(Duration::ZERO, Input::Timer);
         // The shell was stalled for 350 ms: one probe now (not three), and
-        // the earlier one is reported lost.
+        // the earlier one, unanswered across the stall, is discarded, not
+        // reported lost: its timeout was not timed by a timer on time.
         let o = p.handle(350 * MS, Input::Timer);
         assert_eq!(probes(&o), vec![(0, 1)]);
-        assert_eq!(measured(&o), vec![("host:0".into(), 0, false)]);
+        assert!(measured(&o).is_empty());
+        assert!(o.contains(&Output::Discarded {
+            target: "host:0".into(),
+            seq: 0
+        }));
         assert_eq!(probes(&p.handle(449 * MS, Input::Timer)), vec![]);
+        // Probes sent after the stall are judged as usual.
         assert_eq!(probes(&p.handle(450 * MS, Input::Timer)), vec![(0, 2)]);
+        assert_eq!(
+            measured(&p.handle(451 * MS, Input::Timer)),
+            vec![("host:0".into(), 1, false)]
+        );
+    }
+
+    #[test]
+    fn an_answer_read_late_counts_at_the_time_its_thread_saw_it() {
+        let mut p = Prober::new(
+            "agent:a",
+            ProbeConfig::default(),
+            targets(1),
+            Duration::ZERO,
+        );
+        p.handle(Duration::ZERO, Input::Timer);
+        // Answered 3 ms after it was sent, but the loop (stopped) reads it
+        // only at 900 ms: answered, round trip 3 ms.
+        let o = p.handle(
+            900 * MS,
+            Input::Answered {
+                target: 0,
+                seq: 0,
+                ok: true,
+                at: 3 * MS,
+            },
+        );
+        assert_eq!(measured(&o), vec![("host:0".into(), 0, true)]);
+        assert!(matches!(&o[0], Output::Measured(m) if m.rtt == Some(3 * MS)));
+        // A probe out across a stall whose answer came too late: discarded.
+        p.handle(1000 * MS, Input::Timer);
+        let o = p.handle(
+            1700 * MS,
+            Input::Answered {
+                target: 0,
+                seq: 1,
+                ok: true,
+                at: 1650 * MS,
+            },
+        );
+        assert_eq!(
+            o,
+            vec![Output::Discarded {
+                target: "host:0".into(),
+                seq: 1
+            }]
+        );
+        // On time again: a real timeout is a lost probe.
+        let mut t = 1700;
+        let mut lost = Vec::new();
+        while t < 2300 {
+            lost.extend(measured(&p.handle(t * MS, Input::Timer)));
+            t += 10;
+        }
+        assert!(lost.iter().all(|m| !m.2) && lost.len() >= 4, "{lost:?}");
     }
 
     #[test]

@@ -19,6 +19,7 @@
 
 use crate::core::{AgentConfig, AgentCore, AgentInput, AgentOutput, PRIMARY, STANDBY};
 use crate::failsafe::{self, Peers};
+use crate::hang::{self, HangConfig, HangWatch, Sockets};
 use crate::probe::{self, ProbeConfig, Prober, Target};
 use crate::runtime::{ProcessRuntime, Runtime, UnitSpec};
 use crate::Time;
@@ -60,6 +61,8 @@ pub struct ShellConfig {
     /// Where to serve the other host agents' failsafe asks (on the
     /// management network); published in this host's `agents/` record.
     pub failsafe_listen: Option<std::net::SocketAddr>,
+    /// Hang detection of the units (`--hang-ms`; `None`: off).
+    pub hang: Option<HangConfig>,
 }
 
 /// A unit's container on this host.
@@ -101,6 +104,8 @@ pub struct AgentStatus {
     pub attached_to: Option<String>,
     pub probes_sent: u64,
     pub probes_lost: u64,
+    /// Probes that missed across the agent's own stall: not reported.
+    pub probes_discarded: u64,
     /// The other host agents a failsafe round asks (`None`: not read yet).
     pub failsafe_peers: Option<Vec<String>>,
     /// The units are kept by a confirmed failsafe round (an etcd outage).
@@ -109,6 +114,14 @@ pub struct AgentStatus {
     /// why the last refused one was refused.
     pub failsafe_confirmed_at_ms: Option<u64>,
     pub failsafe_refused: Option<String>,
+    /// Units fenced because they hung: (unit, pid, ms without a ping).
+    pub hung: Vec<(String, u32, u64)>,
+    /// Per watched unit, the longest gap between two of its watchdog
+    /// pings (ms): how late they got.
+    pub ping_gap_max_ms: BTreeMap<String, u64>,
+    /// How often the agent found its own loop stalled (hang windows
+    /// restarted).
+    pub hang_stalls: u64,
 }
 
 enum Event {
@@ -136,6 +149,8 @@ enum Event {
         target: usize,
         seq: u64,
         ok: bool,
+        /// When the probe's thread saw the outcome.
+        at: Time,
     },
     /// A takeover's holdfastd is ready for the service address (or not).
     TakeoverReady {
@@ -164,7 +179,6 @@ pub async fn run(
     core_cfg.unix_origin_ms = unix_ms();
     let mut core = AgentCore::new(core_cfg);
     let mut prober = Prober::new(&cfg.core.host, cfg.probe, cfg.targets.clone(), now());
-    let mut rt = ProcessRuntime::new();
     let metrics = std::sync::Arc::new(crate::metrics::AgentMetrics::new());
     if let Some(addr) = cfg.metrics_listen {
         let m = metrics.clone();
@@ -218,10 +232,16 @@ pub async fn run(
         });
     }
     std::fs::create_dir_all(&cfg.work_dir)?;
+    let mut units = Units {
+        rt: ProcessRuntime::new(),
+        hang: cfg.hang.map(HangWatch::new),
+        sockets: Sockets::default(),
+    };
+    let rt = &mut units;
     let mut pending: Vec<AgentOutput> = Vec::new();
     for (name, config) in &cfg.units {
         let spec = unit_spec(&cfg, name, config, None, false);
-        let pid = rt.start(&spec)?;
+        let pid = rt.start(&cfg, &spec, now())?;
         pending.extend(core.handle(
             now(),
             AgentInput::UnitStarted {
@@ -240,7 +260,7 @@ pub async fn run(
             let mut x = Ctx {
                 cfg: &cfg,
                 core: &mut core,
-                rt: &mut rt,
+                rt: &mut *rt,
                 status: &mut status,
                 renew_tx: &renew_tx,
                 report_tx: &report_tx,
@@ -252,7 +272,7 @@ pub async fn run(
                 pending.extend(carry_out(&mut x, o, now()));
             }
         }
-        for mut e in rt.exited() {
+        for mut e in rt.rt.exited() {
             e.container_gone =
                 !e.fenced && cfg.containers.get(&e.unit).is_some_and(|c| !c.exists());
             tracing::warn!(unit = %e.unit, pid = e.pid, code = ?e.code, signal = ?e.signal, container_gone = e.container_gone, "unit exited");
@@ -271,7 +291,13 @@ pub async fn run(
                     let tx = ev_tx.clone();
                     tokio::task::spawn_blocking(move || {
                         let ok = probe::tcp_probe(addr, timeout);
-                        let _ = tx.send(Event::Answered { target, seq, ok });
+                        let at = t0.elapsed();
+                        let _ = tx.send(Event::Answered {
+                            target,
+                            seq,
+                            ok,
+                            at,
+                        });
                     });
                 }
                 probe::Output::Measured(m) => {
@@ -281,10 +307,20 @@ pub async fn run(
                     }
                     pending.extend(core.handle(now(), AgentInput::Measured(m)));
                 }
+                probe::Output::Discarded { target, seq } => {
+                    discarded(&mut status, &metrics, &target, seq);
+                }
             }
         }
+        for (unit, pid, silent) in rt.judge(now(), &mut status) {
+            metrics.units_hung.inc();
+            status
+                .hung
+                .push((unit.clone(), pid, silent.as_millis() as u64));
+            pending.extend(core.handle(now(), AgentInput::UnitHung { unit, pid, silent }));
+        }
         pending.extend(core.handle(now(), AgentInput::Tick));
-        status.units = rt.running();
+        status.units = rt.rt.running();
         status.in_failsafe = core.in_failsafe();
         status.highest_token = core.highest_token();
         metrics.units_running.set(status.units.len() as i64);
@@ -376,14 +412,21 @@ pub async fn run(
                         }
                         Some(AgentInput::Done { id, result })
                     }
-                    Event::Answered { target, seq, ok } => {
-                        for o in prober.handle(t, probe::Input::Answered { target, seq, ok }) {
-                            if let probe::Output::Measured(m) = o {
-                                status.probes_lost += u64::from(!m.ok);
-                                if !m.ok {
-                                    metrics.probes_lost.inc();
+                    Event::Answered { target, seq, ok, at } => {
+                        let answer = probe::Input::Answered { target, seq, ok, at };
+                        for o in prober.handle(t, answer) {
+                            match o {
+                                probe::Output::Measured(m) => {
+                                    status.probes_lost += u64::from(!m.ok);
+                                    if !m.ok {
+                                        metrics.probes_lost.inc();
+                                    }
+                                    pending.extend(core.handle(t, AgentInput::Measured(m)));
                                 }
-                                pending.extend(core.handle(t, AgentInput::Measured(m)));
+                                probe::Output::Discarded { target, seq } => {
+                                    discarded(&mut status, &metrics, &target, seq);
+                                }
+                                probe::Output::Probe { .. } => {}
                             }
                         }
                         None
@@ -395,8 +438,118 @@ pub async fn run(
             }
         }
     }
-    drop(rt);
+    drop(units);
     Ok(())
+}
+
+/// The units' runtime with their hang watch and notification sockets.
+struct Units {
+    rt: ProcessRuntime,
+    hang: Option<HangWatch>,
+    sockets: Sockets,
+}
+
+impl Units {
+    /// Starts `spec`: with hang detection, its notification socket is
+    /// bound first (`NOTIFY_SOCKET`) and its process watched.
+    fn start(
+        &mut self,
+        cfg: &ShellConfig,
+        spec: &UnitSpec,
+        now: Time,
+    ) -> Result<u32, crate::runtime::RuntimeError> {
+        let mut spec = spec.clone();
+        if let Some(h) = cfg.hang {
+            if self.rt.running().iter().any(|(u, _)| *u == spec.name) {
+                return Err(crate::runtime::RuntimeError::Running(spec.name));
+            }
+            let path = notify_socket(cfg, &spec.name);
+            match self.sockets.bind(&spec.name, &path) {
+                Ok(()) => {
+                    spec.env
+                        .push(("NOTIFY_SOCKET".into(), path.display().to_string()));
+                    spec.env
+                        .push(("WATCHDOG_USEC".into(), h.hang.as_micros().to_string()));
+                }
+                Err(e) => {
+                    tracing::error!(unit = %spec.name, path = %path.display(), error = %e, "notification socket not bound: the unit runs without hang detection");
+                }
+            }
+        }
+        let pid = self.rt.start(&spec)?;
+        if let Some(h) = &mut self.hang {
+            h.handle(
+                now,
+                hang::Input::Started {
+                    unit: spec.name.clone(),
+                    pid,
+                },
+            );
+        }
+        Ok(pid)
+    }
+
+    /// Forgets units that are gone, reads every queued notification, then
+    /// judges: the hung units (unit, pid, silent for).
+    fn judge(&mut self, now: Time, status: &mut AgentStatus) -> Vec<(String, u32, Duration)> {
+        let Some(h) = &mut self.hang else {
+            return Vec::new();
+        };
+        let running: BTreeMap<String, u32> = self.rt.running().into_iter().collect();
+        let gone: Vec<String> = h
+            .watched()
+            .filter(|(u, p)| running.get(*u) != Some(p))
+            .map(|(u, _)| u.to_string())
+            .collect();
+        for unit in gone {
+            self.sockets.close(&unit);
+            h.handle(now, hang::Input::Gone { unit });
+        }
+        for m in self.sockets.drain(now, SystemTime::now()) {
+            h.handle(now, m);
+        }
+        for (unit, pid) in h.overdue(now) {
+            let stopped = hang::process_stopped(pid);
+            h.handle(now, hang::Input::Stopped { unit, pid, stopped });
+        }
+        let hung = h
+            .handle(now, hang::Input::Tick)
+            .into_iter()
+            .map(|o| match o {
+                hang::Output::Hung {
+                    unit, pid, silent, ..
+                } => (unit, pid, silent),
+            })
+            .collect();
+        status.ping_gap_max_ms = h
+            .gaps()
+            .into_iter()
+            .map(|(u, g)| (u, g.as_millis() as u64))
+            .collect();
+        status.hang_stalls = h.stalls();
+        hung
+    }
+}
+
+/// A probe discarded by the prober (the agent stalled while it was out).
+fn discarded(
+    status: &mut AgentStatus,
+    metrics: &crate::metrics::AgentMetrics,
+    target: &str,
+    seq: u64,
+) {
+    status.probes_discarded += 1;
+    metrics.probes_discarded.inc();
+    tracing::info!(
+        target,
+        seq,
+        "probe discarded: the agent stalled while it was out"
+    );
+}
+
+/// The notification socket of a unit's process (`NOTIFY_SOCKET`).
+fn notify_socket(cfg: &ShellConfig, unit: &str) -> PathBuf {
+    cfg.work_dir.join(unit).join("notify.sock")
 }
 
 fn unit_spec(
@@ -472,7 +625,7 @@ fn await_ready(path: PathBuf, pid: u32, id: u64, ev: mpsc::UnboundedSender<Event
 struct Ctx<'a> {
     cfg: &'a ShellConfig,
     core: &'a mut AgentCore,
-    rt: &'a mut ProcessRuntime,
+    rt: &'a mut Units,
     status: &'a mut AgentStatus,
     renew_tx: &'a mpsc::UnboundedSender<bool>,
     report_tx: &'a mpsc::UnboundedSender<AgentReport>,
@@ -517,7 +670,7 @@ fn carry_out(x: &mut Ctx<'_>, o: AgentOutput, now: Time) -> Vec<AgentOutput> {
                 status.self_fenced_at_ms = Some(now.as_millis() as u64);
                 metrics.self_fenced_units.inc();
             }
-            let r = rt.fence(&unit, Duration::from_secs(5));
+            let r = rt.rt.fence(&unit, Duration::from_secs(5));
             let mut out = Vec::new();
             let res = match r {
                 Ok(exit) => {
@@ -534,6 +687,16 @@ fn carry_out(x: &mut Ctx<'_>, o: AgentOutput, now: Time) -> Vec<AgentOutput> {
             }
             out
         }
+        AgentOutput::FenceHung { unit } => match rt.rt.fence(&unit, Duration::from_secs(5)) {
+            Ok(exit) => {
+                tracing::warn!(%unit, pid = exit.pid, "hung unit fenced");
+                core.handle(now, AgentInput::UnitExited(exit))
+            }
+            Err(e) => {
+                tracing::warn!(%unit, error = %e, "fencing the hung unit");
+                Vec::new()
+            }
+        },
         AgentOutput::Start {
             id,
             unit,
@@ -548,14 +711,14 @@ fn carry_out(x: &mut Ctx<'_>, o: AgentOutput, now: Time) -> Vec<AgentOutput> {
             let r = std::fs::create_dir_all(&dir)
                 .and_then(|()| std::fs::write(&path, config))
                 .map_err(|e| e.to_string())
-                .and_then(
-                    |()| match rt.start(&unit_spec(cfg, &unit, &path, takeover, standby)) {
+                .and_then(|()| {
+                    match rt.start(cfg, &unit_spec(cfg, &unit, &path, takeover, standby), now) {
                         Ok(pid) => Ok(Some(pid)),
                         // A repeated command (a new leader carrying on): done.
                         Err(crate::runtime::RuntimeError::Running(_)) => Ok(None),
                         Err(e) => Err(e.to_string()),
-                    },
-                );
+                    }
+                });
             let mut out = Vec::new();
             let mut waiting = false;
             let res = r.map(|started| {
@@ -608,6 +771,7 @@ fn carry_out(x: &mut Ctx<'_>, o: AgentOutput, now: Time) -> Vec<AgentOutput> {
             let ready = ready_file(cfg, &unit);
             let _ = std::fs::remove_file(&ready);
             let pid = rt
+                .rt
                 .running()
                 .into_iter()
                 .find(|(u, _)| *u == unit)
@@ -628,7 +792,7 @@ fn carry_out(x: &mut Ctx<'_>, o: AgentOutput, now: Time) -> Vec<AgentOutput> {
                     let why = r.err().unwrap_or_else(|| "the standby is gone".into());
                     tracing::warn!(%unit, error = %why, "standby takeover failed: fencing the standby");
                     let mut out = Vec::new();
-                    if let Ok(exit) = rt.fence(&unit, Duration::from_secs(5)) {
+                    if let Ok(exit) = rt.rt.fence(&unit, Duration::from_secs(5)) {
                         out.extend(core.handle(now, AgentInput::UnitExited(exit)));
                     }
                     out.extend(core.handle(

@@ -9,9 +9,11 @@
 //!   migrations in flight.
 //! - [`localize`]: failure localization (TENSOR §3.3.2 inter-component
 //!   measurements, §3.3.3 failure location). [`Localizer::handle`] takes
-//!   heartbeats, pidfd reports and IP SLA probes and returns
+//!   heartbeats, pidfd and hang reports and IP SLA probes and returns
 //!   [`Verdict`]s: the five failure kinds (application, container,
-//!   container network, host, host network) and the notes that are not
+//!   container network, host, host network), a hung process (its agent
+//!   found it frozen and killed it; handled as an application failure)
+//!   and the notes that are not
 //!   failures (a lost probe, a controller cut off from a healthy host, a
 //!   suspected host and its recovery). It acts only on agreeing evidence
 //!   from two vantage points, holds host-level verdicts for a 3 s

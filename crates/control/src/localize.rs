@@ -6,7 +6,8 @@
 //! [`Localizer::next_deadline`] (the end of a host's confirmation window).
 //! Both return [`Verdict`]s: a [`Finding`], the [`Evidence`] behind it, the
 //! time of the first bad measurement and the time of the verdict. Only the
-//! five failure kinds act ([`Finding::acts`]); the rest are notes.
+//! five failure kinds and a hung process act ([`Finding::acts`]); the rest
+//! are notes.
 //!
 //! # Vantage points and measurements
 //! - The controller's gRPC heartbeats ([`Measurement::Heartbeat`]) to each
@@ -28,6 +29,11 @@
 //! - **Application** (E1): the agent reports the process exited (pidfd), the
 //!   controller's heartbeat to the unit confirms (`confirm_misses` misses),
 //!   the host is not under suspicion.
+//! - **Hung**: the agent reports the process hung (no watchdog ping for
+//!   its `--hang-ms`; it killed the process through its pidfd before
+//!   reporting), the controller's heartbeat to the unit confirms
+//!   (`confirm_misses` misses: the killed process's port refuses), the
+//!   host is not under suspicion. Acted on as an application failure.
 //! - **Container** (E2): the agent reports the container gone (every
 //!   process, the namespace); the controller's heartbeat or an IP SLA probe
 //!   to the unit confirms.
@@ -69,8 +75,10 @@
 //!   as a host failure, not a host-network one; the handling is the same.
 //! - A partial partition (some vantage points reach the host, others do
 //!   not) gives no verdict and no note.
-//! - A hung process (alive, socket silent) is not one of TENSOR's kinds: the
-//!   silent control socket is recorded as evidence only.
+//! - A hung process is found by its agent (the watchdog pings), not here:
+//!   while it is frozen, the kernel completes every TCP handshake with it,
+//!   so the heartbeats and probes answer; only the agent's report, and
+//!   the refused heartbeat once the agent killed it, give the verdict.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -193,6 +201,8 @@ pub enum ProcessState {
     Exited,
     /// Every process of the container is gone, or its namespace.
     ContainerGone,
+    /// holdfastd hung (no watchdog ping), and its agent killed it.
+    Hung,
 }
 
 /// One measurement.
@@ -241,6 +251,8 @@ pub enum Observation {
     ProcessExited,
     /// The pidfd report: the container is gone.
     ContainerGone,
+    /// The agent's report: the process hung (and was killed).
+    Hung,
     /// Consecutive missed measurements on a path.
     Missed(Channel),
     /// The path answered (positive evidence, e.g. the host is reachable).
@@ -268,6 +280,14 @@ pub struct Evidence {
 pub enum Finding {
     /// E1: the unit's process died; container and host are fine.
     Application {
+        /// The unit.
+        unit: UnitId,
+        /// Its host.
+        host: HostId,
+    },
+    /// The unit's process hung; its agent killed it. Container and host
+    /// are fine.
+    Hung {
         /// The unit.
         unit: UnitId,
         /// Its host.
@@ -330,10 +350,11 @@ pub enum Finding {
 }
 
 impl Finding {
-    /// The failure kind, for the five that act.
+    /// The failure kind, for the six that act (TENSOR's five and hung).
     pub fn failure_kind(&self) -> Option<FailureKind> {
         match self {
             Finding::Application { .. } => Some(FailureKind::Application),
+            Finding::Hung { .. } => Some(FailureKind::Hung),
             Finding::Container { .. } => Some(FailureKind::Container),
             Finding::ContainerNetwork { .. } => Some(FailureKind::ContainerNetwork),
             Finding::Host { .. } => Some(FailureKind::Host),
@@ -826,7 +847,10 @@ impl Localizer {
         let process = self.process.get(unit).copied();
         let dead = matches!(
             process,
-            Some((ProcessState::Exited | ProcessState::ContainerGone, _))
+            Some((
+                ProcessState::Exited | ProcessState::ContainerGone | ProcessState::Hung,
+                _
+            ))
         );
         if self.fired.contains(unit) {
             if !dead && unit_paths.iter().all(|(_, p)| p.misses == 0) {
@@ -835,12 +859,16 @@ impl Localizer {
             return;
         }
         let finding_and_evidence = match process {
-            Some((state @ (ProcessState::Exited | ProcessState::ContainerGone), since)) => {
+            Some((
+                state @ (ProcessState::Exited | ProcessState::ContainerGone | ProcessState::Hung),
+                since,
+            )) => {
                 let report = Evidence {
                     from: agent.clone(),
                     to: target.clone(),
                     what: match state {
                         ProcessState::Exited => Observation::ProcessExited,
+                        ProcessState::Hung => Observation::Hung,
                         _ => Observation::ContainerGone,
                     },
                     since,
@@ -860,6 +888,10 @@ impl Localizer {
                 evidence.extend(socket);
                 let finding = match state {
                     ProcessState::Exited => Finding::Application {
+                        unit: unit.clone(),
+                        host: host.clone(),
+                    },
+                    ProcessState::Hung => Finding::Hung {
                         unit: unit.clone(),
                         host: host.clone(),
                     },

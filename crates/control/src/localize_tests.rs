@@ -17,6 +17,9 @@ fn u(n: &str) -> UnitId {
 #[derive(Debug, Clone)]
 enum Fault {
     App(UnitId),
+    /// The unit's process hung and its agent killed it at `start` (while
+    /// frozen, before, it answered every handshake).
+    Hung(UnitId),
     Container(UnitId),
     ContainerNet(UnitId),
     Host(HostId),
@@ -104,7 +107,10 @@ impl World {
     }
 
     fn app_ok(&self, t: Millis, unit: &UnitId) -> bool {
-        !self.any(t, |f| matches!(f, Fault::App(x) if x == unit))
+        !self.any(
+            t,
+            |f| matches!(f, Fault::App(x) | Fault::Hung(x) if x == unit),
+        )
     }
 
     fn lost(&self, t: Millis, from: &Vantage, to: &Target) -> bool {
@@ -196,10 +202,11 @@ impl World {
         for f in &self.faults {
             let state = match &f.fault {
                 Fault::App(_) => ProcessState::Exited,
+                Fault::Hung(_) => ProcessState::Hung,
                 Fault::Container(_) => ProcessState::ContainerGone,
                 _ => continue,
             };
-            let (Fault::App(x) | Fault::Container(x)) = &f.fault else {
+            let (Fault::App(x) | Fault::Hung(x) | Fault::Container(x)) = &f.fault else {
                 continue;
             };
             out.push((
@@ -273,6 +280,16 @@ fn cases() -> Vec<Case> {
             faults: vec![fault(Fault::App(u("a0")), START, 10_000)],
             expect: Some(Finding::Application {
                 unit: u("a0"),
+                host: h("a"),
+            }),
+            bar: 300,
+            note: None,
+        },
+        Case {
+            name: "hung",
+            faults: vec![fault(Fault::Hung(u("a1")), START, 10_000)],
+            expect: Some(Finding::Hung {
+                unit: u("a1"),
                 host: h("a"),
             }),
             bar: 300,
@@ -462,6 +479,42 @@ fn one_vantage_point_would_act_if_the_rule_were_dropped() {
             unit: u("a1"),
             host: h("a")
         }
+    );
+}
+
+#[test]
+fn a_hung_report_alone_does_not_act_and_shows_as_hung() {
+    // The agent says the unit hung, but the controller still completes
+    // handshakes with it (not killed yet, or another process answers): one
+    // vantage point, no verdict.
+    let world = World::new(Vec::new());
+    let mut ms = world.measurements(3_000);
+    ms.push((
+        START,
+        Measurement::Process {
+            unit: u("c0"),
+            state: ProcessState::Hung,
+        },
+    ));
+    ms.sort_by_key(|(t, _)| *t);
+    let mut l = Localizer::new(LocalizeConfig::default());
+    l.sync(&world.state());
+    assert!(acting(&feed(&mut l, ms)).is_empty());
+    // With the kill confirmed by the heartbeat: a verdict named `hung`.
+    let world = World::new(vec![fault(Fault::Hung(u("c0")), START, 10_000)]);
+    let (_, out) = run(&world, LocalizeConfig::default(), 3_000);
+    let acts = acting(&out);
+    assert_eq!(acts.len(), 1);
+    assert_eq!(acts[0].finding.failure_kind(), Some(FailureKind::Hung));
+    assert!(acts[0]
+        .evidence
+        .iter()
+        .any(|e| e.what == Observation::Hung && e.from == Vantage::Agent(h("c"))));
+    let json = serde_json::to_value(&acts[0].finding).unwrap();
+    assert!(json.get("hung").is_some(), "{json}");
+    assert_eq!(
+        serde_json::to_value(FailureKind::Hung).unwrap(),
+        serde_json::json!("hung")
     );
 }
 

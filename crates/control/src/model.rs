@@ -68,7 +68,8 @@ impl fmt::Display for UnitId {
     }
 }
 
-/// TENSOR §3.3.3's five failure kinds (Figure 3, E1–E5).
+/// TENSOR §3.3.3's five failure kinds (Figure 3, E1–E5), and a hung
+/// process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FailureKind {
@@ -82,6 +83,10 @@ pub enum FailureKind {
     Host,
     /// E5: the host's network.
     HostNetwork,
+    /// The BGP/BFD process stopped making progress (no watchdog ping: a
+    /// SIGSTOP, a deadlock, a starved or stuck event loop); its agent
+    /// killed it. Handled as an application failure (issue 25).
+    Hung,
 }
 
 impl FailureKind {

@@ -22,8 +22,9 @@
 //! own units when it loses the controller.
 //!
 //! What each input does:
-//! - application failure: [`AppPolicy::RestartInPlace`] restarts the unit
-//!   on its host (a migration from the host to itself, at the next epoch);
+//! - application failure, and a hung process (its agent killed it): the
+//!   same policy — [`AppPolicy::RestartInPlace`] restarts the unit on its
+//!   host (a migration from the host to itself, at the next epoch);
 //!   [`AppPolicy::Migrate`] takes over on the backup;
 //! - container and container-network failures: take over on the backup
 //!   (the fence kills the old container);
@@ -387,6 +388,7 @@ impl Planner {
                 }
             }
             Finding::Application { unit, host }
+            | Finding::Hung { unit, host }
             | Finding::Container { unit, host }
             | Finding::ContainerNetwork { unit, host } => {
                 let u = self
@@ -400,7 +402,7 @@ impl Planner {
                 if stale {
                     return Ok(());
                 }
-                let in_place = kind == FailureKind::Application
+                let in_place = matches!(kind, FailureKind::Application | FailureKind::Hung)
                     && self.ctx.app_policy == AppPolicy::RestartInPlace;
                 self.migrate(unit, MigrationReason::Failure(kind), in_place);
             }

@@ -109,6 +109,26 @@ fn unit_level_failures() {
             in_place: false,
         },
         Row {
+            name: "hung, restart in place (the application policy)",
+            finding: Finding::Hung {
+                unit: unit.clone(),
+                host: host.clone(),
+            },
+            policy: AppPolicy::RestartInPlace,
+            steps: vec!["fence", "restart"],
+            in_place: true,
+        },
+        Row {
+            name: "hung, migrate",
+            finding: Finding::Hung {
+                unit: unit.clone(),
+                host: host.clone(),
+            },
+            policy: AppPolicy::Migrate,
+            steps: vec!["fence", "takeover", "move-address", "place-backup"],
+            in_place: false,
+        },
+        Row {
             name: "container",
             finding: Finding::Container {
                 unit: unit.clone(),

@@ -231,6 +231,8 @@ impl Hub {
                     Ok(unit_event::Kind::Started) => Some(ProcessState::Running),
                     Ok(unit_event::Kind::Exited) => Some(ProcessState::Exited),
                     Ok(unit_event::Kind::ContainerGone) => Some(ProcessState::ContainerGone),
+                    // No watchdog ping: the agent killed it (issue 25).
+                    Ok(unit_event::Kind::Hung) => Some(ProcessState::Hung),
                     // Fenced on purpose (a migration, or the agent's
                     // watchdog, which the lease expiry reports).
                     _ => None,

@@ -21,6 +21,7 @@ use prometheus_client::registry::Registry;
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
 pub enum Reason {
     Application,
+    Hung,
     Container,
     ContainerNetwork,
     Host,

@@ -680,7 +680,7 @@ async fn act(
             actions.pop_front();
             return Ok(None);
         }
-        Finding::Application { unit, host } => {
+        Finding::Application { unit, host } | Finding::Hung { unit, host } => {
             let key = store.keys().unit(&unit.0);
             let own = store
                 .get::<UnitRecord>(&key)
@@ -886,6 +886,7 @@ fn finding_reason(f: &Finding) -> Reason {
     match f {
         Finding::Container { .. } => Reason::Container,
         Finding::ContainerNetwork { .. } => Reason::ContainerNetwork,
+        Finding::Hung { .. } => Reason::Hung,
         _ => Reason::Application,
     }
 }

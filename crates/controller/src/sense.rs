@@ -149,7 +149,8 @@ pub struct VerdictView {
     /// The verdict, with its evidence.
     #[serde(flatten)]
     pub verdict: Verdict,
-    /// One of TENSOR's five kinds (the controller acts), or a note.
+    /// One of TENSOR's five kinds or `hung` (the controller acts), or a
+    /// note.
     pub kind: Option<holdfast_control::FailureKind>,
     /// From the first bad measurement to the verdict.
     pub detection_ms: u64,

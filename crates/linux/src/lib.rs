@@ -18,6 +18,8 @@
 //! | [`gate`] | the ACK gate's decisions: hold, clamp, release, synthesise (TCPR §II-C, RFC 7323 PAWS) | none (pure) |
 //! | [`netns`] | running code inside a network namespace | `setns(2)` |
 //! | [`nslock`] | one NSR speaker per network namespace: a lock released when its holder dies, naming its holder | abstract Unix socket, `SO_PEERCRED` |
+//! | [`notify`] | systemd's `sd_notify` (`READY=1`, `WATCHDOG=1`), both the service's and the supervisor's end | `AF_UNIX` datagrams, `SO_TIMESTAMPNS`, `SO_PASSCRED` |
+//! | [`progress`] | hang detection: one atomic progress stamp per event loop, checked by the watchdog pinger | none (atomics) |
 //! | [`packet`] | IPv4/IPv6 + TCP header parsing and rewriting, RFC 1624 checksum update | none (pure) |
 //! | [`resident`] | small idle units: the start-up code's pages leave the resident set | `dl_iterate_phdr(3)`, `/proc/self/smaps`, `madvise(MADV_DONTNEED)` |
 //! | [`rtnl`] | the kernel FIB: route writes in batches, dumps, notifications | `NETLINK_ROUTE` (`RTM_NEWROUTE`, `RTM_DELROUTE`, `RTM_GETROUTE`, `RTA_MULTIPATH`) |
@@ -41,9 +43,11 @@ pub mod info;
 pub mod md5;
 pub mod netns;
 pub mod nfq;
+pub mod notify;
 pub mod nslock;
 pub mod packet;
 pub mod pidfd;
+pub mod progress;
 pub mod repair;
 pub mod resident;
 pub mod rtnl;

@@ -334,10 +334,12 @@ impl AckGate {
             error: Mutex::new(None),
         });
         let s2 = Arc::clone(&shared);
+        // Hang detection: the gate reports each round's progress.
+        let stamp = crate::progress::global().register("ack-gate", GATE_BUDGET);
         let thread = std::thread::Builder::new()
             .name("ack-gate".into())
             .spawn(move || {
-                if let Err(e) = run(&s2, nl, injector) {
+                if let Err(e) = run(&s2, nl, injector, &stamp) {
                     *s2.error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
                 }
                 s2.running.store(false, Ordering::SeqCst);
@@ -454,7 +456,16 @@ fn execute(shared: &Shared, nl: &mut Nl, inj: &Injector, out: &mut Vec<Out>) {
     }
 }
 
-fn run(shared: &Shared, mut nl: Nl, inj: Injector) -> io::Result<()> {
+/// How long one round of the gate thread may take before the process's
+/// watchdog counts it stuck ([`crate::progress`]).
+const GATE_BUDGET: std::time::Duration = std::time::Duration::from_secs(2);
+
+fn run(
+    shared: &Shared,
+    mut nl: Nl,
+    inj: Injector,
+    stamp: &crate::progress::Stamp,
+) -> io::Result<()> {
     let mut buf = vec![0u8; RECV_BUF];
     let mut msgs = Vec::new();
     let mut out = Vec::new();
@@ -471,8 +482,10 @@ fn run(shared: &Shared, mut nl: Nl, inj: Injector) -> io::Result<()> {
         },
     ];
     loop {
+        stamp.idle();
         // SAFETY: `pfd` is a live array of two pollfds.
         let rc = unsafe { libc::poll(pfd.as_mut_ptr(), 2, -1) };
+        stamp.busy();
         if rc < 0 {
             let e = io::Error::last_os_error();
             if e.kind() == io::ErrorKind::Interrupted {

@@ -180,6 +180,8 @@ pub async fn run(
     start: Start,
     record: Option<PathBuf>,
 ) -> anyhow::Result<Exit> {
+    crate::watchdog::start();
+    crate::watchdog::beat("io", crate::watchdog::IO_BUDGET);
     let metrics = Arc::new(Metrics::new());
     let (tx, mut rx) = mpsc::unbounded_channel();
     let (takeover_failed, mut failed_rx) = mpsc::unbounded_channel();
@@ -294,6 +296,7 @@ pub async fn run(
         neighbors = d.peers.len(),
         "holdfastd running"
     );
+    crate::watchdog::ready("running");
     if primary {
         release_start_up_pages();
     }

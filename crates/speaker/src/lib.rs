@@ -10,6 +10,9 @@
 //! its own ("nsr-standby", `standby.rs`) and feeds the RIB threads. An
 //! instance with `[kernel]` has a FIB thread ("fib-NAME", `fib/`) that
 //! installs its best paths into a kernel routing table over rtnetlink.
+//! Every event loop reports its progress, and a small thread ("watchdog",
+//! `watchdog.rs`) tells the supervisor (`sd_notify` `READY=1`,
+//! `WATCHDOG=1`) only while each one does.
 //!
 //! Signals: SIGHUP reloads the configuration (only what changed is touched),
 //! SIGTERM/SIGINT stop the daemon after sending Cease to every peer.
@@ -45,6 +48,7 @@ mod tables;
 #[cfg(test)]
 mod test_fixtures;
 mod unacked;
+mod watchdog;
 
 pub use nsr::core as repl_core;
 

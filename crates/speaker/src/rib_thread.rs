@@ -297,10 +297,12 @@ pub fn spawn(
 ) -> RibHandle {
     let (tx, rx) = mpsc::unbounded_channel();
     let thread_name = format!("rib-{name}");
+    let stamp = crate::watchdog::register(&thread_name, crate::watchdog::RIB_BUDGET);
     std::thread::Builder::new()
         .name(thread_name)
         .spawn(move || {
             RibThread {
+                stamp,
                 name,
                 engine,
                 rx,
@@ -324,6 +326,8 @@ pub fn spawn(
 }
 
 struct RibThread {
+    /// Progress for the process's watchdog (idle while waiting).
+    stamp: holdfast_linux::progress::Stamp,
     name: String,
     engine: Engine,
     rx: mpsc::UnboundedReceiver<RibCmd>,
@@ -402,10 +406,15 @@ impl RibThread {
                 Some(c) => c,
                 None => match self.held.pop_front() {
                     Some(c) => c,
-                    None => match self.rx.blocking_recv() {
-                        Some(c) => c,
-                        None => return,
-                    },
+                    None => {
+                        self.stamp.idle();
+                        let next = self.rx.blocking_recv();
+                        self.stamp.busy();
+                        match next {
+                            Some(c) => c,
+                            None => return,
+                        }
+                    }
                 },
             };
             match cmd {

@@ -274,6 +274,7 @@ async fn run(
         return;
     }
     let _ = ready.send(Ok(()));
+    crate::watchdog::beat("bfd", crate::watchdog::BFD_BUDGET);
     drop(pkt_tx);
     let mut resync = nsr.as_ref().map(|n| n.shared.resync.subscribe());
     let mut table = Table::new(metrics, nsr);

@@ -75,6 +75,7 @@ impl Daemon {
         let follower = Follower::start(Box::new(LazyStore::new(n)), FollowCore::new(targets), ribs)
             .context("starting the standby's follower thread")?;
         tracing::info!(instance = %n.instance, store = %n.store.redacted(), "standby: following the state store; `holdfast nsr takeover` takes over");
+        crate::watchdog::ready("standby");
         let stop = |f: Follower| async move {
             tokio::task::spawn_blocking(move || f.stop())
                 .await

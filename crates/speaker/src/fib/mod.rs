@@ -134,10 +134,12 @@ pub fn spawn(
     monitor.drop_routes_of_protocol(cfg.protocol)?;
     let filtered = vec![cfg.protocol];
     let (tx, rx) = mpsc::channel();
+    let stamp = crate::watchdog::register(&format!("fib-{instance}"), crate::watchdog::FIB_BUDGET);
     std::thread::Builder::new()
         .name(format!("fib-{instance}"))
         .spawn(move || {
             if let Some(rx) = after {
+                stamp.idle();
                 let _ = rx.recv_timeout(Duration::from_secs(60));
             }
             Shell {
@@ -154,6 +156,7 @@ pub fn spawn(
                 metrics,
                 last_gauges: None,
                 filtered,
+                stamp,
             }
             .run()
         })?;
@@ -175,6 +178,8 @@ struct Shell {
     last_gauges: Option<Instant>,
     /// The protocols the notification filter drops now.
     filtered: Vec<u8>,
+    /// Progress for the process's watchdog (idle while waiting).
+    stamp: holdfast_linux::progress::Stamp,
 }
 
 impl Shell {
@@ -197,9 +202,13 @@ impl Shell {
                     .core
                     .next_wake()
                     .map_or(IDLE, |t| t.saturating_duration_since(now).min(IDLE));
-                self.rx
+                self.stamp.idle();
+                let got = self
+                    .rx
                     .recv_timeout(wait)
-                    .map_err(|e| e == mpsc::RecvTimeoutError::Disconnected)
+                    .map_err(|e| e == mpsc::RecvTimeoutError::Disconnected);
+                self.stamp.busy();
+                got
             };
             match cmd {
                 Ok(c) => {

@@ -97,6 +97,9 @@ pub(super) struct Replicator {
     unreleased: VecDeque<Vec<Item>>,
     /// When each write in flight was sent, oldest first.
     sent_at: VecDeque<Instant>,
+    /// Progress for the process's watchdog: idle while waiting for work
+    /// or for the store.
+    stamp: holdfast_linux::progress::Stamp,
 }
 
 impl Replicator {
@@ -117,6 +120,7 @@ impl Replicator {
             out: Vec::new(),
             unreleased: VecDeque::new(),
             sent_at: VecDeque::new(),
+            stamp: crate::watchdog::register("nsr-replicator", crate::watchdog::REPLICATOR_BUDGET),
         }
     }
 
@@ -140,7 +144,10 @@ impl Replicator {
                     .core
                     .next_wake()
                     .map_or(Duration::MAX, |w| w.saturating_sub(self.now()));
-                match self.rx.recv_timeout(wait) {
+                self.stamp.idle();
+                let got = self.rx.recv_timeout(wait);
+                self.stamp.busy();
+                match got {
                     Ok(first) => Some(first),
                     Err(std_mpsc::RecvTimeoutError::Timeout) => None,
                     Err(std_mpsc::RecvTimeoutError::Disconnected) => return Ended::Closed,
@@ -156,7 +163,9 @@ impl Replicator {
                     self.step(ReplInput::Batch(info), batch)
                 }
                 None if in_flight > 0 => {
+                    self.stamp.idle();
                     let r = self.store.recv_write();
+                    self.stamp.busy();
                     let sent = self.sent_at.pop_front();
                     let input = match r {
                         Ok(()) => ReplInput::Written {
