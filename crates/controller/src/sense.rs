@@ -22,6 +22,14 @@
 //! confirmation windows. The worker acts on the verdicts that act and
 //! records every verdict in the replica's status.
 //!
+//! The controller's own measurements are its own clock's: a replica that
+//! was stopped or starved (SIGSTOP, a long scheduling delay) would count
+//! its own stall as misses (agents' heartbeats that wait in its sockets, a
+//! connect timeout that fired late). So the [`sensor`] discards what it
+//! measured across a late tick: a unit heartbeat whose connect took more
+//! than 1.5 intervals, or that was under way when a tick came late, and
+//! the host heartbeats for three intervals after a late tick.
+//!
 //! # Known issues
 //! - A new leader starts with no measurements: for a host, the first
 //!   verdict needs fresh misses after the election (the lease expiry, which
@@ -100,15 +108,30 @@ pub async fn sensor(hub: Hub, targets: SharedTargets, cfg: SenseConfig) {
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut leading_since: Option<Instant> = None;
+    let mut last_tick = Instant::now();
+    // Bumped at each late tick: a unit heartbeat under way across it is
+    // dropped.
+    let stalls = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut quiet_until = Instant::now();
     loop {
         tick.tick().await;
+        let now = Instant::now();
+        if now.duration_since(last_tick) > interval * 2 {
+            stalls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            quiet_until = now + interval * 3;
+            tracing::info!(
+                late_ms = (now.duration_since(last_tick) - interval).as_millis() as u64,
+                "the sensor's tick came late (this replica stalled): its measurements across it are dropped"
+            );
+        }
+        last_tick = now;
         if hub.may_act().is_none() {
             leading_since = None;
             continue;
         }
         let since = *leading_since.get_or_insert_with(Instant::now);
         let t = lock(&targets).clone();
-        if since.elapsed() >= cfg.grace {
+        if since.elapsed() >= cfg.grace && now >= quiet_until {
             for h in &t.hosts {
                 let ok = hub
                     .heartbeat_age(h)
@@ -125,11 +148,19 @@ pub async fn sensor(hub: Hub, targets: SharedTargets, cfg: SenseConfig) {
         }
         for (unit, addr) in t.units {
             let tx = tx.clone();
+            let stalls = stalls.clone();
+            let gen = stalls.load(std::sync::atomic::Ordering::SeqCst);
             tokio::spawn(async move {
+                let started = Instant::now();
                 let ok = matches!(
                     tokio::time::timeout(interval, tokio::net::TcpStream::connect(addr)).await,
                     Ok(Ok(_))
                 );
+                if started.elapsed() > interval * 3 / 2
+                    || stalls.load(std::sync::atomic::Ordering::SeqCst) != gen
+                {
+                    return;
+                }
                 let _ = tx.send(Observed {
                     at: Instant::now(),
                     what: Measurement::Heartbeat {

@@ -118,6 +118,12 @@ impl Store {
         self.fenced
     }
 
+    /// Drops every connection: the next request opens a new one (one stuck
+    /// behind TCP's retransmission backoff starts over).
+    pub fn reconnect(&mut self) {
+        self.clients.iter_mut().for_each(|c| *c = None);
+    }
+
     async fn client(&mut self, i: usize) -> Result<Client, String> {
         if let Some(c) = &self.clients[i] {
             return Ok(c.clone());
@@ -230,12 +236,18 @@ impl Store {
 
     /// Creates the leader key with `lease` if it is absent. `Some(token)`
     /// (the revision it was created at) if we did; `None` if it exists.
-    pub async fn campaign(&mut self, name: &str, lease: i64) -> Result<Option<Token>, StoreError> {
+    pub async fn campaign(
+        &mut self,
+        name: &str,
+        attach: Option<String>,
+        lease: i64,
+    ) -> Result<Option<Token>, StoreError> {
         let key = self.keys.leader();
         let value = to_json(&LeaderRecord {
             schema: SCHEMA,
             name: name.to_string(),
             lease,
+            attach,
         });
         let r = self
             .call(|mut c| {
