@@ -42,7 +42,7 @@ struct Args {
     margin_ms: u64,
     /// Leave a leader that sent nothing (its beats come every 100 ms) for
     /// this long, and attach to the one etcd names.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, env = "HOLDFAST_LEADER_SILENCE_MS", default_value_t = 1000)]
     leader_silence_ms: u64,
     /// Heartbeat period on the controller stream.
     #[arg(long, default_value_t = 100)]
