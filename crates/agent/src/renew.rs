@@ -10,7 +10,10 @@
 //! the renewal period, and the first acknowledgement counts (etcd's leader
 //! applies whichever arrives). A member whose connection failed four times
 //! in a row gets a new one (a fresh TCP connection starts with a fresh
-//! retransmission timer).
+//! retransmission timer). A lease etcd no longer knows (`lease not found`:
+//! it ran out while etcd was stalled and etcd revoked it on waking) is
+//! reported gone, so that the agent asks for a new one at once instead of
+//! retrying until its watchdog fences.
 //!
 //! # Known issues
 //! - A keepalive sent to several members is applied up to once per
@@ -98,7 +101,14 @@ async fn renewer(
         while let Ok(later) = asks.try_recv() {
             ask = later;
         }
-        let r = store.renew(ask.1).await.map_err(|e| e.to_string());
+        let r = match store.renew(ask.1).await {
+            Ok(left) => Ok(left),
+            // etcd revoked it (it ran out while etcd was stalled): gone,
+            // and a new one is to be granted, not retried.
+            // (etcd-client reports it as a keepalive error, not a status.)
+            Err(e) if e.to_string().contains("lease not found") => Ok(Duration::ZERO),
+            Err(e) => Err(e.to_string()),
+        };
         if r.is_err() {
             failures += 1;
             if failures >= RECONNECT_AFTER {
