@@ -448,13 +448,14 @@ async fn work(
             let res = advance_epoch(&mut store, &cfg, token).await;
             if let Ok(Outcome::Committed(_)) = res {
                 epoch_written = Some(token);
+                loc.elected(Instant::now());
             }
             res.map(Some)
         } else {
             let mut res = loc.sync(&mut store).await.map(|()| None);
             if res.is_ok() {
                 while let Ok(o) = events.try_recv() {
-                    for v in loc.observe(o) {
+                    for v in loc.observe(o, &hub) {
                         note(&shared, &v, &mut actions);
                     }
                 }

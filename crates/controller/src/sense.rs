@@ -30,6 +30,15 @@
 //! than 1.5 intervals, or that was under way when a tick came late, and
 //! the host heartbeats for three intervals after a late tick.
 //!
+//! A new leader knows no unit's process state until the unit's agent has
+//! attached and re-reported it. For [`SenseConfig::grace`] after the
+//! election, a measurement of a unit whose primary host's agent has not
+//! attached yet is dropped: an exited unit would otherwise get a
+//! container-network verdict from the other vantage points' probes, the
+//! exit report arriving a moment later (seen in `holdfast lab chaos
+//! --kinds leader-freeze`, the agents attaching to the new leader one
+//! after the other).
+//!
 //! # Known issues
 //! - A new leader starts with no measurements: for a host, the first
 //!   verdict needs fresh misses after the election (the lease expiry, which
@@ -197,6 +206,8 @@ pub struct Localization {
     /// Each judged unit's primary host.
     primaries: BTreeMap<String, String>,
     targets: SharedTargets,
+    /// When this replica was elected (its store epoch written).
+    elected: Option<Instant>,
 }
 
 impl Localization {
@@ -209,6 +220,7 @@ impl Localization {
             synced: None,
             primaries: BTreeMap::new(),
             targets,
+            elected: None,
         }
     }
 
@@ -262,8 +274,32 @@ impl Localization {
         Ok(())
     }
 
-    /// Takes one measurement.
-    pub fn observe(&mut self, o: Observed) -> Vec<Verdict> {
+    /// This replica was elected at `at`.
+    pub fn elected(&mut self, at: Instant) {
+        self.elected = Some(at);
+    }
+
+    /// Takes one measurement (`hub`: which agents are attached).
+    pub fn observe(&mut self, o: Observed, hub: &Hub) -> Vec<Verdict> {
+        let unit = match &o.what {
+            Measurement::Probe {
+                to: Target::Unit(u),
+                ..
+            }
+            | Measurement::Heartbeat {
+                to: Target::Unit(u),
+                ..
+            } => Some(u),
+            _ => None,
+        };
+        let early = self
+            .elected
+            .is_some_and(|t| o.at.saturating_duration_since(t) < self.cfg.grace);
+        if let (true, Some(u)) = (early, unit) {
+            if self.primaries.get(&u.0).is_some_and(|h| !hub.attached(h)) {
+                return Vec::new();
+            }
+        }
         if let (Measurement::Process { unit, .. }, Some(host)) = (&o.what, &o.host) {
             if self.primaries.get(&unit.0) != Some(host) {
                 return Vec::new();
