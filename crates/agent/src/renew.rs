@@ -6,11 +6,13 @@
 //! segment holds the HTTP/2 connection behind TCP's retransmission timer
 //! (200 ms, doubling), longer than the renewal period, and the renewals
 //! after it queue behind it. [`Renewers`] keeps one task and one
-//! connection per member; a renewal goes to all of them, each bounded by
-//! the renewal period, and the first acknowledgement counts (etcd's leader
-//! applies whichever arrives). A member whose connection failed four times
-//! in a row gets a new one (a fresh TCP connection starts with a fresh
-//! retransmission timer). A lease etcd no longer knows (`lease not found`:
+//! connection per member; a renewal goes to all of them and the first
+//! acknowledgement within the renewal period counts (etcd's leader applies
+//! whichever arrives). Each member's own request may take longer
+//! ([`REQUEST_WITHIN`]: a connection made again over a lossy link loses
+//! SYNs, retransmitted after 1 s): an acknowledgement that comes after its
+//! own round still proves the lease lasted from that round's send time,
+//! and is counted so (the watchdog keeps the latest send time). A lease etcd no longer knows (`lease not found`:
 //! it ran out while etcd was stalled and etcd revoked it on waking) is
 //! reported gone, so that the agent asks for a new one at once instead of
 //! retrying until its watchdog fences.
@@ -19,12 +21,13 @@
 //! - A keepalive sent to several members is applied up to once per
 //!   member: harmless (a renewal is idempotent), three times the requests.
 
+use crate::Time;
 use holdfast_controller::{Keys, Store};
 use std::time::Duration;
 use tokio::sync::mpsc;
 
-/// After this many failures in a row, a member's connection is replaced.
-const RECONNECT_AFTER: u32 = 4;
+/// How long one member's request (or connect) may take.
+pub const REQUEST_WITHIN: Duration = Duration::from_millis(1500);
 
 type Answer = (u64, Result<Duration, String>);
 
@@ -34,16 +37,18 @@ pub struct Renewers {
     answers: mpsc::UnboundedReceiver<Answer>,
     round: u64,
     bound: Duration,
+    /// Each recent round's lease and send time.
+    sent: std::collections::BTreeMap<u64, (i64, Time)>,
 }
 
 impl Renewers {
-    /// A task per member of `etcd`, every request bounded by `bound`.
+    /// A task per member of `etcd`; a renewal waits up to `bound`.
     pub fn start(etcd: &[String], keys: &Keys, bound: Duration) -> Result<Renewers, String> {
         let (tx, answers) = mpsc::unbounded_channel();
         let mut asks = Vec::new();
         for ep in etcd {
-            let store =
-                Store::new(vec![ep.clone()], bound, keys.clone(), true).map_err(|e| e.to_string())?;
+            let store = Store::new(vec![ep.clone()], REQUEST_WITHIN, keys.clone(), true)
+                .map_err(|e| e.to_string())?;
             let (ask_tx, ask_rx) = mpsc::unbounded_channel();
             tokio::spawn(renewer(store, ask_rx, tx.clone()));
             asks.push(ask_tx);
@@ -56,15 +61,22 @@ impl Renewers {
             answers,
             round: 0,
             bound,
+            sent: std::collections::BTreeMap::new(),
         })
     }
 
-    /// Renews `lease` through every member at once: the TTL left from the
-    /// first that answers (zero: the lease is gone), or every member's
-    /// error once all failed or the bound passed.
-    pub async fn renew(&mut self, lease: i64) -> Result<Duration, String> {
+    /// Renews `lease`, sent at `sent`, through every member at once: the
+    /// TTL left (zero: the lease is gone) and the send time of the round
+    /// it answers — this one, or an earlier one whose answer came late —
+    /// from the first acknowledgement; or every member's error once all
+    /// failed or the bound passed.
+    pub async fn renew(&mut self, lease: i64, sent: Time) -> Result<(Duration, Time), String> {
         self.round += 1;
         let round = self.round;
+        self.sent.insert(round, (lease, sent));
+        while self.sent.len() > 64 {
+            self.sent.pop_first();
+        }
         for a in &self.asks {
             let _ = a.send((round, lease));
         }
@@ -72,12 +84,17 @@ impl Renewers {
         let mut errors = Vec::new();
         while errors.len() < self.asks.len() {
             match tokio::time::timeout_at(deadline, self.answers.recv()).await {
-                Ok(Some((r, answer))) if r == round => match answer {
-                    Ok(left) => return Ok(left),
-                    Err(e) => errors.push(e),
+                Ok(Some((r, answer))) => match answer {
+                    // (An answer about an earlier lease is moot.)
+                    Ok(left) => {
+                        if let Some((_, at)) = self.sent.get(&r).filter(|(l, _)| *l == lease) {
+                            return Ok((left, *at));
+                        }
+                    }
+                    Err(e) if r == round => errors.push(e),
+                    // An earlier round's failure, late.
+                    Err(_) => {}
                 },
-                // An answer to an earlier round, late.
-                Ok(Some(_)) => {}
                 Ok(None) => break,
                 Err(_) => {
                     errors.push(format!("no member answered within {:?}", self.bound));
@@ -96,7 +113,6 @@ async fn renewer(
     mut asks: mpsc::UnboundedReceiver<(u64, i64)>,
     answers: mpsc::UnboundedSender<Answer>,
 ) {
-    let mut failures = 0u32;
     while let Some(mut ask) = asks.recv().await {
         while let Ok(later) = asks.try_recv() {
             ask = later;
@@ -109,15 +125,6 @@ async fn renewer(
             Err(e) if e.to_string().contains("lease not found") => Ok(Duration::ZERO),
             Err(e) => Err(e.to_string()),
         };
-        if r.is_err() {
-            failures += 1;
-            if failures >= RECONNECT_AFTER {
-                store.reconnect();
-                failures = 0;
-            }
-        } else {
-            failures = 0;
-        }
         if answers.send((ask.0, r)).is_err() {
             return;
         }

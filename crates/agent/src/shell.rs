@@ -856,8 +856,8 @@ async fn lease_task(
             },
             // Through every member at once (a lossy link costs one
             // connection's renewal, not the host's).
-            Some(id) => match renewers.renew(id).await {
-                Ok(left) if left > Duration::ZERO => Ok(Event::LeaseRenewed { sent }),
+            Some(id) => match renewers.renew(id, sent).await {
+                Ok((left, sent)) if left > Duration::ZERO => Ok(Event::LeaseRenewed { sent }),
                 Ok(_) => {
                     lease = None;
                     Err("the lease expired".into())

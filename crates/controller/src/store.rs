@@ -118,12 +118,6 @@ impl Store {
         self.fenced
     }
 
-    /// Drops every connection: the next request opens a new one (one stuck
-    /// behind TCP's retransmission backoff starts over).
-    pub fn reconnect(&mut self) {
-        self.clients.iter_mut().for_each(|c| *c = None);
-    }
-
     async fn client(&mut self, i: usize) -> Result<Client, String> {
         if let Some(c) = &self.clients[i] {
             return Ok(c.clone());
