@@ -82,13 +82,25 @@ impl Renewers {
         }
         let deadline = tokio::time::Instant::now() + self.bound;
         let mut errors = Vec::new();
+        // The acknowledgement with the latest send time (answers to earlier
+        // rounds, late, queue up ahead of this round's).
+        let mut best: Option<(Duration, Time)> = None;
         while errors.len() < self.asks.len() {
             match tokio::time::timeout_at(deadline, self.answers.recv()).await {
                 Ok(Some((r, answer))) => match answer {
                     // (An answer about an earlier lease is moot.)
                     Ok(left) => {
-                        if let Some((_, at)) = self.sent.get(&r).filter(|(l, _)| *l == lease) {
-                            return Ok((left, *at));
+                        let Some(&(_, at)) = self.sent.get(&r).filter(|(l, _)| *l == lease) else {
+                            continue;
+                        };
+                        if left == Duration::ZERO {
+                            return Ok((left, at));
+                        }
+                        if best.is_none_or(|(_, b)| at > b) {
+                            best = Some((left, at));
+                        }
+                        if r == round {
+                            break;
                         }
                     }
                     Err(e) if r == round => errors.push(e),
@@ -102,7 +114,7 @@ impl Renewers {
                 }
             }
         }
-        Err(errors.join("; "))
+        best.ok_or_else(|| errors.join("; "))
     }
 }
 
