@@ -5,8 +5,8 @@
 //! connection: on a lossy management link (30% loss both ways) a lost
 //! segment holds the HTTP/2 connection behind TCP's retransmission timer
 //! (200 ms, doubling), longer than the renewal period, and the renewals
-//! after it queue behind it. [`Renewers`] keeps one task and one
-//! connection per member; a renewal goes to all of them and the first
+//! after it queue behind it. [`Renewers`] keeps
+//! [`CONNECTIONS_PER_MEMBER`] tasks and connections per member; a renewal goes to all of them and the first
 //! acknowledgement within the renewal period counts (etcd's leader applies
 //! whichever arrives). Each member's own request may take longer
 //! ([`REQUEST_WITHIN`]: a connection made again over a lossy link loses
@@ -18,13 +18,19 @@
 //! retrying until its watchdog fences.
 //!
 //! # Known issues
-//! - A keepalive sent to several members is applied up to once per
-//!   member: harmless (a renewal is idempotent), three times the requests.
+//! - A keepalive sent over every connection is applied once per
+//!   connection: harmless (a renewal is idempotent), but six times the
+//!   requests of one (24 a second per agent with three members): etcd's
+//!   load grows with the hosts. Fanning out only after a missed round would
+//!   cost a renewal period first.
 
 use crate::Time;
 use holdfast_controller::{Keys, Store};
 use std::time::Duration;
 use tokio::sync::mpsc;
+
+/// Connections (and tasks) per member.
+pub const CONNECTIONS_PER_MEMBER: usize = 2;
 
 /// How long one member's request (or connect) may take.
 pub const REQUEST_WITHIN: Duration = Duration::from_millis(1500);
@@ -46,7 +52,7 @@ impl Renewers {
     pub fn start(etcd: &[String], keys: &Keys, bound: Duration) -> Result<Renewers, String> {
         let (tx, answers) = mpsc::unbounded_channel();
         let mut asks = Vec::new();
-        for ep in etcd {
+        for ep in etcd.iter().flat_map(|e| std::iter::repeat_n(e, CONNECTIONS_PER_MEMBER)) {
             let store = Store::new(vec![ep.clone()], REQUEST_WITHIN, keys.clone(), true)
                 .map_err(|e| e.to_string())?;
             let (ask_tx, ask_rx) = mpsc::unbounded_channel();
