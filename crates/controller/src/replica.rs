@@ -737,6 +737,8 @@ async fn act(
 ///   is awaited, as before;
 /// - the agent is back (a new lease, attached) and no longer runs a unit
 ///   it is the primary of (it fenced it);
+/// - the agent is away and every unit it is the primary of fails the
+///   controller's own heartbeat (fenced, or cut off with their host);
 /// - the agent stays away for [`LEASE_GRACE`] (a host cut off from etcd
 ///   fences its units before its lease can expire, and a failsafe round
 ///   cannot keep them longer than one TTL past etcd's return).
@@ -827,6 +829,11 @@ impl HostWatch {
                     .filter(|u| hub.runs(&host, &u.unit).as_deref() != Some(crate::hub::PRIMARY_ROLE))
                     .map(|u| u.unit.as_str())
                     .collect();
+                // Its units do not answer the controller either: fenced (or
+                // cut off with it), no need to wait for its agent.
+                let mut primaries = units.iter().filter(|u| u.primary == host).peekable();
+                let silent = primaries.peek().is_some()
+                    && primaries.all(|u| loc.unit_silent(&u.unit));
                 if loc.suspects(&host) {
                     tracing::info!(%host, "agent lease expired and the host is now suspected: awaiting the localizer's verdict");
                     self.expired.remove(&host);
@@ -837,6 +844,10 @@ impl HostWatch {
                     self.expired.remove(&host);
                 } else if back {
                     let why = format!("{host}'s agent lease expired and its agent no longer runs {lost:?}");
+                    self.expired.remove(&host);
+                    self.fail(&host, since, why);
+                } else if silent {
+                    let why = format!("{host}'s agent lease expired and its units do not answer");
                     self.expired.remove(&host);
                     self.fail(&host, since, why);
                 } else if since.elapsed() >= LEASE_GRACE {

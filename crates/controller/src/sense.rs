@@ -208,6 +208,8 @@ pub struct Localization {
     targets: SharedTargets,
     /// When this replica was elected (its store epoch written).
     elected: Option<Instant>,
+    /// Each unit's last controller heartbeat: answered, and when.
+    unit_heartbeats: BTreeMap<String, (bool, Instant)>,
 }
 
 impl Localization {
@@ -221,6 +223,7 @@ impl Localization {
             primaries: BTreeMap::new(),
             targets,
             elected: None,
+            unit_heartbeats: BTreeMap::new(),
         }
     }
 
@@ -292,6 +295,13 @@ impl Localization {
             } => Some(u),
             _ => None,
         };
+        if let Measurement::Heartbeat {
+            to: Target::Unit(u),
+            ok,
+        } = &o.what
+        {
+            self.unit_heartbeats.insert(u.0.clone(), (*ok, o.at));
+        }
         let early = self
             .elected
             .is_some_and(|t| o.at.saturating_duration_since(t) < self.cfg.grace);
@@ -307,6 +317,14 @@ impl Localization {
         }
         let now = self.ms(o.at);
         self.loc.handle(now, o.what)
+    }
+
+    /// Whether `unit` fails the controller's own heartbeat (its last one,
+    /// within the last second, missed).
+    pub fn unit_silent(&self, unit: &str) -> bool {
+        self.unit_heartbeats
+            .get(unit)
+            .is_some_and(|(ok, at)| !ok && at.elapsed() < Duration::from_secs(1))
     }
 
     /// Whether the localizer has `host` under suspicion (its verdict is
