@@ -174,8 +174,7 @@ pub(crate) async fn attach_task(
         };
         let (tx, rx) = mpsc::unbounded_channel::<AgentReport>();
         let outbound = tokio_stream::wrappers::UnboundedReceiverStream::new(rx);
-        let mut inbound = match tokio::time::timeout(ATTACH_WITHIN, client.attach(outbound)).await
-        {
+        let mut inbound = match tokio::time::timeout(ATTACH_WITHIN, client.attach(outbound)).await {
             Ok(Ok(r)) => r.into_inner(),
             Ok(Err(s)) => {
                 let _ = ev.send(Event::Detached(format!("{url}: {}", s.message())));

@@ -714,7 +714,11 @@ mod tests {
         assert!(matches!(
             &o[1],
             AgentOutput::Report(AgentReport {
-                body: Some(agent_report::Body::UnitEvent(UnitEvent { kind: 1, pid: 10, .. }))
+                body: Some(agent_report::Body::UnitEvent(UnitEvent {
+                    kind: 1,
+                    pid: 10,
+                    ..
+                }))
             })
         ));
         assert!(matches!(

@@ -52,7 +52,10 @@ impl Renewers {
     pub fn start(etcd: &[String], keys: &Keys, bound: Duration) -> Result<Renewers, String> {
         let (tx, answers) = mpsc::unbounded_channel();
         let mut asks = Vec::new();
-        for ep in etcd.iter().flat_map(|e| std::iter::repeat_n(e, CONNECTIONS_PER_MEMBER)) {
+        for ep in etcd
+            .iter()
+            .flat_map(|e| std::iter::repeat_n(e, CONNECTIONS_PER_MEMBER))
+        {
             let store = Store::new(vec![ep.clone()], REQUEST_WITHIN, keys.clone(), true)
                 .map_err(|e| e.to_string())?;
             let (ask_tx, ask_rx) = mpsc::unbounded_channel();

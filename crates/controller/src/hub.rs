@@ -297,9 +297,7 @@ impl Hub {
                 let c = Command {
                     token: u64::try_from(token.0).unwrap_or(0),
                     id: 0,
-                    body: Some(command::Body::Beat(
-                        holdfast_control_api::v1::LeaderBeat {},
-                    )),
+                    body: Some(command::Body::Beat(holdfast_control_api::v1::LeaderBeat {})),
                 };
                 if l.tx.send(Ok(c)).is_err() {
                     return;

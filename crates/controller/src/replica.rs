@@ -826,14 +826,16 @@ impl HostWatch {
                 let lost: Vec<&str> = units
                     .iter()
                     .filter(|u| u.primary == host)
-                    .filter(|u| hub.runs(&host, &u.unit).as_deref() != Some(crate::hub::PRIMARY_ROLE))
+                    .filter(|u| {
+                        hub.runs(&host, &u.unit).as_deref() != Some(crate::hub::PRIMARY_ROLE)
+                    })
                     .map(|u| u.unit.as_str())
                     .collect();
                 // Its units do not answer the controller either: fenced (or
                 // cut off with it), no need to wait for its agent.
                 let mut primaries = units.iter().filter(|u| u.primary == host).peekable();
-                let silent = primaries.peek().is_some()
-                    && primaries.all(|u| loc.unit_silent(&u.unit));
+                let silent =
+                    primaries.peek().is_some() && primaries.all(|u| loc.unit_silent(&u.unit));
                 if loc.suspects(&host) {
                     tracing::info!(%host, "agent lease expired and the host is now suspected: awaiting the localizer's verdict");
                     self.expired.remove(&host);
@@ -843,7 +845,9 @@ impl HostWatch {
                     tracing::info!(%host, after_ms = since.elapsed().as_millis() as u64, "agent lease expired and renewed: the agent kept its units, no failure");
                     self.expired.remove(&host);
                 } else if back {
-                    let why = format!("{host}'s agent lease expired and its agent no longer runs {lost:?}");
+                    let why = format!(
+                        "{host}'s agent lease expired and its agent no longer runs {lost:?}"
+                    );
                     self.expired.remove(&host);
                     self.fail(&host, since, why);
                 } else if silent {

@@ -92,7 +92,12 @@ fn nothing_moved(p: &mut Plane, what: &str, pid: u64) {
         .etcd
         .ctl(
             &mut p.lab,
-            &["get", "--prefix", "--keys-only", "/holdfast/default/migrations"],
+            &[
+                "get",
+                "--prefix",
+                "--keys-only",
+                "/holdfast/default/migrations",
+            ],
         )
         .expect("etcdctl get");
     assert!(
@@ -111,7 +116,11 @@ fn nothing_moved(p: &mut Plane, what: &str, pid: u64) {
         ("a", Some("b")),
         "{what}: u1 placed elsewhere"
     );
-    assert_eq!(p.unit_pid("u1", "a"), Some(pid), "{what}: u1's process changed");
+    assert_eq!(
+        p.unit_pid("u1", "a"),
+        Some(pid),
+        "{what}: u1's process changed"
+    );
     for h in ["a", "b", "c"] {
         let s = agent(p, h);
         assert!(s["self_fenced_at_ms"].is_null(), "{what}: {h} fenced: {s}");
@@ -147,7 +156,10 @@ fn etcd_stalls_and_a_lossy_management_link_move_nothing() {
     let steps: [(&str, Duration); 3] = [
         ("every etcd member stopped 5 s", Duration::from_secs(5)),
         ("every etcd member stopped 30 s", Duration::from_secs(30)),
-        ("30% loss on a's management link 10 s", Duration::from_secs(10)),
+        (
+            "30% loss on a's management link 10 s",
+            Duration::from_secs(10),
+        ),
     ];
     for (i, (what, d)) in steps.iter().enumerate() {
         let w = p.watch(true).expect("watch");
@@ -161,7 +173,9 @@ fn etcd_stalls_and_a_lossy_management_link_move_nothing() {
         }
         // Settle: a leader with every agent, and time for any migration
         // it would start to show (a lease TTL and the agents' grace).
-        let leader = p.wait_leader(4, LONG).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let leader = p
+            .wait_leader(4, LONG)
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
         let led = t.elapsed();
         std::thread::sleep(Duration::from_secs(7));
         nothing_moved(&mut p, what, pid);
@@ -174,7 +188,10 @@ fn etcd_stalls_and_a_lossy_management_link_move_nothing() {
             .iter()
             .map(|h| {
                 let s = agent(&p, h);
-                format!("{h}: confirmed {} refused {}", s["failsafe_confirmed_at_ms"], s["failsafe_refused"])
+                format!(
+                    "{h}: confirmed {} refused {}",
+                    s["failsafe_confirmed_at_ms"], s["failsafe_refused"]
+                )
             })
             .collect();
         println!(

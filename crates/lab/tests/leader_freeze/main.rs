@@ -132,7 +132,10 @@ fn a_frozen_leader_loses_its_agents_and_the_new_one_takes_a_failed_unit_over() {
         .unwrap_or_else(|e| panic!("{e}"));
         hold_for(Duration::from_secs(2), || {
             let s = json_file(&p.controllers[li].1);
-            assert_ne!(s["role"], "leader", "run {run}: the woken leader leads: {s}");
+            assert_ne!(
+                s["role"], "leader",
+                "run {run}: the woken leader leads: {s}"
+            );
             assert_eq!(
                 s["steps_committed"].as_u64().unwrap_or(0),
                 old_steps,
