@@ -20,8 +20,15 @@
 //!   own renewals are late, and then starts none of that agent's units for
 //!   one lease TTL.
 //! - **Reports.** A `Hello` on every new Attach stream (the host, its
-//!   units, the highest token), a heartbeat every `heartbeat` interval,
-//!   every probe measurement, every unit event and every command result.
+//!   units, the highest token), then each running unit's state again (a
+//!   `STARTED` event) and each exit not yet dealt with, a heartbeat every
+//!   `heartbeat` interval, every probe measurement, every unit event and
+//!   every command result.
+//! - **The leader's token.** A leader's beat (`LeaderBeat`, no result)
+//!   and the `leader` key read from etcd ([`AgentInput::LeaderToken`])
+//!   raise the highest token accepted, so that a new leader's token is
+//!   known as soon as the agent attaches to it (or reads etcd): a deposed
+//!   leader that wakes up is refused from then on.
 
 use crate::probe::Measurement;
 use crate::runtime::Exit;
@@ -91,6 +98,9 @@ pub enum AgentInput {
     },
     /// Every other host agent agreed to the failsafe round sent at `sent`.
     FailsafeConfirmed { sent: Time },
+    /// etcd names a leader with this fencing token (the `leader` key's
+    /// create revision).
+    LeaderToken(u64),
     /// Time passed.
     Tick,
 }
@@ -226,6 +236,16 @@ impl AgentCore {
             AgentInput::Connected => {
                 self.connected = true;
                 out.push(self.hello());
+                // A new leader learns each unit's state from this stream.
+                for (n, u) in &self.units {
+                    out.push(unit_event(
+                        n,
+                        u.pid,
+                        unit_event::Kind::Started,
+                        (None, None),
+                        &u.role,
+                    ));
+                }
                 out.extend(self.exited.values().cloned());
                 self.next_heartbeat = now;
             }
@@ -330,6 +350,11 @@ impl AgentCore {
                 out.push(AgentOutput::FailsafeAnswer { id, agree, promise });
             }
             AgentInput::FailsafeConfirmed { sent } => self.watchdog.confirmed(sent),
+            AgentInput::LeaderToken(t) => {
+                if let Some(h) = accept_token(t, self.highest_token) {
+                    self.highest_token = h;
+                }
+            }
             AgentInput::Tick => {}
         }
         self.timers(now, &mut out);
@@ -402,6 +427,18 @@ impl AgentCore {
     }
 
     fn command(&mut self, c: Command, now: Time, out: &mut Vec<AgentOutput>) {
+        if matches!(c.body, Some(command::Body::Beat(_))) {
+            // A beat asks for nothing: it only tells the leader's token.
+            match accept_token(c.token, self.highest_token) {
+                Some(h) => self.highest_token = h,
+                None => tracing::debug!(
+                    token = c.token,
+                    highest = self.highest_token,
+                    "a deposed leader's beat"
+                ),
+            }
+            return;
+        }
         let Some(highest) = accept_token(c.token, self.highest_token) else {
             tracing::warn!(
                 token = c.token,
@@ -504,6 +541,7 @@ impl AgentCore {
                 interface: m.interface,
             }),
             command::Body::Switchover(s) => out.push(AgentOutput::Switchover { id, unit: s.unit }),
+            command::Body::Beat(_) => {}
         }
     }
 }
@@ -528,7 +566,7 @@ fn unit_event(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use holdfast_control_api::v1::{FenceUnit, StartUnit, Takeover};
+    use holdfast_control_api::v1::{FenceUnit, LeaderBeat, StartUnit, Takeover};
 
     const MS: Duration = Duration::from_millis(1);
 
@@ -699,8 +737,19 @@ mod tests {
             (h.host.as_str(), h.units.len(), h.highest_token, h.schema),
             ("b", 1, 9, SCHEMA)
         );
+        // The running unit's state again, for a new leader.
         assert!(matches!(
             &o[1],
+            AgentOutput::Report(AgentReport {
+                body: Some(agent_report::Body::UnitEvent(UnitEvent {
+                    kind: 1,
+                    pid: 10,
+                    ..
+                }))
+            })
+        ));
+        assert!(matches!(
+            &o[2],
             AgentOutput::Report(AgentReport {
                 body: Some(agent_report::Body::Heartbeat(Heartbeat {
                     seq: 1,
@@ -836,6 +885,40 @@ mod tests {
         assert_eq!(
             kinds(&c.handle(9 * MS, gone)),
             vec![unit_event::Kind::Fenced as i32]
+        );
+    }
+
+    #[test]
+    fn a_beat_or_etcd_tells_the_new_leaders_token_and_the_old_one_is_refused() {
+        let mut c = core();
+        let beat = |token| {
+            AgentInput::Command(Command {
+                token,
+                id: 0,
+                body: Some(command::Body::Beat(LeaderBeat {})),
+            })
+        };
+        // The old leader (token 5) ran a command; a beat asks for nothing.
+        c.handle(MS, cmd(5, 1, fence_unit("x")));
+        assert!(results(&c.handle(2 * MS, beat(5))).is_empty());
+        // The new leader's first beat on its stream: token 9.
+        assert!(results(&c.handle(3 * MS, beat(9))).is_empty());
+        assert_eq!(c.highest_token(), 9);
+        assert_eq!(
+            results(&c.handle(4 * MS, cmd(5, 2, fence_unit("edge-1")))),
+            vec![(2, false)]
+        );
+        // A deposed leader's beat changes nothing.
+        assert!(results(&c.handle(5 * MS, beat(5))).is_empty());
+        assert_eq!(c.highest_token(), 9);
+        // etcd names a newer leader before its stream is open.
+        c.handle(6 * MS, AgentInput::LeaderToken(12));
+        assert_eq!(c.highest_token(), 12);
+        c.handle(7 * MS, AgentInput::LeaderToken(11));
+        assert_eq!(c.highest_token(), 12);
+        assert_eq!(
+            results(&c.handle(8 * MS, cmd(9, 3, fence_unit("edge-1")))),
+            vec![(3, false)]
         );
     }
 

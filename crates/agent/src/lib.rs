@@ -27,6 +27,10 @@
 //!   before judging, so the agent's own stall is never the unit's.
 //! - [`failsafe`]: the agents' failsafe service and rounds (gRPC, on the
 //!   management network) and the peers read from etcd.
+//! - [`attach`]: the Attach stream to the leader etcd names, left when
+//!   the leader falls silent (`--leader-silence-ms`, [`attach::Silence`]).
+//! - [`renew`]: lease renewals through every etcd member at once, each over
+//!   a connection of its own (robust to a lossy management link).
 //! - [`runtime`]: the [`runtime::Runtime`] trait (start a unit, watch it,
 //!   fence it) and [`runtime::ProcessRuntime`], which runs each unit as a
 //!   process, optionally inside a network namespace (the lab's container),
@@ -39,11 +43,13 @@
 
 #![forbid(unsafe_code)]
 
+pub mod attach;
 pub mod core;
 pub mod failsafe;
 pub mod hang;
 pub mod metrics;
 pub mod probe;
+pub mod renew;
 pub mod runtime;
 pub mod shell;
 pub mod watchdog;

@@ -41,6 +41,10 @@ struct Args {
     renew_ms: u64,
     #[arg(long, default_value_t = 1000)]
     margin_ms: u64,
+    /// Leave a leader that sent nothing (its beats come every 100 ms) for
+    /// this long, and attach to the one etcd names.
+    #[arg(long, env = "HOLDFAST_LEADER_SILENCE_MS", default_value_t = 1000)]
+    leader_silence_ms: u64,
     /// Heartbeat period on the controller stream.
     #[arg(long, default_value_t = 100)]
     heartbeat_ms: u64,
@@ -155,6 +159,7 @@ fn main() -> Result<()> {
         etcd: a.etcd,
         cluster: a.cluster,
         controllers: a.controllers,
+        leader_silence: Duration::from_millis(a.leader_silence_ms.max(10)),
         probe: ProbeConfig {
             interval,
             timeout: interval,

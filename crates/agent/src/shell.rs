@@ -5,9 +5,10 @@
 //! - the **lease task** grants and renews the host's etcd lease (and keeps
 //!   `agents/<host>` attached to it) when the core asks, and reports each
 //!   acknowledged renewal with the time its request was sent;
-//! - the **attach task** keeps one `Attach` stream open to whichever
-//!   controller replica leads (trying each `--controller` in turn), sends
-//!   the core's reports and hands the controller's commands to the loop;
+//! - the **attach task** ([`crate::attach`]) keeps one `Attach` stream
+//!   open to the controller replica etcd names as leader, leaves it when
+//!   the leader falls silent (`--leader-silence-ms`), sends the core's
+//!   reports and hands the controller's commands to the loop;
 //! - **probes** run as blocking TCP connects, one per probe, their outcome
 //!   sent back to the loop;
 //! - the **failsafe service** (`--failsafe-listen`) hands other agents'
@@ -23,8 +24,7 @@ use crate::hang::{self, HangConfig, HangWatch, Sockets};
 use crate::probe::{self, ProbeConfig, Prober, Target};
 use crate::runtime::{ProcessRuntime, Runtime, UnitSpec};
 use crate::Time;
-use holdfast_control_api::v1::controller_client::ControllerClient;
-use holdfast_control_api::v1::{agent_report, AgentReport, Command};
+use holdfast_control_api::v1::{AgentReport, Command};
 use holdfast_controller::{Keys, Store};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -41,6 +41,9 @@ pub struct ShellConfig {
     pub cluster: String,
     /// Controller replicas (`http://ADDR:PORT`); none: no controller link.
     pub controllers: Vec<String>,
+    /// How long the leader may be silent on the Attach stream before the
+    /// agent leaves it (`--leader-silence-ms`).
+    pub leader_silence: Duration,
     pub probe: ProbeConfig,
     pub targets: Vec<Target>,
     /// Units started at boot: (name, holdfastd configuration file).
@@ -124,7 +127,7 @@ pub struct AgentStatus {
     pub hang_stalls: u64,
 }
 
-enum Event {
+pub(crate) enum Event {
     LeaseGranted {
         id: i64,
         sent: Time,
@@ -144,6 +147,8 @@ enum Event {
     },
     Attached(String),
     Detached(String),
+    /// etcd names a leader with this token.
+    LeaderToken(u64),
     Command(Command),
     Answered {
         target: usize,
@@ -212,8 +217,13 @@ pub async fn run(
         ev_tx.clone(),
     ));
     if !cfg.controllers.is_empty() {
-        tokio::spawn(attach_task(
-            cfg.controllers.clone(),
+        tokio::spawn(crate::attach::attach_task(
+            crate::attach::AttachTask {
+                controllers: cfg.controllers.clone(),
+                etcd: cfg.etcd.clone(),
+                cluster: cfg.cluster.clone(),
+                silence: cfg.leader_silence,
+            },
             report_rx,
             ev_tx.clone(),
         ));
@@ -406,6 +416,7 @@ pub async fn run(
                         None
                     }
                     Event::Command(c) => Some(AgentInput::Command(c)),
+                    Event::LeaderToken(t) => Some(AgentInput::LeaderToken(t)),
                     Event::TakeoverReady { id, result } => {
                         if let Err(e) = &result {
                             tracing::warn!(id, error = %e, "takeover not ready");
@@ -948,10 +959,17 @@ async fn lease_task(
     } else {
         keys.agent(&host)
     };
-    // One client per member, one member per ask (the next one after a
-    // failure), every request bounded by the renewal period: an etcd that
-    // does not answer costs one renewal period, never a walk over every
-    // member, so the renewals after a short network blip come in time.
+    // Renewals go to every member at once ([`crate::renew`]); grants,
+    // puts and reads to one client per member, one member per ask (the
+    // next one after a failure), every request bounded by the renewal
+    // period.
+    let mut renewers = match crate::renew::Renewers::start(&etcd, &keys, renew) {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = ev.send(Event::LeaseFailed(e));
+            return;
+        }
+    };
     let mut stores = Vec::new();
     for ep in etcd {
         match Store::new(vec![ep], renew, keys.clone(), true) {
@@ -1000,13 +1018,15 @@ async fn lease_task(
                 }
                 Err(e) => Err(e.to_string()),
             },
-            Some(id) => match store.renew(id).await {
-                Ok(left) if left > Duration::ZERO => Ok(Event::LeaseRenewed { sent }),
+            // Through every member at once (a lossy link costs one
+            // connection's renewal, not the host's).
+            Some(id) => match renewers.renew(id, sent).await {
+                Ok((left, sent)) if left > Duration::ZERO => Ok(Event::LeaseRenewed { sent }),
                 Ok(_) => {
                     lease = None;
                     Err("the lease expired".into())
                 }
-                Err(e) => Err(e.to_string()),
+                Err(e) => Err(e),
             },
         };
         match result {
@@ -1015,7 +1035,9 @@ async fn lease_task(
                 // The agent server runs no units: it neither asks nor is asked.
                 if !agent_server && peers_read.is_none_or(|t| t.elapsed() >= PEERS_EVERY) {
                     let prefix = keys.agent("");
-                    if let Ok(records) = store.scan::<failsafe::AgentRecord>(&prefix).await {
+                    let read =
+                        tokio::time::timeout(renew, store.scan::<failsafe::AgentRecord>(&prefix));
+                    if let Ok(Ok(records)) = read.await {
                         peers_read = Some(Instant::now());
                         let _ = ev.send(Event::Peers(failsafe::peers(&host, records)));
                     }
@@ -1032,68 +1054,4 @@ async fn lease_task(
 /// The next member after one that failed.
 fn next_member(cur: &mut usize, n: usize) {
     *cur = (*cur + 1) % n;
-}
-
-/// Keeps one Attach stream open to the leading replica.
-async fn attach_task(
-    controllers: Vec<String>,
-    mut reports: mpsc::UnboundedReceiver<AgentReport>,
-    ev: mpsc::UnboundedSender<Event>,
-) {
-    let mut i = 0usize;
-    loop {
-        let url = controllers[i % controllers.len()].clone();
-        i += 1;
-        let client = tokio::time::timeout(
-            Duration::from_secs(1),
-            ControllerClient::connect(url.clone()),
-        )
-        .await;
-        let Ok(Ok(mut client)) = client else {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            continue;
-        };
-        let (tx, rx) = mpsc::unbounded_channel::<AgentReport>();
-        let outbound = tokio_stream::wrappers::UnboundedReceiverStream::new(rx);
-        let resp = client.attach(outbound).await;
-        let mut inbound = match resp {
-            Ok(r) => r.into_inner(),
-            Err(s) => {
-                let _ = ev.send(Event::Detached(format!("{url}: {}", s.message())));
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                continue;
-            }
-        };
-        let _ = ev.send(Event::Attached(url.clone()));
-        // A stream starts with the core's Hello: reports queued for the
-        // stream before (heartbeats while it was failing) are dropped.
-        let mut hello_sent = false;
-        loop {
-            tokio::select! {
-                r = reports.recv() => match r {
-                    Some(r) => {
-                        let is_hello = matches!(r.body, Some(agent_report::Body::Hello(_)));
-                        hello_sent |= is_hello;
-                        if hello_sent && tx.send(r).is_err() {
-                            break;
-                        }
-                    }
-                    None => return,
-                },
-                m = inbound.message() => match m {
-                    Ok(Some(c)) => {
-                        let _ = ev.send(Event::Command(c));
-                    }
-                    Ok(None) => {
-                        let _ = ev.send(Event::Detached(format!("{url}: closed")));
-                        break;
-                    }
-                    Err(s) => {
-                        let _ = ev.send(Event::Detached(format!("{url}: {}", s.message())));
-                        break;
-                    }
-                },
-            }
-        }
-    }
 }

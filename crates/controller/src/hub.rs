@@ -10,6 +10,12 @@
 //! through the receiver [`Hub::new`] returns, as `holdfast_control`
 //! measurements stamped on arrival. When the replica stops leading, every stream is closed so
 //! the agents attach to the new leader.
+//!
+//! While the replica may act, every stream carries its beat
+//! ([`BEAT`], a `LeaderBeat` command with the token, the first at once):
+//! an agent that hears nothing for its `--leader-silence-ms` leaves (a
+//! frozen leader's TCP connections stay open, its beats stop), and an
+//! agent learns the new leader's token the moment its stream opens.
 
 use std::collections::{BTreeMap, HashMap};
 use std::pin::Pin;
@@ -28,6 +34,9 @@ use crate::fence::Token;
 /// An agent whose last heartbeat is older than this is not reachable (it
 /// sends one every 100 ms by default).
 pub const LIVE: Duration = Duration::from_secs(1);
+
+/// How often the leader beats on every stream.
+pub const BEAT: Duration = Duration::from_millis(100);
 
 type CommandStream = Pin<Box<dyn Stream<Item = Result<Command, Status>> + Send>>;
 
@@ -81,6 +90,8 @@ pub struct Hub {
 
 /// The role a preheated standby reports.
 pub const STANDBY_ROLE: &str = "backup";
+/// The role a unit's primary process reports.
+pub const PRIMARY_ROLE: &str = "primary";
 
 fn lock(m: &Mutex<Inner>) -> std::sync::MutexGuard<'_, Inner> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -268,6 +279,35 @@ impl Hub {
         }
     }
 
+    /// Beats on `host`'s stream `session` every [`BEAT`] while the replica
+    /// may act, until the stream is gone or replaced.
+    fn beat(&self, host: &str, session: u64) {
+        let hub = self.clone();
+        let host = host.to_string();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(BEAT);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            loop {
+                tick.tick().await;
+                let Some(token) = hub.may_act() else {
+                    continue;
+                };
+                let g = lock(&hub.inner);
+                let Some(l) = g.links.get(&host).filter(|l| l.session == session) else {
+                    return;
+                };
+                let c = Command {
+                    token: u64::try_from(token.0).unwrap_or(0),
+                    id: 0,
+                    body: Some(command::Body::Beat(holdfast_control_api::v1::LeaderBeat {})),
+                };
+                if l.tx.send(Ok(c)).is_err() {
+                    return;
+                }
+            }
+        });
+    }
+
     fn detach(&self, host: &str, session: u64) {
         let mut g = lock(&self.inner);
         if g.links.get(host).is_some_and(|l| l.session == session) {
@@ -348,6 +388,7 @@ impl Controller for Hub {
                 }
                 session
             };
+            hub.beat(&host, session);
             tracing::info!(
                 host,
                 units = hello.units.len(),

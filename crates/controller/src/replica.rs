@@ -283,13 +283,12 @@ async fn elect(
     cfg: &Config,
     mut fenced: mpsc::UnboundedReceiver<()>,
 ) {
-    let ttl = cfg.lease_ttl;
     let mut inputs = vec![Input::Tick];
     loop {
         while let Some(input) = inputs.pop() {
             let outs = lock(shared).elector.handle(Instant::now(), input);
             for o in outs {
-                if let Some(i) = carry_out(shared, store, ttl, o).await {
+                if let Some(i) = carry_out(shared, store, cfg, o).await {
                     inputs.push(i);
                 }
             }
@@ -308,9 +307,10 @@ async fn elect(
 async fn carry_out(
     shared: &SharedRef,
     store: &mut Store,
-    ttl: Duration,
+    cfg: &Config,
     o: Output,
 ) -> Option<Input> {
+    let ttl = cfg.lease_ttl;
     let sent = Instant::now();
     match o {
         Output::Grant => Some(match store.grant(ttl).await {
@@ -325,7 +325,8 @@ async fn carry_out(
         }),
         Output::Campaign { lease } => {
             let name = lock(shared).status.name.clone();
-            Some(match store.campaign(&name, lease).await {
+            let attach = cfg.listen.map(|a| a.to_string());
+            Some(match store.campaign(&name, attach, lease).await {
                 Ok(won) => Input::Campaigned { won },
                 Err(StoreError::Rejected(e)) => {
                     tracing::info!(lease, error = %e, "campaign refused: lease gone");
@@ -447,13 +448,14 @@ async fn work(
             let res = advance_epoch(&mut store, &cfg, token).await;
             if let Ok(Outcome::Committed(_)) = res {
                 epoch_written = Some(token);
+                loc.elected(Instant::now());
             }
             res.map(Some)
         } else {
             let mut res = loc.sync(&mut store).await.map(|()| None);
             if res.is_ok() {
                 while let Ok(o) = events.try_recv() {
-                    for v in loc.observe(o) {
+                    for v in loc.observe(o, &hub) {
                         note(&shared, &v, &mut actions);
                     }
                 }
@@ -464,7 +466,9 @@ async fn work(
             }
             if matches!(res, Ok(None)) {
                 let confirm = Duration::from_millis(cfg.sense.localize.host_confirm_ms);
-                res = hosts.check(&shared, &mut store, token, &loc, confirm).await;
+                res = hosts
+                    .check(&shared, &mut store, token, &loc, &hub, confirm)
+                    .await;
             }
             if matches!(res, Ok(None)) {
                 res = requests(&shared, &mut store, token).await;
@@ -723,10 +727,26 @@ async fn act(
     Ok(o)
 }
 
-/// Hosts whose agent's lease expired (its `agents/<host>` key gone): a host
-/// or host-network failure, confirmed by etcd's own clock (the TTL). Such a
-/// host is recorded in `hosts/failed/` (never reused until reset by hand)
-/// and its units are migrated, all at once.
+/// Hosts whose agent's lease expired (its `agents/<host>` key gone). A
+/// lease expiry alone is not a host failure: etcd revokes every lease that
+/// ran out while it was stalled (all its members stopped, a disk that does
+/// not sync), and a renewal can miss its deadline on a lossy management
+/// link, while the host and its units are fine. It is a failure when
+///
+/// - the localizer suspects the host (the data plane agrees): its verdict
+///   is awaited, as before;
+/// - the agent is back (a new lease, attached) and no longer runs a unit
+///   it is the primary of (it fenced it);
+/// - the agent is away and every unit it is the primary of fails the
+///   controller's own heartbeat (fenced, or cut off with their host);
+/// - the agent stays away for [`LEASE_GRACE`] (a host cut off from etcd
+///   fences its units before its lease can expire, and a failsafe round
+///   cannot keep them longer than one TTL past etcd's return).
+///
+/// An agent that comes back within the grace still running every unit it
+/// is the primary of is left alone (a note in the log). A failed host is
+/// recorded in `hosts/failed/` (never reused until reset by hand) and its
+/// units are migrated, all at once.
 #[derive(Default)]
 struct HostWatch {
     seen: BTreeSet<String>,
@@ -735,7 +755,23 @@ struct HostWatch {
     /// Hosts whose lease expired while the localizer suspects them: its
     /// verdict (host or host network) is awaited until the deadline.
     deferred: BTreeMap<String, Instant>,
+    /// Hosts whose lease expired with no evidence from the data plane:
+    /// since when (their agent is awaited for [`LEASE_GRACE`]).
+    expired: BTreeMap<String, Instant>,
     last: Option<Instant>,
+}
+
+/// How long an agent whose lease expired (and whose host the data plane
+/// does not suspect) has to come back with its units before its host is
+/// taken for failed: one lease TTL (3 s), by which time an agent cut off
+/// from etcd has fenced its units.
+const LEASE_GRACE: Duration = Duration::from_secs(3);
+
+/// Whether the `HOLDFAST_LEASE_EXPIRY_IS_FAILURE` environment variable asks
+/// for the earlier rule (every lease expiry a host failure): the lab's
+/// negative control only.
+fn lease_expiry_is_failure() -> bool {
+    std::env::var_os("HOLDFAST_LEASE_EXPIRY_IS_FAILURE").is_some_and(|v| v == "1")
 }
 
 impl HostWatch {
@@ -751,6 +787,7 @@ impl HostWatch {
         store: &mut Store,
         token: Token,
         loc: &Localization,
+        hub: &Hub,
         confirm: Duration,
     ) -> Result<Option<Outcome>, StoreError> {
         if self
@@ -772,9 +809,56 @@ impl HostWatch {
                 tracing::info!(%host, "agent lease expired while the host is suspected: awaiting the localizer's verdict");
                 self.deferred
                     .insert(host, Instant::now() + confirm + Duration::from_millis(1500));
-            } else {
+            } else if lease_expiry_is_failure() {
                 let why = format!("{host}'s agent lease expired");
                 self.fail(&host, Instant::now(), why);
+            } else {
+                tracing::info!(%host, "agent lease expired, the data plane suspects nothing: awaiting the agent");
+                self.expired.entry(host).or_insert_with(Instant::now);
+            }
+        }
+        if !self.expired.is_empty() {
+            let units = store.units().await?;
+            let pending: Vec<(String, Instant)> =
+                self.expired.iter().map(|(h, t)| (h.clone(), *t)).collect();
+            for (host, since) in pending {
+                let back = now.contains(&host) && hub.attached(&host);
+                let lost: Vec<&str> = units
+                    .iter()
+                    .filter(|u| u.primary == host)
+                    .filter(|u| {
+                        hub.runs(&host, &u.unit).as_deref() != Some(crate::hub::PRIMARY_ROLE)
+                    })
+                    .map(|u| u.unit.as_str())
+                    .collect();
+                // Its units do not answer the controller either: fenced (or
+                // cut off with it), no need to wait for its agent.
+                let mut primaries = units.iter().filter(|u| u.primary == host).peekable();
+                let silent =
+                    primaries.peek().is_some() && primaries.all(|u| loc.unit_silent(&u.unit));
+                if loc.suspects(&host) {
+                    tracing::info!(%host, "agent lease expired and the host is now suspected: awaiting the localizer's verdict");
+                    self.expired.remove(&host);
+                    self.deferred
+                        .insert(host, Instant::now() + confirm + Duration::from_millis(1500));
+                } else if back && lost.is_empty() {
+                    tracing::info!(%host, after_ms = since.elapsed().as_millis() as u64, "agent lease expired and renewed: the agent kept its units, no failure");
+                    self.expired.remove(&host);
+                } else if back {
+                    let why = format!(
+                        "{host}'s agent lease expired and its agent no longer runs {lost:?}"
+                    );
+                    self.expired.remove(&host);
+                    self.fail(&host, since, why);
+                } else if silent {
+                    let why = format!("{host}'s agent lease expired and its units do not answer");
+                    self.expired.remove(&host);
+                    self.fail(&host, since, why);
+                } else if since.elapsed() >= LEASE_GRACE {
+                    let why = format!("{host}'s agent lease expired and its agent stayed away");
+                    self.expired.remove(&host);
+                    self.fail(&host, since, why);
+                }
             }
         }
         let due: Vec<String> = self

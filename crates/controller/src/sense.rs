@@ -22,6 +22,23 @@
 //! confirmation windows. The worker acts on the verdicts that act and
 //! records every verdict in the replica's status.
 //!
+//! The controller's own measurements are its own clock's: a replica that
+//! was stopped or starved (SIGSTOP, a long scheduling delay) would count
+//! its own stall as misses (agents' heartbeats that wait in its sockets, a
+//! connect timeout that fired late). So the [`sensor`] discards what it
+//! measured across a late tick: a unit heartbeat whose connect took more
+//! than 1.5 intervals, or that was under way when a tick came late, and
+//! the host heartbeats for three intervals after a late tick.
+//!
+//! A new leader knows no unit's process state until the unit's agent has
+//! attached and re-reported it. For [`SenseConfig::grace`] after the
+//! election, a measurement of a unit whose primary host's agent has not
+//! attached yet is dropped: an exited unit would otherwise get a
+//! container-network verdict from the other vantage points' probes, the
+//! exit report arriving a moment later (seen in `holdfast lab chaos
+//! --kinds leader-freeze`, the agents attaching to the new leader one
+//! after the other).
+//!
 //! # Known issues
 //! - A new leader starts with no measurements: for a host, the first
 //!   verdict needs fresh misses after the election (the lease expiry, which
@@ -100,15 +117,30 @@ pub async fn sensor(hub: Hub, targets: SharedTargets, cfg: SenseConfig) {
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut leading_since: Option<Instant> = None;
+    let mut last_tick = Instant::now();
+    // Bumped at each late tick: a unit heartbeat under way across it is
+    // dropped.
+    let stalls = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut quiet_until = Instant::now();
     loop {
         tick.tick().await;
+        let now = Instant::now();
+        if now.duration_since(last_tick) > interval * 2 {
+            stalls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            quiet_until = now + interval * 3;
+            tracing::info!(
+                late_ms = (now.duration_since(last_tick) - interval).as_millis() as u64,
+                "the sensor's tick came late (this replica stalled): its measurements across it are dropped"
+            );
+        }
+        last_tick = now;
         if hub.may_act().is_none() {
             leading_since = None;
             continue;
         }
         let since = *leading_since.get_or_insert_with(Instant::now);
         let t = lock(&targets).clone();
-        if since.elapsed() >= cfg.grace {
+        if since.elapsed() >= cfg.grace && now >= quiet_until {
             for h in &t.hosts {
                 let ok = hub
                     .heartbeat_age(h)
@@ -125,11 +157,19 @@ pub async fn sensor(hub: Hub, targets: SharedTargets, cfg: SenseConfig) {
         }
         for (unit, addr) in t.units {
             let tx = tx.clone();
+            let stalls = stalls.clone();
+            let gen = stalls.load(std::sync::atomic::Ordering::SeqCst);
             tokio::spawn(async move {
+                let started = Instant::now();
                 let ok = matches!(
                     tokio::time::timeout(interval, tokio::net::TcpStream::connect(addr)).await,
                     Ok(Ok(_))
                 );
+                if started.elapsed() > interval * 3 / 2
+                    || stalls.load(std::sync::atomic::Ordering::SeqCst) != gen
+                {
+                    return;
+                }
                 let _ = tx.send(Observed {
                     at: Instant::now(),
                     what: Measurement::Heartbeat {
@@ -167,6 +207,10 @@ pub struct Localization {
     /// Each judged unit's primary host.
     primaries: BTreeMap<String, String>,
     targets: SharedTargets,
+    /// When this replica was elected (its store epoch written).
+    elected: Option<Instant>,
+    /// Each unit's last controller heartbeat: answered, and when.
+    unit_heartbeats: BTreeMap<String, (bool, Instant)>,
 }
 
 impl Localization {
@@ -179,6 +223,8 @@ impl Localization {
             synced: None,
             primaries: BTreeMap::new(),
             targets,
+            elected: None,
+            unit_heartbeats: BTreeMap::new(),
         }
     }
 
@@ -232,8 +278,39 @@ impl Localization {
         Ok(())
     }
 
-    /// Takes one measurement.
-    pub fn observe(&mut self, o: Observed) -> Vec<Verdict> {
+    /// This replica was elected at `at`.
+    pub fn elected(&mut self, at: Instant) {
+        self.elected = Some(at);
+    }
+
+    /// Takes one measurement (`hub`: which agents are attached).
+    pub fn observe(&mut self, o: Observed, hub: &Hub) -> Vec<Verdict> {
+        let unit = match &o.what {
+            Measurement::Probe {
+                to: Target::Unit(u),
+                ..
+            }
+            | Measurement::Heartbeat {
+                to: Target::Unit(u),
+                ..
+            } => Some(u),
+            _ => None,
+        };
+        if let Measurement::Heartbeat {
+            to: Target::Unit(u),
+            ok,
+        } = &o.what
+        {
+            self.unit_heartbeats.insert(u.0.clone(), (*ok, o.at));
+        }
+        let early = self
+            .elected
+            .is_some_and(|t| o.at.saturating_duration_since(t) < self.cfg.grace);
+        if let (true, Some(u)) = (early, unit) {
+            if self.primaries.get(&u.0).is_some_and(|h| !hub.attached(h)) {
+                return Vec::new();
+            }
+        }
         if let (Measurement::Process { unit, .. }, Some(host)) = (&o.what, &o.host) {
             if self.primaries.get(&unit.0) != Some(host) {
                 return Vec::new();
@@ -241,6 +318,14 @@ impl Localization {
         }
         let now = self.ms(o.at);
         self.loc.handle(now, o.what)
+    }
+
+    /// Whether `unit` fails the controller's own heartbeat (its last one,
+    /// within the last second, missed).
+    pub fn unit_silent(&self, unit: &str) -> bool {
+        self.unit_heartbeats
+            .get(unit)
+            .is_some_and(|(ok, at)| !ok && at.elapsed() < Duration::from_secs(1))
     }
 
     /// Whether the localizer has `host` under suspicion (its verdict is

@@ -126,6 +126,10 @@ pub struct LeaderRecord {
     pub name: String,
     /// Its lease id.
     pub lease: i64,
+    /// Where it serves the agents' `Attach` streams (`--listen`), so that
+    /// an agent leaving a silent leader finds the new one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attach: Option<String>,
 }
 
 /// The store epoch: advanced to each new leader's token on election.

@@ -230,12 +230,18 @@ impl Store {
 
     /// Creates the leader key with `lease` if it is absent. `Some(token)`
     /// (the revision it was created at) if we did; `None` if it exists.
-    pub async fn campaign(&mut self, name: &str, lease: i64) -> Result<Option<Token>, StoreError> {
+    pub async fn campaign(
+        &mut self,
+        name: &str,
+        attach: Option<String>,
+        lease: i64,
+    ) -> Result<Option<Token>, StoreError> {
         let key = self.keys.leader();
         let value = to_json(&LeaderRecord {
             schema: SCHEMA,
             name: name.to_string(),
             lease,
+            attach,
         });
         let r = self
             .call(|mut c| {

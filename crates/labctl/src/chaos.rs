@@ -9,7 +9,11 @@
 //!
 //! Each iteration, from the seed: a kind (application, container,
 //! container network, host, host network, planned switchover, a 1 s
-//! host-network blip, or the controllers cut off from a healthy host), a
+//! host-network blip, the controllers cut off from a healthy host, the
+//! leader killed mid-migration, and the gray failures of issue 25: the
+//! leader SIGSTOPped for 6 s with the unit killed 0.3 s into it
+//! (`leader-freeze`), every etcd member SIGSTOPped for 5 s (`etcd-stall`),
+//! 30% random loss on a host's management link for 10 s (`mgmt-loss`)), a
 //! target unit or host, whether frr sends a burst of UPDATEs first (the
 //! units take them in and send them on to bird2 and gobgpd: inbound and
 //! outbound bursts), and a delay of 0–300 ms between the burst and the
@@ -21,8 +25,12 @@
 //! arrived, exactly once; a burst that frr's TCP still retransmits, its
 //! timer backed off by losses in earlier iterations, is waited for and
 //! reported LATE, see `holdfast_lab::plane::PlaneWatch`). Then it heals what it broke (a re-created
-//! container, links up, `holdfast ctl reset`). A blip and a cut-off must
-//! cause no failure verdict and no migration.
+//! container, links up, `holdfast ctl reset`). A blip, a cut-off, an etcd
+//! stall and a lossy management link must cause no failure verdict, no
+//! migration (every unit keeps its process) and no host recorded failed;
+//! the summary counts the iterations that did (needless migrations, hosts
+//! recorded failed). After a `leader-freeze` the woken leader must not
+//! act: the unit runs on its new host only.
 //!
 //! A capture of the BGP sessions (`tcp port 179` between the service
 //! addresses and the peers) is checked at the end: for every connection,
@@ -49,7 +57,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use holdfast_lab::plane::{verdict_is, Plane, PlaneBins, PlaneSpec, PlaneUnitSpec};
-use holdfast_lab::{LabError, Result};
+use holdfast_lab::{LabError, Result, Signal};
 use serde::Serialize;
 
 /// What one iteration did.
@@ -66,11 +74,20 @@ pub enum ChaosKind {
     /// An application failure, then the leading controller SIGKILLed
     /// 0–300 ms later (mid-migration): the next leader finishes it once.
     LeaderKill,
+    /// The leading controller SIGSTOPped for 6 s, the unit SIGKILLed 0.3 s
+    /// into it: the agents leave the silent leader, the next one migrates
+    /// the unit; the old one, woken, acts on nothing.
+    LeaderFreeze,
+    /// Every etcd member SIGSTOPped for 5 s: nothing moves, no host fails.
+    EtcdStall,
+    /// 30% random loss both ways on a host's management link for 10 s:
+    /// nothing moves, no host fails.
+    MgmtLoss,
 }
 
 impl ChaosKind {
     /// Every kind, the default choice of `--kinds`.
-    pub const ALL: [ChaosKind; 9] = [
+    pub const ALL: [ChaosKind; 12] = [
         ChaosKind::Application,
         ChaosKind::Container,
         ChaosKind::ContainerNetwork,
@@ -80,12 +97,17 @@ impl ChaosKind {
         ChaosKind::Blip,
         ChaosKind::ControllerCutOff,
         ChaosKind::LeaderKill,
+        ChaosKind::LeaderFreeze,
+        ChaosKind::EtcdStall,
+        ChaosKind::MgmtLoss,
     ];
 
     /// The verdict it should get (`None`: none, nothing moves).
     fn verdict(&self) -> Option<&'static str> {
         match self {
-            ChaosKind::Application | ChaosKind::LeaderKill => Some("application"),
+            ChaosKind::Application | ChaosKind::LeaderKill | ChaosKind::LeaderFreeze => {
+                Some("application")
+            }
             ChaosKind::Container => Some("container"),
             ChaosKind::ContainerNetwork => Some("container_network"),
             ChaosKind::Host => Some("host"),
@@ -101,6 +123,7 @@ impl ChaosKind {
                 | ChaosKind::HostNetwork
                 | ChaosKind::Blip
                 | ChaosKind::ControllerCutOff
+                | ChaosKind::MgmtLoss
         )
     }
 }
@@ -143,6 +166,10 @@ pub struct Summary {
     pub late_by_peer_backoff: u32,
     /// Connections where two containers sent within 2 s of each other.
     pub two_senders: Vec<String>,
+    /// Iterations that should have moved nothing and moved a unit, or
+    /// recorded a host failed.
+    pub needless_migrations: u32,
+    pub failed_hosts: u32,
     pub max_detection_ms: BTreeMap<String, u64>,
     pub max_resumed_ms: BTreeMap<String, u64>,
     pub work_dir: PathBuf,
@@ -359,6 +386,8 @@ pub fn run(
         routes_withdrawn_or_relearned: count("routes from"),
         late_by_peer_backoff: all.iter().filter(|i| i.late.is_some()).count() as u32,
         two_senders: two,
+        needless_migrations: count("moved units") + count("gave failure verdicts"),
+        failed_hosts: count("recorded failed"),
         max_detection_ms: max_det,
         max_resumed_ms: max_res,
         work_dir: p.lab.work_dir().to_path_buf(),
@@ -398,6 +427,34 @@ fn iteration(
     it
 }
 
+/// 30% random loss both ways on `host`'s management traffic (iptables
+/// `statistic` in its namespace), or its end.
+fn mgmt_loss(p: &Plane, host: &str, on: bool) -> Result<()> {
+    let h = p.host(host).host.id;
+    let op = if on { "-I" } else { "-D" };
+    for (chain, dir) in [("INPUT", "-s"), ("OUTPUT", "-d")] {
+        p.lab.exec_ok(
+            h,
+            &[
+                "iptables",
+                op,
+                chain,
+                dir,
+                "198.19.0.0/24",
+                "-m",
+                "statistic",
+                "--mode",
+                "random",
+                "--probability",
+                "0.3",
+                "-j",
+                "DROP",
+            ],
+        )?;
+    }
+    Ok(())
+}
+
 fn run_one(
     p: &mut Plane,
     rng: &mut fastrand::Rng,
@@ -413,6 +470,7 @@ fn run_one(
             .map(|(u, _)| u.clone())
             .collect()
     };
+    let pids: Vec<Option<u64>> = before.iter().map(|(u, h)| p.unit_pid(u, h)).collect();
     let (unit, host) = if it.kind.on_host() {
         let hosts: Vec<String> = ["a", "b", "c"]
             .iter()
@@ -426,6 +484,9 @@ fn run_one(
         (Some(u), h)
     };
     it.target = unit.clone().unwrap_or_else(|| host.clone());
+    if it.kind == ChaosKind::EtcdStall {
+        it.target = "etcd".into();
+    }
     let affected: Vec<String> = match &unit {
         Some(u) => vec![u.clone()],
         None => units_on(&host),
@@ -446,7 +507,32 @@ fn run_one(
     let t0 = Instant::now();
     let since = unix_ms();
     let mut killed_controller = None;
+    let mut frozen = None;
     match it.kind {
+        ChaosKind::LeaderFreeze => {
+            let leader = p
+                .leader_index()
+                .ok_or_else(|| LabError::Invalid("no leader".into()))?;
+            p.lab.kill(p.controllers[leader].0, Signal::Stop);
+            frozen = Some((leader, Instant::now()));
+            std::thread::sleep(Duration::from_millis(300));
+            p.kill_unit(&it.target, &host)?;
+        }
+        ChaosKind::EtcdStall => {
+            let pids: Vec<u32> = p.etcd.members().iter().map(|m| m.pid()).collect();
+            for &pid in &pids {
+                holdfast_lab::send_signal(pid, Signal::Stop, false);
+            }
+            std::thread::sleep(Duration::from_secs(5));
+            for &pid in &pids {
+                holdfast_lab::send_signal(pid, Signal::Cont, false);
+            }
+        }
+        ChaosKind::MgmtLoss => {
+            mgmt_loss(p, &host, true)?;
+            std::thread::sleep(Duration::from_secs(10));
+            mgmt_loss(p, &host, false)?;
+        }
         ChaosKind::Application => {
             p.kill_unit(&it.target, &host)?;
         }
@@ -521,7 +607,20 @@ fn run_one(
         }
         it.resumed_ms = Some(t0.elapsed().as_millis() as u64);
     } else {
+        if matches!(it.kind, ChaosKind::EtcdStall | ChaosKind::MgmtLoss) {
+            // A new leader, and time for what it would do to show (the
+            // controllers' grace for an agent whose lease expired).
+            p.wait_leader(4, LONG)?;
+            std::thread::sleep(Duration::from_secs(4));
+        }
         std::thread::sleep(Duration::from_secs(3));
+        let failed = p.ctl(&["status"])?["failed_hosts"].clone();
+        if failed.as_array().is_some_and(|a| !a.is_empty()) {
+            return Err(LabError::Invalid(format!(
+                "{:?} of {host}: hosts recorded failed: {failed}",
+                it.kind
+            )));
+        }
         let acting: Vec<serde_json::Value> = p
             .verdicts()
             .into_iter()
@@ -534,14 +633,21 @@ fn run_one(
             )));
         }
         let now = settled(p)?;
-        if now != before {
+        let pids_now: Vec<Option<u64>> = now.iter().map(|(u, h)| p.unit_pid(u, h)).collect();
+        if now != before || pids_now != pids {
             return Err(LabError::Invalid(format!(
-                "{:?} of {host} moved units: {before:?} -> {now:?}",
+                "{:?} of {host} moved units: {before:?} {pids:?} -> {now:?} {pids_now:?}",
                 it.kind
             )));
         }
     }
-    if it.kind == ChaosKind::LeaderKill {
+    if let Some((i, stopped)) = frozen {
+        // The old leader wakes 6 s after its stop, and must act on nothing.
+        std::thread::sleep(Duration::from_secs(6).saturating_sub(stopped.elapsed()));
+        p.lab.kill(p.controllers[i].0, Signal::Cont);
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    if matches!(it.kind, ChaosKind::LeaderKill | ChaosKind::LeaderFreeze) {
         // Exactly once: the unit runs on its new host only.
         for h in ["a", "b", "c"] {
             let (primary, _) = p.placement(&it.target)?;
@@ -612,12 +718,14 @@ impl std::fmt::Display for Summary {
         writeln!(f, "  by kind: {:?}", self.by_kind)?;
         writeln!(
             f,
-            "  session resets {}, NOTIFICATIONs {}, routes withdrawn or re-learned {}, two senders {}, late by a peer's retransmission backoff {}",
+            "  session resets {}, NOTIFICATIONs {}, routes withdrawn or re-learned {}, two senders {}, late by a peer's retransmission backoff {}, needless migrations {}, hosts recorded failed {}",
             self.session_resets,
             self.notifications,
             self.routes_withdrawn_or_relearned,
             self.two_senders.len(),
-            self.late_by_peer_backoff
+            self.late_by_peer_backoff,
+            self.needless_migrations,
+            self.failed_hosts
         )?;
         writeln!(f, "  max detection ms: {:?}", self.max_detection_ms)?;
         writeln!(f, "  max resumed ms: {:?}", self.max_resumed_ms)?;
