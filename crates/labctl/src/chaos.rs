@@ -13,7 +13,12 @@
 //! leader killed mid-migration, and the gray failures of issue 25: the
 //! leader SIGSTOPped for 6 s with the unit killed 0.3 s into it
 //! (`leader-freeze`), every etcd member SIGSTOPped for 5 s (`etcd-stall`),
-//! 30% random loss on a host's management link for 10 s (`mgmt-loss`)), a
+//! 30% random loss on a host's management link for 10 s (`mgmt-loss`),
+//! a unit's holdfastd SIGSTOPped for 15 s (`hang`: its agent fences it,
+//! verdict `hung`, migrated; the stopped process is gone when woken) or
+//! for 1–2 s and woken (`stall`: resumed, or taken over as hung), Redis
+//! SIGSTOPped for 3 s or 15 s (`store-stall`: nothing moves, every unit
+//! PROTECTED again within 2 s of the store's return)), a
 //! target unit or host, whether frr sends a burst of UPDATEs first (the
 //! units take them in and send them on to bird2 and gobgpd: inbound and
 //! outbound bursts), and a delay of 0–300 ms between the burst and the
@@ -83,11 +88,21 @@ pub enum ChaosKind {
     /// 30% random loss both ways on a host's management link for 10 s:
     /// nothing moves, no host fails.
     MgmtLoss,
+    /// The unit's holdfastd SIGSTOPped for 15 s: its agent declares it
+    /// hung, fences it, and the controller migrates it (verdict `hung`);
+    /// the frozen process never runs again.
+    Hang,
+    /// The unit's holdfastd SIGSTOPped for 1–2 s, then SIGCONT: resumed, or
+    /// taken over as hung; the peers see nothing either way.
+    Stall,
+    /// Redis SIGSTOPped for 3 s or 15 s, then SIGCONT: nothing moves, and
+    /// every unit is PROTECTED again within 2 s of the store's return.
+    StoreStall,
 }
 
 impl ChaosKind {
     /// Every kind, the default choice of `--kinds`.
-    pub const ALL: [ChaosKind; 12] = [
+    pub const ALL: [ChaosKind; 15] = [
         ChaosKind::Application,
         ChaosKind::Container,
         ChaosKind::ContainerNetwork,
@@ -100,6 +115,9 @@ impl ChaosKind {
         ChaosKind::LeaderFreeze,
         ChaosKind::EtcdStall,
         ChaosKind::MgmtLoss,
+        ChaosKind::Hang,
+        ChaosKind::Stall,
+        ChaosKind::StoreStall,
     ];
 
     /// The verdict it should get (`None`: none, nothing moves).
@@ -112,6 +130,7 @@ impl ChaosKind {
             ChaosKind::ContainerNetwork => Some("container_network"),
             ChaosKind::Host => Some("host"),
             ChaosKind::HostNetwork => Some("host_network"),
+            ChaosKind::Hang => Some("hung"),
             _ => None,
         }
     }
@@ -487,6 +506,9 @@ fn run_one(
     if it.kind == ChaosKind::EtcdStall {
         it.target = "etcd".into();
     }
+    if it.kind == ChaosKind::StoreStall {
+        it.target = "redis".into();
+    }
     let affected: Vec<String> = match &unit {
         Some(u) => vec![u.clone()],
         None => units_on(&host),
@@ -508,7 +530,37 @@ fn run_one(
     let since = unix_ms();
     let mut killed_controller = None;
     let mut frozen = None;
+    // The unit process a Hang or Stall stopped, and whether it was taken
+    // over (then it must be gone: it never sends again).
+    let mut stopped_unit = None;
     match it.kind {
+        ChaosKind::Hang => {
+            let pid = p.stop_unit(&it.target, &host)?;
+            stopped_unit = Some(pid);
+        }
+        ChaosKind::Stall => {
+            let pid = p.stop_unit(&it.target, &host)?;
+            std::thread::sleep(Duration::from_millis(rng.u64(1000..=2000)));
+            holdfast_lab::send_signal(pid as u32, Signal::Cont, false);
+            stopped_unit = Some(pid);
+        }
+        ChaosKind::StoreStall => {
+            let redis = p.redis.proc();
+            let secs = if rng.bool() { 3 } else { 15 };
+            p.lab.kill(redis, Signal::Stop);
+            std::thread::sleep(Duration::from_secs(secs));
+            p.lab.kill(redis, Signal::Cont);
+            let back = Instant::now();
+            for (u, h) in &before {
+                p.wait_protected(u, h, LONG)?;
+            }
+            let took = back.elapsed();
+            if took > Duration::from_secs(2) {
+                return Err(LabError::Invalid(format!(
+                    "store stalled {secs} s: every unit PROTECTED again only {took:?} after its return"
+                )));
+            }
+        }
         ChaosKind::LeaderFreeze => {
             let leader = p
                 .leader_index()
@@ -598,7 +650,33 @@ fn run_one(
             .and_then(|f| f["unix_ms"].as_u64())
             .map(|t| t.saturating_sub(since));
     }
-    let moves = it.kind.verdict().is_some() || it.kind == ChaosKind::Switchover;
+    if it.kind == ChaosKind::Stall {
+        // Resumed (no verdict, the same process) or taken over as hung.
+        std::thread::sleep(Duration::from_secs(1));
+        let hung = p.verdicts().into_iter().any(|x| {
+            verdict_is(&x, "hung", &it.target) && x["unix_ms"].as_u64().unwrap_or(0) >= since
+        });
+        if hung {
+            let to = p.wait_moved_off(&it.target, &[host.as_str()], LONG)?;
+            p.wait_protected(&it.target, &to, LONG)?;
+            it.moved.push((it.target.clone(), host.clone(), to));
+            it.resumed_ms = Some(t0.elapsed().as_millis() as u64);
+        }
+    }
+    if let Some(pid) = stopped_unit {
+        // A Hang's process is woken only now: taken over, it must be gone.
+        holdfast_lab::send_signal(pid as u32, Signal::Cont, false);
+        if !it.moved.is_empty() || it.kind == ChaosKind::Hang {
+            holdfast_lab::wait_for_every(
+                &format!("the stopped holdfastd (pid {pid}) gone after its takeover"),
+                LONG,
+                Duration::from_millis(20),
+                || Ok((!std::path::Path::new(&format!("/proc/{pid}")).exists()).then_some(())),
+            )?;
+        }
+    }
+    let moves = (it.kind.verdict().is_some() || it.kind == ChaosKind::Switchover)
+        && it.kind != ChaosKind::Stall;
     if moves {
         for u in &affected {
             let to = p.wait_moved_off(u, &[host.as_str()], LONG)?;
@@ -606,7 +684,7 @@ fn run_one(
             it.moved.push((u.clone(), host.clone(), to));
         }
         it.resumed_ms = Some(t0.elapsed().as_millis() as u64);
-    } else {
+    } else if it.moved.is_empty() {
         if matches!(it.kind, ChaosKind::EtcdStall | ChaosKind::MgmtLoss) {
             // A new leader, and time for what it would do to show (the
             // controllers' grace for an agent whose lease expired).

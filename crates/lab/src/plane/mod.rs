@@ -656,12 +656,22 @@ impl Plane {
 
     /// SIGKILLs `unit`'s holdfastd on `host` (an application failure).
     pub fn kill_unit(&self, unit: &str, host: &str) -> Result<u64> {
+        self.signal_unit(unit, host, Signal::Kill)
+    }
+
+    /// SIGSTOPs `unit`'s holdfastd on `host` (a hang, or a stall once it
+    /// is sent SIGCONT).
+    pub fn stop_unit(&self, unit: &str, host: &str) -> Result<u64> {
+        self.signal_unit(unit, host, Signal::Stop)
+    }
+
+    fn signal_unit(&self, unit: &str, host: &str, sig: Signal) -> Result<u64> {
         let pid = self
             .unit_pid(unit, host)
             .ok_or_else(|| LabError::Invalid(format!("{unit} not running on {host}")))?;
-        if !crate::send_signal(pid as u32, Signal::Kill, false) {
+        if !crate::send_signal(pid as u32, sig, false) {
             return Err(LabError::Invalid(format!(
-                "SIGKILL {unit} (pid {pid}) failed"
+                "{sig:?} to {unit} (pid {pid}) failed"
             )));
         }
         Ok(pid)

@@ -69,12 +69,13 @@ fn pids(p: &Plane) -> (u64, u64) {
     )
 }
 
-const FAILURES: [&str; 5] = [
+const FAILURES: [&str; 6] = [
     "application",
     "container",
     "container_network",
     "host",
     "host_network",
+    "hung",
 ];
 
 fn failure_verdicts(p: &Plane) -> Vec<Value> {
