@@ -446,34 +446,6 @@ fn iteration(
     it
 }
 
-/// 30% random loss both ways on `host`'s management traffic (iptables
-/// `statistic` in its namespace), or its end.
-fn mgmt_loss(p: &Plane, host: &str, on: bool) -> Result<()> {
-    let h = p.host(host).host.id;
-    let op = if on { "-I" } else { "-D" };
-    for (chain, dir) in [("INPUT", "-s"), ("OUTPUT", "-d")] {
-        p.lab.exec_ok(
-            h,
-            &[
-                "iptables",
-                op,
-                chain,
-                dir,
-                "198.19.0.0/24",
-                "-m",
-                "statistic",
-                "--mode",
-                "random",
-                "--probability",
-                "0.3",
-                "-j",
-                "DROP",
-            ],
-        )?;
-    }
-    Ok(())
-}
-
 fn run_one(
     p: &mut Plane,
     rng: &mut fastrand::Rng,
@@ -570,20 +542,11 @@ fn run_one(
             std::thread::sleep(Duration::from_millis(300));
             p.kill_unit(&it.target, &host)?;
         }
-        ChaosKind::EtcdStall => {
-            let pids: Vec<u32> = p.etcd.members().iter().map(|m| m.pid()).collect();
-            for &pid in &pids {
-                holdfast_lab::send_signal(pid, Signal::Stop, false);
-            }
-            std::thread::sleep(Duration::from_secs(5));
-            for &pid in &pids {
-                holdfast_lab::send_signal(pid, Signal::Cont, false);
-            }
-        }
+        ChaosKind::EtcdStall => p.stall_etcd(Duration::from_secs(5))?,
         ChaosKind::MgmtLoss => {
-            mgmt_loss(p, &host, true)?;
+            p.mgmt_loss(&host, true)?;
             std::thread::sleep(Duration::from_secs(10));
-            mgmt_loss(p, &host, false)?;
+            p.mgmt_loss(&host, false)?;
         }
         ChaosKind::Application => {
             p.kill_unit(&it.target, &host)?;

@@ -722,6 +722,60 @@ impl Plane {
         Ok(killed)
     }
 
+    /// 30% random loss both ways on `host`'s management traffic (iptables'
+    /// `statistic` match in its namespace, for the `mgmt` bridge's
+    /// 198.19.0.0/24), or its end.
+    pub fn mgmt_loss(&self, host: &str, on: bool) -> Result<()> {
+        let h = self.host(host).host.id;
+        let op = if on { "-I" } else { "-D" };
+        for (chain, dir) in [("INPUT", "-s"), ("OUTPUT", "-d")] {
+            self.lab.exec_ok(
+                h,
+                &[
+                    "iptables",
+                    op,
+                    chain,
+                    dir,
+                    "198.19.0.0/24",
+                    "-m",
+                    "statistic",
+                    "--mode",
+                    "random",
+                    "--probability",
+                    "0.3",
+                    "-j",
+                    "DROP",
+                ],
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Every etcd member SIGSTOPped for `d`, then SIGCONT (a stalled etcd:
+    /// its connections stay open, its answers stop).
+    pub fn stall_etcd(&self, d: Duration) -> Result<()> {
+        let pids: Vec<u32> = self.etcd.members().iter().map(|m| m.pid()).collect();
+        let mut failed = Vec::new();
+        for &pid in &pids {
+            if !crate::send_signal(pid, Signal::Stop, false) {
+                failed.push(pid);
+            }
+        }
+        std::thread::sleep(d);
+        for &pid in &pids {
+            if !crate::send_signal(pid, Signal::Cont, false) {
+                failed.push(pid);
+            }
+        }
+        if failed.is_empty() {
+            Ok(())
+        } else {
+            Err(LabError::Invalid(format!(
+                "signalling etcd members {failed:?} failed"
+            )))
+        }
+    }
+
     /// Cuts (or restores) the gRPC streams between `host`'s agent and the
     /// controllers (their port 50051), leaving etcd and the data network
     /// alone: the controller is cut off from a healthy host.

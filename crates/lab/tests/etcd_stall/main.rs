@@ -34,7 +34,7 @@
 use std::time::{Duration, Instant};
 
 use holdfast_lab::plane::{Plane, PlaneBins, PlaneSpec, PlaneUnitSpec};
-use holdfast_lab::{send_signal, wait_for_every, PeerKind, Signal};
+use holdfast_lab::{wait_for_every, PeerKind};
 use serde_json::Value;
 
 const LONG: Duration = Duration::from_secs(60);
@@ -44,46 +44,6 @@ fn agent(p: &Plane, host: &str) -> Value {
         .ok()
         .and_then(|t| serde_json::from_str(&t).ok())
         .unwrap_or(Value::Null)
-}
-
-/// Every etcd member SIGSTOPped for `d`, then SIGCONT.
-fn stall_etcd(p: &Plane, d: Duration) {
-    let pids: Vec<u32> = p.etcd.members().iter().map(|m| m.pid()).collect();
-    for &pid in &pids {
-        assert!(send_signal(pid, Signal::Stop, false), "SIGSTOP etcd {pid}");
-    }
-    std::thread::sleep(d);
-    for &pid in &pids {
-        assert!(send_signal(pid, Signal::Cont, false), "SIGCONT etcd {pid}");
-    }
-}
-
-/// 30% random loss both ways on `host`'s management traffic, or its end.
-fn mgmt_loss(p: &Plane, host: &str, on: bool) {
-    let h = p.host(host).host.id;
-    let op = if on { "-I" } else { "-D" };
-    for (chain, dir) in [("INPUT", "-s"), ("OUTPUT", "-d")] {
-        p.lab
-            .exec_ok(
-                h,
-                &[
-                    "iptables",
-                    op,
-                    chain,
-                    dir,
-                    "198.19.0.0/24",
-                    "-m",
-                    "statistic",
-                    "--mode",
-                    "random",
-                    "--probability",
-                    "0.3",
-                    "-j",
-                    "DROP",
-                ],
-            )
-            .unwrap_or_else(|e| panic!("iptables in {host}: {e}"));
-    }
 }
 
 /// Nothing moved, nothing failed, u1 the same process on a.
@@ -165,11 +125,13 @@ fn etcd_stalls_and_a_lossy_management_link_move_nothing() {
         let w = p.watch(true).expect("watch");
         let t = Instant::now();
         if i < 2 {
-            stall_etcd(&p, *d);
+            p.stall_etcd(*d).expect("etcd stalled");
         } else {
-            mgmt_loss(&p, "a", true);
+            p.mgmt_loss("a", true)
+                .expect("30% loss on a's management link");
             std::thread::sleep(*d);
-            mgmt_loss(&p, "a", false);
+            p.mgmt_loss("a", false)
+                .expect("loss on a's management link ended");
         }
         // Settle: a leader with every agent, and time for any migration
         // it would start to show (a lease TTL and the agents' grace).
