@@ -151,6 +151,28 @@ pub struct PlaneSpec {
     pub no_probes: bool,
 }
 
+impl PlaneSpec {
+    /// One unit, `u1` with 10 routes, primary on the first of `hosts` and
+    /// backed up on the second; frr its only peer unless `more_peers`
+    /// (bird2 and gobgpd too).
+    pub fn one_unit(hosts: &[&str], more_peers: bool) -> PlaneSpec {
+        PlaneSpec {
+            hosts: hosts.iter().map(|h| h.to_string()).collect(),
+            units: vec![PlaneUnitSpec {
+                name: "u1".into(),
+                primary: hosts[0].into(),
+                backup: hosts[1].into(),
+                routes: 10,
+                app_failure: None,
+                peers: vec![],
+            }],
+            controller_args: vec![],
+            more_peers,
+            no_probes: false,
+        }
+    }
+}
+
 /// bird2's and gobgpd's AS in the plane.
 pub const PLANE_BIRD_AS: u32 = 65002;
 /// gobgpd's AS in the plane.

@@ -44,7 +44,7 @@
 
 use std::time::{Duration, Instant};
 
-use holdfast_lab::plane::{Plane, PlaneBins, PlaneSpec, PlaneUnitSpec};
+use holdfast_lab::plane::{Plane, PlaneBins, PlaneSpec};
 use holdfast_lab::{send_signal, wait_for_every, PeerKind, Signal};
 
 const LONG: Duration = Duration::from_secs(30);
@@ -141,20 +141,8 @@ fn a_frozen_unit_is_fenced_and_taken_over_unseen_by_the_peers() {
     else {
         return;
     };
-    let spec = PlaneSpec {
-        hosts: vec!["a".into(), "b".into(), "c".into()],
-        units: vec![PlaneUnitSpec {
-            name: "u1".into(),
-            primary: "a".into(),
-            backup: "b".into(),
-            routes: 10,
-            app_failure: Some("migrate".into()),
-            peers: vec![],
-        }],
-        controller_args: vec![],
-        more_peers: true,
-        no_probes: false,
-    };
+    let mut spec = PlaneSpec::one_unit(&["a", "b", "c"], true);
+    spec.units[0].app_failure = Some("migrate".into());
     let p = Plane::up("control_plane_hang", &spec, bins).expect("plane");
     p.wait_established(Duration::from_secs(60))
         .unwrap_or_else(|e| panic!("{e}"));

@@ -33,7 +33,7 @@
 
 use std::time::{Duration, Instant};
 
-use holdfast_lab::plane::{Plane, PlaneBins, PlaneSpec, PlaneUnitSpec};
+use holdfast_lab::plane::{Plane, PlaneBins, PlaneSpec};
 use holdfast_lab::{wait_for_every, PeerKind};
 use serde_json::Value;
 
@@ -92,20 +92,7 @@ fn etcd_stalls_and_a_lossy_management_link_move_nothing() {
     let Some(bins) = PlaneBins::ready(&[PeerKind::Frr], &["iptables"]) else {
         return;
     };
-    let spec = PlaneSpec {
-        hosts: vec!["a".into(), "b".into(), "c".into()],
-        units: vec![PlaneUnitSpec {
-            name: "u1".into(),
-            primary: "a".into(),
-            backup: "b".into(),
-            routes: 10,
-            app_failure: None,
-            peers: vec![],
-        }],
-        controller_args: vec![],
-        more_peers: false,
-        no_probes: false,
-    };
+    let spec = PlaneSpec::one_unit(&["a", "b", "c"], false);
     let mut p = Plane::up("etcd_stall", &spec, bins).expect("plane");
     p.wait_established(LONG).unwrap_or_else(|e| panic!("{e}"));
     p.wait_leader(4, LONG).unwrap_or_else(|e| panic!("{e}"));

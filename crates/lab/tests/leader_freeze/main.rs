@@ -34,7 +34,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use holdfast_lab::plane::{Plane, PlaneBins, PlaneSpec, PlaneUnitSpec};
+use holdfast_lab::plane::{Plane, PlaneBins, PlaneSpec};
 use holdfast_lab::{hold_for, wait_for_every, PeerKind, Signal};
 use serde_json::Value;
 
@@ -59,20 +59,7 @@ fn a_frozen_leader_loses_its_agents_and_the_new_one_takes_a_failed_unit_over() {
     else {
         return;
     };
-    let spec = PlaneSpec {
-        hosts: vec!["a".into(), "b".into()],
-        units: vec![PlaneUnitSpec {
-            name: "u1".into(),
-            primary: "a".into(),
-            backup: "b".into(),
-            routes: 10,
-            app_failure: None,
-            peers: vec![],
-        }],
-        controller_args: vec![],
-        more_peers: true,
-        no_probes: false,
-    };
+    let spec = PlaneSpec::one_unit(&["a", "b"], true);
     let mut p = Plane::up("leader_freeze", &spec, bins).expect("plane");
     p.wait_established(LONG).unwrap_or_else(|e| panic!("{e}"));
     p.wait_leader(3, LONG).unwrap_or_else(|e| panic!("{e}"));

@@ -28,7 +28,7 @@
 
 use std::time::{Duration, Instant};
 
-use holdfast_lab::plane::{Plane, PlaneBins, PlaneSpec, PlaneUnitSpec};
+use holdfast_lab::plane::{Plane, PlaneBins, PlaneSpec};
 use holdfast_lab::{hold_for, wait_for_every, PeerKind};
 use serde_json::Value;
 
@@ -88,20 +88,7 @@ fn a_preheated_standby_takes_over_and_follows_the_unit() {
     let Some(bins) = PlaneBins::ready(&[PeerKind::Frr], &[]) else {
         return;
     };
-    let spec = PlaneSpec {
-        hosts: vec!["a".into(), "b".into()],
-        units: vec![PlaneUnitSpec {
-            name: "u1".into(),
-            primary: "a".into(),
-            backup: "b".into(),
-            routes: 10,
-            app_failure: None,
-            peers: vec![],
-        }],
-        controller_args: vec![],
-        more_peers: false,
-        no_probes: false,
-    };
+    let spec = PlaneSpec::one_unit(&["a", "b"], false);
     let mut p = Plane::up("preheated_backup", &spec, bins).expect("plane");
     p.wait_established(LONG).unwrap_or_else(|e| panic!("{e}"));
     p.wait_leader(3, LONG).unwrap_or_else(|e| panic!("{e}"));
