@@ -776,7 +776,16 @@ impl Plane {
     /// Every etcd member SIGSTOPped for `d`, then SIGCONT (a stalled etcd:
     /// its connections stay open, its answers stop).
     pub fn stall_etcd(&self, d: Duration) -> Result<()> {
-        let pids: Vec<u32> = self.etcd.members().iter().map(|m| m.pid()).collect();
+        let all: Vec<usize> = (0..self.etcd.members().len()).collect();
+        self.stall_etcd_members(&all, d)
+    }
+
+    /// The etcd members numbered `which` SIGSTOPped for `d`, then SIGCONT.
+    pub fn stall_etcd_members(&self, which: &[usize], d: Duration) -> Result<()> {
+        let pids: Vec<u32> = which
+            .iter()
+            .filter_map(|&i| self.etcd.members().get(i).map(|m| m.pid()))
+            .collect();
         let mut failed = Vec::new();
         for &pid in &pids {
             if !crate::send_signal(pid, Signal::Stop, false) {

@@ -1,6 +1,6 @@
 //! etcd or the management network in trouble is not a unit failure
 //! (issue 25, deliverable 4): every etcd member stopped (SIGSTOP) for 5 s
-//! and for 30 s, and 30% random loss both ways on one host's management
+//! and for 30 s, one member and etcd's leader member for 30 s, and 30% random loss both ways on one host's management
 //! link for 10 s, move nothing and fail no host while the unit, its data
 //! link and its peer are healthy; the peer sees nothing.
 //!
@@ -16,7 +16,10 @@
 //! 1. **every etcd member SIGSTOPped for 5 s**, then SIGCONT (etcd revokes
 //!    the leases that ran out meanwhile: the agents' and the leader's);
 //! 2. **every etcd member SIGSTOPped for 30 s**;
-//! 3. **30% loss both ways on a's management link for 10 s** (iptables
+//! 3. **one etcd member, a follower, SIGSTOPped for 30 s**;
+//! 4. **etcd's leader member SIGSTOPped for 30 s** (the others elect a
+//!    new one; the stopped one's clients wait on it until their deadline);
+//! 5. **30% loss both ways on a's management link for 10 s** (iptables
 //!    `statistic` in a's namespace, on the 198.19.0.0/24 traffic);
 //!
 //! and a settling time after each (a new leader, the agents attached):
@@ -100,9 +103,14 @@ fn etcd_stalls_and_a_lossy_management_link_move_nothing() {
         .unwrap_or_else(|e| panic!("{e}"));
     let pid = p.unit_pid("u1", "a").expect("u1 runs on a");
     println!("u1 on a (pid {pid}) PROTECTED, a leader with 4 agents");
-    let steps: [(&str, Duration); 3] = [
+    let steps: [(&str, Duration); 5] = [
         ("every etcd member stopped 5 s", Duration::from_secs(5)),
         ("every etcd member stopped 30 s", Duration::from_secs(30)),
+        (
+            "one etcd member (a follower) stopped 30 s",
+            Duration::from_secs(30),
+        ),
+        ("etcd's leader member stopped 30 s", Duration::from_secs(30)),
         (
             "30% loss on a's management link 10 s",
             Duration::from_secs(10),
@@ -113,6 +121,19 @@ fn etcd_stalls_and_a_lossy_management_link_move_nothing() {
         let t = Instant::now();
         if i < 2 {
             p.stall_etcd(*d).expect("etcd stalled");
+        } else if i < 4 {
+            let leader = p
+                .etcd
+                .leader(&mut p.lab)
+                .expect("etcd's leader")
+                .expect("etcd has a leader");
+            let member = if i == 3 {
+                leader
+            } else {
+                (leader + 1) % p.etcd.members().len()
+            };
+            p.stall_etcd_members(&[member], *d)
+                .expect("etcd member stalled");
         } else {
             p.mgmt_loss("a", true)
                 .expect("30% loss on a's management link");
