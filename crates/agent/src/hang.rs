@@ -336,6 +336,17 @@ mod tests {
         HangWatch::new(HangConfig::new(500 * MS, 30_000 * MS))
     }
 
+    /// `u1` (pid 10) started at time zero.
+    fn start_u1(w: &mut HangWatch) {
+        w.handle(
+            Duration::ZERO,
+            Input::Started {
+                unit: "u1".into(),
+                pid: 10,
+            },
+        );
+    }
+
     fn ping(w: &mut HangWatch, at: u64) {
         w.handle(
             ms(at),
@@ -371,13 +382,7 @@ mod tests {
     #[test]
     fn a_unit_that_stops_pinging_is_hung_after_the_window_once() {
         let mut w = watch();
-        w.handle(
-            Duration::ZERO,
-            Input::Started {
-                unit: "u1".into(),
-                pid: 10,
-            },
-        );
+        start_u1(&mut w);
         // Pings every 125 ms until 1 s, then nothing (SIGSTOP).
         for t in (100..=1000).step_by(125) {
             ping(&mut w, t);
@@ -401,13 +406,7 @@ mod tests {
     #[test]
     fn a_silent_unit_the_kernel_shows_running_gets_four_windows() {
         let mut w = watch();
-        w.handle(
-            Duration::ZERO,
-            Input::Started {
-                unit: "u1".into(),
-                pid: 10,
-            },
-        );
+        start_u1(&mut w);
         ping(&mut w, 100);
         // Starved or held in the kernel, not stopped: 2 s of silence.
         assert_eq!(run_as(&mut w, 120, 2100, false), None);
@@ -417,13 +416,7 @@ mod tests {
         // Seen stopped once, then a ping: the next silence starts afresh
         // (not stopped).
         let mut w = watch();
-        w.handle(
-            Duration::ZERO,
-            Input::Started {
-                unit: "u1".into(),
-                pid: 10,
-            },
-        );
+        start_u1(&mut w);
         ping(&mut w, 100);
         w.handle(
             ms(700),
@@ -442,13 +435,7 @@ mod tests {
     #[test]
     fn start_up_has_its_own_allowance() {
         let mut w = watch();
-        w.handle(
-            Duration::ZERO,
-            Input::Started {
-                unit: "u1".into(),
-                pid: 10,
-            },
-        );
+        start_u1(&mut w);
         // A takeover loading a million routes: silent for 20 s, then ready.
         assert_eq!(run(&mut w, 0, 20_000), None);
         ping(&mut w, 20_000);
@@ -456,13 +443,7 @@ mod tests {
         assert!(run(&mut w, 20_500, 21_000).is_some());
         // One that never serves: hung after the allowance.
         let mut w = watch();
-        w.handle(
-            Duration::ZERO,
-            Input::Started {
-                unit: "u1".into(),
-                pid: 10,
-            },
-        );
+        start_u1(&mut w);
         let (t, o) = run(&mut w, 0, 40_000).expect("hung");
         assert_eq!(t, 30_020);
         assert!(matches!(o, Output::Hung { served: false, .. }));
@@ -474,13 +455,7 @@ mod tests {
             stall_slack: 250 * MS,
             ..HangConfig::new(500 * MS, 30_000 * MS)
         });
-        w.handle(
-            Duration::ZERO,
-            Input::Started {
-                unit: "u1".into(),
-                pid: 10,
-            },
-        );
+        start_u1(&mut w);
         ping(&mut w, 100);
         w.handle(100 * MS, Input::Tick);
         // The agent's loop is slow (a tick every 200 ms, under the stall
@@ -505,13 +480,7 @@ mod tests {
     #[test]
     fn the_agents_own_stall_restarts_every_window() {
         let mut w = watch();
-        w.handle(
-            Duration::ZERO,
-            Input::Started {
-                unit: "u1".into(),
-                pid: 10,
-            },
-        );
+        start_u1(&mut w);
         ping(&mut w, 100);
         w.handle(100 * MS, Input::Tick);
         // The whole host froze for 5 s (the agent too): no verdict at the
@@ -528,13 +497,7 @@ mod tests {
     #[test]
     fn other_pids_and_gone_units_are_ignored() {
         let mut w = watch();
-        w.handle(
-            Duration::ZERO,
-            Input::Started {
-                unit: "u1".into(),
-                pid: 10,
-            },
-        );
+        start_u1(&mut w);
         ping(&mut w, 100);
         // An old process's pings do not keep the new one alive.
         for t in (120..=1000).step_by(20) {

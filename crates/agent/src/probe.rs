@@ -426,14 +426,19 @@ mod tests {
         assert_eq!(serde_json::from_str::<Measurement>(&json).unwrap(), *m);
     }
 
-    #[test]
-    fn a_late_wake_up_sends_once_and_keeps_going() {
-        let mut p = Prober::new(
+    /// A prober of one target with the default configuration, at time zero.
+    fn one_target() -> Prober {
+        Prober::new(
             "agent:a",
             ProbeConfig::default(),
             targets(1),
             Duration::ZERO,
-        );
+        )
+    }
+
+    #[test]
+    fn a_late_wake_up_sends_once_and_keeps_going() {
+        let mut p = one_target();
         p.handle(Duration::ZERO, Input::Timer);
         // The shell was stalled for 350 ms: one probe now (not three), and
         // the earlier one, unanswered across the stall, is discarded, not
@@ -456,12 +461,7 @@ mod tests {
 
     #[test]
     fn an_answer_read_late_counts_at_the_time_its_thread_saw_it() {
-        let mut p = Prober::new(
-            "agent:a",
-            ProbeConfig::default(),
-            targets(1),
-            Duration::ZERO,
-        );
+        let mut p = one_target();
         p.handle(Duration::ZERO, Input::Timer);
         // Answered 3 ms after it was sent, but the loop (stopped) reads it
         // only at 900 ms: answered, round trip 3 ms.
