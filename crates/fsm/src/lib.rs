@@ -15,7 +15,8 @@
 //! # RFCs covered
 //! - RFC 4271 §8 (FSM, events numbered as in §8.1), §6.8 (collision
 //!   detection, [`resolve_collision`]), §4.2/§6.2 (OPEN checks), §4.4
-//!   (hold and keepalive timers, keepalive = hold/3, no jitter).
+//!   (hold and keepalive timers, keepalive = hold/3 or hold/9 under NSR,
+//!   no jitter).
 //! - RFC 4760 (multiprotocol capability; no capability means IPv4 unicast),
 //!   RFC 5492 (capabilities), RFC 2918 / RFC 7313 (route refresh, enhanced).
 //! - RFC 6793 (4-octet AS; AS_TRANS in `my_as`), RFC 7607 (AS 0 rejected).

@@ -63,14 +63,27 @@ fn mp_families(open: &Open) -> Vec<Family> {
     v
 }
 
-/// The keepalive interval for a negotiated hold time: hold/3, or the
-/// configured value capped at hold/3; 0 when hold is 0.
-pub fn keepalive_for(hold_time: u16, configured: Option<u16>) -> u16 {
+/// The keepalive interval for a negotiated hold time: the configured value
+/// capped at hold/3; unconfigured, hold/3, or for a session replicated for
+/// non-stop routing (`nsr`) hold/9 but at least 1 s; 0 when hold is 0.
+///
+/// Why a ninth under NSR: the peer's HoldTimer runs from the last message
+/// it received, so a takeover has the hold time minus the time since our
+/// last KEEPALIVE, and BIRD starts its HoldTimer up to a quarter short
+/// (`bgp_start_timer` jitters every BGP timer). With hold 9 s and
+/// keepalive hold/3 that leaves 0.75 × 9 − 3 = 3.75 s in the worst case,
+/// less than a host failure's detection plus takeover; hold/9 leaves 5.75 s.
+/// RFC 4271 §4.4 allows KEEPALIVEs as often as one a second.
+pub fn keepalive_for(hold_time: u16, configured: Option<u16>, nsr: bool) -> u16 {
     if hold_time == 0 {
         return 0;
     }
     let third = hold_time / 3;
-    configured.map_or(third, |k| k.min(third))
+    match configured {
+        Some(k) => k.min(third),
+        None if nsr => (hold_time / 9).max(1),
+        None => third,
+    }
 }
 
 /// Negotiated session parameters from the two raw OPENs. Pure, so the NSR
@@ -110,7 +123,7 @@ pub fn negotiate(
         ));
     }
     let hold_time = local.hold_time.min(remote.hold_time);
-    let keepalive = keepalive_for(hold_time, cfg.keepalive_time);
+    let keepalive = keepalive_for(hold_time, cfg.keepalive_time, cfg.nsr);
 
     let both = |pred: fn(&Capability) -> bool| has_cap(local, pred) && has_cap(remote, pred);
     let four_octet_as = both(|c| matches!(c, Capability::FourOctetAs(_)));

@@ -263,6 +263,27 @@ fn configured_keepalive_is_capped_at_a_third() {
 }
 
 #[test]
+fn nsr_sessions_keep_the_peer_fresh_every_ninth_of_the_hold_time() {
+    let mut c = cfg();
+    c.nsr = true;
+    let s = established_with(c.clone(), peer_open(65002, 9));
+    assert_eq!(s.negotiated().map(|n| n.keepalive), Some(1));
+    let s = established_with(c.clone(), peer_open(65002, 90));
+    assert_eq!(s.negotiated().map(|n| n.keepalive), Some(10));
+    let s = established_with(c.clone(), peer_open(65002, 3));
+    assert_eq!(s.negotiated().map(|n| n.keepalive), Some(1), "never below 1 s");
+    c.keepalive_time = Some(20);
+    let s = established_with(c, peer_open(65002, 90));
+    assert_eq!(
+        s.negotiated().map(|n| n.keepalive),
+        Some(20),
+        "a configured interval wins"
+    );
+    assert_eq!(crate::keepalive_for(90, None, false), 30);
+    assert_eq!(crate::keepalive_for(0, None, true), 0);
+}
+
+#[test]
 fn hold_time_zero_means_no_keepalives() {
     let mut s = established_with(cfg(), peer_open(65002, 0));
     let n = s.negotiated().cloned().expect("negotiated");

@@ -58,9 +58,15 @@ pub struct SessionConfig {
     pub local_id: Ipv4Addr,
     /// Hold time proposed in our OPEN (default 90).
     pub hold_time: u16,
-    /// Keepalive interval; `None` means negotiated hold time / 3. A
-    /// configured value is capped at negotiated hold time / 3.
+    /// Keepalive interval; `None` means negotiated hold time / 3 (a ninth
+    /// with `nsr`). A configured value is capped at negotiated hold time / 3.
     pub keepalive_time: Option<u16>,
+    /// The session is replicated for non-stop routing: with no configured
+    /// keepalive interval, KEEPALIVEs go every ninth of the hold time (at
+    /// least 1 s), so that the peer has heard from us at most that long
+    /// before a failure and a takeover has most of its hold time ([`keepalive_for`](crate::keepalive_for)).
+    #[serde(default)]
+    pub nsr: bool,
     /// ConnectRetry timer in seconds (RFC default 120; daemon default 5).
     /// Zero is treated as one second.
     pub connect_retry: u16,
@@ -88,6 +94,7 @@ impl SessionConfig {
             local_id,
             hold_time: 90,
             keepalive_time: None,
+            nsr: false,
             connect_retry: 5,
             passive: false,
             families: vec![Family::IPV4_UNICAST],

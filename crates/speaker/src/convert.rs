@@ -288,6 +288,7 @@ pub fn peer_settings(
     let mut session = SessionConfig::new(local_as, n.remote_asn, router_id);
     session.hold_time = n.effective_hold_time(g);
     session.keepalive_time = n.keepalive.or(g.keepalive);
+    session.nsr = cfg.nsr.is_some();
     session.connect_retry = n.effective_connect_retry(g);
     session.passive = n.passive;
     session.families = n.families.iter().map(|f| f.family()).collect();
