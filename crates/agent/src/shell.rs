@@ -25,7 +25,7 @@ use crate::probe::{self, ProbeConfig, Prober, Target};
 use crate::runtime::{ProcessRuntime, Runtime, UnitSpec};
 use crate::Time;
 use holdfast_control_api::v1::{AgentReport, Command};
-use holdfast_controller::{Keys, Store};
+use holdfast_etcd::{Keys, Store};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -189,7 +189,7 @@ pub async fn run(
         let m = metrics.clone();
         tokio::spawn(async move {
             let render = std::sync::Arc::new(move || m.render());
-            if let Err(e) = holdfast_controller::metrics::serve(addr, render).await {
+            if let Err(e) = holdfast_etcd::metrics::serve(addr, render).await {
                 tracing::error!(%addr, error = %e, "metrics endpoint stopped");
             }
         });
