@@ -888,26 +888,13 @@ fn move_addresses(
     }
 }
 
-/// `holdfast nsr switchover` through the unit's control socket.
-/// One request to a unit's control socket; an error answer is an error.
+/// One request to a unit's control socket (`nsr switchover`, `nsr
+/// takeover`); an error answer is an error.
 fn control(sock: &std::path::Path, req: &holdfast_api::Request) -> Result<(), String> {
-    use holdfast_api::Response;
-    use std::io::{BufRead, BufReader, Write};
-    let mut s = std::os::unix::net::UnixStream::connect(sock)
-        .map_err(|e| format!("{}: {e}", sock.display()))?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))
-        .map_err(|e| e.to_string())?;
-    let mut line = req.to_line();
-    line.push('\n');
-    s.write_all(line.as_bytes()).map_err(|e| e.to_string())?;
-    let mut answer = String::new();
-    BufReader::new(s)
-        .read_line(&mut answer)
-        .map_err(|e| e.to_string())?;
-    match Response::from_line(&answer).map_err(|e| e.to_string())? {
-        Response::Error { message } => Err(message),
-        _ => Ok(()),
-    }
+    holdfast_api::client::request(sock, req, Duration::from_secs(10))
+        .map_err(|e| e.to_string())?
+        .into_result()
+        .map(|_| ())
 }
 
 fn write_status(path: &std::path::Path, s: &AgentStatus) {

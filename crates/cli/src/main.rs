@@ -1,8 +1,8 @@
 //! `holdfast`, the command-line interface to `holdfastd`.
 //!
-//! Talks to the daemon's control socket (newline-delimited JSON, types in
-//! `holdfast-api`). Every command prints a table for people or, with
-//! `--json`, the daemon's answer as JSON for tools.
+//! Talks to the daemon's control socket (newline-delimited JSON, types and
+//! client in `holdfast-api`). Every command prints a table for people or,
+//! with `--json`, the daemon's answer as JSON for tools.
 //!
 //! `holdfast lab ...` runs `holdfast-lab` (package `holdfast-labctl`) from the
 //! directory of this executable with the same arguments: scenarios from
@@ -21,9 +21,7 @@
 use anyhow::{bail, Context};
 use clap::{CommandFactory, Parser, Subcommand};
 use holdfast_api::{Body, NeighborInfo, NsrStatus, Request, Response, RibEntry, RibTable, Summary};
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 #[derive(Parser, Debug)]
@@ -230,21 +228,12 @@ fn main() {
     }
 }
 
-fn request(socket: &PathBuf, req: &Request) -> anyhow::Result<Response> {
-    let mut s = UnixStream::connect(socket)
-        .with_context(|| format!("connecting to {}", socket.display()))?;
-    s.set_read_timeout(Some(Duration::from_secs(60)))?;
-    let mut line = req.to_line();
-    line.push('\n');
-    s.write_all(line.as_bytes())?;
-    let mut answer = String::new();
-    BufReader::new(s)
-        .read_line(&mut answer)
-        .context("reading the answer")?;
-    if answer.is_empty() {
-        bail!("the daemon closed the connection without answering");
-    }
-    Response::from_line(&answer).context("decoding the answer")
+fn request(socket: &Path, req: &Request) -> anyhow::Result<Response> {
+    Ok(holdfast_api::client::request(
+        socket,
+        req,
+        Duration::from_secs(60),
+    )?)
 }
 
 /// `holdfast lab ...`: replaces this process with the `holdfast-lab` next to this
