@@ -4,6 +4,9 @@
 //! client in `holdfast-api`). Every command prints a table for people or,
 //! with `--json`, the daemon's answer as JSON for tools.
 //!
+//! `holdfast config check FILE` loads the file with `holdfast-config` as
+//! holdfastd does (`holdfast_config::check`).
+//!
 //! `holdfast lab ...` runs `holdfast-lab` (package `holdfast-labctl`) from the
 //! directory of this executable with the same arguments: scenarios from
 //! `lab/scenarios/` built in network namespaces with the control plane (etcd,
@@ -320,7 +323,7 @@ fn run_bench(
 
 /// `holdfast config check FILE`.
 fn run_config_check(file: &std::path::Path, json: bool) -> anyhow::Result<()> {
-    match holdfast_speaker::check_config(file) {
+    match holdfast_config::check(file).map_err(anyhow::Error::from) {
         Ok(c) => {
             if json {
                 let mut v = serde_json::to_value(&c)?;
