@@ -1102,7 +1102,11 @@ fn diff_kernel_changes_per_instance() {
 fn add_ext_community_is_refused_by_key_and_check_sums_a_file_up() {
     let policy = "[[policy]]\nname = \"p\"\n[[policy.term]]\nname = \"t\"\naction = \"accept\"\n[policy.term.set]\nadd_ext_community = \"rt:65000:1\"\n";
     let e = err(&format!("{GLOBAL}{policy}"));
-    assert_eq!(e.key(), Some("policy[0].term[0].set.add_ext_community"), "{e}");
+    assert_eq!(
+        e.key(),
+        Some("policy[0].term[0].set.add_ext_community"),
+        "{e}"
+    );
 
     let dir = std::env::temp_dir().join(format!("hf-config-check-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

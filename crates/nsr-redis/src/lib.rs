@@ -133,12 +133,12 @@
 //!   between is skipped. Load after [`Store::claim`] (the writers are then
 //!   fenced) for an exact picture.
 
+use bytes::Bytes;
 use holdfast_nsr::batch::{self, Step};
 use holdfast_nsr::{
     InstanceState, LogPos, Op, Store, StoreError, StoreUrl, StoredBfd, StoredOriginated,
     StoredSession,
 };
-use bytes::Bytes;
 use redis::{ConnectionAddr, ConnectionInfo, RedisConnectionInfo, Value};
 use std::collections::{HashMap, VecDeque};
 use std::fmt;

@@ -25,5 +25,5 @@ pub use record::{
     BfdRecord, InstanceState, LogPos, Op, OriginatedRecord, SessionRecord, StoredBfd,
     StoredOriginated, StoredSession, TcpParams, SCHEMA_VERSION,
 };
-pub use url::StoreUrl;
 pub use store::{Store, StoreError};
+pub use url::StoreUrl;
