@@ -27,7 +27,7 @@
 use crate::shell::Event;
 use holdfast_control_api::v1::controller_client::ControllerClient;
 use holdfast_control_api::v1::{agent_report, command, AgentReport};
-use holdfast_controller::{Keys, Store};
+use holdfast_etcd::{Keys, Store};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 

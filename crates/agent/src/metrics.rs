@@ -1,5 +1,5 @@
 //! The host agent's Prometheus metrics (`holdfast-agent --metrics-listen`),
-//! served by `holdfast_controller::metrics::serve`. The shell bumps each one
+//! served by `holdfast_etcd::metrics::serve`. The shell bumps each one
 //! where it records the same fact in its status file.
 
 use prometheus_client::metrics::counter::Counter;

@@ -25,7 +25,7 @@
 //!   cost a renewal period first.
 
 use crate::Time;
-use holdfast_controller::{Keys, Store};
+use holdfast_etcd::{Keys, Store};
 use std::time::Duration;
 use tokio::sync::mpsc;
 

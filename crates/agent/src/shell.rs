@@ -25,7 +25,7 @@ use crate::probe::{self, ProbeConfig, Prober, Target};
 use crate::runtime::{ProcessRuntime, Runtime, UnitSpec};
 use crate::Time;
 use holdfast_control_api::v1::{AgentReport, Command};
-use holdfast_controller::{Keys, Store};
+use holdfast_etcd::{Keys, Store};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -189,7 +189,7 @@ pub async fn run(
         let m = metrics.clone();
         tokio::spawn(async move {
             let render = std::sync::Arc::new(move || m.render());
-            if let Err(e) = holdfast_controller::metrics::serve(addr, render).await {
+            if let Err(e) = holdfast_etcd::metrics::serve(addr, render).await {
                 tracing::error!(%addr, error = %e, "metrics endpoint stopped");
             }
         });
@@ -888,26 +888,13 @@ fn move_addresses(
     }
 }
 
-/// `holdfast nsr switchover` through the unit's control socket.
-/// One request to a unit's control socket; an error answer is an error.
+/// One request to a unit's control socket (`nsr switchover`, `nsr
+/// takeover`); an error answer is an error.
 fn control(sock: &std::path::Path, req: &holdfast_api::Request) -> Result<(), String> {
-    use holdfast_api::Response;
-    use std::io::{BufRead, BufReader, Write};
-    let mut s = std::os::unix::net::UnixStream::connect(sock)
-        .map_err(|e| format!("{}: {e}", sock.display()))?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))
-        .map_err(|e| e.to_string())?;
-    let mut line = req.to_line();
-    line.push('\n');
-    s.write_all(line.as_bytes()).map_err(|e| e.to_string())?;
-    let mut answer = String::new();
-    BufReader::new(s)
-        .read_line(&mut answer)
-        .map_err(|e| e.to_string())?;
-    match Response::from_line(&answer).map_err(|e| e.to_string())? {
-        Response::Error { message } => Err(message),
-        _ => Ok(()),
-    }
+    holdfast_api::client::request(sock, req, Duration::from_secs(10))
+        .map_err(|e| e.to_string())?
+        .into_result()
+        .map(|_| ())
 }
 
 fn write_status(path: &std::path::Path, s: &AgentStatus) {

@@ -15,11 +15,16 @@
 //! RFC 8092 (large communities as `global:local1:local2`) and RFC 4360
 //! (extended communities as 16 hex digits).
 //!
+//! [`client::request`] is the one client of the socket (the CLI, the host
+//! agent and the lab use it).
+//!
 //! # Known issues
 //! - No versioning of the protocol: daemon and CLI must come from the same
 //!   build. Unknown fields are ignored, so adding fields is compatible.
 
 #![forbid(unsafe_code)]
+
+pub mod client;
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

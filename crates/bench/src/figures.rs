@@ -502,7 +502,7 @@ to read about 70 records, under 2 ms to write 10 and about 500 ms to write 10k."
         id: "fig5b".into(),
         title: "Fig. 5(b): store write and read time against batch size".into(),
         what: format!(
-            "holdfastd's Redis store (`holdfast_nsr::RedisStore`, the code the replicator and a takeover use) \
+            "holdfastd's Redis store (`holdfast_nsr_redis::RedisStore`, the code the replicator and a takeover use) \
 against a redis-server (no persistence) in a lab namespace, over its loopback; records of {} bytes. \
 Time per call of one `write` of B `Received` records (spread over B sessions, or all of one session, merged \
 into one append) and of one `load` of B sessions of one record or of one session of B records. Each run is \

@@ -17,9 +17,8 @@ use crate::util::Cell;
 use anyhow::{anyhow, Result};
 use bytes::Bytes;
 use holdfast_lab::{Lab, Redis};
-use holdfast_nsr::{
-    Op, RedisStore, SessionRecord, Store, StoreError, StoreUrl, TcpParams, SCHEMA_VERSION,
-};
+use holdfast_nsr::{Op, SessionRecord, Store, StoreError, StoreUrl, TcpParams, SCHEMA_VERSION};
+use holdfast_nsr_redis::RedisStore;
 use holdfast_tester::netns::in_netns;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};

@@ -5,7 +5,7 @@
 //! `holdfast-bfd-relay --store URL [--instance NAME]...` runs on an agent
 //! host on the peers' L2 segment. It reads every watched instance's BFD
 //! records from the NSR store (the `bfd` hash that holdfastd writes with
-//! `holdfast_nsr::Op::Bfd`, read with `holdfast_nsr::RedisStore`) every
+//! `holdfast_nsr::Op::Bfd`, read with `holdfast_nsr_redis::RedisStore`) every
 //! `--poll-ms` (100 ms by default), and for each record in state Up sends
 //! the unit's own Up control packet — the unit's source address and port,
 //! its discriminators and advertised intervals — to the peer, continuously,

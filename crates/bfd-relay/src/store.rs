@@ -1,9 +1,10 @@
-//! Reading the units' BFD records from the store (`holdfast_nsr`'s Redis
+//! Reading the units' BFD records from the store (`holdfast_nsr_redis`'s
 //! client and key layout), one pipelined round trip per instance and poll.
 
 use crate::core::Snapshot;
 use crate::RelayError;
-use holdfast_nsr::{RedisStore, StoreUrl};
+use holdfast_nsr::StoreUrl;
+use holdfast_nsr_redis::RedisStore;
 use std::time::Duration;
 
 /// One instance's store, read-only.

@@ -1,8 +1,11 @@
 //! `holdfast`, the command-line interface to `holdfastd`.
 //!
-//! Talks to the daemon's control socket (newline-delimited JSON, types in
-//! `holdfast-api`). Every command prints a table for people or, with
-//! `--json`, the daemon's answer as JSON for tools.
+//! Talks to the daemon's control socket (newline-delimited JSON, types and
+//! client in `holdfast-api`). Every command prints a table for people or,
+//! with `--json`, the daemon's answer as JSON for tools.
+//!
+//! `holdfast config check FILE` loads the file with `holdfast-config` as
+//! holdfastd does (`holdfast_config::check`).
 //!
 //! `holdfast lab ...` runs `holdfast-lab` (package `holdfast-labctl`) from the
 //! directory of this executable with the same arguments: scenarios from
@@ -21,9 +24,7 @@
 use anyhow::{bail, Context};
 use clap::{CommandFactory, Parser, Subcommand};
 use holdfast_api::{Body, NeighborInfo, NsrStatus, Request, Response, RibEntry, RibTable, Summary};
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 #[derive(Parser, Debug)]
@@ -230,21 +231,12 @@ fn main() {
     }
 }
 
-fn request(socket: &PathBuf, req: &Request) -> anyhow::Result<Response> {
-    let mut s = UnixStream::connect(socket)
-        .with_context(|| format!("connecting to {}", socket.display()))?;
-    s.set_read_timeout(Some(Duration::from_secs(60)))?;
-    let mut line = req.to_line();
-    line.push('\n');
-    s.write_all(line.as_bytes())?;
-    let mut answer = String::new();
-    BufReader::new(s)
-        .read_line(&mut answer)
-        .context("reading the answer")?;
-    if answer.is_empty() {
-        bail!("the daemon closed the connection without answering");
-    }
-    Response::from_line(&answer).context("decoding the answer")
+fn request(socket: &Path, req: &Request) -> anyhow::Result<Response> {
+    Ok(holdfast_api::client::request(
+        socket,
+        req,
+        Duration::from_secs(60),
+    )?)
 }
 
 /// `holdfast lab ...`: replaces this process with the `holdfast-lab` next to this
@@ -331,7 +323,7 @@ fn run_bench(
 
 /// `holdfast config check FILE`.
 fn run_config_check(file: &std::path::Path, json: bool) -> anyhow::Result<()> {
-    match holdfast_speaker::check_config(file) {
+    match holdfast_config::check(file).map_err(anyhow::Error::from) {
         Ok(c) => {
             if json {
                 let mut v = serde_json::to_value(&c)?;

@@ -1,7 +1,8 @@
 //! Holdfast configuration: the TOML file of `holdfastd`, validated at load.
 //!
 //! [`load`]/[`parse`] return a [`Config`] whose every reference (instance,
-//! policy, prefix list) resolves, plus warnings for the daemon to log.
+//! policy, prefix list) resolves, plus warnings for the daemon to log;
+//! [`check`] is `holdfast config check`.
 //! Errors name the offending key (`neighbor[2].remote_asn: must be
 //! 1..=4294967295`); TOML syntax and type errors keep toml's line and
 //! column. [`diff`] compares two configurations for a reload. The file
@@ -141,6 +142,38 @@ pub fn load(path: &Path) -> Result<(Config, Vec<String>), ConfigError> {
         source,
     })?;
     parse(&text)
+}
+
+/// What `holdfast config check` reports about a configuration file that
+/// holdfastd would accept.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConfigCheck {
+    pub file: PathBuf,
+    pub instances: usize,
+    pub neighbors: usize,
+    pub policies: usize,
+    pub networks: usize,
+    pub nsr: bool,
+    pub mrt: usize,
+    pub warnings: Vec<String>,
+}
+
+/// [`load`]s `path` as holdfastd does at start-up and on reload, and sums
+/// it up. Nothing is bound or started. Every reference (instance, policy,
+/// prefix list) resolves and every policy action is one holdfastd has, so
+/// a file that passes compiles into the daemon's policies and sessions.
+pub fn check(path: &Path) -> Result<ConfigCheck, ConfigError> {
+    let (cfg, warnings) = load(path)?;
+    Ok(ConfigCheck {
+        file: path.to_path_buf(),
+        instances: cfg.instances.len(),
+        neighbors: cfg.neighbors.len(),
+        policies: cfg.policies.len(),
+        networks: cfg.networks.len(),
+        nsr: cfg.nsr.as_ref().is_some_and(|n| n.enabled),
+        mrt: cfg.mrt.len(),
+        warnings,
+    })
 }
 
 /// Parses and validates configuration text. The second value holds

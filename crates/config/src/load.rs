@@ -382,6 +382,13 @@ fn check_policies(policies: &[PolicyDef], lists: &[PrefixListDef]) -> Result<(),
                     return Err(invalid(format!("{key}.match.{name}"), ASN_RANGE));
                 }
             }
+            if !t.set.add_ext_community.is_empty() {
+                // holdfastd's policy engine has no such action (yet).
+                return Err(invalid(
+                    format!("{key}.set.add_ext_community"),
+                    "is not supported yet",
+                ));
+            }
             if let Some(pp) = &t.set.prepend {
                 if !(1..=32).contains(&pp.count) {
                     return Err(invalid(

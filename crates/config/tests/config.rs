@@ -1097,3 +1097,23 @@ fn diff_kernel_changes_per_instance() {
     );
     assert!(same.kernel_changed.is_empty(), "{same:?}");
 }
+
+#[test]
+fn add_ext_community_is_refused_by_key_and_check_sums_a_file_up() {
+    let policy = "[[policy]]\nname = \"p\"\n[[policy.term]]\nname = \"t\"\naction = \"accept\"\n[policy.term.set]\nadd_ext_community = \"rt:65000:1\"\n";
+    let e = err(&format!("{GLOBAL}{policy}"));
+    assert_eq!(
+        e.key(),
+        Some("policy[0].term[0].set.add_ext_community"),
+        "{e}"
+    );
+
+    let dir = std::env::temp_dir().join(format!("hf-config-check-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("c.toml");
+    std::fs::write(&file, SPEC_SNIPPET).unwrap();
+    let c = check(&file).expect("a good file passes");
+    assert_eq!((c.instances, c.neighbors, c.policies), (1, 1, 0));
+    assert!(!c.nsr);
+    let _ = std::fs::remove_dir_all(&dir);
+}

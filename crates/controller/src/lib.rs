@@ -7,11 +7,11 @@
 //! * [`elect`]: the pure election core (`Elector::handle(now, Input) ->
 //!   Vec<Output>`) and its timing rule (act only until the last renewal's
 //!   send time + TTL − margin).
-//! * [`fence`]: the fencing token (the agents check it with
-//!   `holdfast_control_api::accept_token`).
-//! * [`state`]: the key layout, the JSON records (schema-versioned) and the
-//!   pure [`next_step`] of a migration.
-//! * [`store`]: etcd over several endpoints, fenced transactions.
+//! * [`fence`], [`state`], [`store`] (from `holdfast-etcd`, which the host
+//!   agents use too): the fencing token (the agents check it with
+//!   `holdfast_control_api::accept_token`); the key layout, the JSON
+//!   records (schema-versioned) and the pure [`next_step`] of a migration;
+//!   etcd over several endpoints, fenced transactions.
 //! * [`placement`]: the desired state as `holdfast-control`'s model, and
 //!   TRIPOD's min-churn choice of a unit's new backup after a migration.
 //! * [`hub`]: the agents' `Attach` streams (gRPC), accepted only while the
@@ -20,8 +20,8 @@
 //! * [`sense`]: the leader's failure localization: the controller's own
 //!   heartbeats to hosts and units, the agents' and the agent server's
 //!   measurements, fed to `holdfast_control::Localizer`.
-//! * [`metrics`]: Prometheus metrics of the replica, and the `/metrics`
-//!   endpoint (the agent's too).
+//! * [`metrics`]: Prometheus metrics of the replica, served at `/metrics`
+//!   (`holdfast_etcd::metrics::serve`).
 //! * [`replica`]: the I/O shell (elector and worker tasks, status file):
 //!   acting on the localizer's verdicts and on agents' leases expiring in
 //!   etcd, and migrations carried out through the agents (fence, takeover,
@@ -30,14 +30,13 @@
 //! See docs/control-plane.md.
 
 pub mod elect;
-pub mod fence;
 pub mod hub;
 pub mod metrics;
 pub mod placement;
 pub mod replica;
 pub mod sense;
-pub mod state;
-pub mod store;
+
+pub use holdfast_etcd::{fence, state, store};
 
 pub use elect::{Demotion, Elector, Role, Timing};
 pub use fence::Token;

@@ -1,15 +1,13 @@
-//! Prometheus metrics of the control plane: the controller replica's
-//! ([`ControllerMetrics`]) and, through [`serve`], the host agent's, in the
-//! text exposition format at `GET /metrics` (axum over HTTP/1.1).
+//! Prometheus metrics of the controller replica ([`ControllerMetrics`]),
+//! in the text exposition format at `GET /metrics` ([`serve`], from
+//! `holdfast-etcd`, which serves the host agent's too).
 //!
 //! The controller's counters are bumped by the same calls that log the
 //! events (election, demotion, a refused fenced write, a committed step, a
 //! migration started and finished, a verdict); its gauges (leading, agents
 //! attached, failed hosts) are set by the status writer every tick.
 
-use std::net::SocketAddr;
-use std::sync::Arc;
-
+pub use holdfast_etcd::metrics::serve;
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -134,30 +132,6 @@ impl ControllerMetrics {
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
     }
-}
-
-/// Serves `render()` at `GET /metrics` on `addr` until the task is dropped.
-pub async fn serve(
-    addr: SocketAddr,
-    render: Arc<dyn Fn() -> String + Send + Sync>,
-) -> std::io::Result<()> {
-    let app = axum::Router::new().route(
-        "/metrics",
-        axum::routing::get(move || {
-            let render = render.clone();
-            async move {
-                (
-                    [(
-                        axum::http::header::CONTENT_TYPE,
-                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                    )],
-                    render(),
-                )
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind(addr).await?;
-    axum::serve(listener, app).await
 }
 
 #[cfg(test)]

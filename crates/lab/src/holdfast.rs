@@ -9,10 +9,8 @@ use crate::cmd::{pid_alive, Signal};
 use crate::error::{io_ctx, parse_err, LabError, Result};
 use crate::lab::{HostId, Lab, ProcId};
 use crate::wait::{wait_until, DEFAULT_POLL_INTERVAL};
-use holdfast_api::{Body, NeighborInfo, NsrStatus, Request, Response, RibEntry, RibTable, Summary};
-use std::io::{BufRead, BufReader, Write};
+use holdfast_api::{Body, NeighborInfo, NsrStatus, Request, RibEntry, RibTable, Summary};
 use std::net::IpAddr;
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -470,19 +468,13 @@ impl ControlSocket {
 /// One request over the holdfastd control socket `socket` (a unit the lab
 /// did not start itself, such as one a host agent runs).
 pub fn control_request(socket: &Path, req: &Request) -> Result<Body> {
-    let ctx = || format!("control socket {}", socket.display());
-    let mut s = UnixStream::connect(socket).map_err(io_ctx(ctx()))?;
-    s.set_read_timeout(Some(Duration::from_secs(30)))
-        .map_err(io_ctx(ctx()))?;
-    let mut line = req.to_line();
-    line.push('\n');
-    s.write_all(line.as_bytes()).map_err(io_ctx(ctx()))?;
-    let mut answer = String::new();
-    BufReader::new(s)
-        .read_line(&mut answer)
-        .map_err(io_ctx(ctx()))?;
-    let resp = Response::from_line(&answer)
-        .map_err(|e| parse_err("holdfastd control answer", format!("{answer:?}: {e}")))?;
+    use holdfast_api::client::{self, ClientError};
+    let resp = client::request(socket, req, Duration::from_secs(30)).map_err(|e| match e {
+        ClientError::Connect { error, .. } | ClientError::Io { error, .. } => {
+            io_ctx(format!("control socket {}", socket.display()))(error)
+        }
+        other => parse_err("holdfastd control answer", other.to_string()),
+    })?;
     resp.into_result()
         .map_err(|m| LabError::Invalid(format!("holdfastd refused the request: {m}")))
 }

@@ -22,7 +22,8 @@
 //! - `Originated` is no step either: it touches only the instances'
 //!   run-time routes, applied with the BFD records ([`originated_writes`]).
 //!
-//! Both stores apply the same steps, so they store the same chunks.
+//! Both stores apply the same steps, so they store the same chunks. Public
+//! for the Redis store's crate (`holdfast-nsr-redis`); nothing else uses it.
 //!
 //! Known issues: merged send-tail chunks are trimmed as a whole, i.e. a
 //! merged chunk stays until all of it is acknowledged (`send_queue` skips
@@ -36,7 +37,7 @@ use std::collections::HashMap;
 
 /// One step of a planned batch, borrowing from the ops.
 #[derive(Debug)]
-pub(crate) enum Step<'a> {
+pub enum Step<'a> {
     Session {
         key: &'a str,
         record: &'a SessionRecord,
@@ -71,7 +72,7 @@ pub(crate) enum Step<'a> {
 }
 
 impl<'a> Step<'a> {
-    pub(crate) fn key(&self) -> &'a str {
+    pub fn key(&self) -> &'a str {
         match self {
             Step::Session { key, .. }
             | Step::Received { key, .. }
@@ -84,7 +85,7 @@ impl<'a> Step<'a> {
     }
 
     /// Payload bytes (for splitting very large batches).
-    pub(crate) fn payload_len(&self) -> usize {
+    pub fn payload_len(&self) -> usize {
         match self {
             Step::Received { parts, .. } | Step::Sent { parts, .. } => {
                 parts.iter().map(|b| b.len()).sum()
@@ -102,12 +103,12 @@ impl<'a> Step<'a> {
 }
 
 /// Total length of `parts`.
-pub(crate) fn parts_len(parts: &[&Bytes]) -> usize {
+pub fn parts_len(parts: &[&Bytes]) -> usize {
     parts.iter().map(|b| b.len()).sum()
 }
 
 /// Concatenation of `parts` (no copy for a single part).
-pub(crate) fn concat(parts: &[&Bytes]) -> Bytes {
+pub fn concat(parts: &[&Bytes]) -> Bytes {
     match parts {
         [] => Bytes::new(),
         [one] => (*one).clone(),
@@ -122,7 +123,7 @@ pub(crate) fn concat(parts: &[&Bytes]) -> Bytes {
 }
 
 /// `a` is at or after `b` in mod-2^32 sequence arithmetic.
-pub(crate) fn seq_ge(a: u32, b: u32) -> bool {
+pub fn seq_ge(a: u32, b: u32) -> bool {
     (a.wrapping_sub(b) as i32) >= 0
 }
 
@@ -142,7 +143,7 @@ struct Open {
 /// the session's previous `Received` across them; `Sent` and `Acked` do not
 /// commute with each other, so one ends the other's run. `Session`,
 /// `Snapshot` and `Remove` end every run of their session.
-pub(crate) fn plan(ops: &[Op]) -> Vec<Step<'_>> {
+pub fn plan(ops: &[Op]) -> Vec<Step<'_>> {
     let mut steps: Vec<Step<'_>> = Vec::with_capacity(ops.len());
     let mut open: HashMap<&str, Open> = HashMap::new();
     for op in ops {
@@ -249,7 +250,7 @@ pub(crate) fn plan(ops: &[Op]) -> Vec<Step<'_>> {
 
 /// A record kept apart from the sessions (a BFD record, an instance's
 /// run-time routes) to set (its JSON) or, `None`, to delete.
-pub(crate) type RecordWrite<'a> = (&'a str, Option<Vec<u8>>);
+pub type RecordWrite<'a> = (&'a str, Option<Vec<u8>>);
 
 /// What a batch leaves of records kept apart: per key, the last write, in
 /// first-seen key order.
@@ -280,7 +281,7 @@ fn encode_apart<T: serde::Serialize>(
 
 /// The BFD records a batch leaves: per key, the last op's record (encoded)
 /// or `None` (removed).
-pub(crate) fn bfd_writes(ops: &[Op]) -> Result<Vec<RecordWrite<'_>>, StoreError> {
+pub fn bfd_writes(ops: &[Op]) -> Result<Vec<RecordWrite<'_>>, StoreError> {
     last_per_key(ops.iter().filter_map(|op| match op {
         Op::Bfd { key, record } => {
             Some(encode_apart(key, record, "BFD record").map(|v| (key.as_str(), Some(v))))
@@ -292,7 +293,7 @@ pub(crate) fn bfd_writes(ops: &[Op]) -> Result<Vec<RecordWrite<'_>>, StoreError>
 
 /// The run-time route sets a batch leaves: per key, the last op's record
 /// (encoded) or `None` (no routes: removed).
-pub(crate) fn originated_writes(ops: &[Op]) -> Result<Vec<RecordWrite<'_>>, StoreError> {
+pub fn originated_writes(ops: &[Op]) -> Result<Vec<RecordWrite<'_>>, StoreError> {
     last_per_key(ops.iter().filter_map(|op| match op {
         Op::Originated { key, record } if record.routes.is_empty() => {
             Some(Ok((key.as_str(), None)))
@@ -306,7 +307,7 @@ pub(crate) fn originated_writes(ops: &[Op]) -> Result<Vec<RecordWrite<'_>>, Stor
 
 /// Parses the stored records of one hash (field: key, value: JSON) into
 /// `make(key, record)`, refusing a newer schema as [`decode_record`] does.
-pub(crate) fn decode_apart<R, T, B>(
+pub fn decode_apart<R, T, B>(
     entries: impl IntoIterator<Item = (String, B)>,
     make: impl Fn(String, R) -> T,
 ) -> Result<Vec<T>, StoreError>
@@ -324,7 +325,7 @@ where
 }
 
 /// Serialises a record as stored (JSON).
-pub(crate) fn encode_record(key: &str, record: &SessionRecord) -> Result<Vec<u8>, StoreError> {
+pub fn encode_record(key: &str, record: &SessionRecord) -> Result<Vec<u8>, StoreError> {
     serde_json::to_vec(record).map_err(|e| StoreError::Corrupt {
         key: key.to_string(),
         reason: format!("cannot encode record: {e}"),
@@ -334,7 +335,7 @@ pub(crate) fn encode_record(key: &str, record: &SessionRecord) -> Result<Vec<u8>
 /// Parses a stored record: the schema is checked before the rest, so a
 /// record of a newer schema is reported as such even if its fields no
 /// longer parse.
-pub(crate) fn decode_record(key: &str, json: &[u8]) -> Result<SessionRecord, StoreError> {
+pub fn decode_record(key: &str, json: &[u8]) -> Result<SessionRecord, StoreError> {
     decode_versioned(key, json)
 }
 
@@ -363,7 +364,7 @@ fn decode_versioned<T: serde::de::DeserializeOwned>(
 }
 
 /// Parses a decimal sequence number as stored.
-pub(crate) fn decode_u32(key: &str, what: &str, raw: &[u8]) -> Result<u32, StoreError> {
+pub fn decode_u32(key: &str, what: &str, raw: &[u8]) -> Result<u32, StoreError> {
     std::str::from_utf8(raw)
         .ok()
         .and_then(|s| s.parse().ok())
@@ -374,7 +375,7 @@ pub(crate) fn decode_u32(key: &str, what: &str, raw: &[u8]) -> Result<u32, Store
 }
 
 /// Splits a stored send-tail chunk `[seq_end BE32][bytes]`.
-pub(crate) fn decode_tail_chunk(key: &str, raw: Bytes) -> Result<(u32, Bytes), StoreError> {
+pub fn decode_tail_chunk(key: &str, raw: Bytes) -> Result<(u32, Bytes), StoreError> {
     if raw.len() < 4 {
         return Err(StoreError::Corrupt {
             key: key.to_string(),

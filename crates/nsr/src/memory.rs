@@ -5,7 +5,7 @@
 //! can give one to a "primary" and another to a "backup" and see fencing,
 //! and [`MemoryStore::for_instance`] opens another instance of the same
 //! state. The state is laid out as the Redis keys are (see
-//! [`redis_store`](crate::redis_store)): a record (JSON, parsed on load
+//! `holdfast-nsr-redis`): a record (JSON, parsed on load
 //! exactly as from Redis), `rcv` and `una`, three lists, and the set of
 //! sessions; the BFD records and the run-time route sets by key; the same batch planning ([`Op`] merging) is applied, so both
 //! stores keep the same chunks.

@@ -6,7 +6,7 @@
 //! Known issues:
 //! - Redis URL query parameters (`?protocol=resp3`, …) and Unix socket
 //!   paths (`redis+unix://`) are not accepted.
-//! - Sentinel URLs carry no credentials (see [`crate::redis_store`]).
+//! - Sentinel URLs carry no credentials (see `holdfast-nsr-redis`).
 
 use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize, Serializer};

@@ -52,42 +52,5 @@ mod watchdog;
 
 pub use nsr::core as repl_core;
 
-/// What `holdfast config check` reports about a configuration file that
-/// holdfastd would accept.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct ConfigCheck {
-    pub file: std::path::PathBuf,
-    pub instances: usize,
-    pub neighbors: usize,
-    pub policies: usize,
-    pub networks: usize,
-    pub nsr: bool,
-    pub mrt: usize,
-    pub warnings: Vec<String>,
-}
-
-/// Loads `path` as holdfastd does at start-up and on reload: the TOML
-/// checks of `holdfast-config` (errors name the key), then the policies
-/// compiled and every neighbour's session settings built. Nothing is
-/// bound or started.
-pub fn check_config(path: &std::path::Path) -> anyhow::Result<ConfigCheck> {
-    use anyhow::Context;
-    let (cfg, warnings) = holdfast_config::load(path)?;
-    let compiled = convert::compile(&cfg).context("compiling policies")?;
-    for (id, n) in cfg.neighbors.iter().enumerate() {
-        convert::peer_settings(&cfg, &compiled, n, id as u32 + 1)
-            .with_context(|| format!("neighbor {}", n.key()))?;
-    }
-    Ok(ConfigCheck {
-        file: path.to_path_buf(),
-        instances: cfg.instances.len(),
-        neighbors: cfg.neighbors.len(),
-        policies: cfg.policies.len(),
-        networks: cfg.networks.len(),
-        nsr: cfg.nsr.as_ref().is_some_and(|n| n.enabled),
-        mrt: cfg.mrt.len(),
-        warnings,
-    })
-}
 pub use peer::core::{PeerCore, PeerInput, PeerOutput, PeerParams};
 pub use peer::record::{replay, ReplayReport, RECORD_SCHEMA};

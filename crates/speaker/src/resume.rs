@@ -68,9 +68,8 @@ use holdfast_linux::announce::{address_is_local, announce_address};
 use holdfast_linux::nfq::{AckGate, ConnKey, GateMode};
 use holdfast_linux::repair::{self, Restore, TcpRepairState};
 use holdfast_linux::rules;
-use holdfast_nsr::{
-    InstanceState, LogPos, Op, RedisStore, Store, StoreError, StoreUrl, StoredSession,
-};
+use holdfast_nsr::{InstanceState, LogPos, Op, Store, StoreError, StoreUrl, StoredSession};
+use holdfast_nsr_redis::RedisStore;
 use holdfast_wire::Open;
 use std::collections::HashMap;
 use std::collections::HashSet;

@@ -158,7 +158,7 @@ fn redis_large_batches_split_and_fenced() {
         assert_eq!(x.adj_in, vec![Bytes::from(msg(40, i as u8))]);
     }
     // A big payload in one call (default limit): 16 MiB.
-    s.set_batch_limit(holdfast_nsr::redis_store::DEFAULT_BATCH_LIMIT);
+    s.set_batch_limit(holdfast_nsr_redis::DEFAULT_BATCH_LIMIT);
     let big = vec![0x5au8; 16 << 20];
     s.write(e, &[snapshot("s00", &big, &big)]).unwrap();
     let a = find(&s.load().unwrap(), "s00").clone();

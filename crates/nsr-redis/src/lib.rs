@@ -1,5 +1,7 @@
-//! The Redis [`Store`]: what TENSOR (§3.1) replicates to, over the
-//! synchronous redis-rs client.
+//! `holdfast-nsr-redis`: the Redis [`Store`], what TENSOR (§3.1)
+//! replicates to, over the synchronous redis-rs client. The records, the
+//! `Store` trait, the in-memory store and the store's address
+//! ([`StoreUrl`]) are `holdfast-nsr`'s, which does no I/O.
 //!
 //! # Key layout
 //!
@@ -11,7 +13,7 @@
 //! |---|---|---|
 //! | `epoch` | string (integer) | the instance epoch; missing = 0. `INCR` by [`Store::claim`] |
 //! | `sessions` | set | the session keys `K` of stored sessions |
-//! | `s:K:rec` | string | the [`SessionRecord`](crate::SessionRecord) as JSON; its `schema` field is the [`SCHEMA_VERSION`](crate::SCHEMA_VERSION) of the writer |
+//! | `s:K:rec` | string | the [`SessionRecord`](holdfast_nsr::SessionRecord) as JSON; its `schema` field is the [`SCHEMA_VERSION`](holdfast_nsr::SCHEMA_VERSION) of the writer |
 //! | `s:K:rcv` | string | replicated receive sequence, `u32` in decimal |
 //! | `s:K:in` | list | Adj-RIB-In log: chunks of whole UPDATE messages, oldest first |
 //! | `s:K:out` | list | Adj-RIB-Out log: chunks of whole messages, oldest first |
@@ -19,10 +21,10 @@
 //! | `s:K:una` | string | lower bound of the peer's acknowledgement, `u32` in decimal |
 //! | `s:K:part` | string | received bytes just before `rcv` that are not yet a whole message |
 //! | `s:K:rr` | string | ROUTE-REFRESH messages received and not answered yet ([`Op::Refresh`]), whole, oldest first; missing = none |
-//! | `s:K:ver` | string (integer) | version of the session's `in` and `out` logs ([`crate::LogPos`]): drawn from `logver` whenever they are replaced (`S`, `P`) |
+//! | `s:K:ver` | string (integer) | version of the session's `in` and `out` logs ([`holdfast_nsr::LogPos`]): drawn from `logver` whenever they are replaced (`S`, `P`) |
 //! | `logver` | string (integer) | the counter log versions are drawn from; created at the server's time in microseconds, so that a store restarted without its data does not hand out a version again |
-//! | `bfd` | hash | BFD records: field = key, value = [`crate::BfdRecord`] JSON (non-stop BFD) |
-//! | `originated` | hash | run-time routes: field = routing instance, value = [`crate::OriginatedRecord`] JSON (the whole set; no field: none) |
+//! | `bfd` | hash | BFD records: field = key, value = [`holdfast_nsr::BfdRecord`] JSON (non-stop BFD) |
+//! | `originated` | hash | run-time routes: field = routing instance, value = [`holdfast_nsr::OriginatedRecord`] JSON (the whole set; no field: none) |
 //!
 //! `K` may contain anything; the suffixes contain no `:`, so no two
 //! sessions' keys collide.
@@ -41,7 +43,7 @@
 //! letter><session slot>` and its arguments: `S` name record rcv una; `R`
 //! ack updates partial; `T` `[seq_end BE32][bytes]`; `A` snd_una; `P` adj_in
 //! adj_out; `F` pending ROUTE-REFRESH messages (empty: none); `X` name. Consecutive appends of one session are merged in the
-//! client first (see `batch.rs`); the command is packed by hand, the
+//! client first (`holdfast_nsr::batch`, shared with the in-memory store); the command is packed by hand, the
 //! payloads copied once.
 //!
 //! A batch's BFD records ([`Op::Bfd`], [`Op::BfdRemove`]) and run-time
@@ -57,7 +59,7 @@
 //! Writes may be pipelined ([`Store::send_write`], then
 //! [`Store::recv_write`]): a write's calls are sent without waiting for
 //! those of earlier writes, and their replies are read in order
-//! (`redis_store/pipeline.rs`). [`Store::write`] is one write sent and
+//! (`pipeline.rs`). [`Store::write`] is one write sent and
 //! read.
 //!
 //! A batch whose payload exceeds [`RedisStore::set_batch_limit`] (64 MiB
@@ -131,19 +133,18 @@
 //!   between is skipped. Load after [`Store::claim`] (the writers are then
 //!   fenced) for an exact picture.
 
-use crate::batch::{self, Step};
-use crate::record::{InstanceState, LogPos, Op, StoredBfd, StoredOriginated, StoredSession};
-use crate::store::{Store, StoreError};
 use bytes::Bytes;
+use holdfast_nsr::batch::{self, Step};
+use holdfast_nsr::{
+    InstanceState, LogPos, Op, Store, StoreError, StoreUrl, StoredBfd, StoredOriginated,
+    StoredSession,
+};
 use redis::{ConnectionAddr, ConnectionInfo, RedisConnectionInfo, Value};
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::time::{Duration, Instant};
 
 mod pipeline;
-
-/// Where the store is: the configuration's `[nsr] store` value.
-pub use crate::url::StoreUrl;
 
 fn host_port(h: &str, p: u16) -> String {
     if h.contains(':') {

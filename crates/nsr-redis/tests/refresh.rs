@@ -7,8 +7,9 @@ mod common;
 use bytes::Bytes;
 use common::RedisProc;
 use holdfast_nsr::{
-    MemoryStore, Op, RedisStore, SessionRecord, Store, StoredSession, TcpParams, SCHEMA_VERSION,
+    MemoryStore, Op, SessionRecord, Store, StoredSession, TcpParams, SCHEMA_VERSION,
 };
+use holdfast_nsr_redis::RedisStore;
 use std::time::Duration;
 
 fn record() -> SessionRecord {

@@ -6,7 +6,8 @@
 mod common;
 
 use common::RedisProc;
-use holdfast_nsr::{Op, RedisStore, Store, StoreError};
+use holdfast_nsr::{Op, Store, StoreError};
+use holdfast_nsr_redis::RedisStore;
 use std::time::{Duration, Instant};
 
 const TIMEOUT: Duration = Duration::from_millis(500);

@@ -23,9 +23,8 @@
 //!   steps (as before pipelining).
 
 use super::{header, Packer, RedisStore, HEADER_ROOM, RECORDS_SCRIPT, WRITE_SCRIPT};
-use crate::batch::{self, RecordWrite, Step};
-use crate::record::Op;
-use crate::store::StoreError;
+use holdfast_nsr::batch::{self, RecordWrite, Step};
+use holdfast_nsr::{Op, StoreError};
 use redis::Value;
 
 /// A script call's reply, and its `WAIT`'s if one was sent.

@@ -5,7 +5,8 @@
 mod common;
 
 use common::{RedisProc, Signal};
-use holdfast_nsr::{Op, RedisStore, Store, StoreError, StoreUrl};
+use holdfast_nsr::{Op, Store, StoreError, StoreUrl};
+use holdfast_nsr_redis::RedisStore;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};

@@ -9,9 +9,10 @@ mod redis_only;
 use bytes::Bytes;
 use common::{RedisProc, Signal};
 use holdfast_nsr::{
-    InstanceState, LogPos, MemoryStore, Op, RedisStore, SessionRecord, Store, StoreError, StoreUrl,
+    InstanceState, LogPos, MemoryStore, Op, SessionRecord, Store, StoreError, StoreUrl,
     StoredSession, TcpParams, SCHEMA_VERSION,
 };
+use holdfast_nsr_redis::RedisStore;
 use redis::ConnectionLike as _;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};

@@ -1,0 +1,29 @@
+//! `holdfast-etcd`: what the controller replicas and the host agents share
+//! to reach the control plane's etcd, and the `/metrics` endpoint both
+//! serve.
+//!
+//! * [`store`]: etcd over several endpoints (one connection per member, the
+//!   next tried when one fails or times out, every request bounded), leases,
+//!   the election's campaign, fenced transactions.
+//! * [`state`]: the key layout under `/holdfast/<cluster>/`, the JSON
+//!   records stored there (schema-versioned), and the pure [`next_step`] of
+//!   a migration from its records.
+//! * [`fence`]: the fencing token (the leader key's create revision).
+//! * [`metrics`]: `GET /metrics` over HTTP, for the controller's registry
+//!   and the agent's.
+//!
+//! See docs/control-plane.md.
+//!
+//! Known issues: see the modules.
+
+pub mod fence;
+pub mod metrics;
+pub mod state;
+pub mod store;
+
+pub use fence::Token;
+pub use state::{
+    next_step, Keys, Migration, MigrationState, Next, OperatorRequest, UnitRecord, MIGRATION_STEPS,
+    RESTART_STEPS, SCHEMA, SWITCHOVER_STEPS,
+};
+pub use store::{Outcome, Store, StoreError};
