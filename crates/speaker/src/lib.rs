@@ -29,13 +29,17 @@
 mod addrs;
 mod bfd;
 mod bmp;
+mod clock;
 mod conn;
 mod control;
 mod convert;
 pub mod daemon;
 mod fib;
 mod grpc;
+#[cfg(test)]
+mod layers;
 mod mrt;
+mod msg;
 mod nsr;
 mod obs;
 pub mod peer;
@@ -89,5 +93,6 @@ pub fn check_config(path: &std::path::Path) -> anyhow::Result<ConfigCheck> {
         warnings,
     })
 }
-pub use peer::core::{PeerCore, PeerInput, PeerOutput, PeerParams};
-pub use peer::record::{replay, ReplayReport, RECORD_SCHEMA};
+pub use holdfast_neighbor::{
+    replay, PeerCore, PeerInput, PeerOutput, PeerParams, ReplayReport, RECORD_SCHEMA,
+};
