@@ -95,7 +95,7 @@ pub struct Metrics {
     fib_dumps: Family<InstanceLabels, Counter>,
     fib_adopted: Family<InstanceLabels, Counter>,
     fib_lost: Family<InstanceLabels, Counter>,
-    /// `holdfast_rpki_*` ([`rpki`]).
+    /// `holdfast_rpki_*` (`obs/rpki.rs`).
     pub rpki: RpkiMetrics,
 }
 
