@@ -80,9 +80,8 @@ fn code_only(src: &str) -> String {
                 i += 1;
                 continue;
             }
-            let close: Vec<u8> = std::iter::once(b'"')
-                .chain(std::iter::repeat(b'#').take(hashes))
-                .collect();
+            let mut close = vec![b'#'; hashes + 1];
+            close[0] = b'"';
             let end = b[j + 1..]
                 .windows(close.len())
                 .position(|w| w == close.as_slice())
@@ -122,7 +121,7 @@ fn code_only(src: &str) -> String {
             };
             match end {
                 Some(end) => {
-                    out.extend(std::iter::repeat(b' ').take(end - i));
+                    out.resize(out.len() + (end - i), b' ');
                     i = end;
                 }
                 None => {
