@@ -361,7 +361,7 @@ fn run_config_check(file: &std::path::Path, json: bool) -> anyhow::Result<()> {
 
 /// `holdfast replay FILE`: exit status 0 when every output was identical.
 fn run_replay(file: &std::path::Path, json: bool) -> anyhow::Result<()> {
-    let report = holdfast_speaker::replay(file)?;
+    let report = holdfast_neighbor::replay(file)?;
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

@@ -3,7 +3,7 @@
 //! plus the Prometheus endpoint over HTTP. Both hand their requests to the
 //! daemon task, which owns all state.
 
-use crate::rib_thread::BestBatch;
+use crate::msg::rib::BestBatch;
 use holdfast_api::{Request, Response};
 use std::path::Path;
 use std::sync::Arc;

@@ -4,7 +4,8 @@
 //!
 //! Pure functions; no I/O.
 
-use crate::peer::{PeerSettings, PeerStatus, SharedStatus};
+use crate::msg::peer::PeerSettings;
+use crate::peer::{PeerStatus, SharedStatus};
 use crate::socket::SockOpts;
 use anyhow::{anyhow, Context};
 use holdfast_api::{

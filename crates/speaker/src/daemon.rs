@@ -21,17 +21,17 @@ mod rpki;
 mod standby;
 mod takeover;
 
-pub(crate) use takeover::resume_spec as takeover_resume_spec;
-
 use crate::bfd::{Bfd, BfdCmd};
 use crate::control::{self, DaemonReq};
 use crate::convert::{self, Compiled};
+use crate::msg::peer::{PeerCmd, PeerSettings};
+use crate::msg::rib::ResumePeer;
+use crate::msg::rib::{Mailboxes, QueryResult, RibCmd, RibHandle, RibQuery};
 use crate::nsr::{Fence, Nsr};
 use crate::obs::{InstanceLabels, Metrics, PeerLabels};
-use crate::peer::{self, PeerCmd, PeerSettings, SharedStatus};
+use crate::peer::{self, SharedStatus};
 use crate::resume::{self, Takeover};
-use crate::rib_thread::ResumePeer;
-use crate::rib_thread::{self, Mailboxes, QueryResult, RibCmd, RibHandle, RibQuery};
+use crate::rib_thread;
 use crate::socket;
 use anyhow::Context;
 use holdfast_api::{NeighborInfo, Request, Response, RibEntry, RibTable, Summary};
@@ -60,7 +60,7 @@ struct Instance {
     /// Routes added at run time (`add_route`, the GoBGP API's `AddPath`).
     api_routes: BTreeMap<Prefix, api_routes::ApiRoute>,
     /// The kernel FIB thread, with `[kernel]`.
-    fib: Option<crate::fib::FibHandle>,
+    fib: Option<crate::msg::fib::FibHandle>,
     /// A FIB thread stopped by a reload, until it has removed our routes:
     /// a FIB started again for the instance waits for it.
     fib_retiring: Option<std::sync::mpsc::Receiver<()>>,
@@ -112,7 +112,7 @@ struct Daemon {
     /// `[[mrt]]`: dump timers and updates logs.
     mrt: mrt::MrtRuntime,
     /// `[[bmp]]`: the sessions' hub and the collectors' tasks.
-    bmp_hub: crate::bmp::BmpHub,
+    bmp_hub: crate::msg::bmp::BmpHub,
     bmp: crate::bmp::BmpRuntime,
     /// `[[rpki]]`: the RTR task and the VRPs in force.
     rpki: crate::rpki::RpkiRuntime,
@@ -210,7 +210,7 @@ pub async fn run(
         bfd: None,
         self_tx: tx.clone(),
         mrt: mrt::MrtRuntime::default(),
-        bmp_hub: crate::bmp::BmpHub::default(),
+        bmp_hub: crate::msg::bmp::BmpHub::default(),
         bmp: crate::bmp::BmpRuntime::default(),
         rpki: crate::rpki::RpkiRuntime::default(),
     };

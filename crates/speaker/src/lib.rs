@@ -29,13 +29,17 @@
 mod addrs;
 mod bfd;
 mod bmp;
+mod clock;
 mod conn;
 mod control;
 mod convert;
 pub mod daemon;
 mod fib;
 mod grpc;
+#[cfg(test)]
+mod layers;
 mod mrt;
+mod msg;
 mod nsr;
 mod obs;
 pub mod peer;
@@ -52,5 +56,6 @@ mod watchdog;
 
 pub use nsr::core as repl_core;
 
-pub use peer::core::{PeerCore, PeerInput, PeerOutput, PeerParams};
-pub use peer::record::{replay, ReplayReport, RECORD_SCHEMA};
+pub use holdfast_neighbor::{
+    replay, PeerCore, PeerInput, PeerOutput, PeerParams, ReplayReport, RECORD_SCHEMA,
+};

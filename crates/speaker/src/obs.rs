@@ -7,6 +7,9 @@
 //!
 //! Served as text exposition format over plain HTTP/1.1 (`GET /metrics`).
 
+mod rpki;
+
+pub use self::rpki::RpkiMetrics;
 use holdfast_fsm::State;
 use holdfast_wire::Notification;
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
@@ -92,8 +95,8 @@ pub struct Metrics {
     fib_dumps: Family<InstanceLabels, Counter>,
     fib_adopted: Family<InstanceLabels, Counter>,
     fib_lost: Family<InstanceLabels, Counter>,
-    /// `holdfast_rpki_*` (`crate::rpki::metrics`).
-    pub rpki: crate::rpki::RpkiMetrics,
+    /// `holdfast_rpki_*` (`obs/rpki.rs`).
+    pub rpki: RpkiMetrics,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -254,7 +257,7 @@ impl Metrics {
             fib_dumps: Family::default(),
             fib_adopted: Family::default(),
             fib_lost: Family::default(),
-            rpki: crate::rpki::RpkiMetrics::default(),
+            rpki: RpkiMetrics::default(),
         };
         m.rpki.register(&mut r);
         r.register(

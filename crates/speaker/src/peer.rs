@@ -9,96 +9,36 @@
 //!
 //! The protocol decisions (RFC 4271 §6.8 collisions, RFC 4724 restarts and
 //! stale timers, RFC 4486 max-prefix restarts, ROUTE-REFRESH, the NSR
-//! resume) are the core's; see [`core`].
+//! resume) are the core's, in the tokio-free crate `holdfast-neighbor`.
 
 mod bmp_ops;
-pub mod core;
 mod nsr_ops;
-pub mod record;
 
-use self::core::{Message, PeerCore, PeerInput, PeerOutput, PeerParams, Which};
-use self::record::Recorder;
+use crate::clock::{instant_of, now};
 use crate::conn::Conn;
+use crate::msg::peer::{PeerCmd, PeerSettings};
+use crate::msg::rib::{RibCmd, RibHandle, ToPeer};
 use crate::nsr::Nsr;
 use crate::obs::{Metrics, PeerLabels};
-use crate::rib_thread::{RibCmd, RibHandle, ToPeer};
-use crate::socket::{self, SockOpts};
+use crate::socket;
 use crate::tables::append_message;
-use holdfast_fsm::{Negotiated, SessionConfig, State, Time};
-use holdfast_rib::{PeerId, PeerSpec};
-use holdfast_wire::{encode_keepalive, encode_notification, encode_open, msg_type, HEADER_LEN};
+use holdfast_fsm::negotiate;
+use holdfast_fsm::{Negotiated, State, Time};
+use holdfast_neighbor::{Message, PeerCore, PeerInput, PeerOutput, Recorder, Which};
+use holdfast_rib::PeerSpec;
+use holdfast_wire::{
+    decode_open, encode_keepalive, encode_notification, encode_open, msg_type, CodecCtx, HEADER_LEN,
+};
 use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::Instrument;
 
-/// Monotonic time since the daemon started: the cores' time input.
-pub fn now() -> Time {
-    static EPOCH: OnceLock<Instant> = OnceLock::new();
-    EPOCH.get_or_init(Instant::now).elapsed()
-}
-
-pub(crate) fn instant_of(t: Time) -> tokio::time::Instant {
-    let epoch = Instant::now() - now();
-    tokio::time::Instant::from_std(epoch + t)
-}
-
-/// Everything a peer task needs to know about its neighbour.
-#[derive(Clone)]
-pub struct PeerSettings {
-    pub id: PeerId,
-    pub instance: String,
-    pub address: IpAddr,
-    pub port: u16,
-    pub enabled: bool,
-    pub session: SessionConfig,
-    pub sock: SockOpts,
-    /// Engine spec without the per-session facts (filled at Established).
-    pub spec: PeerSpec,
-    /// Keep the peer's routes stale when it restarts (RFC 4724 helper).
-    pub graceful_restart: bool,
-    /// After a max-prefix Cease: restart after this many seconds (`Some`)
-    /// or stay down until an operator resets the session (`None`).
-    pub max_prefix_restart: Option<u32>,
-}
-
-impl PeerSettings {
-    /// What the core needs of these settings.
-    pub fn params(&self) -> PeerParams {
-        PeerParams {
-            enabled: self.enabled,
-            session: self.session.clone(),
-            graceful_restart: self.graceful_restart,
-            max_prefix_restart: self.max_prefix_restart,
-        }
-    }
-}
-
 /// A session's tables from the RIB thread: (Adj-RIB-In, Adj-RIB-Out) as
 /// encoded UPDATEs.
-type SnapshotReply = oneshot::Receiver<crate::rib_thread::Snapshot>;
-
-/// Commands to a peer task.
-pub enum PeerCmd {
-    Inbound(TcpStream),
-    /// NSR takeover: the session's connection, rebuilt with TCP_REPAIR.
-    Resume(Box<crate::resume::Resumed>),
-    /// NSR takeover: the connection could not be restored; start afresh.
-    AbortResume,
-    Rib(ToPeer),
-    Reconfigure(Box<PeerSettings>),
-    AdminReset,
-    Shutdown,
-    /// The neighbour's BFD session: `true` Up (or BFD turned off),
-    /// `false` went Down.
-    Bfd(bool),
-    /// The MRT updates log this session writes to, if any.
-    Mrt(Option<crate::mrt::UpdateLog>),
-    /// The daemon's BMP hub (`[[bmp]]`).
-    Bmp(crate::bmp::BmpHub),
-}
+type SnapshotReply = oneshot::Receiver<crate::msg::rib::Snapshot>;
 
 /// What the control socket and metrics read about a peer.
 #[derive(Clone)]
@@ -233,9 +173,7 @@ async fn changed(rx: Option<&mut watch::Receiver<u64>>) -> Result<(), watch::err
     }
 }
 
-async fn snapshot_done(
-    s: Option<&mut (SnapshotReply, bool)>,
-) -> Option<crate::rib_thread::Snapshot> {
+async fn snapshot_done(s: Option<&mut (SnapshotReply, bool)>) -> Option<crate::msg::rib::Snapshot> {
     match s {
         Some((rx, _)) => rx.await.ok(),
         None => std::future::pending().await,
@@ -681,6 +619,37 @@ pub fn session_spec(s: &PeerSettings, neg: &Negotiated, local: Option<SocketAddr
         spec.local_addr_v6_ll = spec.local_addr_v6_ll.or(ll);
     }
     spec
+}
+
+/// The engine spec and codec context of a stored session resumed by the
+/// neighbour `s`: what its stored OPENs negotiate with the configuration.
+/// `None` (logged) when they cannot be read or no longer negotiate: the
+/// session then starts afresh.
+pub fn resume_spec(
+    s: &PeerSettings,
+    rec: &holdfast_nsr::SessionRecord,
+) -> Option<(holdfast_rib::PeerSpec, CodecCtx)> {
+    let opens = decode_open(&rec.open_sent).and_then(|l| Ok((l, decode_open(&rec.open_received)?)));
+    let neg = match opens {
+        Ok((local, remote)) => negotiate(&local, &remote, &s.session),
+        Err(e) => {
+            tracing::error!(peer = %s.address, error = %e, "stored OPEN unreadable: session starts afresh");
+            return None;
+        }
+    };
+    let neg = match neg {
+        Ok(n) => n,
+        Err(n) => {
+            tracing::error!(peer = %s.address, code = n.code, subcode = n.subcode, "stored OPENs no longer negotiate with this configuration: session starts afresh");
+            return None;
+        }
+    };
+    let spec = session_spec(s, &neg, Some(rec.local));
+    let ctx = CodecCtx {
+        four_octet_as: neg.four_octet_as,
+        ibgp: neg.remote_as == s.session.local_as,
+    };
+    Some((spec, ctx))
 }
 
 /// BGP messages in a buffer of whole, framed messages (length at header octets 16..18).

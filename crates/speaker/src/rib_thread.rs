@@ -36,15 +36,20 @@
 //!   Adj-RIB-Out (a neighbour added without a stored session, say): the
 //!   takeover then compares again.
 
-use crate::fib::{FibCmd, FibHandle};
+use crate::msg::fib::{FibCmd, FibHandle};
+use crate::msg::peer::PeerCmd;
+use crate::msg::rib::{
+    BestBatch, Mailboxes, Preheat, QueryResult, ResumePeer, ResumeReport, RibCmd, RibHandle,
+    RibQuery, Snapshot, ToPeer,
+};
 use crate::obs::Metrics;
 use crate::tables;
-use holdfast_rib::{Engine, Output, PeerId, PeerSpec, PolicyRef};
-use holdfast_wire::{CodecCtx, Family, Notification, PathAttrs, Prefix};
+use holdfast_rib::{Engine, Output, PeerId};
+use holdfast_wire::{PathAttrs, Prefix};
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Instant;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 /// Most UPDATE bodies merged into one engine batch.
 const MAX_BATCH_MSGS: usize = 4096;
@@ -54,237 +59,12 @@ const MAX_BATCH_MSGS: usize = 4096;
 /// the per-batch work and keep the worker pool busy.
 const MAX_BATCH_BYTES: usize = 512 * 1024;
 
-/// Commands from the I/O side.
-pub enum RibCmd {
-    AddPeer(PeerSpec),
-    RemovePeer(PeerId),
-    PeerUp {
-        spec: PeerSpec,
-        gen: u64,
-    },
-    PeerDown {
-        peer: PeerId,
-        graceful: bool,
-    },
-    StaleTimeout(PeerId),
-    Updates {
-        peer: PeerId,
-        bodies: Vec<Vec<u8>>,
-    },
-    RouteRefresh {
-        peer: PeerId,
-        family: Family,
-    },
-    SetPolicies {
-        peer: PeerId,
-        import: PolicyRef,
-        export: PolicyRef,
-    },
-    Originate(Vec<(Prefix, Arc<PathAttrs>)>),
-    WithdrawOriginated(Vec<Prefix>),
-    Query(RibQuery, oneshot::Sender<QueryResult>),
-    /// NSR: the peer's Adj-RIB-In and Adj-RIB-Out encoded as UPDATEs;
-    /// with `min_ratio` (a log compaction), only if the peer's routes set,
-    /// replaced or removed since its last snapshot number at least
-    /// `min_ratio` times the routes it holds ([`worth_compacting`]).
-    Snapshot {
-        peer: PeerId,
-        ctx: CodecCtx,
-        min_ratio: Option<f64>,
-        reply: oneshot::Sender<Snapshot>,
-    },
-    /// NSR takeover: rebuild the tables of sessions taken over and send
-    /// each peer only what differs from what it already holds.
-    Resume {
-        peers: Vec<ResumePeer>,
-        reply: oneshot::Sender<ResumeReport>,
-    },
-    /// NSR standby: build the tables of stored sessions ahead of a
-    /// takeover, from the logs as they grow (nothing is sent to anyone).
-    Preheat(Preheat),
-    /// NSR standby, caught up with the store: compare each preheated
-    /// session's Adj-RIB-Out with what its peer holds now, so that a
-    /// takeover before anything else changes the tables needs no
-    /// comparison. Answered when done.
-    Prepare(oneshot::Sender<()>),
-    /// Subscribes to the instance's best-path changes (the GoBGP API's
-    /// `WatchEvent`): each command's changes are offered to the channel
-    /// without waiting; a subscriber whose channel is full is dropped.
-    WatchBest(mpsc::Sender<Arc<BestBatch>>),
-    /// The BMP hub: post-policy and Loc-RIB changes go to it while a
-    /// collector monitors them.
-    Bmp(crate::bmp::BmpHub),
-    /// The tables are complete (a primary's start, or a takeover once
-    /// `Resume` is done): the kernel FIB may write (see `fib`).
-    FibActivate {
-        hold: std::time::Duration,
-    },
-    /// A reload added `[kernel]`: the engine reports forwarding entries
-    /// (at most `ecmp` next hops) to this new FIB thread, which gets the
-    /// whole table and is activated at once with no hold.
-    FibStart {
-        fib: FibHandle,
-        ecmp: usize,
-    },
-    /// A reload changed `[kernel]`: the FIB thread takes `cfg`; with a new
-    /// `ecmp` the engine computes every entry again and hands them over
-    /// after it (the core rewrites what differs).
-    FibReconfigure {
-        cfg: crate::fib::core::FibConfig,
-        persist: bool,
-    },
-    /// A reload removed `[kernel]`: the engine stops reporting, the FIB
-    /// thread stops (`withdraw`: our routes removed first) and says so on
-    /// `done`.
-    FibStop {
-        withdraw: bool,
-        done: std::sync::mpsc::Sender<()>,
-    },
-    /// RPKI: the VRP table now in force and the VRPs added or removed
-    /// since the previous one (their prefixes' routes are revalidated).
-    Rpki {
-        table: Arc<holdfast_rib::VrpTable>,
-        changed: Arc<Vec<holdfast_rib::Vrp>>,
-    },
-    /// NSR takeover with `[[rpki]]`: hold every later command until the
-    /// first `Rpki` (or `until`), so that the tables are rebuilt with the
-    /// cache's VRPs and nothing is sent before (docs/nsr.md, RPKI).
-    RpkiAwait {
-        until: Instant,
-    },
-}
-
-/// The answer to [`RibCmd::Snapshot`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Snapshot {
-    /// The Adj-RIB-In and the Adj-RIB-Out, encoded as UPDATEs.
-    Tables(Vec<u8>, Vec<u8>),
-    /// Not taken: since the last snapshot the peer's routes were set,
-    /// replaced or removed `changes` times, and it holds `routes`; a
-    /// snapshot would not make its log much smaller.
-    NotWorth { changes: u64, routes: u64 },
-}
-
 /// Whether a log whose session set, replaced or removed routes `changes`
 /// times while holding `routes` now is worth compacting at `min_ratio`:
 /// a log of fresh routes (about as many changes as routes) is not, since
 /// the snapshot would be about as large as the log.
 pub fn worth_compacting(changes: u64, routes: u64, min_ratio: f64) -> bool {
     changes as f64 >= min_ratio * routes as f64
-}
-
-/// Best-path changes: per prefix its new best path (the neighbour it came
-/// from, `None` for a route we originate) or `None` when it has none.
-pub type BestBatch = Vec<(Prefix, Option<(Option<std::net::IpAddr>, Arc<PathAttrs>)>)>;
-
-/// What a preheated standby read from the store since its last poll.
-#[derive(Default)]
-pub struct Preheat {
-    /// Sessions whose tables go on from where they were, or (`restart`)
-    /// start again.
-    pub peers: Vec<PreheatPeer>,
-    /// Sessions no longer stored: their tables are dropped.
-    pub gone: Vec<PeerId>,
-}
-
-/// One session followed by a standby.
-pub struct PreheatPeer {
-    /// The neighbour as configured (what `AddPeer` would give the engine).
-    pub configured: PeerSpec,
-    /// The session as the stored OPENs negotiate it, as for a takeover.
-    pub resume: ResumePeer,
-    /// The logs were replaced (or this is the first read): the session's
-    /// tables are rebuilt from `resume`'s logs alone.
-    pub restart: bool,
-}
-
-/// One session taken over, as the RIB thread needs it.
-pub struct ResumePeer {
-    pub spec: PeerSpec,
-    pub gen: u64,
-    pub ctx: CodecCtx,
-    /// Adj-RIB-In log (whole UPDATE messages).
-    pub adj_in: Vec<bytes::Bytes>,
-    /// Adj-RIB-Out log (every message written to the peer).
-    pub adj_out: Vec<bytes::Bytes>,
-    /// A preheated standby already built this session's tables from the
-    /// logs before `adj_in` and `adj_out`, which continue them.
-    pub preheated: bool,
-}
-
-/// What rebuilding the tables took.
-#[derive(Debug, Default, Clone)]
-pub struct ResumeReport {
-    pub routes_in: usize,
-    pub announced: usize,
-    pub withdrawn: usize,
-    pub micros: u64,
-}
-
-/// Read-only questions for the CLI and metrics.
-pub enum RibQuery {
-    AdjIn(PeerId),
-    /// The Adj-RIB-In after import policy (accepted routes only).
-    AdjInPost(PeerId),
-    AdjOut(PeerId),
-    Loc,
-    Lookup(Prefix),
-    Counts,
-    /// Received routes by RFC 6811 state.
-    Rpki,
-    /// The RFC 6811 state of each (peer, prefix) route as received.
-    Validity(Vec<(PeerId, Prefix)>),
-}
-
-/// One route of a `QueryResult::Routes`: prefix, source peer, attributes,
-/// best.
-pub type RouteRow = (Prefix, PeerId, Arc<PathAttrs>, bool);
-
-pub enum QueryResult {
-    Routes(Vec<RouteRow>),
-    Counts {
-        loc_rib: usize,
-        attr_sets: usize,
-        peers: HashMap<PeerId, holdfast_rib::PeerCounts>,
-    },
-    Rpki(holdfast_rib::RpkiCounts),
-    Validity(Vec<Option<holdfast_rib::Validity>>),
-}
-
-/// What the RIB thread sends back to a peer task.
-pub enum ToPeer {
-    /// Encoded messages for the session generation `gen`.
-    Send { gen: u64, bytes: Arc<Vec<u8>> },
-    /// The session must be reset with this NOTIFICATION.
-    Reset {
-        gen: u64,
-        notification: Notification,
-    },
-    /// The answer to the oldest ROUTE-REFRESH of session `gen` was sent
-    /// (in the `Send`s before this): it is no longer pending.
-    Refreshed { gen: u64 },
-}
-
-/// Peer task mailboxes, by engine peer id.
-pub type Mailboxes = Arc<RwLock<HashMap<PeerId, mpsc::UnboundedSender<crate::peer::PeerCmd>>>>;
-
-#[derive(Clone)]
-pub struct RibHandle {
-    tx: mpsc::UnboundedSender<RibCmd>,
-}
-
-impl RibHandle {
-    pub fn send(&self, cmd: RibCmd) {
-        // The RIB thread lives as long as the process; a send can only fail
-        // during shutdown, when there is nothing left to do with the command.
-        let _ = self.tx.send(cmd);
-    }
-
-    pub async fn query(&self, q: RibQuery) -> Option<QueryResult> {
-        let (tx, rx) = oneshot::channel();
-        self.send(RibCmd::Query(q, tx));
-        rx.await.ok()
-    }
 }
 
 /// Starts the RIB thread of instance `name`.
@@ -295,7 +75,7 @@ pub fn spawn(
     metrics: Arc<Metrics>,
     fib: Option<FibHandle>,
 ) -> RibHandle {
-    let (tx, rx) = mpsc::unbounded_channel();
+    let (handle, rx) = RibHandle::channel();
     let thread_name = format!("rib-{name}");
     let stamp = crate::watchdog::register(&thread_name, crate::watchdog::RIB_BUDGET);
     std::thread::Builder::new()
@@ -322,7 +102,7 @@ pub fn spawn(
             .run()
         })
         .expect("spawning the RIB thread");
-    RibHandle { tx }
+    handle
 }
 
 struct RibThread {
@@ -347,7 +127,7 @@ struct RibThread {
     /// only while there is one.
     watchers: Vec<mpsc::Sender<Arc<BestBatch>>>,
     /// The BMP hub, once the daemon handed it over.
-    bmp: Option<crate::bmp::BmpHub>,
+    bmp: Option<crate::msg::bmp::BmpHub>,
     /// The engine notes post-policy changes for BMP.
     bmp_post: bool,
     /// Best-path changes go to BMP (the engine notes them).
@@ -581,7 +361,7 @@ impl RibThread {
                 self.dispatch(out);
                 let boxes = self.mailboxes.read().expect("mailboxes");
                 if let (Some(tx), Some(gen)) = (boxes.get(&peer), self.gens.get(&peer)) {
-                    let _ = tx.send(crate::peer::PeerCmd::Rib(ToPeer::Refreshed { gen: *gen }));
+                    let _ = tx.send(PeerCmd::Rib(ToPeer::Refreshed { gen: *gen }));
                 }
                 return;
             }
@@ -976,12 +756,12 @@ impl RibThread {
         let boxes = self.mailboxes.read().expect("mailboxes");
         for (peer, bytes) in out.messages {
             if let (Some(tx), Some(gen)) = (boxes.get(&peer), self.gens.get(&peer)) {
-                let _ = tx.send(crate::peer::PeerCmd::Rib(ToPeer::Send { gen: *gen, bytes }));
+                let _ = tx.send(PeerCmd::Rib(ToPeer::Send { gen: *gen, bytes }));
             }
         }
         for (peer, notification) in out.resets {
             if let (Some(tx), Some(gen)) = (boxes.get(&peer), self.gens.get(&peer)) {
-                let _ = tx.send(crate::peer::PeerCmd::Rib(ToPeer::Reset {
+                let _ = tx.send(PeerCmd::Rib(ToPeer::Reset {
                     gen: *gen,
                     notification,
                 }));
@@ -994,6 +774,7 @@ impl RibThread {
 mod tests {
     use super::*;
     use holdfast_rib::EngineConfig;
+    use std::sync::RwLock;
 
     fn originate(rib: &RibHandle, prefix: &str) {
         let p: Prefix = prefix.parse().expect("prefix");

@@ -18,8 +18,8 @@
 //!   the more preferred ones: it returns to them when that session ends.
 //! - Plain TCP only (no SSH or TLS transport).
 
+use crate::msg::rib::{RibCmd, RibHandle};
 use crate::obs::Metrics;
-use crate::rib_thread::{RibCmd, RibHandle};
 use holdfast_api::{RpkiCacheInfo, RpkiInfo};
 use holdfast_config::Rpki;
 use holdfast_rtr::{Client, ClientConfig, Input, Output, Status, Vrp, VrpTable};
@@ -28,10 +28,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-
-pub mod metrics;
-
-pub use metrics::RpkiMetrics;
 
 /// Longest wait for a cache to accept a connection.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);

@@ -37,9 +37,9 @@
 //!   longer negotiate, is not followed; a takeover then restores it cold
 //!   (or forgets it), as `--takeover` does.
 
-use crate::daemon::takeover_resume_spec as resume_spec;
-use crate::peer::PeerSettings;
-use crate::rib_thread::{Preheat, PreheatPeer, ResumePeer, RibCmd, RibHandle};
+use crate::msg::peer::PeerSettings;
+use crate::msg::rib::{Preheat, PreheatPeer, ResumePeer, RibCmd, RibHandle};
+use crate::peer::resume_spec;
 use holdfast_api::StandbyStatus;
 use holdfast_nsr::{InstanceState, LogPos, Store, StoreError};
 use holdfast_rib::PeerId;
@@ -465,8 +465,8 @@ mod tests {
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .expect("runtime");
-        let Some(crate::rib_thread::QueryResult::Routes(r)) =
-            rt.block_on(rib.query(crate::rib_thread::RibQuery::AdjIn(1)))
+        let Some(crate::msg::rib::QueryResult::Routes(r)) =
+            rt.block_on(rib.query(crate::msg::rib::RibQuery::AdjIn(1)))
         else {
             panic!("no answer");
         };

@@ -56,9 +56,9 @@
 
 pub mod table;
 
+use crate::msg::peer::PeerCmd;
 use crate::nsr::Nsr;
 use crate::obs::Metrics;
-use crate::peer::PeerCmd;
 use holdfast_api::BfdSessionInfo;
 use holdfast_config::NeighborKey;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -196,7 +196,7 @@ async fn reader(sock: Arc<UdpSocket>, multihop: bool, out: mpsc::UnboundedSender
 }
 
 /// A datagram as the table takes it, stamped with the time the kernel
-/// received it (our monotonic [`crate::peer::now`] scale).
+/// received it (our monotonic [`crate::clock::now`] scale).
 fn rx_of(buf: &[u8], d: holdfast_linux::Datagram, multihop: bool) -> Rx {
     Rx {
         data: buf[..d.len].to_vec(),
@@ -205,7 +205,7 @@ fn rx_of(buf: &[u8], d: holdfast_linux::Datagram, multihop: bool) -> Rx {
         multihop,
         at: d
             .received
-            .map(|t| arrival(t, crate::peer::now(), std::time::SystemTime::now())),
+            .map(|t| arrival(t, crate::clock::now(), std::time::SystemTime::now())),
     }
 }
 
@@ -227,7 +227,7 @@ fn drain(socks: &[(Arc<UdpSocket>, bool)], table: &mut Table) {
     for (sock, multihop) in socks {
         for _ in 0..DRAIN_MAX {
             match holdfast_linux::recv_with_ttl(sock.as_fd(), &mut buf) {
-                Ok(d) => table.received(crate::peer::now(), rx_of(&buf, d, *multihop)),
+                Ok(d) => table.received(crate::clock::now(), rx_of(&buf, d, *multihop)),
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                 Err(e) => {
                     tracing::debug!("BFD receive: {e}");
@@ -281,7 +281,7 @@ async fn run(
     loop {
         let deadline = table
             .next_deadline()
-            .map(crate::peer::instant_of)
+            .map(crate::clock::instant_of)
             .unwrap_or_else(|| tokio::time::Instant::now() + std::time::Duration::from_secs(3600));
         tokio::select! {
             biased;
@@ -289,23 +289,23 @@ async fn run(
                 Some(BfdCmd::Show(reply)) => {
                     let _ = reply.send(table.show());
                 }
-                Some(cmd) => table.command(crate::peer::now(), cmd),
+                Some(cmd) => table.command(crate::clock::now(), cmd),
                 None => {
-                    table.shutdown(crate::peer::now());
+                    table.shutdown(crate::clock::now());
                     return;
                 }
             },
-            Some(rx) = pkts.recv() => table.received(crate::peer::now(), rx),
+            Some(rx) = pkts.recv() => table.received(crate::clock::now(), rx),
             Ok(()) = resynced(resync.as_mut()) => table.replicate_all(),
             _ = tokio::time::sleep_until(deadline) => {
                 // What arrived while this thread did not run (stopped,
                 // starved) is read first, at its arrival time: a stall of
                 // ours is not the peer's silence.
                 while let Ok(rx) = pkts.try_recv() {
-                    table.received(crate::peer::now(), rx);
+                    table.received(crate::clock::now(), rx);
                 }
                 drain(&socks, &mut table);
-                table.timers(crate::peer::now());
+                table.timers(crate::clock::now());
             }
         }
     }

@@ -2,9 +2,9 @@
 //! session input ([`Table::input`]), transmission, and telling BGP.
 
 use super::{BfdCmd, BfdSpec, MULTIHOP_PORT, SINGLE_HOP_PORT};
+use crate::msg::peer::PeerCmd;
 use crate::nsr::{Nsr, Samples, Then};
 use crate::obs::{Metrics, PeerLabels};
-use crate::peer::PeerCmd;
 use holdfast_api::BfdSessionInfo;
 use holdfast_bfd::{ControlPacket, Input, Output, ResumeState, Session, State, Time};
 use holdfast_config::NeighborKey;

@@ -47,8 +47,8 @@
 //!   the same time, but that is not waited for.
 
 use super::{Daemon, Instance};
+use crate::msg::rib::{BestBatch, RibCmd};
 use crate::nsr::{Nsr, Then};
-use crate::rib_thread::{BestBatch, RibCmd};
 use holdfast_api::{Response, RouteSpec};
 use holdfast_nsr::{Op, OriginatedRecord, SCHEMA_VERSION};
 use holdfast_wire::{AsPath, AsSegment, MpNextHop, Origin, PathAttrs, Prefix};

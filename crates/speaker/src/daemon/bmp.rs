@@ -4,8 +4,8 @@
 
 use super::Daemon;
 use crate::bmp::{BmpInstance, BmpRuntime};
-use crate::peer::PeerCmd;
-use crate::rib_thread::RibCmd;
+use crate::msg::peer::PeerCmd;
+use crate::msg::rib::RibCmd;
 
 impl Daemon {
     /// Starts the BMP sessions of the running configuration; the old ones

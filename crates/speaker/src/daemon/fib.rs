@@ -8,8 +8,9 @@
 //! RIB hands over.
 
 use super::{Daemon, Instance};
-use crate::fib::{self, core::FibConfig, FibHandle};
-use crate::rib_thread::RibCmd;
+use crate::fib;
+use crate::msg::fib::{FibConfig, FibHandle};
+use crate::msg::rib::RibCmd;
 use holdfast_config::{Kernel, KernelAction, KernelChange};
 use std::sync::mpsc;
 use std::time::Duration;

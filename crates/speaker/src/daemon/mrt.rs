@@ -13,8 +13,8 @@
 use super::Daemon;
 use crate::control::{DaemonReq, DaemonTx};
 use crate::mrt::{self as out, DumpInput, UpdateLog};
-use crate::peer::PeerCmd;
-use crate::rib_thread::{QueryResult, RibQuery};
+use crate::msg::peer::PeerCmd;
+use crate::msg::rib::{QueryResult, RibQuery};
 use holdfast_api::{MrtDumpInfo, Request, Response, RibTable};
 use holdfast_config::{Config, MrtKind, MrtTable};
 use holdfast_wire::mrt::MrtPeer;

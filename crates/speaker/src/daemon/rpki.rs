@@ -4,7 +4,7 @@
 //! the cache.
 
 use super::Daemon;
-use crate::rib_thread::{QueryResult, RibCmd, RibQuery};
+use crate::msg::rib::{QueryResult, RibCmd, RibQuery};
 use crate::rpki::RpkiRuntime;
 use holdfast_api::{RpkiInfo, RpkiRoutes};
 use std::time::{Duration, Instant};
@@ -57,9 +57,9 @@ impl Daemon {
     /// `[[rpki]]` (none for the Adj-RIB-Out).
     pub(super) async fn rpki_states(
         &self,
-        rib: &crate::rib_thread::RibHandle,
+        rib: &crate::msg::rib::RibHandle,
         table: holdfast_api::RibTable,
-        routes: &[crate::rib_thread::RouteRow],
+        routes: &[crate::msg::rib::RouteRow],
     ) -> Vec<Option<holdfast_rib::Validity>> {
         if !self.rpki.enabled() || table == holdfast_api::RibTable::Out {
             return Vec::new();
@@ -73,7 +73,7 @@ impl Daemon {
 
     /// Before a takeover's `RibCmd::Resume`: hold the RIB threads until
     /// the cache's VRPs arrive (bounded).
-    pub(super) fn hold_for_rpki(&self, rib: &crate::rib_thread::RibHandle) {
+    pub(super) fn hold_for_rpki(&self, rib: &crate::msg::rib::RibHandle) {
         if let Some(until) = self.rpki_await() {
             rib.send(RibCmd::RpkiAwait { until });
         }

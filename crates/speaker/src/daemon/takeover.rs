@@ -11,12 +11,11 @@
 //!   failure are lost with it.
 
 use super::{Daemon, ResumeTarget};
-use crate::peer::{session_spec, PeerCmd, PeerSettings};
-use crate::rib_thread::{ResumePeer, RibCmd};
+use crate::msg::peer::{PeerCmd, PeerSettings};
+use crate::msg::rib::{ResumePeer, RibCmd};
+use crate::peer::resume_spec;
 use holdfast_api::{NsrStatus, Response};
-use holdfast_fsm::negotiate;
 use holdfast_nsr::Op;
-use holdfast_wire::{decode_open, CodecCtx};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::sync::oneshot;
@@ -104,7 +103,7 @@ impl Daemon {
             }
         }
         let targets = std::mem::take(&mut self.resume_targets);
-        let ribs: std::collections::HashMap<String, crate::rib_thread::RibHandle> = self
+        let ribs: std::collections::HashMap<String, crate::msg::rib::RibHandle> = self
             .instances
             .iter()
             .map(|(k, v)| (k.clone(), v.rib.clone()))
@@ -162,42 +161,11 @@ impl Daemon {
     }
 }
 
-/// The engine spec and codec context of a stored session resumed by the
-/// neighbour `s`: what its stored OPENs negotiate with the configuration.
-/// `None` (logged) when they cannot be read or no longer negotiate: the
-/// session then starts afresh.
-pub(crate) fn resume_spec(
-    s: &PeerSettings,
-    rec: &holdfast_nsr::SessionRecord,
-) -> Option<(holdfast_rib::PeerSpec, CodecCtx)> {
-    let opens = decode_open(&rec.open_sent).and_then(|l| Ok((l, decode_open(&rec.open_received)?)));
-    let neg = match opens {
-        Ok((local, remote)) => negotiate(&local, &remote, &s.session),
-        Err(e) => {
-            tracing::error!(peer = %s.address, error = %e, "stored OPEN unreadable: session starts afresh");
-            return None;
-        }
-    };
-    let neg = match neg {
-        Ok(n) => n,
-        Err(n) => {
-            tracing::error!(peer = %s.address, code = n.code, subcode = n.subcode, "stored OPENs no longer negotiate with this configuration: session starts afresh");
-            return None;
-        }
-    };
-    let spec = session_spec(s, &neg, Some(rec.local));
-    let ctx = CodecCtx {
-        four_octet_as: neg.four_octet_as,
-        ibgp: neg.remote_as == s.session.local_as,
-    };
-    Some((spec, ctx))
-}
-
 /// Takeover steps 4–7: ready, address, sockets, guard.
 async fn restore_all(
     t: &mut crate::resume::Takeover,
     targets: Vec<ResumeTarget>,
-    ribs: std::collections::HashMap<String, crate::rib_thread::RibHandle>,
+    ribs: std::collections::HashMap<String, crate::msg::rib::RibHandle>,
 ) -> anyhow::Result<()> {
     t.announce_ready()?;
     t.wait_for_addresses().await?;

@@ -96,6 +96,7 @@ use holdfast_wire::Prefix;
 
 use self::nexthops::Nexthops;
 use self::slots::{order_round, Entry, Slots};
+use crate::msg::fib::FibConfig;
 use smallvec::SmallVec;
 
 /// The main routing table.
@@ -136,15 +137,6 @@ pub struct Reconfigured {
     /// written under the new key (their old copies are kept until the hold
     /// ends).
     pub hold_cut: bool,
-}
-
-/// `[kernel]` as the core needs it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FibConfig {
-    pub table: u32,
-    pub metric: u32,
-    pub ecmp: usize,
-    pub protocol: u8,
 }
 
 /// What the kernel is given for a prefix: (gateway, interface) pairs.

@@ -49,10 +49,9 @@ use holdfast_linux::rtnl::codec::{
     RTM_DELLINK, RTM_DELROUTE, RTM_NEWADDR, RTM_NEWLINK, RTM_NEWNEXTHOP, RTM_NEWROUTE,
 };
 use holdfast_linux::rtnl::{RtnlSocket, GROUPS_FIB};
-use holdfast_rib::FibRoute;
-use tokio::sync::oneshot;
 
-use self::core::{Core, FibConfig};
+use self::core::Core;
+use crate::msg::fib::{FibCmd, FibConfig, FibHandle};
 use crate::obs::{FibRoutes, FibWrites, Metrics};
 
 /// Route messages per `sendmsg` (about 80 bytes each).
@@ -65,57 +64,6 @@ const RESYNC_GAP: Duration = Duration::from_millis(200);
 const GAUGES_IDLE: Duration = Duration::from_secs(1);
 /// ... and this often while routes are being written.
 const GAUGES_BUSY: Duration = Duration::from_secs(10);
-
-/// What the FIB thread is told.
-pub enum FibCmd {
-    Routes(Vec<FibRoute>),
-    /// Start writing; our routes the RIB does not want are kept for
-    /// `hold`.
-    Activate {
-        hold: Duration,
-    },
-    /// A reload changed `[kernel]` (see `core::Core::reconfigure`).
-    Reconfigure {
-        cfg: FibConfig,
-        persist: bool,
-    },
-    Show {
-        limit: usize,
-        reply: oneshot::Sender<FibInfo>,
-    },
-    /// Stop the thread; with `withdraw`, remove every route of ours
-    /// first. Answered when done.
-    Stop {
-        withdraw: bool,
-        done: mpsc::Sender<()>,
-    },
-}
-
-/// The sending side, kept by the RIB thread and the daemon.
-#[derive(Clone)]
-pub struct FibHandle {
-    tx: mpsc::Sender<FibCmd>,
-}
-
-impl FibHandle {
-    pub fn send(&self, cmd: FibCmd) {
-        // The thread lives as long as the process unless stopped.
-        let _ = self.tx.send(cmd);
-    }
-
-    pub async fn show(&self, limit: usize) -> Option<FibInfo> {
-        let (tx, rx) = oneshot::channel();
-        self.send(FibCmd::Show { limit, reply: tx });
-        rx.await.ok()
-    }
-
-    /// Stops the thread (see `FibCmd::Stop`), waiting at most `timeout`.
-    pub fn stop(&self, withdraw: bool, timeout: Duration) {
-        let (tx, rx) = mpsc::channel();
-        self.send(FibCmd::Stop { withdraw, done: tx });
-        let _ = rx.recv_timeout(timeout);
-    }
-}
 
 /// Starts the FIB thread of `instance`, holding until activated. With
 /// `after` (the instance's previous FIB thread still removing its routes),
@@ -133,7 +81,7 @@ pub fn spawn(
     monitor.set_buffers(64 << 20, 1 << 16);
     monitor.drop_routes_of_protocol(cfg.protocol)?;
     let filtered = vec![cfg.protocol];
-    let (tx, rx) = mpsc::channel();
+    let (handle, rx) = FibHandle::channel();
     let stamp = crate::watchdog::register(&format!("fib-{instance}"), crate::watchdog::FIB_BUDGET);
     std::thread::Builder::new()
         .name(format!("fib-{instance}"))
@@ -160,7 +108,7 @@ pub fn spawn(
             }
             .run()
         })?;
-    Ok(FibHandle { tx })
+    Ok(handle)
 }
 
 struct Shell {

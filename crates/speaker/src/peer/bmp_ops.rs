@@ -3,7 +3,7 @@
 //! the NOTIFICATION that ends a session is kept for its Peer Down.
 
 use super::PeerTask;
-use crate::bmp::{BmpHub, SessionInfo};
+use crate::msg::bmp::{BmpHub, SessionInfo};
 use holdfast_fsm::Negotiated;
 use holdfast_wire::bmp as wire;
 use holdfast_wire::{encode_notification, encode_open, Family, Notification, HEADER_LEN};

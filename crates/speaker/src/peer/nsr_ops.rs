@@ -21,14 +21,14 @@
 //! - Only the request's family is kept; an enhanced route refresh (RFC
 //!   7313) is answered as a plain one (the RIB sends no BoRR/EoRR).
 
-use super::core::{PeerInput, Which};
 use super::{now, PeerCmd, PeerTask};
 use crate::conn::{unix_ms, Conn};
+use crate::msg::rib::{RibCmd, Snapshot};
 use crate::nsr::Then;
 use crate::resume::Resumed;
-use crate::rib_thread::{RibCmd, Snapshot};
 use bytes::Bytes;
 use holdfast_fsm::State;
+use holdfast_neighbor::{PeerInput, Which};
 use holdfast_nsr::{Op, SessionRecord, SCHEMA_VERSION};
 use holdfast_wire::{
     decode_route_refresh, encode_route_refresh, msg_type, CodecCtx, Family, RouteRefresh,

@@ -19,7 +19,7 @@
 //! - A peer task that ends with the process killed loses what was not
 //!   flushed yet (flushes happen after every read and every other input).
 
-use super::core::{PeerCore, PeerInput, PeerOutput, PeerParams};
+use crate::core::{PeerCore, PeerInput, PeerOutput, PeerParams};
 use holdfast_fsm::Time;
 use serde::{Deserialize, Serialize};
 use std::fs::File;

@@ -5,10 +5,11 @@
 //! is the only code that drives [`holdfast_fsm::Session`]. Frames,
 //! connection events, timers, RIB output, CLI commands, configuration
 //! changes and the NSR resume are all [`PeerInput`]s; the I/O shell
-//! (`peer.rs`) carries out the [`PeerOutput`]s in order and owns the
-//! sockets. Inputs and outputs are serde types, so a session can be recorded
-//! (`holdfastd --record DIR`) and replayed (`holdfast replay FILE`) to the
-//! same outputs: the core is deterministic, time is an input.
+//! (holdfast-speaker's `peer.rs`) carries out the [`PeerOutput`]s in order
+//! and owns the sockets. Inputs and outputs are serde types, so a session
+//! can be recorded (`holdfastd --record DIR`) and replayed (`holdfast
+//! replay FILE`) to the same outputs: the core is deterministic, time is
+//! an input.
 //!
 //! # RFCs covered
 //! - RFC 4271 §6.8: connection collision detection. A second (inbound)

@@ -1,5 +1,9 @@
 //! RPKI metrics and the log lines that go with them (one call each, as
-//! in `crate::obs`).
+//! in `crate::obs`). The log lines keep the target they had when this file
+//! was `rpki/metrics.rs` ([`TARGET`]), so log filters stay as they were.
+//!
+//! # Known issues
+//! - None known.
 
 use holdfast_rtr::Status;
 use prometheus_client::encoding::EncodeLabelSet;
@@ -9,6 +13,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
+
+/// The `tracing` target of these log lines.
+const TARGET: &str = "holdfast_speaker::rpki::metrics";
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CacheLabels {
@@ -102,7 +109,7 @@ impl RpkiMetrics {
     }
 
     pub fn cache_connected(&self, c: &str) {
-        tracing::info!(cache = c, "RPKI cache connected");
+        tracing::info!(target: TARGET, cache = c, "RPKI cache connected");
         self.cache_up.get_or_create(&cache(c)).set(1);
         self.connects.get_or_create(&cache(c)).inc();
     }
@@ -110,14 +117,14 @@ impl RpkiMetrics {
     pub fn cache_down(&self, c: &str, reason: &str) {
         let was_up = self.cache_up.get_or_create(&cache(c)).set(0) == 1;
         if was_up {
-            tracing::warn!(cache = c, reason, "RPKI cache session ended");
+            tracing::warn!(target: TARGET, cache = c, reason, "RPKI cache session ended");
         } else {
-            tracing::debug!(cache = c, reason, "RPKI cache unreachable");
+            tracing::debug!(target: TARGET, cache = c, reason, "RPKI cache unreachable");
         }
     }
 
     pub fn error(&self, c: &str, reason: &str) {
-        tracing::warn!(cache = c, reason, "RPKI: RTR error");
+        tracing::warn!(target: TARGET, cache = c, reason, "RPKI: RTR error");
         self.errors.get_or_create(&cache(c)).inc();
     }
 
@@ -131,6 +138,7 @@ impl RpkiMetrics {
         reset: bool,
     ) {
         tracing::info!(
+            target: TARGET,
             cache = c,
             session = st.session,
             serial = st.serial,
@@ -166,6 +174,7 @@ impl RpkiMetrics {
         counts: holdfast_rib::RpkiCounts,
     ) {
         tracing::info!(
+            target: TARGET,
             instance,
             changed_vrps = changed,
             ms = took.as_millis() as u64,
