@@ -271,7 +271,11 @@ fn nsr_sessions_keep_the_peer_fresh_every_ninth_of_the_hold_time() {
     let s = established_with(c.clone(), peer_open(65002, 90));
     assert_eq!(s.negotiated().map(|n| n.keepalive), Some(10));
     let s = established_with(c.clone(), peer_open(65002, 3));
-    assert_eq!(s.negotiated().map(|n| n.keepalive), Some(1), "never below 1 s");
+    assert_eq!(
+        s.negotiated().map(|n| n.keepalive),
+        Some(1),
+        "never below 1 s"
+    );
     c.keepalive_time = Some(20);
     let s = established_with(c, peer_open(65002, 90));
     assert_eq!(
