@@ -2,7 +2,7 @@
 """`make test`'s runner: every test of the workspace, each in its own process,
 in parallel where nothing is shared.
 
-    scripts/run-tests.py [--jobs N] [--lab-jobs N] [--list] [--extra NAME=CMD]... [FILTER]...
+    scripts/run-tests.py [-p PACKAGE]... [--jobs N] [--lab-jobs N] [--list] [--extra NAME=CMD]... [FILTER]...
 
 1. Builds every test target once (`cargo test --release --workspace --no-run`),
    printing cargo's progress with the elapsed time.
@@ -62,6 +62,10 @@ EXCLUSIVE = [
     "holdfast-lab/lab/bfd_tx_load::",
     # 16 and 8 units on a host, two hosts at once: many holdfastd at once.
     "holdfast-lab/lab/control_plane_scale::",
+    # Finds the namespaces its SIGKILLed `holdfast lab up` left among every
+    # namespace new since it started, and expects `down` to remove them: no
+    # other lab may start namespaces, or remove stale ones, meanwhile.
+    "holdfast-labctl/labctl/lab_command::down_after_a_crashed_up",
 ]
 
 # Tests sharing something outside their namespaces run one at a time per group.
@@ -144,10 +148,11 @@ def package_names(cargo):
     return {p["manifest_path"]: p["name"] for p in json.loads(out.stdout)["packages"]}
 
 
-def build(cargo):
-    """Builds every test target; returns the test executables from cargo's JSON."""
-    say("building the test targets (cargo test --release --workspace --no-run)")
-    cmd = [cargo, "test", "--release", "--workspace", "--no-run",
+def build(cargo, packages):
+    """Builds the test targets; returns the test executables from cargo's JSON."""
+    select = [a for p in packages for a in ("-p", p)] or ["--workspace"]
+    say(f"building the test targets (cargo test --release {' '.join(select)} --no-run)")
+    cmd = [cargo, "test", "--release", *select, "--no-run",
            "--message-format=json-render-diagnostics"]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
@@ -318,6 +323,8 @@ def main():
     ap.add_argument("--list", action="store_true", help="print the plan, run nothing")
     ap.add_argument("--no-build", action="store_true",
                     help="use the test executables of the last build (target/test-logs/artifacts.json)")
+    ap.add_argument("-p", "--package", action="append", default=[],
+                    help="only this package's tests (default: the workspace's)")
     ap.add_argument("--extra", action="append", default=[], metavar="NAME=CMD",
                     help="a shell command run in the unit phase, as a test")
     ap.add_argument("filters", nargs="*")
@@ -328,7 +335,7 @@ def main():
     if args.no_build and saved.exists():
         artifacts = json.loads(saved.read_text())
     else:
-        artifacts = build(cargo)
+        artifacts = build(cargo, args.package)
         saved.write_text(json.dumps(artifacts, indent=1))
 
     tests, n_ignored = [], 0
