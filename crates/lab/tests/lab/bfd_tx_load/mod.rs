@@ -1,5 +1,5 @@
 //! A measurement, not a timed test (ignored by default; run it with
-//! `cargo test --release -p holdfast-lab --test bfd_tx_load -- --ignored
+//! `cargo test --release -p holdfast-lab --test lab bfd_tx_load:: -- --ignored
 //! --nocapture`): the intervals between holdfastd's BFD packets while it
 //! learns a full table (issue 10: they must stay within RFC 5880 §6.8.7,
 //! 75–100% of the negotiated interval).
