@@ -2,7 +2,8 @@
 """`make test`'s runner: every test of the workspace, each in its own process,
 in parallel where nothing is shared.
 
-    scripts/run-tests.py [-p PACKAGE]... [--jobs N] [--lab-jobs N] [--list] [--extra NAME=CMD]... [FILTER]...
+    scripts/run-tests.py [-p PACKAGE]... [--phase unit|lab|alone]... [--jobs N] [--lab-jobs N]
+                         [--list] [--no-build] [--extra NAME=CMD]... [FILTER]...
 
 1. Builds every test target once (`cargo test --release --workspace --no-run`),
    printing cargo's progress with the elapsed time.
@@ -321,6 +322,8 @@ def main():
     ap.add_argument("--timeout", type=int, default=1800,
                     help="seconds one test may take before it is killed")
     ap.add_argument("--list", action="store_true", help="print the plan, run nothing")
+    ap.add_argument("--phase", action="append", choices=["unit", "lab", "alone"], default=[],
+                    help="run only this phase's tests (default: all three)")
     ap.add_argument("--no-build", action="store_true",
                     help="use the test executables of the last build (target/test-logs/artifacts.json)")
     ap.add_argument("-p", "--package", action="append", default=[],
@@ -343,11 +346,13 @@ def main():
         names, ign = list_tests(a)
         n_ignored += ign
         tests += [Test(a["pkg"], a["target"], a["kind"], a["exe"], a["cwd"], n) for n in names]
-    for e in args.extra:
+    for e in args.extra if not args.phase or "unit" in args.phase else []:
         name, _, cmd = e.partition("=")
         tests.append(Test("extra", name, "extra", None, None, name, ["bash", "-c", cmd]))
     if args.filters:
         tests = [t for t in tests if any(f in t.id for f in args.filters)]
+    if args.phase:
+        tests = [t for t in tests if t.phase in args.phase]
     durations = load_durations()
     phases = {p: [t for t in tests if t.phase == p] for p in ("unit", "lab", "alone")}
     say(f"{len(tests)} tests in {len(artifacts)} test binaries ({n_ignored} #[ignore]d, not run): "
