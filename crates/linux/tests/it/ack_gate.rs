@@ -13,7 +13,7 @@
 //!
 //! Needs root; tests skip otherwise (and fail with `HOLDFAST_REQUIRE_LAB=1`).
 
-mod netns;
+use crate::netns;
 
 use holdfast_linux::nfq::read_rcv_nxt;
 use holdfast_linux::{capture, outq, rules, tcp_info, AckGate, ConnKey, GateMode, GateStats};

@@ -10,7 +10,7 @@
 //! replaces it without error, a delete removes it, and a delete of an
 //! absent address answers `Ok(false)`; an unknown interface is an error.
 
-mod netns;
+use crate::netns;
 
 use holdfast_linux::rtnl::set_address;
 use netns::Netns;

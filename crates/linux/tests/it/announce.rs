@@ -12,7 +12,7 @@
 //! (with the IPv6 Router flag when `a` forwards). A tentative IPv6 address is
 //! refused.
 
-mod netns;
+use crate::netns;
 
 use holdfast_linux::{address_is_local, announce_address};
 use netns::Netns;

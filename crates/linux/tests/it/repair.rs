@@ -19,7 +19,7 @@
 //! connection (`capture_is_transparent_*`); (d) restore time, printed
 //! (`restore_timing_repeated_moves`; run with `--nocapture`).
 
-mod netns;
+use crate::netns;
 
 use holdfast_linux::repair::{self, Restore, TcpRepairState};
 use holdfast_linux::{set_tcp_md5, tcp_info};

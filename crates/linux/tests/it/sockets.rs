@@ -2,7 +2,7 @@
 //! for MD5 and SO_BINDTODEVICE) and a kernel with CONFIG_TCP_MD5SIG. The
 //! IPv6 tests skip without `::1` (and fail with `HOLDFAST_REQUIRE_LAB=1`).
 
-mod netns;
+use crate::netns;
 
 use holdfast_linux::*;
 use socket2::{Domain, Protocol, Socket, Type};

@@ -1,5 +1,5 @@
 //! RFC 4271 §9.1.2.2 decision process, one test per tie-break step.
-mod common;
+use crate::common;
 use common::*;
 use holdfast_rib::*;
 use holdfast_wire::{Origin, PathAttrs};

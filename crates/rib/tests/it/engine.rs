@@ -1,5 +1,5 @@
 //! Engine behaviour: RIB semantics, export rules, policy, packing, GR.
-mod common;
+use crate::common;
 use common::*;
 use holdfast_rib::*;
 use holdfast_wire::{well_known, AsSegment, Family, LargeCommunity, PathAttrs};

@@ -1,6 +1,6 @@
 //! Kernel FIB output (`Engine::take_fib`, `Engine::fib_all`): best next
 //! hop, the equal-cost set with `fib_ecmp` > 1, removals.
-mod common;
+use crate::common;
 use common::*;
 use holdfast_rib::*;
 use std::net::IpAddr;

@@ -1,6 +1,6 @@
 //! RFC 6811 validation in the engine: `Match::Rpki` in import policy and
 //! revalidation of the covered routes when the VRP table changes.
-mod common;
+use crate::common;
 use common::*;
 use holdfast_rib::*;
 use std::sync::Arc;
@@ -160,7 +160,7 @@ fn origin_of_empty_and_set_paths() {
 }
 
 /// Revalidation cost on a large table: `cargo test --release -p
-/// holdfast-rib --test rpki -- --ignored --nocapture` (a measurement).
+/// holdfast-rib --test it rpki:: -- --ignored --nocapture` (a measurement).
 #[test]
 #[ignore]
 fn revalidation_time_on_a_large_table() {
