@@ -102,11 +102,13 @@ DEFAULT_SECONDS = {
     "extra:": 120,
 }
 
-START = time.monotonic()
+# The times printed count from when `make` started (HOLDFAST_T0, seconds since
+# the epoch, set by the Makefile), else from now.
+START = float(os.environ.get("HOLDFAST_T0") or time.time())
 
 
 def stamp():
-    s = int(time.monotonic() - START)
+    s = int(time.time() - START)
     return f"[{s // 60:2d}:{s % 60:02d}]"
 
 
