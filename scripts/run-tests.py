@@ -7,10 +7,13 @@ in parallel where nothing is shared.
 
 1. Builds every test target once (`cargo test --release --workspace --no-run`),
    printing cargo's progress with the elapsed time.
-2. Lists each test binary's tests (`BIN --list`) and runs every test that is
-   not `#[ignore]`d as `BIN --exact NAME --nocapture --test-threads=1`, in the
-   package's directory (as cargo does), its output in
-   target/test-logs/<package>/<target>/<test>.log.
+2. Lists each test binary's tests (`BIN --list`, less `--list --ignored`).
+   A lab test runs in a process of its own, `BIN --exact NAME --nocapture
+   --test-threads=1`; a unit-test binary's tests run in one process, one
+   after another (`BIN --test-threads=1 --exact NAME...`, as cargo ran them):
+   a process per unit test would cost more than the test. In the package's
+   directory (as cargo does), the output in
+   target/test-logs/<package>/<kind>-<target>/<test or all>.log.
 3. In three phases:
    - `unit`: every test outside the lab binaries (below), and the `--extra`
      commands (the doc tests, the fuzz targets' build), `--jobs` at a time
@@ -24,7 +27,7 @@ in parallel where nothing is shared.
    Within a phase the longest first, by the durations of the previous run
    (target/test-logs/durations.json), else of a committed run
    (scripts/test-durations.json), else by DEFAULT_SECONDS.
-4. Prints a line per finished lab test and per finished unit-test binary, the
+4. Prints a line per finished lab test and per unit-test binary, the
    output of each failure, and a summary; exits 1 if anything failed.
 
 FILTERs (substrings of `<package>/<target>/<test>`, e.g. `nsr_frr::`) run a
@@ -132,6 +135,8 @@ class Test:
             self.phase = "lab"
         else:
             self.phase = "unit"
+        self.members = [name]  # the tests this job runs (a unit-test binary: many)
+        self.passed = 0
         self.proc = None
         self.log = None
         self.started = 0.0
@@ -145,13 +150,22 @@ class Test:
     def log_path(self):
         if self.argv is not None:
             return LOGS / "extra" / f"{self.name}.log"
-        safe = self.name.replace("::", ".").replace("/", "_")
+        safe = "all" if self.name == "*" else self.name.replace("::", ".").replace("/", "_")
         return LOGS / self.pkg / f"{self.kind}-{self.target}" / f"{safe}.log"
 
     def command(self):
         if self.argv is not None:
             return self.argv
+        if self.name == "*":
+            return [self.exe, "--test-threads=1", "--exact", *self.members]
         return [self.exe, "--exact", self.name, "--nocapture", "--test-threads=1"]
+
+    def count_passed(self):
+        if self.name != "*":
+            self.passed = len(self.members) if self.ok else 0
+            return
+        text = self.log_path().read_text(errors="replace")
+        self.passed = sum(1 for n in self.members if f"test {n} ... ok" in text)
 
 
 def package_names(cargo):
@@ -273,9 +287,6 @@ def run_phase(name, tests, jobs, env, durations, timeout, verbose):
     todo = sorted(tests, key=lambda t: -expected(t, durations))
     say(f"phase {name}: {len(todo)} tests, {jobs} at a time")
     running = []
-    per_binary = {}
-    for t in todo:
-        per_binary.setdefault(t.binary, []).append(t)
     last_note = time.monotonic()
     deadline = time.monotonic() + timeout * max(1, len(todo))
     while (todo or running) and time.monotonic() < deadline:
@@ -304,6 +315,7 @@ def run_phase(name, tests, jobs, env, durations, timeout, verbose):
             t.log.close()
             t.seconds = time.monotonic() - t.started
             t.ok = rc == 0
+            t.count_passed()
             running.remove(t)
             kill(t)  # whatever it left in its session
             if not t.ok:
@@ -311,12 +323,8 @@ def run_phase(name, tests, jobs, env, durations, timeout, verbose):
                 show_failure(t)
             elif verbose:
                 say(f"ok    {t.id} ({t.seconds:.1f} s)")
-            group = per_binary[t.binary]
-            if not verbose and all(x.ok is not None for x in group):
-                n_ok = sum(1 for x in group if x.ok)
-                secs = sum(x.seconds for x in group)
-                word = "ok  " if n_ok == len(group) else "FAIL"
-                say(f"{word}  {t.binary}: {n_ok}/{len(group)} passed ({secs:.1f} s of test time)")
+            if not verbose and t.ok:
+                say(f"ok    {t.binary}: {t.passed} passed ({t.seconds:.1f} s)")
         if running and time.monotonic() - last_note > 60:
             last_note = time.monotonic()
             names = ", ".join(f"{t.id} {time.monotonic() - t.started:.0f} s" for t in running)
@@ -370,12 +378,31 @@ def main():
         tests = [t for t in tests if t.phase in args.phase]
     durations = load_durations()
     phases = {p: [t for t in tests if t.phase == p] for p in ("unit", "lab", "alone")}
-    say(f"{len(tests)} tests in {len(artifacts)} test binaries ({n_ignored} #[ignore]d, not run): "
-        + ", ".join(f"{p} {len(ts)}" for p, ts in phases.items()))
+    # The unit tests run a binary at a time (its tests one after another in
+    # one process, as cargo ran them), the binaries in parallel: a process per
+    # unit test costs more than the test.
+    unit_jobs, by_binary = [], {}
+    for t in phases["unit"]:
+        if t.argv is not None:
+            unit_jobs.append(t)
+        elif t.exe in by_binary:
+            by_binary[t.exe].members.append(t.name)
+        else:
+            job = Test(t.pkg, t.target, t.kind, t.exe, t.cwd, "*")
+            job.members = [t.name]
+            by_binary[t.exe] = job
+            unit_jobs.append(job)
+    n_unit = len(phases["unit"])
+    phases["unit"] = unit_jobs
+    n_tests = sum(len(t.members) for ts in phases.values() for t in ts)
+    say(f"{n_tests} tests in {len(artifacts)} test binaries ({n_ignored} #[ignore]d, not run): "
+        + ", ".join(f"{p} {n_unit if p == 'unit' else len(ts)}" for p, ts in phases.items()))
     if args.list:
         for p, ts in phases.items():
             for t in sorted(ts, key=lambda t: -expected(t, durations)):
                 tag = f" [serial: {t.group}]" if t.group else ""
+                if t.name == "*":
+                    tag += f" ({len(t.members)} tests)"
                 print(f"{p:5} {expected(t, durations):7.1f} s  {t.id}{tag}")
         return 0
 
@@ -388,14 +415,16 @@ def main():
         measured = json.loads(DURATIONS.read_text())
     except (OSError, ValueError):
         measured = {}
-    for t in tests:
+    jobs = [t for ts in phases.values() for t in ts]
+    for t in jobs:
         if t.ok:
             measured[t.id] = round(t.seconds, 2)
     DURATIONS.write_text(json.dumps(measured, indent=1, sort_keys=True))
-    failed = [t for t in tests if not t.ok]
+    failed = [t for t in jobs if not t.ok]
+    n_passed = sum(t.passed for t in jobs)
     by_phase = ", ".join(
         f"{p} {sum(t.seconds for t in ts):.0f} s of test time" for p, ts in phases.items())
-    say(f"{len(tests) - len(failed)} passed, {len(failed)} failed, {n_ignored} ignored ({by_phase})")
+    say(f"{n_passed} passed, {n_tests - n_passed} failed, {n_ignored} ignored ({by_phase})")
     for t in failed:
         print(f"  FAILED {t.id}  (log: {t.log_path()})")
     return 1 if failed else 0
