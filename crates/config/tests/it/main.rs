@@ -1,4 +1,5 @@
-//! holdfast-config's integration tests, one binary: the configuration, BFD and RPKI keys, each a module.
+//! holdfast-config's integration tests, one binary: the configuration, BFD and
+//! RPKI keys, each a module.
 
 mod bfd;
 mod config;
