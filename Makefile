@@ -29,9 +29,10 @@ demo-build: demo-deps
 	$(STEP) "building $(DEMO_BINS) (cargo)" $(CARGO) build --release $(addprefix --bin ,$(DEMO_BINS))
 
 ## make test: every unit test, every integration test against real peers in
-## network namespaces (needs root), the doc tests and the fuzz targets' build,
-## each test in its own process, in parallel where nothing is shared
-## (scripts/run-tests.py: its phases, groups and job counts). A lab test that
+## network namespaces (needs root), the doc tests and the fuzz targets' build:
+## the unit-test binaries in parallel, then each lab scenario in a process of its
+## own, in parallel where they share nothing, then the timing-sensitive ones
+## alone (scripts/run-tests.py: its phases, groups and job counts). A lab test that
 ## cannot run here (not root, a tool missing) fails instead of skipping.
 test: export HOLDFAST_REQUIRE_LAB := 1
 test: build
