@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""`make test`'s runner: every test of the workspace, each in its own process,
-in parallel where nothing is shared.
+"""`make test`'s runner: every test of the workspace, in parallel where
+nothing is shared.
 
     scripts/run-tests.py [-p PACKAGE]... [--phase unit|lab|alone]... [--jobs N] [--lab-jobs N]
                          [--list] [--no-build] [--extra NAME=CMD]... [FILTER]...
