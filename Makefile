@@ -3,37 +3,55 @@ SHELL := /bin/bash
 CARGO ?= cargo
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 export CARGO_TERM_COLOR ?= never
+# When make started: scripts/step.sh prints each step's time since then.
+export HOLDFAST_T0 := $(shell date +%s)
 BIN := target/release
+STEP := @bash scripts/step.sh
 
-.PHONY: all deps build test unit-test integration-test fuzz-build demo bench clean-lab deb
+# The binaries `make demo` runs: the demo, the unit (holdfastd), its CLI, the
+# control plane (agent, controller, holdfast-ctl) and the BFD relay.
+DEMO_BINS := holdfast-demo holdfastd holdfast holdfast-agent holdfast-controller holdfast-ctl holdfast-bfd-relay
+
+.PHONY: all deps demo-deps build demo-build test demo bench clean-lab deb
 
 all: build
 
 deps:
-	@bash scripts/install-deps.sh
+	@bash scripts/install-deps.sh all
+
+demo-deps:
+	@bash scripts/install-deps.sh demo
 
 build: deps
-	$(CARGO) build --release --workspace --bins
+	$(STEP) "building every binary of the workspace (cargo)" $(CARGO) build --release --workspace --bins
+
+demo-build: demo-deps
+	$(STEP) "building $(DEMO_BINS) (cargo)" $(CARGO) build --release $(addprefix --bin ,$(DEMO_BINS))
 
 ## make test: every unit test, every integration test against real peers in
-## network namespaces (needs root), and the fuzz targets' build. A lab test that
+## network namespaces (needs root), the doc tests and the fuzz targets' build:
+## the unit-test binaries in parallel, then each lab scenario in a process of its
+## own, in parallel where they share nothing, then the timing-sensitive ones
+## alone (scripts/run-tests.py: its phases, groups and job counts). A lab test that
 ## cannot run here (not root, a tool missing) fails instead of skipping.
 test: export HOLDFAST_REQUIRE_LAB := 1
 test: build
-	$(CARGO) test --release --workspace --no-fail-fast -- --test-threads=1
-	bash scripts/fuzz-build.sh crates/wire/fuzz crates/bfd/fuzz
+	@CARGO=$(CARGO) python3 scripts/run-tests.py \
+	  --extra 'doc-tests=$(CARGO) test --release --workspace --doc' \
+	  --extra 'fuzz-build=bash scripts/fuzz-build.sh crates/wire/fuzz crates/bfd/fuzz'
 
 ## make demo: frr and bird2 peers, 100k routes in, 10k out; the four failure kinds of
 ## TENSOR Table 1, each taken over; Table 1 with what the peers saw, lab/reports/demo.*
-demo: build
-	$(BIN)/holdfast-demo
+## Installs and builds only what the demo uses.
+demo: demo-build
+	$(STEP) -p "running the demo ($(BIN)/holdfast-demo)" $(BIN)/holdfast-demo
 
 ## make bench: the TENSOR evaluation (Fig. 5(b), 6(a)-(d), takeover) side by side with bird2, frr and gobgpd.
 bench: build
 	$(BIN)/holdfast bench
 
 ## Remove namespaces and daemons left by a crashed lab run.
-clean-lab: build
+clean-lab: demo-build
 	$(BIN)/holdfast-demo --cleanup
 
 ## make deb: the Debian package (cargo-deb): the shipped binaries, their man pages

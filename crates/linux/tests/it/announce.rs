@@ -1,0 +1,132 @@
+//! Gratuitous ARP and unsolicited Neighbor Advertisement between two
+//! network namespaces joined by a veth pair. Needs root.
+//!
+//! ```text
+//!   ns hfr<pid>a                          ns hfr<pid>b
+//!   hfr<pid>va 198.18.250.1/24  ------  hfr<pid>vb 198.18.250.2/24
+//!              fd00:250::1/64                      fd00:250::2/64
+//! ```
+//!
+//! `b` starts with neighbour entries for `a`'s addresses that point at a
+//! wrong MAC; after `announce_address` in `a` they point at `a`'s real one
+//! (with the IPv6 Router flag when `a` forwards). A tentative IPv6 address is
+//! refused.
+
+use crate::netns;
+
+use holdfast_linux::{address_is_local, announce_address};
+use netns::Netns;
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+const WRONG_MAC: &str = "02:00:00:00:00:99";
+
+fn mac_of(ns: &Netns, dev: &str) -> String {
+    let out = ns.ip(&["link", "show", dev]);
+    let mut words = out.split_whitespace();
+    words.find(|w| *w == "link/ether").expect("link/ether");
+    words.next().expect("MAC").to_string()
+}
+
+/// Waits until `dev` is operationally up: the kernel processes carrier
+/// changes asynchronously (linkwatch), and until then IPv6 drops what
+/// arrives on the device ("no route").
+fn wait_link_up(ns: &Netns, dev: &str) {
+    let t = Instant::now();
+    loop {
+        let out = ns.ip(&["link", "show", dev]);
+        if out.contains("state UP") && !out.contains("NO-CARRIER") {
+            return;
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "{dev} not up: {out}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Waits up to 3 s for `b`'s entry for `addr` to contain every word of
+/// `want`; returns the last `ip neigh` line seen.
+fn wait_neigh(b: &Netns, dev: &str, addr: &str, want: &[&str]) -> String {
+    let t = Instant::now();
+    loop {
+        let line = b.ip(&["neigh", "show", addr, "dev", dev]);
+        if want
+            .iter()
+            .all(|w| line.split_whitespace().any(|x| x == *w))
+        {
+            return line;
+        }
+        if t.elapsed() > Duration::from_secs(3) {
+            panic!("neighbour entry for {addr} is {line:?}, wanted {want:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn announce_updates_the_neighbours_caches() {
+    if !netns::root_or_skip() {
+        return;
+    }
+    let a = Netns::new("a");
+    let b = Netns::new("b");
+    let pid = std::process::id();
+    let (va, vb) = (format!("hfr{pid}va"), format!("hfr{pid}vb"));
+    a.ip(&[
+        "link", "add", &va, "type", "veth", "peer", "name", &vb, "netns", &b.name,
+    ]);
+    for (ns, dev, n) in [(&a, &va, "1"), (&b, &vb, "2")] {
+        ns.ip(&["addr", "add", &format!("198.18.250.{n}/24"), "dev", dev]);
+        ns.ip(&[
+            "addr",
+            "add",
+            &format!("fd00:250::{n}/64"),
+            "dev",
+            dev,
+            "nodad",
+        ]);
+        ns.ip(&["link", "set", dev, "up"]);
+    }
+    wait_link_up(&a, &va);
+    wait_link_up(&b, &vb);
+    let mac = mac_of(&a, &va);
+    for addr in ["198.18.250.1", "fd00:250::1", "fd00:250::3"] {
+        b.ip(&[
+            "neigh", "replace", addr, "lladdr", WRONG_MAC, "dev", &vb, "nud", "stale",
+        ]);
+    }
+    // A third address still in duplicate address detection (tentative).
+    a.ip(&["addr", "add", "fd00:250::3/64", "dev", &va]);
+
+    let dev = va.clone();
+    a.run(move || {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert!(address_is_local(ip("198.18.250.1")));
+        assert!(address_is_local(ip("fd00:250::1")));
+        assert!(!address_is_local(ip("198.18.250.2")));
+        assert!(!address_is_local(ip("fd00:250::2")));
+        assert!(!address_is_local(ip("fd00:250::3")), "tentative");
+        assert!(!address_is_local(ip("0.0.0.0")));
+        announce_address(&dev, ip("198.18.250.1")).expect("gratuitous ARP");
+        announce_address(&dev, ip("fd00:250::1")).expect("unsolicited NA");
+        let e = announce_address(&dev, ip("fd00:250::3")).unwrap_err();
+        assert_eq!(
+            e.raw_os_error(),
+            Some(libc::EADDRNOTAVAIL),
+            "tentative: {e}"
+        );
+        assert!(announce_address("hfrnosuchdev", ip("198.18.250.1")).is_err());
+    });
+    for addr in ["198.18.250.1", "fd00:250::1"] {
+        let line = wait_neigh(&b, &vb, addr, &[&mac]);
+        assert!(!line.contains("router"), "{line}");
+    }
+
+    // A forwarding interface announces itself as a router (the R flag).
+    a.exec(
+        "sysctl",
+        &["-qw", &format!("net.ipv6.conf.{va}.forwarding=1")],
+    );
+    let dev = va.clone();
+    a.run(move || announce_address(&dev, "fd00:250::1".parse().unwrap()).unwrap());
+    wait_neigh(&b, &vb, "fd00:250::1", &[&mac, "router"]);
+}

@@ -1,0 +1,434 @@
+#!/usr/bin/env python3
+"""`make test`'s runner: every test of the workspace, in parallel where
+nothing is shared.
+
+    scripts/run-tests.py [-p PACKAGE]... [--phase unit|lab|alone]... [--jobs N] [--lab-jobs N]
+                         [--list] [--no-build] [--extra NAME=CMD]... [FILTER]...
+
+1. Builds every test target once (`cargo test --release --workspace --no-run`),
+   printing cargo's progress with the elapsed time.
+2. Lists each test binary's tests (`BIN --list`, less `--list --ignored`).
+   A lab test runs in a process of its own, `BIN --exact NAME --nocapture
+   --test-threads=1`; a unit-test binary's tests run in one process, one
+   after another (`BIN --test-threads=1 --exact NAME...`, as cargo ran them):
+   a process per unit test would cost more than the test. In the package's
+   directory (as cargo does), the output in
+   target/test-logs/<package>/<kind>-<target>/<test or all>.log.
+3. In three phases:
+   - `unit`: every test outside the lab binaries (below), and the `--extra`
+     commands (the doc tests, the fuzz targets' build), `--jobs` at a time
+     (default: the number of CPUs);
+   - `lab`: the lab's scenarios (`holdfast-lab --test lab`, `holdfast-labctl
+     --test labctl`), each in namespaces of its own run id (`hf<hex>-...`),
+     `--lab-jobs` at a time (default 3), except that the tests of one
+     SERIAL group never run together;
+   - `alone`: the EXCLUSIVE tests, timing-sensitive or CPU-heavy, one at a
+     time with nothing else running.
+   Within a phase the longest first, by the durations of the previous run
+   (target/test-logs/durations.json), else of a committed run
+   (scripts/test-durations.json), else by DEFAULT_SECONDS.
+4. Prints a line per finished lab test and per unit-test binary, the
+   output of each failure, and a summary; exits 1 if anything failed.
+
+FILTERs (substrings of `<package>/<target>/<test>`, e.g. `nsr_frr::`) run a
+subset; `--list` prints the plan without running it. HOLDFAST_TEST_JOBS and
+HOLDFAST_LAB_JOBS set the job counts too.
+"""
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+LOGS = ROOT / "target" / "test-logs"
+DURATIONS = LOGS / "durations.json"
+# The durations of a whole run on the 2-core machine, committed so that a fresh
+# clone's first run starts the long tests first: `cp target/test-logs/durations.json
+# scripts/test-durations.json` after a green `make test`.
+COMMITTED = ROOT / "scripts" / "test-durations.json"
+
+# Binaries (package, target) whose tests are lab scenarios: real daemons in
+# network namespaces, waiting on BGP, BFD and etcd timers.
+LAB_BINARIES = {("holdfast-lab", "lab"), ("holdfast-labctl", "labctl")}
+
+# Run with nothing else running (substrings of `<package>/<target>/<test>`):
+# they load the machine or measure timing that other tests would disturb.
+EXCLUSIVE = [
+    # 20 randomized failures on the control-plane lab (frr, bird2, gobgpd,
+    # 3 units, etcd, 3 controllers); takeovers judged against BFD 100 ms.
+    "holdfast-labctl/labctl/chaos::",
+    # Every takeover kind at BFD 50 ms x 3 (150 ms detection).
+    "holdfast-labctl/labctl/bfd_50ms::",
+    # 1M routes in with a 3 s hold time: KEEPALIVEs must not wait on the RIB.
+    "holdfast-lab/lab/hold_time_load::",
+    # 1M routes, BFD transmission under load (a measurement; #[ignore]d).
+    "holdfast-lab/lab/bfd_tx_load::",
+    # 16 and 8 units on a host, two hosts at once: many holdfastd at once.
+    "holdfast-lab/lab/control_plane_scale::",
+    # Finds the namespaces its SIGKILLed `holdfast lab up` left among every
+    # namespace new since it started, and expects `down` to remove them: no
+    # other lab may start namespaces, or remove stale ones, meanwhile.
+    "holdfast-labctl/labctl/lab_command::down_after_a_crashed_up",
+]
+
+# Tests sharing something outside their namespaces run one at a time per group.
+SERIAL = {
+    # `make deb` (target/debian, cargo's build lock) and the nspawn root
+    # /var/cache/holdfast-test/nspawn-root.
+    "deb": ["holdfast-lab/lab/deb_package::"],
+}
+
+# Expected seconds of the long tests when no run has measured them (from the
+# notes in docs/).
+DEFAULT_SECONDS = {
+    "nsr_gobgp::": 240,
+    "nsr_frr::": 80,
+    "lab_command::": 200,
+    "control_plane_takeover::": 120,
+    "deb_package::": 120,
+    "control_plane_localize::": 90,
+    "etcd_stall::": 150,
+    "etcd_quorum_loss::": 90,
+    "bmp_pmbmpd::": 60,
+    "rpki_stayrtr::": 60,
+    "leader_freeze::": 40,
+    "nsr_refresh_frr::": 22,
+    "nsr_standby_frr::": 22,
+    "nsr_bird::": 20,
+    "preheated_backup::": 16,
+    "extra:": 120,
+}
+
+# The times printed count from when `make` started (HOLDFAST_T0, seconds since
+# the epoch, set by the Makefile), else from now.
+START = float(os.environ.get("HOLDFAST_T0") or time.time())
+
+
+def stamp():
+    s = int(time.time() - START)
+    return f"[{s // 60:2d}:{s % 60:02d}]"
+
+
+def say(msg):
+    print(f"{stamp()} {msg}", flush=True)
+
+
+class Test:
+    def __init__(self, pkg, target, kind, exe, cwd, name, argv=None):
+        self.pkg, self.target, self.kind = pkg, target, kind
+        self.exe, self.cwd, self.name = exe, cwd, name
+        self.argv = argv  # an --extra command instead of a test binary
+        self.id = f"{pkg}/{target}/{name}" if argv is None else f"extra:{name}"
+        self.group = next(
+            (g for g, pats in SERIAL.items() if any(p in self.id for p in pats)), None
+        )
+        self.exclusive = any(p in self.id for p in EXCLUSIVE)
+        if self.exclusive:
+            self.phase = "alone"
+        elif (pkg, target) in LAB_BINARIES:
+            self.phase = "lab"
+        else:
+            self.phase = "unit"
+        self.members = [name]  # the tests this job runs (a unit-test binary: many)
+        self.passed = 0
+        self.proc = None
+        self.log = None
+        self.started = 0.0
+        self.seconds = 0.0
+        self.ok = None
+
+    @property
+    def binary(self):
+        return f"{self.pkg} ({self.kind} {self.target})" if self.argv is None else self.name
+
+    def log_path(self):
+        if self.argv is not None:
+            return LOGS / "extra" / f"{self.name}.log"
+        safe = "all" if self.name == "*" else self.name.replace("::", ".").replace("/", "_")
+        return LOGS / self.pkg / f"{self.kind}-{self.target}" / f"{safe}.log"
+
+    def command(self):
+        if self.argv is not None:
+            return self.argv
+        if self.name == "*":
+            return [self.exe, "--test-threads=1", "--exact", *self.members]
+        return [self.exe, "--exact", self.name, "--nocapture", "--test-threads=1"]
+
+    def count_passed(self):
+        if self.name != "*":
+            self.passed = len(self.members) if self.ok else 0
+            return
+        text = self.log_path().read_text(errors="replace")
+        self.passed = sum(1 for n in self.members if f"test {n} ... ok" in text)
+
+
+def package_names(cargo):
+    """manifest path -> package name, for the workspace's members."""
+    out = subprocess.run([cargo, "metadata", "--no-deps", "--format-version", "1"],
+                         cwd=ROOT, capture_output=True, text=True, check=True)
+    return {p["manifest_path"]: p["name"] for p in json.loads(out.stdout)["packages"]}
+
+
+def build(cargo, packages):
+    """Builds the test targets; returns the test executables from cargo's JSON."""
+    select = [a for p in packages for a in ("-p", p)] or ["--workspace"]
+    say(f"building the test targets (cargo test --release {' '.join(select)} --no-run)")
+    cmd = [cargo, "test", "--release", *select, "--no-run",
+           "--message-format=json-render-diagnostics"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    artifacts, packages = [], {}
+
+    def read_stderr():
+        for line in proc.stderr:
+            line = line.rstrip()
+            if line:
+                say(f"  {line.strip()}")
+
+    t = threading.Thread(target=read_stderr, daemon=True)
+    t.start()
+    for line in proc.stdout:
+        try:
+            msg = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if msg.get("reason") != "compiler-artifact" or not msg.get("executable"):
+            continue
+        if not msg.get("profile", {}).get("test"):
+            continue
+        target = msg["target"]
+        manifest = msg["manifest_path"]
+        if manifest not in packages:
+            packages.update(package_names(cargo))
+        artifacts.append({
+            "pkg": packages[manifest],
+            "target": target["name"],
+            "kind": target["kind"][0],
+            "exe": msg["executable"],
+            "cwd": str(Path(msg["manifest_path"]).parent),
+        })
+    rc = proc.wait()
+    t.join(timeout=5)
+    if rc != 0:
+        say(f"cargo failed ({rc})")
+        sys.exit(rc)
+    return artifacts
+
+
+def list_tests(a):
+    def names(extra):
+        out = subprocess.run([a["exe"], "--list", "--format", "terse", *extra],
+                             cwd=a["cwd"], capture_output=True, text=True, timeout=120)
+        if out.returncode != 0:
+            raise SystemExit(f"{a['exe']} --list failed: {out.stderr}")
+        return [l[: -len(": test")] for l in out.stdout.splitlines() if l.endswith(": test")]
+
+    ignored = set(names(["--ignored"]))
+    run = [n for n in names([]) if n not in ignored]
+    return run, len(ignored)
+
+
+def load_durations():
+    out = {}
+    for f in (COMMITTED, DURATIONS):
+        try:
+            out.update(json.loads(f.read_text()))
+        except (OSError, ValueError):
+            pass
+    return out
+
+
+def expected(t, durations):
+    if t.id in durations:
+        return durations[t.id]
+    return max([s for p, s in DEFAULT_SECONDS.items() if p in t.id] or [1.0])
+
+
+def start(t, env):
+    path = t.log_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    t.log = open(path, "w")
+    e = dict(env)
+    if t.argv is None:
+        e["CARGO_MANIFEST_DIR"] = t.cwd
+        e["CARGO_PKG_NAME"] = t.pkg
+    t.started = time.monotonic()
+    t.proc = subprocess.Popen(t.command(), cwd=t.cwd if t.argv is None else ROOT,
+                              stdout=t.log, stderr=subprocess.STDOUT, env=e,
+                              start_new_session=True)
+
+
+def kill(t):
+    try:
+        os.killpg(t.proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def show_failure(t):
+    lines = t.log_path().read_text(errors="replace").splitlines()
+    tail = lines[-150:]
+    print(f"---- {t.id}: last {len(tail)} of {len(lines)} lines of {t.log_path()}")
+    for l in tail:
+        print(f"    {l}")
+    print("----", flush=True)
+
+
+def run_phase(name, tests, jobs, env, durations, timeout, verbose):
+    """Runs `tests` `jobs` at a time, a SERIAL group's tests one at a time."""
+    if not tests:
+        return
+    todo = sorted(tests, key=lambda t: -expected(t, durations))
+    say(f"phase {name}: {len(todo)} tests, {jobs} at a time")
+    running = []
+    last_note = time.monotonic()
+    deadline = time.monotonic() + timeout * max(1, len(todo))
+    while (todo or running) and time.monotonic() < deadline:
+        busy = {t.group for t in running if t.group}
+        while len(running) < jobs:
+            t = next((t for t in todo if not t.group or t.group not in busy), None)
+            if t is None:
+                break
+            todo.remove(t)
+            start(t, env)
+            running.append(t)
+            if t.group:
+                busy.add(t.group)
+            if verbose:
+                say(f"start {t.id}")
+        time.sleep(0.05)
+        for t in list(running):
+            rc = t.proc.poll()
+            late = time.monotonic() - t.started > timeout
+            if rc is None and not late:
+                continue
+            if rc is None:
+                kill(t)
+                t.proc.wait()
+                t.log.write(f"\n[run-tests] killed after {timeout} s\n")
+            t.log.close()
+            t.seconds = time.monotonic() - t.started
+            t.ok = rc == 0
+            t.count_passed()
+            running.remove(t)
+            kill(t)  # whatever it left in its session
+            if not t.ok:
+                say(f"FAIL  {t.id} ({t.seconds:.1f} s)")
+                show_failure(t)
+            elif verbose:
+                say(f"ok    {t.id} ({t.seconds:.1f} s)")
+            if not verbose and t.ok:
+                say(f"ok    {t.binary}: {t.passed} passed ({t.seconds:.1f} s)")
+        if running and time.monotonic() - last_note > 60:
+            last_note = time.monotonic()
+            names = ", ".join(f"{t.id} {time.monotonic() - t.started:.0f} s" for t in running)
+            say(f"running: {names}")
+    for t in running:  # only when the phase's deadline passed
+        kill(t)
+        t.ok = False
+    for t in todo:
+        t.ok = False
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--jobs", type=int,
+                    default=int(os.environ.get("HOLDFAST_TEST_JOBS", os.cpu_count() or 2)))
+    ap.add_argument("--lab-jobs", type=int,
+                    default=int(os.environ.get("HOLDFAST_LAB_JOBS", 3)))
+    ap.add_argument("--timeout", type=int, default=1800,
+                    help="seconds one test may take before it is killed")
+    ap.add_argument("--list", action="store_true", help="print the plan, run nothing")
+    ap.add_argument("--phase", action="append", choices=["unit", "lab", "alone"], default=[],
+                    help="run only this phase's tests (default: all three)")
+    ap.add_argument("--no-build", action="store_true",
+                    help="use the test executables of the last build (target/test-logs/artifacts.json)")
+    ap.add_argument("-p", "--package", action="append", default=[],
+                    help="only this package's tests (default: the workspace's)")
+    ap.add_argument("--extra", action="append", default=[], metavar="NAME=CMD",
+                    help="a shell command run in the unit phase, as a test")
+    ap.add_argument("filters", nargs="*")
+    args = ap.parse_args()
+    cargo = os.environ.get("CARGO", "cargo")
+    LOGS.mkdir(parents=True, exist_ok=True)
+    saved = LOGS / "artifacts.json"
+    if args.no_build and saved.exists():
+        artifacts = json.loads(saved.read_text())
+    else:
+        artifacts = build(cargo, args.package)
+        saved.write_text(json.dumps(artifacts, indent=1))
+
+    tests, n_ignored = [], 0
+    for a in artifacts:
+        names, ign = list_tests(a)
+        n_ignored += ign
+        tests += [Test(a["pkg"], a["target"], a["kind"], a["exe"], a["cwd"], n) for n in names]
+    for e in args.extra if not args.phase or "unit" in args.phase else []:
+        name, _, cmd = e.partition("=")
+        tests.append(Test("extra", name, "extra", None, None, name, ["bash", "-c", cmd]))
+    if args.filters:
+        tests = [t for t in tests if any(f in t.id for f in args.filters)]
+    if args.phase:
+        tests = [t for t in tests if t.phase in args.phase]
+    durations = load_durations()
+    phases = {p: [t for t in tests if t.phase == p] for p in ("unit", "lab", "alone")}
+    # The unit tests run a binary at a time (its tests one after another in
+    # one process, as cargo ran them), the binaries in parallel: a process per
+    # unit test costs more than the test.
+    unit_jobs, by_binary = [], {}
+    for t in phases["unit"]:
+        if t.argv is not None:
+            unit_jobs.append(t)
+        elif t.exe in by_binary:
+            by_binary[t.exe].members.append(t.name)
+        else:
+            job = Test(t.pkg, t.target, t.kind, t.exe, t.cwd, "*")
+            job.members = [t.name]
+            by_binary[t.exe] = job
+            unit_jobs.append(job)
+    n_unit = len(phases["unit"])
+    phases["unit"] = unit_jobs
+    n_tests = sum(len(t.members) for ts in phases.values() for t in ts)
+    say(f"{n_tests} tests in {len(artifacts)} test binaries ({n_ignored} #[ignore]d, not run): "
+        + ", ".join(f"{p} {n_unit if p == 'unit' else len(ts)}" for p, ts in phases.items()))
+    if args.list:
+        for p, ts in phases.items():
+            for t in sorted(ts, key=lambda t: -expected(t, durations)):
+                tag = f" [serial: {t.group}]" if t.group else ""
+                if t.name == "*":
+                    tag += f" ({len(t.members)} tests)"
+                print(f"{p:5} {expected(t, durations):7.1f} s  {t.id}{tag}")
+        return 0
+
+    env = dict(os.environ)
+    run_phase("unit", phases["unit"], args.jobs, env, durations, args.timeout, verbose=False)
+    run_phase("lab", phases["lab"], args.lab_jobs, env, durations, args.timeout, verbose=True)
+    run_phase("alone", phases["alone"], 1, env, durations, args.timeout, verbose=True)
+
+    try:
+        measured = json.loads(DURATIONS.read_text())
+    except (OSError, ValueError):
+        measured = {}
+    jobs = [t for ts in phases.values() for t in ts]
+    for t in jobs:
+        if t.ok:
+            measured[t.id] = round(t.seconds, 2)
+    DURATIONS.write_text(json.dumps(measured, indent=1, sort_keys=True))
+    failed = [t for t in jobs if not t.ok]
+    n_passed = sum(t.passed for t in jobs)
+    by_phase = ", ".join(
+        f"{p} {sum(t.seconds for t in ts):.0f} s of test time" for p, ts in phases.items())
+    say(f"{n_passed} passed, {n_tests - n_passed} failed, {n_ignored} ignored ({by_phase})")
+    for t in failed:
+        print(f"  FAILED {t.id}  (log: {t.log_path()})")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
