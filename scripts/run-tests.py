@@ -20,7 +20,7 @@ nothing is shared.
      (default: the number of CPUs);
    - `lab`: the lab's scenarios (`holdfast-lab --test lab`, `holdfast-labctl
      --test labctl`), each in namespaces of its own run id (`hf<hex>-...`),
-     `--lab-jobs` at a time (default 3), except that the tests of one
+     `--lab-jobs` at a time (default 2), except that the tests of one
      SERIAL group never run together;
    - `alone`: the EXCLUSIVE tests, timing-sensitive or CPU-heavy, one at a
      time with nothing else running.
@@ -341,7 +341,7 @@ def main():
     ap.add_argument("--jobs", type=int,
                     default=int(os.environ.get("HOLDFAST_TEST_JOBS", os.cpu_count() or 2)))
     ap.add_argument("--lab-jobs", type=int,
-                    default=int(os.environ.get("HOLDFAST_LAB_JOBS", 3)))
+                    default=int(os.environ.get("HOLDFAST_LAB_JOBS", 2)))
     ap.add_argument("--timeout", type=int, default=1800,
                     help="seconds one test may take before it is killed")
     ap.add_argument("--list", action="store_true", help="print the plan, run nothing")
