@@ -451,6 +451,11 @@ impl Conn {
 pub(crate) struct Core {
     mode: GateMode,
     mode_changed: bool,
+    /// After leaving [`GateMode::DropAll`]: the kernel's last packet id
+    /// then. Packets up to it were queued while everything was to be
+    /// dropped (a dead process's RST, say) and are dropped whenever the
+    /// thread gets to them.
+    drop_through: Option<u32>,
     conns: HashMap<ConnKey, Conn>,
     dirty: Vec<ConnKey>,
     arrival: u64,
@@ -467,6 +472,7 @@ impl Core {
         Core {
             mode: GateMode::Protected,
             mode_changed: false,
+            drop_through: None,
             conns: HashMap::new(),
             dirty: Vec::new(),
             arrival: 0,
@@ -558,12 +564,42 @@ impl Core {
     }
 
     pub(crate) fn set_mode(&mut self, mode: GateMode) -> bool {
+        self.set_mode_after(mode, None)
+    }
+
+    /// [`Core::set_mode`], where `queued_through` is the id of the last
+    /// packet the kernel had queued when the mode changed (`None`: not
+    /// known). Leaving [`GateMode::DropAll`], the packets up to it keep
+    /// the old mode's verdict: dropped, however late the thread reads
+    /// them.
+    pub(crate) fn set_mode_after(&mut self, mode: GateMode, queued_through: Option<u32>) -> bool {
         if self.mode == mode {
             return false;
+        }
+        if self.mode == GateMode::DropAll {
+            self.drop_through = queued_through;
+        } else if mode == GateMode::DropAll {
+            self.drop_through = None;
         }
         self.mode = mode;
         self.mode_changed = true;
         true
+    }
+
+    /// Whether the mode (or the `queued_through` of the last change)
+    /// drops packet `id`.
+    fn drops(&mut self, id: u32) -> bool {
+        if self.mode == GateMode::DropAll {
+            return true;
+        }
+        match self.drop_through {
+            Some(n) if !seq_after(id, n) => true,
+            Some(_) => {
+                self.drop_through = None;
+                false
+            }
+            None => false,
+        }
     }
 
     /// Decides about one queued packet `id`, which leaves by interface
@@ -581,7 +617,7 @@ impl Core {
         self.stats.packets += 1;
         self.arrival += 1;
         let arrival = self.arrival;
-        if self.mode == GateMode::DropAll {
+        if self.drops(id) {
             self.stats.dropped += 1;
             return Verdict::Drop;
         }

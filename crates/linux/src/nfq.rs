@@ -388,8 +388,15 @@ impl AckGate {
         self.shared.core().view(&key.normalised())
     }
 
+    /// Leaving [`GateMode::DropAll`], the packets the kernel queued
+    /// before this call are still dropped, even those the gate thread has
+    /// not read yet (their ids, up to the queue's `id_sequence` in
+    /// /proc/net/netfilter/nfnetlink_queue, read here).
     pub fn set_mode(&self, mode: GateMode) {
-        if self.shared.core().set_mode(mode) {
+        let through = (self.mode() == GateMode::DropAll && mode != GateMode::DropAll)
+            .then(|| queued_through(self.queue_num))
+            .flatten();
+        if self.shared.core().set_mode_after(mode, through) {
             self.shared.wake();
         }
     }
@@ -538,6 +545,22 @@ fn run(
             }
         }
     }
+}
+
+/// The id of the last packet the kernel queued on `queue_num` in this
+/// network namespace (`id_sequence`, the eighth field of the queue's line
+/// in /proc/net/netfilter/nfnetlink_queue); `None` if it cannot be read.
+fn queued_through(queue_num: u16) -> Option<u32> {
+    let text = std::fs::read_to_string("/proc/net/netfilter/nfnetlink_queue").ok()?;
+    id_sequence(&text, queue_num)
+}
+
+/// [`queued_through`]'s parser.
+fn id_sequence(text: &str, queue_num: u16) -> Option<u32> {
+    text.lines().find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.first()?.parse::<u16>().ok()? == queue_num).then(|| f.get(7)?.parse().ok())?
+    })
 }
 
 /// Reads the next expected receive sequence number (`rcv_nxt`) of a TCP

@@ -72,7 +72,7 @@ impl Rig {
     /// [`Rig::feed`] with what the kernel says of the buffer.
     fn feed_skb(&mut self, ms: u64, mut p: Vec<u8>, skb: SkbInfo) -> (u32, Verdict, Vec<u8>) {
         let id = self.next_id;
-        self.next_id += 1;
+        self.next_id = self.next_id.wrapping_add(1);
         let now = self.at(ms);
         let v = self.core.packet(id, &mut p, 1, skb, now, &mut self.out);
         (id, v, p)
@@ -504,4 +504,46 @@ fn unregister_while_dropall_drops_and_synthesises_nothing() {
     assert_eq!(r.core.mode(), GateMode::DropAll);
     let s = r.core.snapshot();
     assert_eq!((s.dropped, s.held_now), (1, 0));
+}
+
+/// A dead process's RST, queued while a takeover's gate dropped everything
+/// but read only after the gate left `DropAll`, is still dropped (seen in
+/// the lab: `ss -K` of a leftover socket, then the sessions restored and
+/// the mode changed before the thread read the RST).
+#[test]
+fn packets_queued_in_drop_all_stay_dropped_after_it() {
+    let mut r = Rig::new();
+    assert!(r.core.set_mode(GateMode::DropAll));
+    let (a, v, _) = r.feed(0, pkt(ACK, 1, 1000, 10, b""));
+    assert_eq!(v, Verdict::Drop);
+    // The kernel queued ids a+1 and a+2 (an RST among them) before the
+    // mode changed; the thread reads them afterwards.
+    assert!(r.core.set_mode_after(GateMode::Protected, Some(a + 2)));
+    let (_, v, _) = r.feed(1, pkt(RST | ACK, 2, 1000, 10, b""));
+    assert_eq!(v, Verdict::Drop, "queued before the change");
+    let (_, v, _) = r.feed(1, pkt(ACK, 2, 1000, 10, b""));
+    assert_eq!(v, Verdict::Drop, "queued before the change");
+    let (_, v, _) = r.feed(2, pkt(RST | ACK, 2, 1000, 10, b""));
+    assert_eq!(v, Verdict::Accept, "queued after it: the new mode");
+    assert_eq!(r.core.snapshot().dropped, 3);
+    // Without the kernel's id (not readable), the change is immediate.
+    assert!(r.core.set_mode(GateMode::DropAll));
+    assert!(r.core.set_mode(GateMode::Protected));
+    let (_, v, _) = r.feed(3, pkt(RST | ACK, 2, 1000, 10, b""));
+    assert_eq!(v, Verdict::Accept);
+}
+
+/// Ids wrap around (mod 2^32): the barrier compares as sequence numbers.
+#[test]
+fn the_drop_all_barrier_wraps() {
+    let mut r = Rig::new();
+    r.next_id = u32::MAX - 1;
+    assert!(r.core.set_mode(GateMode::DropAll));
+    assert!(r.core.set_mode_after(GateMode::Bypass, Some(u32::MAX)));
+    let (_, v, _) = r.feed(0, pkt(ACK, 1, 1000, 10, b""));
+    assert_eq!(v, Verdict::Drop);
+    let (_, v, _) = r.feed(0, pkt(ACK, 1, 1000, 10, b""));
+    assert_eq!(v, Verdict::Drop);
+    let (id, v, _) = r.feed(0, pkt(ACK, 1, 1000, 10, b""));
+    assert_eq!((id, v), (0, Verdict::Accept));
 }
