@@ -464,7 +464,8 @@ impl PeerCore {
             }
             PeerInput::RibRefreshed { gen } => {
                 if gen == self.gen && self.refresh.pop_front().is_some() {
-                    cx.out.push(PeerOutput::RefreshPending(self.pending_refreshes()));
+                    cx.out
+                        .push(PeerOutput::RefreshPending(self.pending_refreshes()));
                 }
             }
             PeerInput::AdminReset => {
@@ -746,7 +747,8 @@ impl PeerCore {
                     Ok(rr) if self.up && w == Which::Main && rr.subtype == 0 => {
                         cx.out.push(PeerOutput::RouteRefresh(rr.family));
                         self.refresh.push_back(rr.family);
-                        cx.out.push(PeerOutput::RefreshPending(self.pending_refreshes()));
+                        cx.out
+                            .push(PeerOutput::RefreshPending(self.pending_refreshes()));
                     }
                     Ok(_) => {}
                     Err(e) => tracing::warn!(error = %e, "malformed ROUTE-REFRESH ignored"),
@@ -982,7 +984,8 @@ impl PeerCore {
                 cx.out.push(PeerOutput::RouteRefresh(family));
                 self.refresh.push_back(family);
             }
-            cx.out.push(PeerOutput::RefreshPending(self.pending_refreshes()));
+            cx.out
+                .push(PeerOutput::RefreshPending(self.pending_refreshes()));
         }
     }
 
@@ -1065,8 +1068,8 @@ mod hex_bytes {
 
 #[cfg(test)]
 #[path = "core_tests.rs"]
-mod tests;
+pub(crate) mod tests;
 
 #[cfg(test)]
 #[path = "refresh_tests.rs"]
-mod refresh_tests;
+pub(crate) mod refresh_tests;

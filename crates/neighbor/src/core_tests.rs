@@ -12,11 +12,11 @@ use std::net::Ipv4Addr;
 
 const LOCAL_ID: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 5);
 
-pub(super) fn t(ms: u64) -> Time {
+pub(crate) fn t(ms: u64) -> Time {
     Duration::from_millis(ms)
 }
 
-pub(super) fn params() -> PeerParams {
+pub(crate) fn params() -> PeerParams {
     PeerParams {
         enabled: true,
         session: SessionConfig::new(65001, 65002, LOCAL_ID),
@@ -25,7 +25,7 @@ pub(super) fn params() -> PeerParams {
     }
 }
 
-pub(super) fn peer_open(id: Ipv4Addr, hold: u16, gr: bool) -> Open {
+pub(crate) fn peer_open(id: Ipv4Addr, hold: u16, gr: bool) -> Open {
     let mut capabilities = vec![
         Capability::Multiprotocol(Family::IPV4_UNICAST),
         Capability::RouteRefresh,
@@ -48,12 +48,12 @@ pub(super) fn peer_open(id: Ipv4Addr, hold: u16, gr: bool) -> Open {
     }
 }
 
-pub(super) fn body(mut msg: Vec<u8>) -> Vec<u8> {
+pub(crate) fn body(mut msg: Vec<u8>) -> Vec<u8> {
     msg.drain(..HEADER_LEN);
     msg
 }
 
-pub(super) fn open_msg(slot: Which, open: &Open) -> PeerInput {
+pub(crate) fn open_msg(slot: Which, open: &Open) -> PeerInput {
     let mut b = Vec::new();
     encode_open(open, &mut b);
     PeerInput::Message {
@@ -63,7 +63,7 @@ pub(super) fn open_msg(slot: Which, open: &Open) -> PeerInput {
     }
 }
 
-pub(super) fn keepalive(slot: Which) -> PeerInput {
+pub(crate) fn keepalive(slot: Which) -> PeerInput {
     PeerInput::Message {
         slot,
         msg_type: msg_type::KEEPALIVE,
@@ -81,7 +81,7 @@ fn update(slot: Which) -> PeerInput {
 }
 
 /// RIB output of `n` framed KEEPALIVEs.
-pub(super) fn rib_bytes(n: usize) -> RibBytes {
+pub(crate) fn rib_bytes(n: usize) -> RibBytes {
     let mut b = Vec::new();
     for _ in 0..n {
         holdfast_wire::encode_keepalive(&mut b);
@@ -89,7 +89,7 @@ pub(super) fn rib_bytes(n: usize) -> RibBytes {
     RibBytes(std::sync::Arc::new(b))
 }
 
-pub(super) fn has(out: &[PeerOutput], pred: impl Fn(&PeerOutput) -> bool) -> bool {
+pub(crate) fn has(out: &[PeerOutput], pred: impl Fn(&PeerOutput) -> bool) -> bool {
     out.iter().any(pred)
 }
 
@@ -108,7 +108,7 @@ fn up_gen(out: &[PeerOutput]) -> Option<u64> {
 }
 
 /// Outbound connection to Established at t = 0..2 ms.
-pub(super) fn established_core(p: PeerParams, gr: bool) -> PeerCore {
+pub(crate) fn established_core(p: PeerParams, gr: bool) -> PeerCore {
     let mut c = PeerCore::new(p);
     let out = c.handle(t(0), PeerInput::Start { resuming: false });
     assert_eq!(out.first(), Some(&PeerOutput::Connect), "{out:?}");

@@ -18,7 +18,5 @@
 pub mod core;
 pub mod record;
 
-pub use crate::core::{
-    Message, PeerCore, PeerInput, PeerOutput, PeerParams, RibBytes, Which,
-};
+pub use crate::core::{Message, PeerCore, PeerInput, PeerOutput, PeerParams, RibBytes, Which};
 pub use crate::record::{replay, Recorder, ReplayReport, RECORD_SCHEMA};

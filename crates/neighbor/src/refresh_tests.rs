@@ -10,15 +10,9 @@ use holdfast_wire::{encode_route_refresh, RouteRefresh};
 use std::net::Ipv4Addr;
 
 /// A ROUTE-REFRESH request (subtype 0) for `family`.
-pub(super) fn refresh_msg(family: Family) -> PeerInput {
+pub(crate) fn refresh_msg(family: Family) -> PeerInput {
     let mut b = Vec::new();
-    encode_route_refresh(
-        &RouteRefresh {
-            family,
-            subtype: 0,
-        },
-        &mut b,
-    );
+    encode_route_refresh(&RouteRefresh { family, subtype: 0 }, &mut b);
     PeerInput::Message {
         slot: Which::Main,
         msg_type: msg_type::ROUTE_REFRESH,
@@ -58,7 +52,9 @@ fn a_refresh_is_pending_until_the_rib_answered_it() {
     assert_eq!(out, vec![PeerOutput::WriteRib(rib_bytes(2))]);
     assert_eq!(c.pending_refreshes(), vec![V4, V6]);
     // An answer for another session generation is not theirs.
-    assert!(c.handle(t(9), PeerInput::RibRefreshed { gen: 0 }).is_empty());
+    assert!(c
+        .handle(t(9), PeerInput::RibRefreshed { gen: 0 })
+        .is_empty());
     assert_eq!(
         c.handle(t(10), PeerInput::RibRefreshed { gen: 1 }),
         vec![PeerOutput::RefreshPending(vec![V6])]
@@ -67,7 +63,9 @@ fn a_refresh_is_pending_until_the_rib_answered_it() {
         c.handle(t(11), PeerInput::RibRefreshed { gen: 1 }),
         vec![PeerOutput::RefreshPending(vec![])]
     );
-    assert!(c.handle(t(12), PeerInput::RibRefreshed { gen: 1 }).is_empty());
+    assert!(c
+        .handle(t(12), PeerInput::RibRefreshed { gen: 1 })
+        .is_empty());
 }
 
 #[test]
@@ -79,16 +77,29 @@ fn a_new_session_forgets_the_pending_refreshes() {
     // Still pending while no new session is up.
     assert_eq!(c.pending_refreshes(), vec![V4]);
     let out = c.handle(t(7), PeerInput::Inbound);
-    assert!(has(&out, |o| *o == PeerOutput::Attach(Which::Main)), "{out:?}");
+    assert!(
+        has(&out, |o| *o == PeerOutput::Attach(Which::Main)),
+        "{out:?}"
+    );
     c.handle(
         t(8),
-        open_msg(Which::Main, &peer_open(Ipv4Addr::new(10, 0, 0, 9), 90, false)),
+        open_msg(
+            Which::Main,
+            &peer_open(Ipv4Addr::new(10, 0, 0, 9), 90, false),
+        ),
     );
     let out = c.handle(t(9), keepalive(Which::Main));
-    assert!(has(&out, |o| matches!(o, PeerOutput::PeerUp { gen: 2, .. })), "{out:?}");
+    assert!(
+        has(&out, |o| matches!(o, PeerOutput::PeerUp { gen: 2, .. })),
+        "{out:?}"
+    );
     assert!(c.pending_refreshes().is_empty());
-    assert!(c.handle(t(10), PeerInput::RibRefreshed { gen: 1 }).is_empty());
-    assert!(c.handle(t(11), PeerInput::RibRefreshed { gen: 2 }).is_empty());
+    assert!(c
+        .handle(t(10), PeerInput::RibRefreshed { gen: 1 })
+        .is_empty());
+    assert!(c
+        .handle(t(11), PeerInput::RibRefreshed { gen: 2 })
+        .is_empty());
 }
 
 #[test]
@@ -109,7 +120,7 @@ fn a_refresh_is_not_a_request_before_established() {
 
 /// The inputs of a takeover: the RIB's output of the resumed session
 /// arrives before the restored connection does.
-pub(super) fn resume_with_held_output(c: &mut PeerCore, refresh: Vec<Family>) -> Vec<PeerOutput> {
+pub(crate) fn resume_with_held_output(c: &mut PeerCore, refresh: Vec<Family>) -> Vec<PeerOutput> {
     assert!(c
         .handle(t(0), PeerInput::Start { resuming: true })
         .is_empty());
@@ -189,7 +200,10 @@ fn abort_resume_drops_the_held_output_and_the_stored_requests() {
     );
     let out = c.handle(t(2), PeerInput::AbortResume);
     assert_eq!(out.first(), Some(&PeerOutput::Connect), "{out:?}");
-    assert!(!has(&out, |o| matches!(o, PeerOutput::WriteRib(_))), "{out:?}");
+    assert!(
+        !has(&out, |o| matches!(o, PeerOutput::WriteRib(_))),
+        "{out:?}"
+    );
     assert!(c.held().is_empty());
     assert!(c.pending_refreshes().is_empty());
 }
