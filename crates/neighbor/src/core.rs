@@ -61,6 +61,9 @@
 //!   pending, so a takeover answers it as a plain request.
 //! - The stale-path time after a graceful restart is fixed (360 s, FRR's
 //!   default), not configurable.
+//! - The RIB output held while a resume is awaited is not bounded (the RIB
+//!   sends little before the resume; the session's Adj-RIB-Out difference
+//!   follows it).
 
 use holdfast_fsm::{
     resolve_collision, Action, CollisionWinner, Event, Negotiated, Session, SessionConfig,
