@@ -30,7 +30,20 @@
 //!   not wait for BFD at its first start (RFC 5882 §4.1 leaves this to the
 //!   operator).
 //! - RFC 2918: a ROUTE-REFRESH (subtype 0) on an Established session asks
-//!   the RIB to re-send the family.
+//!   the RIB to re-send the family ([`PeerOutput::RouteRefresh`]). The
+//!   request stays pending, in the core, until the RIB's answer has been
+//!   handed to the replicator ([`PeerInput::RibRefreshed`], which follows
+//!   the answer's [`PeerInput::RibSend`]s); every change of the pending
+//!   list is a [`PeerOutput::RefreshPending`], which the shell replicates
+//!   before the bytes that carried the request are confirmed (docs/nsr.md).
+//!   A new session forgets the requests of the one before. After a
+//!   takeover, [`PeerInput::Resume`] carries the requests the old primary
+//!   had not answered, and the core asks the RIB for them again.
+//! - The NSR resume: while a resume is awaited, RIB output
+//!   ([`PeerInput::RibSend`], [`PeerInput::RibReset`],
+//!   [`PeerInput::RibRefreshed`]) is held in the core; it is released, in
+//!   order, after the resumed session's first KEEPALIVE (or dropped by
+//!   [`PeerInput::AbortResume`]).
 //! - RFC 4271 §4.4/§10 HoldTimer, with one NSR exception, the *resume
 //!   grace*: after a takeover, until the peer's first message arrives on
 //!   the restored connection (at most [`RESUME_GRACE`]),
@@ -44,9 +57,13 @@
 //!
 //! # Known issues
 //! - Enhanced route refresh (RFC 7313) BoRR/EoRR markers from the peer are
-//!   not acted on; only the request subtype is.
+//!   not acted on; only the request subtype is, and only its family is kept
+//!   pending, so a takeover answers it as a plain request.
 //! - The stale-path time after a graceful restart is fixed (360 s, FRR's
 //!   default), not configurable.
+//! - The RIB output held while a resume is awaited is not bounded (the RIB
+//!   sends little before the resume; the session's Adj-RIB-Out difference
+//!   follows it).
 
 use holdfast_fsm::{
     resolve_collision, Action, CollisionWinner, Event, Negotiated, Session, SessionConfig,
@@ -61,6 +78,8 @@ use holdfast_wire::{
     decode_notification, decode_open, decode_route_refresh, msg_type, Family, Notification, Open,
 };
 use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How long a graceful-restart peer's routes stay stale after it comes back,
@@ -86,6 +105,18 @@ pub struct PeerParams {
     /// After a max-prefix Cease: start again after this many seconds
     /// (`Some`), or stay down until an operator resets the session (`None`).
     pub max_prefix_restart: Option<u32>,
+}
+
+/// Encoded, framed BGP messages from the RIB for one session (the buffer
+/// is shared with the other sessions it goes to). Recorded as hex; shown
+/// by its length only.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RibBytes(#[serde(with = "hex_arc")] pub Arc<Vec<u8>>);
+
+impl std::fmt::Debug for RibBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RibBytes({} bytes)", self.0.len())
+    }
 }
 
 /// Every input of a neighbour.
@@ -118,13 +149,17 @@ pub enum PeerInput {
     },
     /// A deadline of [`PeerCore::next_deadline`] has come.
     Timer,
-    /// The RIB has `messages` BGP messages for session generation `gen`.
-    RibSend { gen: u64, messages: u64 },
+    /// The RIB's output (whole BGP messages) for session generation `gen`.
+    RibSend { gen: u64, bytes: RibBytes },
     /// The RIB asks that session generation `gen` be reset (max-prefix).
     RibReset {
         gen: u64,
         notification: Notification,
     },
+    /// The RIB's answer to the oldest pending ROUTE-REFRESH of session
+    /// generation `gen` (the table and an End-of-RIB, in the
+    /// [`PeerInput::RibSend`]s before this) was handed to the replicator.
+    RibRefreshed { gen: u64 },
     /// `holdfast reset`: Cease/Administrative Reset, or start when Idle.
     AdminReset,
     /// SIGHUP: the neighbour's new parameters. `transport_changed`: socket
@@ -137,7 +172,14 @@ pub enum PeerInput {
     Shutdown,
     /// NSR takeover: the session continues, in Established, on the
     /// restored connection the shell holds, from the two replicated OPENs.
-    Resume { local_open: Open, remote_open: Open },
+    /// `refresh`: the ROUTE-REFRESH requests the old primary had not
+    /// answered (replicated), oldest first.
+    Resume {
+        local_open: Open,
+        remote_open: Open,
+        #[serde(default)]
+        refresh: Vec<Family>,
+    },
     /// NSR takeover: the connection could not be restored; start afresh.
     AbortResume,
     /// The neighbour's BFD session went from Up to Down (not because the
@@ -177,8 +219,9 @@ pub enum PeerOutput {
     Promote,
     /// Write a message on the slot's connection.
     Send(Which, Message),
-    /// Write the RIB output of the last [`PeerInput::RibSend`].
-    WriteRib,
+    /// Write this RIB output (of a [`PeerInput::RibSend`]) on the main
+    /// connection.
+    WriteRib(RibBytes),
     /// The main session changed state (RFC 4271 §8.2.2).
     StateChanged {
         from: State,
@@ -189,8 +232,12 @@ pub enum PeerOutput {
     NotificationReceived(Notification),
     /// A received UPDATE body for the RIB.
     Update(#[serde(with = "hex_bytes")] Vec<u8>),
-    /// The peer asks for the family again (ROUTE-REFRESH).
+    /// The peer asks for the family again (ROUTE-REFRESH): ask the RIB.
     RouteRefresh(Family),
+    /// The session's ROUTE-REFRESH requests not answered yet changed: these
+    /// (oldest first) are to be replicated (NSR), before the bytes that
+    /// carried a new one are confirmed.
+    RefreshPending(Vec<Family>),
     /// The session is Established: generation `gen`.
     PeerUp { gen: u64, negotiated: Negotiated },
     /// The session went down; `graceful`: its routes are kept stale.
@@ -247,6 +294,13 @@ pub struct PeerCore {
     /// resume grace (module docs).
     #[serde(default)]
     resume_grace_until: Option<Time>,
+    /// ROUTE-REFRESH requests of session `gen` the RIB has not answered
+    /// yet, oldest first (module docs).
+    #[serde(default)]
+    refresh: VecDeque<Family>,
+    /// RIB output arrived while a resume is awaited, released after it.
+    #[serde(default)]
+    held: Vec<PeerInput>,
 }
 
 impl PeerCore {
@@ -264,6 +318,8 @@ impl PeerCore {
             bfd_down: false,
             bfd_restart_at: None,
             resume_grace_until: None,
+            refresh: VecDeque::new(),
+            held: Vec::new(),
         }
     }
 
@@ -319,6 +375,17 @@ impl PeerCore {
         self.resuming
     }
 
+    /// The current session's ROUTE-REFRESH requests not answered yet,
+    /// oldest first (written again when the session is written anew).
+    pub fn pending_refreshes(&self) -> Vec<Family> {
+        self.refresh.iter().copied().collect()
+    }
+
+    /// RIB output held while a resume is awaited (inputs, in order).
+    pub fn held(&self) -> &[PeerInput] {
+        &self.held
+    }
+
     /// Whether an extra (collision) slot exists.
     pub fn has_extra(&self) -> bool {
         self.extra.is_some()
@@ -349,40 +416,59 @@ impl PeerCore {
     /// the hot path).
     pub fn handle_into(&mut self, now: Time, input: PeerInput, out: &mut Vec<PeerOutput>) {
         let mut cx = Cx { now, out };
+        self.dispatch(&mut cx, input);
+    }
+
+    fn dispatch(&mut self, cx: &mut Cx, input: PeerInput) {
+        let from_rib = matches!(
+            input,
+            PeerInput::RibSend { .. } | PeerInput::RibReset { .. } | PeerInput::RibRefreshed { .. }
+        );
+        if from_rib && self.resuming {
+            self.held.push(input);
+            return;
+        }
         match input {
             PeerInput::Start { resuming } => {
                 self.resuming = resuming;
                 if self.params.enabled && !resuming {
-                    self.fsm(&mut cx, Which::Main, Event::ManualStart);
+                    self.fsm(cx, Which::Main, Event::ManualStart);
                 }
             }
-            PeerInput::Connected => self.connected(&mut cx),
+            PeerInput::Connected => self.connected(cx),
             PeerInput::ConnectFailed => {
                 self.main.connecting = false;
-                self.fsm(&mut cx, Which::Main, Event::TcpConnectionFails);
+                self.fsm(cx, Which::Main, Event::TcpConnectionFails);
             }
-            PeerInput::Inbound => self.inbound(&mut cx),
-            PeerInput::Closed(w) => self.closed(&mut cx, w),
+            PeerInput::Inbound => self.inbound(cx),
+            PeerInput::Closed(w) => self.closed(cx, w),
             PeerInput::Message {
                 slot,
                 msg_type,
                 body,
-            } => self.message(&mut cx, slot, msg_type, body),
+            } => self.message(cx, slot, msg_type, body),
             PeerInput::HeaderError { slot, notification } => {
-                self.fsm(&mut cx, slot, Event::BgpHeaderErr(notification));
+                self.fsm(cx, slot, Event::BgpHeaderErr(notification));
             }
-            PeerInput::Timer => self.timer(&mut cx),
-            PeerInput::RibSend { gen, messages } => {
+            PeerInput::Timer => self.timer(cx),
+            PeerInput::RibSend { gen, bytes } => {
                 if self.up && gen == self.gen && self.main.conn.is_some() {
-                    cx.out.push(PeerOutput::WriteRib);
+                    let messages = count_messages(&bytes.0) as u64;
+                    cx.out.push(PeerOutput::WriteRib(bytes));
                     // RIB output bypasses the FSM: tell it, so the counters
                     // move and the KeepaliveTimer restarts (RFC 4271 §4.4).
-                    self.fsm(&mut cx, Which::Main, Event::UpdatesSent(messages));
+                    self.fsm(cx, Which::Main, Event::UpdatesSent(messages));
                 }
             }
             PeerInput::RibReset { gen, notification } => {
                 if self.up && gen == self.gen {
-                    self.rib_reset(&mut cx, notification);
+                    self.rib_reset(cx, notification);
+                }
+            }
+            PeerInput::RibRefreshed { gen } => {
+                if gen == self.gen && self.refresh.pop_front().is_some() {
+                    cx.out
+                        .push(PeerOutput::RefreshPending(self.pending_refreshes()));
                 }
             }
             PeerInput::AdminReset => {
@@ -391,34 +477,36 @@ impl PeerCore {
                     if self.bfd_held() {
                         tracing::info!("reset ignored: BFD holds the session down");
                     } else if self.params.enabled {
-                        self.fsm(&mut cx, Which::Main, Event::ManualStart);
+                        self.fsm(cx, Which::Main, Event::ManualStart);
                     }
                 } else {
                     let n = cease(ADMINISTRATIVE_RESET);
-                    self.fsm(&mut cx, Which::Main, Event::Stop(n));
+                    self.fsm(cx, Which::Main, Event::Stop(n));
                 }
             }
             PeerInput::Reconfigure {
                 params,
                 transport_changed,
-            } => self.reconfigure(&mut cx, params, transport_changed),
+            } => self.reconfigure(cx, params, transport_changed),
             PeerInput::Shutdown => {
-                self.fsm(&mut cx, Which::Main, Event::ManualStop);
-                self.session_down(&mut cx, false, "neighbour removed");
+                self.fsm(cx, Which::Main, Event::ManualStop);
+                self.session_down(cx, false, "neighbour removed");
             }
             PeerInput::Resume {
                 local_open,
                 remote_open,
-            } => self.resume(&mut cx, local_open, remote_open),
+                refresh,
+            } => self.resume(cx, local_open, remote_open, refresh),
             PeerInput::AbortResume => {
                 self.resuming = false;
+                self.held.clear();
                 if self.params.enabled {
-                    self.fsm(&mut cx, Which::Main, Event::ManualStart);
+                    self.fsm(cx, Which::Main, Event::ManualStart);
                 }
             }
-            PeerInput::BfdDown => self.bfd_down(&mut cx),
-            PeerInput::BfdUp => self.bfd_up(&mut cx),
-            PeerInput::TransportAlive { last_ack_ms } => self.transport_alive(&cx, last_ack_ms),
+            PeerInput::BfdDown => self.bfd_down(cx),
+            PeerInput::BfdUp => self.bfd_up(cx),
+            PeerInput::TransportAlive { last_ack_ms } => self.transport_alive(cx, last_ack_ms),
         }
     }
 
@@ -661,6 +749,9 @@ impl PeerCore {
                 match decode_route_refresh(&body) {
                     Ok(rr) if self.up && w == Which::Main && rr.subtype == 0 => {
                         cx.out.push(PeerOutput::RouteRefresh(rr.family));
+                        self.refresh.push_back(rr.family);
+                        cx.out
+                            .push(PeerOutput::RefreshPending(self.pending_refreshes()));
                     }
                     Ok(_) => {}
                     Err(e) => tracing::warn!(error = %e, "malformed ROUTE-REFRESH ignored"),
@@ -735,6 +826,9 @@ impl PeerCore {
         }
         self.gen += 1;
         self.up = true;
+        // A new session: the requests of an earlier one are no longer
+        // pending (its `Session` record clears the stored ones too).
+        self.refresh.clear();
         tracing::info!(
             remote_id = %neg.remote_id,
             hold = neg.hold_time,
@@ -843,8 +937,10 @@ impl PeerCore {
     }
 
     /// Takeover: the session continues on the restored connection, in
-    /// Established, without a new OPEN exchange.
-    fn resume(&mut self, cx: &mut Cx, local_open: Open, remote_open: Open) {
+    /// Established, without a new OPEN exchange. The RIB output held
+    /// meanwhile follows its first KEEPALIVE; then the requests the old
+    /// primary had not answered go to the RIB again.
+    fn resume(&mut self, cx: &mut Cx, local_open: Open, remote_open: Open, refresh: Vec<Family>) {
         self.resuming = false;
         let (fsm, actions) =
             match Session::resume(self.params.session.clone(), local_open, remote_open, cx.now) {
@@ -859,6 +955,7 @@ impl PeerCore {
                     if self.params.enabled {
                         self.fsm(cx, Which::Main, Event::ManualStart);
                     }
+                    self.release_held(cx);
                     return;
                 }
             };
@@ -878,8 +975,44 @@ impl PeerCore {
             reason: "resumed after takeover".into(),
         });
         cx.out.push(PeerOutput::Resumed);
+        self.refresh.clear();
         self.execute(cx, Which::Main, actions);
+        self.release_held(cx);
+        if !refresh.is_empty() && self.up && self.main.fsm.state() == State::Established {
+            tracing::info!(
+                requests = refresh.len(),
+                "NSR: answering the ROUTE-REFRESH request(s) the old primary had not answered"
+            );
+            for family in refresh {
+                cx.out.push(PeerOutput::RouteRefresh(family));
+                self.refresh.push_back(family);
+            }
+            cx.out
+                .push(PeerOutput::RefreshPending(self.pending_refreshes()));
+        }
     }
+
+    /// The RIB output held while the resume was awaited, in order.
+    fn release_held(&mut self, cx: &mut Cx) {
+        for input in std::mem::take(&mut self.held) {
+            self.dispatch(cx, input);
+        }
+    }
+}
+
+/// BGP messages in a buffer of whole, framed messages (length at header
+/// octets 16..18).
+fn count_messages(mut buf: &[u8]) -> usize {
+    let mut n = 0;
+    while buf.len() >= 19 {
+        let len = usize::from(u16::from_be_bytes([buf[16], buf[17]]));
+        if len < 19 || len > buf.len() {
+            break;
+        }
+        buf = &buf[len..];
+        n += 1;
+    }
+    n
 }
 
 /// The time and output of one input.
@@ -893,6 +1026,20 @@ fn cease(subcode: u8) -> Notification {
         code: CEASE,
         subcode,
         data: vec![],
+    }
+}
+
+/// RIB output as a hex string in recordings.
+mod hex_arc {
+    use serde::{Deserializer, Serializer};
+    use std::sync::Arc;
+
+    pub fn serialize<S: Serializer>(b: &Arc<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
+        super::hex_bytes::serialize(b, s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Arc<Vec<u8>>, D::Error> {
+        super::hex_bytes::deserialize(d).map(Arc::new)
     }
 }
 
@@ -924,4 +1071,8 @@ mod hex_bytes {
 
 #[cfg(test)]
 #[path = "core_tests.rs"]
-mod tests;
+pub(crate) mod tests;
+
+#[cfg(test)]
+#[path = "refresh_tests.rs"]
+pub(crate) mod refresh_tests;

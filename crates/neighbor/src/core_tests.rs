@@ -12,11 +12,11 @@ use std::net::Ipv4Addr;
 
 const LOCAL_ID: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 5);
 
-fn t(ms: u64) -> Time {
+pub(crate) fn t(ms: u64) -> Time {
     Duration::from_millis(ms)
 }
 
-fn params() -> PeerParams {
+pub(crate) fn params() -> PeerParams {
     PeerParams {
         enabled: true,
         session: SessionConfig::new(65001, 65002, LOCAL_ID),
@@ -25,7 +25,7 @@ fn params() -> PeerParams {
     }
 }
 
-fn peer_open(id: Ipv4Addr, hold: u16, gr: bool) -> Open {
+pub(crate) fn peer_open(id: Ipv4Addr, hold: u16, gr: bool) -> Open {
     let mut capabilities = vec![
         Capability::Multiprotocol(Family::IPV4_UNICAST),
         Capability::RouteRefresh,
@@ -48,12 +48,12 @@ fn peer_open(id: Ipv4Addr, hold: u16, gr: bool) -> Open {
     }
 }
 
-fn body(mut msg: Vec<u8>) -> Vec<u8> {
+pub(crate) fn body(mut msg: Vec<u8>) -> Vec<u8> {
     msg.drain(..HEADER_LEN);
     msg
 }
 
-fn open_msg(slot: Which, open: &Open) -> PeerInput {
+pub(crate) fn open_msg(slot: Which, open: &Open) -> PeerInput {
     let mut b = Vec::new();
     encode_open(open, &mut b);
     PeerInput::Message {
@@ -63,7 +63,7 @@ fn open_msg(slot: Which, open: &Open) -> PeerInput {
     }
 }
 
-fn keepalive(slot: Which) -> PeerInput {
+pub(crate) fn keepalive(slot: Which) -> PeerInput {
     PeerInput::Message {
         slot,
         msg_type: msg_type::KEEPALIVE,
@@ -80,7 +80,16 @@ fn update(slot: Which) -> PeerInput {
     }
 }
 
-fn has(out: &[PeerOutput], pred: impl Fn(&PeerOutput) -> bool) -> bool {
+/// RIB output of `n` framed KEEPALIVEs.
+pub(crate) fn rib_bytes(n: usize) -> RibBytes {
+    let mut b = Vec::new();
+    for _ in 0..n {
+        holdfast_wire::encode_keepalive(&mut b);
+    }
+    RibBytes(std::sync::Arc::new(b))
+}
+
+pub(crate) fn has(out: &[PeerOutput], pred: impl Fn(&PeerOutput) -> bool) -> bool {
     out.iter().any(pred)
 }
 
@@ -99,7 +108,7 @@ fn up_gen(out: &[PeerOutput]) -> Option<u64> {
 }
 
 /// Outbound connection to Established at t = 0..2 ms.
-fn established_core(p: PeerParams, gr: bool) -> PeerCore {
+pub(crate) fn established_core(p: PeerParams, gr: bool) -> PeerCore {
     let mut c = PeerCore::new(p);
     let out = c.handle(t(0), PeerInput::Start { resuming: false });
     assert_eq!(out.first(), Some(&PeerOutput::Connect), "{out:?}");
@@ -405,10 +414,10 @@ fn rib_output_for_an_old_generation_is_dropped() {
             t(5),
             PeerInput::RibSend {
                 gen: 1,
-                messages: 3
+                bytes: rib_bytes(3)
             }
         ),
-        vec![PeerOutput::WriteRib]
+        vec![PeerOutput::WriteRib(rib_bytes(3))]
     );
     assert_eq!(c.stats().updates_out, 3);
     assert!(c
@@ -416,7 +425,7 @@ fn rib_output_for_an_old_generation_is_dropped() {
             t(6),
             PeerInput::RibSend {
                 gen: 0,
-                messages: 3
+                bytes: rib_bytes(3)
             }
         )
         .is_empty());
@@ -450,7 +459,13 @@ fn route_refresh_goes_to_the_rib_only_when_established() {
     };
     let mut c = established_core(params(), false);
     let out = c.handle(t(5), rr(0));
-    assert_eq!(out, vec![PeerOutput::RouteRefresh(Family::IPV4_UNICAST)]);
+    assert_eq!(
+        out,
+        vec![
+            PeerOutput::RouteRefresh(Family::IPV4_UNICAST),
+            PeerOutput::RefreshPending(vec![Family::IPV4_UNICAST]),
+        ]
+    );
     // An enhanced-refresh marker (BoRR) is not a request.
     assert!(c.handle(t(6), rr(1)).is_empty());
     // A malformed one is ignored.
@@ -520,6 +535,7 @@ fn resume_continues_established_without_open() {
         PeerInput::Resume {
             local_open: local,
             remote_open: remote,
+            refresh: vec![],
         },
     );
     assert_eq!(
@@ -543,10 +559,10 @@ fn resume_continues_established_without_open() {
             t(51),
             PeerInput::RibSend {
                 gen: 1,
-                messages: 1
+                bytes: rib_bytes(1)
             }
         ),
-        vec![PeerOutput::WriteRib]
+        vec![PeerOutput::WriteRib(rib_bytes(1))]
     );
 }
 
@@ -564,6 +580,7 @@ fn resume_that_no_longer_negotiates_starts_afresh() {
         PeerInput::Resume {
             local_open: local,
             remote_open: remote,
+            refresh: vec![],
         },
     );
     assert_eq!(out.first(), Some(&PeerOutput::Refuse(None)), "{out:?}");
@@ -762,6 +779,7 @@ fn resumed_core() -> PeerCore {
         PeerInput::Resume {
             local_open: local,
             remote_open: remote,
+            refresh: vec![],
         },
     );
     c

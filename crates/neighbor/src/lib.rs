@@ -4,7 +4,8 @@
 //! - [`core`]: the pure [`PeerCore`], `handle(now, PeerInput) ->
 //!   Vec<PeerOutput>`, which owns a neighbour's two FSM slots (RFC 4271
 //!   §6.8 collisions, RFC 4724 restarts, RFC 4486 max-prefix, RFC 5882 BFD,
-//!   RFC 2918 ROUTE-REFRESH, the NSR resume). `holdfastd`'s peer task
+//!   RFC 2918 ROUTE-REFRESH and its pending requests, the NSR resume and
+//!   the RIB output held until it). `holdfastd`'s peer task
 //!   (holdfast-speaker's `peer.rs`) is its I/O shell.
 //! - [`record`]: `holdfastd --record DIR` writes each neighbour's inputs and
 //!   outputs as JSON lines; [`replay`] (`holdfast replay FILE`) feeds them
@@ -18,5 +19,5 @@
 pub mod core;
 pub mod record;
 
-pub use crate::core::{Message, PeerCore, PeerInput, PeerOutput, PeerParams, Which};
+pub use crate::core::{Message, PeerCore, PeerInput, PeerOutput, PeerParams, RibBytes, Which};
 pub use crate::record::{replay, Recorder, ReplayReport, RECORD_SCHEMA};

@@ -14,8 +14,12 @@
 //! Recording is off by default and then costs one branch per input.
 //!
 //! # Known issues
-//! - The file grows without bound (every UPDATE body is written, twice:
-//!   as input and as output); record for a diagnosis, not permanently.
+//! - The file grows without bound (every UPDATE body received and every
+//!   RIB output sent is written twice, as input and as output, in hex: a
+//!   session's whole Adj-RIB-Out at its start); record for a diagnosis,
+//!   not permanently.
+//! - A recording made by an earlier schema (1: before the RIB's bytes and
+//!   the ROUTE-REFRESH queue were inputs) is refused, not converted.
 //! - A peer task that ends with the process killed loses what was not
 //!   flushed yet (flushes happen after every read and every other input).
 
@@ -29,8 +33,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Version of the recording format; bumped on any change to the
-/// serialized inputs or outputs.
-pub const RECORD_SCHEMA: u32 = 1;
+/// serialized inputs or outputs. 2: the RIB's output bytes in
+/// `RibSend`/`WriteRib`, the ROUTE-REFRESH queue (`RibRefreshed`,
+/// `RefreshPending`, `Resume`'s `refresh`).
+pub const RECORD_SCHEMA: u32 = 2;
 
 /// First line of a recording.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -238,3 +244,7 @@ pub fn replay(path: &Path) -> Result<ReplayReport, RecordError> {
     }
     Ok(report)
 }
+
+#[cfg(test)]
+#[path = "record_tests.rs"]
+mod tests;

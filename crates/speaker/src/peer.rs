@@ -8,8 +8,11 @@
 //! thread and the NSR replicator.
 //!
 //! The protocol decisions (RFC 4271 §6.8 collisions, RFC 4724 restarts and
-//! stale timers, RFC 4486 max-prefix restarts, ROUTE-REFRESH, the NSR
-//! resume) are the core's, in the tokio-free crate `holdfast-neighbor`.
+//! stale timers, RFC 4486 max-prefix restarts, ROUTE-REFRESH and its
+//! pending requests, the NSR resume and the RIB output held until it) are
+//! the core's, in the tokio-free crate `holdfast-neighbor`; the RIB's
+//! output bytes go through the core too ([`PeerInput::RibSend`] in,
+//! [`PeerOutput::WriteRib`] out), so a recording holds what was sent.
 
 mod bmp_ops;
 mod nsr_ops;
@@ -24,7 +27,7 @@ use crate::socket;
 use crate::tables::append_message;
 use holdfast_fsm::negotiate;
 use holdfast_fsm::{Negotiated, State, Time};
-use holdfast_neighbor::{Message, PeerCore, PeerInput, PeerOutput, Recorder, Which};
+use holdfast_neighbor::{Message, PeerCore, PeerInput, PeerOutput, Recorder, RibBytes, Which};
 use holdfast_rib::PeerSpec;
 use holdfast_wire::{
     decode_open, encode_keepalive, encode_notification, encode_open, msg_type, CodecCtx, HEADER_LEN,
@@ -61,8 +64,6 @@ pub struct PeerTask {
     connecting: Option<oneshot::Receiver<std::io::Result<TcpStream>>>,
     /// A connection waiting for the core's `Attach` or `Refuse`.
     pending: Option<Conn>,
-    /// RIB output waiting for the core's `WriteRib`.
-    rib_out: Option<Arc<Vec<u8>>>,
     /// UPDATE bodies of the current read, for the RIB, and their raw
     /// form for the replicator.
     updates: Vec<Vec<u8>>,
@@ -80,8 +81,6 @@ pub struct PeerTask {
     /// What the BMP collectors are told about this session.
     bmp: bmp_ops::BmpTap,
     nsr: Option<Nsr>,
-    /// RIB output kept while an NSR resume is awaited.
-    held: Vec<ToPeer>,
     resync: Option<watch::Receiver<u64>>,
     /// A table snapshot being taken: (reply, whether it re-synchronises
     /// the session after a store outage or only compacts its logs).
@@ -91,10 +90,6 @@ pub struct PeerTask {
     /// When the peer's acknowledgement should be written again (the send
     /// tail is not empty yet).
     acked_due: Option<Time>,
-    /// ROUTE-REFRESH requests sent to the RIB and not answered yet, with
-    /// the session generation they arrived in (replicated: a backup
-    /// answers them).
-    refresh: std::collections::VecDeque<(u64, holdfast_wire::Family)>,
 }
 
 /// Starts a peer task on the current (I/O) runtime. `record`: a directory
@@ -134,7 +129,6 @@ pub fn spawn(
         extra: None,
         connecting: None,
         pending: None,
-        rib_out: None,
         updates: Vec::new(),
         raw: Vec::new(),
         out: Vec::new(),
@@ -148,11 +142,9 @@ pub fn spawn(
         bmp: bmp_ops::BmpTap::default(),
         resync: nsr.as_ref().map(|n| n.shared.resync.subscribe()),
         nsr,
-        held: Vec::new(),
         snapshot: None,
         compact_at: u64::MAX,
         acked_due: None,
-        refresh: std::collections::VecDeque::new(),
         s,
     };
     tokio::spawn(task.run(resuming).instrument(span));
@@ -283,8 +275,8 @@ impl PeerTask {
                 self.bmp.opens[0] = std::mem::take(&mut self.bmp.opens[1]);
             }
             PeerOutput::Send(w, m) => self.send(w, m),
-            PeerOutput::WriteRib => {
-                if let (Some(bytes), Some(conn)) = (self.rib_out.take(), self.main.as_mut()) {
+            PeerOutput::WriteRib(RibBytes(bytes)) => {
+                if let Some(conn) = self.main.as_mut() {
                     self.metrics.bytes_out(&self.labels, bytes.len());
                     self.bmp.sent(&bytes);
                     conn.send(bytes);
@@ -321,8 +313,8 @@ impl PeerTask {
                     peer: self.s.id,
                     family,
                 });
-                self.refresh_requested(family);
             }
+            PeerOutput::RefreshPending(families) => self.replicate_refresh(&families),
             PeerOutput::PeerUp { gen, negotiated } => {
                 self.established(gen, &negotiated);
                 self.bmp_up(&negotiated, false);
@@ -558,21 +550,15 @@ impl PeerTask {
         match cmd {
             PeerCmd::Inbound(stream) => self.on_inbound(stream),
             PeerCmd::Resume(r) => self.resume(*r),
-            PeerCmd::AbortResume => {
-                self.held.clear();
-                self.input(PeerInput::AbortResume);
-            }
-            PeerCmd::Rib(out) if self.core.resuming() => self.held.push(out),
+            PeerCmd::AbortResume => self.input(PeerInput::AbortResume),
             PeerCmd::Rib(ToPeer::Send { gen, bytes }) => {
-                let messages = count_messages(&bytes) as u64;
-                self.rib_out = Some(bytes);
-                self.input(PeerInput::RibSend { gen, messages });
-                self.rib_out = None;
+                let bytes = RibBytes(bytes);
+                self.input(PeerInput::RibSend { gen, bytes });
             }
             PeerCmd::Rib(ToPeer::Reset { gen, notification }) => {
                 self.input(PeerInput::RibReset { gen, notification });
             }
-            PeerCmd::Rib(ToPeer::Refreshed { gen }) => self.refresh_answered(gen),
+            PeerCmd::Rib(ToPeer::Refreshed { gen }) => self.input(PeerInput::RibRefreshed { gen }),
             PeerCmd::Reconfigure(new) => {
                 let transport_changed = new.sock != self.s.sock || new.port != self.s.port;
                 let params = new.params();
@@ -650,37 +636,4 @@ pub fn resume_spec(
         ibgp: neg.remote_as == s.session.local_as,
     };
     Some((spec, ctx))
-}
-
-/// BGP messages in a buffer of whole, framed messages (length at header octets 16..18).
-fn count_messages(mut buf: &[u8]) -> usize {
-    let mut n = 0;
-    while buf.len() >= 19 {
-        let len = usize::from(u16::from_be_bytes([buf[16], buf[17]]));
-        if len < 19 || len > buf.len() {
-            break;
-        }
-        buf = &buf[len..];
-        n += 1;
-    }
-    n
-}
-
-#[cfg(test)]
-mod count_tests {
-    #[test]
-    fn counts_framed_messages() {
-        let msg = |len: u16| {
-            let mut m = vec![0xff; 16];
-            m.extend_from_slice(&len.to_be_bytes());
-            m.push(2);
-            m.resize(usize::from(len), 0);
-            m
-        };
-        assert_eq!(super::count_messages(&[]), 0);
-        assert_eq!(
-            super::count_messages(&[msg(23), msg(54), msg(4096)].concat()),
-            3
-        );
-    }
 }

@@ -1,18 +1,21 @@
 //! The peer task's non-stop-routing duties: write the session record at
 //! Established, replicate every received and sent message, report the
-//! peer's acknowledgements, keep the ROUTE-REFRESH requests not answered
-//! yet in the store, compact or re-synchronise the session's logs with a
-//! table snapshot, and resume a session taken over from a failed primary
-//! (answering the requests the old primary had not).
+//! peer's acknowledgements, write the ROUTE-REFRESH requests not answered
+//! yet to the store, compact or re-synchronise the session's logs with a
+//! table snapshot, and resume a session taken over from a failed primary.
 //!
 //! A ROUTE-REFRESH (RFC 2918) is pending from the moment the core hands it
 //! to the RIB until the RIB's answer (the table and an End-of-RIB) has been
 //! handed to the replicator: the RIB follows its `Send`s with
-//! `ToPeer::Refreshed`, and the replicator stores operations in order, so
-//! whenever the store no longer holds a request as pending it holds the
-//! answer's bytes. The pending list ([`Op::Refresh`]) is written before the
-//! bytes that carried the request are confirmed (their ACK is held until
-//! then).
+//! `ToPeer::Refreshed` (the core's `RibRefreshed`), and the replicator
+//! stores operations in order, so whenever the store no longer holds a
+//! request as pending it holds the answer's bytes. The pending list is the
+//! core's; each change of it (`PeerOutput::RefreshPending`) is written
+//! ([`Op::Refresh`]) before the bytes that carried the request are
+//! confirmed (their ACK is held until then). At a takeover the stored
+//! list goes to the core with the resume, which holds the RIB output until
+//! the session's first KEEPALIVE and asks the RIB again for the requests
+//! the old primary had not answered.
 //!
 //! # Known issues
 //! - A request answered by the old primary whose clearing was not stored
@@ -21,7 +24,7 @@
 //! - Only the request's family is kept; an enhanced route refresh (RFC
 //!   7313) is answered as a plain one (the RIB sends no BoRR/EoRR).
 
-use super::{now, PeerCmd, PeerTask};
+use super::{now, PeerTask};
 use crate::conn::{unix_ms, Conn};
 use crate::msg::rib::{RibCmd, Snapshot};
 use crate::nsr::Then;
@@ -104,28 +107,10 @@ impl PeerTask {
         }
     }
 
-    /// The core asked the RIB to answer a ROUTE-REFRESH for `family`: it
-    /// is pending until [`PeerTask::refresh_answered`].
-    pub(super) fn refresh_requested(&mut self, family: Family) {
-        self.refresh.push_back((self.core.gen(), family));
-        self.replicate_refresh();
-    }
-
-    /// The RIB's answer to the oldest pending ROUTE-REFRESH of session
-    /// `gen` was handed to the replicator.
-    pub(super) fn refresh_answered(&mut self, gen: u64) {
-        if self.refresh.front().is_some_and(|(g, _)| *g == gen) {
-            self.refresh.pop_front();
-            self.replicate_refresh();
-        }
-    }
-
-    /// Writes the current session's pending ROUTE-REFRESH requests (those
-    /// of an earlier session are forgotten).
-    fn replicate_refresh(&mut self) {
-        let gen = self.core.gen();
-        self.refresh.retain(|(g, _)| *g == gen);
-        let pending = encode_refreshes(self.refresh.iter().map(|(_, f)| *f));
+    /// Writes the current session's pending ROUTE-REFRESH requests (the
+    /// core's `RefreshPending`).
+    pub(super) fn replicate_refresh(&mut self, families: &[Family]) {
+        let pending = encode_refreshes(families.iter().copied());
         let Some(r) = self.main.as_mut().and_then(|c| c.repl.as_mut()) else {
             return;
         };
@@ -181,10 +166,8 @@ impl PeerTask {
     /// At Established: the session record (raw OPENs, TCP parameters,
     /// sequence numbers). Its tables start empty.
     pub(super) fn replicate_session(&mut self) {
-        // A new session: requests of an earlier one are no longer pending
+        // A new session: the core forgot the requests of an earlier one
         // (the `Session` op clears the stored ones too).
-        let gen = self.core.gen();
-        self.refresh.retain(|(g, _)| *g == gen);
         self.trim_unacked();
         let Some(record) = self.record() else { return };
         let key = self.store_key();
@@ -388,15 +371,19 @@ impl PeerTask {
             bytes = size,
             "NSR: session tables snapshotted into the store"
         );
-        if resync && !self.refresh.is_empty() {
+        if resync {
             // Written anew, the session lost its pending requests.
-            self.replicate_refresh();
+            let pending = self.core.pending_refreshes();
+            if !pending.is_empty() {
+                self.replicate_refresh(&pending);
+            }
         }
     }
 
     /// Takeover: the session continues on a connection rebuilt with
-    /// TCP_REPAIR, in Established, without a new OPEN exchange. The RIB
-    /// output held meanwhile follows the core's first KEEPALIVE.
+    /// TCP_REPAIR, in Established, without a new OPEN exchange. The core
+    /// releases the RIB output it held meanwhile after its first KEEPALIVE,
+    /// then asks the RIB for the requests the old primary had not answered.
     pub(super) fn resume(&mut self, r: Resumed) {
         let Resumed {
             stream,
@@ -419,33 +406,14 @@ impl PeerTask {
                 self.input(PeerInput::Resume {
                     local_open,
                     remote_open,
+                    refresh: decode_refreshes(&refresh),
                 });
                 self.pending = None;
             }
             Err(e) => {
                 tracing::error!(error = %e, "restored connection unusable; starting afresh");
-                self.held.clear();
                 self.input(PeerInput::AbortResume);
             }
-        }
-        for out in std::mem::take(&mut self.held) {
-            self.on_cmd(PeerCmd::Rib(out));
-        }
-        let families = decode_refreshes(&refresh);
-        if !families.is_empty() && !self.core.resuming() && self.core.state() == State::Established
-        {
-            tracing::info!(
-                requests = families.len(),
-                "NSR: answering the ROUTE-REFRESH request(s) the old primary had not answered"
-            );
-            for family in families {
-                self.rib.send(RibCmd::RouteRefresh {
-                    peer: self.s.id,
-                    family,
-                });
-                self.refresh.push_back((self.core.gen(), family));
-            }
-            self.replicate_refresh();
         }
     }
 

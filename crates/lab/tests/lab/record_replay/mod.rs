@@ -10,7 +10,9 @@
 //! * routes both ways: holdfastd's `[[network]]` at BIRD (`birdc`), BIRD's routes in
 //!   holdfastd's Adj-RIB-In, and one BIRD announces later;
 //! * a ROUTE-REFRESH from BIRD (`birdc reload in`) reaches holdfastd: it is in the
-//!   recording, and BIRD still holds holdfastd's route;
+//!   recording with the core's pending-request list and the RIB's answer (the
+//!   RIB's bytes are inputs and outputs of the core too), and BIRD still holds
+//!   holdfastd's route;
 //! * a flap (`birdc restart`): BIRD's session is Established again, counted twice;
 //! * `holdfast replay` of the recording: every output identical, exit status 0, and the
 //!   recording holds the inputs above (OPEN, UPDATEs, ROUTE-REFRESH, NOTIFICATION,
@@ -149,6 +151,9 @@ fn record_and_replay_a_bird_session() {
         "\"msg_type\":2",
         "\"msg_type\":3",
         "\"msg_type\":5",
+        "\"RefreshPending\"",
+        "\"RibRefreshed\"",
+        "\"WriteRib\"",
         "\"gen\":1",
         "\"gen\":2",
     ] {
