@@ -173,6 +173,17 @@ impl PlaneSpec {
     }
 }
 
+/// What [`Plane::up_with`] adds to a [`PlaneSpec`]: what the NSR scenarios
+/// need beyond the plane's standard units.
+#[derive(Debug, Clone, Default)]
+pub struct PlaneExtras {
+    /// More holdfastd configuration per unit name, TOML appended to the
+    /// unit's own (its top-level keys first): neighbours with TCP-MD5 or
+    /// BFD and its authentication, `[nsr]` options (`compact_bytes`,
+    /// `manage_address`), `[[bmp]]` stations ...
+    pub unit_config: BTreeMap<String, String>,
+}
+
 /// bird2's and gobgpd's AS in the plane.
 pub const PLANE_BIRD_AS: u32 = 65002;
 /// gobgpd's AS in the plane.
@@ -233,6 +244,16 @@ impl Plane {
     /// Builds the lab and starts everything; the units run on their
     /// primaries once the agents are up.
     pub fn up(name: &str, spec: &PlaneSpec, bins: PlaneBins) -> Result<Plane> {
+        Plane::up_with(name, spec, bins, &PlaneExtras::default())
+    }
+
+    /// [`Plane::up`] with [`PlaneExtras`].
+    pub fn up_with(
+        name: &str,
+        spec: &PlaneSpec,
+        bins: PlaneBins,
+        extras: &PlaneExtras,
+    ) -> Result<Plane> {
         let mut lab = Lab::new(name)?;
         lab.capture_start()?;
         let topo = NsrTopo::build(&mut lab)?;
@@ -321,6 +342,10 @@ impl Plane {
                     crate::NSR_LOCAL_AS,
                     u.service
                 ));
+            }
+            if let Some(more) = extras.unit_config.get(&u.name) {
+                extra.push_str("\n[global]\n");
+                extra.push_str(more);
             }
             let config = nsr_config(&t, &redis.url(), &u.name, &neighbors, &extra);
             std::fs::write(lab.work_dir().join(format!("{}.toml", u.name)), &config)
@@ -472,6 +497,15 @@ impl Plane {
             controller_argv: cp.controller_argv,
             custom_peers: spec.units.iter().any(|u| !u.peers.is_empty()),
         })
+    }
+
+    /// Starts a peer of kind `P` on a host `name` added to the bridge at
+    /// `.n` (a peer under test beside the plane's own, e.g. with TCP-MD5 or
+    /// BFD towards a unit configured through [`PlaneExtras`]).
+    pub fn start_peer<P: Peer>(&mut self, name: &str, n: u8, spec: &PeerSpec) -> Result<(NsrHost, P)> {
+        let h = self.topo.add_host(&mut self.lab, name, n)?;
+        let p = P::start(&mut self.lab, h.id, spec)?;
+        Ok((h, p))
     }
 
     /// The host named `name`.

@@ -54,16 +54,16 @@ pub const PEER_AS: u32 = 65001;
 pub const FEED_IN_AS: u32 = 65100;
 pub const FEED_OUT_AS: u32 = 65200;
 const INSTANCE: &str = "edge-1";
-const T: Duration = Duration::from_secs(90);
+pub(crate) const T: Duration = Duration::from_secs(90);
 /// The outbound burst's prefixes are the inbound ones moved by this much
 /// (1.0.0.0/24… becomes 33.0.0.0/24…), so the two never compete.
-const OUT_OFFSET: u32 = 0x2000_0000;
+pub(crate) const OUT_OFFSET: u32 = 0x2000_0000;
 /// How far each inbound burst after the first is moved (two /8s: a burst
 /// of 100k /24s spans less than one).
-const IN_BURST_OFFSET: u32 = 0x0200_0000;
+pub(crate) const IN_BURST_OFFSET: u32 = 0x0200_0000;
 
 /// Routes in each burst (HOLDFAST_NSR_BURST, default 100,000).
-fn burst() -> usize {
+pub(crate) fn burst() -> usize {
     std::env::var("HOLDFAST_NSR_BURST")
         .ok()
         .and_then(|v| v.replace('_', "").parse().ok())
@@ -181,14 +181,14 @@ fn peer_spec(topo: &NsrTopo, o: &Options) -> PeerSpec {
         .route(RouteSpec::new("203.0.113.0/24"))
 }
 
-fn tester(asn: u32, id: u8) -> TesterConfig {
+pub(crate) fn tester(asn: u32, id: u8) -> TesterConfig {
     let mut c = TesterConfig::new(asn, Ipv4Addr::new(192, 0, 2, 100 + id));
     c.families = vec![Family::IPV4_UNICAST];
     c
 }
 
 /// Connects a raw test peer from the feed host, retrying until accepted.
-fn connect_feed(lab: &Lab, topo: &NsrTopo, to: IpAddr, cfg: TesterConfig) -> Arc<Tester> {
+pub(crate) fn connect_feed(lab: &Lab, topo: &NsrTopo, to: IpAddr, cfg: TesterConfig) -> Arc<Tester> {
     let ns = lab.netns(topo.feed.id).to_string();
     let local = IpAddr::V4(topo.feed.v4);
     let deadline = Instant::now() + T;
@@ -214,7 +214,7 @@ fn connect_feed(lab: &Lab, topo: &NsrTopo, to: IpAddr, cfg: TesterConfig) -> Arc
     }
 }
 
-fn one_hop(asn: u32, nh: Ipv4Addr) -> PathAttrs {
+pub(crate) fn one_hop(asn: u32, nh: Ipv4Addr) -> PathAttrs {
     PathAttrs {
         origin: Some(Origin::Igp),
         as_path: AsPath {
@@ -225,12 +225,12 @@ fn one_hop(asn: u32, nh: Ipv4Addr) -> PathAttrs {
     }
 }
 
-fn prefixes<I: IntoIterator<Item = String>>(v: I) -> BTreeSet<String> {
+pub(crate) fn prefixes<I: IntoIterator<Item = String>>(v: I) -> BTreeSet<String> {
     v.into_iter().collect()
 }
 
 /// What differs between two prefix sets, briefly.
-fn difference(want: &BTreeSet<String>, got: &BTreeSet<String>) -> String {
+pub(crate) fn difference(want: &BTreeSet<String>, got: &BTreeSet<String>) -> String {
     let missing: Vec<&String> = want.difference(got).take(5).collect();
     let extra: Vec<&String> = got.difference(want).take(5).collect();
     format!(
@@ -1024,8 +1024,14 @@ impl<P: Peer> Run<P> {
     }
 }
 
-/// The whole sequence for one kind of peer.
+/// The whole sequence for one kind of peer, through the control plane
+/// (`nsr_plane`).
 pub fn failover_sequence<P: Peer>(name: &str, kind: PeerKind, o: Options) {
+    crate::nsr_plane::failover_sequence::<P>(name, kind, o);
+}
+
+/// The whole sequence with the lab orchestrator.
+pub fn failover_sequence_lab<P: Peer>(name: &str, kind: PeerKind, o: Options) {
     let Some(mut r) = Run::<P>::start(name, kind, o) else {
         return;
     };
@@ -1070,38 +1076,54 @@ impl<P: Peer> Run<P> {
     /// primaries leaked nothing (TCPR's "Romeo and Juliet" RST, the
     /// spurious FIN), and no orphan socket was destroyed in the open.
     pub fn assert_nothing_leaked(&self, since: std::time::SystemTime) {
-        let since = since
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs_f64())
-            .unwrap_or(0.0);
-        let filter = format!(
-            "tcp and src host {} and (tcp[tcpflags] & (tcp-rst|tcp-fin) != 0)",
-            self.topo.service_v4
+        assert_no_fin_rst(&self.lab, self.topo.service_v4, &[], since);
+    }
+}
+
+/// No FIN or RST from `service` to any of `to` (the hosts of the BGP
+/// sessions under test; empty: to anyone) in the lab's captures since
+/// `since`: dying primaries leaked nothing (TCPR's "Romeo and Juliet" RST,
+/// the spurious FIN), and no orphan socket was destroyed in the open.
+pub fn assert_no_fin_rst(
+    lab: &Lab,
+    service: Ipv4Addr,
+    to: &[Ipv4Addr],
+    since: std::time::SystemTime,
+) {
+    let since = since
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0);
+    let mut filter = format!(
+        "tcp and src host {service} and (tcp[tcpflags] & (tcp-rst|tcp-fin) != 0)"
+    );
+    if !to.is_empty() {
+        let hosts: Vec<String> = to.iter().map(|h| format!("dst host {h}")).collect();
+        filter.push_str(&format!(" and ({})", hosts.join(" or ")));
+    }
+    for pcap in lab.pcaps() {
+        let out = std::process::Command::new("tcpdump")
+            .args(["-nn", "-tt", "-r"])
+            .arg(pcap)
+            .arg(&filter)
+            .output()
+            .expect("tcpdump -r");
+        // From the first failure on (the sessions' own set-up may close
+        // a colliding connection on purpose).
+        let text: String = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| {
+                l.split_whitespace()
+                    .next()
+                    .and_then(|t| t.parse::<f64>().ok())
+                    .is_some_and(|t| t >= since)
+            })
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert!(
+            text.trim().is_empty(),
+            "FIN/RST from the service address in {}:\n{text}",
+            pcap.display()
         );
-        for pcap in self.lab.pcaps() {
-            let out = std::process::Command::new("tcpdump")
-                .args(["-nn", "-tt", "-r"])
-                .arg(pcap)
-                .arg(&filter)
-                .output()
-                .expect("tcpdump -r");
-            // From the first failure on (the sessions' own set-up may close
-            // a colliding connection on purpose).
-            let text: String = String::from_utf8_lossy(&out.stdout)
-                .lines()
-                .filter(|l| {
-                    l.split_whitespace()
-                        .next()
-                        .and_then(|t| t.parse::<f64>().ok())
-                        .is_some_and(|t| t >= since)
-                })
-                .map(|l| format!("{l}\n"))
-                .collect();
-            assert!(
-                text.trim().is_empty(),
-                "FIN/RST from the service address in {}:\n{text}",
-                pcap.display()
-            );
-        }
     }
 }

@@ -1,0 +1,803 @@
+//! The non-stop-routing failover sequence through the control plane: the
+//! lab injects a failure (SIGKILL, SIGSTOP, a Redis kill) or asks for a
+//! planned switchover (`holdfast ctl switchover`), and the controllers and
+//! the host agents take the unit over, as in production; the sequence
+//! then waits until the controller has moved the unit and checks what the
+//! peer saw. Run against one kind of real peer (bird2, frr or gobgpd) by
+//! the `nsr_<peer>` scenarios.
+//!
+//! ```text
+//!                 bridge `lan` 198.18.0.0/24
+//!   [ p ] .20     the peer under test, AS 65001 --- session under test --- service .10 (unit edge-1)
+//!   [ redis ] .2  redis-server (the state store)
+//!   [ a ] .3      host agent; edge-1's container a_edge_1 .64  } the service address .10
+//!   [ b ] .4      host agent; edge-1's container b_edge_1 .96  } moves with the unit
+//!   [ feed ] .5   raw test peers: AS 65100 -> peer (inbound burst), AS 65200 -> edge-1 (outbound burst)
+//!   [ s ] .8      the agent server's agent (probes)
+//!   c1..c3 .31-.33 etcd members + holdfast-controller replicas (and the `mgmt` bridge)
+//!   (the plane's own frr on .1 has no session here)
+//! ```
+//!
+//! One lab, one run of the peer daemon, many takeovers in a row
+//! (a→b→a→b→…): SIGKILL while idle, SIGKILL in the middle of a 100k-route
+//! inbound burst (feed → peer → unit), SIGKILL in the middle of a
+//! 100k-route outbound burst (feed → unit → peer), a planned switchover
+//! (`holdfast ctl switchover`), a frozen primary (SIGSTOP: its agent finds
+//! it hung and kills it, the controller takes it over; the SIGCONT finds
+//! nobody), and a Redis kill/restart (unprotected, protected again, then a
+//! SIGKILL and takeover; the feed's host drops our segments from the kill
+//! to the takeover, so the sessions are written anew with bytes the feed
+//! has not acknowledged, and the feed must get them from the new primary).
+//! After each one:
+//! * the peer's session never left Established: a watch samples the peer's
+//!   own CLI every 200 ms for the whole run (state, uptime never going back,
+//!   established/dropped counters unchanged);
+//! * the peer logged no NOTIFICATION, and the feed peers got none;
+//! * the number of routes the peer holds from us never went down (never
+//!   withdrawn), and ends at exactly what we advertise;
+//! * every route the peer advertises to us is in the new primary's
+//!   Adj-RIB-In from it, and nothing else is;
+//! * new UPDATEs flow both ways (a fresh route from the peer reaches the
+//!   unit; a fresh route from the feed reaches the peer);
+//! * at the end, the bridge capture holds no FIN or RST sent from the
+//!   service address to the peer or the feed since the first failure: no
+//!   dying primary leaked one (the agents' and controllers' TCP probes of
+//!   the service address, opened and closed on purpose, are not counted).
+//!
+//! Known issues: one unit (`edge-1`, primary on a, backup on b); the
+//! phase times are the control plane's wall clock seen from the lab (from
+//! the injection to the agent running the unit elsewhere, and to the
+//! session Established there) beside holdfastd's own figures.
+#![allow(dead_code)]
+
+use crate::nsr_common::{
+    burst, connect_feed, difference, one_hop, prefixes, stop_watch, tester, Options, FEED_IN_AS,
+    FEED_OUT_AS, HF_AS, IN_BURST_OFFSET, OUT_OFFSET, PEER_AS, T,
+};
+use holdfast_api::{Body, NeighborInfo, Request, RibEntry, RibTable};
+use holdfast_lab::plane::{Plane, PlaneBins, PlaneExtras, PlaneSpec};
+use holdfast_lab::{
+    control_request, wait_for_every, wait_ok, ControlSocket, HostId, LogMark, NeighborSpec,
+    NsrHost, Peer, PeerKind, PeerSpec, PeerWatch, ProcId, RouteSpec, Signal,
+};
+use holdfast_tester::workload::{generate, Kind};
+use holdfast_tester::{encode_routes, Peer as Tester};
+use holdfast_wire::{Prefix, Prefix4};
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The unit under test (its NSR instance has the same name).
+pub const UNIT: &str = "edge-1";
+/// The peer under test's host and address (`.20`).
+const PEER_OCTET: u8 = 20;
+
+fn peer_v4() -> Ipv4Addr {
+    Ipv4Addr::new(198, 18, 0, PEER_OCTET)
+}
+
+/// The running unit as its agent started it: its control socket, pid and log.
+#[derive(Debug, Clone)]
+pub struct Unit {
+    /// The plane host whose agent runs it.
+    pub host: String,
+    /// Its container's namespace.
+    pub ns: HostId,
+    pub pid: u64,
+    pub socket: PathBuf,
+    pub log: PathBuf,
+}
+
+impl Unit {
+    pub fn request(&self, req: &Request) -> holdfast_lab::Result<Body> {
+        control_request(&self.socket, req)
+    }
+
+    pub fn neighbors(&self) -> holdfast_lab::Result<Vec<NeighborInfo>> {
+        ControlSocket(self.socket.clone()).neighbors()
+    }
+
+    pub fn neighbor(&self, addr: IpAddr) -> holdfast_lab::Result<Option<NeighborInfo>> {
+        let a = addr.to_string();
+        Ok(self.neighbors()?.into_iter().find(|n| n.address == a))
+    }
+
+    /// Routes of a table; `peer` is required for `In`/`Out`.
+    pub fn rib(&self, table: RibTable, peer: Option<IpAddr>) -> Result<Vec<RibEntry>, String> {
+        let req = Request::ShowRib {
+            instance: None,
+            prefix: None,
+            peer: peer.map(|p| p.to_string()),
+            table,
+            limit: None,
+        };
+        match self.request(&req).map_err(|e| e.to_string())? {
+            Body::Rib(r) => Ok(r),
+            other => Err(format!("unexpected {other:?}")),
+        }
+    }
+
+    /// `holdfast --socket SOCK ARGS...` in the unit's container.
+    pub fn cli(&self, plane: &Plane, args: &[&str]) -> holdfast_lab::Result<String> {
+        let sock = self.socket.to_string_lossy().into_owned();
+        let mut cmd = vec![plane.bins.holdfast.as_str(), "--socket", sock.as_str()];
+        cmd.extend_from_slice(args);
+        plane.lab.exec_ok(self.ns, &cmd)
+    }
+
+    /// [`Unit::cli`] with `--json`, parsed.
+    pub fn cli_json(&self, plane: &Plane, args: &[&str]) -> Result<serde_json::Value, String> {
+        let mut a = args.to_vec();
+        a.push("--json");
+        let out = self.cli(plane, &a).map_err(|e| e.to_string())?;
+        serde_json::from_str(&out).map_err(|e| format!("{e}: {out}"))
+    }
+
+    /// Whether its process still exists (a SIGSTOPped one does).
+    pub fn is_alive(&self) -> bool {
+        std::fs::read_to_string(format!("/proc/{}/stat", self.pid))
+            .map(|s| !s.contains(") Z "))
+            .unwrap_or(false)
+    }
+
+    /// Its log, as its agent keeps it (the file is the unit's on that host).
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn wait_established(&self, addr: IpAddr, within: Duration) -> NeighborInfo {
+        wait_ok(
+            &format!("{UNIT} on {}: session with {addr} Established", self.host),
+            within,
+            || match self.neighbor(addr) {
+                Ok(Some(n)) if n.state == "Established" => Ok(n),
+                Ok(n) => Err(format!("{n:?}")),
+                Err(e) => Err(e.to_string()),
+            },
+        )
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+}
+
+/// One takeover's figures: the control plane's wall clock seen from the
+/// lab, and holdfastd's own (`show nsr`'s `takeover`).
+#[derive(Debug, Clone)]
+pub struct Phase {
+    pub what: String,
+    pub from: String,
+    pub to: String,
+    /// From the injection (or the switchover request) until the agent on
+    /// the new host runs the unit.
+    pub moved: Duration,
+    /// ... until the session with the peer is Established on it.
+    pub established: Duration,
+    pub holdfastd: serde_json::Value,
+}
+
+pub struct Run<P: Peer> {
+    pub plane: Plane,
+    peer: P,
+    peer_host: NsrHost,
+    hf: Unit,
+    feed_in: Arc<Tester>,
+    feed_out: Arc<Tester>,
+    mark: LogMark,
+    fresh: u32,
+    /// Inbound bursts sent so far.
+    inbound_bursts: u32,
+    pub phases: Vec<Phase>,
+    /// The BFD relay host, once added, and the running relay.
+    relay: Option<(NsrHost, Option<ProcId>)>,
+}
+
+/// The unit's configuration beyond the plane's (its neighbours, the
+/// options of the scenario, `more`).
+fn unit_config(svc: Ipv4Addr, feed: Ipv4Addr, o: &Options, more: &str) -> String {
+    let md5 = o
+        .md5
+        .map(|k| format!("md5_password = \"{k}\"\n"))
+        .unwrap_or_default();
+    let md5 = match o.bfd {
+        Some(ms) => {
+            let auth = o.bfd_auth.map_or_else(String::new, |a| {
+                format!(
+                    ", auth = \"{}\", key_id = {}, password = \"{}\"",
+                    a.holdfastd, a.key_id, a.password
+                )
+            });
+            format!("{md5}bfd = {{ min_rx_ms = {ms}, min_tx_ms = {ms}, multiplier = 3{auth} }}\n")
+        }
+        None => md5,
+    };
+    let mut c = format!(
+        "hold_time = 9\n\
+         [[neighbor]]\naddress = \"{peer}\"\nremote_asn = {PEER_AS}\nlocal_address = \"{svc}\"\nimport = \"{import}\"\nexport = \"all\"\n{md5}\n\
+         [[neighbor]]\naddress = \"{feed}\"\nremote_asn = {FEED_OUT_AS}\nlocal_address = \"{svc}\"\npassive = true\nimport = \"all\"\nexport = \"all\"\n",
+        peer = peer_v4(),
+        import = o.import.unwrap_or("all"),
+    );
+    if let Some(n) = o.compact_bytes {
+        c.push_str(&format!("[nsr]\ncompact_bytes = {n}\ncompact_ratio = 0\n"));
+    }
+    c.push_str(more);
+    c
+}
+
+fn peer_spec(svc: Ipv4Addr, feed: Ipv4Addr, o: &Options) -> PeerSpec {
+    let mut us = NeighborSpec::new(IpAddr::V4(svc), HF_AS)
+        .local(IpAddr::V4(peer_v4()))
+        .hold_time(9)
+        .families(true, false);
+    if let Some(k) = o.md5 {
+        us = us.md5(k);
+    }
+    if let Some(ms) = o.bfd {
+        us = us.bfd(ms, ms, 3);
+    }
+    if let Some(a) = o.bfd_auth {
+        us = us.bfd_auth(a.bird, a.key_id, a.password);
+    }
+    let feed = NeighborSpec::new(IpAddr::V4(feed), FEED_IN_AS)
+        .local(IpAddr::V4(peer_v4()))
+        .families(true, false)
+        .passive();
+    PeerSpec::new(PEER_AS, Ipv4Addr::new(192, 0, 2, 201))
+        .neighbor(us)
+        .neighbor(feed)
+        .route(RouteSpec::new("203.0.113.0/24"))
+}
+
+impl<P: Peer> Run<P> {
+    pub fn start(name: &str, kind: PeerKind, o: Options) -> Option<Run<P>> {
+        Self::start_with(name, kind, o, "")
+    }
+
+    /// [`Run::start`] with `more` appended to the unit's configuration
+    /// (e.g. a `[[bmp]]` naming a lab host: the hosts' addresses are fixed,
+    /// 198.18.0.N).
+    pub fn start_with(name: &str, kind: PeerKind, o: Options, more: &str) -> Option<Run<P>> {
+        let bins = PlaneBins::ready(&[PeerKind::Frr, kind], &[])?;
+        let mut spec = PlaneSpec::one_unit(&["a", "b"], false);
+        spec.units[0].name = UNIT.into();
+        spec.units[0].app_failure = Some("migrate".into());
+        // Its peers are its own (configured below), none of the plane's.
+        spec.units[0].peers = vec!["none".into()];
+        // The topology's addresses are fixed: what `more` names is known
+        // before the lab exists.
+        let svc = Ipv4Addr::new(198, 18, 0, 10);
+        let feed = Ipv4Addr::new(198, 18, 0, 5);
+        let mut extras = PlaneExtras::default();
+        extras
+            .unit_config
+            .insert(UNIT.into(), unit_config(svc, feed, &o, more));
+        let mut plane = Plane::up_with(name, &spec, bins, &extras).expect("plane");
+        let (peer_host, peer) = plane
+            .start_peer::<P>("p", PEER_OCTET, &peer_spec(svc, feed, &o))
+            .expect("the peer under test");
+        let mark = peer.log_mark();
+        plane
+            .wait_leader(3, T)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let hf = unit_on(&plane, "a");
+        hf.wait_established(IpAddr::V4(peer_v4()), T);
+        let feed_out = connect_feed(
+            &plane.lab,
+            &plane.topo,
+            IpAddr::V4(svc),
+            tester(FEED_OUT_AS, 2),
+        );
+        let feed_in = connect_feed(
+            &plane.lab,
+            &plane.topo,
+            IpAddr::V4(peer_v4()),
+            tester(FEED_IN_AS, 1),
+        );
+        hf.wait_established(IpAddr::V4(feed), T);
+        let run = Run {
+            plane,
+            peer,
+            peer_host,
+            hf,
+            feed_in,
+            feed_out,
+            mark,
+            fresh: 0,
+            inbound_bursts: 0,
+            phases: Vec::new(),
+            relay: None,
+        };
+        run.wait_protected("start");
+        Some(run)
+    }
+
+    pub fn topo(&self) -> &holdfast_lab::NsrTopo {
+        &self.plane.topo
+    }
+
+    pub fn peer(&self) -> &P {
+        &self.peer
+    }
+
+    /// The running unit.
+    pub fn hf(&self) -> &Unit {
+        &self.hf
+    }
+
+    pub fn service_ip(&self) -> IpAddr {
+        IpAddr::V4(self.plane.topo.service_v4)
+    }
+
+    pub fn peer_ip(&self) -> IpAddr {
+        IpAddr::V4(peer_v4())
+    }
+
+    pub fn watch(&self) -> PeerWatch {
+        PeerWatch::start(self.peer.session_probe(&self.plane.lab), self.service_ip())
+    }
+
+    /// `show nsr --json` of the running unit.
+    pub fn nsr_status(&self) -> serde_json::Value {
+        let v = self
+            .hf
+            .cli_json(&self.plane, &["show", "nsr"])
+            .unwrap_or_else(|e| panic!("show nsr: {e}"));
+        v.get("ok").and_then(|b| b.get("nsr")).cloned().unwrap_or(v)
+    }
+
+    fn wait_protected(&self, what: &str) {
+        wait_ok(&format!("{what}: {UNIT} PROTECTED"), T, || {
+            let n = self
+                .hf
+                .cli_json(&self.plane, &["show", "nsr"])
+                .map(|v| v.get("ok").and_then(|b| b.get("nsr")).cloned().unwrap_or(v))?;
+            (n["protected"] == true).then_some(()).ok_or(n.to_string())
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    /// The peer announces `prefix` to us.
+    pub fn peer_announces(&mut self, prefix: &str) {
+        self.peer
+            .announce(&self.plane.lab, &[RouteSpec::new(prefix)])
+            .expect("the peer announces");
+    }
+
+    /// What the outbound feed has received, every message counted.
+    pub fn feed_out_view<R>(&self, f: impl FnOnce(&holdfast_tester::View) -> R) -> R {
+        self.feed_out.view(f)
+    }
+
+    /// Routes the peer holds from us, by the peer's own count, read with
+    /// the watch's light query.
+    fn held_from_us(&self) -> u32 {
+        let svc = self.service_ip();
+        (self.peer.session_probe(&self.plane.lab))()
+            .ok()
+            .and_then(|v| v.into_iter().find(|s| s.neighbor == svc))
+            .and_then(|s| s.prefixes_received)
+            .unwrap_or(0)
+    }
+
+    /// Injects a failure (or asks for a planned move) with `inject`, then
+    /// waits until the controller has moved the unit off its host, the
+    /// agent there runs it and its session with the peer is Established.
+    /// Returns the old unit.
+    pub fn take_over(&mut self, what: &str, inject: impl FnOnce(&mut Self)) -> Unit {
+        let from = self.hf.host.clone();
+        let t0 = Instant::now();
+        inject(self);
+        let to = self
+            .plane
+            .wait_moved_off(UNIT, &[from.as_str()], T)
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        let moved = t0.elapsed();
+        let new = unit_on(&self.plane, &to);
+        new.wait_established(self.peer_ip(), T);
+        let established = t0.elapsed();
+        let old = std::mem::replace(&mut self.hf, new);
+        let nsr = wait_ok(&format!("{what}: holdfastd's takeover figures"), T, || {
+            let n = self
+                .hf
+                .cli_json(&self.plane, &["show", "nsr"])
+                .map(|v| v.get("ok").and_then(|b| b.get("nsr")).cloned().unwrap_or(v))?;
+            (n["takeover"]["tables_us"].as_u64().unwrap_or(0) > 0)
+                .then_some(n.clone())
+                .ok_or(n.to_string())
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        println!(
+            "{what}: the controller moved {UNIT} {from} -> {to} (pid {}) in {moved:?}, Established {established:?}\n  holdfastd: {}",
+            self.hf.pid, nsr["takeover"]
+        );
+        self.phases.push(Phase {
+            what: what.to_string(),
+            from,
+            to,
+            moved,
+            established,
+            holdfastd: nsr["takeover"].clone(),
+        });
+        old
+    }
+
+    /// SIGKILLs the running unit (an application failure the controller
+    /// handles).
+    fn kill_unit(&mut self) {
+        self.plane
+            .kill_unit(UNIT, &self.hf.host)
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    /// Everything the scenario promises, after a takeover.
+    pub fn check(&mut self, what: &str) {
+        for (t, who) in [
+            (&self.feed_in, "feed->peer"),
+            (&self.feed_out, "feed->holdfastd"),
+        ] {
+            t.view(|v| {
+                assert!(
+                    v.notifications.is_empty(),
+                    "{what}: {who} got NOTIFICATION {:?}",
+                    v.notifications
+                );
+                assert!(!v.closed, "{what}: {who}'s connection closed");
+            });
+        }
+        let notes = self.peer.notifications_since(&self.mark).expect("peer log");
+        assert!(
+            notes.is_empty(),
+            "{what}: the peer logged NOTIFICATIONs: {notes:?}"
+        );
+        let (peer_ip, svc) = (self.peer_ip(), self.service_ip());
+        // Every route the peer advertises to us is in our Adj-RIB-In, and
+        // nothing else is.
+        wait_ok(
+            &format!("{what}: Adj-RIB-In = what the peer sent"),
+            T,
+            || {
+                let sent = prefixes(
+                    self.peer
+                        .advertised_routes(&self.plane.lab, svc)
+                        .map_err(|e| e.to_string())?
+                        .into_iter()
+                        .map(|r| r.prefix),
+                );
+                let got = prefixes(
+                    self.hf
+                        .rib(RibTable::In, Some(peer_ip))?
+                        .into_iter()
+                        .map(|r| r.prefix),
+                );
+                (sent == got)
+                    .then_some(())
+                    .ok_or_else(|| difference(&sent, &got))
+            },
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        // The peer holds exactly what we advertise.
+        wait_ok(
+            &format!("{what}: the peer holds our Adj-RIB-Out"),
+            T,
+            || {
+                let out = self.hf.rib(RibTable::Out, Some(peer_ip))?.len() as u32;
+                let held = self.held_from_us();
+                (out == held && out > 0)
+                    .then_some(())
+                    .ok_or(format!("advertised {out}, peer holds {held}"))
+            },
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        // New UPDATEs both ways.
+        self.fresh += 1;
+        let from_peer = format!("198.51.100.{}/32", self.fresh);
+        self.peer
+            .announce(&self.plane.lab, &[RouteSpec::new(&from_peer)])
+            .expect("peer announces");
+        wait_ok(&format!("{what}: a new route from the peer"), T, || {
+            let r = self.hf.rib(RibTable::In, Some(peer_ip))?;
+            r.iter()
+                .any(|e| e.prefix == from_peer)
+                .then_some(())
+                .ok_or(format!("{} routes, not {from_peer}", r.len()))
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        let before = self.held_from_us();
+        let to_peer = Prefix::V4(Prefix4 {
+            addr: u32::from(Ipv4Addr::new(100, 64, self.fresh as u8, 0)),
+            len: 24,
+        });
+        self.feed_out
+            .announce(&one_hop(FEED_OUT_AS, self.plane.topo.feed.v4), &[to_peer])
+            .expect("feed announces");
+        wait_ok(&format!("{what}: a new route reaches the peer"), T, || {
+            let n = self.held_from_us();
+            (n > before).then_some(()).ok_or(format!("peer holds {n}"))
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        println!("{what}: checks passed");
+    }
+
+    /// Streams `burst()` routes from a feed; once `progress()` reaches a
+    /// tenth of them, does `act` while the rest streams.
+    fn burst_and(
+        &mut self,
+        what: &str,
+        inbound: bool,
+        progress: impl Fn(&Self) -> u64,
+        act: impl FnOnce(&mut Self),
+    ) {
+        let n = burst();
+        let (t, asn) = if inbound {
+            (self.feed_in.clone(), FEED_IN_AS)
+        } else {
+            (self.feed_out.clone(), FEED_OUT_AS)
+        };
+        let mut w = generate(Kind::Packed, n, asn, self.plane.topo.feed.v4);
+        // Outbound routes apart from inbound ones; each inbound burst after
+        // the first apart from the earlier ones.
+        let offset = if inbound {
+            self.inbound_bursts * IN_BURST_OFFSET
+        } else {
+            OUT_OFFSET
+        };
+        if inbound {
+            self.inbound_bursts += 1;
+        }
+        for (_, ps) in &mut w {
+            for p in ps.iter_mut() {
+                if let Prefix::V4(p4) = p {
+                    p4.addr += offset;
+                }
+            }
+        }
+        let mut bytes = Vec::new();
+        encode_routes(&w, &t.ctx, &mut bytes);
+        let start = progress(self);
+        let sender = std::thread::spawn(move || t.send_stream(&bytes));
+        let at = wait_for_every(
+            &format!("{what}: burst under way"),
+            T,
+            Duration::from_millis(5),
+            || {
+                let p = progress(self).saturating_sub(start);
+                Ok((p >= n as u64 / 10).then_some(p))
+            },
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        println!("{what}: {at} of {n} through");
+        act(self);
+        sender.join().expect("sender").expect("burst sent");
+    }
+
+    /// Streams a burst; kills the unit once a tenth is through; the
+    /// controller takes it over.
+    fn burst_and_kill(&mut self, what: &str, inbound: bool, progress: impl Fn(&Self) -> u64) {
+        self.burst_and(what, inbound, progress, |r| {
+            r.take_over(what, |r| r.kill_unit());
+        });
+    }
+
+    pub fn idle_kill(&mut self) {
+        self.take_over("idle SIGKILL", |r| r.kill_unit());
+        self.check("idle SIGKILL");
+    }
+
+    pub fn inbound_burst(&mut self) {
+        let peer_ip = self.peer_ip();
+        self.burst_and_kill("SIGKILL during a 100k inbound burst", true, move |r| {
+            r.hf.neighbor(peer_ip)
+                .ok()
+                .flatten()
+                .map_or(0, |n| n.prefixes_received)
+        });
+        self.check("SIGKILL during a 100k inbound burst");
+    }
+
+    pub fn outbound_burst(&mut self) {
+        self.burst_and_kill("SIGKILL during a 100k outbound burst", false, |r| {
+            u64::from(r.held_from_us())
+        });
+        self.check("SIGKILL during a 100k outbound burst");
+    }
+
+    /// `holdfast ctl switchover`: the controller hands the unit over to
+    /// its backup; the old process exits.
+    pub fn switchover(&mut self) {
+        let old = self.take_over("planned switchover", |r| {
+            let done = r
+                .plane
+                .ctl(&["switchover", UNIT, "--wait", "30"])
+                .unwrap_or_else(|e| panic!("holdfast ctl switchover: {e}"));
+            assert!(done["done"] == true, "holdfast ctl switchover: {done}");
+        });
+        wait_ok("switchover: the old process exits", T, || {
+            (!old.is_alive())
+                .then_some(())
+                .ok_or("still running".to_string())
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        self.check("planned switchover");
+    }
+
+    /// SIGSTOPs the unit: its agent finds it hung and kills it, the
+    /// controller takes it over; the SIGCONT then finds nobody, so the
+    /// frozen primary never sends again.
+    pub fn frozen_primary(&mut self) {
+        let what = "frozen primary (SIGSTOP)";
+        let old = self.take_over(what, |r| {
+            r.plane
+                .stop_unit(UNIT, &r.hf.host)
+                .unwrap_or_else(|e| panic!("{e}"));
+        });
+        // The SIGCONT finds nobody (it may have gone already).
+        let _ = holdfast_lab::send_signal(old.pid as u32, Signal::Cont, false);
+        wait_ok(&format!("{what}: the frozen process is gone"), T, || {
+            (!old.is_alive())
+                .then_some(())
+                .ok_or(format!("pid {} still exists", old.pid))
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        self.check(what);
+    }
+
+    /// Kills the store (it comes back empty: no persistence) and waits
+    /// until the unit says it is unprotected.
+    pub fn store_down(&mut self) {
+        self.plane
+            .redis
+            .kill(&mut self.plane.lab)
+            .expect("kill redis");
+        wait_ok("store down: UNPROTECTED", T, || {
+            let n = self.nsr_status();
+            (n["protected"] == false).then_some(()).ok_or(n.to_string())
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    /// Restarts the store killed by [`Run::store_down`] and waits until
+    /// the unit is protected again (re-claimed, re-synchronised).
+    pub fn store_back(&mut self) {
+        self.plane
+            .redis
+            .restart(&mut self.plane.lab)
+            .expect("restart redis");
+        self.wait_protected("redis back");
+    }
+
+    pub fn redis_outage(&mut self) {
+        self.store_down();
+        // Sessions stay up and routes flow while unprotected.
+        self.check("redis down");
+        // What the unit sends the outbound feed from here is not
+        // acknowledged (its host drops our segments), so the sessions are
+        // written anew with a send tail the peer has not acknowledged: the
+        // takeover must restore it (else the feed's stream has a gap).
+        self.drop_to_feed(true);
+        let prefix = "198.51.100.250/32";
+        self.peer_announces(prefix);
+        let feed_ip = IpAddr::V4(self.plane.topo.feed.v4);
+        wait_ok(
+            "store down: the new route in our Adj-RIB-Out to the feed",
+            T,
+            || {
+                let out = self.hf.rib(RibTable::Out, Some(feed_ip))?;
+                out.iter()
+                    .any(|r| r.prefix == prefix)
+                    .then_some(())
+                    .ok_or(format!("{} routes, not {prefix}", out.len()))
+            },
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        self.store_back();
+        let what = "takeover after the store came back";
+        self.take_over(what, |r| r.kill_unit());
+        self.drop_to_feed(false);
+        let p: Prefix = prefix.parse().expect("prefix");
+        wait_ok(
+            &format!("{what}: the feed gets the route sent unacknowledged"),
+            T,
+            || {
+                self.feed_out
+                    .view(|v| v.route(&p).is_some())
+                    .then_some(())
+                    .ok_or(format!(
+                        "the feed holds {} routes",
+                        self.feed_out.route_count()
+                    ))
+            },
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        self.check(what);
+    }
+
+    /// Drops (or stops dropping) on the feed's host every segment from the
+    /// service address's BGP port.
+    fn drop_to_feed(&self, on: bool) {
+        let svc = self.service_ip().to_string();
+        let op = if on { "-I" } else { "-D" };
+        self.plane
+            .lab
+            .exec_ok(
+                self.plane.topo.feed.id,
+                &[
+                    "iptables", op, "INPUT", "-p", "tcp", "-s", &svc, "--sport", "179", "-j",
+                    "DROP",
+                ],
+            )
+            .expect("iptables on the feed host");
+    }
+
+    pub fn print_phases(&self) {
+        println!(
+            "takeovers through the control plane (the lab's wall clock from the injection; holdfastd's own figures in µs):"
+        );
+        for p in &self.phases {
+            let h = &p.holdfastd;
+            println!(
+                "  {:<45} {} -> {}  moved by the controller {:>7.1} ms  Established {:>7.1} ms | holdfastd: claim {} us, load {} us, tcp restore {} us (max {} us), resumed {} us, tables {} us",
+                p.what,
+                p.from,
+                p.to,
+                p.moved.as_secs_f64() * 1e3,
+                p.established.as_secs_f64() * 1e3,
+                h["claim_us"], h["load_us"], h["tcp_restore_us"], h["tcp_restore_max_us"], h["resumed_us"], h["tables_us"]
+            );
+        }
+    }
+
+    /// The end of a run: the peer's watch saw no interruption and no route
+    /// it held from us withdrawn, nothing leaked a FIN or RST since `since`;
+    /// then the takeover phases are printed.
+    pub fn finish(&self, watch: PeerWatch, since: std::time::SystemTime) {
+        stop_watch(watch, "the run");
+        self.assert_nothing_leaked(since);
+        self.print_phases();
+    }
+
+    /// No FIN or RST from the service address to the peer or the feed ever
+    /// reached the wire: dying primaries leaked nothing, and no orphan
+    /// socket was destroyed in the open. (The agents' and the controllers'
+    /// TCP probes of the service address are opened and closed on purpose:
+    /// not counted.)
+    pub fn assert_nothing_leaked(&self, since: std::time::SystemTime) {
+        crate::nsr_common::assert_no_fin_rst(
+            &self.plane.lab,
+            self.plane.topo.service_v4,
+            &[peer_v4(), self.plane.topo.feed.v4],
+            since,
+        );
+    }
+}
+
+/// The unit as `host`'s agent runs it (its pid from the agent's status).
+pub fn unit_on(plane: &Plane, host: &str) -> Unit {
+    let pid = plane
+        .wait_running(UNIT, host, None, T)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let dir = plane.host(host).work_dir.join(UNIT);
+    Unit {
+        host: host.to_string(),
+        ns: plane.unit(UNIT).containers[host].id,
+        pid,
+        socket: dir.join("holdfastd.sock"),
+        log: dir.join("holdfastd.log"),
+    }
+}
+
+/// The whole sequence for one kind of peer.
+pub fn failover_sequence<P: Peer>(name: &str, kind: PeerKind, o: Options) {
+    let Some(mut r) = Run::<P>::start(name, kind, o) else {
+        return;
+    };
+    let watch = r.watch();
+    r.check("before any failure");
+    let since = std::time::SystemTime::now();
+    r.idle_kill();
+    r.inbound_burst();
+    r.outbound_burst();
+    r.switchover();
+    r.frozen_primary();
+    r.redis_outage();
+    r.finish(watch, since);
+}
