@@ -57,8 +57,8 @@ use crate::nsr_common::{
 use holdfast_api::{Body, NeighborInfo, Request, RibEntry, RibTable};
 use holdfast_lab::plane::{Plane, PlaneBins, PlaneExtras, PlaneSpec};
 use holdfast_lab::{
-    control_request, wait_for_every, wait_ok, ControlSocket, HostId, LogMark, NeighborSpec,
-    NsrHost, Peer, PeerKind, PeerSpec, PeerWatch, ProcId, RouteSpec, Signal,
+    control_request, find_binary, parse_err, wait_for_every, wait_ok, ControlSocket, HostId, Lab,
+    LogMark, NeighborSpec, NsrHost, Peer, PeerKind, PeerSpec, PeerWatch, ProcId, RouteSpec, Signal,
 };
 use holdfast_tester::workload::{generate, Kind};
 use holdfast_tester::{encode_routes, Peer as Tester};
@@ -70,6 +70,9 @@ use std::time::{Duration, Instant};
 
 /// The unit under test (its NSR instance has the same name).
 pub const UNIT: &str = "edge-1";
+/// The store's host (redis-server; other servers the unit reaches, such as
+/// a BMP station or an RPKI cache, may run there too).
+pub const STORE_HOST: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
 /// The peer under test's host and address (`.20`).
 const PEER_OCTET: u8 = 20;
 
@@ -104,7 +107,7 @@ impl Unit {
     }
 
     /// Routes of a table; `peer` is required for `In`/`Out`.
-    pub fn rib(&self, table: RibTable, peer: Option<IpAddr>) -> Result<Vec<RibEntry>, String> {
+    pub fn rib(&self, table: RibTable, peer: Option<IpAddr>) -> holdfast_lab::Result<Vec<RibEntry>> {
         let req = Request::ShowRib {
             instance: None,
             prefix: None,
@@ -112,26 +115,37 @@ impl Unit {
             table,
             limit: None,
         };
-        match self.request(&req).map_err(|e| e.to_string())? {
+        match self.request(&req)? {
             Body::Rib(r) => Ok(r),
-            other => Err(format!("unexpected {other:?}")),
+            other => Err(parse_err("holdfastd control answer", format!("unexpected {other:?}"))),
         }
     }
 
     /// `holdfast --socket SOCK ARGS...` in the unit's container.
-    pub fn cli(&self, plane: &Plane, args: &[&str]) -> holdfast_lab::Result<String> {
-        let sock = self.socket.to_string_lossy().into_owned();
-        let mut cmd = vec![plane.bins.holdfast.as_str(), "--socket", sock.as_str()];
+    pub fn cli(&self, lab: &Lab, args: &[&str]) -> holdfast_lab::Result<String> {
+        let bin = find_binary("holdfast", "HOLDFAST_BIN")?;
+        let (bin, sock) = (
+            bin.to_string_lossy().into_owned(),
+            self.socket.to_string_lossy().into_owned(),
+        );
+        let mut cmd = vec![bin.as_str(), "--socket", sock.as_str()];
         cmd.extend_from_slice(args);
-        plane.lab.exec_ok(self.ns, &cmd)
+        lab.exec_ok(self.ns, &cmd)
     }
 
     /// [`Unit::cli`] with `--json`, parsed.
-    pub fn cli_json(&self, plane: &Plane, args: &[&str]) -> Result<serde_json::Value, String> {
+    pub fn cli_json(&self, lab: &Lab, args: &[&str]) -> holdfast_lab::Result<serde_json::Value> {
         let mut a = args.to_vec();
         a.push("--json");
-        let out = self.cli(plane, &a).map_err(|e| e.to_string())?;
-        serde_json::from_str(&out).map_err(|e| format!("{e}: {out}"))
+        let out = self.cli(lab, &a)?;
+        serde_json::from_str(&out)
+            .map_err(|e| parse_err(format!("holdfast {}", a.join(" ")), format!("{e}: {out}")))
+    }
+
+    /// `show nsr --json`'s `nsr` object.
+    pub fn nsr(&self, lab: &Lab) -> Result<serde_json::Value, String> {
+        let v = self.cli_json(lab, &["show", "nsr"]).map_err(|e| e.to_string())?;
+        Ok(v.get("ok").and_then(|b| b.get("nsr")).cloned().unwrap_or(v))
     }
 
     /// Whether its process still exists (a SIGSTOPped one does).
@@ -157,6 +171,24 @@ impl Unit {
             },
         )
         .unwrap_or_else(|e| panic!("{e}"))
+    }
+}
+
+/// `holdfast ... --json` against a unit, whoever started it (a plane's
+/// agent: [`Unit`]; the lab itself: `Holdfastd`).
+pub trait CliJson {
+    fn cli_json(&self, lab: &Lab, args: &[&str]) -> holdfast_lab::Result<serde_json::Value>;
+}
+
+impl CliJson for Unit {
+    fn cli_json(&self, lab: &Lab, args: &[&str]) -> holdfast_lab::Result<serde_json::Value> {
+        Unit::cli_json(self, lab, args)
+    }
+}
+
+impl CliJson for holdfast_lab::Holdfastd {
+    fn cli_json(&self, lab: &Lab, args: &[&str]) -> holdfast_lab::Result<serde_json::Value> {
+        holdfast_lab::Holdfastd::cli_json(self, lab, args)
     }
 }
 
@@ -338,19 +370,14 @@ impl<P: Peer> Run<P> {
 
     /// `show nsr --json` of the running unit.
     pub fn nsr_status(&self) -> serde_json::Value {
-        let v = self
-            .hf
-            .cli_json(&self.plane, &["show", "nsr"])
-            .unwrap_or_else(|e| panic!("show nsr: {e}"));
-        v.get("ok").and_then(|b| b.get("nsr")).cloned().unwrap_or(v)
+        self.hf
+            .nsr(&self.plane.lab)
+            .unwrap_or_else(|e| panic!("show nsr: {e}"))
     }
 
     fn wait_protected(&self, what: &str) {
         wait_ok(&format!("{what}: {UNIT} PROTECTED"), T, || {
-            let n = self
-                .hf
-                .cli_json(&self.plane, &["show", "nsr"])
-                .map(|v| v.get("ok").and_then(|b| b.get("nsr")).cloned().unwrap_or(v))?;
+            let n = self.hf.nsr(&self.plane.lab)?;
             (n["protected"] == true).then_some(()).ok_or(n.to_string())
         })
         .unwrap_or_else(|e| panic!("{e}"));
@@ -397,10 +424,7 @@ impl<P: Peer> Run<P> {
         let established = t0.elapsed();
         let old = std::mem::replace(&mut self.hf, new);
         let nsr = wait_ok(&format!("{what}: holdfastd's takeover figures"), T, || {
-            let n = self
-                .hf
-                .cli_json(&self.plane, &["show", "nsr"])
-                .map(|v| v.get("ok").and_then(|b| b.get("nsr")).cloned().unwrap_or(v))?;
+            let n = self.hf.nsr(&self.plane.lab)?;
             (n["takeover"]["tables_us"].as_u64().unwrap_or(0) > 0)
                 .then_some(n.clone())
                 .ok_or(n.to_string())
@@ -421,9 +445,119 @@ impl<P: Peer> Run<P> {
         old
     }
 
+    /// Starts `holdfast-bfd-relay` on the relay host (added to the bridge
+    /// on first use, `.6`) with the lab's Redis URL and the unit's
+    /// instance, and waits until it covers `sessions` BFD sessions (read
+    /// from its log).
+    pub fn start_relay(&mut self, sessions: usize) {
+        self.start_relay_with(sessions, &[]);
+    }
+
+    /// [`Run::start_relay`] with extra arguments (e.g. `--cover-ms`).
+    pub fn start_relay_with(&mut self, sessions: usize, extra: &[&str]) {
+        if self.relay.is_none() {
+            let h = self
+                .plane
+                .topo
+                .add_relay_host(&mut self.plane.lab)
+                .expect("relay host");
+            self.relay = Some((h, None));
+        }
+        let host = self.relay.as_ref().map(|r| r.0.id).expect("relay host");
+        let bin = find_binary("holdfast-bfd-relay", "HOLDFAST_BFD_RELAY")
+            .expect("holdfast-bfd-relay (cargo build --release -p holdfast-bfd-relay)");
+        let url = self.plane.redis.url();
+        let bin = bin.to_string_lossy().to_string();
+        let mut args = vec![
+            bin.as_str(),
+            "--store",
+            &url,
+            "--instance",
+            UNIT,
+            "--poll-ms",
+            "100",
+        ];
+        args.extend_from_slice(extra);
+        let p = self
+            .plane
+            .lab
+            .spawn(host, "bfd-relay", &args, &[("RUST_LOG", "info")])
+            .expect("spawn the relay");
+        if let Some(r) = self.relay.as_mut() {
+            r.1 = Some(p);
+        }
+        let (_, err) = self.plane.lab.proc_logs(p);
+        let err = err.to_path_buf();
+        wait_ok("the relay covers the BFD sessions", T, || {
+            let log = std::fs::read_to_string(&err).unwrap_or_default();
+            let n = log.matches("covering BFD session").count();
+            (n >= sessions).then_some(()).ok_or(format!(
+                "{n} covered; log: {}",
+                log.lines().rev().take(5).collect::<Vec<_>>().join(" | ")
+            ))
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    /// SIGKILLs the relay (if running).
+    pub fn kill_relay(&mut self) {
+        if let Some(p) = self.relay.as_mut().and_then(|r| r.1.take()) {
+            self.plane.lab.kill(p, Signal::Kill);
+            wait_ok("the relay exits", T, || {
+                (!self.plane.lab.is_running(p))
+                    .then_some(())
+                    .ok_or("still running".to_string())
+            })
+            .unwrap_or_else(|e| panic!("{e}"));
+        }
+    }
+
+    /// SIGSTOPs (or SIGCONTs) every controller replica: a control plane
+    /// that does not act (nobody takes over while they are stopped; what
+    /// the agents report waits in their streams).
+    pub fn stop_controllers(&mut self, stop: bool) {
+        let sig = if stop { Signal::Stop } else { Signal::Cont };
+        for (p, _) in self.plane.controllers.clone() {
+            self.plane.lab.kill(p, sig);
+        }
+    }
+
+    /// SIGKILLs the unit with the controllers stopped for `delay` (a slow
+    /// control plane: the unit is silent for `delay` plus the takeover),
+    /// then waits for the controller's takeover; no checks (a negative
+    /// control expects the peer to drop BGP).
+    pub fn kill_and_take_over(&mut self, what: &str, delay: Duration) {
+        self.take_over(what, |r| {
+            r.stop_controllers(true);
+            r.kill_unit();
+            std::thread::sleep(delay);
+            r.stop_controllers(false);
+        });
+    }
+
+    /// SIGKILLs the unit with the controllers stopped: nobody takes over
+    /// (for the rest of the run).
+    pub fn kill_primary(&mut self) {
+        self.stop_controllers(true);
+        self.kill_unit();
+    }
+
+    /// SIGKILLs the unit and the relay at once (the same instant as far as
+    /// the peer can tell), the controllers stopped: nobody takes over.
+    pub fn kill_primary_and_relay(&mut self) {
+        let p = self
+            .relay
+            .as_mut()
+            .and_then(|r| r.1.take())
+            .expect("relay running");
+        self.stop_controllers(true);
+        self.kill_unit();
+        self.plane.lab.kill(p, Signal::Kill);
+    }
+
     /// SIGKILLs the running unit (an application failure the controller
     /// handles).
-    fn kill_unit(&mut self) {
+    pub fn kill_unit(&mut self) {
         self.plane
             .kill_unit(UNIT, &self.hf.host)
             .unwrap_or_else(|e| panic!("{e}"));
@@ -465,7 +599,7 @@ impl<P: Peer> Run<P> {
                 );
                 let got = prefixes(
                     self.hf
-                        .rib(RibTable::In, Some(peer_ip))?
+                        .rib(RibTable::In, Some(peer_ip)).map_err(|e| e.to_string())?
                         .into_iter()
                         .map(|r| r.prefix),
                 );
@@ -480,7 +614,7 @@ impl<P: Peer> Run<P> {
             &format!("{what}: the peer holds our Adj-RIB-Out"),
             T,
             || {
-                let out = self.hf.rib(RibTable::Out, Some(peer_ip))?.len() as u32;
+                let out = self.hf.rib(RibTable::Out, Some(peer_ip)).map_err(|e| e.to_string())?.len() as u32;
                 let held = self.held_from_us();
                 (out == held && out > 0)
                     .then_some(())
@@ -495,7 +629,7 @@ impl<P: Peer> Run<P> {
             .announce(&self.plane.lab, &[RouteSpec::new(&from_peer)])
             .expect("peer announces");
         wait_ok(&format!("{what}: a new route from the peer"), T, || {
-            let r = self.hf.rib(RibTable::In, Some(peer_ip))?;
+            let r = self.hf.rib(RibTable::In, Some(peer_ip)).map_err(|e| e.to_string())?;
             r.iter()
                 .any(|e| e.prefix == from_peer)
                 .then_some(())
@@ -576,6 +710,37 @@ impl<P: Peer> Run<P> {
         self.burst_and(what, inbound, progress, |r| {
             r.take_over(what, |r| r.kill_unit());
         });
+    }
+
+    /// Streams a 100k inbound burst; once a tenth is through, SIGSTOPs the
+    /// store for `d`, then SIGCONT. Returns how long after the store's
+    /// return the unit was PROTECTED again.
+    pub fn store_stall(&mut self, d: Duration) -> Duration {
+        let peer_ip = self.peer_ip();
+        let what = format!("store stalled {d:?} during a 100k inbound burst");
+        let mut back = Duration::ZERO;
+        self.burst_and(
+            &what,
+            true,
+            move |r| {
+                r.hf.neighbor(peer_ip)
+                    .ok()
+                    .flatten()
+                    .map_or(0, |n| n.prefixes_received)
+            },
+            |r| {
+                let redis = r.plane.redis.proc();
+                r.plane.lab.kill(redis, Signal::Stop);
+                std::thread::sleep(d);
+                r.plane.lab.kill(redis, Signal::Cont);
+                let t = Instant::now();
+                r.wait_protected(&format!("{what}: the store back"));
+                back = t.elapsed();
+            },
+        );
+        println!("{what}: PROTECTED again {back:?} after the store's return");
+        self.check(&what);
+        back
     }
 
     pub fn idle_kill(&mut self) {
@@ -681,7 +846,7 @@ impl<P: Peer> Run<P> {
             "store down: the new route in our Adj-RIB-Out to the feed",
             T,
             || {
-                let out = self.hf.rib(RibTable::Out, Some(feed_ip))?;
+                let out = self.hf.rib(RibTable::Out, Some(feed_ip)).map_err(|e| e.to_string())?;
                 out.iter()
                     .any(|r| r.prefix == prefix)
                     .then_some(())

@@ -48,7 +48,7 @@
 //! * no Peer Down for BIRD's session at any time.
 
 use crate::common;
-use crate::nsr_common;
+use crate::{nsr_common, nsr_plane};
 
 use std::path::Path;
 use std::time::Duration;
@@ -355,22 +355,20 @@ fn bmp_across_a_takeover() {
     if skip_unless_tools(&["pmbmpd"]) {
         return;
     }
-    let Some(mut run) = nsr_common::Run::<Bird>::start_with(
+    let Some(mut run) = nsr_plane::Run::<Bird>::start_with(
         "bmp_takeover",
         PeerKind::Bird,
         nsr_common::Options::default(),
-        |t| {
-            format!(
-                "[[bmp]]\naddress = \"{}:1790\"\nstatistics_interval_secs = 0\nroute_monitoring = [\"pre-policy\", \"post-policy\", \"loc-rib\", \"adj-rib-out\"]\n",
-                t.redis.v4
-            )
-        },
+        &format!(
+            "[[bmp]]\naddress = \"{}:1790\"\nstatistics_interval_secs = 0\nroute_monitoring = [\"pre-policy\", \"post-policy\", \"loc-rib\", \"adj-rib-out\"]\n",
+            nsr_plane::STORE_HOST
+        ),
     ) else {
         return;
     };
     let (host, ip) = (run.topo().redis.id, run.topo().redis.v4);
     let peer = run.peer_ip().to_string();
-    let file = start_pmbmpd(&mut run.lab, host, ip);
+    let file = start_pmbmpd(&mut run.plane.lab, host, ip);
     let is_up = |v: &Value| v["bmp_msg_type"] == "peer_up" && v["peer_ip"] == peer;
     wait_entry(&file, "the primary's Peer Up for BIRD", is_up);
     wait_entry(&file, "the primary's dump of our networks", |v| {
@@ -434,5 +432,5 @@ fn bmp_across_a_takeover() {
     for v in of(&after, "init") {
         eprintln!("init: {v}");
     }
-    run.lab.teardown();
+    run.plane.lab.teardown();
 }

@@ -16,15 +16,15 @@
 //!   state Up, and frr still shows the old remote-id (no new session);
 //! * BGP never left Established (the peer watch), as in the other NSR tests.
 
-use crate::nsr_common;
+use crate::{nsr_common, nsr_plane};
 
 use holdfast_api::{BfdSessionInfo, Body, Request};
-use holdfast_lab::{hold_for, wait_until, Frr, Holdfastd, PeerKind};
+use holdfast_lab::{hold_for, wait_until, Frr, PeerKind};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-fn show_bfd(hf: &Holdfastd) -> Vec<BfdSessionInfo> {
+fn show_bfd(hf: &nsr_plane::Unit) -> Vec<BfdSessionInfo> {
     match hf.request(&Request::ShowBfd) {
         Ok(Body::Bfd(v)) => v,
         other => panic!("show bfd: {other:?}"),
@@ -38,7 +38,7 @@ fn frr_peer(v: &serde_json::Value) -> Option<serde_json::Value> {
 
 #[test]
 fn frr_bfd_never_notices_takeovers() {
-    let Some(mut r) = nsr_common::Run::<Frr>::start(
+    let Some(mut r) = nsr_plane::Run::<Frr>::start(
         "nsr_bfd_frr",
         PeerKind::Frr,
         nsr_common::Options {
@@ -59,7 +59,7 @@ fn frr_bfd_never_notices_takeovers() {
     let before = wait_until(
         "frr: BFD up",
         Duration::from_secs(30),
-        || r.peer().bfd_peers(&r.lab),
+        || r.peer().bfd_peers(&r.plane.lab),
         |v| frr_peer(v).is_some_and(|p| p["status"] == "up"),
     )
     .map(|v| frr_peer(&v).expect("peer"))
@@ -69,13 +69,13 @@ fn frr_bfd_never_notices_takeovers() {
         before["remote-id"].as_u64(),
         Some(u64::from(ours.local_discriminator))
     );
-    let counters = |r: &nsr_common::Run<Frr>| {
+    let counters = |r: &nsr_plane::Run<Frr>| {
         r.peer()
-            .bfd_peer_counters(&r.lab)
+            .bfd_peer_counters(&r.plane.lab)
             .ok()
             .and_then(|v| frr_peer(&v))
             .and_then(|p| p["session-down"].as_u64())
-            .unwrap_or_else(|| panic!("frr counters: {:?}", r.peer().bfd_peer_counters(&r.lab)))
+            .unwrap_or_else(|| panic!("frr counters: {:?}", r.peer().bfd_peer_counters(&r.plane.lab)))
     };
     let downs_before = counters(&r);
 
@@ -135,7 +135,7 @@ fn frr_bfd_never_notices_takeovers() {
         (ours.local_discriminator, ours.remote_discriminator),
         "the backup resumed the same session"
     );
-    let after = frr_peer(&r.peer().bfd_peers(&r.lab).expect("frr")).expect("peer");
+    let after = frr_peer(&r.peer().bfd_peers(&r.plane.lab).expect("frr")).expect("peer");
     println!("frr after: {after}");
     assert_eq!(after["remote-id"], before["remote-id"]);
     assert_eq!(after["id"], before["id"]);

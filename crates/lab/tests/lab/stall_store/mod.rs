@@ -19,7 +19,7 @@
 //! backup restores the session from the store): the same checks, so the
 //! store written anew after the stall is whole.
 
-use crate::nsr_common;
+use crate::{nsr_common, nsr_plane};
 
 use holdfast_lab::{Frr, PeerKind};
 use std::time::Duration;
@@ -27,7 +27,7 @@ use std::time::Duration;
 #[test]
 fn frr_sees_nothing_when_the_store_stalls_mid_burst() {
     let Some(mut r) =
-        nsr_common::Run::<Frr>::start("stall_store", PeerKind::Frr, nsr_common::Options::default())
+        nsr_plane::Run::<Frr>::start("stall_store", PeerKind::Frr, nsr_common::Options::default())
     else {
         return;
     };
