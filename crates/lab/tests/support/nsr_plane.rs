@@ -84,9 +84,9 @@ fn peer_v4() -> Ipv4Addr {
 #[derive(Debug, Clone)]
 pub struct Unit {
     /// The plane host whose agent runs it.
-    pub host: String,
-    /// Its container's namespace.
-    pub ns: HostId,
+    pub host_name: String,
+    /// Its container (the lab host whose namespace it runs in).
+    pub host: HostId,
     pub pid: u64,
     pub socket: PathBuf,
     pub log: PathBuf,
@@ -130,7 +130,7 @@ impl Unit {
         );
         let mut cmd = vec![bin.as_str(), "--socket", sock.as_str()];
         cmd.extend_from_slice(args);
-        lab.exec_ok(self.ns, &cmd)
+        lab.exec_ok(self.host, &cmd)
     }
 
     /// [`Unit::cli`] with `--json`, parsed.
@@ -162,7 +162,7 @@ impl Unit {
 
     pub fn wait_established(&self, addr: IpAddr, within: Duration) -> NeighborInfo {
         wait_ok(
-            &format!("{UNIT} on {}: session with {addr} Established", self.host),
+            &format!("{UNIT} on {}: session with {addr} Established", self.host_name),
             within,
             || match self.neighbor(addr) {
                 Ok(Some(n)) if n.state == "Established" => Ok(n),
@@ -411,7 +411,7 @@ impl<P: Peer> Run<P> {
     /// agent there runs it and its session with the peer is Established.
     /// Returns the old unit.
     pub fn take_over(&mut self, what: &str, inject: impl FnOnce(&mut Self)) -> Unit {
-        let from = self.hf.host.clone();
+        let from = self.hf.host_name.clone();
         let t0 = Instant::now();
         inject(self);
         let to = self
@@ -555,11 +555,135 @@ impl<P: Peer> Run<P> {
         self.plane.lab.kill(p, Signal::Kill);
     }
 
+    /// Sets `"preheated": true` in the unit's placement (as an operator
+    /// would, with etcdctl): the backup host's agent starts a standby
+    /// (`holdfastd --standby`) following the store. Returns it once it
+    /// follows every stored session.
+    pub fn start_standby(&mut self) -> Unit {
+        let key = format!("{}{UNIT}", holdfast_lab::plane::UNITS_PREFIX);
+        let got = self
+            .plane
+            .etcd
+            .ctl(&mut self.plane.lab, &["get", &key, "--print-value-only"])
+            .expect("etcdctl get");
+        let mut rec: serde_json::Value = serde_json::from_str(got.trim()).expect("unit record");
+        rec["preheated"] = serde_json::Value::Bool(true);
+        self.plane
+            .etcd
+            .ctl(&mut self.plane.lab, &["put", &key, &rec.to_string()])
+            .expect("etcdctl put");
+        let (_, backup) = self.plane.placement(UNIT).expect("placement");
+        let backup = backup.expect("a backup host");
+        let sb = unit_on(&self.plane, &backup);
+        self.wait_standby_caught_up(&sb, 2);
+        sb
+    }
+
+    /// `show nsr` of a standby: its `standby` object.
+    pub fn standby_status(&self, sb: &Unit) -> serde_json::Value {
+        let v = sb.nsr(&self.plane.lab).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(v["role"], "standby", "not a standby: {v}");
+        v["standby"].clone()
+    }
+
+    /// Waits until the standby follows `sessions` sessions and its last poll
+    /// found nothing new.
+    pub fn wait_standby_caught_up(&self, sb: &Unit, sessions: u64) -> serde_json::Value {
+        wait_ok("the standby follows the store and caught up", T, || {
+            let v = sb.nsr(&self.plane.lab)?;
+            let s = &v["standby"];
+            (v["role"] == "standby"
+                && s["sessions"].as_u64() == Some(sessions)
+                && s["caught_up"] == true
+                && s["prepared"] == true)
+                .then_some(s.clone())
+                .ok_or(v.to_string())
+        })
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// SIGKILLs the primary; the controller takes the unit over through the
+    /// standby `sb` (its own process becomes the primary). Returns the old
+    /// unit and holdfastd's takeover figures.
+    pub fn standby_takeover(&mut self, what: &str, sb: Unit) -> (Unit, serde_json::Value) {
+        let old = self.take_over(what, |r| r.kill_unit());
+        assert_eq!(
+            (self.hf.host_name.as_str(), self.hf.pid),
+            (sb.host_name.as_str(), sb.pid),
+            "{what}: not the standby's own process"
+        );
+        let t = self.phases.last().map(|p| p.holdfastd.clone()).unwrap_or_default();
+        (old, t)
+    }
+
+    /// Sends `n` routes from the outbound feed (through the unit to the
+    /// peer) and waits until the peer holds them all.
+    pub fn outbound_routes(&mut self, what: &str, n: usize) {
+        let before = self.held_from_us();
+        let mut w = generate(Kind::Packed, n, FEED_OUT_AS, self.plane.topo.feed.v4);
+        for (_, ps) in &mut w {
+            for p in ps.iter_mut() {
+                if let Prefix::V4(p4) = p {
+                    p4.addr += OUT_OFFSET;
+                }
+            }
+        }
+        let mut bytes = Vec::new();
+        encode_routes(&w, &self.feed_out.ctx, &mut bytes);
+        self.feed_out
+            .send_stream(&bytes)
+            .expect("outbound routes sent");
+        wait_ok(
+            &format!("{what}: the peer holds {n} more routes"),
+            T,
+            || {
+                let h = self.held_from_us();
+                (h as usize >= before as usize + n)
+                    .then_some(())
+                    .ok_or(format!("peer holds {h}, had {before}"))
+            },
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    /// After [`Run::kill_primary`] (the controllers stopped): lets the
+    /// controllers go on, and waits for their takeover.
+    pub fn resume_controllers_and_take_over(&mut self, what: &str) -> Unit {
+        self.take_over(what, |r| r.stop_controllers(false))
+    }
+
+    /// The state store's address (`redis-server` in the lab).
+    pub fn store_addr(&self) -> std::net::SocketAddr {
+        std::net::SocketAddr::new(self.plane.redis.addr(), self.plane.redis.port())
+    }
+
+    /// A network namespace from which the store is reachable (the feed
+    /// host's), for a test's own connection to it.
+    pub fn client_netns(&self) -> String {
+        self.plane.lab.netns(self.plane.topo.feed.id).to_string()
+    }
+
+    /// The store key of a session with the peer, `hf:{UNIT}:s:default/PEER:suffix`.
+    pub fn peer_session_key(&self, suffix: &str) -> String {
+        format!("hf:{{{UNIT}}}:s:default/{}:{suffix}", self.peer_ip())
+    }
+
+    /// The store's epoch of the unit's instance (`GET`).
+    pub fn store_epoch(&self) -> u64 {
+        self.plane
+            .redis
+            .cli(&self.plane.lab, &["GET", &format!("hf:{{{UNIT}}}:epoch")])
+            .expect("redis GET epoch")
+            .trim()
+            .parse()
+            .unwrap_or(0)
+    }
+
     /// SIGKILLs the running unit (an application failure the controller
     /// handles).
     pub fn kill_unit(&mut self) {
         self.plane
-            .kill_unit(UNIT, &self.hf.host)
+            .kill_unit(UNIT, &self.hf.host_name)
             .unwrap_or_else(|e| panic!("{e}"));
     }
 
@@ -743,6 +867,12 @@ impl<P: Peer> Run<P> {
         back
     }
 
+    /// SIGKILLs the unit and waits for the controller's takeover; returns
+    /// the old unit.
+    pub fn kill_and_wait(&mut self, what: &str) -> Unit {
+        self.take_over(what, |r| r.kill_unit())
+    }
+
     pub fn idle_kill(&mut self) {
         self.take_over("idle SIGKILL", |r| r.kill_unit());
         self.check("idle SIGKILL");
@@ -792,7 +922,7 @@ impl<P: Peer> Run<P> {
         let what = "frozen primary (SIGSTOP)";
         let old = self.take_over(what, |r| {
             r.plane
-                .stop_unit(UNIT, &r.hf.host)
+                .stop_unit(UNIT, &r.hf.host_name)
                 .unwrap_or_else(|e| panic!("{e}"));
         });
         // The SIGCONT finds nobody (it may have gone already).
@@ -942,8 +1072,8 @@ pub fn unit_on(plane: &Plane, host: &str) -> Unit {
         .unwrap_or_else(|e| panic!("{e}"));
     let dir = plane.host(host).work_dir.join(UNIT);
     Unit {
-        host: host.to_string(),
-        ns: plane.unit(UNIT).containers[host].id,
+        host_name: host.to_string(),
+        host: plane.unit(UNIT).containers[host].id,
         pid,
         socket: dir.join("holdfastd.sock"),
         log: dir.join("holdfastd.log"),
