@@ -182,6 +182,9 @@ pub struct PlaneExtras {
     /// BFD and its authentication, `[nsr]` options (`compact_bytes`,
     /// `manage_address`), `[[bmp]]` stations ...
     pub unit_config: BTreeMap<String, String>,
+    /// Units placed with `"preheated": true`: their backup host's agent
+    /// runs a standby (`holdfastd --standby`) from the start.
+    pub preheated: Vec<String>,
 }
 
 /// bird2's and gobgpd's AS in the plane.
@@ -350,7 +353,7 @@ impl Plane {
             let config = nsr_config(&t, &redis.url(), &u.name, &neighbors, &extra);
             std::fs::write(lab.work_dir().join(format!("{}.toml", u.name)), &config)
                 .map_err(|e| LabError::Invalid(format!("unit config: {e}")))?;
-            let rec = unit_record(
+            let mut rec = unit_record(
                 &u.name,
                 &s.primary,
                 &s.backup,
@@ -358,6 +361,9 @@ impl Plane {
                 &[format!("{}/24", u.service)],
                 s.app_failure.as_deref(),
             );
+            if extras.preheated.contains(&u.name) {
+                rec["preheated"] = Value::Bool(true);
+            }
             cp.place(&mut lab, &rec)?;
             let c = &u.containers[&s.primary];
             lab.exec_ok(

@@ -311,7 +311,12 @@ impl<P: Peer> Run<P> {
         plane
             .wait_leader(3, T)
             .unwrap_or_else(|e| panic!("{e}"));
-        let hf = unit_on(&plane, "a");
+        // Where the placement says it runs (a, unless its agent has
+        // already fenced it and the controller moved it).
+        let host = plane
+            .wait_moved_off(UNIT, &[], T)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let hf = unit_on(&plane, &host);
         hf.wait_established(IpAddr::V4(peer_v4()), T);
         let feed_out = connect_feed(
             &plane.lab,
