@@ -565,18 +565,7 @@ impl<P: Peer> Run<P> {
     /// (`holdfastd --standby`) following the store. Returns it once it
     /// follows every stored session.
     pub fn start_standby(&mut self) -> Unit {
-        let key = format!("{}{UNIT}", holdfast_lab::plane::UNITS_PREFIX);
-        let got = self
-            .plane
-            .etcd
-            .ctl(&mut self.plane.lab, &["get", &key, "--print-value-only"])
-            .expect("etcdctl get");
-        let mut rec: serde_json::Value = serde_json::from_str(got.trim()).expect("unit record");
-        rec["preheated"] = serde_json::Value::Bool(true);
-        self.plane
-            .etcd
-            .ctl(&mut self.plane.lab, &["put", &key, &rec.to_string()])
-            .expect("etcdctl put");
+        self.set_placement("preheated", true.into());
         let (_, backup) = self.plane.placement(UNIT).expect("placement");
         let backup = backup.expect("a backup host");
         let sb = unit_on(&self.plane, &backup);
@@ -682,6 +671,113 @@ impl<P: Peer> Run<P> {
             .trim()
             .parse()
             .unwrap_or(0)
+    }
+
+    /// Rewrites one field of the unit's placement in etcd (as an operator
+    /// would, with etcdctl).
+    fn set_placement(&mut self, field: &str, value: serde_json::Value) {
+        let key = format!("{}{UNIT}", holdfast_lab::plane::UNITS_PREFIX);
+        let got = self
+            .plane
+            .etcd
+            .ctl(&mut self.plane.lab, &["get", &key, "--print-value-only"])
+            .expect("etcdctl get");
+        let mut rec: serde_json::Value = serde_json::from_str(got.trim()).expect("unit record");
+        rec[field] = value;
+        self.plane
+            .etcd
+            .ctl(&mut self.plane.lab, &["put", &key, &rec.to_string()])
+            .expect("etcdctl put");
+    }
+
+    /// SIGKILLs the unit with its placement's application-failure policy
+    /// set to `restart_in_place`: the controller takes it over on its own
+    /// host, in the same container (the policy goes back to `migrate`
+    /// after). Returns the old unit.
+    pub fn take_over_in_place(&mut self, what: &str) -> Unit {
+        self.set_placement("app_failure", "restart_in_place".into());
+        let host = self.hf.host_name.clone();
+        let old_pid = self.hf.pid;
+        let t0 = Instant::now();
+        self.kill_unit();
+        let pid = self
+            .plane
+            .wait_running(UNIT, &host, Some(old_pid), T)
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        let moved = t0.elapsed();
+        let mut new = unit_on(&self.plane, &host);
+        new.pid = pid;
+        new.wait_established(self.peer_ip(), T);
+        let established = t0.elapsed();
+        let old = std::mem::replace(&mut self.hf, new);
+        let nsr = wait_ok(&format!("{what}: holdfastd's takeover figures"), T, || {
+            let n = self.hf.nsr(&self.plane.lab)?;
+            (n["takeover"]["tables_us"].as_u64().unwrap_or(0) > 0)
+                .then_some(n.clone())
+                .ok_or(n.to_string())
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        println!(
+            "{what}: the controller restarted {UNIT} in place on {host} (pid {pid}) in {moved:?}, Established {established:?}\n  holdfastd: {}",
+            nsr["takeover"]
+        );
+        self.phases.push(Phase {
+            what: what.to_string(),
+            from: host.clone(),
+            to: host,
+            moved,
+            established,
+            holdfastd: nsr["takeover"].clone(),
+        });
+        self.set_placement("app_failure", "migrate".into());
+        old
+    }
+
+    /// Starts another holdfastd (`name`) beside the unit, in its container,
+    /// with the unit's configuration edited by `edit`; as a takeover when
+    /// `takeover`. The start's result, as `Holdfastd::start_with` reports it
+    /// (a process that exits before its control socket answers is an error
+    /// carrying its log's tail).
+    pub fn start_beside(
+        &mut self,
+        name: &str,
+        edit: impl Fn(&str) -> String,
+        takeover: bool,
+    ) -> Result<holdfast_lab::Holdfastd, holdfast_lab::LabError> {
+        let config = std::fs::read_to_string(self.plane.lab.work_dir().join(format!("{UNIT}.toml")))
+            .expect("the unit's configuration");
+        let config = edit(&config);
+        let mut opts = if takeover {
+            holdfast_lab::StartOpts::takeover(
+                self.plane.lab.work_dir().join(name).join("takeover.ready"),
+            )
+        } else {
+            holdfast_lab::StartOpts::default()
+        };
+        // The error a refused start ends with, not a backtrace, is what
+        // the log's tail in the start error shows.
+        opts.env
+            .push(("RUST_BACKTRACE".to_string(), "0".to_string()));
+        holdfast_lab::Holdfastd::start_with(&mut self.plane.lab, self.hf.host, name, &config, &opts)
+    }
+
+    /// The Holdfast iptables/ip6tables rules in the unit's container
+    /// (`-S` lines carrying a `holdfast:` comment).
+    pub fn holdfast_rules(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for cmd in ["iptables", "ip6tables"] {
+            let text = self
+                .plane
+                .lab
+                .exec_ok(self.hf.host, &[cmd, "-w", "-S"])
+                .expect("iptables -S");
+            out.extend(
+                text.lines()
+                    .filter(|l| l.contains("holdfast:"))
+                    .map(|l| format!("{cmd} {l}")),
+            );
+        }
+        out
     }
 
     /// SIGKILLs the running unit (an application failure the controller
