@@ -356,6 +356,16 @@ impl<P: Peer> Run<P> {
         &self.peer
     }
 
+    /// The peer under test's host.
+    pub fn peer_host(&self) -> &NsrHost {
+        &self.peer_host
+    }
+
+    /// The unit's container on plane host `host` (`a`, `b`).
+    pub fn container(&self, host: &str) -> NsrHost {
+        self.plane.unit(UNIT).containers[host].clone()
+    }
+
     /// The running unit.
     pub fn hf(&self) -> &Unit {
         &self.hf
