@@ -185,6 +185,9 @@ pub struct PlaneExtras {
     /// Units placed with `"preheated": true`: their backup host's agent
     /// runs a standby (`holdfastd --standby`) from the start.
     pub preheated: Vec<String>,
+    /// More arguments of every host agent (e.g. `--hang-ms 0`: no hang
+    /// detection, for a lab that stops a unit for seconds on purpose).
+    pub agent_args: Vec<String>,
 }
 
 /// bird2's and gobgpd's AS in the plane.
@@ -406,7 +409,7 @@ impl Plane {
                     .collect(),
                 ..AgentOpts::default()
             };
-            let mut boot = Vec::new();
+            let mut boot = extras.agent_args.clone();
             for (u, s) in units.iter().zip(&spec.units) {
                 if s.primary == *h {
                     let cfg = lab.work_dir().join(format!("{}.toml", u.name));
@@ -420,7 +423,7 @@ impl Plane {
             hosts.push(PlaneHost {
                 name: h.clone(),
                 host: node.clone(),
-                args: a.args,
+                args: a.args.into_iter().chain(extras.agent_args.clone()).collect(),
                 status: a.status,
                 work_dir: a.work_dir,
                 agent: Some(p),

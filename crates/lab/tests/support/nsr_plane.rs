@@ -303,6 +303,9 @@ impl<P: Peer> Run<P> {
         extras
             .unit_config
             .insert(UNIT.into(), unit_config(svc, feed, &o, more));
+        if o.stalls {
+            extras.agent_args = vec!["--hang-ms".into(), "0".into()];
+        }
         let mut plane = Plane::up_with(name, &spec, bins, &extras).expect("plane");
         let (peer_host, peer) = plane
             .start_peer::<P>("p", PEER_OCTET, &peer_spec(svc, feed, &o))
@@ -788,6 +791,21 @@ impl<P: Peer> Run<P> {
             );
         }
         out
+    }
+
+    /// SIGSTOPs the unit for `d`, then SIGCONT: a stall, not a failure
+    /// (nobody takes over: its TCP handshakes still complete, and with
+    /// [`Options::stalls`] its agent does not judge it hung).
+    pub fn stall_primary(&mut self, d: Duration) {
+        let pid = self
+            .plane
+            .stop_unit(UNIT, &self.hf.host_name)
+            .unwrap_or_else(|e| panic!("{e}"));
+        std::thread::sleep(d);
+        assert!(
+            holdfast_lab::send_signal(pid as u32, Signal::Cont, false),
+            "SIGCONT {pid}"
+        );
     }
 
     /// SIGKILLs the running unit (an application failure the controller
