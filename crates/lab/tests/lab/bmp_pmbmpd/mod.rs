@@ -36,8 +36,9 @@
 //!   `holdfast neighbor reset`, then a new Peer Up when the session returns;
 //! * Termination (`bmp_term`) when holdfastd stops.
 //!
-//! `bmp_across_a_takeover`: the NSR lab of `support/nsr.rs` (bridge, BIRD
-//! peer, Redis, holdfastd on `a` then `b` behind the service address),
+//! `bmp_across_a_takeover`: the NSR lab of `support/nsr_plane.rs` (bridge, BIRD
+//! peer, Redis, the unit on `a` then `b` behind the service address, the
+//! controller taking it over),
 //! pmbmpd on the Redis host. holdfastd is SIGKILLed and taken over (BIRD
 //! sees nothing: `Run::check`); in pmbmpd's log (docs/nsr.md, "What a BMP
 //! collector sees of a takeover"):

@@ -10,7 +10,7 @@
 //! Checked:
 //! * before: BFD Up on both sides, frr's remote-id = holdfastd's local
 //!   discriminator;
-//! * after each takeover, `nsr_common`'s checks (no NOTIFICATION, Adj-RIB-In
+//! * after each takeover, `nsr_plane`'s checks (no NOTIFICATION, Adj-RIB-In
 //!   equal to what frr sent, new UPDATEs both ways);
 //! * frr's BFD session never leaves "up": `show bfd peers json` sampled every
 //!   100 ms by a watcher thread for the whole run, its uptime never going

@@ -8,7 +8,7 @@
 //!    controllers SIGSTOPped for 500 ms, then the controller's takeover (the unit is silent for more
 //!    than twice bird's detection time): bird's BFD session never leaves
 //!    Up (`birdc show bfd sessions` sampled every ≤50 ms, its "Since"
-//!    unchanged), `nsr_common`'s checks pass, BGP never left Established.
+//!    unchanged), `nsr_plane`'s checks pass, BGP never left Established.
 //! 2. **The relay killed in normal operation**: bird's BFD stays Up, its
 //!    "Since" unchanged, for ten detection times.
 //! 3. **Negative control**: the slow takeover of 1 without the relay: bird's
@@ -18,7 +18,7 @@
 //! (its own lab): BFD with keyed SHA1 authentication (bird2's
 //! `authentication keyed sha1`), the relay given the key in `--keys`:
 //! 1. the slow takeover with the relay: bird's BFD never leaves Up (same
-//!    "Since"), BGP never left Established, `nsr_common`'s checks pass;
+//!    "Since"), BGP never left Established, `nsr_plane`'s checks pass;
 //! 2. **negative control**: a relay given the wrong key (its packets carry
 //!    the right sequence number but a wrong digest): the same slow takeover
 //!    makes bird's BFD leave Up and bird drop BGP — bird checks what the

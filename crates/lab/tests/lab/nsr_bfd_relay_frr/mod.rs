@@ -19,7 +19,7 @@
 //!    controller's takeover. frr's BFD session never leaves "up" (`show
 //!    bfd peers json` sampled every ≤50 ms by a watcher thread, same `id`
 //!    and `remote-id`, uptime never going back), its `session-down` counter
-//!    is unchanged, `nsr_common`'s checks pass (no NOTIFICATION, routes,
+//!    is unchanged, `nsr_plane`'s checks pass (no NOTIFICATION, routes,
 //!    new UPDATEs both ways), and BGP never left Established (peer watch).
 //!    1b. The same with a slow control plane: SIGKILL with every controller
 //!    replica SIGSTOPped for 500 ms, so the takeover starts after it (the unit is silent for 500 ms plus the takeover,

@@ -24,8 +24,9 @@
 //! * no session was reset: BIRD's and FRR's sessions (their own CLIs) and
 //!   holdfastd's keep their established counters and uptimes.
 //!
-//! `rpki_across_a_takeover`: the NSR lab of `support/nsr.rs` (bridge, BIRD
-//! peer, Redis, holdfastd on `a` then `b` behind the service address, an
+//! `rpki_across_a_takeover`: the NSR lab of `support/nsr_plane.rs` (bridge, BIRD
+//! peer, Redis, the unit on `a` then `b` behind the service address (the
+//! controller taking it over), an
 //! outbound feed that records every UPDATE holdfastd sends), stayrtr on the
 //! Redis host, BIRD's routes imported with the "rov" policy. BIRD
 //! announces 10.1.1.0/24 (valid) and 10.2.0.0/16 (invalid, rejected).

@@ -23,7 +23,7 @@
 //! Up (frr: the `session-down` counter unchanged and the uptime not reset;
 //! bird2: the "Since" column unchanged), the BGP session never left
 //! Established (sampled every 100 ms; uptime never reset), the peer logged
-//! no NOTIFICATION and holds every route (`nsr_common`'s checks); and the
+//! no NOTIFICATION and holds every route (`nsr_plane`'s checks); and the
 //! same holdfastd process still runs.
 //!
 //! Negative control (run by hand, noted in docs/notes/issue25-stall.md):
