@@ -54,17 +54,16 @@ use crate::nsr_common::{
     burst, connect_feed, difference, one_hop, prefixes, stop_watch, tester, Options, FEED_IN_AS,
     FEED_OUT_AS, HF_AS, IN_BURST_OFFSET, OUT_OFFSET, PEER_AS, T,
 };
-use holdfast_api::{Body, NeighborInfo, Request, RibEntry, RibTable};
+use holdfast_api::RibTable;
 use holdfast_lab::plane::{Plane, PlaneBins, PlaneExtras, PlaneSpec};
 use holdfast_lab::{
-    control_request, find_binary, parse_err, wait_for_every, wait_ok, ControlSocket, HostId, Lab,
-    LogMark, NeighborSpec, NsrHost, Peer, PeerKind, PeerSpec, PeerWatch, ProcId, RouteSpec, Signal,
+    find_binary, wait_for_every, wait_ok, LogMark, NeighborSpec, NsrHost, Peer, PeerKind, PeerSpec,
+    PeerWatch, ProcId, RouteSpec, Signal,
 };
 use holdfast_tester::workload::{generate, Kind};
 use holdfast_tester::{encode_routes, Peer as Tester};
 use holdfast_wire::{Prefix, Prefix4};
 use std::net::{IpAddr, Ipv4Addr};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -80,117 +79,7 @@ fn peer_v4() -> Ipv4Addr {
     Ipv4Addr::new(198, 18, 0, PEER_OCTET)
 }
 
-/// The running unit as its agent started it: its control socket, pid and log.
-#[derive(Debug, Clone)]
-pub struct Unit {
-    /// The plane host whose agent runs it.
-    pub host_name: String,
-    /// Its container (the lab host whose namespace it runs in).
-    pub host: HostId,
-    pub pid: u64,
-    pub socket: PathBuf,
-    pub log: PathBuf,
-}
-
-impl Unit {
-    pub fn request(&self, req: &Request) -> holdfast_lab::Result<Body> {
-        control_request(&self.socket, req)
-    }
-
-    pub fn neighbors(&self) -> holdfast_lab::Result<Vec<NeighborInfo>> {
-        ControlSocket(self.socket.clone()).neighbors()
-    }
-
-    pub fn neighbor(&self, addr: IpAddr) -> holdfast_lab::Result<Option<NeighborInfo>> {
-        let a = addr.to_string();
-        Ok(self.neighbors()?.into_iter().find(|n| n.address == a))
-    }
-
-    /// Routes of a table; `peer` is required for `In`/`Out`.
-    pub fn rib(&self, table: RibTable, peer: Option<IpAddr>) -> holdfast_lab::Result<Vec<RibEntry>> {
-        let req = Request::ShowRib {
-            instance: None,
-            prefix: None,
-            peer: peer.map(|p| p.to_string()),
-            table,
-            limit: None,
-        };
-        match self.request(&req)? {
-            Body::Rib(r) => Ok(r),
-            other => Err(parse_err("holdfastd control answer", format!("unexpected {other:?}"))),
-        }
-    }
-
-    /// `holdfast --socket SOCK ARGS...` in the unit's container.
-    pub fn cli(&self, lab: &Lab, args: &[&str]) -> holdfast_lab::Result<String> {
-        let bin = find_binary("holdfast", "HOLDFAST_BIN")?;
-        let (bin, sock) = (
-            bin.to_string_lossy().into_owned(),
-            self.socket.to_string_lossy().into_owned(),
-        );
-        let mut cmd = vec![bin.as_str(), "--socket", sock.as_str()];
-        cmd.extend_from_slice(args);
-        lab.exec_ok(self.host, &cmd)
-    }
-
-    /// [`Unit::cli`] with `--json`, parsed.
-    pub fn cli_json(&self, lab: &Lab, args: &[&str]) -> holdfast_lab::Result<serde_json::Value> {
-        let mut a = args.to_vec();
-        a.push("--json");
-        let out = self.cli(lab, &a)?;
-        serde_json::from_str(&out)
-            .map_err(|e| parse_err(format!("holdfast {}", a.join(" ")), format!("{e}: {out}")))
-    }
-
-    /// `show nsr --json`'s `nsr` object.
-    pub fn nsr(&self, lab: &Lab) -> Result<serde_json::Value, String> {
-        let v = self.cli_json(lab, &["show", "nsr"]).map_err(|e| e.to_string())?;
-        Ok(v.get("ok").and_then(|b| b.get("nsr")).cloned().unwrap_or(v))
-    }
-
-    /// Whether its process still exists (a SIGSTOPped one does).
-    pub fn is_alive(&self) -> bool {
-        std::fs::read_to_string(format!("/proc/{}/stat", self.pid))
-            .map(|s| !s.contains(") Z "))
-            .unwrap_or(false)
-    }
-
-    /// Its log, as its agent keeps it (the file is the unit's on that host).
-    pub fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    pub fn wait_established(&self, addr: IpAddr, within: Duration) -> NeighborInfo {
-        wait_ok(
-            &format!("{UNIT} on {}: session with {addr} Established", self.host_name),
-            within,
-            || match self.neighbor(addr) {
-                Ok(Some(n)) if n.state == "Established" => Ok(n),
-                Ok(n) => Err(format!("{n:?}")),
-                Err(e) => Err(e.to_string()),
-            },
-        )
-        .unwrap_or_else(|e| panic!("{e}"))
-    }
-}
-
-/// `holdfast ... --json` against a unit, whoever started it (a plane's
-/// agent: [`Unit`]; the lab itself: `Holdfastd`).
-pub trait CliJson {
-    fn cli_json(&self, lab: &Lab, args: &[&str]) -> holdfast_lab::Result<serde_json::Value>;
-}
-
-impl CliJson for Unit {
-    fn cli_json(&self, lab: &Lab, args: &[&str]) -> holdfast_lab::Result<serde_json::Value> {
-        Unit::cli_json(self, lab, args)
-    }
-}
-
-impl CliJson for holdfast_lab::Holdfastd {
-    fn cli_json(&self, lab: &Lab, args: &[&str]) -> holdfast_lab::Result<serde_json::Value> {
-        holdfast_lab::Holdfastd::cli_json(self, lab, args)
-    }
-}
+pub use crate::nsr_common::{CliJson, Unit};
 
 /// One takeover's figures: the control plane's wall clock seen from the
 /// lab, and holdfastd's own (`show nsr`'s `takeover`).
