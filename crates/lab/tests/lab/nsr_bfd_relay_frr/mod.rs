@@ -55,6 +55,9 @@ use std::time::{Duration, Instant};
 
 const INTERVAL_MS: u32 = 100;
 const DETECT: Duration = Duration::from_millis(300);
+/// The largest gap between two of the watcher's samples that still sees
+/// a Down (which lasts at least a second, RFC 5880 §6.8.3).
+const MAX_GAP: Duration = Duration::from_millis(1000);
 /// How long the controllers are stopped in 1b and 3 (a slow control
 /// plane: the takeover starts only after it).
 const SLOW_PLANE: Duration = Duration::from_millis(500);
@@ -233,11 +236,12 @@ fn frr_bfd_100ms_stays_up_through_takeovers_with_the_relay() {
     hold_for(DETECT * 10, || {});
     let (n, gap) = bfd.assert_up_since("takeover with the relay", t1, id, remote_id);
     // The watcher sleeps 40 ms between vtysh calls, which take 10–100 ms
-    // on this busy VM. Any gap below the detection time is fine: a session
-    // that went Down stays down for at least a second (it comes back through
-    // Down/Init at the slow rate, RFC 5880 §6.8.3), and the session-down
-    // counter is checked as well.
-    assert!(gap < DETECT, "sampling gap {gap:?}");
+    // on this busy VM, and up to ~400 ms with the control plane's etcd,
+    // controllers and agents beside frr. Any gap below a second is fine: a
+    // session that went Down stays down for at least a second (it comes
+    // back through Down/Init at the slow rate, RFC 5880 §6.8.3), and the
+    // session-down counter is checked as well.
+    assert!(gap < MAX_GAP, "sampling gap {gap:?}");
     assert_eq!(session_downs(&r), downs, "frr counted a BFD session down");
     println!(
         "1. takeover with the relay: frr BFD up in all {n} samples (largest gap {gap:?}), session-down {downs} unchanged, took {:?}",
