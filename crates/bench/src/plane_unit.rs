@@ -71,6 +71,10 @@ impl BenchPlane {
         spec.units[0].routes = ORIGINATED as u32;
         spec.units[0].app_failure = Some("migrate".into());
         spec.units[0].peers = vec!["none".into()];
+        // No IP SLA probes: the bench kills the process (its agent sees
+        // that through the pidfd), and the probes' load would be measured
+        // with holdfastd's.
+        spec.no_probes = true;
         let svc = Ipv4Addr::new(198, 18, 0, 10);
         let mut extras = PlaneExtras::default();
         extras
