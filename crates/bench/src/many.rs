@@ -164,7 +164,9 @@ pub fn spread(v: &[f64]) -> (f64, f64, f64) {
 fn wait_caught_up(sb: &std::path::Path, sessions: u64) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(180);
     loop {
-        let v = show_nsr(sb)?;
+        // Its agent starts it once the placement is read: until then no
+        // socket answers.
+        let v = show_nsr(sb).unwrap_or_default();
         let s = &v["standby"];
         if s["sessions"].as_u64() == Some(sessions) && s["prepared"].as_bool() == Some(true) {
             return Ok(());

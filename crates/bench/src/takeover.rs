@@ -160,7 +160,9 @@ impl Takeover {
 fn wait_caught_up(sb: &Path, n: usize) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        let v = show_nsr(sb)?;
+        // Its agent starts it once the placement is read: until then no
+        // socket answers.
+        let v = show_nsr(sb).unwrap_or_default();
         let s = &v["standby"];
         if s["sessions"].as_u64() == Some(2) && s["prepared"].as_bool() == Some(true) {
             return Ok(());
