@@ -547,9 +547,9 @@ pub fn takeover_fig(plan: &Plan) -> Figure {
                 .ok_or_else(|| anyhow::anyhow!("no takeover measured"))?;
             let tables_ms = t.holdfastd["tables_us"].as_u64().unwrap_or(0) as f64 / 1e3;
             Ok(vec![
-                t.resume_ms,
+                t.resume_ms(),
                 tables_ms,
-                t.orchestrator_ms,
+                t.control_ms,
                 if t.routes_kept { 1.0 } else { 0.0 },
             ])
         });
@@ -613,9 +613,10 @@ pub fn takeover_fig(plan: &Plan) -> Figure {
         title: "Takeover time against table size".into(),
         what: "holdfastd NSR on learns N packed routes from an injector and re-advertises them to a monitor \
 (NSR topology of `holdfast-nsr-bench`: one bridge, Redis on its own host, primary on host a, backup on b); \
-once replication is idle the primary is SIGKILLed and the lab orchestrator starts `holdfastd --takeover` on b \
-and moves the service address. **BGP resume** = from the takeover command until the monitor receives the \
-backup's first message; **all state resumed** = from the backup's process start until its tables are rebuilt \
+the unit runs under the lab's control plane (etcd, three controllers, an agent on a and b, the unit in a \
+container on each); once replication is idle the unit is SIGKILLed and the controller has b's agent start \
+`holdfastd --takeover` and move the service address. **BGP resume** = from the backup's start until its \
+sessions resumed (first KEEPALIVE queued; holdfastd's own account, `show nsr`); **all state resumed** = from the backup's process start until its tables are rebuilt \
 and the difference sent (holdfastd's own account, `show nsr`). The peer's session never goes down. \
 The other daemons (and holdfastd without NSR) have no takeover: after a failure they restart and their \
 sessions are reset. Their line is **restart to full table**: from starting the daemon (failure detection not \
@@ -631,7 +632,7 @@ again, until the monitor holds all N again (6(a) topology)."
         y_scale: Scale::Log10,
         series,
         extra_headers: vec![
-            "orchestrator total, kill → Established (ms)".into(),
+            "control plane total, kill → Established (ms)".into(),
             "peer kept its session and every route".into(),
         ],
         ratio: true,

@@ -66,6 +66,7 @@ pub mod learn;
 pub mod many;
 pub mod mrt;
 pub mod originate;
+pub mod plane_unit;
 pub mod report;
 pub mod store;
 pub mod takeover;

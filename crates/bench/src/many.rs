@@ -19,10 +19,11 @@
 //! (a reader and a keepalive thread each) and the senders are four threads.
 
 use crate::learn::Perf;
-use crate::takeover::{config_with, nsr_at_rest, show_nsr, start_standby, tester, Backup, MON_AS};
+use crate::plane_unit::{show_nsr, wait_all_established, BenchPlane, ORIGINATED};
+use crate::takeover::{config_with, nsr_at_rest, tester, Backup, MON_AS};
 use crate::util::{cpu_secs, peak_rss_kb};
 use anyhow::{bail, Context, Result};
-use holdfast_lab::{Fence, Holdfastd, Lab, LabOrchestrator, NsrTopo, Orchestrator, Redis};
+use holdfast_lab::{ControlSocket, HostId, Holdfastd, Lab, NsrHost, NsrTopo, Redis};
 use holdfast_tester::workload::{generate, Kind, Workload};
 use holdfast_tester::{encode_routes, Peer as Tester};
 use holdfast_wire::{AsSegment, Prefix};
@@ -97,13 +98,14 @@ pub struct ManySample {
 
 /// A takeover timed at every tester session.
 pub struct ManyTakeover {
-    /// Per injector session: takeover command → first message from the
-    /// backup (ms), in session order.
+    /// Per injector session: the kill → first message from the backup
+    /// (ms), in session order.
     pub resume_ms: Vec<f64>,
     /// The same at the monitor.
     pub monitor_resume_ms: f64,
-    /// Orchestrator total: kill → every session Established at the backup.
-    pub orchestrator_ms: f64,
+    /// The control plane's time: the kill → every session Established at
+    /// the backup.
+    pub control_ms: f64,
     /// holdfastd's own account (`show nsr` takeover phases).
     pub holdfastd: serde_json::Value,
     /// What went wrong at the testers (empty: every session kept every
@@ -111,23 +113,28 @@ pub struct ManyTakeover {
     pub problems: Vec<String>,
 }
 
-/// Adds the injectors' addresses to the feed host and a route to them on
-/// `a` and `b`.
-fn add_feed_addresses(lab: &Lab, topo: &NsrTopo, sessions: usize) -> Result<()> {
+/// Adds the injectors' addresses to the feed host and a route to them in
+/// the namespaces of `via_feed` (where holdfastd runs).
+fn add_feed_addresses(
+    lab: &Lab,
+    feed: &NsrHost,
+    via_feed: &[HostId],
+    sessions: usize,
+) -> Result<()> {
     let batch = lab.work_dir().join("feed-addrs.batch");
     let mut s = String::new();
     for i in 0..sessions {
         s.push_str(&format!(
             "address add {}/32 dev {}\n",
             session_addr(i),
-            topo.feed.ifname
+            feed.ifname
         ));
     }
     std::fs::write(&batch, s).context("writing the address batch")?;
     let path = batch.to_string_lossy().to_string();
-    lab.exec_ok(topo.feed.id, &["ip", "-batch", &path])?;
-    let via = topo.feed.v4.to_string();
-    for host in [topo.a.id, topo.b.id] {
+    lab.exec_ok(feed.id, &["ip", "-batch", &path])?;
+    let via = feed.v4.to_string();
+    for &host in via_feed {
         lab.exec_ok(host, &["ip", "route", "add", "100.64.0.0/22", "via", &via])?;
     }
     Ok(())
@@ -154,10 +161,12 @@ pub fn spread(v: &[f64]) -> (f64, f64, f64) {
 
 /// Waits until a standby follows all `sessions` sessions and has compared
 /// the Adj-RIB-Outs.
-fn wait_caught_up(sb: &Holdfastd, lab: &Lab, sessions: u64) -> Result<()> {
+fn wait_caught_up(sb: &std::path::Path, sessions: u64) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(180);
     loop {
-        let v = show_nsr(sb, lab)?;
+        // Its agent starts it once the placement is read: until then no
+        // socket answers.
+        let v = show_nsr(sb).unwrap_or_default();
         let s = &v["standby"];
         if s["sessions"].as_u64() == Some(sessions) && s["prepared"].as_bool() == Some(true) {
             return Ok(());
@@ -174,9 +183,23 @@ fn first_after(t: &Tester, command: Instant) -> Option<Instant> {
     t.view(|v| v.arrivals.iter().copied().find(|a| *a > command))
 }
 
+/// Where a run's holdfastd runs and its testers connect from.
+struct Env<'a> {
+    lab: &'a Lab,
+    feed: &'a NsrHost,
+    /// The monitor's host and address.
+    mon: (HostId, Ipv4Addr),
+    /// holdfastd's control socket and pid.
+    socket: std::path::PathBuf,
+    pid: u32,
+    redis: Option<&'a Redis>,
+    /// What the monitor holds beside the injected routes.
+    originated: usize,
+}
+
 /// One run: `sessions` injectors of `per` routes of `kind`, NSR on or off;
-/// with a `backup` (NSR on) the primary is then killed and the backup
-/// takes over.
+/// with a `backup` (NSR on) the unit is then killed and the control plane
+/// takes it over.
 pub fn many_run(
     sessions: usize,
     per: usize,
@@ -188,48 +211,80 @@ pub fn many_run(
     if sessions == 0 || sessions > MAX_SESSIONS {
         bail!("--sessions must be 1..={MAX_SESSIONS}");
     }
-    let mut lab = Lab::new(if nsr { "nsr_many_on" } else { "nsr_many_off" })?;
-    let topo = NsrTopo::build(&mut lab)?;
-    add_feed_addresses(&lab, &topo, sessions)?;
-    let redis = if nsr {
-        Some(Redis::start(
-            &mut lab,
-            topo.redis.id,
-            IpAddr::V4(topo.redis.v4),
-            6379,
-        )?)
-    } else {
-        None
-    };
-    let mut neighbors: Vec<(Ipv4Addr, u32, &str)> = (0..sessions)
+    let injectors: Vec<(Ipv4Addr, u32, &str)> = (0..sessions)
         .map(|i| (session_addr(i), FIRST_AS + i as u32, "none"))
         .collect();
+    if nsr {
+        let mut neighbors = injectors;
+        neighbors.push((BenchPlane::mon_addr(), MON_AS, "all"));
+        let bp = BenchPlane::up("nsr_many_on", &neighbors, backup == Backup::Preheated)?;
+        let containers: Vec<HostId> = ["a", "b"]
+            .iter()
+            .map(|h| bp.plane.unit(crate::plane_unit::UNIT).containers[*h].id)
+            .collect();
+        add_feed_addresses(&bp.plane.lab, &bp.plane.topo.feed, &containers, sessions)?;
+        let env = Env {
+            lab: &bp.plane.lab,
+            feed: &bp.plane.topo.feed,
+            mon: (bp.mon.id, bp.mon.v4),
+            socket: bp.socket("a"),
+            pid: bp.pid("a")?,
+            redis: Some(&bp.plane.redis),
+            originated: ORIGINATED,
+        };
+        return run_in(&env, sessions, per, kind, backup, deadline, Some(&bp));
+    }
+    let mut lab = Lab::new("nsr_many_off")?;
+    let topo = NsrTopo::build(&mut lab)?;
+    add_feed_addresses(&lab, &topo.feed, &[topo.a.id, topo.b.id], sessions)?;
+    let mut neighbors = injectors;
     neighbors.push((topo.peer.v4, MON_AS, "all"));
-    let cfg = config_with(
-        &topo,
-        redis.as_ref().map(|r| r.url()).as_deref(),
-        &neighbors,
-    );
+    let cfg = config_with(&topo, None, &neighbors);
     let hf = Holdfastd::start(&mut lab, topo.a.id, "hf0", &cfg)?;
-    let svc = IpAddr::V4(topo.service_v4);
-    let mon = tester(&lab, topo.peer.id, topo.peer.v4, svc, MON_AS)?;
+    let env = Env {
+        lab: &lab,
+        feed: &topo.feed,
+        mon: (topo.peer.id, topo.peer.v4),
+        socket: hf.socket.clone(),
+        pid: hf.pid(&lab),
+        redis: None,
+        originated: 0,
+    };
+    let out = run_in(&env, sessions, per, kind, Backup::None, deadline, None);
+    drop(hf);
+    out
+}
+
+/// The learning run in `env`, then (NSR on, with a backup) the takeover.
+fn run_in(
+    env: &Env,
+    sessions: usize,
+    per: usize,
+    kind: Kind,
+    backup: Backup,
+    deadline: Duration,
+    plane: Option<&BenchPlane>,
+) -> Result<ManySample> {
+    let lab = env.lab;
+    let svc = IpAddr::V4(Ipv4Addr::new(198, 18, 0, 10));
+    let mon = tester(lab, env.mon.0, env.mon.1, svc, MON_AS)?;
     let mut injs = Vec::with_capacity(sessions);
     for i in 0..sessions {
         injs.push(tester(
-            &lab,
-            topo.feed.id,
+            lab,
+            env.feed.id,
             session_addr(i),
             svc,
             FIRST_AS + i as u32,
         )?);
     }
-    hf.wait_all_established(Duration::from_secs(60))?;
-    let mut standby = start_standby(&mut lab, &topo, &cfg, redis.is_some(), backup)?;
+    wait_all_established(&env.socket, Duration::from_secs(60))?;
     let work = split_workload(kind, sessions, per);
     let total: usize = work
         .iter()
         .map(|w| w.iter().map(|(_, p)| p.len()).sum::<usize>())
-        .sum();
+        .sum::<usize>()
+        + env.originated;
     let mut streams: Vec<Vec<(Arc<Tester>, Vec<u8>)>> = (0..SENDERS).map(|_| Vec::new()).collect();
     for (i, (w, inj)) in work.iter().zip(&injs).enumerate() {
         let mut bytes = Vec::new();
@@ -237,8 +292,9 @@ pub fn many_run(
         streams[i % SENDERS].push((inj.clone(), bytes));
     }
     drop(work);
-    let hf_pid = hf.pid(&lab);
-    let redis_pid = redis.as_ref().map(|r| r.pid());
+    let hf_pid = env.pid;
+    let redis_pid = env.redis.map(|r| r.pid());
+    let nsr = env.redis.is_some();
     // HOLDFAST_BENCH_PERF=FILE: `perf record` of holdfastd while it
     // learns, into FILE.nsr-on / FILE.nsr-off (each run overwrites).
     let perf = std::env::var("HOLDFAST_BENCH_PERF").ok().and_then(|f| {
@@ -290,23 +346,20 @@ pub fn many_run(
         store: None,
         takeover: None,
     };
-    if let Some(redis) = &redis {
-        sample.nsr = Some(nsr_at_rest(&hf, &lab, Duration::from_secs(60))?);
-        let keys = redis.cli(&lab, &["DBSIZE"])?.trim().parse().unwrap_or(0);
-        let info = redis.cli(&lab, &["INFO", "memory"])?;
+    if let Some(redis) = env.redis {
+        sample.nsr = Some(nsr_at_rest(&env.socket, Duration::from_secs(60))?);
+        let keys = redis.cli(lab, &["DBSIZE"])?.trim().parse().unwrap_or(0);
+        let info = redis.cli(lab, &["INFO", "memory"])?;
         let used = info
             .lines()
             .find_map(|l| l.strip_prefix("used_memory:"))
             .and_then(|v| v.trim().parse().ok())
             .unwrap_or(0);
         sample.store = Some((keys, used));
-        if backup != Backup::None {
+        if let (Some(bp), true) = (plane, backup != Backup::None) {
             sample.takeover = Some(take_over(
-                &mut lab,
-                &topo,
-                &hf,
-                standby.take(),
-                &cfg,
+                bp,
+                backup,
                 &Testers {
                     mon: &mon,
                     injs: &injs,
@@ -316,8 +369,6 @@ pub fn many_run(
             )?);
         }
     }
-    drop(standby);
-    drop(hf);
     Ok(sample)
 }
 
@@ -332,16 +383,10 @@ struct Testers<'a> {
     per: usize,
 }
 
-/// SIGKILL of the primary, takeover by `standby` (preheated) or a cold
-/// `holdfastd --takeover` on b, then the checks at every tester.
-fn take_over(
-    lab: &mut Lab,
-    topo: &NsrTopo,
-    hf: &Holdfastd,
-    standby: Option<Holdfastd>,
-    cfg: &str,
-    testers: &Testers,
-) -> Result<ManyTakeover> {
+/// SIGKILL of the unit on a; the control plane takes it over on b (a
+/// cold `holdfastd --takeover`, or the preheated standby b's agent runs);
+/// then the checks at every tester.
+fn take_over(bp: &BenchPlane, backup: Backup, testers: &Testers) -> Result<ManyTakeover> {
     let Testers {
         mon,
         injs,
@@ -350,28 +395,15 @@ fn take_over(
     } = *testers;
     let sessions = injs.len() as u64 + 1;
     let withdrawn0 = mon.view(|v| v.withdrawn);
-    let mut orch = LabOrchestrator::new(topo);
-    let standby = match standby {
-        Some(sb) => {
-            wait_caught_up(&sb, lab, sessions)?;
-            Some(sb)
-        }
-        None => None,
-    };
+    if backup == Backup::Preheated {
+        wait_caught_up(&bp.socket("b"), sessions)?;
+    }
     for t in injs {
         t.record_arrivals(64);
     }
     mon.record_arrivals(64);
-    let killed = Instant::now();
-    let (new, times) = match standby {
-        Some(sb) => orch
-            .takeover_standby(lab, hf, sb, Fence::Kill)
-            .map_err(|e| anyhow::anyhow!("standby takeover: {e}"))?,
-        None => orch
-            .takeover(lab, hf, topo.b.id, "hf1", cfg, Fence::Kill)
-            .map_err(|e| anyhow::anyhow!("takeover: {e}"))?,
-    };
-    let command = killed + times.fence;
+    let (command, control) = bp.kill_and_take_over("a", "b")?;
+    let new = ControlSocket(bp.socket("b"));
     let until = Instant::now() + Duration::from_secs(30);
     let mut first: Vec<Option<Instant>> = vec![None; injs.len()];
     let mut mon_first = None;
@@ -399,7 +431,7 @@ fn take_over(
     // All state resumed: tables rebuilt (reported by holdfastd).
     let until = Instant::now() + Duration::from_secs(120);
     let v = loop {
-        let v = show_nsr(&new, lab)?;
+        let v = show_nsr(&new.0)?;
         if v["takeover"]["tables_us"].as_u64().unwrap_or(0) > 0 || Instant::now() > until {
             break v;
         }
@@ -434,7 +466,7 @@ fn take_over(
         let Ok(addr) = nb.address.parse::<IpAddr>() else {
             continue;
         };
-        if addr == IpAddr::V4(topo.peer.v4) {
+        if addr == IpAddr::V4(BenchPlane::mon_addr()) {
             continue;
         }
         if nb.state != "Established" || nb.prefixes_received != per as u64 {
@@ -447,11 +479,10 @@ fn take_over(
     let out = ManyTakeover {
         resume_ms,
         monitor_resume_ms,
-        orchestrator_ms: times.total.as_secs_f64() * 1e3,
+        control_ms: control.as_secs_f64() * 1e3,
         holdfastd: v["takeover"].clone(),
         problems,
     };
-    drop(new);
     Ok(out)
 }
 
@@ -581,8 +612,8 @@ pub fn bench(
     let _ = writeln!(
         r,
         "\nTakeover (SIGKILL of the primary; cold: `holdfastd --takeover` started after the kill; preheated: `holdfastd --standby` then `nsr takeover`). \
-         Per-session resume: for every injector session, the takeover command → the first message it received from the backup.\n\n\
-         | run | backup | per-session resume p50 / p99 / max (ms) | monitor resume (ms) | claim / load / address wait / TCP restore all / resumed (ms, holdfastd) | all state (ms) | orchestrator total (ms) | sessions (preheated) | checks | load average |\n|---|---|---|---|---|---|---|---|---|---|"
+         Per-session resume: for every injector session, the kill → the first message it received from the backup.\n\n\
+         | run | backup | per-session resume p50 / p99 / max (ms) | monitor resume (ms) | claim / load / address wait / TCP restore all / resumed (ms, holdfastd) | all state (ms) | control plane: kill → sessions Established (ms) | sessions (preheated) | checks | load average |\n|---|---|---|---|---|---|---|---|---|---|"
     );
     for (i, (b, t, load)) in takeovers.iter().enumerate() {
         let (p50, p99, max) = spread(&t.resume_ms);
@@ -604,7 +635,7 @@ pub fn bench(
             ms("tcp_restore_us"),
             ms("resumed_us"),
             ms("tables_us"),
-            t.orchestrator_ms,
+            t.control_ms,
             h["sessions"],
             h["preheated"]
         );

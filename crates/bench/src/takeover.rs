@@ -3,21 +3,26 @@
 //! added ACK delay, the store size per session at rest, and the takeover
 //! phases (TENSOR Table 1) with N routes in the tables.
 //!
+//! NSR off: holdfastd alone in the lab. NSR on: the unit `bench` under the
+//! control plane ([`crate::plane_unit`]); the takeover is the controller's
+//! (SIGKILL of the unit on a, b's agent takes it over).
+//!
 //! ```text
 //!   bridge lan 198.18.0.0/24
-//!   [ peer ] .1   monitor tester (AS 65002): receives the N routes from holdfastd
+//!   [ peer ] .1 (NSR off) / [ p ] .20 (NSR on)   monitor tester (AS 65002): receives the N routes
 //!   [ redis ] .2  redis-server (NSR on)
-//!   [ a ] .3 / [ b ] .4   holdfastd primary / backup, service address .10
+//!   [ a ] .3 / [ b ] .4   holdfastd (NSR on: the unit's containers on the hosts), service address .10
 //!   [ feed ] .5   injector tester (AS 65001): sends N packed routes
+//!   c1..c3        etcd + holdfast-controller (NSR on)
 //! ```
 
 use anyhow::{bail, Result};
-use holdfast_lab::{
-    nsr_config, Fence, Holdfastd, Lab, LabOrchestrator, NsrTopo, Orchestrator, Redis, StartOpts,
-};
+use crate::plane_unit::{show_nsr, wait_all_established, BenchPlane, ORIGINATED};
+use holdfast_lab::{nsr_config, Holdfastd, Lab, NsrTopo, Redis};
 use holdfast_tester::workload::{generate, prefix_count, Kind};
 use holdfast_tester::{encode_routes, netns::in_netns, Config, Peer as Tester};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -127,24 +132,37 @@ pub struct Sample {
 
 /// A takeover's phases.
 pub struct Takeover {
-    /// Orchestrator total: kill → sessions Established at the backup.
-    pub orchestrator_ms: f64,
-    /// From the takeover command (holdfastd --takeover started) to the
-    /// first message from the backup received by the monitor peer.
-    pub resume_ms: f64,
+    /// The control plane's time: the kill → every session Established at
+    /// the backup (the controller's detection and decision, the agent's
+    /// start, the takeover itself).
+    pub control_ms: f64,
+    /// From the kill to the first message from the backup received by the
+    /// monitor peer (the control plane's time included).
+    pub peer_ms: f64,
     /// holdfastd's own account (`show nsr` takeover phases).
     pub holdfastd: serde_json::Value,
     /// The monitor kept every route and got no NOTIFICATION.
     pub routes_kept: bool,
 }
 
+impl Takeover {
+    /// BGP resume: from the takeover command (the backup's start, or its
+    /// `nsr takeover`) to its sessions resumed (first KEEPALIVE queued),
+    /// holdfastd's own account (`resumed_us`), ms.
+    pub fn resume_ms(&self) -> f64 {
+        self.holdfastd["resumed_us"].as_u64().unwrap_or(0) as f64 / 1e3
+    }
+}
+
 /// Waits until a standby has followed both sessions, its last poll found
 /// nothing new (the primary is idle by then), and it has compared the
 /// Adj-RIB-Outs (`prepared`).
-fn wait_caught_up(sb: &Holdfastd, lab: &Lab, n: usize) -> Result<()> {
+fn wait_caught_up(sb: &Path, n: usize) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        let v = show_nsr(sb, lab)?;
+        // Its agent starts it once the placement is read: until then no
+        // socket answers.
+        let v = show_nsr(sb).unwrap_or_default();
         let s = &v["standby"];
         if s["sessions"].as_u64() == Some(2) && s["prepared"].as_bool() == Some(true) {
             return Ok(());
@@ -156,21 +174,12 @@ fn wait_caught_up(sb: &Holdfastd, lab: &Lab, n: usize) -> Result<()> {
     }
 }
 
-pub(crate) fn show_nsr(hf: &Holdfastd, lab: &Lab) -> Result<serde_json::Value> {
-    let v = hf.cli_json(lab, &["show", "nsr"])?;
-    Ok(v.get("ok").and_then(|b| b.get("nsr")).cloned().unwrap_or(v))
-}
-
 /// `show nsr` once every session's replication is confirmed (no operation
 /// waiting for the store), or as it stands after `within`.
-pub(crate) fn nsr_at_rest(
-    hf: &Holdfastd,
-    lab: &Lab,
-    within: Duration,
-) -> Result<serde_json::Value> {
+pub(crate) fn nsr_at_rest(sock: &Path, within: Duration) -> Result<serde_json::Value> {
     let deadline = Instant::now() + within;
     loop {
-        let v = show_nsr(hf, lab)?;
+        let v = show_nsr(sock)?;
         let idle = v["sessions"]
             .as_array()
             .is_some_and(|s| s.iter().all(|x| x["lag_ops"] == 0));
@@ -205,79 +214,26 @@ fn store_bytes(lab: &Lab, redis: &Redis) -> Result<Vec<(String, u64)>> {
 pub enum Backup {
     /// No takeover.
     None,
-    /// Cold: `holdfastd --takeover` started after the kill loads the store.
+    /// Cold: the agent starts `holdfastd --takeover` after the kill, which
+    /// loads the store.
     Cold,
-    /// Preheated: `holdfastd --standby` started on b before the routes are
-    /// sent follows the store; after the kill it is sent `nsr takeover`.
+    /// Preheated: the placement says `"preheated": true`, so b's agent runs
+    /// `holdfastd --standby` from before the routes are sent; after the
+    /// kill the agent has it take over (`nsr takeover`).
     Preheated,
 }
 
-/// The preheated standby of a run with a store (`Backup::Preheated`), on
-/// host B; none otherwise (a cold backup starts at the takeover).
-pub(crate) fn start_standby(
-    lab: &mut Lab,
-    topo: &NsrTopo,
-    cfg: &str,
-    store: bool,
-    backup: Backup,
-) -> Result<Option<Holdfastd>> {
-    if !store || backup != Backup::Preheated {
-        return Ok(None);
-    }
-    let opts = StartOpts {
-        standby: true,
-        ..StartOpts::default()
-    };
-    Ok(Some(Holdfastd::start_with(
-        lab, topo.b.id, "hf1", cfg, &opts,
-    )?))
-}
-
-/// One run: N routes of `kind` learned with NSR on or off; with a `backup`
-/// (NSR on), the primary is then killed and the backup takes over.
-pub fn one_run(
-    n: usize,
-    kind: Kind,
-    nsr: bool,
-    backup: Backup,
-    deadline: Duration,
-) -> Result<Sample> {
-    let mut lab = Lab::new(if nsr { "nsr_bench_on" } else { "nsr_bench_off" })?;
-    let topo = NsrTopo::build(&mut lab)?;
-    if std::env::var("HOLDFAST_LAB_KEEP").is_ok_and(|v| v == "1") {
-        lab.capture_start()?;
-    }
-    let redis = if nsr {
-        Some(Redis::start(
-            &mut lab,
-            topo.redis.id,
-            IpAddr::V4(topo.redis.v4),
-            6379,
-        )?)
-    } else {
-        None
-    };
-    let cfg = config(&topo, redis.as_ref().map(|r| r.url()).as_deref());
-    let hf = Holdfastd::start(&mut lab, topo.a.id, "hf0", &cfg)?;
-    let svc = IpAddr::V4(topo.service_v4);
-    let mon = tester(&lab, topo.peer.id, topo.peer.v4, svc, MON_AS)?;
-    let inj = tester(&lab, topo.feed.id, topo.feed.v4, svc, INJ_AS)?;
-    hf.wait_all_established(Duration::from_secs(30))?;
-    let mut standby = start_standby(&mut lab, &topo, &cfg, redis.is_some(), backup)?;
-    let w = generate(kind, n, INJ_AS, topo.feed.v4);
-    let n = prefix_count(&w);
-    let mut bytes = Vec::new();
-    encode_routes(&w, &inj.ctx, &mut bytes);
-    drop(w);
+/// Streams `bytes` from `inj` and waits until `mon` holds `want` routes.
+fn learn(inj: &Arc<Tester>, mon: &Tester, bytes: Vec<u8>, want: usize, deadline: Duration) -> Result<Duration> {
     let t0 = Instant::now();
     let sender = {
         let inj = inj.clone();
         std::thread::spawn(move || inj.send_stream(&bytes))
     };
-    while mon.route_count() < n {
+    while mon.route_count() < want {
         if t0.elapsed() > deadline {
             bail!(
-                "monitor holds {} of {n} after {deadline:?}",
+                "monitor holds {} of {want} after {deadline:?}",
                 mon.route_count()
             );
         }
@@ -287,67 +243,110 @@ pub fn one_run(
     sender
         .join()
         .map_err(|_| anyhow::anyhow!("sender panicked"))??;
-    let mut sample = Sample {
+    Ok(learn)
+}
+
+/// One run: N routes of `kind` learned with NSR on or off; with a `backup`
+/// (NSR on), the primary is then killed and the control plane takes the
+/// unit over.
+pub fn one_run(
+    n: usize,
+    kind: Kind,
+    nsr: bool,
+    backup: Backup,
+    deadline: Duration,
+) -> Result<Sample> {
+    if nsr {
+        return one_run_on(n, kind, backup, deadline);
+    }
+    let mut lab = Lab::new("nsr_bench_off")?;
+    let topo = NsrTopo::build(&mut lab)?;
+    if std::env::var("HOLDFAST_LAB_KEEP").is_ok_and(|v| v == "1") {
+        lab.capture_start()?;
+    }
+    let cfg = config(&topo, None);
+    let hf = Holdfastd::start(&mut lab, topo.a.id, "hf0", &cfg)?;
+    let svc = IpAddr::V4(topo.service_v4);
+    let mon = tester(&lab, topo.peer.id, topo.peer.v4, svc, MON_AS)?;
+    let inj = tester(&lab, topo.feed.id, topo.feed.v4, svc, INJ_AS)?;
+    hf.wait_all_established(Duration::from_secs(30))?;
+    let w = generate(kind, n, INJ_AS, topo.feed.v4);
+    let n = prefix_count(&w);
+    let mut bytes = Vec::new();
+    encode_routes(&w, &inj.ctx, &mut bytes);
+    drop(w);
+    let learn = learn(&inj, &mon, bytes, n, deadline)?;
+    drop(hf);
+    Ok(Sample {
         learn,
         nsr: None,
         store_bytes: Vec::new(),
         takeover: None,
+    })
+}
+
+/// [`one_run`] with NSR on: the unit under the control plane
+/// ([`BenchPlane`]).
+fn one_run_on(n: usize, kind: Kind, backup: Backup, deadline: Duration) -> Result<Sample> {
+    let feed = Ipv4Addr::new(198, 18, 0, 5);
+    let bp = BenchPlane::up(
+        "nsr_bench_on",
+        &[(feed, INJ_AS, "none"), (BenchPlane::mon_addr(), MON_AS, "all")],
+        backup == Backup::Preheated,
+    )?;
+    let lab = &bp.plane.lab;
+    let topo = &bp.plane.topo;
+    let svc = IpAddr::V4(topo.service_v4);
+    let mon = tester(lab, bp.mon.id, bp.mon.v4, svc, MON_AS)?;
+    let inj = tester(lab, topo.feed.id, topo.feed.v4, svc, INJ_AS)?;
+    let sock = bp.socket("a");
+    wait_all_established(&sock, Duration::from_secs(60))?;
+    let w = generate(kind, n, INJ_AS, topo.feed.v4);
+    let n = prefix_count(&w);
+    let mut bytes = Vec::new();
+    encode_routes(&w, &inj.ctx, &mut bytes);
+    drop(w);
+    let learn = learn(&inj, &mon, bytes, n + ORIGINATED, deadline)?;
+    let mut sample = Sample {
+        learn,
+        nsr: Some(nsr_at_rest(&sock, Duration::from_secs(30))?),
+        store_bytes: store_bytes(lab, &bp.plane.redis)?,
+        takeover: None,
     };
-    if let Some(redis) = &redis {
-        sample.nsr = Some(nsr_at_rest(&hf, &lab, Duration::from_secs(30))?);
-        sample.store_bytes = store_bytes(&lab, redis)?;
-        if backup != Backup::None {
-            let mut orch = LabOrchestrator::new(&topo);
-            let (new, killed, times) = match standby.take() {
-                Some(sb) => {
-                    wait_caught_up(&sb, &lab, n)?;
-                    let killed = Instant::now();
-                    let (new, times) = orch
-                        .takeover_standby(&mut lab, &hf, sb, Fence::Kill)
-                        .map_err(|e| anyhow::anyhow!("standby takeover: {e}"))?;
-                    (new, killed, times)
-                }
-                None => {
-                    let killed = Instant::now();
-                    let (new, times) = orch
-                        .takeover(&mut lab, &hf, topo.b.id, "hf1", &cfg, Fence::Kill)
-                        .map_err(|e| anyhow::anyhow!("takeover: {e}"))?;
-                    (new, killed, times)
-                }
-            };
-            let command = killed + times.fence;
-            let deadline = Instant::now() + Duration::from_secs(30);
-            let first = loop {
-                if let Some(t) = mon.view(|v| v.last_message).filter(|t| *t > command) {
-                    break t;
-                }
-                if Instant::now() > deadline {
-                    bail!("the monitor heard nothing from the backup");
-                }
-                std::thread::sleep(Duration::from_millis(1));
-            };
-            // All state resumed: tables rebuilt (reported by holdfastd).
-            let deadline = Instant::now() + Duration::from_secs(60);
-            let v = loop {
-                let v = show_nsr(&new, &lab)?;
-                if v["takeover"]["tables_us"].as_u64().unwrap_or(0) > 0 || Instant::now() > deadline
-                {
-                    break v;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            };
-            let kept =
-                mon.view(|v| v.notifications.is_empty() && !v.closed) && mon.route_count() >= n;
-            sample.takeover = Some(Takeover {
-                orchestrator_ms: times.total.as_secs_f64() * 1e3,
-                resume_ms: first.duration_since(command).as_secs_f64() * 1e3,
-                holdfastd: v["takeover"].clone(),
-                routes_kept: kept,
-            });
-            drop(new);
-        }
+    if backup == Backup::None {
+        return Ok(sample);
     }
-    drop(standby);
-    drop(hf);
+    if backup == Backup::Preheated {
+        wait_caught_up(&bp.socket("b"), n)?;
+    }
+    let (killed, control) = bp.kill_and_take_over("a", "b")?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let first = loop {
+        if let Some(t) = mon.view(|v| v.last_message).filter(|t| *t > killed) {
+            break t;
+        }
+        if Instant::now() > deadline {
+            bail!("the monitor heard nothing from the backup");
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    // All state resumed: tables rebuilt (reported by holdfastd).
+    let new = bp.socket("b");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let v = loop {
+        let v = show_nsr(&new)?;
+        if v["takeover"]["tables_us"].as_u64().unwrap_or(0) > 0 || Instant::now() > deadline {
+            break v;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let kept = mon.view(|v| v.notifications.is_empty() && !v.closed)
+        && mon.route_count() >= n + ORIGINATED;
+    sample.takeover = Some(Takeover {
+        control_ms: control.as_secs_f64() * 1e3,
+        peer_ms: first.duration_since(killed).as_secs_f64() * 1e3,
+        holdfastd: v["takeover"].clone(),
+        routes_kept: kept,
+    });
     Ok(sample)
 }

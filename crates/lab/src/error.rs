@@ -59,9 +59,6 @@ pub enum LabError {
     /// The caller passed something the harness cannot honour.
     #[error("invalid argument: {0}")]
     Invalid(String),
-    /// Failure detection (`holdfast-orchestrate`) could not run or detected nothing.
-    #[error(transparent)]
-    Orchestrate(#[from] holdfast_orchestrate::Error),
 }
 
 /// Result alias used throughout the crate.

@@ -13,11 +13,12 @@
 //!   running between processes ([`Lab::keep`], [`Lab::adopt`]).
 //! * [`pcap`] reads back what a peer received.
 //! * [`nsr`]: the non-stop-routing topology ([`NsrTopo`]) and [`nsr_config`];
-//!   [`LabOrchestrator`] takes a unit over on it through the [`Orchestrator`] contract
-//!   of `holdfast-orchestrate` (re-exported here with [`Fence`], [`run_takeover`],
-//!   [`TakeoverDeadlines`], [`TakeoverTimes`]); [`Redis`] is the state store unit;
+//!   [`Redis`] is the state store unit;
 //!   [`PeerWatch`] samples a real peer's session in the background to show it never
 //!   left Established during a failover.
+//! * [`plane`]: the control plane in a lab (etcd, `holdfast-controller` replicas, a
+//!   host agent per host, units in containers, real peers): every takeover in the lab,
+//!   the NSR scenarios' and the benches' included, goes through it.
 //! * [`Etcd`]: an etcd cluster (Debian's etcd 3.4), one member per host, read back
 //!   with `etcdctl`; members killed and restarted by pid (the control plane's store).
 //! * [`skip_unless_ready`] / [`skip`]: how a test that cannot run here says so — a
@@ -97,7 +98,6 @@ mod etcd;
 pub mod holdfast;
 mod lab;
 pub mod nsr;
-mod orchestrator;
 pub mod pcap;
 pub mod peer;
 pub mod plane;
@@ -112,15 +112,11 @@ pub use cmd::{
 pub use error::{io_ctx, parse_err, LabError, Result};
 pub use etcd::{Etcd, EtcdMember, EtcdStatus, ETCD_CLIENT_PORT, ETCD_PEER_PORT};
 pub use holdfast::{control_request, find_binary, ControlSocket, Holdfastd, StartOpts};
-pub use holdfast_orchestrate::{
-    run_takeover, Fence, Orchestrator, TakeoverDeadlines, TakeoverTimes,
-};
 pub use lab::{
     AddrPair, BridgeId, BridgeInfo, BridgePort, HostId, HostInfo, IfAddr, KeptLab, KeptProc, Lab,
     LinkId, LinkInfo, ProcId,
 };
 pub use nsr::{nsr_config, NsrHost, NsrTopo, NSR_LOCAL_AS, NSR_V4_LEN, NSR_V6_LEN};
-pub use orchestrator::LabOrchestrator;
 pub use peer::{
     adopt as adopt_peer, normalize_prefix, preflight, BfdAuthSpec, BfdTimers, BfdView, Bird,
     Exabgp, Frr, Gobgp, LogMark, NeighborSpec, Peer, PeerKind, PeerSpec, RouteSpec, RouteView,

@@ -1,6 +1,6 @@
 //! Non-stop routing in the lab: the standard NSR topology ([`NsrTopo`]) and a holdfastd
-//! configuration for it ([`nsr_config`]). The lab's takeovers on it go through
-//! [`crate::LabOrchestrator`].
+//! configuration for it ([`nsr_config`]). Every takeover in the lab goes through
+//! its control plane ([`crate::plane`]: the controllers and the host agents).
 //!
 //! ```text
 //!                         bridge `lan` (198.18.0.0/24, fd00::/64)

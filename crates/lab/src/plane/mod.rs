@@ -173,6 +173,23 @@ impl PlaneSpec {
     }
 }
 
+/// What [`Plane::up_with`] adds to a [`PlaneSpec`]: what the NSR scenarios
+/// need beyond the plane's standard units.
+#[derive(Debug, Clone, Default)]
+pub struct PlaneExtras {
+    /// More holdfastd configuration per unit name, TOML appended to the
+    /// unit's own (its top-level keys first): neighbours with TCP-MD5 or
+    /// BFD and its authentication, `[nsr]` options (`compact_bytes`,
+    /// `manage_address`), `[[bmp]]` stations ...
+    pub unit_config: BTreeMap<String, String>,
+    /// Units placed with `"preheated": true`: their backup host's agent
+    /// runs a standby (`holdfastd --standby`) from the start.
+    pub preheated: Vec<String>,
+    /// More arguments of every host agent (e.g. `--hang-ms 0`: no hang
+    /// detection, for a lab that stops a unit for seconds on purpose).
+    pub agent_args: Vec<String>,
+}
+
 /// bird2's and gobgpd's AS in the plane.
 pub const PLANE_BIRD_AS: u32 = 65002;
 /// gobgpd's AS in the plane.
@@ -233,6 +250,16 @@ impl Plane {
     /// Builds the lab and starts everything; the units run on their
     /// primaries once the agents are up.
     pub fn up(name: &str, spec: &PlaneSpec, bins: PlaneBins) -> Result<Plane> {
+        Plane::up_with(name, spec, bins, &PlaneExtras::default())
+    }
+
+    /// [`Plane::up`] with [`PlaneExtras`].
+    pub fn up_with(
+        name: &str,
+        spec: &PlaneSpec,
+        bins: PlaneBins,
+        extras: &PlaneExtras,
+    ) -> Result<Plane> {
         let mut lab = Lab::new(name)?;
         lab.capture_start()?;
         let topo = NsrTopo::build(&mut lab)?;
@@ -322,10 +349,14 @@ impl Plane {
                     u.service
                 ));
             }
+            if let Some(more) = extras.unit_config.get(&u.name) {
+                extra.push_str("\n[global]\n");
+                extra.push_str(more);
+            }
             let config = nsr_config(&t, &redis.url(), &u.name, &neighbors, &extra);
             std::fs::write(lab.work_dir().join(format!("{}.toml", u.name)), &config)
                 .map_err(|e| LabError::Invalid(format!("unit config: {e}")))?;
-            let rec = unit_record(
+            let mut rec = unit_record(
                 &u.name,
                 &s.primary,
                 &s.backup,
@@ -333,6 +364,9 @@ impl Plane {
                 &[format!("{}/24", u.service)],
                 s.app_failure.as_deref(),
             );
+            if extras.preheated.contains(&u.name) {
+                rec["preheated"] = Value::Bool(true);
+            }
             cp.place(&mut lab, &rec)?;
             let c = &u.containers[&s.primary];
             lab.exec_ok(
@@ -375,7 +409,7 @@ impl Plane {
                     .collect(),
                 ..AgentOpts::default()
             };
-            let mut boot = Vec::new();
+            let mut boot = extras.agent_args.clone();
             for (u, s) in units.iter().zip(&spec.units) {
                 if s.primary == *h {
                     let cfg = lab.work_dir().join(format!("{}.toml", u.name));
@@ -389,7 +423,7 @@ impl Plane {
             hosts.push(PlaneHost {
                 name: h.clone(),
                 host: node.clone(),
-                args: a.args,
+                args: a.args.into_iter().chain(extras.agent_args.clone()).collect(),
                 status: a.status,
                 work_dir: a.work_dir,
                 agent: Some(p),
@@ -472,6 +506,15 @@ impl Plane {
             controller_argv: cp.controller_argv,
             custom_peers: spec.units.iter().any(|u| !u.peers.is_empty()),
         })
+    }
+
+    /// Starts a peer of kind `P` on a host `name` added to the bridge at
+    /// `.n` (a peer under test beside the plane's own, e.g. with TCP-MD5 or
+    /// BFD towards a unit configured through [`PlaneExtras`]).
+    pub fn start_peer<P: Peer>(&mut self, name: &str, n: u8, spec: &PeerSpec) -> Result<(NsrHost, P)> {
+        let h = self.topo.add_host(&mut self.lab, name, n)?;
+        let p = P::start(&mut self.lab, h.id, spec)?;
+        Ok((h, p))
     }
 
     /// The host named `name`.

@@ -20,6 +20,8 @@ mod common;
 mod fib_common;
 #[path = "../support/nsr.rs"]
 mod nsr_common;
+#[path = "../support/nsr_plane.rs"]
+mod nsr_plane;
 #[path = "../support/robust.rs"]
 mod robust_common;
 

@@ -36,8 +36,9 @@
 //!   `holdfast neighbor reset`, then a new Peer Up when the session returns;
 //! * Termination (`bmp_term`) when holdfastd stops.
 //!
-//! `bmp_across_a_takeover`: the NSR lab of `support/nsr.rs` (bridge, BIRD
-//! peer, Redis, holdfastd on `a` then `b` behind the service address),
+//! `bmp_across_a_takeover`: the NSR lab of `support/nsr_plane.rs` (bridge, BIRD
+//! peer, Redis, the unit on `a` then `b` behind the service address, the
+//! controller taking it over),
 //! pmbmpd on the Redis host. holdfastd is SIGKILLed and taken over (BIRD
 //! sees nothing: `Run::check`); in pmbmpd's log (docs/nsr.md, "What a BMP
 //! collector sees of a takeover"):
@@ -48,7 +49,7 @@
 //! * no Peer Down for BIRD's session at any time.
 
 use crate::common;
-use crate::nsr_common;
+use crate::{nsr_common, nsr_plane};
 
 use std::path::Path;
 use std::time::Duration;
@@ -355,22 +356,20 @@ fn bmp_across_a_takeover() {
     if skip_unless_tools(&["pmbmpd"]) {
         return;
     }
-    let Some(mut run) = nsr_common::Run::<Bird>::start_with(
+    let Some(mut run) = nsr_plane::Run::<Bird>::start_with(
         "bmp_takeover",
         PeerKind::Bird,
         nsr_common::Options::default(),
-        |t| {
-            format!(
-                "[[bmp]]\naddress = \"{}:1790\"\nstatistics_interval_secs = 0\nroute_monitoring = [\"pre-policy\", \"post-policy\", \"loc-rib\", \"adj-rib-out\"]\n",
-                t.redis.v4
-            )
-        },
+        &format!(
+            "[[bmp]]\naddress = \"{}:1790\"\nstatistics_interval_secs = 0\nroute_monitoring = [\"pre-policy\", \"post-policy\", \"loc-rib\", \"adj-rib-out\"]\n",
+            nsr_plane::STORE_HOST
+        ),
     ) else {
         return;
     };
     let (host, ip) = (run.topo().redis.id, run.topo().redis.v4);
     let peer = run.peer_ip().to_string();
-    let file = start_pmbmpd(&mut run.lab, host, ip);
+    let file = start_pmbmpd(&mut run.plane.lab, host, ip);
     let is_up = |v: &Value| v["bmp_msg_type"] == "peer_up" && v["peer_ip"] == peer;
     wait_entry(&file, "the primary's Peer Up for BIRD", is_up);
     wait_entry(&file, "the primary's dump of our networks", |v| {
@@ -434,5 +433,5 @@ fn bmp_across_a_takeover() {
     for v in of(&after, "init") {
         eprintln!("init: {v}");
     }
-    run.lab.teardown();
+    run.plane.lab.teardown();
 }

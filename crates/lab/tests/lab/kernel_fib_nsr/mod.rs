@@ -4,29 +4,36 @@
 //! with `ip route` / `ip monitor` and forwards a ping, not with holdfastd.
 //!
 //! ```text
-//!                 bridge `lan` 198.18.0.0/24 (support/nsr.rs's topology)
-//!   [ peer ] .1   bird2 AS 65001: 203.0.113.0/24, 203.0.114.0/24, 203.0.115.0/24
+//!                 bridge `lan` 198.18.0.0/24 (support/nsr_plane.rs's plane)
+//!   [ p ] .20     bird2 AS 65001: 203.0.113.0/24, 203.0.114.0/24, 203.0.115.0/24
 //!                 (203.0.113.1 on its loopback)
 //!   [ redis ] .2  redis-server (the state store)
-//!   [ a ] .3      hf0 `[kernel] table = 100` (ip rule: lookup 100, forwarding on),
-//!                 SIGKILLed, hf1 takes over in the same namespace; hf1 SIGKILLed,
-//!   [ b ] .4      hf2 takes over here (table 100 holds a stale route of ours,
-//!                 a wrong version of a wanted one, and a static route)
-//!   [ feed ] .5   pings 203.0.113.1 through a (then b): 203.0.113.0/24 via .3 / .4
+//!   [ a ] .3      host agent; edge-1's container a_edge_1 (.64): hf0 `[kernel]
+//!                 table = 100` (ip rule: lookup 100, forwarding on), SIGKILLed, and
+//!                 the controller restarts it in place (hf1, the same container);
+//!                 hf1 SIGKILLed,
+//!   [ b ] .4      host agent; container b_edge_1 (.96): hf2 takes over here (its
+//!                 table 100 holds a stale route of ours, a wrong version of a
+//!                 wanted one, and a static route)
+//!   [ feed ] .5   pings 203.0.113.1 through a_edge_1 (then b_edge_1)
+//!   c1..c3        etcd + holdfast-controller
 //! ```
 //!
 //! Checked:
 //! * a: `ip route show table 100 proto 179` holds the peer's three prefixes
-//!   via 198.18.0.1; the ping from feed through a reaches the peer;
-//! * same host (SIGKILL hf0, `--takeover` hf1 in a's namespace): an
+//!   via 198.18.0.20; the ping from feed through a reaches the peer;
+//! * same host (SIGKILL hf0 with `app_failure = "restart_in_place"` in the
+//!   placement: the controller has a's agent start hf1 `--takeover` in the
+//!   same container): an
 //!   `ip monitor route` started before the kill and read after shows none of
 //!   our prefixes deleted or added, the table is unchanged (the routes name
 //!   a next-hop object of ours, `nhid`, and keep its id), hf1's `show fib`
 //!   counts 3 adopted and nothing added, replaced or deleted, and a ping
 //!   (100, every 50 ms, started before the kill, ending after the takeover) lost
-//!   no packet; bird's session never left Established (support/nsr.rs's
+//!   no packet; bird's session never left Established (support/nsr_plane.rs's
 //!   checks);
-//! * new host (SIGKILL hf1, `--takeover` hf2 on b): negative control first,
+//! * new host (SIGKILL hf1, the controller has b's agent start hf2
+//!   `--takeover`): negative control first,
 //!   the ping through b fails before the takeover; after it b's table 100
 //!   holds exactly the three wanted routes of ours (the stale one removed,
 //!   the wrong one replaced) and the static route; `show fib` counts them;
@@ -35,11 +42,11 @@
 //!   (`holdfast_fib_adopted_total`, `holdfast_fib_writes_total{op}`,
 //!   `holdfast_fib_routes{state="installed"}`, `holdfast_fib_dumps_total`).
 
-use crate::nsr_common;
+use crate::{nsr_common, nsr_plane};
 
 use std::time::Duration;
 
-use holdfast_lab::{skip_unless_tools, wait_for, Bird, Fence, HostId, Lab, PeerKind, Signal};
+use holdfast_lab::{skip_unless_tools, wait_for, Bird, HostId, Lab, PeerKind, Signal};
 
 const T: Duration = Duration::from_secs(30);
 const PREFIXES: [&str; 3] = ["203.0.113.0/24", "203.0.114.0/24", "203.0.115.0/24"];
@@ -84,11 +91,12 @@ fn raw_table(lab: &Lab, h: HostId, proto: &str) -> Vec<String> {
     v
 }
 
-/// What table 100 must hold of ours: each prefix via the peer, metric 32.
-fn wanted() -> Vec<String> {
+/// What table 100 must hold of ours: each prefix via the peer (`via`),
+/// metric 32.
+fn wanted(via: &str) -> Vec<String> {
     let mut v: Vec<String> = PREFIXES
         .iter()
-        .map(|p| format!("{p} via 198.18.0.1 metric 32"))
+        .map(|p| format!("{p} via {via} metric 32"))
         .collect();
     v.sort();
     v
@@ -155,12 +163,12 @@ fn wait_metric(lab: &Lab, h: HostId, name: &str, labels: &[&str], want: f64) {
     .unwrap_or_else(|e| panic!("{e}: got {:?}", metric(lab, h, name, labels)));
 }
 
-fn fib(hf: &holdfast_lab::Holdfastd, lab: &Lab) -> serde_json::Value {
+fn fib(hf: &nsr_plane::Unit, lab: &Lab) -> serde_json::Value {
     hf.cli_json(lab, &["show", "fib"]).expect("show fib")["ok"]["fib"][0].clone()
 }
 
 /// Waits until the unit's FIB runs with `n` routes written.
-fn wait_fib(hf: &holdfast_lab::Holdfastd, lab: &Lab, n: usize, what: &str) -> serde_json::Value {
+fn wait_fib(hf: &nsr_plane::Unit, lab: &Lab, n: usize, what: &str) -> serde_json::Value {
     wait_for(what, T, || {
         let f = fib(hf, lab);
         Ok((f["phase"] == "running" && f["installed"] == n && f["pending"] == 0).then_some(f))
@@ -173,25 +181,25 @@ fn kernel_fib_survives_takeovers() {
     if skip_unless_tools(&["ping"]) {
         return;
     }
-    let Some(mut r) = nsr_common::Run::<Bird>::start_with(
+    let Some(mut r) = nsr_plane::Run::<Bird>::start_with(
         "kernel_fib_nsr",
         PeerKind::Bird,
         nsr_common::Options::default(),
-        |_| {
-            "[global]\nmetrics_listen = \"127.0.0.1:9179\"\n\
-             [kernel]\ntable = 100\nstartup_hold = 2\n"
-                .to_string()
-        },
+        "[global]\nmetrics_listen = \"127.0.0.1:9179\"\n\
+         [kernel]\ntable = 100\nstartup_hold = 2\n",
     ) else {
         return;
     };
     let topo = r.topo().clone();
-    let (a, b, feed, peer) = (topo.a.id, topo.b.id, topo.feed.id, topo.peer.id);
-    make_router(&r.lab, a, &topo.a.ifname);
-    make_router(&r.lab, b, &topo.b.ifname);
+    // The unit's containers on a and b: where it runs, and its table.
+    let (ca, cb) = (r.container("a"), r.container("b"));
+    let (a, b, feed, peer) = (ca.id, cb.id, topo.feed.id, r.peer_host().id);
+    let via = r.peer_ip().to_string();
+    make_router(&r.plane.lab, a, &ca.ifname);
+    make_router(&r.plane.lab, b, &cb.ifname);
     for k in ["all", "default", topo.feed.ifname.as_str()] {
         sh(
-            &r.lab,
+            &r.plane.lab,
             feed,
             &[
                 "sysctl",
@@ -200,9 +208,9 @@ fn kernel_fib_survives_takeovers() {
             ],
         );
     }
-    sh(&r.lab, peer, &["ip", "link", "set", "lo", "up"]);
+    sh(&r.plane.lab, peer, &["ip", "link", "set", "lo", "up"]);
     sh(
-        &r.lab,
+        &r.plane.lab,
         peer,
         &["ip", "addr", "add", "203.0.113.1/32", "dev", "lo"],
     );
@@ -212,15 +220,15 @@ fn kernel_fib_survives_takeovers() {
 
     // Installed on a; the ping goes through a.
     wait_for("our three routes in a's table 100", T, || {
-        Ok((table(&r.lab, a, "179") == wanted()).then_some(()))
+        Ok((table(&r.plane.lab, a, "179") == wanted(&via)).then_some(()))
     })
-    .unwrap_or_else(|e| panic!("{e}: {:?}", table(&r.lab, a, "179")));
-    wait_fib(r.hf(), &r.lab, 3, "hf0's FIB");
-    route_feed_via(&r.lab, feed, &topo.a.v4.to_string());
-    assert!(ping_once(&r.lab, feed), "ping feed -> a -> peer");
+    .unwrap_or_else(|e| panic!("{e}: {:?}", table(&r.plane.lab, a, "179")));
+    wait_fib(r.hf(), &r.plane.lab, 3, "hf0's FIB");
+    route_feed_via(&r.plane.lab, feed, &ca.v4.to_string());
+    assert!(ping_once(&r.plane.lab, feed), "ping feed -> a -> peer");
     // Written with a next-hop object of ours (`nhid`), which the
     // takeover must keep as well.
-    let before = raw_table(&r.lab, a, "179");
+    let before = raw_table(&r.plane.lab, a, "179");
     assert!(
         before.iter().all(|l| l.contains(" nhid ")),
         "routes without a next-hop object: {before:?}"
@@ -228,8 +236,9 @@ fn kernel_fib_survives_takeovers() {
 
     // (a) Same host: kill, take over in place. Nothing is rewritten and
     // forwarding never stops.
-    let mon = r.lab.spawn_route_monitor(a, "ipmon").expect("ip monitor");
+    let mon = r.plane.lab.spawn_route_monitor(a, "ipmon").expect("ip monitor");
     let pinger = r
+        .plane
         .lab
         .spawn(
             feed,
@@ -240,23 +249,23 @@ fn kernel_fib_survives_takeovers() {
         .expect("ping");
     // The kill comes once pings are going through (the first reply).
     wait_for("the pinger's first reply", T, || {
-        let out = std::fs::read_to_string(r.lab.proc_logs(pinger).0).unwrap_or_default();
+        let out = std::fs::read_to_string(r.plane.lab.proc_logs(pinger).0).unwrap_or_default();
         Ok(out.contains("bytes from").then_some(()))
     })
     .expect("pings through a before the kill");
-    drop(r.takeover_in_place("SIGKILL, takeover on the same host", Fence::Kill));
-    let f = wait_fib(r.hf(), &r.lab, 3, "hf1's FIB after the takeover in place");
+    drop(r.take_over_in_place("SIGKILL, takeover on the same host"));
+    let f = wait_fib(r.hf(), &r.plane.lab, 3, "hf1's FIB after the takeover in place");
     println!("same host: show fib counters {}", f["counters"]);
     assert_eq!(
-        raw_table(&r.lab, a, "179"),
+        raw_table(&r.plane.lab, a, "179"),
         before,
         "a's table after the takeover (routes and next-hop ids)"
     );
     wait_for("the pinger done", T, || {
-        Ok((!r.lab.is_running(pinger)).then_some(()))
+        Ok((!r.plane.lab.is_running(pinger)).then_some(()))
     })
     .expect("ping ends");
-    let pinged = std::fs::read_to_string(r.lab.proc_logs(pinger).0).unwrap_or_default();
+    let pinged = std::fs::read_to_string(r.plane.lab.proc_logs(pinger).0).unwrap_or_default();
     println!(
         "ping across the takeover: {}",
         pinged.lines().rev().nth(1).unwrap_or("")
@@ -265,8 +274,8 @@ fn kernel_fib_survives_takeovers() {
         pinged.contains("100 packets transmitted, 100 received"),
         "ping through a across the takeover lost packets:\n{pinged}"
     );
-    r.lab.kill(mon, Signal::Term);
-    let seen = std::fs::read_to_string(r.lab.proc_logs(mon).0).unwrap_or_default();
+    r.plane.lab.kill(mon, Signal::Term);
+    let seen = std::fs::read_to_string(r.plane.lab.proc_logs(mon).0).unwrap_or_default();
     assert!(
         !seen.lines().any(|l| l.contains("203.0.11")),
         "ip monitor route saw our routes change across the takeover:\n{seen}"
@@ -276,24 +285,24 @@ fn kernel_fib_survives_takeovers() {
         assert_eq!(f["counters"][k], 0, "{k}: {f}");
     }
     let inst = "instance=\"default\"";
-    wait_metric(&r.lab, a, "holdfast_fib_adopted_total", &[inst], 3.0);
+    wait_metric(&r.plane.lab, a, "holdfast_fib_adopted_total", &[inst], 3.0);
     wait_metric(
-        &r.lab,
+        &r.plane.lab,
         a,
         "holdfast_fib_routes",
         &[inst, "state=\"installed\""],
         3.0,
     );
-    wait_metric(&r.lab, a, "holdfast_fib_dumps_total", &[inst], 1.0);
+    wait_metric(&r.plane.lab, a, "holdfast_fib_dumps_total", &[inst], 1.0);
     assert_eq!(
-        metric(&r.lab, a, "holdfast_fib_writes_total", &[inst]),
+        metric(&r.plane.lab, a, "holdfast_fib_writes_total", &[inst]),
         None,
         "writes after the takeover in place"
     );
     // The NSR checks (they send a fresh route each way: two more routes).
     r.check("takeover on the same host");
-    wait_fib(r.hf(), &r.lab, 5, "hf1's FIB with the fresh routes");
-    let on_a = table(&r.lab, a, "179");
+    wait_fib(r.hf(), &r.plane.lab, 5, "hf1's FIB with the fresh routes");
+    let on_a = table(&r.plane.lab, a, "179");
     assert_eq!(on_a.len(), 5, "a's table after the fresh routes: {on_a:?}");
 
     // (b) New host: b's table 100 holds a stale route of ours, a wrong
@@ -304,27 +313,27 @@ fn kernel_fib_survives_takeovers() {
         ("203.0.118.0/24", "198.18.0.1", "static"),
     ] {
         sh(
-            &r.lab,
+            &r.plane.lab,
             b,
             &[
                 "ip", "route", "add", p, "via", via, "table", "100", "proto", proto, "metric", "32",
             ],
         );
     }
-    route_feed_via(&r.lab, feed, &topo.b.v4.to_string());
+    route_feed_via(&r.plane.lab, feed, &cb.v4.to_string());
     assert!(
-        !ping_once(&r.lab, feed),
+        !ping_once(&r.plane.lab, feed),
         "negative control: the ping through b works before the takeover"
     );
-    drop(r.takeover("SIGKILL, takeover onto b", Fence::Kill));
-    let f = wait_fib(r.hf(), &r.lab, on_a.len(), "hf2's FIB on b");
+    drop(r.kill_and_wait("SIGKILL, takeover onto b"));
+    let f = wait_fib(r.hf(), &r.plane.lab, on_a.len(), "hf2's FIB on b");
     println!("new host: show fib counters {}", f["counters"]);
     wait_for("b's table reconciled", T, || {
-        Ok((table(&r.lab, b, "179") == on_a).then_some(()))
+        Ok((table(&r.plane.lab, b, "179") == on_a).then_some(()))
     })
-    .unwrap_or_else(|e| panic!("{e}: {:?} {f}", table(&r.lab, b, "179")));
+    .unwrap_or_else(|e| panic!("{e}: {:?} {f}", table(&r.plane.lab, b, "179")));
     assert_eq!(
-        table(&r.lab, b, "static"),
+        table(&r.plane.lab, b, "static"),
         vec!["203.0.118.0/24 via 198.18.0.1 metric 32".to_string()],
         "another protocol's route on b"
     );
@@ -339,13 +348,13 @@ fn kernel_fib_survives_takeovers() {
     ] {
         let l = format!("op=\"{op}\"");
         wait_metric(
-            &r.lab,
+            &r.plane.lab,
             b,
             "holdfast_fib_writes_total",
             &[inst, &l],
             n.unwrap_or(0) as f64,
         );
     }
-    assert!(ping_once(&r.lab, feed), "ping feed -> b -> peer");
+    assert!(ping_once(&r.plane.lab, feed), "ping feed -> b -> peer");
     r.check("takeover onto a new host");
 }

@@ -1,28 +1,30 @@
 //! Routes added over the GoBGP API survive takeovers: they are replicated
 //! under `[nsr]`, so a backup originates them and withdraws nothing, against
-//! FRR (the `nsr_common` lab; every holdfastd serves `grpc_listen =
-//! 127.0.0.1:50051` in its own namespace).
+//! FRR (the `nsr_plane` lab: the controller takes the unit over; every
+//! holdfastd serves `grpc_listen = 127.0.0.1:50051` in its container).
 //!
 //! ```text
 //!                 bridge `lan` 198.18.0.0/24
-//!   [ peer ] .1   frr bgpd AS 65001 --- session under test --- service .10 (holdfastd AS 65000)
+//!   [ p ] .20     frr bgpd AS 65001 --- session under test --- service .10 (unit edge-1, AS 65000)
 //!   [ redis ] .2  redis-server (the state store)
-//!   [ a ] .3      holdfastd primary; `gobgp global rib add` here   } the service address .10
-//!   [ b ] .4      holdfastd --takeover, later a --standby          } moves with the role
+//!   [ a ] .3      host agent; edge-1's primary; `gobgp global rib add` in its container
+//!   [ b ] .4      host agent; edge-1 taken over (`--takeover`), later a standby
 //!   [ feed ] .5   raw test peers (idle here)
+//!   c1..c3        etcd + holdfast-controller (the plane of `support/nsr_plane.rs`)
 //! ```
 //!
 //! 1. `gobgp global rib add 10.9.0.0/24 nexthop 192.0.2.1 med 10 community
 //!    65000:1 -a ipv4` and `10.9.1.0/24` on the primary: frr holds both
 //!    (its own CLI), MED 10 on the first.
-//! 2. The primary is SIGKILLed and a cold backup (`holdfastd --takeover`)
-//!    takes over. frr still holds both routes; `gobgp global rib` on the
+//! 2. The primary is SIGKILLed and the controller has a cold backup
+//!    (`holdfastd --takeover`) take over. frr still holds both routes; `gobgp global rib` on the
 //!    new primary lists them; the common checks pass (frr holds exactly our
 //!    Adj-RIB-Out, UPDATEs flow both ways, no NOTIFICATION).
 //! 3. `gobgp global rib del 10.9.1.0/24` on the new primary: frr withdraws
 //!    exactly that one and keeps 10.9.0.0/24.
 //! 4. `gobgp global rib add 10.9.2.0/24` there, then a preheated standby
-//!    (`holdfastd --standby`, `holdfast nsr takeover`) takes over from it
+//!    (`"preheated": true` in the placement: the backup's agent runs
+//!    `holdfastd --standby`) takes over from it
 //!    (SIGKILL): frr still holds 10.9.0.0/24 and 10.9.2.0/24, and the
 //!    newest primary lists them.
 //! 5. The store is killed (it comes back empty) and `10.9.3.0/24` is added
@@ -43,9 +45,9 @@
 //! two routes (the backup withdrew them); with the sets not written again
 //! on re-synchronisation, step 5 fails: frr holds none of the three.
 
-use crate::nsr_common;
+use crate::{nsr_common, nsr_plane};
 
-use holdfast_lab::{skip_unless_tools, wait_ok, Fence, Frr, HostId, Lab, Peer, PeerKind};
+use holdfast_lab::{skip_unless_tools, wait_ok, Frr, HostId, Lab, Peer, PeerKind};
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -91,10 +93,10 @@ fn global_rib(lab: &Lab, host: HostId) -> BTreeSet<String> {
 }
 
 /// The prefixes frr holds from us among `of`, by frr's own CLI.
-fn held(r: &nsr_common::Run<Frr>, of: &[&str]) -> Result<BTreeSet<String>, String> {
+fn held(r: &nsr_plane::Run<Frr>, of: &[&str]) -> Result<BTreeSet<String>, String> {
     let got = r
         .peer()
-        .received_routes(&r.lab, r.service_ip())
+        .received_routes(&r.plane.lab, r.service_ip())
         .map_err(|e| e.to_string())?;
     Ok(got
         .into_iter()
@@ -103,7 +105,7 @@ fn held(r: &nsr_common::Run<Frr>, of: &[&str]) -> Result<BTreeSet<String>, Strin
         .collect())
 }
 
-fn wait_held(r: &nsr_common::Run<Frr>, what: &str, of: &[&str], want: &[&str]) {
+fn wait_held(r: &nsr_plane::Run<Frr>, what: &str, of: &[&str], want: &[&str]) {
     let want: BTreeSet<String> = want.iter().map(|s| s.to_string()).collect();
     wait_ok(what, T, || {
         let h = held(r, of)?;
@@ -116,14 +118,14 @@ fn wait_held(r: &nsr_common::Run<Frr>, what: &str, of: &[&str], want: &[&str]) {
 
 /// Per capture file, the prefixes withdrawn by UPDATEs from the service
 /// address to frr captured at or after `since` (and before `until`).
-fn withdrawn(r: &nsr_common::Run<Frr>, since: SystemTime, until: Option<SystemTime>) -> Vec<u32> {
+fn withdrawn(r: &nsr_plane::Run<Frr>, since: SystemTime, until: Option<SystemTime>) -> Vec<u32> {
     let secs = |t: SystemTime| {
         t.duration_since(SystemTime::UNIX_EPOCH)
             .map(|d| d.as_secs_f64())
             .unwrap_or(0.0)
     };
     let (from, to) = (secs(since), until.map_or(f64::MAX, secs));
-    r.lab
+    r.plane.lab
         .pcaps()
         .iter()
         .map(|p| {
@@ -143,11 +145,11 @@ fn routes_added_over_the_api_survive_takeovers() {
         return;
     }
     let t0 = Instant::now();
-    let Some(mut r) = nsr_common::Run::<Frr>::start_with(
+    let Some(mut r) = nsr_plane::Run::<Frr>::start_with(
         "nsr_api_routes",
         PeerKind::Frr,
         nsr_common::Options::default(),
-        |_| format!("[global]\ngrpc_listen = \"{GRPC}\"\n"),
+        &format!("[global]\ngrpc_listen = \"{GRPC}\"\n"),
     ) else {
         return;
     };
@@ -159,7 +161,7 @@ fn routes_added_over_the_api_survive_takeovers() {
     // 1. Two routes over the API on the primary.
     let a = r.hf().host;
     gobgp(
-        &r.lab,
+        &r.plane.lab,
         a,
         &[
             "global",
@@ -177,7 +179,7 @@ fn routes_added_over_the_api_survive_takeovers() {
         ],
     );
     gobgp(
-        &r.lab,
+        &r.plane.lab,
         a,
         &["global", "rib", "add", "10.9.1.0/24", "-a", "ipv4"],
     );
@@ -194,7 +196,7 @@ fn routes_added_over_the_api_survive_takeovers() {
     );
     let routes = r
         .peer()
-        .received_routes(&r.lab, r.service_ip())
+        .received_routes(&r.plane.lab, r.service_ip())
         .expect("frr's routes");
     let first = routes
         .iter()
@@ -204,7 +206,7 @@ fn routes_added_over_the_api_survive_takeovers() {
     assert_eq!(first.communities, vec![(65000, 1)], "{first:?}");
 
     // 2. SIGKILL, cold takeover.
-    drop(r.takeover("SIGKILL, cold takeover", Fence::Kill));
+    drop(r.kill_and_wait("SIGKILL, cold takeover"));
     wait_ok("the backup's tables are rebuilt", T, || {
         let n = r.nsr_status();
         (n["takeover"]["tables_us"].as_u64().unwrap_or(0) > 0)
@@ -222,7 +224,7 @@ fn routes_added_over_the_api_survive_takeovers() {
         ALL[..2].iter().map(|s| s.to_string()).collect(),
         "frr lost a route added over the API across the takeover"
     );
-    let rib = global_rib(&r.lab, b);
+    let rib = global_rib(&r.plane.lab, b);
     for p in &ALL[..2] {
         assert!(
             rib.contains(*p),
@@ -239,7 +241,7 @@ fn routes_added_over_the_api_survive_takeovers() {
 
     // 3. Delete one over the API on the new primary.
     gobgp(
-        &r.lab,
+        &r.plane.lab,
         b,
         &["global", "rib", "del", "10.9.1.0/24", "-a", "ipv4"],
     );
@@ -265,7 +267,7 @@ fn routes_added_over_the_api_survive_takeovers() {
 
     // 4. Another route, then a preheated standby takes over.
     gobgp(
-        &r.lab,
+        &r.plane.lab,
         b,
         &["global", "rib", "add", "10.9.2.0/24", "-a", "ipv4"],
     );
@@ -288,7 +290,7 @@ fn routes_added_over_the_api_survive_takeovers() {
             .collect(),
         "frr lost a route added over the API across the standby's takeover"
     );
-    let rib = global_rib(&r.lab, c);
+    let rib = global_rib(&r.plane.lab, c);
     for p in ["10.9.0.0/24", "10.9.2.0/24"] {
         assert!(
             rib.contains(p),
@@ -303,7 +305,7 @@ fn routes_added_over_the_api_survive_takeovers() {
     r.store_down();
     let d = r.hf().host;
     gobgp(
-        &r.lab,
+        &r.plane.lab,
         d,
         &["global", "rib", "add", "10.9.3.0/24", "-a", "ipv4"],
     );
@@ -314,7 +316,7 @@ fn routes_added_over_the_api_survive_takeovers() {
         &["10.9.0.0/24", "10.9.2.0/24", "10.9.3.0/24"],
     );
     r.store_back();
-    drop(r.takeover("SIGKILL after the store came back empty", Fence::Kill));
+    drop(r.kill_and_wait("SIGKILL after the store came back empty"));
     r.check("after the takeover that followed the store outage");
     assert_eq!(
         held(&r, &ALL4).expect("frr"),

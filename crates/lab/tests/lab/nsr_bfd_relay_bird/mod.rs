@@ -4,11 +4,11 @@
 //! drawn there, with bird2 as the peer).
 //!
 //! Checked:
-//! 1. **Slow takeover with the relay**: SIGKILL of the primary, 500 ms
-//!    before the lab orchestrator's takeover (the unit is silent for more
+//! 1. **Slow takeover with the relay**: SIGKILL of the primary with the
+//!    controllers SIGSTOPped for 500 ms, then the controller's takeover (the unit is silent for more
 //!    than twice bird's detection time): bird's BFD session never leaves
 //!    Up (`birdc show bfd sessions` sampled every ≤50 ms, its "Since"
-//!    unchanged), `nsr_common`'s checks pass, BGP never left Established.
+//!    unchanged), `nsr_plane`'s checks pass, BGP never left Established.
 //! 2. **The relay killed in normal operation**: bird's BFD stays Up, its
 //!    "Since" unchanged, for ten detection times.
 //! 3. **Negative control**: the slow takeover of 1 without the relay: bird's
@@ -18,13 +18,13 @@
 //! (its own lab): BFD with keyed SHA1 authentication (bird2's
 //! `authentication keyed sha1`), the relay given the key in `--keys`:
 //! 1. the slow takeover with the relay: bird's BFD never leaves Up (same
-//!    "Since"), BGP never left Established, `nsr_common`'s checks pass;
+//!    "Since"), BGP never left Established, `nsr_plane`'s checks pass;
 //! 2. **negative control**: a relay given the wrong key (its packets carry
 //!    the right sequence number but a wrong digest): the same slow takeover
 //!    makes bird's BFD leave Up and bird drop BGP — bird checks what the
 //!    relay sends.
 
-use crate::nsr_common;
+use crate::{nsr_common, nsr_plane};
 
 use holdfast_lab::{hold_for, wait_until, Bird, LogMark, Peer, PeerKind, PeerWatch};
 use std::net::IpAddr;
@@ -33,7 +33,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const DETECT: Duration = Duration::from_millis(300);
-const ORCH_DELAY: Duration = Duration::from_millis(500);
+/// How long the controllers are stopped (a slow control plane: the
+/// takeover starts only after it).
+const SLOW_PLANE: Duration = Duration::from_millis(500);
 const SERVICE: &str = "198.18.0.10";
 
 /// (state, since) of the service address's row, if any.
@@ -117,7 +119,7 @@ fn assert_up(what: &str, s: &Samples, t: Instant, want: &(String, String)) -> (u
 
 #[test]
 fn bird_bfd_100ms_stays_up_through_a_slow_takeover_with_the_relay() {
-    let Some(mut r) = nsr_common::Run::<Bird>::start(
+    let Some(mut r) = nsr_plane::Run::<Bird>::start(
         "nsr_bfd_relay_bird",
         PeerKind::Bird,
         nsr_common::Options {
@@ -133,7 +135,7 @@ fn bird_bfd_100ms_stays_up_through_a_slow_takeover_with_the_relay() {
     let table = wait_until(
         "bird: BFD Up",
         Duration::from_secs(60),
-        || r.peer().bfd_sessions(&r.lab),
+        || r.peer().bfd_sessions(&r.plane.lab),
         |t| row(t).is_some_and(|(s, _)| s == "Up"),
     )
     .unwrap_or_else(|e| panic!("{e}"));
@@ -141,15 +143,15 @@ fn bird_bfd_100ms_stays_up_through_a_slow_takeover_with_the_relay() {
     let up = row(&table).expect("row");
     r.start_relay(1);
     let stop = Arc::new(AtomicBool::new(false));
-    let (samples, thread) = watch_bfd(r.peer().bfd_probe(&r.lab), stop.clone());
+    let (samples, thread) = watch_bfd(r.peer().bfd_probe(&r.plane.lab), stop.clone());
     let watch = r.watch();
     r.check("before any failure");
 
     // 1. Slow takeover with the relay.
     let t1 = Instant::now();
     r.kill_and_take_over(
-        "SIGKILL, 500 ms to notice, takeover (relay running)",
-        ORCH_DELAY,
+        "SIGKILL, controllers stopped 500 ms, takeover (relay running)",
+        SLOW_PLANE,
     );
     r.check("slow takeover with the relay");
     hold_for(DETECT * 10, || {});
@@ -167,15 +169,15 @@ fn bird_bfd_100ms_stays_up_through_a_slow_takeover_with_the_relay() {
     // 3. Negative control.
     let svc: IpAddr = SERVICE.parse().expect("service");
     let watch = PeerWatch::start_every(
-        r.peer().session_probe(&r.lab),
+        r.peer().session_probe(&r.plane.lab),
         svc,
         Duration::from_millis(100),
     );
     let t3 = Instant::now();
     let mark = r.peer().log_mark();
     r.kill_and_take_over(
-        "negative control: SIGKILL, 500 ms to notice, takeover (no relay)",
-        ORCH_DELAY,
+        "negative control: SIGKILL, controllers stopped 500 ms, takeover (no relay)",
+        SLOW_PLANE,
     );
     let dropped = bird_dropped_bgp_for_bfd(&r, &mark, "negative control");
     let report = watch.stop();
@@ -196,7 +198,7 @@ fn bird_bfd_100ms_stays_up_through_a_slow_takeover_with_the_relay() {
 /// with holdfastd going down and the BGP session closing for it; returns
 /// those lines. (The log, not a CLI poll: the takeover may re-establish a
 /// session before a poll would run.)
-fn bird_dropped_bgp_for_bfd(r: &nsr_common::Run<Bird>, mark: &LogMark, what: &str) -> Vec<String> {
+fn bird_dropped_bgp_for_bfd(r: &nsr_plane::Run<Bird>, mark: &LogMark, what: &str) -> Vec<String> {
     let log = wait_until(
         &format!("{what}: bird drops BGP because BFD went down (its log)"),
         Duration::from_secs(10),
@@ -212,8 +214,8 @@ fn bird_dropped_bgp_for_bfd(r: &nsr_common::Run<Bird>, mark: &LogMark, what: &st
 
 /// Starts the relay with `secret` as the key of every session of the
 /// instance (a keys file in the lab's work directory).
-fn start_keyed_relay(r: &mut nsr_common::Run<Bird>, secret: &str) {
-    let path = r.lab.work_dir().join(format!("relay-keys-{secret}.toml"));
+fn start_keyed_relay(r: &mut nsr_plane::Run<Bird>, secret: &str) {
+    let path = r.plane.lab.work_dir().join(format!("relay-keys-{secret}.toml"));
     std::fs::write(
         &path,
         format!("[[key]]\ninstance = \"edge-1\"\nsecret = \"{secret}\"\n"),
@@ -226,7 +228,7 @@ fn start_keyed_relay(r: &mut nsr_common::Run<Bird>, secret: &str) {
 #[test]
 fn bird_keyed_sha1_bfd_stays_up_through_a_slow_takeover() {
     const KEY: &str = "relay-sha1-key";
-    let Some(mut r) = nsr_common::Run::<Bird>::start(
+    let Some(mut r) = nsr_plane::Run::<Bird>::start(
         "nsr_bfd_relay_bird_auth",
         PeerKind::Bird,
         nsr_common::Options {
@@ -247,22 +249,22 @@ fn bird_keyed_sha1_bfd_stays_up_through_a_slow_takeover() {
     let table = wait_until(
         "bird: authenticated BFD Up",
         Duration::from_secs(60),
-        || r.peer().bfd_sessions(&r.lab),
+        || r.peer().bfd_sessions(&r.plane.lab),
         |t| row(t).is_some_and(|(s, _)| s == "Up"),
     )
     .unwrap_or_else(|e| panic!("{e}"));
     let up = row(&table).expect("row");
     start_keyed_relay(&mut r, KEY);
     let stop = Arc::new(AtomicBool::new(false));
-    let (samples, thread) = watch_bfd(r.peer().bfd_probe(&r.lab), stop.clone());
+    let (samples, thread) = watch_bfd(r.peer().bfd_probe(&r.plane.lab), stop.clone());
     let watch = r.watch();
     r.check("keyed SHA1: before any failure");
 
     // 1. Slow takeover with the keyed relay.
     let t1 = Instant::now();
     r.kill_and_take_over(
-        "keyed SHA1: SIGKILL, 500 ms to notice, takeover (relay with the key)",
-        ORCH_DELAY,
+        "keyed SHA1: SIGKILL, controllers stopped 500 ms, takeover (relay with the key)",
+        SLOW_PLANE,
     );
     r.check("keyed SHA1: slow takeover with the relay");
     hold_for(DETECT * 10, || {});
@@ -283,7 +285,7 @@ fn bird_keyed_sha1_bfd_stays_up_through_a_slow_takeover() {
     start_keyed_relay(&mut r, "not-the-key");
     let svc: IpAddr = SERVICE.parse().expect("service");
     let watch = PeerWatch::start_every(
-        r.peer().session_probe(&r.lab),
+        r.peer().session_probe(&r.plane.lab),
         svc,
         Duration::from_millis(100),
     );
@@ -291,7 +293,7 @@ fn bird_keyed_sha1_bfd_stays_up_through_a_slow_takeover() {
     let mark = r.peer().log_mark();
     r.kill_and_take_over(
         "keyed SHA1 negative control: SIGKILL, 500 ms, takeover (relay with a wrong key)",
-        ORCH_DELAY,
+        SLOW_PLANE,
     );
     let dropped = bird_dropped_bgp_for_bfd(&r, &mark, "keyed SHA1 negative control");
     let log = r.peer().log_since(&mark).unwrap_or_default();

@@ -1,4 +1,4 @@
-//! Non-stop routing against BIRD 2: the failover sequence of `nsr_common`
+//! Non-stop routing against BIRD 2: the failover sequence of `nsr_plane`
 //! (topology and checks are drawn there), with `compact_bytes` at 256 KiB
 //! so that the 100k-route bursts compact the replicated logs into table
 //! snapshots and the takeovers after them load snapshots.

@@ -1,5 +1,5 @@
 //! Non-stop routing against FRRouting's bgpd, over a TCP-MD5-protected
-//! session: the failover sequence of `nsr_common` (topology and checks are
+//! session: the failover sequence of `nsr_plane` (topology and checks are
 //! drawn there).
 
 use crate::nsr_common;

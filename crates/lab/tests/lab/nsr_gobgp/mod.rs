@@ -1,4 +1,4 @@
-//! Non-stop routing against GoBGP: the failover sequence of `nsr_common`
+//! Non-stop routing against GoBGP: the failover sequence of `nsr_plane`
 //! (topology and checks are drawn there).
 
 use crate::nsr_common;

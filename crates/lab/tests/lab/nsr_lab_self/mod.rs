@@ -1,5 +1,7 @@
 //! Self-tests of the NSR side of the lab (no holdfastd): the topology, the Redis unit,
-//! the orchestrator's address move and the peer watch.
+//! the topology's address helpers (delete, add, announce: what an agent does when it
+//! moves a unit) and the peer watch. Takeovers themselves go through the control plane
+//! (`nsr_plane`, `control_plane_*`).
 //!
 //! ```text
 //!                      bridge `lan`: 198.18.0.0/24, fd00::/64
@@ -14,11 +16,12 @@
 //! * `topology_redis_and_address_move`: the hosts and addresses exist, the service
 //!   addresses are on `a` only; redis answers `ping` from `a` over the bridge, is
 //!   SIGKILLed (pid gone, no answer) and restarted on the same address (answers, data
-//!   gone); `move_address(b)` leaves the service addresses on `b` only (`ip addr` in both
-//!   hosts) and the peer's neighbour table (`ip neigh`, v4 and v6) points to `b`'s MAC
-//!   (the gratuitous ARP / unsolicited NA was taken); moving back to `a` while `b` is
-//!   "unreachable" leaves both holding them, a reachable move cleans up; teardown leaves
-//!   no namespace.
+//!   gone); moving them to `b` (deleted on `a`, added and announced on `b`) leaves the
+//!   service addresses on `b` only (`ip addr` in both hosts) and the peer's neighbour
+//!   table (`ip neigh`, v4 and v6) points to `b`'s MAC (the gratuitous ARP / unsolicited
+//!   NA was taken); adding them on `a` without deleting them on `b` ("unreachable")
+//!   leaves both holding them, deleting them on `b` cleans up; teardown leaves no
+//!   namespace.
 //! * `peer_watch`: a watch of frr's session with bird over ~3 s reports it uninterrupted
 //!   (and so does one of bird's side); the probe agrees with `sessions()`; neither log
 //!   shows a NOTIFICATION; an FRR `clear bgp` (and a BIRD `restart`) during a watch is
@@ -30,12 +33,32 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use holdfast_lab::{
-    list_netns, skip_unless_ready, skip_unless_tools, wait_until, Bird, Frr, Lab, LabOrchestrator,
-    LogMark, NeighborSpec, NsrTopo, Orchestrator, Peer, PeerKind, PeerSpec, PeerWatch, Redis,
-    RouteSpec,
+    list_netns, skip_unless_ready, skip_unless_tools, wait_until, Bird, Frr, HostId, Lab, LogMark,
+    NeighborSpec, NsrTopo, Peer, PeerKind, PeerSpec, PeerWatch, Redis, RouteSpec,
 };
 
 const T: Duration = Duration::from_secs(30);
+
+/// Moves the service addresses onto `to` with the topology's helpers (as an
+/// agent moves a unit's addresses): deleted on `from` (unless `None`: a
+/// host that cannot be reached keeps them), added on `to` and announced
+/// there (gratuitous ARP, unsolicited NA).
+fn move_service(lab: &Lab, topo: &NsrTopo, from: Option<HostId>, to: HostId) {
+    if let Some(from) = from {
+        topo.del_service(lab, from).expect("delete the service addresses");
+    }
+    topo.add_service(lab, to).expect("add the service addresses");
+    let netns = lab.netns(to).to_string();
+    let ifname = topo.ifname(to).expect("interface").to_string();
+    for addr in topo.service_addrs() {
+        let ifname = ifname.clone();
+        holdfast_linux::netns::in_netns(&netns, move || {
+            holdfast_linux::announce_address(&ifname, addr)
+        })
+        .and_then(|r| r)
+        .unwrap_or_else(|e| panic!("announcing {addr} in {netns}: {e}"));
+    }
+}
 
 fn namespaces_of(run_id: &str) -> Vec<String> {
     list_netns()
@@ -131,8 +154,7 @@ fn topology_redis_and_address_move() {
     }
 
     // Move to b: addresses on b only; the peer's neighbour entries follow.
-    let mut orch = LabOrchestrator::new(&topo);
-    orch.move_address(&mut lab, topo.b.id).expect("move to b");
+    move_service(&lab, &topo, Some(topo.a.id), topo.b.id);
     assert_eq!(topo.service_host(&lab).expect("service host"), topo.b.id);
     assert_eq!(
         topo.service_addrs_on(&lab, topo.a.id).unwrap(),
@@ -145,17 +167,16 @@ fn topology_redis_and_address_move() {
             || topo.neighbour_mac(&lab, topo.peer.id, addr),
             |m| m.as_deref() == Some(mac_b.as_str()),
         );
-        got.unwrap_or_else(|e| panic!("{e}; orchestrator: {:?}", orch.actions));
+        got.unwrap_or_else(|e| panic!("{e}"));
         assert!(
             !touch(&lab, topo.peer.id, addr, 9),
             "nothing listens on {addr}:9"
         );
     }
 
-    // Back to a while b is unreachable: both hold the addresses (split brain, as a real
-    // controller would leave it); a reachable move cleans b up.
-    orch.set_reachable(topo.b.id, false);
-    orch.move_address(&mut lab, topo.a.id).expect("move to a");
+    // Back to a while b is unreachable: both hold the addresses (split brain, as a
+    // controller that cannot reach b would leave it); a reachable move cleans b up.
+    move_service(&lab, &topo, None, topo.a.id);
     assert_eq!(
         topo.service_addrs_on(&lab, topo.a.id).unwrap(),
         (true, true)
@@ -165,9 +186,8 @@ fn topology_redis_and_address_move() {
         (true, true)
     );
     assert!(topo.service_host(&lab).is_err());
-    orch.set_reachable(topo.b.id, true);
-    orch.move_address(&mut lab, topo.a.id)
-        .expect("move to a again");
+    topo.del_service(&lab, topo.b.id).expect("delete on b");
+    move_service(&lab, &topo, None, topo.a.id);
     assert_eq!(topo.service_host(&lab).expect("service host"), topo.a.id);
     for addr in topo.service_addrs() {
         wait_until(
@@ -178,7 +198,6 @@ fn topology_redis_and_address_move() {
         )
         .expect("back to a");
     }
-    eprintln!("orchestrator: {:#?}", orch.actions);
 
     lab.teardown();
     assert!(namespaces_of(&run_id).is_empty(), "namespaces removed");

@@ -4,15 +4,17 @@
 //!
 //! ```text
 //!                 bridge `lan` 198.18.0.0/24
-//!   [ peer ] .1   frr bgpd AS 65001 --- session under test --- service .10 (holdfastd AS 65000)
+//!   [ p ] .20     frr bgpd AS 65001 --- session under test --- service .10 (unit edge-1, AS 65000)
 //!   [ redis ] .2  redis-server (the state store)
-//!   [ a ] .3      hf0: primary of instance edge-1 (NFQUEUE 1707)
-//!                 beside it, refused: hf-edge-2 (instance edge-2, NFQUEUE 1708) and
-//!                 hf-beside (--takeover of edge-1 itself); then hf0 is SIGKILLed and
-//!                 hf1 (--takeover of edge-1) takes over in place, in the same namespace
-//!   [ b ] .4      hf2: --standby, alone in its namespace; hf1 is SIGKILLed and
-//!                 hf2 takes over (`holdfast nsr takeover`)
-//!   [ feed ] .5   raw test peers (support/nsr.rs)
+//!   [ a ] .3      host agent; in edge-1's container: hf0, the primary (NFQUEUE 1707);
+//!                 beside it (started by the test), refused: hf-edge-2 (instance
+//!                 edge-2, NFQUEUE 1708) and hf-beside (--takeover of edge-1 itself);
+//!                 then hf0 is SIGKILLed and the controller restarts edge-1 in place
+//!                 (`app_failure = "restart_in_place"` in its placement): hf1
+//!                 (--takeover) in the same container
+//!   [ b ] .4      host agent: hf2, the standby (`"preheated": true`), alone in its
+//!                 container; hf1 is SIGKILLed and the controller has hf2 take over
+//!   [ feed ] .5   raw test peers; c1..c3 etcd + controllers (support/nsr_plane.rs)
 //! ```
 //!
 //! Checks:
@@ -35,13 +37,13 @@
 //! under a per-process name (so it never conflicts), the second primary
 //! starts beside hf0 and the first check fails.
 
-use crate::nsr_common;
+use crate::{nsr_common, nsr_plane};
 
-use holdfast_lab::{Fence, Frr, PeerKind};
+use holdfast_lab::{Frr, PeerKind};
 
 #[test]
 fn one_nsr_speaker_per_namespace() {
-    let Some(mut r) = nsr_common::Run::<Frr>::start(
+    let Some(mut r) = nsr_plane::Run::<Frr>::start(
         "nsr_netns_lock",
         PeerKind::Frr,
         nsr_common::Options::default(),
@@ -50,7 +52,7 @@ fn one_nsr_speaker_per_namespace() {
     };
     let watch = r.watch();
     let since = std::time::SystemTime::now();
-    let hf0_pid = r.hf().os_pid;
+    let hf0_pid = r.hf().pid;
     let rules = r.holdfast_rules();
     assert!(
         !rules.is_empty() && rules.iter().all(|l| l.contains("holdfast:hf-edge-1")),
@@ -121,7 +123,7 @@ fn one_nsr_speaker_per_namespace() {
     r.check("after two refused starts beside hf0");
 
     // hf0 dies; its rules stay (they drop its FIN); a takeover in place.
-    drop(r.takeover_in_place("SIGKILL, takeover in the same namespace", Fence::Kill));
+    drop(r.take_over_in_place("SIGKILL, takeover in the same namespace"));
     r.check("takeover in place");
     let after = r.holdfast_rules();
     assert_eq!(

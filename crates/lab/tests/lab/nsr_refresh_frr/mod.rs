@@ -3,11 +3,12 @@
 //!
 //! ```text
 //!                 bridge `lan` 198.18.0.0/24
-//!   [ peer ] .1   frr bgpd AS 65001 --- session under test --- service .10 (holdfastd AS 65000)
+//!   [ p ] .20     frr bgpd AS 65001 --- session under test --- service .10 (unit edge-1, AS 65000)
 //!   [ redis ] .2  redis-server (the state store); the test's own RESP connection
-//!                 to it (from the feed host) watches `s:default/198.18.0.1:rr`
-//!   [ a ] .3      holdfastd primary: gets frr's ROUTE-REFRESH, is SIGKILLed before answering
-//!   [ b ] .4      holdfastd --takeover: answers it
+//!                 to it (from the feed host) watches `s:default/198.18.0.20:rr`
+//!   [ a ] .3      host agent; edge-1's primary: gets frr's ROUTE-REFRESH, is SIGKILLed before answering
+//!   [ b ] .4      host agent; edge-1 taken over by the controller (`--takeover`): answers it
+//!   c1..c3        etcd + holdfast-controller (the plane of `support/nsr_plane.rs`)
 //!   [ feed ] .5   raw test peers; AS 65200 sends 150,000 routes through holdfastd to frr
 //! ```
 //!
@@ -17,7 +18,9 @@
 //! session's pending-refresh key, and the moment the primary sets it pauses
 //! the store's writes (`CLIENT PAUSE 3000 WRITE`:
 //! the answer, 150,000 routes and an End-of-RIB, cannot be stored, so it is
-//! never sent), SIGKILLs the primary, and unpauses. If the answer was
+//! never sent), SIGKILLs the primary with the controllers SIGSTOPped (so
+//! nobody takes over while the store is paused), unpauses, and lets the
+//! controllers go on: they take the unit over. If the answer was
 //! stored before the pause (the key was already cleared) the round is
 //! retried after a plain takeover (at most `ROUNDS`).
 //!
@@ -37,9 +40,9 @@
 //! answering disabled, `updatesRecv` does not grow after the takeover (the
 //! Adj-RIB-Out difference is empty) and the third check fails.
 
-use crate::nsr_common;
+use crate::{nsr_common, nsr_plane};
 
-use holdfast_lab::{wait_ok, Fence, Frr, PeerKind};
+use holdfast_lab::{wait_ok, Frr, PeerKind};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
@@ -105,7 +108,7 @@ fn resp(c: &mut TcpStream, args: &[&str]) -> Option<Vec<u8>> {
 }
 
 /// A connection to the store from the lab (the feed host's namespace).
-fn connect(r: &nsr_common::Run<Frr>) -> TcpStream {
+fn connect(r: &nsr_plane::Run<Frr>) -> TcpStream {
     let addr = r.store_addr();
     let c = holdfast_tester::netns::in_netns(&r.client_netns(), move || {
         TcpStream::connect_timeout(&addr, Duration::from_secs(5))
@@ -118,10 +121,10 @@ fn connect(r: &nsr_common::Run<Frr>) -> TcpStream {
     c
 }
 
-fn updates_recv(r: &nsr_common::Run<Frr>) -> u64 {
+fn updates_recv(r: &nsr_plane::Run<Frr>) -> u64 {
     let s = r
         .peer()
-        .message_stats(&r.lab, r.service_ip())
+        .message_stats(&r.plane.lab, r.service_ip())
         .expect("frr messageStats");
     s["updatesRecv"]
         .as_u64()
@@ -130,7 +133,7 @@ fn updates_recv(r: &nsr_common::Run<Frr>) -> u64 {
 
 #[test]
 fn backup_answers_a_pending_route_refresh() {
-    let Some(mut r) = nsr_common::Run::<Frr>::start(
+    let Some(mut r) = nsr_plane::Run::<Frr>::start(
         "nsr_refresh_frr",
         PeerKind::Frr,
         nsr_common::Options::default(),
@@ -160,7 +163,7 @@ fn backup_answers_a_pending_route_refresh() {
         );
         read_value(&mut sub);
         let t0 = Instant::now();
-        r.peer().soft_in(&r.lab, r.service_ip()).expect("soft in");
+        r.peer().soft_in(&r.plane.lab, r.service_ip()).expect("soft in");
         let seen = loop {
             match read_value(&mut sub) {
                 V::Array(m) if matches!(m.last(), Some(V::Bulk(Some(e))) if e == b"set") => {
@@ -176,10 +179,11 @@ fn backup_answers_a_pending_route_refresh() {
             seen,
             "round {round}: the primary never stored frr's ROUTE-REFRESH as pending"
         );
+        // The controllers stopped: the takeover waits until the store
+        // writes again.
         r.kill_primary();
-        let p = r.hf().proc;
         wait_ok("the primary is gone", T, || {
-            (!r.lab.is_running(p))
+            (!r.hf().is_alive())
                 .then_some(())
                 .ok_or("still there".to_string())
         })
@@ -192,8 +196,7 @@ fn backup_answers_a_pending_route_refresh() {
             t0.elapsed(),
             pending.as_ref().map(|p| p.len())
         );
-        let new = r.takeover(&format!("round {round}: takeover"), Fence::Kill);
-        drop(new);
+        drop(r.resume_controllers_and_take_over(&format!("round {round}: takeover")));
         if pending.is_none() {
             println!("round {round}: the answer was stored before the pause; again");
             continue;
@@ -208,7 +211,7 @@ fn backup_answers_a_pending_route_refresh() {
                 .ok_or(format!("updatesRecv {before} -> {n}"))
         })
         .unwrap_or_else(|e| panic!("{e}"));
-        let log = r.hf().log_text(&r.lab);
+        let log = r.hf().log_text();
         assert!(
             log.contains("answering the ROUTE-REFRESH request(s) the old primary had not answered"),
             "the backup did not say it answers the request"

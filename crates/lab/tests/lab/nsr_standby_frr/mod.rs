@@ -3,14 +3,17 @@
 //!
 //! ```text
 //!                 bridge `lan` 198.18.0.0/24
-//!   [ peer ] .1   frr bgpd AS 65001 --- session under test --- service .10 (holdfastd AS 65000)
+//!   [ p ] .20     frr bgpd AS 65001 --- session under test --- service .10 (unit edge-1, AS 65000)
 //!   [ redis ] .2  redis-server (the state store)
-//!   [ a ] .3      holdfastd primary (hf0), SIGKILLed
-//!   [ b ] .4      holdfastd --standby (hf1): follows the store, then `holdfast nsr takeover`
-//!   [ feed ] .5   raw test peers: AS 65100 -> frr, AS 65200 -> holdfastd (outbound routes)
+//!   [ a ] .3      host agent: edge-1's primary in its container, SIGKILLed
+//!   [ b ] .4      host agent: edge-1's standby (`holdfastd --standby`, started
+//!                 once `"preheated": true` is in its placement), which the
+//!                 controller has take over (`holdfast nsr takeover` by the agent)
+//!   [ feed ] .5   raw test peers: AS 65100 -> frr, AS 65200 -> edge-1 (outbound routes)
+//!   c1..c3        etcd + holdfast-controller (the plane of `support/nsr_plane.rs`)
 //! ```
 //!
-//! Checks (topology and helpers of `support/nsr.rs`):
+//! Checks (topology and helpers of `support/nsr_plane.rs`):
 //! * the standby follows both stored sessions (`show nsr`: role standby,
 //!   2 sessions, caught up) and keeps following: a route frr announces and
 //!   50,000 routes from the feed, all sent after the standby started, are
@@ -18,8 +21,10 @@
 //!   with `compact_bytes` at its 64 KiB minimum those routes compact the
 //!   replicated logs into snapshots (a new log version), and the standby
 //!   reads the compacted sessions anew (its restarts grow);
-//! * after SIGKILL of the primary and `holdfast nsr takeover`, holdfastd
-//!   reports both sessions taken over with their tables preheated;
+//! * after SIGKILL of the primary the controller takes the unit over
+//!   through the standby (its own process becomes the primary), and
+//!   holdfastd reports both sessions taken over with their tables
+//!   preheated;
 //! * frr's own CLI (sampled every 200 ms for the whole run) shows the
 //!   session never left Established, frr logged no NOTIFICATION, the routes
 //!   it holds from us never went down (nothing withdrawn), and it holds
@@ -27,11 +32,12 @@
 //! * the new primary's Adj-RIB-In equals what frr advertises, including the
 //!   route frr announced after the standby started; new UPDATEs flow both
 //!   ways; the capture holds no FIN or RST from the service address;
-//! * negative control: the new primary is SIGKILLed and nobody takes over:
+//! * negative control: the new primary is SIGKILLed and nobody takes over
+//!   (the controllers are SIGSTOPped):
 //!   the same watch of frr's CLI reports the session leaving Established
 //!   (within frr's 9 s hold time).
 
-use crate::nsr_common;
+use crate::{nsr_common, nsr_plane};
 
 use holdfast_api::RibTable;
 use holdfast_lab::{Frr, PeerKind};
@@ -45,7 +51,7 @@ const LATE_ROUTES: usize = 50_000;
 
 #[test]
 fn frr_never_notices_a_preheated_standby_taking_over() {
-    let Some(mut r) = nsr_common::Run::<Frr>::start(
+    let Some(mut r) = nsr_plane::Run::<Frr>::start(
         "nsr_standby_frr",
         PeerKind::Frr,
         nsr_common::Options {

@@ -24,8 +24,9 @@
 //! * no session was reset: BIRD's and FRR's sessions (their own CLIs) and
 //!   holdfastd's keep their established counters and uptimes.
 //!
-//! `rpki_across_a_takeover`: the NSR lab of `support/nsr.rs` (bridge, BIRD
-//! peer, Redis, holdfastd on `a` then `b` behind the service address, an
+//! `rpki_across_a_takeover`: the NSR lab of `support/nsr_plane.rs` (bridge, BIRD
+//! peer, Redis, the unit on `a` then `b` behind the service address (the
+//! controller taking it over), an
 //! outbound feed that records every UPDATE holdfastd sends), stayrtr on the
 //! Redis host, BIRD's routes imported with the "rov" policy. BIRD
 //! announces 10.1.1.0/24 (valid) and 10.2.0.0/16 (invalid, rejected).
@@ -72,7 +73,7 @@ fn frr_prefixes(frr: &Frr, lab: &Lab, hf: IpAddr) -> Vec<String> {
 
 /// BIRD's routes in holdfastd's Adj-RIB-In with their RPKI state
 /// (`show rib --table in --json`).
-fn states(hf: &Holdfastd, lab: &Lab, bird: IpAddr) -> Vec<(String, String)> {
+fn states(hf: &impl nsr_plane::CliJson, lab: &Lab, bird: IpAddr) -> Vec<(String, String)> {
     let v = hf
         .cli_json(
             lab,
@@ -102,13 +103,13 @@ fn pairs(v: &[(&str, &str)]) -> Vec<(String, String)> {
         .collect()
 }
 
-fn rpki(hf: &Holdfastd, lab: &Lab) -> Value {
+fn rpki(hf: &impl nsr_plane::CliJson, lab: &Lab) -> Value {
     hf.cli_json(lab, &["show", "rpki"])
         .expect("holdfast show rpki --json")["ok"]["rpki"]
         .clone()
 }
 
-use crate::nsr_common;
+use crate::{nsr_common, nsr_plane};
 
 /// `[[rpki]]` (the cache on the Redis host) and the "rov" policy.
 fn rpki_config(cache: &str) -> String {
@@ -148,25 +149,25 @@ fn rpki_across_a_takeover() {
     if skip_unless_tools(&["stayrtr"]) {
         return;
     }
-    let Some(mut run) = nsr_common::Run::<Bird>::start_with(
+    let Some(mut run) = nsr_plane::Run::<Bird>::start_with(
         "rpki_takeover",
         PeerKind::Bird,
         nsr_common::Options {
             import: Some("rov"),
             ..Default::default()
         },
-        |t| rpki_config(&format!("{}:8282", t.redis.v4)),
+        &rpki_config(&format!("{}:8282", nsr_plane::STORE_HOST)),
     ) else {
         return;
     };
     let (host, ip) = (run.topo().redis.id, run.topo().redis.v4);
-    start_stayrtr(&mut run.lab, host, ip);
+    start_stayrtr(&mut run.plane.lab, host, ip);
     let peer = run.peer_ip();
     wait_for("the primary holds the cache's VRPs", T, || {
-        let r = rpki(run.hf(), &run.lab);
+        let r = rpki(run.hf(), &run.plane.lab);
         Ok((r["caches"][0]["state"] == "connected" && r["vrps_v4"] == 2).then_some(()))
     })
-    .unwrap_or_else(|e| panic!("{e}: {}", rpki(run.hf(), &run.lab)));
+    .unwrap_or_else(|e| panic!("{e}: {}", rpki(run.hf(), &run.plane.lab)));
     run.peer_announces("10.1.1.0/24");
     run.peer_announces("10.2.0.0/16");
     let p = |s: &str| s.parse::<holdfast_wire::Prefix>().expect("prefix");
@@ -182,9 +183,9 @@ fn rpki_across_a_takeover() {
         ("203.0.113.0/24", "not-found"),
     ]);
     wait_for("the primary's states", T, || {
-        Ok((states(run.hf(), &run.lab, peer) == want).then_some(()))
+        Ok((states(run.hf(), &run.plane.lab, peer) == want).then_some(()))
     })
-    .unwrap_or_else(|e| panic!("{e}: {:?}", states(run.hf(), &run.lab, peer)));
+    .unwrap_or_else(|e| panic!("{e}: {:?}", states(run.hf(), &run.plane.lab, peer)));
     let (announced, withdrawn) = run.feed_out_view(|v| {
         assert!(
             !v.routes.contains_key(&p("10.2.0.0/16")),
@@ -196,12 +197,12 @@ fn rpki_across_a_takeover() {
     run.idle_kill();
 
     wait_for("the backup holds the cache's VRPs", T, || {
-        let r = rpki(run.hf(), &run.lab);
+        let r = rpki(run.hf(), &run.plane.lab);
         Ok((r["caches"][0]["state"] == "connected" && r["routes"][0]["invalid"] == 1).then_some(r))
     })
-    .unwrap_or_else(|e| panic!("{e}: {}", rpki(run.hf(), &run.lab)));
+    .unwrap_or_else(|e| panic!("{e}: {}", rpki(run.hf(), &run.plane.lab)));
     // `check` has the peer send fresh routes too: compare BIRD's three.
-    let mut kept = states(run.hf(), &run.lab, peer);
+    let mut kept = states(run.hf(), &run.plane.lab, peer);
     kept.retain(|r| want.iter().any(|w| w.0 == r.0));
     assert_eq!(kept, want, "the backup's states");
     // A barrier instead of a pause: a fresh valid route from the peer,
@@ -237,14 +238,14 @@ fn rpki_across_a_takeover() {
             announced, v.announced, withdrawn, v.withdrawn
         );
     });
-    let log = run.hf().log_text(&run.lab);
+    let log = run.hf().log_text();
     let waited = log
         .lines()
         .find(|l| l.contains("RPKI: VRPs received after the takeover"))
         .unwrap_or_else(|| panic!("the backup did not wait for the cache:\n{log}"));
     eprintln!("backup: {waited}");
     run.check("after the cache answered the backup");
-    run.lab.teardown();
+    run.plane.lab.teardown();
 }
 
 #[test]

@@ -9,26 +9,28 @@
 //!
 //! ```text
 //!                 bridge `lan` 198.18.0.0/24
-//!   [ peer ] .1   frr (bgpd + bfdd) or bird2, BFD 100 ms x 3 --- service .10
+//!   [ p ] .20     frr (bgpd + bfdd) or bird2, BFD 100 ms x 3 --- service .10
 //!   [ redis ] .2  redis-server (the state store)
-//!   [ a ] .3      holdfastd (the unit, NSR on), SIGSTOPped 1 s, then 2 s
-//!   [ b ] .4      (idle backup host: nobody takes over)
+//!   [ a ] .3      host agent (`--hang-ms 0`: a stall is not a hang here);
+//!                 edge-1 in its container (NSR on), SIGSTOPped 1 s, then 2 s
+//!   [ b ] .4      host agent (the backup host: nobody takes over)
 //!   [ feed ] .5   raw test peers
 //!   [ relay ] .6  holdfast-bfd-relay (the unit's Up packets while it is stopped)
+//!   c1..c3        etcd + holdfast-controller (support/nsr_plane.rs)
 //! ```
 //!
 //! Checked for each stall, on the peer's own CLI: its BFD session stayed
 //! Up (frr: the `session-down` counter unchanged and the uptime not reset;
 //! bird2: the "Since" column unchanged), the BGP session never left
 //! Established (sampled every 100 ms; uptime never reset), the peer logged
-//! no NOTIFICATION and holds every route (`nsr_common`'s checks); and the
+//! no NOTIFICATION and holds every route (`nsr_plane`'s checks); and the
 //! same holdfastd process still runs.
 //!
 //! Negative control (run by hand, noted in docs/notes/issue25-stall.md):
 //! `HOLDFASTD_BIN` pointing at a holdfastd built before the fix fails the
 //! frr test with frr's BFD session counted down.
 
-use crate::nsr_common;
+use crate::{nsr_common, nsr_plane};
 
 use holdfast_lab::{hold_for, wait_until, BfdView, Bird, Frr, Peer, PeerKind, PeerWatch};
 use std::net::IpAddr;
@@ -39,23 +41,24 @@ const SERVICE: &str = "198.18.0.10";
 
 /// The peer's BFD session with the service address, once it has one (frr
 /// configures BFD under a session once BGP is Established).
-fn bfd_view<P: Peer>(r: &nsr_common::Run<P>) -> Option<BfdView> {
+fn bfd_view<P: Peer>(r: &nsr_plane::Run<P>) -> Option<BfdView> {
     let svc: IpAddr = SERVICE.parse().expect("service");
     r.peer()
-        .bfd_session(&r.lab, svc)
+        .bfd_session(&r.plane.lab, svc)
         .expect("the peer's BFD view")
 }
 
-fn bfd_up<P: Peer>(r: &nsr_common::Run<P>) -> BfdView {
+fn bfd_up<P: Peer>(r: &nsr_plane::Run<P>) -> BfdView {
     bfd_view(r).expect("the peer has a BFD session with the service address")
 }
 
 fn stalls_are_invisible<P: Peer>(name: &str, kind: PeerKind) {
-    let Some(mut r) = nsr_common::Run::<P>::start(
+    let Some(mut r) = nsr_plane::Run::<P>::start(
         name,
         kind,
         nsr_common::Options {
             bfd: Some(INTERVAL_MS),
+            stalls: true,
             ..nsr_common::Options::default()
         },
     ) else {
@@ -71,7 +74,7 @@ fn stalls_are_invisible<P: Peer>(name: &str, kind: PeerKind) {
     r.start_relay(1);
     // The relay covers the session before the first stall.
     hold_for(Duration::from_secs(1), || {});
-    let pid = r.hf().pid(&r.lab);
+    let pid = r.hf().pid;
     r.check("before any stall");
     for stall in [Duration::from_secs(1), Duration::from_secs(2)] {
         let before = bfd_up(&r);
@@ -107,8 +110,8 @@ fn stalls_are_invisible<P: Peer>(name: &str, kind: PeerKind) {
         nsr_common::stop_watch(watch, &format!("stall {stall:?}"));
         r.check(&format!("holdfastd stopped {stall:?}"));
         assert_eq!(
-            r.hf().pid(&r.lab),
-            pid,
+            r.plane.unit_pid(nsr_plane::UNIT, &r.hf().host_name),
+            Some(pid),
             "the stalled holdfastd was replaced"
         );
     }

@@ -4,10 +4,11 @@
 //!
 //! ```text
 //!                 bridge `lan` 198.18.0.0/24
-//!   [ peer ] .1   frr: passes the feed's burst on to holdfastd (.10)
+//!   [ p ] .20     frr: passes the feed's burst on to the unit (.10)
 //!   [ redis ] .2  redis-server, SIGSTOPped mid-burst, then SIGCONT
-//!   [ a ] .3      holdfastd primary (NSR on) at the service address .10
-//!   [ b ] .4      the backup host: the takeover after the stalls
+//!   [ a ] .3      host agent; the unit edge-1 (NSR on) in its container, at .10
+//!   [ b ] .4      host agent: the controller's takeover after the stalls
+//!   c1..c3        etcd + holdfast-controller (support/nsr_plane.rs)
 //!   [ feed ] .5   raw test peers (the burst into frr; routes out of us)
 //! ```
 //!
@@ -15,11 +16,11 @@
 //! the store's return, by itself; frr's session never left Established
 //! (sampled every 100 ms, uptime never reset), frr logged no
 //! NOTIFICATION, and every route frr sent is in our Adj-RIB-In
-//! (`nsr_common`'s checks). Then a takeover (SIGKILL of the primary, the
-//! backup restores the session from the store): the same checks, so the
-//! store written anew after the stall is whole.
+//! (`nsr_plane`'s checks). Then a takeover (SIGKILL of the unit, the
+//! controller has the backup restore the session from the store): the
+//! same checks, so the store written anew after the stall is whole.
 
-use crate::nsr_common;
+use crate::{nsr_common, nsr_plane};
 
 use holdfast_lab::{Frr, PeerKind};
 use std::time::Duration;
@@ -27,7 +28,7 @@ use std::time::Duration;
 #[test]
 fn frr_sees_nothing_when_the_store_stalls_mid_burst() {
     let Some(mut r) =
-        nsr_common::Run::<Frr>::start("stall_store", PeerKind::Frr, nsr_common::Options::default())
+        nsr_plane::Run::<Frr>::start("stall_store", PeerKind::Frr, nsr_common::Options::default())
     else {
         return;
     };

@@ -1,0 +1,153 @@
+//! The benches' NSR unit under the control plane: the takeover benches
+//! (`takeover`, `many`) run holdfastd NSR on as a unit of the lab's control
+//! plane ([`holdfast_lab::plane`]: etcd, three `holdfast-controller`
+//! replicas, a host agent on a and b, the unit in a container on each), so
+//! a takeover is the production one: the bench SIGKILLs the unit and the
+//! controller has b's agent take it over (a cold `holdfastd --takeover`, or
+//! the standby the agent keeps for a `"preheated": true` placement).
+//!
+//! ```text
+//!   bridge lan 198.18.0.0/24
+//!   [ redis ] .2  redis-server            [ feed ] .5   injector tester(s)
+//!   [ a ] .3 / [ b ] .4  host agents; unit `bench` (service .10) in a container on each
+//!   [ p ] .20     monitor tester          c1..c3  etcd + controllers (and the `mgmt` bridge)
+//! ```
+//!
+//! Known issues: the control plane's time is read from the lab (the kill
+//! to every session Established on b, polled every 2 ms over the new
+//! unit's control socket); the unit also originates the plane's 10 routes
+//! (`100.100.0.0/24` …), which the monitor counts on top of the bench's.
+
+use anyhow::{bail, Context, Result};
+use holdfast_lab::plane::{Plane, PlaneBins, PlaneExtras, PlaneSpec};
+use holdfast_lab::{ControlSocket, NsrHost};
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// The unit's name (and its NSR instance).
+pub const UNIT: &str = "bench";
+/// Routes the plane has the unit originate (`[[network]]`).
+pub const ORIGINATED: usize = 10;
+/// The monitor host's last octet.
+const MON_OCTET: u8 = 20;
+
+/// The plane with the bench's unit.
+pub struct BenchPlane {
+    pub plane: Plane,
+    /// The monitor tester's host.
+    pub mon: NsrHost,
+}
+
+/// The unit's neighbours: one passive neighbour per `(address, AS,
+/// export)` (import all), every session from the service address.
+pub fn neighbors_toml(svc: Ipv4Addr, neighbors: &[(Ipv4Addr, u32, &str)]) -> String {
+    let mut extra = String::new();
+    for (addr, asn, export) in neighbors {
+        extra.push_str(&format!(
+            "[[neighbor]]\naddress = \"{addr}\"\nremote_asn = {asn}\nlocal_address = \"{svc}\"\npassive = true\nimport = \"all\"\nexport = \"{export}\"\n"
+        ));
+    }
+    extra
+}
+
+impl BenchPlane {
+    /// The monitor's address.
+    pub fn mon_addr() -> Ipv4Addr {
+        Ipv4Addr::new(198, 18, 0, MON_OCTET)
+    }
+
+    /// Starts the plane (named `name`) with the unit on a (backup b),
+    /// `neighbors` its sessions (see [`neighbors_toml`]); with `preheated`
+    /// b's agent runs its standby from the start.
+    pub fn up(
+        name: &str,
+        neighbors: &[(Ipv4Addr, u32, &str)],
+        preheated: bool,
+    ) -> Result<BenchPlane> {
+        let bins = PlaneBins::find().context("the control plane's binaries")?;
+        let mut spec = PlaneSpec::one_unit(&["a", "b"], false);
+        spec.units[0].name = UNIT.into();
+        spec.units[0].routes = ORIGINATED as u32;
+        spec.units[0].app_failure = Some("migrate".into());
+        spec.units[0].peers = vec!["none".into()];
+        // No IP SLA probes: the bench kills the process (its agent sees
+        // that through the pidfd), and the probes' load would be measured
+        // with holdfastd's.
+        spec.no_probes = true;
+        let svc = Ipv4Addr::new(198, 18, 0, 10);
+        let mut extras = PlaneExtras::default();
+        extras
+            .unit_config
+            .insert(UNIT.into(), neighbors_toml(svc, neighbors));
+        if preheated {
+            extras.preheated.push(UNIT.into());
+        }
+        let mut plane = Plane::up_with(name, &spec, bins, &extras)?;
+        let mon = plane.topo.add_host(&mut plane.lab, "p", MON_OCTET)?;
+        plane.wait_leader(3, Duration::from_secs(60))?;
+        Ok(BenchPlane { plane, mon })
+    }
+
+    /// The unit's control socket on `host`.
+    pub fn socket(&self, host: &str) -> PathBuf {
+        self.plane.host(host).work_dir.join(UNIT).join("holdfastd.sock")
+    }
+
+    /// The unit's pid on `host`, once its agent runs it.
+    pub fn pid(&self, host: &str) -> Result<u32> {
+        let p = self
+            .plane
+            .wait_running(UNIT, host, None, Duration::from_secs(60))?;
+        Ok(p as u32)
+    }
+
+    /// SIGKILLs the unit on `from` (an application failure); the controller
+    /// takes it over on `to`. Returns when that was (the kill) and how long
+    /// until every session of the unit on `to` was Established.
+    pub fn kill_and_take_over(&self, from: &str, to: &str) -> Result<(Instant, Duration)> {
+        let sock = ControlSocket(self.socket(to));
+        let killed = Instant::now();
+        self.plane.kill_unit(UNIT, from)?;
+        let deadline = killed + Duration::from_secs(60);
+        loop {
+            if sock.all_established()
+                && sock.nsr().is_ok_and(|n| {
+                    serde_json::to_value(&n).is_ok_and(|v| v["role"] != "standby")
+                })
+            {
+                break;
+            }
+            if Instant::now() > deadline {
+                bail!("{UNIT}: no takeover on {to} within 60 s of the kill");
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let control = killed.elapsed();
+        let (primary, _) = self.plane.placement(UNIT)?;
+        if primary != to {
+            bail!("{UNIT}: placed on {primary} after the takeover, not {to}");
+        }
+        Ok((killed, control))
+    }
+}
+
+/// `show nsr` of the unit whose control socket is `sock`, as JSON (the
+/// CLI's `--json` `nsr` object).
+pub fn show_nsr(sock: &Path) -> Result<serde_json::Value> {
+    let n = ControlSocket(sock.to_path_buf()).nsr()?;
+    Ok(serde_json::to_value(n)?)
+}
+
+/// Waits until every session of the unit at `sock` is Established.
+pub fn wait_all_established(sock: &Path, within: Duration) -> Result<()> {
+    let s = ControlSocket(sock.to_path_buf());
+    let deadline = Instant::now() + within;
+    while !s.all_established() {
+        if Instant::now() > deadline {
+            bail!("{}: not every session Established", sock.display());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
