@@ -23,7 +23,7 @@ use crate::plane_unit::{show_nsr, wait_all_established, BenchPlane, ORIGINATED};
 use crate::takeover::{config_with, nsr_at_rest, tester, Backup, MON_AS};
 use crate::util::{cpu_secs, peak_rss_kb};
 use anyhow::{bail, Context, Result};
-use holdfast_lab::{ControlSocket, HostId, Holdfastd, Lab, NsrHost, NsrTopo, Redis};
+use holdfast_lab::{ControlSocket, Holdfastd, HostId, Lab, NsrHost, NsrTopo, Redis};
 use holdfast_tester::workload::{generate, Kind, Workload};
 use holdfast_tester::{encode_routes, Peer as Tester};
 use holdfast_wire::{AsSegment, Prefix};

@@ -91,7 +91,11 @@ impl BenchPlane {
 
     /// The unit's control socket on `host`.
     pub fn socket(&self, host: &str) -> PathBuf {
-        self.plane.host(host).work_dir.join(UNIT).join("holdfastd.sock")
+        self.plane
+            .host(host)
+            .work_dir
+            .join(UNIT)
+            .join("holdfastd.sock")
     }
 
     /// The unit's pid on `host`, once its agent runs it.
@@ -112,9 +116,9 @@ impl BenchPlane {
         let deadline = killed + Duration::from_secs(60);
         loop {
             if sock.all_established()
-                && sock.nsr().is_ok_and(|n| {
-                    serde_json::to_value(&n).is_ok_and(|v| v["role"] != "standby")
-                })
+                && sock
+                    .nsr()
+                    .is_ok_and(|n| serde_json::to_value(&n).is_ok_and(|v| v["role"] != "standby"))
             {
                 break;
             }

@@ -16,8 +16,8 @@
 //!   c1..c3        etcd + holdfast-controller (NSR on)
 //! ```
 
-use anyhow::{bail, Result};
 use crate::plane_unit::{show_nsr, wait_all_established, BenchPlane, ORIGINATED};
+use anyhow::{bail, Result};
 use holdfast_lab::{nsr_config, Holdfastd, Lab, NsrTopo, Redis};
 use holdfast_tester::workload::{generate, prefix_count, Kind};
 use holdfast_tester::{encode_routes, netns::in_netns, Config, Peer as Tester};
@@ -224,7 +224,13 @@ pub enum Backup {
 }
 
 /// Streams `bytes` from `inj` and waits until `mon` holds `want` routes.
-fn learn(inj: &Arc<Tester>, mon: &Tester, bytes: Vec<u8>, want: usize, deadline: Duration) -> Result<Duration> {
+fn learn(
+    inj: &Arc<Tester>,
+    mon: &Tester,
+    bytes: Vec<u8>,
+    want: usize,
+    deadline: Duration,
+) -> Result<Duration> {
     let t0 = Instant::now();
     let sender = {
         let inj = inj.clone();
@@ -291,7 +297,10 @@ fn one_run_on(n: usize, kind: Kind, backup: Backup, deadline: Duration) -> Resul
     let feed = Ipv4Addr::new(198, 18, 0, 5);
     let bp = BenchPlane::up(
         "nsr_bench_on",
-        &[(feed, INJ_AS, "none"), (BenchPlane::mon_addr(), MON_AS, "all")],
+        &[
+            (feed, INJ_AS, "none"),
+            (BenchPlane::mon_addr(), MON_AS, "all"),
+        ],
         backup == Backup::Preheated,
     )?;
     let lab = &bp.plane.lab;

@@ -423,7 +423,11 @@ impl Plane {
             hosts.push(PlaneHost {
                 name: h.clone(),
                 host: node.clone(),
-                args: a.args.into_iter().chain(extras.agent_args.clone()).collect(),
+                args: a
+                    .args
+                    .into_iter()
+                    .chain(extras.agent_args.clone())
+                    .collect(),
                 status: a.status,
                 work_dir: a.work_dir,
                 agent: Some(p),
@@ -511,7 +515,12 @@ impl Plane {
     /// Starts a peer of kind `P` on a host `name` added to the bridge at
     /// `.n` (a peer under test beside the plane's own, e.g. with TCP-MD5 or
     /// BFD towards a unit configured through [`PlaneExtras`]).
-    pub fn start_peer<P: Peer>(&mut self, name: &str, n: u8, spec: &PeerSpec) -> Result<(NsrHost, P)> {
+    pub fn start_peer<P: Peer>(
+        &mut self,
+        name: &str,
+        n: u8,
+        spec: &PeerSpec,
+    ) -> Result<(NsrHost, P)> {
         let h = self.topo.add_host(&mut self.lab, name, n)?;
         let p = P::start(&mut self.lab, h.id, spec)?;
         Ok((h, p))

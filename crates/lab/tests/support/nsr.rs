@@ -14,11 +14,11 @@ use holdfast_lab::{
     control_request, find_binary, parse_err, wait_ok, ControlSocket, HostId, Lab, NsrTopo, Peer,
     PeerKind, PeerWatch,
 };
-use std::path::PathBuf;
 use holdfast_tester::{netns::in_netns, Config as TesterConfig, Peer as Tester};
 use holdfast_wire::{AsPath, AsSegment, Family, Origin, PathAttrs};
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -79,7 +79,12 @@ pub(crate) fn tester(asn: u32, id: u8) -> TesterConfig {
 }
 
 /// Connects a raw test peer from the feed host, retrying until accepted.
-pub(crate) fn connect_feed(lab: &Lab, topo: &NsrTopo, to: IpAddr, cfg: TesterConfig) -> Arc<Tester> {
+pub(crate) fn connect_feed(
+    lab: &Lab,
+    topo: &NsrTopo,
+    to: IpAddr,
+    cfg: TesterConfig,
+) -> Arc<Tester> {
     let ns = lab.netns(topo.feed.id).to_string();
     let local = IpAddr::V4(topo.feed.v4);
     let deadline = Instant::now() + T;
@@ -168,9 +173,8 @@ pub fn assert_no_fin_rst(
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs_f64())
         .unwrap_or(0.0);
-    let mut filter = format!(
-        "tcp and src host {service} and (tcp[tcpflags] & (tcp-rst|tcp-fin) != 0)"
-    );
+    let mut filter =
+        format!("tcp and src host {service} and (tcp[tcpflags] & (tcp-rst|tcp-fin) != 0)");
     if !to.is_empty() {
         let hosts: Vec<String> = to.iter().map(|h| format!("dst host {h}")).collect();
         filter.push_str(&format!(" and ({})", hosts.join(" or ")));
@@ -229,7 +233,11 @@ impl Unit {
     }
 
     /// Routes of a table; `peer` is required for `In`/`Out`.
-    pub fn rib(&self, table: RibTable, peer: Option<IpAddr>) -> holdfast_lab::Result<Vec<RibEntry>> {
+    pub fn rib(
+        &self,
+        table: RibTable,
+        peer: Option<IpAddr>,
+    ) -> holdfast_lab::Result<Vec<RibEntry>> {
         let req = Request::ShowRib {
             instance: None,
             prefix: None,
@@ -239,7 +247,10 @@ impl Unit {
         };
         match self.request(&req)? {
             Body::Rib(r) => Ok(r),
-            other => Err(parse_err("holdfastd control answer", format!("unexpected {other:?}"))),
+            other => Err(parse_err(
+                "holdfastd control answer",
+                format!("unexpected {other:?}"),
+            )),
         }
     }
 
@@ -266,7 +277,9 @@ impl Unit {
 
     /// `show nsr --json`'s `nsr` object.
     pub fn nsr(&self, lab: &Lab) -> Result<serde_json::Value, String> {
-        let v = self.cli_json(lab, &["show", "nsr"]).map_err(|e| e.to_string())?;
+        let v = self
+            .cli_json(lab, &["show", "nsr"])
+            .map_err(|e| e.to_string())?;
         Ok(v.get("ok").and_then(|b| b.get("nsr")).cloned().unwrap_or(v))
     }
 
@@ -284,7 +297,10 @@ impl Unit {
 
     pub fn wait_established(&self, addr: IpAddr, within: Duration) -> NeighborInfo {
         wait_ok(
-            &format!("the unit on {}: session with {addr} Established", self.host_name),
+            &format!(
+                "the unit on {}: session with {addr} Established",
+                self.host_name
+            ),
             within,
             || match self.neighbor(addr) {
                 Ok(Some(n)) if n.state == "Established" => Ok(n),

@@ -200,9 +200,7 @@ impl<P: Peer> Run<P> {
             .start_peer::<P>("p", PEER_OCTET, &peer_spec(svc, feed, &o))
             .expect("the peer under test");
         let mark = peer.log_mark();
-        plane
-            .wait_leader(3, T)
-            .unwrap_or_else(|e| panic!("{e}"));
+        plane.wait_leader(3, T).unwrap_or_else(|e| panic!("{e}"));
         // Where the placement says it runs (a, unless its agent has
         // already fenced it and the controller moved it).
         let host = plane
@@ -508,7 +506,11 @@ impl<P: Peer> Run<P> {
             (sb.host_name.as_str(), sb.pid),
             "{what}: not the standby's own process"
         );
-        let t = self.phases.last().map(|p| p.holdfastd.clone()).unwrap_or_default();
+        let t = self
+            .phases
+            .last()
+            .map(|p| p.holdfastd.clone())
+            .unwrap_or_default();
         (old, t)
     }
 
@@ -646,8 +648,9 @@ impl<P: Peer> Run<P> {
         edit: impl Fn(&str) -> String,
         takeover: bool,
     ) -> Result<holdfast_lab::Holdfastd, holdfast_lab::LabError> {
-        let config = std::fs::read_to_string(self.plane.lab.work_dir().join(format!("{UNIT}.toml")))
-            .expect("the unit's configuration");
+        let config =
+            std::fs::read_to_string(self.plane.lab.work_dir().join(format!("{UNIT}.toml")))
+                .expect("the unit's configuration");
         let config = edit(&config);
         let mut opts = if takeover {
             holdfast_lab::StartOpts::takeover(
@@ -741,7 +744,8 @@ impl<P: Peer> Run<P> {
                 );
                 let got = prefixes(
                     self.hf
-                        .rib(RibTable::In, Some(peer_ip)).map_err(|e| e.to_string())?
+                        .rib(RibTable::In, Some(peer_ip))
+                        .map_err(|e| e.to_string())?
                         .into_iter()
                         .map(|r| r.prefix),
                 );
@@ -756,7 +760,11 @@ impl<P: Peer> Run<P> {
             &format!("{what}: the peer holds our Adj-RIB-Out"),
             T,
             || {
-                let out = self.hf.rib(RibTable::Out, Some(peer_ip)).map_err(|e| e.to_string())?.len() as u32;
+                let out = self
+                    .hf
+                    .rib(RibTable::Out, Some(peer_ip))
+                    .map_err(|e| e.to_string())?
+                    .len() as u32;
                 let held = self.held_from_us();
                 (out == held && out > 0)
                     .then_some(())
@@ -771,7 +779,10 @@ impl<P: Peer> Run<P> {
             .announce(&self.plane.lab, &[RouteSpec::new(&from_peer)])
             .expect("peer announces");
         wait_ok(&format!("{what}: a new route from the peer"), T, || {
-            let r = self.hf.rib(RibTable::In, Some(peer_ip)).map_err(|e| e.to_string())?;
+            let r = self
+                .hf
+                .rib(RibTable::In, Some(peer_ip))
+                .map_err(|e| e.to_string())?;
             r.iter()
                 .any(|e| e.prefix == from_peer)
                 .then_some(())
@@ -994,7 +1005,10 @@ impl<P: Peer> Run<P> {
             "store down: the new route in our Adj-RIB-Out to the feed",
             T,
             || {
-                let out = self.hf.rib(RibTable::Out, Some(feed_ip)).map_err(|e| e.to_string())?;
+                let out = self
+                    .hf
+                    .rib(RibTable::Out, Some(feed_ip))
+                    .map_err(|e| e.to_string())?;
                 out.iter()
                     .any(|r| r.prefix == prefix)
                     .then_some(())

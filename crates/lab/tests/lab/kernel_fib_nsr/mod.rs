@@ -236,7 +236,11 @@ fn kernel_fib_survives_takeovers() {
 
     // (a) Same host: kill, take over in place. Nothing is rewritten and
     // forwarding never stops.
-    let mon = r.plane.lab.spawn_route_monitor(a, "ipmon").expect("ip monitor");
+    let mon = r
+        .plane
+        .lab
+        .spawn_route_monitor(a, "ipmon")
+        .expect("ip monitor");
     let pinger = r
         .plane
         .lab
@@ -254,7 +258,12 @@ fn kernel_fib_survives_takeovers() {
     })
     .expect("pings through a before the kill");
     drop(r.take_over_in_place("SIGKILL, takeover on the same host"));
-    let f = wait_fib(r.hf(), &r.plane.lab, 3, "hf1's FIB after the takeover in place");
+    let f = wait_fib(
+        r.hf(),
+        &r.plane.lab,
+        3,
+        "hf1's FIB after the takeover in place",
+    );
     println!("same host: show fib counters {}", f["counters"]);
     assert_eq!(
         raw_table(&r.plane.lab, a, "179"),

@@ -125,7 +125,8 @@ fn withdrawn(r: &nsr_plane::Run<Frr>, since: SystemTime, until: Option<SystemTim
             .unwrap_or(0.0)
     };
     let (from, to) = (secs(since), until.map_or(f64::MAX, secs));
-    r.plane.lab
+    r.plane
+        .lab
         .pcaps()
         .iter()
         .map(|p| {

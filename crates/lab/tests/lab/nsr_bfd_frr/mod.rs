@@ -78,7 +78,12 @@ fn frr_bfd_never_notices_takeovers() {
             .ok()
             .and_then(|v| frr_peer(&v))
             .and_then(|p| p["session-down"].as_u64())
-            .unwrap_or_else(|| panic!("frr counters: {:?}", r.peer().bfd_peer_counters(&r.plane.lab)))
+            .unwrap_or_else(|| {
+                panic!(
+                    "frr counters: {:?}",
+                    r.peer().bfd_peer_counters(&r.plane.lab)
+                )
+            })
     };
     let downs_before = counters(&r);
 

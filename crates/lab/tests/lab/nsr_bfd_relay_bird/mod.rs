@@ -215,7 +215,11 @@ fn bird_dropped_bgp_for_bfd(r: &nsr_plane::Run<Bird>, mark: &LogMark, what: &str
 /// Starts the relay with `secret` as the key of every session of the
 /// instance (a keys file in the lab's work directory).
 fn start_keyed_relay(r: &mut nsr_plane::Run<Bird>, secret: &str) {
-    let path = r.plane.lab.work_dir().join(format!("relay-keys-{secret}.toml"));
+    let path = r
+        .plane
+        .lab
+        .work_dir()
+        .join(format!("relay-keys-{secret}.toml"));
     std::fs::write(
         &path,
         format!("[[key]]\ninstance = \"edge-1\"\nsecret = \"{secret}\"\n"),

@@ -183,7 +183,12 @@ fn session_downs(r: &nsr_plane::Run<Frr>) -> u64 {
         .ok()
         .and_then(|v| frr_peer(&v))
         .and_then(|p| p["session-down"].as_u64())
-        .unwrap_or_else(|| panic!("frr counters: {:?}", r.peer().bfd_peer_counters(&r.plane.lab)))
+        .unwrap_or_else(|| {
+            panic!(
+                "frr counters: {:?}",
+                r.peer().bfd_peer_counters(&r.plane.lab)
+            )
+        })
 }
 
 fn wait_bfd_up(r: &nsr_plane::Run<Frr>, what: &str) -> Value {

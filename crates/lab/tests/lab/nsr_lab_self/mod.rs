@@ -45,9 +45,11 @@ const T: Duration = Duration::from_secs(30);
 /// there (gratuitous ARP, unsolicited NA).
 fn move_service(lab: &Lab, topo: &NsrTopo, from: Option<HostId>, to: HostId) {
     if let Some(from) = from {
-        topo.del_service(lab, from).expect("delete the service addresses");
+        topo.del_service(lab, from)
+            .expect("delete the service addresses");
     }
-    topo.add_service(lab, to).expect("add the service addresses");
+    topo.add_service(lab, to)
+        .expect("add the service addresses");
     let netns = lab.netns(to).to_string();
     let ifname = topo.ifname(to).expect("interface").to_string();
     for addr in topo.service_addrs() {

@@ -163,7 +163,9 @@ fn backup_answers_a_pending_route_refresh() {
         );
         read_value(&mut sub);
         let t0 = Instant::now();
-        r.peer().soft_in(&r.plane.lab, r.service_ip()).expect("soft in");
+        r.peer()
+            .soft_in(&r.plane.lab, r.service_ip())
+            .expect("soft in");
         let seen = loop {
             match read_value(&mut sub) {
                 V::Array(m) if matches!(m.last(), Some(V::Bulk(Some(e))) if e == b"set") => {
