@@ -563,6 +563,7 @@ impl Core {
         c.gated && c.wants_confirm() && self.mode == GateMode::Protected && self.mark_dirty(*key)
     }
 
+    #[cfg(test)]
     pub(crate) fn set_mode(&mut self, mode: GateMode) -> bool {
         self.set_mode_after(mode, None)
     }
