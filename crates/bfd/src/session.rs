@@ -161,7 +161,11 @@ impl Session {
     /// replicated state (normally Up) with the same discriminators and the
     /// intervals last advertised, so the peer sees neither a Poll nor a
     /// changed value. Returns the session and its first output: a packet
-    /// at once. The detection timer runs from `now`. A difference between
+    /// at once. The detection timer waits for the peer's first packet or
+    /// [`Input::PathReady`]: until the service address has moved here,
+    /// none of the peer's packets can arrive, and the move (after the
+    /// takeover is ready, by the control plane) may take longer than a
+    /// detection time of a few hundred ms. A difference between
     /// `cfg` and the replicated intervals is negotiated by the next
     /// [`Input::Configure`].
     pub fn resume(
@@ -194,9 +198,7 @@ impl Session {
         s.xmit_auth_seq = rs.xmit_auth_seq;
         s.rcv_auth_seq = rs.rcv_auth_seq;
         s.last_rx = Some(now);
-        if s.state != State::AdminDown {
-            s.detect_deadline = s.detection_time().map(|d| now + d);
-        }
+        s.detect_deadline = None;
         s.next_tx = None;
         let mut out = Vec::new();
         let tx = Tx {
@@ -324,6 +326,11 @@ impl Session {
                         &mut tx,
                         &mut out,
                     );
+                }
+            }
+            Input::PathReady => {
+                if self.detect_deadline.is_none() && matches!(self.state, State::Init | State::Up) {
+                    self.detect_deadline = self.detection_time().map(|d| now + d);
                 }
             }
             Input::AdminUp => {

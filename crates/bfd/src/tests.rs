@@ -1027,3 +1027,48 @@ fn resume_checks_and_whole_state_serde() {
     assert_eq!(copy, p.a);
     p.run_for(ms(10));
 }
+
+/// A resumed session does not time the peer before its path is in place
+/// (the service address moves after the takeover is ready, possibly after
+/// more than a detection time): seen in the lab, a backup at 100 ms x 3
+/// declared the peer down while the address was still moving. From
+/// `PathReady` (or the peer's first packet) detection runs as usual.
+#[test]
+fn a_resumed_session_times_the_peer_only_once_its_path_is_ready() {
+    let c = cfg(100, 100, 3);
+    let p = up_pair(c.clone(), c.clone());
+    let rs = p.a.resume_state();
+    let t0 = p.now;
+
+    // No packet for 2 s while the address moves: still Up.
+    let (mut s, _) = Session::resume(c.clone(), rs.clone(), 7, t0).unwrap();
+    let mut out = Vec::new();
+    let mut now = t0;
+    while now < t0 + ms(2000) {
+        now += ms(10);
+        out.extend(s.handle(now, Input::Timer));
+    }
+    assert!(changes(&out).is_empty(), "{:?}", changes(&out));
+    assert_eq!(s.state(), State::Up);
+
+    // The path is ready; the peer stays silent: Down after 300 ms.
+    let ready = now;
+    out.extend(s.handle(ready, Input::PathReady));
+    while s.state() == State::Up && now < ready + ms(1000) {
+        now += ms(10);
+        out.extend(s.handle(now, Input::Timer));
+    }
+    assert_eq!(
+        changes(&out),
+        [(State::Up, State::Down, Diag::ControlDetectionTimeExpired)]
+    );
+    let took = now - ready;
+    assert!(took >= ms(300) && took <= ms(310), "{took:?}");
+
+    // PathReady again, or on a session already timing, changes nothing.
+    let (mut s, _) = Session::resume(c.clone(), rs, 7, t0).unwrap();
+    assert!(s.handle(t0, Input::PathReady).is_empty());
+    let d = s.next_deadline();
+    assert!(s.handle(t0 + ms(50), Input::PathReady).is_empty());
+    assert_eq!(s.next_deadline(), d);
+}

@@ -72,6 +72,10 @@ pub enum Input {
     /// RX starts a Poll Sequence (§6.8.3). Settings that fail
     /// [`SessionConfig::validate`] are refused with a warning.
     Configure(SessionConfig),
+    /// The path to the peer is in place: a resumed session's source
+    /// address has moved to this host ([`crate::Session::resume`]), and its
+    /// detection timer runs from now. Harmless when it already runs.
+    PathReady,
 }
 
 /// What the daemon carries out, in order.

@@ -103,6 +103,9 @@ pub enum BfdCmd {
         key: NeighborKey,
         session: holdfast_bfd::SessionConfig,
     },
+    /// A takeover's service addresses are in place: resumed sessions,
+    /// whose detection waited for them, time the peer from now.
+    PathReady,
     /// Stop the session (sends AdminDown, §6.8.16) and release BGP.
     Remove {
         key: NeighborKey,

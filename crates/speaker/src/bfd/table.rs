@@ -147,6 +147,12 @@ impl Table {
                     self.input(now, d, Input::Configure(session));
                 }
             }
+            BfdCmd::PathReady => {
+                let all: Vec<u32> = self.entries.keys().copied().collect();
+                for d in all {
+                    self.input(now, d, Input::PathReady);
+                }
+            }
             BfdCmd::Remove { key } => self.remove(now, &key),
             BfdCmd::Show(reply) => {
                 let _ = reply.send(self.show());
@@ -564,6 +570,7 @@ fn input_name(i: &Input) -> &'static str {
         Input::AdminDown => "admin-down",
         Input::AdminUp => "admin-up",
         Input::Configure(_) => "configure",
+        Input::PathReady => "path-ready",
     }
 }
 

@@ -112,8 +112,9 @@ impl Daemon {
         // daemon meanwhile answers its control socket. A failure ends the
         // daemon (`Exit::TakeoverFailed`).
         let failed = self.takeover_failed.clone();
+        let bfd = self.bfd.clone();
         tokio::spawn(async move {
-            if let Err(e) = restore_all(&mut t, targets, ribs).await {
+            if let Err(e) = restore_all(&mut t, targets, ribs, bfd).await {
                 tracing::error!(error = format!("{e:#}"), "takeover failed");
                 let _ = failed.send(e);
             }
@@ -161,14 +162,20 @@ impl Daemon {
     }
 }
 
-/// Takeover steps 4–7: ready, address, sockets, guard.
+/// Takeover steps 4–7: ready, address, sockets, guard. Once the
+/// addresses are here, resumed BFD sessions start timing the peer (their
+/// detection waited: none of its packets could arrive before).
 async fn restore_all(
     t: &mut crate::resume::Takeover,
     targets: Vec<ResumeTarget>,
     ribs: std::collections::HashMap<String, crate::msg::rib::RibHandle>,
+    bfd: Option<crate::bfd::Bfd>,
 ) -> anyhow::Result<()> {
     t.announce_ready()?;
     t.wait_for_addresses().await?;
+    if let Some(b) = &bfd {
+        b.send(crate::bfd::BfdCmd::PathReady);
+    }
     t.open_gate();
     for target in targets {
         let ResumeTarget {
