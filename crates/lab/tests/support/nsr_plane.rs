@@ -265,6 +265,18 @@ impl<P: Peer> Run<P> {
         IpAddr::V4(self.plane.topo.service_v4)
     }
 
+    /// The new unit's `show nsr` once it reports its takeover's figures
+    /// (its tables rebuilt).
+    fn takeover_figures(&self, what: &str) -> serde_json::Value {
+        wait_ok(&format!("{what}: holdfastd's takeover figures"), T, || {
+            let n = self.hf.nsr(&self.plane.lab)?;
+            (n["takeover"]["tables_us"].as_u64().unwrap_or(0) > 0)
+                .then_some(n.clone())
+                .ok_or(n.to_string())
+        })
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
     pub fn peer_ip(&self) -> IpAddr {
         IpAddr::V4(peer_v4())
     }
@@ -328,13 +340,7 @@ impl<P: Peer> Run<P> {
         new.wait_established(self.peer_ip(), T);
         let established = t0.elapsed();
         let old = std::mem::replace(&mut self.hf, new);
-        let nsr = wait_ok(&format!("{what}: holdfastd's takeover figures"), T, || {
-            let n = self.hf.nsr(&self.plane.lab)?;
-            (n["takeover"]["tables_us"].as_u64().unwrap_or(0) > 0)
-                .then_some(n.clone())
-                .ok_or(n.to_string())
-        })
-        .unwrap_or_else(|e| panic!("{e}"));
+        let nsr = self.takeover_figures(what);
         println!(
             "{what}: the controller moved {UNIT} {from} -> {to} (pid {}) in {moved:?}, Established {established:?}\n  holdfastd: {}",
             self.hf.pid, nsr["takeover"]
@@ -614,13 +620,7 @@ impl<P: Peer> Run<P> {
         new.wait_established(self.peer_ip(), T);
         let established = t0.elapsed();
         let old = std::mem::replace(&mut self.hf, new);
-        let nsr = wait_ok(&format!("{what}: holdfastd's takeover figures"), T, || {
-            let n = self.hf.nsr(&self.plane.lab)?;
-            (n["takeover"]["tables_us"].as_u64().unwrap_or(0) > 0)
-                .then_some(n.clone())
-                .ok_or(n.to_string())
-        })
-        .unwrap_or_else(|e| panic!("{e}"));
+        let nsr = self.takeover_figures(what);
         println!(
             "{what}: the controller restarted {UNIT} in place on {host} (pid {pid}) in {moved:?}, Established {established:?}\n  holdfastd: {}",
             nsr["takeover"]
