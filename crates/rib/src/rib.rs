@@ -194,6 +194,11 @@ pub(crate) type Noted = (PeerId, Arc<Attrs>);
 /// Loc-RIB + Adj-RIB-Out tables of one address family in one shard.
 pub(crate) struct Tables<K: Key> {
     pub dests: K::DMap,
+    /// Prefixes of `dests` with a best path, kept by [`Tables::change`] (the
+    /// only writer of `dests`), so the Loc-RIB's size is read without a
+    /// walk (`show neighbors` and the metrics ask for it while a table
+    /// of a million routes is being loaded).
+    pub with_best: usize,
     /// Per peer: fingerprint of the attributes last advertised.
     pub out: FxMap<PeerId, K::OMap>,
     /// Prefixes whose best path changed since the last export pass.
@@ -220,6 +225,7 @@ impl<K: Key> Default for Tables<K> {
     fn default() -> Self {
         Tables {
             dests: K::DMap::default(),
+            with_best: 0,
             out: FxMap::default(),
             dirty: Vec::new(),
             watch: false,
@@ -353,6 +359,7 @@ impl<K: Key> Tables<K> {
         if d.paths.is_empty() {
             self.dests.remove(&k);
             if old_best.is_some() {
+                self.with_best -= 1;
                 self.dirty.push(k);
                 if ctx.fib_ecmp > 0 {
                     self.fib_dirty.push(k);
@@ -361,7 +368,13 @@ impl<K: Key> Tables<K> {
             return;
         }
         d.reselect(ctx);
-        let changed = d.best_id() != old_best;
+        let new_best = d.best_id();
+        match (old_best.is_some(), new_best.is_some()) {
+            (false, true) => self.with_best += 1,
+            (true, false) => self.with_best -= 1,
+            _ => {}
+        }
+        let changed = new_best != old_best;
         if changed {
             self.dirty.push(k);
         }

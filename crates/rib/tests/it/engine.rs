@@ -6,6 +6,12 @@ use holdfast_wire::{well_known, AsSegment, Family, LargeCommunity, PathAttrs};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
+/// The Loc-RIB's size, as counted and as walked.
+fn assert_loc_rib(e: &Engine, want: usize) {
+    assert_eq!(e.loc_rib_len(), want, "counted");
+    assert_eq!(e.loc_rib_len_walked(), want, "walked");
+}
+
 fn engine(peers: &[(u32, u32)]) -> Engine {
     let mut e = Engine::new(cfg(1));
     for &(id, asn) in peers {
@@ -36,10 +42,10 @@ fn implicit_withdraw_and_unknown_withdraw() {
     );
     let out = e.apply(vec![(1, wd(&["10.9.9.0/24"]))]);
     assert!(out.messages.is_empty());
-    assert_eq!(e.loc_rib_len(), 1);
+    assert_loc_rib(&e, 1);
     let out = e.apply(vec![(1, wd(&["10.0.0.0/24"]))]);
     assert_eq!(withdrawn(&out, 2), vec![p("10.0.0.0/24")]);
-    assert_eq!(e.loc_rib_len(), 0);
+    assert_loc_rib(&e, 0);
     assert_eq!(e.counts(2).advertised, 0);
 }
 
@@ -160,7 +166,7 @@ fn as_loop_rejected_but_kept_pre_policy() {
         ),
     )]);
     assert!(out.messages.is_empty());
-    assert_eq!(e.loc_rib_len(), 0);
+    assert_loc_rib(&e, 0);
     assert_eq!(e.adj_rib_in(1).len(), 1);
     let c = e.counts(1);
     assert_eq!((c.received, c.accepted), (1, 0));
@@ -179,7 +185,7 @@ fn rr_loop_detection() {
     let mut b = attrs(&[65001], [10, 0, 0, 3]);
     b.cluster_list = vec![Ipv4Addr::new(10, 0, 0, 1)];
     e.apply(vec![(3, ann(&["10.0.1.0/24"], b))]);
-    assert_eq!(e.loc_rib_len(), 0);
+    assert_loc_rib(&e, 0);
     assert_eq!(e.counts(3).received, 2);
 }
 
@@ -539,7 +545,7 @@ fn import_policy_applied_and_none_rejects() {
         }
     );
     e.set_policies(1, PolicyRef::None, PolicyRef::All);
-    assert_eq!(e.loc_rib_len(), 0);
+    assert_loc_rib(&e, 0);
     assert_eq!(e.counts(1).received, 3);
 }
 
@@ -795,7 +801,7 @@ fn graceful_restart_stale_eor_and_timeout() {
     let out = e.peer_down(1, true);
     assert!(out.messages.is_empty(), "stale routes stay advertised");
     assert_eq!(e.counts(1).stale, 4);
-    assert_eq!(e.loc_rib_len(), 4);
+    assert_loc_rib(&e, 4);
     e.peer_up(peer(1, 65001));
     // Re-announced clears stale (same attributes: nothing sent to peer 2).
     let out = e.apply(vec![(
@@ -810,7 +816,7 @@ fn graceful_restart_stale_eor_and_timeout() {
     let out = e.stale_timeout(1);
     assert_eq!(withdrawn(&out, 2), vec![p("2001:db8:1::/48")]);
     assert_eq!(e.counts(1).stale, 0);
-    assert_eq!(e.loc_rib_len(), 1);
+    assert_loc_rib(&e, 1);
 }
 
 #[test]
@@ -837,7 +843,7 @@ fn non_graceful_down_withdraws_and_up_sends_table_with_eor() {
     let out = e.peer_down(1, false);
     assert_eq!(withdrawn(&out, 2).len(), 2);
     assert_eq!(withdrawn(&out, 3).len(), 2);
-    assert_eq!(e.loc_rib_len(), 0);
+    assert_loc_rib(&e, 0);
     let out = e.remove_peer(1);
     assert!(out.messages.is_empty());
     assert_eq!(e.counts(1), PeerCounts::default());
@@ -1073,7 +1079,7 @@ fn rfc7606_treat_as_withdraw_applied() {
         1,
         ann(&["10.0.0.0/24"], attrs(&[65001], [192, 0, 2, 1])),
     )]);
-    assert_eq!(e.loc_rib_len(), 1);
+    assert_loc_rib(&e, 1);
     let mut body = raw(&ann(&["10.0.0.0/24"], attrs(&[65001, 5], [192, 0, 2, 1]))).remove(0);
     assert_eq!(&body[4..7], &[0x40, 1, 1], "ORIGIN is the first attribute");
     body[7] = 9;
@@ -1084,7 +1090,7 @@ fn rfc7606_treat_as_withdraw_applied() {
         .iter()
         .any(|(id, w)| *id == 1 && w.contains("7606")));
     assert_eq!(withdrawn(&out, 2), vec![p("10.0.0.0/24")]);
-    assert_eq!(e.loc_rib_len(), 0);
+    assert_loc_rib(&e, 0);
 }
 
 #[test]
@@ -1112,4 +1118,50 @@ fn update_group_member_that_is_the_source_is_excluded() {
     assert_eq!(u.last().unwrap().end_of_rib, Some(Family::IPV4_UNICAST));
     assert_eq!(e.counts(2).advertised, 0);
     assert_eq!(e.counts(3).advertised, 1);
+}
+
+#[test]
+fn loc_rib_count_follows_every_change() {
+    // Random announcements (some looped, so rejected by import),
+    // withdrawals and sessions going down and up, over 40 prefixes and
+    // three peers: after each step the counted Loc-RIB size is the walked one.
+    let mut e = engine(&[(1, 65001), (2, 65002), (3, 65003)]);
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = |n: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % n
+    };
+    let asns = [65001, 65002, 65003];
+    for _ in 0..3000 {
+        let peer = next(3) as u32 + 1;
+        let prefix = format!("10.{}.{}.0/24", next(2), next(20));
+        match next(10) {
+            0..=4 => {
+                let path: &[u32] = if next(4) == 0 {
+                    &[asns[peer as usize - 1], LOCAL_AS]
+                } else {
+                    &[asns[peer as usize - 1], next(5) as u32 + 1]
+                };
+                e.apply(vec![(
+                    peer,
+                    ann(&[&prefix], attrs(path, [192, 0, 2, peer as u8])),
+                )]);
+            }
+            5..=7 => {
+                e.apply(vec![(peer, wd(&[&prefix]))]);
+            }
+            8 => {
+                e.peer_down(peer, false);
+                e.peer_up(common::peer(peer, asns[peer as usize - 1]));
+            }
+            _ => {
+                e.peer_down(peer, true);
+                e.peer_up(common::peer(peer, asns[peer as usize - 1]));
+            }
+        }
+        assert_eq!(e.loc_rib_len(), e.loc_rib_len_walked());
+    }
+    assert!(e.loc_rib_len() > 0, "the walk ends with routes");
 }
