@@ -46,6 +46,12 @@ use migrate::{drive, migrating, standbys, start_migration, Plan};
 const TICK: Duration = Duration::from_millis(50);
 /// How often the leader checks that every preheated standby runs.
 const STANDBYS_EVERY: Duration = Duration::from_secs(1);
+/// How often an idle leader reads the operator requests and the
+/// migrations in flight (two linearizable reads, each a ReadIndex round of
+/// etcd's members: at every tick they were most of an idle control plane's
+/// CPU). The leader writes every migration itself, so none appears
+/// unseen meanwhile; an operator's `holdfast ctl` request waits up to this.
+const IDLE_READS_EVERY: Duration = Duration::from_millis(250);
 
 /// A replica's configuration.
 #[derive(Debug, Clone)]
@@ -429,9 +435,12 @@ async fn work(
     let mut loc = Localization::new(cfg.sense, targets);
     let mut actions: VecDeque<(Verdict, Instant)> = VecDeque::new();
     let mut standbys_checked = Instant::now();
+    // When the requests and migrations were last read and nothing was to do.
+    let mut idle_read: Option<Instant> = None;
     loop {
         let token = lock(&shared).elector.may_act(Instant::now());
         let Some(token) = token else {
+            idle_read = None;
             if epoch_written.take().is_some() {
                 hub.close_all();
                 loc.reset();
@@ -453,15 +462,19 @@ async fn work(
             res.map(Some)
         } else {
             let mut res = loc.sync(&mut store).await.map(|()| None);
+            let mut busy = false;
             if res.is_ok() {
                 while let Ok(o) = events.try_recv() {
                     for v in loc.observe(o, &hub) {
+                        busy = true;
                         note(&shared, &v, &mut actions);
                     }
                 }
                 for v in loc.poll() {
+                    busy = true;
                     note(&shared, &v, &mut actions);
                 }
+                busy |= !actions.is_empty();
                 res = act(&shared, &mut store, &cfg, token, &mut hosts, &mut actions).await;
             }
             if matches!(res, Ok(None)) {
@@ -470,6 +483,13 @@ async fn work(
                     .check(&shared, &mut store, token, &loc, &hub, confirm)
                     .await;
             }
+            let quiet = !busy
+                && matches!(res, Ok(None))
+                && idle_read.is_some_and(|t| t.elapsed() < IDLE_READS_EVERY);
+            if quiet {
+                tokio::time::sleep(TICK).await;
+                continue;
+            }
             if matches!(res, Ok(None)) {
                 res = requests(&shared, &mut store, token).await;
             }
@@ -477,10 +497,14 @@ async fn work(
                 standbys_checked = Instant::now();
                 res = standbys(&mut store, &cfg, token, &hub).await.map(|()| None);
             }
-            match res {
+            let read = Instant::now();
+            let res = match res {
                 Ok(None) => drive(&shared, &mut store, &cfg, token, &hub).await,
                 other => other,
-            }
+            };
+            idle_read =
+                (matches!(res, Ok(None)) && lock(&shared).status.phase == "idle").then_some(read);
+            res
         };
         match res {
             Ok(Some(Outcome::Fenced)) => {

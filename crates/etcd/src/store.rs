@@ -12,7 +12,8 @@ use std::future::Future;
 use std::time::Duration;
 
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse,
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, LeaseKeepAliveStream, LeaseKeeper,
+    PutOptions, Txn, TxnOp, TxnOpResponse,
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -62,6 +63,13 @@ pub struct Store {
     timeout: Duration,
     keys: Keys,
     fenced: bool,
+    /// The keep-alive stream of the last renewal that was answered in
+    /// time: (endpoint, lease, its sender and its answers). The next
+    /// renewal of that lease sends on it instead of opening a stream (a
+    /// stream per renewal cost etcd and the agents most of an idle control
+    /// plane's CPU). Dropped on any error or timeout, so an answer on it
+    /// always belongs to the renewal just sent.
+    keep_alive: Option<(usize, i64, LeaseKeeper, LeaseKeepAliveStream)>,
 }
 
 impl std::fmt::Debug for Store {
@@ -75,11 +83,24 @@ impl std::fmt::Debug for Store {
     }
 }
 
+/// How etcd-client reports the renewal of a lease etcd no longer has.
+const LEASE_NOT_FOUND: &str = "lease not found";
+
+/// The renewal's lease is gone (expired or revoked): a TTL of zero, not an
+/// error (a kept stream gets a zero TTL from etcd for it; a new stream
+/// gets this error from etcd-client).
+fn lease_gone(e: &etcd_client::Error) -> bool {
+    e.to_string().contains(LEASE_NOT_FOUND)
+}
+
 fn is_refusal(e: &etcd_client::Error) -> bool {
+    if lease_gone(e) {
+        return true;
+    }
     match e {
         etcd_client::Error::GRpcStatus(s) => {
             let m = s.message();
-            m.contains("lease not found") || m.contains("invalid") || m.contains("too large")
+            m.contains(LEASE_NOT_FOUND) || m.contains("invalid") || m.contains("too large")
         }
         _ => false,
     }
@@ -105,6 +126,7 @@ impl Store {
             timeout,
             keys,
             fenced,
+            keep_alive: None,
         })
     }
 
@@ -139,13 +161,22 @@ impl Store {
 
     /// Runs `f` against the current endpoint, then each other one once,
     /// until one answers.
-    async fn call<T, F, Fut>(&mut self, mut f: F) -> Result<T, StoreError>
+    async fn call<T, F, Fut>(&mut self, f: F) -> Result<T, StoreError>
+    where
+        F: FnMut(Client) -> Fut,
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        self.call_n(self.endpoints.len(), f).await
+    }
+
+    /// [`Store::call`] with at most `attempts` endpoints tried.
+    async fn call_n<T, F, Fut>(&mut self, attempts: usize, mut f: F) -> Result<T, StoreError>
     where
         F: FnMut(Client) -> Fut,
         Fut: Future<Output = Result<T, etcd_client::Error>>,
     {
         let mut last = String::new();
-        for _ in 0..self.endpoints.len() {
+        for _ in 0..attempts {
             let i = self.cur;
             match self.client(i).await {
                 Ok(c) => match tokio::time::timeout(self.timeout, f(c)).await {
@@ -178,17 +209,65 @@ impl Store {
     }
 
     /// Renews a lease once; returns the TTL left (zero: the lease is gone).
+    /// On the open keep-alive stream of the lease when the last renewal
+    /// through the current endpoint was answered in time, else on a new
+    /// one (kept for the next renewal once answered).
     pub async fn renew(&mut self, lease: i64) -> Result<Duration, StoreError> {
-        let ttl = self
-            .call(|mut c| async move {
+        let mut attempts = self.endpoints.len();
+        if let Some((i, l, mut keeper, mut stream)) = self.keep_alive.take() {
+            if i == self.cur && l == lease {
+                let exchange = async {
+                    keeper.keep_alive().await?;
+                    stream.message().await
+                };
+                let failed = match tokio::time::timeout(self.timeout, exchange).await {
+                    Ok(Ok(Some(r))) => {
+                        let ttl = r.ttl();
+                        if ttl > 0 {
+                            self.keep_alive = Some((i, l, keeper, stream));
+                        }
+                        return Ok(Duration::from_secs(ttl.max(0) as u64));
+                    }
+                    Ok(Ok(None)) => "the keep-alive stream ended".to_string(),
+                    Ok(Err(e)) if lease_gone(&e) => return Ok(Duration::ZERO),
+                    Ok(Err(e)) if is_refusal(&e) => {
+                        return Err(StoreError::Rejected(e.to_string()))
+                    }
+                    Ok(Err(e)) => {
+                        self.clients[i] = None;
+                        e.to_string()
+                    }
+                    Err(_) => "timed out".to_string(),
+                };
+                // As `call` does after a failed attempt: the other
+                // endpoints once each (none with a single endpoint: one
+                // timeout per renewal, not two).
+                let last = format!("{}: {failed}", self.endpoints[i]);
+                tracing::debug!(endpoint = %self.endpoints[i], error = %last, "etcd endpoint failed");
+                self.cur = (i + 1) % self.endpoints.len();
+                if self.endpoints.len() == 1 {
+                    return Err(StoreError::Unavailable(last));
+                }
+                attempts -= 1;
+            }
+        }
+        let answer = self
+            .call_n(attempts, |mut c| async move {
                 let (mut keeper, mut stream) = c.lease_keep_alive(lease).await?;
                 keeper.keep_alive().await?;
                 match stream.message().await? {
-                    Some(r) => Ok(r.ttl()),
-                    None => Ok(0),
+                    Some(r) => Ok((r.ttl(), Some((keeper, stream)))),
+                    None => Ok((0, None)),
                 }
             })
-            .await?;
+            .await;
+        let (ttl, kept) = match answer {
+            Err(StoreError::Rejected(e)) if e.contains(LEASE_NOT_FOUND) => (0, None),
+            other => other?,
+        };
+        if let Some((keeper, stream)) = kept.filter(|_| ttl > 0) {
+            self.keep_alive = Some((self.cur, lease, keeper, stream));
+        }
         Ok(Duration::from_secs(ttl.max(0) as u64))
     }
 

@@ -1,0 +1,193 @@
+//! `Store::renew` against a real etcd (one member on free loopback ports,
+//! data under a temporary directory, stopped by PID when dropped):
+//! - ten renewals of a lease open one keep-alive stream, not ten (etcd's
+//!   own `grpc_server_started_total` for `LeaseKeepAlive`);
+//! - with the member stopped (SIGSTOP) a renewal fails within the store's
+//!   timeout, once, and after SIGCONT the next renewal opens a new stream
+//!   and succeeds;
+//! - a renewal of a revoked lease answers zero (gone), the first on the
+//!   kept stream and the next on a new one.
+//!
+//! Needs `etcd` (Debian's etcd-server); without it the test is skipped,
+//! or fails under `HOLDFAST_REQUIRE_LAB=1`.
+
+use holdfast_etcd::{Keys, Store};
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+struct Etcd {
+    child: Child,
+    client: String,
+    dir: std::path::PathBuf,
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill").args(["-CONT", &pid]).status();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+fn start_etcd() -> Option<Etcd> {
+    if Command::new("etcd")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .status()
+        .is_err()
+    {
+        let msg = "etcd not installed (Debian: etcd-server)";
+        if std::env::var_os("HOLDFAST_REQUIRE_LAB").is_some_and(|v| v == "1") {
+            panic!("{msg}");
+        }
+        eprintln!("skipped: {msg}");
+        return None;
+    }
+    let (c, p) = (free_port(), free_port());
+    let dir = std::env::temp_dir().join(format!("holdfast-etcd-test-{}-{c}", std::process::id()));
+    let client = format!("http://127.0.0.1:{c}");
+    let peer = format!("http://127.0.0.1:{p}");
+    let child = Command::new("etcd")
+        .args(["--name", "t", "--data-dir"])
+        .arg(&dir)
+        .args([
+            "--listen-client-urls",
+            &client,
+            "--advertise-client-urls",
+            &client,
+        ])
+        .args([
+            "--listen-peer-urls",
+            &peer,
+            "--initial-advertise-peer-urls",
+            &peer,
+        ])
+        .args(["--initial-cluster", &format!("t={peer}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("etcd starts");
+    Some(Etcd { child, client, dir })
+}
+
+/// etcd's count of keep-alive streams opened, from its /metrics.
+async fn streams_opened(client: &str) -> u64 {
+    let addr = client.trim_start_matches("http://");
+    let text = tokio::task::spawn_blocking({
+        let addr = addr.to_string();
+        move || {
+            use std::io::{Read, Write};
+            let mut s = std::net::TcpStream::connect(&addr).expect("metrics");
+            write!(s, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").expect("request");
+            let mut out = String::new();
+            s.read_to_string(&mut out).expect("answer");
+            out
+        }
+    })
+    .await
+    .expect("metrics read");
+    text.lines()
+        .find(|l| {
+            l.starts_with("grpc_server_started_total")
+                && l.contains("grpc_method=\"LeaseKeepAlive\"")
+        })
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .map_or(0, |v| v as u64)
+}
+
+async fn store_up(client: &str) -> Store {
+    let timeout = Duration::from_millis(800);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut s =
+            Store::new(vec![client.to_string()], timeout, Keys::new("t"), true).expect("a store");
+        if s.grant(Duration::from_secs(5)).await.is_ok() {
+            return s;
+        }
+        assert!(Instant::now() < deadline, "etcd at {client} did not answer");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn renewals_share_one_stream_and_a_stopped_member_fails_one_renewal() {
+    let Some(etcd) = start_etcd() else { return };
+    let mut store = store_up(&etcd.client).await;
+    let (lease, _) = store.grant(Duration::from_secs(5)).await.expect("grant");
+    let before = streams_opened(&etcd.client).await;
+    for _ in 0..10 {
+        let left = store.renew(lease).await.expect("renewed");
+        assert!(left > Duration::ZERO);
+    }
+    let opened = streams_opened(&etcd.client).await - before;
+    assert_eq!(opened, 1, "ten renewals opened {opened} keep-alive streams");
+
+    // The member stopped: one renewal fails, within the store's timeout
+    // (800 ms) and not twice that.
+    let pid = etcd.child.id().to_string();
+    let stopped = Command::new("kill")
+        .args(["-STOP", &pid])
+        .status()
+        .expect("kill");
+    assert!(stopped.success(), "kill -STOP {pid}");
+    // The signal is delivered asynchronously: wait until it is stopped.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            s.rsplit(')')
+                .next()
+                .and_then(|r| r.split_whitespace().next())
+                != Some("T")
+        })
+        .unwrap_or(true)
+    {
+        assert!(Instant::now() < deadline, "etcd {pid} not stopped");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let t = Instant::now();
+    let r = store.renew(lease).await;
+    let took = t.elapsed();
+    Command::new("kill")
+        .args(["-CONT", &pid])
+        .status()
+        .expect("kill");
+    assert!(r.is_err(), "a stopped member renewed: {r:?}");
+    assert!(
+        took < Duration::from_millis(1500),
+        "the failed renewal took {took:?}"
+    );
+
+    // Back: a new stream, and renewals go on.
+    let before = streams_opened(&etcd.client).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(left) = store.renew(lease).await {
+            assert!(left > Duration::ZERO);
+            break;
+        }
+        assert!(Instant::now() < deadline, "no renewal after SIGCONT");
+    }
+    store.renew(lease).await.expect("renewed again");
+    let opened = streams_opened(&etcd.client).await - before;
+    assert_eq!(
+        opened, 1,
+        "after the stop: {opened} streams for two renewals"
+    );
+
+    // A revoked lease: zero left, on the kept stream as on a new one.
+    store.revoke(lease).await.expect("revoke");
+    for _ in 0..2 {
+        assert_eq!(store.renew(lease).await.expect("an answer"), Duration::ZERO);
+    }
+}
