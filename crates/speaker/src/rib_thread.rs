@@ -221,7 +221,12 @@ impl RibThread {
                     }
                     let n = batch.len();
                     let started = Instant::now();
-                    self.prepared = None;
+                    if self.prepared.take().is_some() {
+                        tracing::info!(
+                            instance = %self.name,
+                            "NSR: the comparison prepared while standby is dropped (UPDATEs applied)"
+                        );
+                    }
                     let out = self.engine.apply_raw(batch);
                     self.metrics
                         .rib_batch(&self.name, n, started.elapsed(), out.timing);
@@ -330,11 +335,18 @@ impl RibThread {
             | RibCmd::RpkiAwait { .. } => true,
             // Skipped below: the session is preheated.
             RibCmd::AddPeer(spec) => self.preheated.contains_key(&spec.id),
+            // More of the logs of sessions already preheated, with no UPDATE
+            // in them (the primary's KEEPALIVEs, say): nothing changes.
+            RibCmd::Preheat(p) => self.continues_without_updates(p),
             _ => false,
         };
-        if !unchanged {
+        if !unchanged && self.prepared.take().is_some() {
             // The tables may change: a comparison made before is stale.
-            self.prepared = None;
+            tracing::info!(
+                instance = %self.name,
+                command = cmd.name(),
+                "NSR: the comparison prepared while standby is dropped (the tables may change)"
+            );
         }
         let out = match cmd {
             RibCmd::AddPeer(spec) => {
@@ -428,7 +440,10 @@ impl RibThread {
                 return;
             }
             RibCmd::Prepare(done) => {
-                self.prepare();
+                // Compared already, and nothing changed since.
+                if self.prepared.is_none() {
+                    self.prepare();
+                }
                 let _ = done.send(());
                 return;
             }
@@ -514,11 +529,8 @@ impl RibThread {
         // The comparison prepared while standby still holds if the tables
         // are exactly as they were: every session resumed is preheated, none
         // is dropped, and nothing after the standby's position is an UPDATE.
-        let updates = |chunks: &[bytes::Bytes]| {
-            chunks
-                .iter()
-                .any(|c| tables::messages(c).any(|(ty, _)| ty == holdfast_wire::msg_type::UPDATE))
-        };
+        let updates = has_update;
+        let had_prepared = self.prepared.is_some();
         let mut prepared = self.prepared.take().filter(|_| {
             stale.is_empty()
                 && peers.iter().all(|p| {
@@ -527,6 +539,30 @@ impl RibThread {
                         && !updates(&p.adj_out)
                 })
         });
+        if had_prepared && prepared.is_none() {
+            let why: Vec<String> = peers
+                .iter()
+                .filter_map(|p| {
+                    let mut r = Vec::new();
+                    if !held_before.contains_key(&p.spec.id) {
+                        r.push("not preheated");
+                    }
+                    if updates(&p.adj_in) {
+                        r.push("UPDATEs received after the standby's position");
+                    }
+                    if updates(&p.adj_out) {
+                        r.push("UPDATEs sent after the standby's position");
+                    }
+                    (!r.is_empty()).then(|| format!("{}: {}", p.spec.address, r.join(", ")))
+                })
+                .collect();
+            tracing::info!(
+                instance = %self.name,
+                stale = stale.len(),
+                why = %why.join("; "),
+                "NSR: the comparison prepared while standby no longer holds; comparing again"
+            );
+        }
         self.unpreheat(&stale);
         for p in &peers {
             self.gens.insert(p.spec.id, p.gen);
@@ -586,6 +622,7 @@ impl RibThread {
             );
             report.announced += ann;
             report.withdrawn += wd;
+            report.compared_while_standby += usize::from(from_standby);
             report.routes_in += self.engine.counts(p.spec.id).received as usize;
             tracing::info!(
                 instance = %self.name,
@@ -655,6 +692,19 @@ impl RibThread {
                 *held = tables::replay_onto(std::mem::take(held), &r.adj_out, &r.ctx);
             }
         }
+    }
+
+    /// Whether `p` only continues the logs of sessions already preheated,
+    /// with no UPDATE in them: it changes neither the tables nor what the
+    /// peers hold, so a comparison prepared before still holds.
+    fn continues_without_updates(&self, p: &Preheat) -> bool {
+        p.gone.is_empty()
+            && p.peers.iter().all(|x| {
+                !x.restart
+                    && self.preheated.contains_key(&x.resume.spec.id)
+                    && !has_update(&x.resume.adj_in)
+                    && !has_update(&x.resume.adj_out)
+            })
     }
 
     /// Standby: the comparison `resume` would make for every preheated
@@ -768,6 +818,13 @@ impl RibThread {
             }
         }
     }
+}
+
+/// Whether a log (whole BGP messages) holds an UPDATE.
+fn has_update(chunks: &[bytes::Bytes]) -> bool {
+    chunks
+        .iter()
+        .any(|c| tables::messages(c).any(|(ty, _)| ty == holdfast_wire::msg_type::UPDATE))
 }
 
 #[cfg(test)]

@@ -478,6 +478,15 @@ mod tests {
     /// The takeover's side: load from the standby's positions, resume every
     /// session (preheated where its logs continue), wait for the tables.
     fn take_over(core: &FollowCore, store: &mut MemoryStore, rib: &RibHandle) -> usize {
+        take_over_report(core, store, rib).0
+    }
+
+    /// [`take_over`], with the RIB thread's report.
+    fn take_over_report(
+        core: &FollowCore,
+        store: &mut MemoryStore,
+        rib: &RibHandle,
+    ) -> (usize, crate::msg::rib::ResumeReport) {
         let from = core.followed_positions();
         let state = store.load_since(&from).expect("load");
         let preheated = crate::resume::continued(&from, &state.sessions);
@@ -499,9 +508,22 @@ mod tests {
             .collect();
         let (tx, rx) = tokio::sync::oneshot::channel();
         rib.send(RibCmd::Resume { peers, reply: tx });
-        rx.blocking_recv().expect("resumed");
-        preheated.len()
+        let report = rx.blocking_recv().expect("resumed");
+        (preheated.len(), report)
     }
+
+    /// The standby's comparison, as the follower asks for it once caught up.
+    fn prepare(rib: &RibHandle) {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        rib.send(RibCmd::Prepare(tx));
+        rx.blocking_recv().expect("compared");
+    }
+
+    /// A KEEPALIVE, as a log holds it.
+    const KEEPALIVE: [u8; 19] = [
+        0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+        0xff, 0, 19, 4,
+    ];
 
     /// Polls and hands the work to the RIB thread, as the follower does.
     fn follow(core: &mut FollowCore, store: &mut MemoryStore, rib: &RibHandle) {
@@ -535,6 +557,31 @@ mod tests {
         let late = update(&["10.0.3.0/24"], &[]);
         store.write(epoch, &[received(2300, &late)]).expect("write");
         assert_eq!(take_over(&core, &mut store, &rib), 1);
+        assert_eq!(adj_in(&rib), ["10.0.1.0/24", "10.0.2.0/24", "10.0.3.0/24"]);
+    }
+
+    #[test]
+    fn keepalives_after_the_comparison_keep_it_and_an_update_drops_it() {
+        // KEEPALIVEs read after the standby compared (its last poll, with
+        // no comparison after it): the takeover uses the comparison made
+        // while standby.
+        let (mut core, mut store, rib, epoch) = preheated_rib();
+        prepare(&rib);
+        store
+            .write(epoch, &[received(2300, &KEEPALIVE)])
+            .expect("write");
+        follow(&mut core, &mut store, &rib);
+        let (preheated, report) = take_over_report(&core, &mut store, &rib);
+        assert_eq!((preheated, report.compared_while_standby), (1, 1));
+        // The negative control: an UPDATE read after the comparison drops
+        // it, and the takeover compares again.
+        let (mut core, mut store, rib, epoch) = preheated_rib();
+        prepare(&rib);
+        let late = update(&["10.0.3.0/24"], &[]);
+        store.write(epoch, &[received(2300, &late)]).expect("write");
+        follow(&mut core, &mut store, &rib);
+        let (preheated, report) = take_over_report(&core, &mut store, &rib);
+        assert_eq!((preheated, report.compared_while_standby), (1, 0));
         assert_eq!(adj_in(&rib), ["10.0.1.0/24", "10.0.2.0/24", "10.0.3.0/24"]);
     }
 

@@ -171,6 +171,40 @@ pub struct ResumeReport {
     pub announced: usize,
     pub withdrawn: usize,
     pub micros: u64,
+    /// Sessions whose Adj-RIB-Out comparison a standby had made before
+    /// (`RibCmd::Prepare`), so the takeover did not compare again.
+    pub compared_while_standby: usize,
+}
+
+impl RibCmd {
+    /// The command's name, for logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            RibCmd::AddPeer { .. } => "AddPeer",
+            RibCmd::RemovePeer { .. } => "RemovePeer",
+            RibCmd::PeerUp { .. } => "PeerUp",
+            RibCmd::PeerDown { .. } => "PeerDown",
+            RibCmd::StaleTimeout { .. } => "StaleTimeout",
+            RibCmd::Updates { .. } => "Updates",
+            RibCmd::RouteRefresh { .. } => "RouteRefresh",
+            RibCmd::SetPolicies { .. } => "SetPolicies",
+            RibCmd::Originate { .. } => "Originate",
+            RibCmd::WithdrawOriginated { .. } => "WithdrawOriginated",
+            RibCmd::Query { .. } => "Query",
+            RibCmd::Snapshot { .. } => "Snapshot",
+            RibCmd::Resume { .. } => "Resume",
+            RibCmd::Preheat { .. } => "Preheat",
+            RibCmd::Prepare { .. } => "Prepare",
+            RibCmd::WatchBest { .. } => "WatchBest",
+            RibCmd::Bmp { .. } => "Bmp",
+            RibCmd::FibActivate { .. } => "FibActivate",
+            RibCmd::FibStart { .. } => "FibStart",
+            RibCmd::FibReconfigure { .. } => "FibReconfigure",
+            RibCmd::FibStop { .. } => "FibStop",
+            RibCmd::Rpki { .. } => "Rpki",
+            RibCmd::RpkiAwait { .. } => "RpkiAwait",
+        }
+    }
 }
 
 /// Read-only questions for the CLI and metrics.
