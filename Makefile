@@ -25,8 +25,10 @@ demo-deps:
 build: deps
 	$(STEP) "building every binary of the workspace (cargo)" $(CARGO) build --release --workspace --bins
 
-demo-build: demo-deps
-	$(STEP) "building $(DEMO_BINS) (cargo)" $(CARGO) build --release $(addprefix --bin ,$(DEMO_BINS))
+# What the build needs first, then the build with the demo's peers, Redis and
+# etcd installed beside it (scripts/demo-build.sh).
+demo-build:
+	@CARGO=$(CARGO) bash scripts/demo-build.sh $(DEMO_BINS)
 
 ## make test: every unit test, every integration test against real peers in
 ## network namespaces (needs root), the doc tests and the fuzz targets' build:

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# install-deps.sh [demo|all]: installs what Holdfast needs on a Debian machine.
+# install-deps.sh [--list] [demo-build|demo-run|demo|all]: installs what
+# Holdfast needs on a Debian machine (--list: prints the packages only).
 #
-# `demo` (`make demo`): what building and running the demo needs: its peers
+# `demo` (`make demo`, as `demo-build` then `demo-run`): what building and
+# running the demo needs: its peers
 # (bird2, frr), redis (the NSR store), etcd (server and etcdctl, the control
 # plane), tcpdump (the peers' captures), iproute2, iptables and procps (the
 # lab's namespaces, the host-network failure, kill/sysctl), gnuplot (the
@@ -23,19 +25,34 @@
 # (scripts/step.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+list=0
+if [[ ${1:-} == --list ]]; then
+  list=1
+  shift
+fi
 mode=${1:-all}
 step=scripts/step.sh
 
-demo_pkgs=(bird2 frr redis-server etcd-server etcd-client tcpdump iproute2 iptables procps gnuplot-nox protobuf-compiler libprotobuf-dev golang-github-osrg-gobgp-dev)
+# What the build needs, and what only the demo's run needs: `make demo`
+# installs the first, then the second while cargo builds (scripts/demo-build.sh).
+build_pkgs=(protobuf-compiler libprotobuf-dev golang-github-osrg-gobgp-dev)
+run_pkgs=(bird2 frr redis-server etcd-server etcd-client tcpdump iproute2 iptables procps gnuplot-nox)
+demo_pkgs=("${build_pkgs[@]}" "${run_pkgs[@]}")
 test_pkgs=(gobgpd exabgp bgpdump pmacct stayrtr iputils-ping python3 python3-venv openssl ca-certificates dpkg-dev binutils systemd man-db util-linux systemd-container debootstrap)
 case $mode in
+  demo-build) pkgs=("${build_pkgs[@]}") ;;
+  demo-run) pkgs=("${run_pkgs[@]}") ;;
   demo) pkgs=("${demo_pkgs[@]}") ;;
   all) pkgs=("${demo_pkgs[@]}" "${test_pkgs[@]}") ;;
   *)
-    echo "usage: $0 [demo|all]" >&2
+    echo "usage: $0 [demo-build|demo-run|demo|all]" >&2
     exit 2
     ;;
 esac
+if ((list)); then
+  echo "${pkgs[@]}"
+  exit 0
+fi
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -46,7 +63,10 @@ if ((${#missing[@]})); then
     exit 1
   fi
   export DEBIAN_FRONTEND=noninteractive
-  $step -q "install-deps: apt-get update" apt-get update -qq
+  # HOLDFAST_APT_UPDATED=1: the caller ran it (scripts/demo-build.sh).
+  if [[ ${HOLDFAST_APT_UPDATED:-} != 1 ]]; then
+    $step -q "install-deps: apt-get update" apt-get update -qq
+  fi
   $step -q "install-deps: apt-get install ${missing[*]}" \
     apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
