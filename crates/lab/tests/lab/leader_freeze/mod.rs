@@ -95,6 +95,9 @@ fn a_frozen_leader_loses_its_agents_and_the_new_one_takes_a_failed_unit_over() {
         let while_stopped = stopped.elapsed() < FREEZE;
         std::thread::sleep(FREEZE.saturating_sub(stopped.elapsed()));
         p.lab.kill(proc, Signal::Cont);
+        let woke_unix_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
         println!(
             "run {run}: c{} stopped, u1 (pid {pid}) killed on {from} 0.3 s later: running on {to} {took:?} after the kill",
             li + 1
@@ -104,16 +107,19 @@ fn a_frozen_leader_loses_its_agents_and_the_new_one_takes_a_failed_unit_over() {
             "run {run}: the new primary {took:?} after the kill (bar {BAR:?})"
         );
         times.push(took);
-        // The old leader, awake, acts on nothing.
+        // The old leader, awake, acts on nothing. Its first status after
+        // the wake may be one it made just before it was stopped (and wrote
+        // only on waking): wait for one made after the wake.
         wait_for_every(
             &format!("c{} writes its status again", li + 1),
             Duration::from_secs(10),
             Duration::from_millis(50),
             || {
                 let s = json_file(&p.controllers[li].1);
-                Ok((s["updated_unix_ms"] != before["updated_unix_ms"]
-                    && s["updated_unix_ms"].is_u64())
-                .then_some(()))
+                Ok(s["updated_unix_ms"]
+                    .as_u64()
+                    .is_some_and(|t| t > woke_unix_ms)
+                    .then_some(()))
             },
         )
         .unwrap_or_else(|e| panic!("{e}"));
