@@ -356,7 +356,7 @@ fn run_bench(
 
 /// `holdfast nsr acl unit|relay ...`: prints the `ACL SETUSER` command.
 fn run_acl(who: &AclFor, json: bool) -> anyhow::Result<()> {
-    use holdfast_nsr_redis::acl;
+    use holdfast_nsr::acl;
     let read = |p: &Path| {
         holdfast_config::read_password_file("--password-file", p)
             .map(acl::AclSecret::Password)

@@ -34,7 +34,8 @@
 //! The store uses no Pub/Sub channel; every key it touches has the
 //! instance's prefix, so a Redis ACL user limited to `hf:{<instance>}:*`
 //! and the commands above serves one unit and nothing else: [`acl`] makes
-//! its `ACL SETUSER` rules (and a BFD relay's, read-only). The user and
+//! its `ACL SETUSER` rules (and a BFD relay's, read-only;
+//! `holdfast_nsr::acl`, re-exported). The user and
 //! password come with the URL (`redis://user:password@host`), which
 //! `holdfastd` builds from `[nsr] store_user` and `store_password_file`.
 //!
@@ -153,7 +154,7 @@ use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::time::{Duration, Instant};
 
-pub mod acl;
+pub use holdfast_nsr::acl;
 mod pipeline;
 
 fn host_port(h: &str, p: u16) -> String {

@@ -2,7 +2,9 @@
 //! limit a unit's user to its own instance's keys, and a BFD relay's user
 //! to reading the instances it covers. Pure functions; applying them is
 //! the operator's (`holdfast nsr acl`, docs/security-redis.md) or the
-//! lab's.
+//! lab's. They follow `holdfast-nsr-redis`'s key layout and commands (its
+//! tests run the whole store suite under these rules); they live here so
+//! that the CLI links no Redis client.
 //!
 //! A unit's user (its primary, its standby and its backup share it: they
 //! are the same instance) may run exactly the commands the store client
