@@ -381,7 +381,10 @@ fn run_acl(who: &AclFor, json: bool) -> anyhow::Result<()> {
         }
     };
     if json {
-        println!("{}", serde_json::json!({ "user": user.user, "args": user.args() }));
+        println!(
+            "{}",
+            serde_json::json!({ "user": user.user, "args": user.args() })
+        );
     } else {
         println!("{user}");
     }

@@ -828,7 +828,10 @@ fn check_store_credentials(n: &Nsr) -> Result<(), ConfigError> {
             ));
         }
         if p.as_os_str().is_empty() || !p.is_absolute() {
-            return Err(invalid("nsr.store_password_file", "must be an absolute path"));
+            return Err(invalid(
+                "nsr.store_password_file",
+                "must be an absolute path",
+            ));
         }
     }
     Ok(())
@@ -839,8 +842,8 @@ fn check_store_credentials(n: &Nsr) -> Result<(), ConfigError> {
 /// the content.
 pub(crate) fn read_password_file(key: &str, path: &std::path::Path) -> Result<String, ConfigError> {
     use std::os::unix::fs::PermissionsExt as _;
-    let meta = std::fs::metadata(path)
-        .map_err(|e| invalid(key, format!("{}: {e}", path.display())))?;
+    let meta =
+        std::fs::metadata(path).map_err(|e| invalid(key, format!("{}: {e}", path.display())))?;
     if meta.permissions().mode() & 0o007 != 0 {
         return Err(invalid(
             key,

@@ -277,12 +277,7 @@ impl Redis {
     /// `redis-cli` as `user` with `password` (no user: none at all), from
     /// inside the server's host; returns stdout, where redis-cli writes an
     /// error reply too (`NOPERM ...`).
-    pub fn cli_as(
-        &self,
-        lab: &Lab,
-        user: Option<(&str, &str)>,
-        args: &[&str],
-    ) -> Result<String> {
+    pub fn cli_as(&self, lab: &Lab, user: Option<(&str, &str)>, args: &[&str]) -> Result<String> {
         let (bind, port) = (self.bind.to_string(), self.port.to_string());
         let mut cmd = vec!["redis-cli", "-h", bind.as_str(), "-p", port.as_str()];
         if let Some((u, pw)) = user {

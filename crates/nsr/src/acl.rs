@@ -281,16 +281,34 @@ mod tests {
         assert_eq!(keys, ["~hf:{u1}:*"]);
         // No channel, no administrative or keyspace-wide command.
         assert!(!u.rules.iter().any(|r| r.starts_with('&')));
-        for bad in ["+@all", "+keys", "+scan", "+flushall", "+config", "+acl", "+subscribe"] {
+        for bad in [
+            "+@all",
+            "+keys",
+            "+scan",
+            "+flushall",
+            "+config",
+            "+acl",
+            "+subscribe",
+        ] {
             assert!(!u.rules.iter().any(|r| r == bad), "{bad}");
         }
         // Every command the scripts call.
-        for c in ["+evalsha", "+eval", "+script|load", "+time", "+lpop", "+hset", "+wait"] {
+        for c in [
+            "+evalsha",
+            "+eval",
+            "+script|load",
+            "+time",
+            "+lpop",
+            "+hset",
+            "+wait",
+        ] {
             assert!(u.rules.iter().any(|r| r == c), "{c}");
         }
         assert!(!u.to_string().contains("s3cret"));
         assert!(!format!("{:?}", pw()).contains("s3cret"));
-        assert!(u.to_string().starts_with("ACL SETUSER hf-u1 reset on #1ec1"));
+        assert!(u
+            .to_string()
+            .starts_with("ACL SETUSER hf-u1 reset on #1ec1"));
     }
 
     #[test]

@@ -694,7 +694,10 @@ fn nsr_store_user_and_password_file() {
         "{GLOBAL}[nsr]\nstore = \"redis://:pw@192.0.2.10\"\ninstance = \"u1\"\nstore_user = \"hf-u1\"\n"
     ));
     let nsr = cfg.nsr.unwrap();
-    assert_eq!(nsr.store_url().unwrap().to_string(), "redis://hf-u1:pw@192.0.2.10:6379/0");
+    assert_eq!(
+        nsr.store_url().unwrap().to_string(),
+        "redis://hf-u1:pw@192.0.2.10:6379/0"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

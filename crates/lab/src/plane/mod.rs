@@ -262,7 +262,8 @@ fn unit_store_user(
     name: &str,
 ) -> Result<(String, PathBuf)> {
     let dir = lab.work_dir().join("redis-acl");
-    std::fs::create_dir_all(&dir).map_err(|e| LabError::Invalid(format!("{}: {e}", dir.display())))?;
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| LabError::Invalid(format!("{}: {e}", dir.display())))?;
     let file = dir.join(format!("{name}.pass"));
     crate::redis::write_secret(&file, &format!("{}\n", crate::redis::random_password()?))?;
     let out = std::process::Command::new(&bins.holdfast)

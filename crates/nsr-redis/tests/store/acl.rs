@@ -40,7 +40,11 @@ impl AclEnv {
 
     fn url_as(&self, user: &str, pw: &str) -> StoreUrl {
         let StoreUrl::Redis {
-            tls, host, port, db, ..
+            tls,
+            host,
+            port,
+            db,
+            ..
         } = self.0.url()
         else {
             unreachable!()
@@ -102,8 +106,7 @@ fn a_unit_user_cannot_touch_another_units_keys() {
     noperm(s.write(e2, &[Op::Remove { key: "k".into() }]), "write");
     // Raw commands too, and nothing keyspace-wide.
     let raw = s.with_connection(|c| {
-        let g: redis::RedisResult<Option<String>> =
-            redis::cmd("GET").arg("hf:{u2}:epoch").query(c);
+        let g: redis::RedisResult<Option<String>> = redis::cmd("GET").arg("hf:{u2}:epoch").query(c);
         let k: redis::RedisResult<Vec<String>> = redis::cmd("KEYS").arg("*").query(c);
         let f: redis::RedisResult<()> = redis::cmd("FLUSHALL").query(c);
         Ok((g, k, f))
@@ -112,7 +115,10 @@ fn a_unit_user_cannot_touch_another_units_keys() {
     for (what, code) in [
         ("GET", g.err().and_then(|e| e.code().map(str::to_string))),
         ("KEYS", k.err().and_then(|e| e.code().map(str::to_string))),
-        ("FLUSHALL", f.err().and_then(|e| e.code().map(str::to_string))),
+        (
+            "FLUSHALL",
+            f.err().and_then(|e| e.code().map(str::to_string)),
+        ),
     ] {
         assert_eq!(code.as_deref(), Some("NOPERM"), "{what}");
     }

@@ -2,9 +2,9 @@
 //! redis-server started by each test; then Redis-only tests (outages, key
 //! layout, large batches, authentication, Sentinel).
 
+mod acl;
 #[path = "../common/mod.rs"]
 mod common;
-mod acl;
 mod redis_only;
 
 use bytes::Bytes;

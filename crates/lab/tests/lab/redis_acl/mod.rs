@@ -87,7 +87,10 @@ fn assert_noperm(p: &Plane, who: &(String, String), args: &[&str]) {
 /// `CLIENT LIST`'s `user=` of the store connection of unit `u`
 /// (`name=holdfast-nsr:u`), with its address.
 fn store_clients(p: &Plane, u: &str) -> Vec<(String, String)> {
-    let list = p.redis.cli(&p.lab, &["CLIENT", "LIST"]).expect("CLIENT LIST");
+    let list = p
+        .redis
+        .cli(&p.lab, &["CLIENT", "LIST"])
+        .expect("CLIENT LIST");
     let name = format!("name=holdfast-nsr:{u}");
     list.lines()
         .filter(|l| l.split(' ').any(|f| f == name))
@@ -114,7 +117,9 @@ fn files_with(dir: &Path, needle: &str, out: &mut Vec<String>, depth: u32) {
         if ft.is_dir() && depth < 8 {
             files_with(&path, needle, out, depth + 1);
         } else if ft.is_file()
-            && !path.extension().is_some_and(|x| x == "pcap" || x == "pcapng")
+            && !path
+                .extension()
+                .is_some_and(|x| x == "pcap" || x == "pcapng")
             && std::fs::read(&path)
                 .is_ok_and(|b| b.windows(needle.len()).any(|w| w == needle.as_bytes()))
         {
@@ -166,9 +171,17 @@ fn a_units_redis_user_cannot_read_another_units_records() {
             store.contains(&format!("{}:***@", c.0)) && !n.to_string().contains(&c.1),
             "{u}: show nsr: {n}"
         );
-        println!("1. {u} PROTECTED on {h}, its store connections as {clients:?}; show nsr: {store}");
+        println!(
+            "1. {u} PROTECTED on {h}, its store connections as {clients:?}; show nsr: {store}"
+        );
     }
-    let admin_get = |k: &str| p.redis.cli(&p.lab, &["GET", k]).expect("GET").trim().to_string();
+    let admin_get = |k: &str| {
+        p.redis
+            .cli(&p.lab, &["GET", k])
+            .expect("GET")
+            .trim()
+            .to_string()
+    };
     let u2_epoch = admin_get("hf:{u2}:epoch");
     let u2_sessions = p
         .redis
@@ -197,11 +210,16 @@ fn a_units_redis_user_cannot_read_another_units_records() {
     }
     assert_noperm(&p, &u2, &["GET", "hf:{u1}:epoch"]);
     assert_noperm(&p, &u2, &["SET", "hf:{u1}:epoch", "999"]);
-    assert_eq!(as_user(&p, Some(&u1), &["GET", "hf:{u1}:epoch"]), admin_get("hf:{u1}:epoch"));
+    assert_eq!(
+        as_user(&p, Some(&u1), &["GET", "hf:{u1}:epoch"]),
+        admin_get("hf:{u1}:epoch")
+    );
     assert_eq!(as_user(&p, Some(&u2), &["GET", "hf:{u2}:epoch"]), u2_epoch);
     assert_eq!(admin_get("hf:{u2}:epoch"), u2_epoch);
     assert_eq!(
-        p.redis.cli(&p.lab, &["SMEMBERS", "hf:{u2}:sessions"]).expect("SMEMBERS"),
+        p.redis
+            .cli(&p.lab, &["SMEMBERS", "hf:{u2}:sessions"])
+            .expect("SMEMBERS"),
         u2_sessions
     );
     println!("2. hf-u1 on u2's records (reads, writes, EVAL) and keyspace-wide commands: NOPERM; hf-u2 on u1's: NOPERM; u2's records unchanged");
