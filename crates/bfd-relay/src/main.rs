@@ -18,6 +18,14 @@ struct Args {
     /// The NSR store (redis://… or redis+sentinel://…).
     #[arg(long)]
     store: Option<StoreUrl>,
+    /// The relay's Redis ACL user (`holdfast nsr acl relay`); needs
+    /// `--store-password-file`.
+    #[arg(long, requires = "store_password_file")]
+    store_user: Option<String>,
+    /// A file holding the store password on one line (not readable by
+    /// others); never logged.
+    #[arg(long)]
+    store_password_file: Option<std::path::PathBuf>,
     /// Instances to cover (repeatable); all that have BFD records if none.
     #[arg(long = "instance")]
     instances: Vec<String>,
@@ -64,9 +72,25 @@ fn main() -> Result<()> {
         println!("{}", serde_json::to_string(&r)?);
         return Ok(());
     }
-    let Some(url) = a.store else {
+    let Some(mut url) = a.store else {
         bail!("--store URL is required");
     };
+    if let Some(p) = &a.store_password_file {
+        let pw = holdfast_config::read_password_file("--store-password-file", p)?;
+        match &mut url {
+            StoreUrl::Redis {
+                username, password, ..
+            } => {
+                if a.store_user.is_some() {
+                    username.clone_from(&a.store_user);
+                }
+                *password = Some(pw);
+            }
+            StoreUrl::Sentinel { .. } => {
+                bail!("--store-password-file: not supported with a redis-sentinel:// store")
+            }
+        }
+    }
     if a.detect_mult == 0 {
         bail!("--detect-mult must be at least 1");
     }

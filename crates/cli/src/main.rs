@@ -140,6 +140,39 @@ enum NsrOp {
         #[arg(long)]
         ready_file: Option<String>,
     },
+    /// Print the Redis `ACL SETUSER` command of a unit's store user (its
+    /// own keys only) or a BFD relay's (read-only), for `redis-cli` to run
+    /// as an administrator (docs/security-redis.md). Needs no daemon. The
+    /// password goes as its SHA-256.
+    Acl {
+        #[command(subcommand)]
+        who: AclFor,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum AclFor {
+    /// The user of unit INSTANCE (its primary, standby and backup).
+    Unit {
+        /// The unit's `[nsr] instance`.
+        instance: String,
+        /// The user name (default: `hf-INSTANCE`), the unit's `[nsr] store_user`.
+        #[arg(long)]
+        user: Option<String>,
+        /// The unit's `[nsr] store_password_file`.
+        #[arg(long)]
+        password_file: PathBuf,
+    },
+    /// The user of a BFD relay covering INSTANCEs (none: every instance,
+    /// with `SCAN` for the relay's discovery).
+    Relay {
+        instance: Vec<String>,
+        #[arg(long, default_value = "hf-relay")]
+        user: String,
+        /// The relay's `--store-password-file`.
+        #[arg(long)]
+        password_file: PathBuf,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -321,6 +354,43 @@ fn run_bench(
     Ok(())
 }
 
+/// `holdfast nsr acl unit|relay ...`: prints the `ACL SETUSER` command.
+fn run_acl(who: &AclFor, json: bool) -> anyhow::Result<()> {
+    use holdfast_nsr::acl;
+    let read = |p: &Path| {
+        holdfast_config::read_password_file("--password-file", p)
+            .map(acl::AclSecret::Password)
+            .map_err(anyhow::Error::from)
+    };
+    let user = match who {
+        AclFor::Unit {
+            instance,
+            user,
+            password_file,
+        } => {
+            let name = user.clone().unwrap_or_else(|| acl::default_user(instance));
+            acl::unit_user(instance, &name, &read(password_file)?)?
+        }
+        AclFor::Relay {
+            instance,
+            user,
+            password_file,
+        } => {
+            let names: Vec<&str> = instance.iter().map(String::as_str).collect();
+            acl::relay_user(&names, user, &read(password_file)?)?
+        }
+    };
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({ "user": user.user, "args": user.args() })
+        );
+    } else {
+        println!("{user}");
+    }
+    Ok(())
+}
+
 /// `holdfast config check FILE`.
 fn run_config_check(file: &std::path::Path, json: bool) -> anyhow::Result<()> {
     match holdfast_config::check(file).map_err(anyhow::Error::from) {
@@ -401,6 +471,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Cmd::Bench { quick, out, extra } => return run_bench(*quick, out, extra, cli.json),
         Cmd::Replay { file } => return run_replay(file, cli.json),
+        Cmd::Nsr {
+            op: NsrOp::Acl { who },
+        } => return run_acl(who, cli.json),
         Cmd::Config {
             op: ConfigOp::Check { file },
         } => return run_config_check(file, cli.json),

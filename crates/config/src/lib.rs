@@ -144,6 +144,13 @@ pub fn load(path: &Path) -> Result<(Config, Vec<String>), ConfigError> {
     parse(&text)
 }
 
+/// Reads a password file (`[nsr] store_password_file`, `holdfast nsr acl
+/// --password-file`): its one line, not empty; the file must not be
+/// readable by others. Errors name `key` and the path, never the content.
+pub fn read_password_file(key: &str, path: &Path) -> Result<String, ConfigError> {
+    load::read_password_file(key, path)
+}
+
 /// What `holdfast config check` reports about a configuration file that
 /// holdfastd would accept.
 #[derive(Debug, Clone, Serialize)]

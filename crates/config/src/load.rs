@@ -761,6 +761,7 @@ fn check_nsr(n: &Nsr) -> Result<(), ConfigError> {
             ),
         ));
     }
+    check_store_credentials(n)?;
     if n.manage_address && n.address.is_none() {
         return Err(invalid(
             "nsr.address",
@@ -773,6 +774,96 @@ fn check_nsr(n: &Nsr) -> Result<(), ConfigError> {
         return Err(invalid("nsr.address", "must be a unicast address"));
     }
     Ok(())
+}
+
+/// `nsr.store_user` and `nsr.store_password_file` against the URL: one
+/// place for the user and one for the password, a password for a user,
+/// none with Sentinel (whose URLs carry no credentials).
+fn check_store_credentials(n: &Nsr) -> Result<(), ConfigError> {
+    let (url_user, url_password) = match &n.store {
+        holdfast_nsr::StoreUrl::Redis {
+            username, password, ..
+        } => (username.is_some(), password.is_some()),
+        holdfast_nsr::StoreUrl::Sentinel { .. } => {
+            for (key, set) in [
+                ("nsr.store_user", n.store_user.is_some()),
+                ("nsr.store_password_file", n.store_password_file.is_some()),
+            ] {
+                if set {
+                    return Err(invalid(key, "not supported with a redis-sentinel:// store"));
+                }
+            }
+            return Ok(());
+        }
+    };
+    if let Some(u) = &n.store_user {
+        let ok = !u.is_empty()
+            && u.len() <= 128
+            && u.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.@".contains(&b));
+        if !ok {
+            return Err(invalid(
+                "nsr.store_user",
+                "must be 1..=128 characters of [A-Za-z0-9_.@-]",
+            ));
+        }
+        if url_user {
+            return Err(invalid(
+                "nsr.store_user",
+                "nsr.store names a user already: give it in one place",
+            ));
+        }
+        if n.store_password_file.is_none() && !url_password {
+            return Err(invalid(
+                "nsr.store_user",
+                "needs a password: set nsr.store_password_file",
+            ));
+        }
+    }
+    if let Some(p) = &n.store_password_file {
+        if url_password {
+            return Err(invalid(
+                "nsr.store_password_file",
+                "nsr.store carries a password already: give it in one place",
+            ));
+        }
+        if p.as_os_str().is_empty() || !p.is_absolute() {
+            return Err(invalid(
+                "nsr.store_password_file",
+                "must be an absolute path",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Reads a password file: its first line, not empty; the file must not be
+/// readable or writable by others. Errors name `key` and the path, never
+/// the content.
+pub(crate) fn read_password_file(key: &str, path: &std::path::Path) -> Result<String, ConfigError> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let meta =
+        std::fs::metadata(path).map_err(|e| invalid(key, format!("{}: {e}", path.display())))?;
+    if meta.permissions().mode() & 0o007 != 0 {
+        return Err(invalid(
+            key,
+            format!(
+                "{}: mode {:o} lets others read it (chmod 600 or 640)",
+                path.display(),
+                meta.permissions().mode() & 0o777
+            ),
+        ));
+    }
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| invalid(key, format!("{}: {e}", path.display())))?;
+    let line = text.lines().next().unwrap_or("");
+    if line.is_empty() || text.lines().skip(1).any(|l| !l.is_empty()) {
+        return Err(invalid(
+            key,
+            format!("{}: must hold the password on one line", path.display()),
+        ));
+    }
+    Ok(line.to_string())
 }
 
 pub(crate) fn parse(text: &str) -> Result<(Config, Vec<String>), ConfigError> {

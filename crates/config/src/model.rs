@@ -428,6 +428,65 @@ pub struct Nsr {
     /// milliseconds; fewer replicas in time is a failed write.
     #[serde(default = "default_wait_timeout_ms")]
     pub wait_timeout_ms: u64,
+    /// The store's Redis ACL user (docs/security-redis.md); `None`: the
+    /// URL's, if any. Needs a password (`store_password_file`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store_user: Option<String>,
+    /// A file holding the store password (one line; not readable by
+    /// others), read at start and at each connection; the password never
+    /// enters the configuration, its output or the logs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store_password_file: Option<std::path::PathBuf>,
+}
+
+impl Nsr {
+    /// The store URL to connect to: `store` with `store_user` and the
+    /// password of `store_password_file` (read now). Errors name the key.
+    pub fn store_url(&self) -> Result<crate::NsrStore, crate::ConfigError> {
+        let mut url = self.store.clone();
+        if self.store_user.is_none() && self.store_password_file.is_none() {
+            return Ok(url);
+        }
+        let password = match &self.store_password_file {
+            Some(p) => Some(crate::load::read_password_file(
+                "nsr.store_password_file",
+                p,
+            )?),
+            None => None,
+        };
+        if let crate::NsrStore::Redis {
+            username,
+            password: pw,
+            ..
+        } = &mut url
+        {
+            if self.store_user.is_some() {
+                username.clone_from(&self.store_user);
+            }
+            if password.is_some() {
+                *pw = password;
+            }
+        }
+        Ok(url)
+    }
+
+    /// The store as logs and `show nsr` name it: the URL with its user
+    /// and without its password (`***`).
+    pub fn store_desc(&self) -> String {
+        let mut url = self.store.clone();
+        if let crate::NsrStore::Redis {
+            username, password, ..
+        } = &mut url
+        {
+            if self.store_user.is_some() {
+                username.clone_from(&self.store_user);
+            }
+            if self.store_password_file.is_some() {
+                *password = Some("***".into());
+            }
+        }
+        url.redacted()
+    }
 }
 
 /// The longest `wait_timeout_ms`: below the 500 ms every store command

@@ -29,6 +29,16 @@
 //! `K` may contain anything; the suffixes contain no `:`, so no two
 //! sessions' keys collide.
 //!
+//! # Access control
+//!
+//! The store uses no Pub/Sub channel; every key it touches has the
+//! instance's prefix, so a Redis ACL user limited to `hf:{<instance>}:*`
+//! and the commands above serves one unit and nothing else: [`acl`] makes
+//! its `ACL SETUSER` rules (and a BFD relay's, read-only;
+//! `holdfast_nsr::acl`, re-exported). The user and
+//! password come with the URL (`redis://user:password@host`), which
+//! `holdfastd` builds from `[nsr] store_user` and `store_password_file`.
+//!
 //! # Writes
 //!
 //! [`Store::write`] is one round trip: a Lua script (`EVALSHA`; the script
@@ -144,6 +154,7 @@ use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::time::{Duration, Instant};
 
+pub use holdfast_nsr::acl;
 mod pipeline;
 
 fn host_port(h: &str, p: u16) -> String {
@@ -464,7 +475,7 @@ impl RedisStore {
                 return Err(StoreError::Unavailable("no sentinel given".into()));
             }
         }
-        let prefix = format!("hf:{{{instance}}}:");
+        let prefix = acl::key_prefix(instance);
         let mut store = RedisStore {
             url: url.clone(),
             instance: instance.to_string(),

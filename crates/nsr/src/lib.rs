@@ -10,10 +10,12 @@
 //! (merging a batch's ops into steps, reading records back), so that they
 //! store the same chunks. [`StoreUrl`] is the store's address as the
 //! configuration writes it (`holdfast-config` uses this type for `[nsr]
-//! store`).
+//! store`). [`acl`] makes the Redis ACL rules that limit a unit's store
+//! user to its own keys.
 //!
 //! Known issues: see the modules.
 
+pub mod acl;
 pub mod batch;
 pub mod memory;
 pub mod record;

@@ -82,6 +82,12 @@ fn main() -> anyhow::Result<()> {
     for w in &warnings {
         tracing::warn!("config: {w}");
     }
+    // The store's password file (`[nsr] store_password_file`): readable
+    // and well-formed now, rather than at the first connection.
+    if let Some(n) = cfg.nsr.as_ref().filter(|n| n.enabled) {
+        n.store_url()
+            .with_context(|| format!("loading {}", args.config.display()))?;
+    }
     if args.check {
         println!("configuration OK: {} neighbour(s)", cfg.neighbors.len());
         return Ok(());

@@ -103,7 +103,10 @@ pub struct Resumed {
 
 /// A Redis store that may be unreachable at start: it connects on demand.
 pub(crate) struct LazyStore {
-    url: StoreUrl,
+    /// `[nsr]`: the store URL, with `store_user` and the password of
+    /// `store_password_file` read again at each connection (a rotated
+    /// password is picked up without a restart).
+    nsr: holdfast_config::Nsr,
     instance: String,
     /// `[nsr] wait_replicas` and `wait_timeout_ms`: each write and claim
     /// waits for them (`WAIT`); fewer in time is a failed write.
@@ -116,7 +119,7 @@ impl LazyStore {
     /// The store of `[nsr]`, not connected yet.
     pub(crate) fn new(n: &holdfast_config::Nsr) -> LazyStore {
         LazyStore {
-            url: n.store.clone(),
+            nsr: n.clone(),
             instance: n.instance.clone(),
             wait_replicas: n.wait_replicas,
             wait_timeout: Duration::from_millis(n.wait_timeout_ms),
@@ -126,7 +129,11 @@ impl LazyStore {
 
     fn get(&mut self) -> Result<&mut RedisStore, StoreError> {
         if self.inner.is_none() {
-            let mut store = RedisStore::connect(&self.url, &self.instance, STORE_TIMEOUT)?;
+            let url: StoreUrl = self
+                .nsr
+                .store_url()
+                .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+            let mut store = RedisStore::connect(&url, &self.instance, STORE_TIMEOUT)?;
             store.set_wait_replicas(self.wait_replicas);
             store.set_wait_timeout(self.wait_timeout);
             self.inner = Some(store);
@@ -375,7 +382,7 @@ fn bring_up(
             store_up,
             hold,
             instance: n.instance.clone(),
-            store_desc: n.store.redacted(),
+            store_desc: n.store_desc(),
             compact_bytes: n.compact_bytes,
             compact_ratio: n.compact_ratio,
             netns_lock: Some(lock),

@@ -431,6 +431,13 @@ fn validation_errors_name_the_key() {
         (format!("{GLOBAL}[nsr]\nstore = \"redis://a\"\ninstance = \"e\"\ncompact_ratio = -1.0\n"), "nsr.compact_ratio", "0..=1000"),
         (format!("{GLOBAL}[nsr]\nstore = \"redis://a\"\ninstance = \"e\"\ncompact_ratio = nan\n"), "nsr.compact_ratio", "0..=1000"),
         (format!("{GLOBAL}[nsr]\nstore = \"redis://a\"\ninstance = \"e\"\nwait_replicas = -1\n"), "nsr.wait_replicas", ""),
+        (format!("{GLOBAL}[nsr]\nstore = \"redis://a\"\ninstance = \"e\"\nstore_user = \"u\"\n"), "nsr.store_user", "store_password_file"),
+        (format!("{GLOBAL}[nsr]\nstore = \"redis://a\"\ninstance = \"e\"\nstore_user = \"a b\"\nstore_password_file = \"/p\"\n"), "nsr.store_user", "[A-Za-z0-9_.@-]"),
+        (format!("{GLOBAL}[nsr]\nstore = \"redis://x@a\"\ninstance = \"e\"\nstore_user = \"u\"\nstore_password_file = \"/p\"\n"), "nsr.store_user", "one place"),
+        (format!("{GLOBAL}[nsr]\nstore = \"redis://:pw@a\"\ninstance = \"e\"\nstore_password_file = \"/p\"\n"), "nsr.store_password_file", "one place"),
+        (format!("{GLOBAL}[nsr]\nstore = \"redis://a\"\ninstance = \"e\"\nstore_password_file = \"p\"\n"), "nsr.store_password_file", "absolute"),
+        (format!("{GLOBAL}[nsr]\nstore = \"redis-sentinel://a/m\"\ninstance = \"e\"\nstore_password_file = \"/p\"\n"), "nsr.store_password_file", "sentinel"),
+        (format!("{GLOBAL}[nsr]\nstore = \"redis://a\"\ninstance = \"e\"\nstore_pass = \"x\"\n"), "nsr.store_pass", "unknown field"),
     ];
     let mut failures = Vec::new();
     for (text, want_key, fragment) in &cases {
@@ -645,6 +652,53 @@ fn nsr_store_forms() {
     ));
     let nsr = cfg.nsr.unwrap();
     assert_eq!((nsr.wait_replicas, nsr.wait_timeout_ms), (1, 100));
+}
+
+#[test]
+fn nsr_store_user_and_password_file() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = std::env::temp_dir().join(format!("hf-config-pw-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pw = dir.join("u1.pass");
+    std::fs::write(&pw, "s3cret-pw\n").unwrap();
+    std::fs::set_permissions(&pw, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let text = format!(
+        "{GLOBAL}[nsr]\nstore = \"redis://192.0.2.10:6379\"\ninstance = \"u1\"\nstore_user = \"hf-u1\"\nstore_password_file = \"{}\"\n",
+        pw.display()
+    );
+    let (cfg, _) = ok(&text);
+    let nsr = cfg.nsr.clone().unwrap();
+    // The URL to connect with carries both; nothing else shows the password.
+    let url = nsr.store_url().unwrap();
+    assert_eq!(url.to_string(), "redis://hf-u1:s3cret-pw@192.0.2.10:6379/0");
+    assert_eq!(nsr.store_desc(), "redis://hf-u1:***@192.0.2.10:6379/0");
+    let written = toml::to_string(&cfg).unwrap();
+    assert!(!written.contains("s3cret"), "{written}");
+    assert!(written.contains("store_password_file"), "{written}");
+    assert_eq!(ok(&written).0, cfg);
+    assert!(!format!("{cfg:?}").contains("s3cret"));
+    // Readable by others: refused, naming the key and not the content.
+    std::fs::set_permissions(&pw, std::fs::Permissions::from_mode(0o604)).unwrap();
+    let e = nsr.store_url().unwrap_err();
+    assert_eq!(e.key(), Some("nsr.store_password_file"));
+    assert!(e.to_string().contains("chmod"), "{e}");
+    std::fs::set_permissions(&pw, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::write(&pw, "\n").unwrap();
+    let e = nsr.store_url().unwrap_err();
+    assert!(e.to_string().contains("one line"), "{e}");
+    std::fs::remove_file(&pw).unwrap();
+    let e = nsr.store_url().unwrap_err();
+    assert_eq!(e.key(), Some("nsr.store_password_file"));
+    // Without them, the URL as written.
+    let (cfg, _) = ok(&format!(
+        "{GLOBAL}[nsr]\nstore = \"redis://:pw@192.0.2.10\"\ninstance = \"u1\"\nstore_user = \"hf-u1\"\n"
+    ));
+    let nsr = cfg.nsr.unwrap();
+    assert_eq!(
+        nsr.store_url().unwrap().to_string(),
+        "redis://hf-u1:pw@192.0.2.10:6379/0"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -188,6 +188,12 @@ pub struct PlaneExtras {
     /// More arguments of every host agent (e.g. `--hang-ms 0`: no hang
     /// detection, for a lab that stops a unit for seconds on purpose).
     pub agent_args: Vec<String>,
+    /// Redis with ACL users (issue 30; off by default): the store's
+    /// `default` user is the lab's administrator, and each unit has its own
+    /// user (`hf-<unit>`, limited to its keys by `holdfast nsr acl unit`)
+    /// and password file (`redis-acl/<unit>.pass` in the work dir), named
+    /// in its `[nsr] store_user` and `store_password_file`.
+    pub redis_acl: bool,
 }
 
 /// bird2's and gobgpd's AS in the plane.
@@ -215,6 +221,8 @@ pub struct PlaneUnit {
     pub routes: u32,
     /// Its container on each host.
     pub containers: BTreeMap<String, NsrHost>,
+    /// Its store user and password file, with [`PlaneExtras::redis_acl`].
+    pub store_user: Option<(String, PathBuf)>,
 }
 
 /// The running control plane.
@@ -244,6 +252,37 @@ pub struct Plane {
     pub custom_peers: bool,
 }
 
+/// Makes unit `name`'s store user on `redis` as an operator would: a
+/// random password in `redis-acl/<name>.pass` (mode 600) and `holdfast nsr
+/// acl unit` for its `ACL SETUSER`. Returns the user and the file.
+fn unit_store_user(
+    lab: &Lab,
+    redis: &Redis,
+    bins: &PlaneBins,
+    name: &str,
+) -> Result<(String, PathBuf)> {
+    let dir = lab.work_dir().join("redis-acl");
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| LabError::Invalid(format!("{}: {e}", dir.display())))?;
+    let file = dir.join(format!("{name}.pass"));
+    crate::redis::write_secret(&file, &format!("{}\n", crate::redis::random_password()?))?;
+    let out = std::process::Command::new(&bins.holdfast)
+        .args(["nsr", "acl", "unit", name, "--password-file"])
+        .arg(&file)
+        .output()
+        .map_err(|e| LabError::Invalid(format!("{}: {e}", bins.holdfast)))?;
+    if !out.status.success() {
+        return Err(LabError::Invalid(format!(
+            "holdfast nsr acl unit {name}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    let line = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let args: Vec<&str> = line.split(' ').collect();
+    redis.set_user(lab, &args)?;
+    Ok((format!("hf-{name}"), file))
+}
+
 const HOST_ADDR: [(&str, u8, u8); 4] = [("a", 3, 64), ("b", 4, 96), ("c", 7, 128), ("d", 9, 160)];
 
 impl Plane {
@@ -264,7 +303,12 @@ impl Plane {
         lab.capture_start()?;
         let topo = NsrTopo::build(&mut lab)?;
         topo.del_service(&lab, topo.a.id)?;
-        let redis = Redis::start(&mut lab, topo.redis.id, IpAddr::V4(topo.redis.v4), 6379)?;
+        let redis_addr = IpAddr::V4(topo.redis.v4);
+        let redis = if extras.redis_acl {
+            Redis::start_acl(&mut lab, topo.redis.id, redis_addr, 6379)?
+        } else {
+            Redis::start(&mut lab, topo.redis.id, redis_addr, 6379)?
+        };
         let mut members = Vec::new();
         for (i, n) in ["c1", "c2", "c3"].iter().enumerate() {
             let h = topo.add_host(&mut lab, n, 31 + i as u8)?;
@@ -296,11 +340,17 @@ impl Plane {
                 )?;
                 containers.insert(h.clone(), c);
             }
+            let store_user = if extras.redis_acl {
+                Some(unit_store_user(&lab, &redis, &bins, &u.name)?)
+            } else {
+                None
+            };
             units.push(PlaneUnit {
                 name: u.name.clone(),
                 service: Ipv4Addr::new(198, 18, 0, 10 + i as u8),
                 routes: u.routes,
                 containers,
+                store_user,
             });
         }
         let s_node = topo.add_host(&mut lab, "s", 8)?;
@@ -352,6 +402,12 @@ impl Plane {
             if let Some(more) = extras.unit_config.get(&u.name) {
                 extra.push_str("\n[global]\n");
                 extra.push_str(more);
+            }
+            if let Some((user, file)) = &u.store_user {
+                extra.push_str(&format!(
+                    "\n[nsr]\nstore_user = \"{user}\"\nstore_password_file = \"{}\"\n",
+                    file.display()
+                ));
             }
             let config = nsr_config(&t, &redis.url(), &u.name, &neighbors, &extra);
             std::fs::write(lab.work_dir().join(format!("{}.toml", u.name)), &config)

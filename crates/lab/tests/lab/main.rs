@@ -72,6 +72,7 @@ mod nsr_wait_replicas;
 mod peers_pairwise;
 mod preheated_backup;
 mod record_replay;
+mod redis_acl;
 mod rfc7606;
 mod rpki_stayrtr;
 mod stall_bfd;

@@ -2,6 +2,7 @@
 //! redis-server started by each test; then Redis-only tests (outages, key
 //! layout, large batches, authentication, Sentinel).
 
+mod acl;
 #[path = "../common/mod.rs"]
 mod common;
 mod redis_only;
@@ -158,7 +159,16 @@ impl Env for RedisEnv {
         Box::new(self.store(instance))
     }
     fn put_raw_record(&self, instance: &str, key: &str, json: &[u8]) {
-        let mut c = self.0.raw();
+        RedisEnv::put_raw_record_on(&self.0, instance, key, json);
+    }
+    fn put_raw_originated(&self, instance: &str, key: &str, json: &[u8]) {
+        RedisEnv::put_raw_originated_on(&self.0, instance, key, json);
+    }
+}
+
+impl RedisEnv {
+    fn put_raw_record_on(server: &RedisProc, instance: &str, key: &str, json: &[u8]) {
+        let mut c = server.raw();
         let p = format!("hf:{{{instance}}}:");
         let _: () = redis::pipe()
             .cmd("SET")
@@ -180,8 +190,8 @@ impl Env for RedisEnv {
             .query(&mut c)
             .expect("raw write");
     }
-    fn put_raw_originated(&self, instance: &str, key: &str, json: &[u8]) {
-        let mut c = self.0.raw();
+    fn put_raw_originated_on(server: &RedisProc, instance: &str, key: &str, json: &[u8]) {
+        let mut c = server.raw();
         let _: () = redis::cmd("HSET")
             .arg(format!("hf:{{{instance}}}:originated"))
             .arg(key)
@@ -782,6 +792,9 @@ macro_rules! suite {
         }
         mod on_redis {
             $( #[test] fn $name() { super::$name(&super::RedisEnv::new()) } )*
+        }
+        mod on_redis_acl {
+            $( #[test] fn $name() { super::$name(&super::acl::AclEnv::new()) } )*
         }
     };
 }

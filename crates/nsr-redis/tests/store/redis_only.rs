@@ -477,7 +477,7 @@ fn bfd_record(port: u16, state: &str) -> holdfast_nsr::BfdRecord {
     }
 }
 
-fn bfd_records(env: &dyn Env) {
+pub(super) fn bfd_records(env: &dyn Env) {
     let mut s = env.handle("bfd");
     let e = s.claim().unwrap();
     s.write(
@@ -587,7 +587,7 @@ fn prefixes(st: &holdfast_nsr::InstanceState, key: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
-fn originated_records(env: &dyn Env) {
+pub(super) fn originated_records(env: &dyn Env) {
     let mut s = env.handle("orig");
     let e = s.claim().unwrap();
     // In one batch with session steps and BFD records: the last set of

@@ -74,7 +74,7 @@ impl Daemon {
             .collect();
         let follower = Follower::start(Box::new(LazyStore::new(n)), FollowCore::new(targets), ribs)
             .context("starting the standby's follower thread")?;
-        tracing::info!(instance = %n.instance, store = %n.store.redacted(), "standby: following the state store; `holdfast nsr takeover` takes over");
+        tracing::info!(instance = %n.instance, store = %n.store_desc(), "standby: following the state store; `holdfast nsr takeover` takes over");
         crate::watchdog::ready("standby");
         let stop = |f: Follower| async move {
             tokio::task::spawn_blocking(move || f.stop())
@@ -103,7 +103,7 @@ impl Daemon {
                             instance: n.instance.clone(),
                             role: "standby".into(),
                             store_epoch: status.store_epoch,
-                            store: n.store.redacted(),
+                            store: n.store_desc(),
                             standby: Some(status),
                             ..Default::default()
                         }));
