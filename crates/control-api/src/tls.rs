@@ -20,9 +20,9 @@
 //!
 //! # Files
 //! [`TlsFiles`] is the `--tls-cert`, `--tls-key`, `--tls-ca` triple of the
-//! controller and the agent; with it their servers require a client
-//! certificate from the CA ([`server_config`]) and their clients present
-//! theirs ([`client_config`]). Without it everything is plaintext (and the
+//! controller and the agent; with it ([`Tls::load`]) their servers require
+//! a client certificate from the CA ([`Tls::server`]) and their clients
+//! present theirs ([`Tls::client`], [`connect`]). Without it everything is plaintext (and the
 //! binaries log a warning at start).
 //!
 //! # Known issues
@@ -210,7 +210,7 @@ impl fmt::Display for Peer {
 /// Why a peer may not make a claim.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
-    #[error("certificate {id} is not a {want}'s")]
+    #[error("certificate {id} is not of role {want}")]
     Role { id: Identity, want: Role },
     #[error("certificate {id} may not act as {want} {claimed}")]
     Name {
@@ -296,28 +296,54 @@ fn read(p: &Path) -> Result<Vec<u8>, TlsError> {
     })
 }
 
-/// A server that requires a client certificate from the CA.
-pub fn server_config(f: &TlsFiles) -> Result<tonic::transport::ServerTlsConfig, TlsError> {
-    let identity = tonic::transport::Identity::from_pem(read(&f.cert)?, read(&f.key)?);
-    let ca = tonic::transport::Certificate::from_pem(read(&f.ca)?);
-    Ok(tonic::transport::ServerTlsConfig::new()
-        .identity(identity)
-        .client_ca_root(ca)
-        .client_auth_optional(false))
+/// A binary's certificate, key and CA, read once ([`Tls::load`]).
+#[derive(Debug, Clone)]
+pub struct Tls {
+    pub files: TlsFiles,
+    identity: tonic::transport::Identity,
+    ca: tonic::transport::Certificate,
 }
 
-/// A client presenting its certificate, which trusts only a server of the
-/// CA whose certificate names `server` (its role's name).
-pub fn client_config(
-    f: &TlsFiles,
-    server: Role,
-) -> Result<tonic::transport::ClientTlsConfig, TlsError> {
-    let identity = tonic::transport::Identity::from_pem(read(&f.cert)?, read(&f.key)?);
-    let ca = tonic::transport::Certificate::from_pem(read(&f.ca)?);
-    Ok(tonic::transport::ClientTlsConfig::new()
-        .identity(identity)
-        .ca_certificate(ca)
-        .domain_name(server.server_name()))
+impl Tls {
+    /// Reads the three files.
+    pub fn load(f: &TlsFiles) -> Result<Tls, TlsError> {
+        Ok(Tls {
+            files: f.clone(),
+            identity: tonic::transport::Identity::from_pem(read(&f.cert)?, read(&f.key)?),
+            ca: tonic::transport::Certificate::from_pem(read(&f.ca)?),
+        })
+    }
+
+    /// A server that requires a client certificate from the CA.
+    pub fn server(&self) -> tonic::transport::ServerTlsConfig {
+        tonic::transport::ServerTlsConfig::new()
+            .identity(self.identity.clone())
+            .client_ca_root(self.ca.clone())
+            .client_auth_optional(false)
+    }
+
+    /// A client presenting its certificate, which trusts only a server of
+    /// the CA whose certificate names `server` (its role's name,
+    /// [`Role::server_name`]).
+    pub fn client(&self, server: Role) -> tonic::transport::ClientTlsConfig {
+        tonic::transport::ClientTlsConfig::new()
+            .identity(self.identity.clone())
+            .ca_certificate(self.ca.clone())
+            .domain_name(server.server_name())
+    }
+}
+
+/// Connects to `url` (`http://ADDR:PORT` or `ADDR:PORT`), over TLS with
+/// `tls` (the scheme is made `https`), else in plaintext.
+pub async fn connect(
+    url: &str,
+    tls: Option<&tonic::transport::ClientTlsConfig>,
+) -> Result<tonic::transport::Channel, tonic::transport::Error> {
+    let mut ep = tonic::transport::Endpoint::from_shared(url_for(url, tls.is_some()))?;
+    if let Some(t) = tls {
+        ep = ep.tls_config(t.clone())?;
+    }
+    ep.connect().await
 }
 
 /// `url` with the scheme TLS needs: `http://` becomes `https://`, a bare
@@ -404,7 +430,7 @@ mod tests {
             );
         }
         let e = check_claim(&Peer::Cert(id(Role::Unit, "a")), Role::Agent, "a").unwrap_err();
-        assert_eq!(e.to_string(), "certificate unit:a is not a agent's");
+        assert_eq!(e.to_string(), "certificate unit:a is not of role agent");
     }
 
     #[test]
