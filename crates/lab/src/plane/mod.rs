@@ -55,8 +55,8 @@ pub use watch::PlaneWatch;
 
 pub use parts::{
     agent_unit_pid, controller_statuses, controller_verdicts, ctl_json, json_file, kill_all,
-    kill_container_ns, placement_of, relink_host, show_nsr, unit_record, verdict_is,
-    wait_leader_in, wait_protected_at, AgentArgs, AgentOpts, ControlPlane, CONTROLLER_PORT,
+    kill_container_ns, make_certs, placement_of, relink_host, show_nsr, tls_args, unit_record,
+    verdict_is, wait_leader_in, wait_protected_at, AgentArgs, AgentOpts, ControlPlane, CONTROLLER_PORT,
     FAILSAFE_PORT, UNITS_PREFIX,
 };
 
@@ -188,6 +188,11 @@ pub struct PlaneExtras {
     /// More arguments of every host agent (e.g. `--hang-ms 0`: no hang
     /// detection, for a lab that stops a unit for seconds on purpose).
     pub agent_args: Vec<String>,
+    /// Mutual TLS on the control plane's gRPC (issue 30): certificates
+    /// made at start in `WORK/certs` ([`make_certs`]: the hosts, `s`,
+    /// `c1`..`c3`, the units, the operator `admin`), given to every
+    /// replica and agent ([`Plane::certs`]). Off by default.
+    pub mtls: bool,
 }
 
 /// bird2's and gobgpd's AS in the plane.
@@ -242,6 +247,8 @@ pub struct Plane {
     pub controller_argv: Vec<Vec<String>>,
     /// Some unit has its own list of peers ([`PlaneUnitSpec::peers`]).
     pub custom_peers: bool,
+    /// The certificate directory with [`PlaneExtras::mtls`].
+    pub certs: Option<PathBuf>,
 }
 
 const HOST_ADDR: [(&str, u8, u8); 4] = [("a", 3, 64), ("b", 4, 96), ("c", 7, 128), ("d", 9, 160)];
@@ -310,7 +317,24 @@ impl Plane {
             .map(|n| (n.id, n.v4))
             .chain(std::iter::once((s_node.id, s_node.v4)))
             .collect();
-        let cp = ControlPlane::start(&mut lab, &bins, &members, &others, &spec.controller_args)?;
+        let certs = if extras.mtls {
+            let dir = lab.work_dir().join("certs");
+            let hosts: Vec<String> = spec.hosts.iter().cloned().chain(["s".into()]).collect();
+            let ctrls: Vec<String> = (1..=members.len()).map(|i| format!("c{i}")).collect();
+            let names: Vec<String> = units.iter().map(|u| u.name.clone()).collect();
+            make_certs(&bins, &dir, &hosts, &ctrls, &names)?;
+            Some(dir)
+        } else {
+            None
+        };
+        let cp = ControlPlane::start_tls(
+            &mut lab,
+            &bins,
+            &members,
+            &others,
+            &spec.controller_args,
+            certs.as_deref(),
+        )?;
         // Placements in etcd, as an operator writes them.
         for (i, (u, s)) in units.iter().zip(&spec.units).enumerate() {
             let mut t = topo.clone();
@@ -407,6 +431,7 @@ impl Plane {
                         )
                     })
                     .collect(),
+                tls: certs.clone(),
                 ..AgentOpts::default()
             };
             let mut boot = extras.agent_args.clone();
@@ -437,6 +462,7 @@ impl Plane {
             name: "s".into(),
             server: true,
             probes,
+            tls: certs.clone(),
             ..AgentOpts::default()
         };
         let (p, a) = cp.spawn_agent(&mut lab, &bins, s_node.id, &server, &[])?;
@@ -509,6 +535,7 @@ impl Plane {
             controller_hosts: cp.controller_hosts,
             controller_argv: cp.controller_argv,
             custom_peers: spec.units.iter().any(|u| !u.peers.is_empty()),
+            certs,
         })
     }
 
