@@ -98,10 +98,7 @@ pub enum CertError {
         source: std::io::Error,
     },
     #[error("{what}: {source}")]
-    Rcgen {
-        what: String,
-        source: rcgen::Error,
-    },
+    Rcgen { what: String, source: rcgen::Error },
     #[error("--san {0}: no such identity in this run")]
     SanWithoutIdentity(String),
     #[error("nothing to issue: give --hosts, --controllers, --operators or --units")]
@@ -159,7 +156,11 @@ pub fn names_of(id: &Identity, extra: &[String]) -> Vec<String> {
     names
 }
 
-fn leaf_params(id: &Identity, names: Vec<String>, days: u64) -> Result<CertificateParams, CertError> {
+fn leaf_params(
+    id: &Identity,
+    names: Vec<String>,
+    days: u64,
+) -> Result<CertificateParams, CertError> {
     let mut p = CertificateParams::new(names).map_err(rc(format!("names of {id}")))?;
     p.distinguished_name
         .push(DnType::CommonName, id.common_name());
@@ -288,7 +289,10 @@ mod tests {
             hosts: vec!["a".into(), "b".into()],
             operators: vec!["admin".into()],
             units: vec!["edge-1".into()],
-            sans: vec![(Identity::new(Role::Unit, "edge-1").unwrap(), "10.0.0.1".into())],
+            sans: vec![(
+                Identity::new(Role::Unit, "edge-1").unwrap(),
+                "10.0.0.1".into(),
+            )],
             days: 30,
             new_ca: false,
         }
@@ -302,11 +306,23 @@ mod tests {
         let stems: Vec<String> = r.issued.iter().map(|i| i.identity.file_stem()).collect();
         assert_eq!(
             stems,
-            ["controller-c1", "agent-a", "agent-b", "operator-admin", "unit-edge-1"]
+            [
+                "controller-c1",
+                "agent-a",
+                "agent-b",
+                "operator-admin",
+                "unit-edge-1"
+            ]
         );
         for i in &r.issued {
-            assert_eq!(Identity::from_der(&der(&i.files.cert)), Ok(i.identity.clone()));
-            let mode = std::fs::metadata(&i.files.key).unwrap().permissions().mode();
+            assert_eq!(
+                Identity::from_der(&der(&i.files.cert)),
+                Ok(i.identity.clone())
+            );
+            let mode = std::fs::metadata(&i.files.key)
+                .unwrap()
+                .permissions()
+                .mode();
             assert_eq!(mode & 0o777, 0o600, "{}", i.files.key.display());
         }
         let unit = &r.issued[4];
@@ -346,7 +362,10 @@ mod tests {
         assert!(matches!(init(&d, &p), Err(CertError::Identity(_))));
         let mut p = plan();
         p.sans = vec![(Identity::new(Role::Unit, "nope").unwrap(), "x".into())];
-        assert!(matches!(init(&d, &p), Err(CertError::SanWithoutIdentity(_))));
+        assert!(matches!(
+            init(&d, &p),
+            Err(CertError::SanWithoutIdentity(_))
+        ));
         let _ = std::fs::remove_dir_all(&d);
     }
 }

@@ -446,7 +446,9 @@ mod tests {
     fn the_three_flags_go_together() {
         let p = |s: &str| Some(PathBuf::from(s));
         assert!(TlsFiles::from_flags(None, None, None).unwrap().is_none());
-        assert!(TlsFiles::from_flags(p("c"), p("k"), p("a")).unwrap().is_some());
+        assert!(TlsFiles::from_flags(p("c"), p("k"), p("a"))
+            .unwrap()
+            .is_some());
         let e = TlsFiles::from_flags(p("c"), None, p("a")).unwrap_err();
         assert!(e.to_string().contains("missing: --tls-key"), "{e}");
         let e = TlsFiles::from_flags(None, p("k"), None).unwrap_err();
@@ -455,7 +457,10 @@ mod tests {
 
     #[test]
     fn urls_get_the_scheme_tls_needs() {
-        assert_eq!(url_for("http://10.0.0.1:50051", true), "https://10.0.0.1:50051");
+        assert_eq!(
+            url_for("http://10.0.0.1:50051", true),
+            "https://10.0.0.1:50051"
+        );
         assert_eq!(url_for("10.0.0.1:50051", true), "https://10.0.0.1:50051");
         assert_eq!(url_for("10.0.0.1:50051", false), "http://10.0.0.1:50051");
         assert_eq!(url_for("https://h:1", false), "http://h:1");

@@ -180,7 +180,8 @@ pub struct PlaneExtras {
     /// More holdfastd configuration per unit name, TOML appended to the
     /// unit's own (its top-level keys first): neighbours with TCP-MD5 or
     /// BFD and its authentication, `[nsr]` options (`compact_bytes`,
-    /// `manage_address`), `[[bmp]]` stations ...
+    /// `manage_address`), `[[bmp]]` stations ... With [`PlaneExtras::mtls`],
+    /// `@CERTS@` in it stands for the certificate directory.
     pub unit_config: BTreeMap<String, String>,
     /// Units placed with `"preheated": true`: their backup host's agent
     /// runs a standby (`holdfastd --standby`) from the start.
@@ -375,7 +376,10 @@ impl Plane {
             }
             if let Some(more) = extras.unit_config.get(&u.name) {
                 extra.push_str("\n[global]\n");
-                extra.push_str(more);
+                match &certs {
+                    Some(d) => extra.push_str(&more.replace("@CERTS@", &d.to_string_lossy())),
+                    None => extra.push_str(more),
+                }
             }
             let config = nsr_config(&t, &redis.url(), &u.name, &neighbors, &extra);
             std::fs::write(lab.work_dir().join(format!("{}.toml", u.name)), &config)
