@@ -185,9 +185,25 @@ impl Caller<'_> {
     }
 }
 
+/// `name`'s stderr, without the terminal colours tracing puts in it.
 fn log_of(p: &Plane, name: &str) -> String {
-    std::fs::read_to_string(p.lab.work_dir().join("logs").join(format!("{name}.stderr")))
-        .unwrap_or_default()
+    let raw = std::fs::read_to_string(p.lab.work_dir().join("logs").join(format!("{name}.stderr")))
+        .unwrap_or_default();
+    let mut out = String::with_capacity(raw.len());
+    let mut chars = raw.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            // ESC [ ... m
+            for d in chars.by_ref() {
+                if d.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// Every log line of `name` with all of `words`.
