@@ -430,3 +430,7 @@ impl Controller for Hub {
         Ok(Response::new(Box::pin(out)))
     }
 }
+
+#[cfg(test)]
+#[path = "hub_tests.rs"]
+mod tests;

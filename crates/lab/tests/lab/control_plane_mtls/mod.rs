@@ -240,7 +240,7 @@ fn only_certificates_of_the_ca_get_in_and_an_agent_only_as_its_host() {
     p.wait_protected("u1", "a", LONG)
         .unwrap_or_else(|e| panic!("{e}"));
     let lname = leader["name"].as_str().expect("leader name").to_string();
-    let lproc = format!("controller-{lname}");
+    let lproc = format!("controller_{lname}");
     for h in ["a", "b", "s"] {
         assert!(
             !logged(&p, &lproc, &["agent attached", &format!("cert=agent:{h}")]).is_empty(),
@@ -248,7 +248,7 @@ fn only_certificates_of_the_ca_get_in_and_an_agent_only_as_its_host() {
             log_of(&p, &lproc)
         );
     }
-    for name in ["controller-c1", "agent-a", "agent-s"] {
+    for name in ["controller_c1", "agent_a", "agent_s"] {
         assert!(
             logged(&p, name, &["plaintext"]).is_empty(),
             "{name} warns of no plaintext"
@@ -408,13 +408,13 @@ fn only_certificates_of_the_ca_get_in_and_an_agent_only_as_its_host() {
         || {
             let l = logged(
                 &p,
-                "agent-a",
+                "agent_a",
                 &["failsafe ask refused", "cert=agent:b", "claimed=a"],
             );
             Ok((!l.is_empty()).then_some(l))
         },
     )
-    .unwrap_or_else(|e| panic!("{e}:\n{}", log_of(&p, "agent-a")));
+    .unwrap_or_else(|e| panic!("{e}:\n{}", log_of(&p, "agent_a")));
     let op = c.call(&a_failsafe, &ask_a, Some("operator-admin"), false);
     assert_eq!(
         op.status,
