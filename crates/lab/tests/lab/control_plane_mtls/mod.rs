@@ -33,14 +33,14 @@
 //!    stream's certificate, `cert=agent:a`), frr's session with u1 is
 //!    Established and u1 is PROTECTED on a;
 //! 2. **no certificate, refused**: a plaintext HTTP/2 call and a TLS call
-//!    without a client certificate get no answer from a controller's
+//!    without a client certificate get no answer from the leader's
 //!    `Attach`, agent a's failsafe service or u1's GoBGP API, while the
 //!    same TLS call with the operator's certificate is answered (a
 //!    `grpc-status`); `gobgp --tls --tls-ca-file ca.pem` (which cannot
 //!    present a certificate) is refused by the GoBGP API;
 //! 3. **an agent certificate for `a` attaching as `b`**: a Hello naming b
 //!    sent with agent-a.pem to every replica: the leader answers
-//!    `PERMISSION_DENIED` (7) and logs "attach refused" with
+//!    `PERMISSION_DENIED` (7; the others refuse any Attach as followers) and logs "attach refused" with
 //!    `cert=agent:a` and `claimed=b`; the real b stays attached (the
 //!    leader's status still shows three agents); likewise a failsafe ask
 //!    naming a sent with agent-b.pem to agent a: `PERMISSION_DENIED`,
@@ -272,7 +272,11 @@ fn only_certificates_of_the_ca_get_in_and_an_agent_only_as_its_host() {
         certs: &certs,
     };
     let s = p.agent_server.host.id;
-    let c1 = "198.19.0.31";
+    // The leader's address: a replica that does not lead refuses Attach
+    // at once (FAILED_PRECONDITION), which curl reports as a broken stream.
+    let n: u8 = lname.trim_start_matches('c').parse().expect("cN");
+    let leader_ip = format!("198.19.0.{}", 30 + n);
+    let leader_ip = leader_ip.as_str();
     let a_mgmt = "198.19.0.3";
     let attach = "/holdfast.control.v1.Controller/Attach";
     let failsafe = "/holdfast.control.v1.Agent/Failsafe";
@@ -308,7 +312,7 @@ fn only_certificates_of_the_ca_get_in_and_an_agent_only_as_its_host() {
         get_bgp,
     );
     for (t, body) in [
-        (controller(c1), &empty),
+        (controller(leader_ip), &empty),
         (a_failsafe, &ask_a),
         (gobgp_api, &empty),
     ] {
@@ -364,7 +368,12 @@ fn only_certificates_of_the_ca_get_in_and_an_agent_only_as_its_host() {
     );
     println!(
         "2. gobgp --tls (no client certificate): refused ({})",
-        String::from_utf8_lossy(&g.stderr).trim()
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&g.stdout),
+            String::from_utf8_lossy(&g.stderr)
+        )
+        .trim()
     );
 
     // 3. agent-a.pem attaching as b: refused and logged by the leader.
