@@ -94,6 +94,8 @@ pub struct AttachTask {
     pub cluster: String,
     /// `--leader-silence-ms`.
     pub silence: Duration,
+    /// Mutual TLS towards the controllers (`--tls-*`); plaintext without.
+    pub tls: Option<tonic::transport::ClientTlsConfig>,
 }
 
 /// The `--controller` whose address is `attach` (`ADDR:PORT`).
@@ -134,6 +136,7 @@ pub(crate) async fn attach_task(
         etcd,
         cluster,
         silence,
+        tls,
     } = task;
     let keys = Keys::new(&cluster);
     let mut stores: Vec<Store> = etcd
@@ -166,9 +169,12 @@ pub(crate) async fn attach_task(
             next += 1;
             controllers[(next - 1) % controllers.len()].clone()
         });
-        let client =
-            tokio::time::timeout(ATTACH_WITHIN, ControllerClient::connect(url.clone())).await;
-        let Ok(Ok(mut client)) = client else {
+        let client = tokio::time::timeout(
+            ATTACH_WITHIN,
+            holdfast_control_api::tls::connect(&url, tls.as_ref()),
+        )
+        .await;
+        let Ok(Ok(mut client)) = client.map(|c| c.map(ControllerClient::new)) else {
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
         };

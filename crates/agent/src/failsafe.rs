@@ -13,6 +13,11 @@
 //!   etcd while it works (each `agents/<host>` record carries its agent's
 //!   `failsafe` address). A host agent that serves no failsafe is still a
 //!   peer: it cannot agree, so no round is confirmed.
+//! - With mutual TLS (`--tls-*`, issue 30) the service takes only clients
+//!   with a certificate from the CA, and an ask must name the host its
+//!   agent certificate names (refused with `PERMISSION_DENIED` and logged,
+//!   "failsafe ask refused", otherwise); the rounds present this agent's
+//!   certificate and trust only agents' (`agent.holdfast`).
 //!
 //! # Known issues
 //! - The peers are those registered when etcd last answered. A host whose
@@ -23,6 +28,7 @@
 //! - One unreachable host agent (a dead host) during an etcd outage
 //!   confirms no round: the other hosts then fence on the usual deadline.
 
+use holdfast_control_api::tls::{check_claim, connect, Peer, Role};
 use holdfast_control_api::v1::agent_client::AgentClient;
 use holdfast_control_api::v1::agent_server::{Agent, AgentServer};
 use holdfast_control_api::v1::{FailsafeAnswer, FailsafeAsk};
@@ -31,6 +37,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
+use tonic::transport::{ClientTlsConfig, ServerTlsConfig};
 use tonic::{Request, Response, Status};
 
 /// The other host agents, by host: where each serves the failsafe, if it
@@ -65,6 +72,8 @@ pub struct Asked {
 struct Service {
     host: String,
     asks: mpsc::UnboundedSender<Asked>,
+    /// Client certificates required (then an ask's host is checked).
+    tls: bool,
 }
 
 #[tonic::async_trait]
@@ -73,7 +82,12 @@ impl Agent for Service {
         &self,
         req: Request<FailsafeAsk>,
     ) -> Result<Response<FailsafeAnswer>, Status> {
+        let peer = Peer::of(&req, self.tls);
         let ask = req.into_inner();
+        if let Err(r) = check_claim(&peer, Role::Agent, &ask.host) {
+            tracing::warn!(cert = %peer, claimed = %ask.host, error = %r, "failsafe ask refused");
+            return Err(Status::permission_denied(r.to_string()));
+        }
         let (reply, answer) = oneshot::channel();
         self.asks
             .send(Asked {
@@ -93,15 +107,31 @@ impl Agent for Service {
     }
 }
 
-/// Serves the agents' failsafe service on `addr` until the process ends.
-pub fn serve(addr: SocketAddr, host: String, asks: mpsc::UnboundedSender<Asked>) {
+/// Serves the agents' failsafe service on `addr` until the process ends
+/// (with `tls`, only to clients with a certificate from its CA).
+pub fn serve(
+    addr: SocketAddr,
+    host: String,
+    asks: mpsc::UnboundedSender<Asked>,
+    tls: Option<ServerTlsConfig>,
+) {
     tokio::spawn(async move {
-        let svc = AgentServer::new(Service { host, asks });
-        if let Err(e) = tonic::transport::Server::builder()
-            .add_service(svc)
-            .serve(addr)
-            .await
-        {
+        let svc = AgentServer::new(Service {
+            host,
+            asks,
+            tls: tls.is_some(),
+        });
+        let mut builder = tonic::transport::Server::builder();
+        if let Some(t) = tls {
+            builder = match builder.tls_config(t) {
+                Ok(b) => b,
+                Err(e) => {
+                    tracing::error!(%addr, error = %e, "failsafe service's TLS");
+                    return;
+                }
+            };
+        }
+        if let Err(e) = builder.add_service(svc).serve(addr).await {
             tracing::error!(%addr, error = %e, "failsafe service stopped");
         }
     });
@@ -114,8 +144,10 @@ pub async fn round(
     peers: Peers,
     units: Vec<String>,
     timeout: Duration,
+    tls: Option<ClientTlsConfig>,
 ) -> Result<(), String> {
     let asks = peers.into_iter().map(|(host, addr)| {
+        let tls = tls.clone();
         let ask = FailsafeAsk {
             host: me.clone(),
             units: units.clone(),
@@ -125,8 +157,9 @@ pub async fn round(
                 return Err(format!("{host} serves no failsafe"));
             };
             let call = async {
-                let mut c = AgentClient::connect(format!("http://{addr}"))
+                let mut c = connect(&addr, tls.as_ref())
                     .await
+                    .map(AgentClient::new)
                     .map_err(|e| e.to_string())?;
                 c.failsafe(ask)
                     .await
@@ -192,7 +225,7 @@ mod tests {
             let addr = l.local_addr().unwrap();
             drop(l);
             let (tx, mut rx) = mpsc::unbounded_channel::<Asked>();
-            serve(addr, format!("p{i}"), tx);
+            serve(addr, format!("p{i}"), tx, None);
             tokio::spawn(async move {
                 while let Some(a) = rx.recv().await {
                     assert_eq!(a.from, "me");
@@ -206,7 +239,7 @@ mod tests {
         let units = vec!["edge-1".to_string()];
         let ask = |p: &[(&str, Option<&String>)]| {
             let peers: Peers = p.iter().map(|(h, a)| (h.to_string(), a.cloned())).collect();
-            round("me".into(), peers, units.clone(), t)
+            round("me".into(), peers, units.clone(), t, None)
         };
         let mut ok = false;
         for _ in 0..50 {
@@ -235,5 +268,69 @@ mod tests {
             ask(&[]).await.is_ok(),
             "no other host agent: nobody could start the units"
         );
+    }
+
+    /// With mutual TLS: an agent's certificate asks for its own host only;
+    /// a plaintext client and a certificate of another CA are refused.
+    #[tokio::test]
+    async fn with_tls_an_ask_names_the_host_of_its_certificate() {
+        use holdfast_control_api::certs::{init, CertPlan};
+        use holdfast_control_api::tls::{Identity, Role, Tls, TlsFiles};
+        let dir = std::env::temp_dir().join(format!("hf-failsafe-tls-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let plan = CertPlan {
+            hosts: vec!["a".into(), "p".into()],
+            units: vec!["u".into()],
+            days: 1,
+            ..CertPlan::default()
+        };
+        init(&dir, &plan).unwrap();
+        let other = dir.join("other");
+        init(&other, &plan).unwrap();
+        let files = |d: &std::path::Path, r: Role, n: &str| {
+            Tls::load(&TlsFiles::in_dir(d, &Identity::new(r, n).unwrap())).unwrap()
+        };
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        drop(l);
+        let (tx, mut rx) = mpsc::unbounded_channel::<Asked>();
+        serve(
+            addr,
+            "p".into(),
+            tx,
+            Some(files(&dir, Role::Agent, "p").server()),
+        );
+        tokio::spawn(async move {
+            while let Some(a) = rx.recv().await {
+                let _ = a.reply.send((true, 3000));
+            }
+        });
+        let t = Duration::from_secs(2);
+        let peers: Peers = [("p".to_string(), Some(addr.to_string()))].into();
+        let ask = |me: &str, tls: Option<ClientTlsConfig>| {
+            round(me.into(), peers.clone(), vec!["u".into()], t, tls)
+        };
+        let a = files(&dir, Role::Agent, "a");
+        let mut ok = Err(String::new());
+        for _ in 0..50 {
+            ok = ask("a", Some(a.client(Role::Agent))).await;
+            if ok.is_ok() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(ok, Ok(()), "agent a asking as a");
+        let e = ask("b", Some(a.client(Role::Agent))).await.unwrap_err();
+        assert!(e.contains("certificate agent:a may not act as agent b"), "{e}");
+        let u = files(&dir, Role::Unit, "u");
+        let e = ask("u", Some(u.client(Role::Agent))).await.unwrap_err();
+        assert!(e.contains("is not of role agent"), "{e}");
+        assert!(ask("a", None).await.is_err(), "plaintext");
+        let stranger = files(&other, Role::Agent, "a");
+        assert!(
+            ask("a", Some(stranger.client(Role::Agent))).await.is_err(),
+            "a certificate of another CA"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

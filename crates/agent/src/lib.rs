@@ -26,9 +26,11 @@
 //!   The pings are read with their kernel receive times, all of them
 //!   before judging, so the agent's own stall is never the unit's.
 //! - [`failsafe`]: the agents' failsafe service and rounds (gRPC, on the
-//!   management network) and the peers read from etcd.
+//!   management network) and the peers read from etcd; with `--tls-*`,
+//!   mutual TLS and an ask only for the host its certificate names.
 //! - [`attach`]: the Attach stream to the leader etcd names, left when
-//!   the leader falls silent (`--leader-silence-ms`, [`attach::Silence`]).
+//!   the leader falls silent (`--leader-silence-ms`, [`attach::Silence`]);
+//!   with `--tls-*`, over mutual TLS (`holdfast_control_api::tls`).
 //! - [`renew`]: lease renewals through every etcd member at once, each over
 //!   a connection of its own (robust to a lossy management link).
 //! - [`runtime`]: the [`runtime::Runtime`] trait (start a unit, watch it,

@@ -7,6 +7,7 @@ use holdfast_agent::hang::HangConfig;
 use holdfast_agent::probe::{ProbeConfig, Target};
 use holdfast_agent::shell::{self, ShellConfig};
 use holdfast_agent::watchdog::WatchdogConfig;
+use holdfast_control_api::tls::{Tls, TlsFiles};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -96,6 +97,19 @@ struct Args {
     /// its state sends nothing until it serves.
     #[arg(long, default_value_t = 30_000)]
     hang_start_ms: u64,
+    /// This agent's certificate (PEM; `holdfast ctl certs init` makes
+    /// `agent-HOST.pem`, which must name `--host`). With `--tls-key` and
+    /// `--tls-ca`: the Attach stream and the failsafe rounds use mutual
+    /// TLS, and the failsafe service takes only agents with a
+    /// certificate from the CA.
+    #[arg(long)]
+    tls_cert: Option<PathBuf>,
+    /// The key of `--tls-cert` (PEM).
+    #[arg(long)]
+    tls_key: Option<PathBuf>,
+    /// The CA of the controllers and the other agents (PEM).
+    #[arg(long)]
+    tls_ca: Option<PathBuf>,
 }
 
 fn pair(s: &str, what: &str) -> Result<(String, String)> {
@@ -147,6 +161,15 @@ fn main() -> Result<()> {
             .map(|d| d.join("holdfastd"))
             .context("the directory of this executable")?,
     };
+    let tls = match TlsFiles::from_flags(a.tls_cert, a.tls_key, a.tls_ca)? {
+        Some(f) => Some(Tls::load(&f)?),
+        None => {
+            tracing::warn!(
+                "plaintext gRPC: the Attach stream and the failsafe service carry no identity (give --tls-cert, --tls-key and --tls-ca)"
+            );
+            None
+        }
+    };
     let interval = Duration::from_millis(a.probe_interval_ms.max(10));
     let cfg = ShellConfig {
         core: AgentConfig {
@@ -184,6 +207,7 @@ fn main() -> Result<()> {
                 Duration::from_millis(a.hang_start_ms.max(a.hang_ms)),
             )
         }),
+        tls,
     };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -20,6 +20,7 @@
 
 use crate::core::{AgentConfig, AgentCore, AgentInput, AgentOutput, PRIMARY, STANDBY};
 use crate::failsafe::{self, Peers};
+use holdfast_control_api::tls::{Role, Tls};
 use crate::hang::{self, HangConfig, HangWatch, Sockets};
 use crate::probe::{self, ProbeConfig, Prober, Target};
 use crate::runtime::{ProcessRuntime, Runtime, UnitSpec};
@@ -66,6 +67,9 @@ pub struct ShellConfig {
     pub failsafe_listen: Option<std::net::SocketAddr>,
     /// Hang detection of the units (`--hang-ms`; `None`: off).
     pub hang: Option<HangConfig>,
+    /// Mutual TLS (`--tls-cert`, `--tls-key`, `--tls-ca`): the Attach
+    /// client, the failsafe service and its rounds. Plaintext without.
+    pub tls: Option<holdfast_control_api::tls::Tls>,
 }
 
 /// A unit's container on this host.
@@ -223,6 +227,7 @@ pub async fn run(
                 etcd: cfg.etcd.clone(),
                 cluster: cfg.cluster.clone(),
                 silence: cfg.leader_silence,
+                tls: cfg.tls.as_ref().map(|t| t.client(Role::Controller)),
             },
             report_rx,
             ev_tx.clone(),
@@ -231,7 +236,7 @@ pub async fn run(
     let mut fs = FailsafeState::default();
     if let Some(addr) = cfg.failsafe_listen {
         let (tx, mut rx) = mpsc::unbounded_channel::<failsafe::Asked>();
-        failsafe::serve(addr, cfg.core.host.clone(), tx);
+        failsafe::serve(addr, cfg.core.host.clone(), tx, cfg.tls.as_ref().map(Tls::server));
         let ev = ev_tx.clone();
         tokio::spawn(async move {
             while let Some(a) = rx.recv().await {
@@ -822,8 +827,9 @@ fn carry_out(x: &mut Ctx<'_>, o: AgentOutput, now: Time) -> Vec<AgentOutput> {
             if let Some(peers) = fs.peers.clone() {
                 let (me, ev) = (cfg.core.host.clone(), (*ev_tx).clone());
                 let timeout = cfg.core.watchdog.renew;
+                let tls = cfg.tls.as_ref().map(|t| t.client(Role::Agent));
                 tokio::spawn(async move {
-                    let result = failsafe::round(me, peers, units, timeout).await;
+                    let result = failsafe::round(me, peers, units, timeout, tls).await;
                     let _ = ev.send(Event::FailsafeRound { sent: now, result });
                 });
             }

@@ -208,6 +208,16 @@ fn check_ifname(key: String, name: &str) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// Whether `g` can name a group (the name is looked up at start).
+pub fn valid_group(g: &str) -> bool {
+    !g.is_empty()
+        && g.len() <= 32
+        && !g.starts_with('-')
+        && g
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+}
+
 fn check_global(g: &Global) -> Result<(), ConfigError> {
     check_asn("global.asn".into(), g.asn)?;
     if g.router_id.is_unspecified() {
@@ -228,6 +238,14 @@ fn check_global(g: &Global) -> Result<(), ConfigError> {
     }
     if !g.control_socket.is_absolute() {
         return Err(invalid("global.control_socket", "must be an absolute path"));
+    }
+    if let Some(grp) = &g.control_socket_group {
+        if !valid_group(grp) {
+            return Err(invalid(
+                "global.control_socket_group",
+                "must be a group name (letters, digits, `_`, `-`, `.`; not starting with `-`) or a number",
+            ));
+        }
     }
     if let Some(t) = g.graceful_restart_time {
         if !(1..=4095).contains(&t) {
@@ -260,6 +278,12 @@ fn check_global(g: &Global) -> Result<(), ConfigError> {
             ))
         }
         _ => {}
+    }
+    if g.grpc_tls_ca.is_some() && g.grpc_tls_cert.is_none() {
+        return Err(invalid(
+            "global.grpc_tls_ca",
+            "needs global.grpc_tls_cert and global.grpc_tls_key (client certificates are checked over TLS)",
+        ));
     }
     Ok(())
 }

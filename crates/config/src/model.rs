@@ -83,6 +83,10 @@ pub struct Global {
     pub shards: usize,
     #[serde(default = "default_control_socket")]
     pub control_socket: PathBuf,
+    /// The group (a name or a number) that may use the control socket:
+    /// it is then created 0660 and owned by this group; 0600 without.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_socket_group: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metrics_listen: Option<SocketAddr>,
     #[serde(default)]
@@ -105,6 +109,11 @@ pub struct Global {
     pub grpc_tls_cert: Option<PathBuf>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grpc_tls_key: Option<PathBuf>,
+    /// Mutual TLS for the gRPC API: the CA (PEM) whose client
+    /// certificates it requires; a client without one is refused. Needs
+    /// `grpc_tls_cert` and `grpc_tls_key`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grpc_tls_ca: Option<PathBuf>,
 }
 
 impl Global {

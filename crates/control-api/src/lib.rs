@@ -5,8 +5,15 @@
 //!
 //! [`accept_token`] is the agents' fencing rule, kept here so that every
 //! side reads it the same way.
+//!
+//! [`tls`] is the mutual TLS of these services (who a certificate names,
+//! what it may claim, the `--tls-*` files), and [`certs`] what
+//! `holdfast ctl certs init` makes (issue 30; docs/security.md).
 
 #![forbid(unsafe_code)]
+
+pub mod certs;
+pub mod tls;
 
 /// Generated from `control.proto`.
 pub mod v1 {

@@ -16,6 +16,13 @@
 //! an agent that hears nothing for its `--leader-silence-ms` leaves (a
 //! frozen leader's TCP connections stay open, its beats stop), and an
 //! agent learns the new leader's token the moment its stream opens.
+//!
+//! With mutual TLS ([`Hub::require_certs`], issue 30) a stream's Hello
+//! must name the host its client certificate names
+//! ([`holdfast_control_api::tls::check_claim`]): an agent certificate for
+//! `a` cannot attach as `b`, so nor report for `b`'s units. A refused
+//! attempt is logged (warn, "attach refused") with the certificate's name
+//! and the host claimed, and the stream ends with `PERMISSION_DENIED`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::pin::Pin;
@@ -23,6 +30,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use holdfast_control::{HostId, Measurement, ProcessState, Target, UnitId, Vantage};
+use holdfast_control_api::tls::{check_claim, Peer, Role};
 use holdfast_control_api::v1::controller_server::Controller;
 use holdfast_control_api::v1::{agent_report, command, unit_event, AgentReport, Command};
 use tokio::sync::{mpsc, oneshot};
@@ -86,6 +94,9 @@ pub struct Hub {
     inner: Arc<Mutex<Inner>>,
     may_act: Arc<dyn Fn() -> Option<Token> + Send + Sync>,
     observed: mpsc::UnboundedSender<Observed>,
+    /// Whether the server requires client certificates (then each Hello
+    /// is checked against its certificate).
+    tls: bool,
 }
 
 /// The role a preheated standby reports.
@@ -118,9 +129,17 @@ impl Hub {
                 inner: Arc::new(Mutex::new(Inner::default())),
                 may_act,
                 observed,
+                tls: false,
             },
             rx,
         )
+    }
+
+    /// The hub of a server that requires client certificates: a Hello
+    /// must name the host of its stream's certificate.
+    pub fn require_certs(mut self, on: bool) -> Hub {
+        self.tls = on;
+        self
     }
 
     /// The fencing token while this replica may act as leader.
@@ -328,6 +347,7 @@ impl Controller for Hub {
         if (self.may_act)().is_none() {
             return Err(Status::failed_precondition("not the leader"));
         }
+        let peer = Peer::of(&request, self.tls);
         let mut inbound = request.into_inner();
         let (tx, rx) = mpsc::unbounded_channel();
         let hub = self.clone();
@@ -362,6 +382,11 @@ impl Controller for Hub {
                 ))));
                 return;
             }
+            if let Err(r) = check_claim(&peer, Role::Agent, &hello.host) {
+                tracing::warn!(cert = %peer, claimed = %hello.host, error = %r, "attach refused");
+                let _ = tx.send(Err(Status::permission_denied(r.to_string())));
+                return;
+            }
             let host = hello.host.clone();
             let session = {
                 let mut g = lock(&hub.inner);
@@ -391,6 +416,7 @@ impl Controller for Hub {
             hub.beat(&host, session);
             tracing::info!(
                 host,
+                cert = %peer,
                 units = hello.units.len(),
                 highest_token = hello.highest_token,
                 "agent attached"
@@ -404,3 +430,7 @@ impl Controller for Hub {
         Ok(Response::new(Box::pin(out)))
     }
 }
+
+#[cfg(test)]
+#[path = "hub_tests.rs"]
+mod tests;

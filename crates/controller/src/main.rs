@@ -5,7 +5,13 @@
 //! ```text
 //! holdfast-controller --etcd http://a:2379,http://b:2379,http://c:2379 --name c1 \
 //!     [--cluster default] [--lease-ttl-ms 3000] [--step-ms 1000] [--status-file PATH]
+//!     [--tls-cert PEM --tls-key PEM --tls-ca PEM]
 //! ```
+//!
+//! With `--tls-*` the `Attach` service requires a client certificate from
+//! the CA, and an agent's must name the host it attaches as
+//! (docs/security.md); without them it is plaintext, and a warning says so
+//! at start.
 //!
 //! Logs go to stderr (`HOLDFAST_LOG`, default `info`). SIGTERM or SIGINT
 //! revokes the lease, so another replica takes over at once.
@@ -16,6 +22,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use clap::{CommandFactory, Parser};
 use holdfast_control::{AppPolicy, LocalizeConfig};
+use holdfast_control_api::tls::TlsFiles;
 use holdfast_controller::sense::SenseConfig;
 use holdfast_controller::{Config, Replica};
 use tokio::signal::unix::{signal, SignalKind};
@@ -72,6 +79,17 @@ struct Args {
     /// Serve Prometheus metrics at `GET /metrics` on this address.
     #[arg(long)]
     metrics_listen: Option<std::net::SocketAddr>,
+    /// This replica's certificate (PEM; `holdfast ctl certs init` makes
+    /// `controller-NAME.pem`). With `--tls-key` and `--tls-ca`, the
+    /// `Attach` service takes only agents with a certificate from the CA.
+    #[arg(long)]
+    tls_cert: Option<PathBuf>,
+    /// The key of `--tls-cert` (PEM).
+    #[arg(long)]
+    tls_key: Option<PathBuf>,
+    /// The CA whose certificates the agents must present (PEM).
+    #[arg(long)]
+    tls_ca: Option<PathBuf>,
     /// Negative control for the lab only: write without the leader compare
     /// (and without the compare-and-swap of step records), as a controller
     /// trusting its lease alone would.
@@ -100,6 +118,16 @@ async fn main() -> anyhow::Result<()> {
     if a.lease_ttl_ms < 1000 {
         bail!("--lease-ttl-ms must be at least 1000 (etcd leases are in seconds)");
     }
+    let tls = TlsFiles::from_flags(a.tls_cert, a.tls_key, a.tls_ca)?;
+    match &tls {
+        Some(f) => {
+            holdfast_control_api::tls::Tls::load(f)?;
+        }
+        None if a.listen.is_some() => tracing::warn!(
+            "the Attach service is plaintext: any client on the management network can attach as any host (give --tls-cert, --tls-key and --tls-ca)"
+        ),
+        None => {}
+    }
     let cfg = Config {
         endpoints: a.etcd,
         name: a.name,
@@ -126,6 +154,7 @@ async fn main() -> anyhow::Result<()> {
             ..SenseConfig::default()
         },
         metrics_listen: a.metrics_listen,
+        tls,
     };
     tracing::info!(name = %cfg.name, cluster = %cfg.cluster, ttl = ?cfg.lease_ttl, fenced = cfg.fenced, "controller replica starting");
     let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;

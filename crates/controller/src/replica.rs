@@ -79,6 +79,9 @@ pub struct Config {
     pub sense: SenseConfig,
     /// Where to serve the Prometheus metrics (`GET /metrics`), if anywhere.
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// Mutual TLS on the `Attach` service (`--tls-cert`, `--tls-key`,
+    /// `--tls-ca`); plaintext without.
+    pub tls: Option<holdfast_control_api::tls::TlsFiles>,
 }
 
 /// What a replica reports in its status file.
@@ -215,6 +218,14 @@ impl Replica {
         let (hub, events) = Hub::new(std::sync::Arc::new(move || {
             lock(&acting).elector.may_act(Instant::now())
         }));
+        let hub = hub.require_certs(self.cfg.tls.is_some());
+        // `main` has read the files once already: a failure here is a file
+        // changed since, and leaves the service off (logged).
+        let tls = self
+            .cfg
+            .tls
+            .as_ref()
+            .map(|f| holdfast_control_api::tls::Tls::load(f).map(|t| t.server()));
         let targets = SharedTargets::default();
         let sensor = tokio::spawn(crate::sense::sensor(
             hub.clone(),
@@ -224,13 +235,26 @@ impl Replica {
         let server = self.cfg.listen.map(|addr| {
             let svc =
                 holdfast_control_api::v1::controller_server::ControllerServer::new(hub.clone());
-            tracing::info!(%addr, "Attach service listening");
+            tracing::info!(%addr, mtls = tls.is_some(), "Attach service listening");
             tokio::spawn(async move {
-                if let Err(e) = tonic::transport::Server::builder()
-                    .add_service(svc)
-                    .serve(addr)
-                    .await
-                {
+                let mut builder = tonic::transport::Server::builder();
+                if let Some(t) = tls {
+                    let t = match t {
+                        Ok(t) => t,
+                        Err(e) => {
+                            tracing::error!(%addr, error = %e, "Attach service's TLS");
+                            return;
+                        }
+                    };
+                    builder = match builder.tls_config(t) {
+                        Ok(b) => b,
+                        Err(e) => {
+                            tracing::error!(%addr, error = %e, "Attach service's TLS");
+                            return;
+                        }
+                    };
+                }
+                if let Err(e) = builder.add_service(svc).serve(addr).await {
                     tracing::error!(%addr, error = %e, "Attach service stopped");
                 }
             })

@@ -430,11 +430,13 @@ where
     }
 }
 
-/// The certificate and key (PEM) of a TLS listener.
+/// The certificate and key (PEM) of a TLS listener, and the CA whose
+/// client certificates it requires (mutual TLS) when given.
 #[derive(Debug, Clone)]
 pub struct TlsFiles {
     pub cert: PathBuf,
     pub key: PathBuf,
+    pub client_ca: Option<PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -454,7 +456,8 @@ pub enum ServeError {
 }
 
 /// Binds `addr` and serves the GoBGP API over `backend` on the current
-/// Tokio runtime (plaintext, or TLS with `tls`). Returns the bound
+/// Tokio runtime (plaintext, or TLS with `tls`, requiring a client
+/// certificate from `tls.client_ca` when set). Returns the bound
 /// address once listening; the server runs until the runtime stops.
 pub async fn serve<B: Backend>(
     addr: SocketAddr,
@@ -470,8 +473,14 @@ pub async fn serve<B: Backend>(
             })
         };
         let identity = tonic::transport::Identity::from_pem(read(&t.cert)?, read(&t.key)?);
+        let mut cfg = tonic::transport::ServerTlsConfig::new().identity(identity);
+        if let Some(ca) = &t.client_ca {
+            cfg = cfg
+                .client_ca_root(tonic::transport::Certificate::from_pem(read(ca)?))
+                .client_auth_optional(false);
+        }
         builder = builder
-            .tls_config(tonic::transport::ServerTlsConfig::new().identity(identity))
+            .tls_config(cfg)
             .map_err(|e| ServeError::Tls(e.to_string()))?;
     }
     let listener = tokio::net::TcpListener::bind(addr)
@@ -488,6 +497,11 @@ pub async fn serve<B: Backend>(
             tracing::error!("gRPC server stopped: {e}");
         }
     });
-    tracing::info!(addr = %bound, tls = tls.is_some(), "GoBGP gRPC API listening");
+    tracing::info!(
+        addr = %bound,
+        tls = tls.is_some(),
+        client_certs = tls.as_ref().is_some_and(|t| t.client_ca.is_some()),
+        "GoBGP gRPC API listening"
+    );
     Ok(bound)
 }

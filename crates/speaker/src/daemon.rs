@@ -180,6 +180,15 @@ pub async fn run(
     start: Start,
     record: Option<PathBuf>,
 ) -> anyhow::Result<Exit> {
+    // The control socket's safety first: nothing starts if it cannot be
+    // served safely (issue 30).
+    control::check_socket_dir(&cfg.global.control_socket)?;
+    let control_group = cfg
+        .global
+        .control_socket_group
+        .as_deref()
+        .map(control::resolve_group)
+        .transpose()?;
     crate::watchdog::start();
     crate::watchdog::beat("io", crate::watchdog::IO_BUDGET);
     let metrics = Arc::new(Metrics::new());
@@ -216,7 +225,7 @@ pub async fn run(
     };
     let control_path = d.cfg.global.control_socket.clone();
     let serve = |tx| {
-        control::serve_control(&control_path, tx)
+        control::serve_control(&control_path, control_group, tx)
             .with_context(|| format!("control socket {}", control_path.display()))
     };
     let nsr_on = cfg.nsr.as_ref().is_some_and(|n| n.enabled);

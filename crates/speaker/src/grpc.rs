@@ -76,6 +76,7 @@ pub async fn start(g: &holdfast_config::Global, tx: DaemonTx) -> anyhow::Result<
         (Some(cert), Some(key)) => Some(TlsFiles {
             cert: cert.clone(),
             key: key.clone(),
+            client_ca: g.grpc_tls_ca.clone(),
         }),
         _ => None,
     };

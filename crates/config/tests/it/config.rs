@@ -311,6 +311,20 @@ fn rfc8212_defaults_and_warning() {
     assert!(warnings[2].contains("neighbor[2]") && warnings[2].contains("export"));
 }
 
+/// Issue 30: the GoBGP API's client CA and the control socket's group.
+#[test]
+fn mutual_tls_and_the_socket_group_load() {
+    let (cfg, _) = ok("[global]\nasn = 65000\nrouter_id = \"192.0.2.1\"\ncontrol_socket_group = \"holdfast\"\ngrpc_listen = \"127.0.0.1:50051\"\ngrpc_tls_cert = \"/c.pem\"\ngrpc_tls_key = \"/k.pem\"\ngrpc_tls_ca = \"/ca.pem\"\n");
+    assert_eq!(cfg.global.control_socket_group.as_deref(), Some("holdfast"));
+    assert_eq!(
+        cfg.global.grpc_tls_ca.as_deref(),
+        Some(std::path::Path::new("/ca.pem"))
+    );
+    let (cfg, _) = ok("[global]\nasn = 65000\nrouter_id = \"192.0.2.1\"\ncontrol_socket_group = \"1001\"\n");
+    assert_eq!(cfg.global.control_socket_group.as_deref(), Some("1001"));
+    assert_eq!(cfg.global.grpc_tls_ca, None);
+}
+
 /// Each case: (config text, key the error must name, message fragment).
 #[test]
 fn validation_errors_name_the_key() {
@@ -341,6 +355,11 @@ fn validation_errors_name_the_key() {
         (g("grpc_listen = \"127.0.0.1:50051\"\ngrpc_tls_cert = \"/c.pem\""), "global.grpc_tls_key", "grpc_tls_cert"),
         (g("grpc_listen = \"127.0.0.1:50051\"\ngrpc_tls_key = \"/k.pem\""), "global.grpc_tls_cert", "grpc_tls_key"),
         (g("grpc_tls_cert = \"/c.pem\"\ngrpc_tls_key = \"/k.pem\""), "global.grpc_tls_cert", "grpc_listen"),
+        (g("grpc_listen = \"127.0.0.1:50051\"\ngrpc_tls_ca = \"/ca.pem\""), "global.grpc_tls_ca", "grpc_tls_cert"),
+        (g("grpc_tls_ca = 5"), "global.grpc_tls_ca", ""),
+        (g("control_socket_group = \"-x\""), "global.control_socket_group", "group name"),
+        (g("control_socket_group = \"a b\""), "global.control_socket_group", "group name"),
+        (g("control_socket_grp = \"x\""), "global.control_socket_grp", "unknown field"),
         (format!("{GLOBAL}[[neighbor]]\naddress = \"192.0.2.2\"\nremote_asn = 65001\n[[neighbor]]\naddress = \"192.0.2.3\"\nremote_asn = 65001\n[[neighbor]]\naddress = \"192.0.2.4\"\nremote_asn = 0\n"),
             "neighbor[2].remote_asn", "must be 1..=4294967295"),
         (nb("local_asn = 0"), "neighbor[0].local_asn", "must be 1..=4294967295"),

@@ -5,7 +5,15 @@
 //! holdfast ctl [--etcd URL,...] [--cluster NAME] [--json] status
 //! holdfast ctl ... hosts | units
 //! holdfast ctl ... drain HOST | reset HOST | switchover UNIT  [--wait SECS]
+//! holdfast ctl certs init DIR --hosts a,b,s --controllers c1,c2,c3
+//!     [--operators admin] [--units u1,u2] [--san ROLE:NAME=IP|DNS ...]
+//!     [--days 365] [--new-ca]
 //! ```
+//!
+//! `certs init` makes a CA (or keeps the one in DIR) and a certificate and
+//! key per controller, host agent, operator and unit
+//! (`holdfast_control_api::certs`; names and rotation in docs/security.md).
+//! It needs no etcd.
 //!
 //! `drain`, `reset` and `switchover` write a request under
 //! `/holdfast/<cluster>/requests/` that the leading replica carries out and
@@ -17,6 +25,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
 use clap::{CommandFactory, Parser, Subcommand};
+use holdfast_control_api::certs::CertPlan;
+use holdfast_control_api::tls::Identity;
 use holdfast_controller::state::OperatorRequest;
 use holdfast_controller::{Keys, Migration, Store, UnitRecord};
 use serde_json::{json, Value};
@@ -74,6 +84,106 @@ enum Op {
         #[arg(long)]
         wait: Option<u64>,
     },
+    /// Certificates for the control plane's mutual TLS.
+    Certs {
+        #[command(subcommand)]
+        op: CertsOp,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum CertsOp {
+    /// A CA (kept if DIR has one) and a certificate per controller, host
+    /// agent, operator and unit: `ROLE-NAME.pem` and `ROLE-NAME-key.pem`,
+    /// subject `CN=ROLE:NAME`, names `NAME.ROLE.holdfast` and
+    /// `ROLE.holdfast`.
+    Init {
+        /// Where to write them (made 0700 if it does not exist).
+        dir: std::path::PathBuf,
+        /// The hosts: one agent certificate each (the agent server's too).
+        #[arg(long, value_delimiter = ',')]
+        hosts: Vec<String>,
+        /// The controller replicas.
+        #[arg(long, value_delimiter = ',')]
+        controllers: Vec<String>,
+        /// Operators (`holdfast ctl`, GoBGP API clients).
+        #[arg(long, value_delimiter = ',', default_value = "admin")]
+        operators: Vec<String>,
+        /// Units (their holdfastd's GoBGP API).
+        #[arg(long, value_delimiter = ',')]
+        units: Vec<String>,
+        /// An extra name for one certificate, `ROLE:NAME=VALUE` (an IP
+        /// address or a DNS name; repeatable), e.g. a unit's GoBGP API
+        /// address for clients that check it.
+        #[arg(long = "san")]
+        sans: Vec<String>,
+        /// Validity of the certificates, in days (the CA's: 10 years).
+        #[arg(long, default_value_t = 365)]
+        days: u64,
+        /// Make a new CA even if DIR has one (every certificate must then
+        /// be issued again).
+        #[arg(long)]
+        new_ca: bool,
+    },
+}
+
+/// `ROLE:NAME=VALUE`.
+fn parse_san(s: &str) -> Result<(Identity, String)> {
+    let (id, value) = s
+        .split_once('=')
+        .with_context(|| format!("--san {s}: expected ROLE:NAME=VALUE"))?;
+    let id = Identity::from_cn(id).with_context(|| format!("--san {s}"))?;
+    Ok((id, value.to_string()))
+}
+
+fn certs(op: &CertsOp) -> Result<(Value, String)> {
+    let CertsOp::Init {
+        dir,
+        hosts,
+        controllers,
+        operators,
+        units,
+        sans,
+        days,
+        new_ca,
+    } = op;
+    let plan = CertPlan {
+        controllers: controllers.clone(),
+        hosts: hosts.clone(),
+        operators: operators.clone(),
+        units: units.clone(),
+        sans: sans.iter().map(|s| parse_san(s)).collect::<Result<_>>()?,
+        days: *days,
+        new_ca: *new_ca,
+    };
+    let r = holdfast_control_api::certs::init(dir, &plan)?;
+    let rows: Vec<Value> = r
+        .issued
+        .iter()
+        .map(|i| {
+            json!({"role": i.identity.role.as_str(), "name": i.identity.name,
+                   "subject": format!("CN={}", i.identity.common_name()),
+                   "names": i.names, "cert": i.files.cert, "key": i.files.key})
+        })
+        .collect();
+    let j = json!({
+        "dir": dir, "ca": r.ca, "ca_key": r.ca_key, "ca_kept": r.ca_kept,
+        "days": days, "certificates": rows,
+    });
+    let mut t = format!(
+        "CA: {} ({})\n",
+        r.ca.display(),
+        if r.ca_kept { "kept" } else { "new" }
+    );
+    for i in &r.issued {
+        t.push_str(&format!(
+            "{:<28} CN={:<24} {}\n",
+            i.files.cert.display(),
+            i.identity.common_name(),
+            i.names.join(",")
+        ));
+    }
+    Ok((j, t))
 }
 
 struct View {
@@ -339,8 +449,14 @@ async fn run(a: Args) -> Result<()> {
             )
             .await?
         }
+        // Needs no etcd (the store above connects on first use only).
+        Op::Certs { op } => certs(op)?,
     };
-    if a.json {
+    print(a.json, (j, t))
+}
+
+fn print(json_out: bool, (j, t): (Value, String)) -> Result<()> {
+    if json_out {
         println!("{}", serde_json::to_string_pretty(&j)?);
     } else {
         print!("{t}");

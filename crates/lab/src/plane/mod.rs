@@ -55,8 +55,8 @@ pub use watch::PlaneWatch;
 
 pub use parts::{
     agent_unit_pid, controller_statuses, controller_verdicts, ctl_json, json_file, kill_all,
-    kill_container_ns, placement_of, relink_host, show_nsr, unit_record, verdict_is,
-    wait_leader_in, wait_protected_at, AgentArgs, AgentOpts, ControlPlane, CONTROLLER_PORT,
+    kill_container_ns, make_certs, placement_of, relink_host, show_nsr, tls_args, unit_record,
+    verdict_is, wait_leader_in, wait_protected_at, AgentArgs, AgentOpts, ControlPlane, CONTROLLER_PORT,
     FAILSAFE_PORT, UNITS_PREFIX,
 };
 
@@ -180,7 +180,8 @@ pub struct PlaneExtras {
     /// More holdfastd configuration per unit name, TOML appended to the
     /// unit's own (its top-level keys first): neighbours with TCP-MD5 or
     /// BFD and its authentication, `[nsr]` options (`compact_bytes`,
-    /// `manage_address`), `[[bmp]]` stations ...
+    /// `manage_address`), `[[bmp]]` stations ... With [`PlaneExtras::mtls`],
+    /// `@CERTS@` in it stands for the certificate directory.
     pub unit_config: BTreeMap<String, String>,
     /// Units placed with `"preheated": true`: their backup host's agent
     /// runs a standby (`holdfastd --standby`) from the start.
@@ -194,6 +195,11 @@ pub struct PlaneExtras {
     /// and password file (`redis-acl/<unit>.pass` in the work dir), named
     /// in its `[nsr] store_user` and `store_password_file`.
     pub redis_acl: bool,
+    /// Mutual TLS on the control plane's gRPC (issue 30): certificates
+    /// made at start in `WORK/certs` ([`make_certs`]: the hosts, `s`,
+    /// `c1`..`c3`, the units, the operator `admin`), given to every
+    /// replica and agent ([`Plane::certs`]). Off by default.
+    pub mtls: bool,
 }
 
 /// bird2's and gobgpd's AS in the plane.
@@ -250,6 +256,8 @@ pub struct Plane {
     pub controller_argv: Vec<Vec<String>>,
     /// Some unit has its own list of peers ([`PlaneUnitSpec::peers`]).
     pub custom_peers: bool,
+    /// The certificate directory with [`PlaneExtras::mtls`].
+    pub certs: Option<PathBuf>,
 }
 
 /// Makes unit `name`'s store user on `redis` as an operator would: a
@@ -360,7 +368,24 @@ impl Plane {
             .map(|n| (n.id, n.v4))
             .chain(std::iter::once((s_node.id, s_node.v4)))
             .collect();
-        let cp = ControlPlane::start(&mut lab, &bins, &members, &others, &spec.controller_args)?;
+        let certs = if extras.mtls {
+            let dir = lab.work_dir().join("certs");
+            let hosts: Vec<String> = spec.hosts.iter().cloned().chain(["s".into()]).collect();
+            let ctrls: Vec<String> = (1..=members.len()).map(|i| format!("c{i}")).collect();
+            let names: Vec<String> = units.iter().map(|u| u.name.clone()).collect();
+            make_certs(&bins, &dir, &hosts, &ctrls, &names)?;
+            Some(dir)
+        } else {
+            None
+        };
+        let cp = ControlPlane::start_tls(
+            &mut lab,
+            &bins,
+            &members,
+            &others,
+            &spec.controller_args,
+            certs.as_deref(),
+        )?;
         // Placements in etcd, as an operator writes them.
         for (i, (u, s)) in units.iter().zip(&spec.units).enumerate() {
             let mut t = topo.clone();
@@ -401,7 +426,10 @@ impl Plane {
             }
             if let Some(more) = extras.unit_config.get(&u.name) {
                 extra.push_str("\n[global]\n");
-                extra.push_str(more);
+                match &certs {
+                    Some(d) => extra.push_str(&more.replace("@CERTS@", &d.to_string_lossy())),
+                    None => extra.push_str(more),
+                }
             }
             if let Some((user, file)) = &u.store_user {
                 extra.push_str(&format!(
@@ -463,6 +491,7 @@ impl Plane {
                         )
                     })
                     .collect(),
+                tls: certs.clone(),
                 ..AgentOpts::default()
             };
             let mut boot = extras.agent_args.clone();
@@ -493,6 +522,7 @@ impl Plane {
             name: "s".into(),
             server: true,
             probes,
+            tls: certs.clone(),
             ..AgentOpts::default()
         };
         let (p, a) = cp.spawn_agent(&mut lab, &bins, s_node.id, &server, &[])?;
@@ -565,6 +595,7 @@ impl Plane {
             controller_hosts: cp.controller_hosts,
             controller_argv: cp.controller_argv,
             custom_peers: spec.units.iter().any(|u| !u.peers.is_empty()),
+            certs,
         })
     }
 

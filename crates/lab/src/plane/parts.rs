@@ -47,6 +47,9 @@ pub struct ControlPlane {
     pub mgmt: BridgeId,
     /// Every host's address on the management network.
     pub mgmt_addr: HashMap<HostId, Ipv4Addr>,
+    /// The certificate directory when the plane runs with mutual TLS
+    /// ([`make_certs`]); plaintext without.
+    pub certs: Option<PathBuf>,
 }
 
 /// What a host agent is given.
@@ -62,6 +65,61 @@ pub struct AgentOpts {
     pub probes: Vec<(String, String)>,
     /// Its containers: (unit, namespace, interface).
     pub containers: Vec<(String, String, String)>,
+    /// Mutual TLS: the certificate directory ([`make_certs`]); the agent
+    /// gets `agent-NAME.pem` and its key, and `ca.pem`.
+    pub tls: Option<PathBuf>,
+}
+
+/// `--tls-cert`, `--tls-key` and `--tls-ca` for `ROLE-NAME`'s files in the
+/// certificate directory `dir`.
+pub fn tls_args(dir: &Path, role: &str, name: &str) -> Vec<String> {
+    let f = |s: &str| dir.join(s).to_string_lossy().to_string();
+    vec![
+        "--tls-cert".into(),
+        f(&format!("{role}-{name}.pem")),
+        "--tls-key".into(),
+        f(&format!("{role}-{name}-key.pem")),
+        "--tls-ca".into(),
+        f("ca.pem"),
+    ]
+}
+
+/// `holdfast ctl certs init DIR` (the operator's one command) for
+/// `hosts`, `controllers` and `units`, and the operator `admin`; each
+/// unit's certificate also names 127.0.0.1 (its GoBGP API in its
+/// container, for clients that check the address).
+pub fn make_certs(
+    bins: &PlaneBins,
+    dir: &Path,
+    hosts: &[String],
+    controllers: &[String],
+    units: &[String],
+) -> Result<()> {
+    let d = dir.to_string_lossy().to_string();
+    let (h, c, u) = (hosts.join(","), controllers.join(","), units.join(","));
+    let mut argv: Vec<String> = vec![
+        bins.ctl.clone(),
+        "--json".into(),
+        "certs".into(),
+        "init".into(),
+        d,
+        "--hosts".into(),
+        h,
+        "--controllers".into(),
+        c,
+        "--operators".into(),
+        "admin".into(),
+        "--days".into(),
+        "2".into(),
+    ];
+    if !units.is_empty() {
+        argv.extend(["--units".to_string(), u]);
+    }
+    for n in units {
+        argv.extend(["--san".to_string(), format!("unit:{n}=127.0.0.1")]);
+    }
+    crate::cmd::run_ok(&argv, crate::DEFAULT_CMD_TIMEOUT)?;
+    Ok(())
 }
 
 /// A host agent's command line and files.
@@ -85,6 +143,19 @@ impl ControlPlane {
         members: &[(HostId, Ipv4Addr)],
         others: &[(HostId, Ipv4Addr)],
         controller_args: &[String],
+    ) -> Result<ControlPlane> {
+        ControlPlane::start_tls(lab, bins, members, others, controller_args, None)
+    }
+
+    /// [`ControlPlane::start`], with mutual TLS on the replicas' `Attach`
+    /// service when `certs` (a [`make_certs`] directory) is given.
+    pub fn start_tls(
+        lab: &mut Lab,
+        bins: &PlaneBins,
+        members: &[(HostId, Ipv4Addr)],
+        others: &[(HostId, Ipv4Addr)],
+        controller_args: &[String],
+        certs: Option<&Path>,
     ) -> Result<ControlPlane> {
         let mut mgmt_members = Vec::new();
         let mut mgmt_addr = HashMap::new();
@@ -123,6 +194,8 @@ impl ControlPlane {
                 "127.0.0.1:9180",
             ];
             argv.extend(controller_args.iter().map(String::as_str));
+            let tls = certs.map_or_else(Vec::new, |d| tls_args(d, "controller", &cname));
+            argv.extend(tls.iter().map(String::as_str));
             let p = lab.spawn(
                 *h,
                 &format!("controller-{cname}"),
@@ -140,6 +213,7 @@ impl ControlPlane {
             grpc,
             mgmt,
             mgmt_addr,
+            certs: certs.map(Path::to_path_buf),
         })
     }
 
@@ -207,6 +281,9 @@ impl ControlPlane {
         }
         for (unit, ns, ifname) in &o.containers {
             args.extend(["--container".to_string(), format!("{unit}={ns}:{ifname}")]);
+        }
+        if let Some(d) = &o.tls {
+            args.extend(tls_args(d, "agent", &o.name));
         }
         AgentArgs {
             args,

@@ -32,6 +32,7 @@ mod bmp_pmbmpd;
 mod collision_and_reset;
 mod control_plane_hang;
 mod control_plane_localize;
+mod control_plane_mtls;
 mod control_plane_scale;
 mod control_plane_takeover;
 mod controller_etcd;
