@@ -321,7 +321,10 @@ mod tests {
         }
         assert_eq!(ok, Ok(()), "agent a asking as a");
         let e = ask("b", Some(a.client(Role::Agent))).await.unwrap_err();
-        assert!(e.contains("certificate agent:a may not act as agent b"), "{e}");
+        assert!(
+            e.contains("certificate agent:a may not act as agent b"),
+            "{e}"
+        );
         let u = files(&dir, Role::Unit, "u");
         let e = ask("u", Some(u.client(Role::Agent))).await.unwrap_err();
         assert!(e.contains("is not of role agent"), "{e}");

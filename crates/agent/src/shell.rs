@@ -20,11 +20,11 @@
 
 use crate::core::{AgentConfig, AgentCore, AgentInput, AgentOutput, PRIMARY, STANDBY};
 use crate::failsafe::{self, Peers};
-use holdfast_control_api::tls::{Role, Tls};
 use crate::hang::{self, HangConfig, HangWatch, Sockets};
 use crate::probe::{self, ProbeConfig, Prober, Target};
 use crate::runtime::{ProcessRuntime, Runtime, UnitSpec};
 use crate::Time;
+use holdfast_control_api::tls::{Role, Tls};
 use holdfast_control_api::v1::{AgentReport, Command};
 use holdfast_etcd::{Keys, Store};
 use serde::Serialize;
@@ -236,7 +236,12 @@ pub async fn run(
     let mut fs = FailsafeState::default();
     if let Some(addr) = cfg.failsafe_listen {
         let (tx, mut rx) = mpsc::unbounded_channel::<failsafe::Asked>();
-        failsafe::serve(addr, cfg.core.host.clone(), tx, cfg.tls.as_ref().map(Tls::server));
+        failsafe::serve(
+            addr,
+            cfg.core.host.clone(),
+            tx,
+            cfg.tls.as_ref().map(Tls::server),
+        );
         let ev = ev_tx.clone();
         tokio::spawn(async move {
             while let Some(a) = rx.recv().await {

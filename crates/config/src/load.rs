@@ -213,8 +213,7 @@ pub fn valid_group(g: &str) -> bool {
     !g.is_empty()
         && g.len() <= 32
         && !g.starts_with('-')
-        && g
-            .bytes()
+        && g.bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
 }
 

@@ -62,7 +62,10 @@ pub fn check_socket_dir(path: &Path) -> anyhow::Result<()> {
     match std::fs::metadata(dir) {
         Ok(m) => Ok(socket_dir_ok(dir, m.permissions().mode())?),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(anyhow::anyhow!("control socket directory {}: {e}", dir.display())),
+        Err(e) => Err(anyhow::anyhow!(
+            "control socket directory {}: {e}",
+            dir.display()
+        )),
     }
 }
 
@@ -188,7 +191,11 @@ mod tests {
         let d = Path::new("/run/x");
         assert_eq!(socket_dir_ok(d, 0o40755), Ok(()));
         assert_eq!(socket_dir_ok(d, 0o700), Ok(()));
-        assert_eq!(socket_dir_ok(d, 0o770), Ok(()), "group-writable is the group's");
+        assert_eq!(
+            socket_dir_ok(d, 0o770),
+            Ok(()),
+            "group-writable is the group's"
+        );
         let e = socket_dir_ok(d, 0o41777).unwrap_err();
         assert_eq!(
             e,
@@ -197,7 +204,11 @@ mod tests {
                 mode: 0o1777
             }
         );
-        assert!(e.to_string().contains("/run/x is writable by others (mode 1777)"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("/run/x is writable by others (mode 1777)"),
+            "{e}"
+        );
         assert!(socket_dir_ok(d, 0o757).is_err());
     }
 

@@ -320,7 +320,8 @@ fn mutual_tls_and_the_socket_group_load() {
         cfg.global.grpc_tls_ca.as_deref(),
         Some(std::path::Path::new("/ca.pem"))
     );
-    let (cfg, _) = ok("[global]\nasn = 65000\nrouter_id = \"192.0.2.1\"\ncontrol_socket_group = \"1001\"\n");
+    let (cfg, _) =
+        ok("[global]\nasn = 65000\nrouter_id = \"192.0.2.1\"\ncontrol_socket_group = \"1001\"\n");
     assert_eq!(cfg.global.control_socket_group.as_deref(), Some("1001"));
     assert_eq!(cfg.global.grpc_tls_ca, None);
 }

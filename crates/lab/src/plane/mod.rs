@@ -56,8 +56,8 @@ pub use watch::PlaneWatch;
 pub use parts::{
     agent_unit_pid, controller_statuses, controller_verdicts, ctl_json, json_file, kill_all,
     kill_container_ns, make_certs, placement_of, relink_host, show_nsr, tls_args, unit_record,
-    verdict_is, wait_leader_in, wait_protected_at, AgentArgs, AgentOpts, ControlPlane, CONTROLLER_PORT,
-    FAILSAFE_PORT, UNITS_PREFIX,
+    verdict_is, wait_leader_in, wait_protected_at, AgentArgs, AgentOpts, ControlPlane,
+    CONTROLLER_PORT, FAILSAFE_PORT, UNITS_PREFIX,
 };
 
 /// The peer's AS.
