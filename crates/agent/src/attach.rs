@@ -96,6 +96,8 @@ pub struct AttachTask {
     pub silence: Duration,
     /// Mutual TLS towards the controllers (`--tls-*`); plaintext without.
     pub tls: Option<tonic::transport::ClientTlsConfig>,
+    /// Its certificate for `https://` etcd endpoints.
+    pub etcd_tls: Option<holdfast_etcd::TlsOptions>,
 }
 
 /// The `--controller` whose address is `attach` (`ADDR:PORT`).
@@ -137,11 +139,13 @@ pub(crate) async fn attach_task(
         cluster,
         silence,
         tls,
+        etcd_tls,
     } = task;
     let keys = Keys::new(&cluster);
     let mut stores: Vec<Store> = etcd
         .into_iter()
         .filter_map(|ep| Store::new(vec![ep], READ_WITHIN, keys.clone(), true).ok())
+        .map(|s| s.with_tls(etcd_tls.clone()))
         .collect();
     let mut cur = 0usize;
     let mut next = 0usize;

@@ -100,8 +100,9 @@ struct Args {
     /// This agent's certificate (PEM; `holdfast ctl certs init` makes
     /// `agent-HOST.pem`, which must name `--host`). With `--tls-key` and
     /// `--tls-ca`: the Attach stream and the failsafe rounds use mutual
-    /// TLS, and the failsafe service takes only agents with a
-    /// certificate from the CA.
+    /// TLS, the failsafe service takes only agents with a certificate
+    /// from the CA, and the agent presents it to `https://` etcd
+    /// endpoints (etcd's user `agent:HOST`).
     #[arg(long)]
     tls_cert: Option<PathBuf>,
     /// The key of `--tls-cert` (PEM).

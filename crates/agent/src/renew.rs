@@ -48,8 +48,14 @@ pub struct Renewers {
 }
 
 impl Renewers {
-    /// A task per member of `etcd`; a renewal waits up to `bound`.
-    pub fn start(etcd: &[String], keys: &Keys, bound: Duration) -> Result<Renewers, String> {
+    /// A task per member of `etcd`; a renewal waits up to `bound`; `tls`:
+    /// the agent's certificate for `https://` endpoints.
+    pub fn start(
+        etcd: &[String],
+        keys: &Keys,
+        bound: Duration,
+        tls: Option<&holdfast_etcd::TlsOptions>,
+    ) -> Result<Renewers, String> {
         let (tx, answers) = mpsc::unbounded_channel();
         let mut asks = Vec::new();
         for ep in etcd
@@ -57,7 +63,8 @@ impl Renewers {
             .flat_map(|e| std::iter::repeat_n(e, CONNECTIONS_PER_MEMBER))
         {
             let store = Store::new(vec![ep.clone()], REQUEST_WITHIN, keys.clone(), true)
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| e.to_string())?
+                .with_tls(tls.cloned());
             let (ask_tx, ask_rx) = mpsc::unbounded_channel();
             tokio::spawn(renewer(store, ask_rx, tx.clone()));
             asks.push(ask_tx);

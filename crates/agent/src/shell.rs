@@ -215,6 +215,7 @@ pub async fn run(
             ttl: cfg.core.watchdog.ttl,
             renew: cfg.core.watchdog.renew,
             failsafe: cfg.failsafe_listen.map(|a| a.to_string()),
+            etcd_tls: cfg.tls.as_ref().map(Tls::etcd_client),
             t0,
         },
         renew_rx,
@@ -228,6 +229,7 @@ pub async fn run(
                 cluster: cfg.cluster.clone(),
                 silence: cfg.leader_silence,
                 tls: cfg.tls.as_ref().map(|t| t.client(Role::Controller)),
+                etcd_tls: cfg.tls.as_ref().map(Tls::etcd_client),
             },
             report_rx,
             ev_tx.clone(),
@@ -928,6 +930,9 @@ struct LeaseTask {
     renew: Duration,
     /// This agent's failsafe address, for its record.
     failsafe: Option<String>,
+    /// Its certificate for `https://` etcd endpoints (etcd's user
+    /// `agent:HOST`).
+    etcd_tls: Option<holdfast_etcd::TlsOptions>,
     t0: Instant,
 }
 
@@ -949,6 +954,7 @@ async fn lease_task(
         ttl,
         renew,
         failsafe,
+        etcd_tls,
         t0,
     } = task;
     let keys = Keys::new(&cluster);
@@ -961,7 +967,7 @@ async fn lease_task(
     // puts and reads to one client per member, one member per ask (the
     // next one after a failure), every request bounded by the renewal
     // period.
-    let mut renewers = match crate::renew::Renewers::start(&etcd, &keys, renew) {
+    let mut renewers = match crate::renew::Renewers::start(&etcd, &keys, renew, etcd_tls.as_ref()) {
         Ok(r) => r,
         Err(e) => {
             let _ = ev.send(Event::LeaseFailed(e));
@@ -971,7 +977,7 @@ async fn lease_task(
     let mut stores = Vec::new();
     for ep in etcd {
         match Store::new(vec![ep], renew, keys.clone(), true) {
-            Ok(s) => stores.push(s),
+            Ok(s) => stores.push(s.with_tls(etcd_tls.clone())),
             Err(e) => {
                 let _ = ev.send(Event::LeaseFailed(e.to_string()));
                 return;

@@ -7,7 +7,12 @@
 //!
 //! - `ca.pem`, `ca-key.pem`: the CA (ECDSA P-256, 10 years);
 //! - `ROLE-NAME.pem`, `ROLE-NAME-key.pem` per identity (ECDSA P-256,
-//!   `--days`, both server and client authentication).
+//!   `--days`, both server and client authentication);
+//! - with etcd members (`--etcd NAME=ADDR,...`): `etcd-NAME.pem` and its
+//!   key per member (subject `CN=etcd:NAME`, names `NAME.etcd.holdfast`,
+//!   `etcd.holdfast` and ADDR, which etcd's clients check), and
+//!   `etcd-root.pem` (`CN=root`: etcd's administrator once authentication
+//!   is on, [`ETCD_ROOT`]).
 //!
 //! A directory that already holds `ca.pem` and `ca-key.pem` keeps its CA:
 //! the certificates asked for are issued (again) by it, which is how they
@@ -30,6 +35,10 @@ use rcgen::{
 use crate::tls::{Identity, IdentityError, Role, TlsFiles, DOMAIN};
 
 const DAY: Duration = Duration::from_secs(86_400);
+
+/// The common name (and etcd user) of etcd's administrator certificate,
+/// `etcd-root.pem`.
+pub const ETCD_ROOT: &str = "root";
 const CA_DAYS: u64 = 3650;
 
 /// What to issue.
@@ -43,6 +52,9 @@ pub struct CertPlan {
     /// one identity, e.g. a unit's GoBGP API address for clients that
     /// check the address (`gobgp --tls`).
     pub sans: Vec<(Identity, String)>,
+    /// etcd members: (name, address or DNS name), one server certificate
+    /// each (and `etcd-root.pem` when there is any).
+    pub etcd: Vec<(String, String)>,
     /// Validity of the issued certificates, in days.
     pub days: u64,
     /// Make a new CA even if the directory has one.
@@ -78,6 +90,15 @@ pub struct Issued {
     pub names: Vec<String>,
 }
 
+/// One etcd certificate written (a member's, or the root's).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EtcdIssued {
+    /// The subject's common name (`etcd:NAME`, `root`).
+    pub common_name: String,
+    pub files: TlsFiles,
+    pub names: Vec<String>,
+}
+
 /// What [`init`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Report {
@@ -86,6 +107,8 @@ pub struct Report {
     /// Whether the directory's CA was kept.
     pub ca_kept: bool,
     pub issued: Vec<Issued>,
+    /// The etcd members' certificates, then the root's.
+    pub etcd: Vec<EtcdIssued>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -101,8 +124,10 @@ pub enum CertError {
     Rcgen { what: String, source: rcgen::Error },
     #[error("--san {0}: no such identity in this run")]
     SanWithoutIdentity(String),
-    #[error("nothing to issue: give --hosts, --controllers, --operators or --units")]
+    #[error("nothing to issue: give --hosts, --controllers, --operators, --units or --etcd")]
     Nothing,
+    #[error("--etcd {0}: a member's name is one DNS label, and not `root`")]
+    EtcdName(String),
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CertError + '_ {
@@ -157,15 +182,14 @@ pub fn names_of(id: &Identity, extra: &[String]) -> Vec<String> {
 }
 
 fn leaf_params(
-    id: &Identity,
+    cn: &str,
+    ou: &str,
     names: Vec<String>,
     days: u64,
 ) -> Result<CertificateParams, CertError> {
-    let mut p = CertificateParams::new(names).map_err(rc(format!("names of {id}")))?;
-    p.distinguished_name
-        .push(DnType::CommonName, id.common_name());
-    p.distinguished_name
-        .push(DnType::OrganizationalUnitName, id.role.as_str());
+    let mut p = CertificateParams::new(names).map_err(rc(format!("names of {cn}")))?;
+    p.distinguished_name.push(DnType::CommonName, cn);
+    p.distinguished_name.push(DnType::OrganizationalUnitName, ou);
     p.distinguished_name
         .push(DnType::OrganizationName, DOMAIN.to_string());
     p.is_ca = IsCa::ExplicitNoCa;
@@ -183,8 +207,15 @@ fn leaf_params(
 /// Makes (or keeps) the CA in `dir` and issues `plan`'s certificates.
 pub fn init(dir: &Path, plan: &CertPlan) -> Result<Report, CertError> {
     let ids = plan.identities()?;
-    if ids.is_empty() {
+    if ids.is_empty() && plan.etcd.is_empty() {
         return Err(CertError::Nothing);
+    }
+    if let Some((n, _)) = plan
+        .etcd
+        .iter()
+        .find(|(n, _)| !crate::tls::valid_name(n) || n == ETCD_ROOT)
+    {
+        return Err(CertError::EtcdName(n.clone()));
     }
     if let Some((id, _)) = plan.sans.iter().find(|(id, _)| !ids.contains(id)) {
         return Err(CertError::SanWithoutIdentity(id.to_string()));
@@ -222,15 +253,35 @@ pub fn init(dir: &Path, plan: &CertPlan) -> Result<Report, CertError> {
             .map(|(_, s)| s.clone())
             .collect();
         let names = names_of(&id, &extra);
-        let key = KeyPair::generate().map_err(rc(format!("the key of {id}")))?;
-        let cert = leaf_params(&id, names.clone(), plan.days)?
-            .signed_by(&key, &issuer)
-            .map_err(rc(format!("the certificate of {id}")))?;
         let files = TlsFiles::in_dir(dir, &id);
-        write(&files.key, &key.serialize_pem(), 0o600)?;
-        write(&files.cert, &cert.pem(), 0o644)?;
+        let cn = id.common_name();
+        issue(&issuer, &files, &cn, id.role.as_str(), &names, plan.days)?;
         issued.push(Issued {
             identity: id,
+            files,
+            names,
+        });
+    }
+    let mut etcd = Vec::new();
+    let root = (!plan.etcd.is_empty()).then(|| (ETCD_ROOT.to_string(), None));
+    let members = plan.etcd.iter().map(|(n, a)| (n.clone(), Some(a)));
+    for (name, addr) in members.chain(root) {
+        let (cn, names) = match addr {
+            Some(a) => (
+                format!("etcd:{name}"),
+                vec![format!("{name}.etcd.{DOMAIN}"), format!("etcd.{DOMAIN}"), a.clone()],
+            ),
+            None => (ETCD_ROOT.to_string(), vec![format!("root.etcd.{DOMAIN}")]),
+        };
+        let stem = format!("etcd-{name}");
+        let files = TlsFiles {
+            cert: dir.join(format!("{stem}.pem")),
+            key: dir.join(format!("{stem}-key.pem")),
+            ca: ca_path.clone(),
+        };
+        issue(&issuer, &files, &cn, "etcd", &names, plan.days)?;
+        etcd.push(EtcdIssued {
+            common_name: cn,
             files,
             names,
         });
@@ -240,7 +291,25 @@ pub fn init(dir: &Path, plan: &CertPlan) -> Result<Report, CertError> {
         ca_key: ca_key_path,
         ca_kept: kept,
         issued,
+        etcd,
     })
+}
+
+/// Issues one certificate and writes it and its key to `files`.
+fn issue(
+    issuer: &Issuer<'_, KeyPair>,
+    files: &TlsFiles,
+    cn: &str,
+    ou: &str,
+    names: &[String],
+    days: u64,
+) -> Result<(), CertError> {
+    let key = KeyPair::generate().map_err(rc(format!("the key of {cn}")))?;
+    let cert = leaf_params(cn, ou, names.to_vec(), days)?
+        .signed_by(&key, issuer)
+        .map_err(rc(format!("the certificate of {cn}")))?;
+    write(&files.key, &key.serialize_pem(), 0o600)?;
+    write(&files.cert, &cert.pem(), 0o644)
 }
 
 #[cfg(test)]
@@ -293,6 +362,7 @@ mod tests {
                 Identity::new(Role::Unit, "edge-1").unwrap(),
                 "10.0.0.1".into(),
             )],
+            etcd: Vec::new(),
             days: 30,
             new_ca: false,
         }
@@ -349,6 +419,34 @@ mod tests {
         p.new_ca = true;
         assert!(!init(&d, &p).unwrap().ca_kept);
         assert_ne!(std::fs::read(d.join("ca.pem")).unwrap(), ca);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn etcd_members_get_server_certificates_and_root_one() {
+        let d = tmp("etcd");
+        let p = CertPlan {
+            etcd: vec![("c1".into(), "198.19.0.31".into())],
+            ..CertPlan::default()
+        };
+        let r = init(&d, &p).unwrap();
+        assert!(r.issued.is_empty());
+        let cns: Vec<&str> = r.etcd.iter().map(|e| e.common_name.as_str()).collect();
+        assert_eq!(cns, ["etcd:c1", "root"]);
+        assert_eq!(
+            r.etcd[0].names,
+            ["c1.etcd.holdfast", "etcd.holdfast", "198.19.0.31"]
+        );
+        assert_eq!(r.etcd[1].files.cert, d.join("etcd-root.pem"));
+        let root = der(&r.etcd[1].files.cert);
+        let (_, cert) = x509_parser::parse_x509_certificate(&root).unwrap();
+        let cn = cert.subject().iter_common_name().next().unwrap();
+        assert_eq!(cn.as_str().unwrap(), "root");
+        let bad = CertPlan {
+            etcd: vec![("root".into(), "198.19.0.31".into())],
+            ..CertPlan::default()
+        };
+        assert!(matches!(init(&d, &bad), Err(CertError::EtcdName(_))));
         std::fs::remove_dir_all(&d).unwrap();
     }
 

@@ -331,6 +331,16 @@ impl Tls {
             .ca_certificate(self.ca.clone())
             .domain_name(server.server_name())
     }
+
+    /// An etcd client (holdfast-etcd's `Store::with_tls`) presenting this
+    /// certificate, whose common name etcd takes as the user under
+    /// `--client-cert-auth`; it trusts a member of the CA whose
+    /// certificate names the address or name of its `https://` URL.
+    pub fn etcd_client(&self) -> tonic::transport::ClientTlsConfig {
+        tonic::transport::ClientTlsConfig::new()
+            .identity(self.identity.clone())
+            .ca_certificate(self.ca.clone())
+    }
 }
 
 /// Connects to `url` (`http://ADDR:PORT` or `ADDR:PORT`), over TLS with

@@ -11,7 +11,10 @@
 //! With `--tls-*` the `Attach` service requires a client certificate from
 //! the CA, and an agent's must name the host it attaches as
 //! (docs/security.md); without them it is plaintext, and a warning says so
-//! at start.
+//! at start. The same certificate is the replica's identity to etcd at
+//! `https://` endpoints (etcd's `--client-cert-auth`: the user
+//! `controller:NAME`, role `holdfast-controller`; the CA must also have
+//! issued etcd's member certificates).
 //!
 //! Logs go to stderr (`HOLDFAST_LOG`, default `info`). SIGTERM or SIGINT
 //! revokes the lease, so another replica takes over at once.
@@ -81,7 +84,8 @@ struct Args {
     metrics_listen: Option<std::net::SocketAddr>,
     /// This replica's certificate (PEM; `holdfast ctl certs init` makes
     /// `controller-NAME.pem`). With `--tls-key` and `--tls-ca`, the
-    /// `Attach` service takes only agents with a certificate from the CA.
+    /// `Attach` service takes only agents with a certificate from the CA,
+    /// and the replica presents it to `https://` etcd endpoints.
     #[arg(long)]
     tls_cert: Option<PathBuf>,
     /// The key of `--tls-cert` (PEM).

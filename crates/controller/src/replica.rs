@@ -207,6 +207,22 @@ impl Replica {
             Keys::new(&self.cfg.cluster),
             self.cfg.fenced,
         )
+        .map(|s| s.with_tls(self.etcd_tls()))
+    }
+
+    /// The replica's certificate as etcd's client identity (for `https://`
+    /// endpoints; etcd's user `controller:NAME`). `main` has read the
+    /// files once: a failure here is a file changed since (the store then
+    /// connects without, and etcd refuses it).
+    fn etcd_tls(&self) -> Option<holdfast_etcd::TlsOptions> {
+        let files = self.cfg.tls.as_ref()?;
+        match holdfast_control_api::tls::Tls::load(files) {
+            Ok(t) => Some(t.etcd_client()),
+            Err(e) => {
+                tracing::error!(error = %e, "etcd client certificate unreadable");
+                None
+            }
+        }
     }
 
     /// Runs until `stop` resolves; then revokes the lease (a fast handover).

@@ -8,6 +8,8 @@
 //! * [`state`]: the key layout under `/holdfast/<cluster>/`, the JSON
 //!   records stored there (schema-versioned), and the pure [`next_step`] of
 //!   a migration from its records.
+//! * [`auth`]: etcd's users and roles for the control plane
+//!   (`holdfast ctl etcd-auth init`), who may write which keys.
 //! * [`fence`]: the fencing token (the leader key's create revision).
 //! * [`metrics`]: `GET /metrics` over HTTP, for the controller's registry
 //!   and the agent's.
@@ -16,6 +18,7 @@
 //!
 //! Known issues: see the modules.
 
+pub mod auth;
 pub mod fence;
 pub mod metrics;
 pub mod state;
@@ -26,4 +29,5 @@ pub use state::{
     next_step, Keys, Migration, MigrationState, Next, OperatorRequest, UnitRecord, MIGRATION_STEPS,
     RESTART_STEPS, SCHEMA, SWITCHOVER_STEPS,
 };
+pub use etcd_client::TlsOptions;
 pub use store::{Outcome, Store, StoreError};

@@ -7,13 +7,18 @@
 //!
 //! Requests carry etcd's "require leader" flag: a member cut off from the
 //! quorum refuses them at once instead of waiting.
+//!
+//! `https://` endpoints are reached over TLS with the client identity of
+//! [`Store::with_tls`] (etcd's `--client-cert-auth`: the certificate's
+//! common name is the etcd user, docs/security.md, *etcd*); `http://`
+//! endpoints stay plaintext.
 
 use std::future::Future;
 use std::time::Duration;
 
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, GetOptions, LeaseKeepAliveStream, LeaseKeeper,
-    PutOptions, Txn, TxnOp, TxnOpResponse,
+    PutOptions, TlsOptions, Txn, TxnOp, TxnOpResponse,
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -70,6 +75,8 @@ pub struct Store {
     /// plane's CPU). Dropped on any error or timeout, so an answer on it
     /// always belongs to the renewal just sent.
     keep_alive: Option<(usize, i64, LeaseKeeper, LeaseKeepAliveStream)>,
+    /// The CA and client identity for `https://` endpoints.
+    tls: Option<TlsOptions>,
 }
 
 impl std::fmt::Debug for Store {
@@ -79,6 +86,7 @@ impl std::fmt::Debug for Store {
             .field("cur", &self.cur)
             .field("timeout", &self.timeout)
             .field("fenced", &self.fenced)
+            .field("tls", &self.tls.is_some())
             .finish()
     }
 }
@@ -100,7 +108,10 @@ fn is_refusal(e: &etcd_client::Error) -> bool {
     match e {
         etcd_client::Error::GRpcStatus(s) => {
             let m = s.message();
-            m.contains(LEASE_NOT_FOUND) || m.contains("invalid") || m.contains("too large")
+            m.contains(LEASE_NOT_FOUND)
+                || m.contains("invalid")
+                || m.contains("too large")
+                || m.contains("permission denied")
         }
         _ => false,
     }
@@ -127,7 +138,15 @@ impl Store {
             keys,
             fenced,
             keep_alive: None,
+            tls: None,
         })
+    }
+
+    /// The CA and client identity for `https://` endpoints (a client
+    /// certificate whose common name is an etcd user); `None`: none.
+    pub fn with_tls(mut self, tls: Option<TlsOptions>) -> Store {
+        self.tls = tls;
+        self
     }
 
     /// The key layout.
@@ -144,11 +163,14 @@ impl Store {
         if let Some(c) = &self.clients[i] {
             return Ok(c.clone());
         }
-        let opts = ConnectOptions::new()
+        let mut opts = ConnectOptions::new()
             .with_connect_timeout(self.timeout)
             .with_timeout(self.timeout)
             .with_require_leader(true);
         let ep = self.endpoints[i].clone();
+        if let Some(t) = self.tls.as_ref().filter(|_| ep.starts_with("https://")) {
+            opts = opts.with_tls(t.clone());
+        }
         match tokio::time::timeout(self.timeout, Client::connect([ep.as_str()], Some(opts))).await {
             Ok(Ok(c)) => {
                 self.clients[i] = Some(c.clone());
@@ -157,6 +179,16 @@ impl Store {
             Ok(Err(e)) => Err(format!("{ep}: {e}")),
             Err(_) => Err(format!("{ep}: connect timed out")),
         }
+    }
+
+    /// [`Store::call`] for the other modules of the crate (the users and
+    /// roles of [`crate::auth`]).
+    pub(crate) async fn call_any<T, F, Fut>(&mut self, f: F) -> Result<T, StoreError>
+    where
+        F: FnMut(Client) -> Fut,
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        self.call(f).await
     }
 
     /// Runs `f` against the current endpoint, then each other one once,

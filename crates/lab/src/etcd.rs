@@ -11,9 +11,17 @@
 //! started ([`Etcd::kill`]) and restarted on their data dir
 //! ([`Etcd::restart`], which rejoins the cluster); the lab stops them at
 //! teardown like every process it spawned.
+//!
+//! With a certificate directory ([`Etcd::start_tls`], issue 30: `holdfast
+//! ctl certs init --etcd-members`), the client URLs are `https://` and
+//! every member runs with `--client-cert-auth --trusted-ca-file ca.pem`
+//! and its own `etcd-<host>.pem` (naming its address); the peer URLs stay
+//! plain HTTP on the management network. The lab's own `etcdctl` then
+//! presents etcd's root certificate (`etcd-root.pem`, `CN=root`), and
+//! [`Etcd::ctl_as`] any other one, or none.
 
 use std::net::IpAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -39,19 +47,23 @@ pub struct EtcdMember {
     pub name: String,
     /// The address it listens on (clients and peers).
     pub addr: IpAddr,
+    /// Its lab host's name (its certificate is `etcd-<host>.pem`).
+    host_name: String,
+    /// `https` for clients (with a certificate directory), else `http`.
+    tls: bool,
     proc: Option<ProcId>,
     pid: u32,
     starts: u32,
 }
 
 impl EtcdMember {
-    /// `http://ADDR:2379` (IPv6 in brackets).
+    /// `http://ADDR:2379` (`https://` with TLS; IPv6 in brackets).
     pub fn client_url(&self) -> String {
-        url(self.addr, ETCD_CLIENT_PORT)
+        url(self.tls, self.addr, ETCD_CLIENT_PORT)
     }
 
     fn peer_url(&self) -> String {
-        url(self.addr, ETCD_PEER_PORT)
+        url(false, self.addr, ETCD_PEER_PORT)
     }
 
     /// Pid of the current (or last) process of this member.
@@ -65,10 +77,11 @@ impl EtcdMember {
     }
 }
 
-fn url(addr: IpAddr, port: u16) -> String {
+fn url(tls: bool, addr: IpAddr, port: u16) -> String {
+    let scheme = if tls { "https" } else { "http" };
     match addr {
-        IpAddr::V4(a) => format!("http://{a}:{port}"),
-        IpAddr::V6(a) => format!("http://[{a}]:{port}"),
+        IpAddr::V4(a) => format!("{scheme}://{a}:{port}"),
+        IpAddr::V6(a) => format!("{scheme}://[{a}]:{port}"),
     }
 }
 
@@ -78,6 +91,8 @@ pub struct Etcd {
     members: Vec<EtcdMember>,
     token: String,
     dir: PathBuf,
+    /// The certificate directory (TLS and client certificates on).
+    certs: Option<PathBuf>,
 }
 
 /// What `etcdctl endpoint status` says about one live member.
@@ -98,6 +113,17 @@ impl Etcd {
     /// network shared by all of them, e.g. a lab bridge) as a new cluster and
     /// waits until the members agree on a leader.
     pub fn start(lab: &mut Lab, members: &[(HostId, IpAddr)]) -> Result<Etcd> {
+        Etcd::start_tls(lab, members, None)
+    }
+
+    /// [`Etcd::start`]; with `certs` (a directory of `holdfast ctl certs
+    /// init --etcd-members HOST=ADDR,...`), clients over TLS with a
+    /// certificate from its CA.
+    pub fn start_tls(
+        lab: &mut Lab,
+        members: &[(HostId, IpAddr)],
+        certs: Option<&Path>,
+    ) -> Result<Etcd> {
         require_tool("etcd")?;
         require_tool("etcdctl")?;
         if members.is_empty() {
@@ -115,6 +141,8 @@ impl Etcd {
                     host,
                     name: format!("etcd-{}", lab.host_info(host).name),
                     addr,
+                    host_name: lab.host_info(host).name.clone(),
+                    tls: certs.is_some(),
                     proc: None,
                     pid: 0,
                     starts: 0,
@@ -122,12 +150,34 @@ impl Etcd {
                 .collect(),
             token: format!("{}-etcd", lab.run_id()),
             dir,
+            certs: certs.map(Path::to_path_buf),
         };
         for i in 0..etcd.members.len() {
             etcd.spawn(lab, i)?;
         }
         etcd.wait_leader(lab, LEADER_TIMEOUT)?;
         Ok(etcd)
+    }
+
+    /// The certificate directory, with TLS.
+    pub fn certs(&self) -> Option<&Path> {
+        self.certs.as_deref()
+    }
+
+    /// etcdctl's `--cacert`, `--cert` and `--key` for `ROLE-NAME`'s
+    /// certificate (`stem`) of the certificate directory; `--cacert` only
+    /// without a `stem`; nothing without TLS.
+    fn tls_flags(&self, stem: Option<&str>) -> Vec<String> {
+        let Some(d) = &self.certs else {
+            return Vec::new();
+        };
+        let f = |n: String| d.join(n).to_string_lossy().to_string();
+        let mut out = vec![format!("--cacert={}", f("ca.pem".into()))];
+        if let Some(s) = stem {
+            out.push(format!("--cert={}", f(format!("{s}.pem"))));
+            out.push(format!("--key={}", f(format!("{s}-key.pem"))));
+        }
+        out
     }
 
     /// The members, in the order given to [`Etcd::start`].
@@ -161,10 +211,19 @@ impl Etcd {
         let data = data.to_string_lossy().into_owned();
         let (client, peer) = (m.client_url(), m.peer_url());
         let proc_name = format!("{}-{}", m.name, m.starts);
-        let proc = lab.spawn(
-            m.host,
-            &proc_name,
-            &[
+        let tls: Vec<String> = match &self.certs {
+            Some(d) => {
+                let f = |n: String| d.join(n).to_string_lossy().to_string();
+                vec![
+                    "--client-cert-auth".into(),
+                    format!("--trusted-ca-file={}", f("ca.pem".into())),
+                    format!("--cert-file={}", f(format!("etcd-{}.pem", m.host_name))),
+                    format!("--key-file={}", f(format!("etcd-{}-key.pem", m.host_name))),
+                ]
+            }
+            None => Vec::new(),
+        };
+        let mut argv: Vec<&str> = vec![
                 "etcd",
                 "--name",
                 &m.name,
@@ -186,9 +245,9 @@ impl Etcd {
                 &self.token,
                 "--logger",
                 "zap",
-            ],
-            &[],
-        )?;
+            ];
+        argv.extend(tls.iter().map(String::as_str));
+        let proc = lab.spawn(m.host, &proc_name, &argv, &[])?;
         m.proc = Some(proc);
         m.pid = lab.pid(proc);
         Ok(())
@@ -209,8 +268,34 @@ impl Etcd {
     /// `etcdctl --endpoints=<running members> --command-timeout=2s ARGS...`
     /// inside the host of the first running member; returns stdout. (etcdctl
     /// 3.4 does not fail over from a dead endpoint within its timeout, so
-    /// the endpoints of members the lab killed are left out.)
+    /// the endpoints of members the lab killed are left out.) With TLS, as
+    /// etcd's root (`etcd-root.pem`).
     pub fn ctl(&self, lab: &mut Lab, args: &[&str]) -> Result<String> {
+        let (host, cmd) = self.ctl_cmd(lab, Some("etcd-root"), args)?;
+        let cmd: Vec<&str> = cmd.iter().map(String::as_str).collect();
+        lab.exec_ok(host, &cmd)
+    }
+
+    /// [`Etcd::ctl`] with the certificate `stem` of the certificate
+    /// directory (`agent-a`, `controller-c1`, ...), or none (`--cacert`
+    /// only); its output whether it succeeded or not.
+    pub fn ctl_as(
+        &self,
+        lab: &mut Lab,
+        stem: Option<&str>,
+        args: &[&str],
+    ) -> Result<std::process::Output> {
+        let (host, cmd) = self.ctl_cmd(lab, stem, args)?;
+        let cmd: Vec<&str> = cmd.iter().map(String::as_str).collect();
+        lab.exec(host, &cmd)
+    }
+
+    fn ctl_cmd(
+        &self,
+        lab: &mut Lab,
+        stem: Option<&str>,
+        args: &[&str],
+    ) -> Result<(HostId, Vec<String>)> {
         let host = self
             .live_host(lab)
             .ok_or_else(|| LabError::Invalid("no etcd member runs".into()))?;
@@ -218,10 +303,14 @@ impl Etcd {
             .filter(|&i| self.is_running(lab, i))
             .map(|i| self.members[i].client_url())
             .collect();
-        let eps = format!("--endpoints={}", live.join(","));
-        let mut cmd = vec!["etcdctl", eps.as_str(), "--command-timeout=2s"];
-        cmd.extend_from_slice(args);
-        lab.exec_ok(host, &cmd)
+        let mut cmd = vec![
+            "etcdctl".to_string(),
+            format!("--endpoints={}", live.join(",")),
+            "--command-timeout=2s".to_string(),
+        ];
+        cmd.extend(self.tls_flags(stem));
+        cmd.extend(args.iter().map(|a| a.to_string()));
+        Ok((host, cmd))
     }
 
     /// `etcdctl endpoint status -w json` of every running member (a member
@@ -234,18 +323,18 @@ impl Etcd {
             }
             let m = &self.members[i];
             let ep = format!("--endpoints={}", m.client_url());
-            let o = lab.exec(
-                m.host,
-                &[
-                    "etcdctl",
-                    &ep,
-                    "--command-timeout=1s",
-                    "endpoint",
-                    "status",
-                    "-w",
-                    "json",
-                ],
-            )?;
+            let tls = self.tls_flags(Some("etcd-root"));
+            let mut cmd = vec![
+                "etcdctl",
+                &ep,
+                "--command-timeout=1s",
+                "endpoint",
+                "status",
+                "-w",
+                "json",
+            ];
+            cmd.extend(tls.iter().map(String::as_str));
+            let o = lab.exec(m.host, &cmd)?;
             if !o.status.success() {
                 continue;
             }

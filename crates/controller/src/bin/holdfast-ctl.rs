@@ -7,13 +7,24 @@
 //! holdfast ctl ... drain HOST | reset HOST | switchover UNIT  [--wait SECS]
 //! holdfast ctl certs init DIR --hosts a,b,s --controllers c1,c2,c3
 //!     [--operators admin] [--units u1,u2] [--san ROLE:NAME=IP|DNS ...]
-//!     [--days 365] [--new-ca]
+//!     [--etcd-members NAME=IP,...] [--days 365] [--new-ca]
+//! holdfast ctl [--etcd https://...] --tls-cert etcd-root.pem ... etcd-auth init
+//!     --hosts a,b,s --controllers c1,c2,c3 [--operators admin]
 //! ```
 //!
 //! `certs init` makes a CA (or keeps the one in DIR) and a certificate and
 //! key per controller, host agent, operator and unit
-//! (`holdfast_control_api::certs`; names and rotation in docs/security.md).
-//! It needs no etcd.
+//! (`holdfast_control_api::certs`; names and rotation in docs/security.md),
+//! and with `--etcd-members` one server certificate per etcd member and
+//! etcd's `root` one. It needs no etcd.
+//!
+//! `etcd-auth init` makes etcd's users and roles (`holdfast_etcd::auth`)
+//! and enables authentication; idempotent (with the root certificate once
+//! authentication is on).
+//!
+//! With `https://` endpoints, `--tls-cert`, `--tls-key` and `--tls-ca`
+//! are the client certificate etcd checks (an operator's, or etcd's root
+//! for `etcd-auth init`).
 //!
 //! `drain`, `reset` and `switchover` write a request under
 //! `/holdfast/<cluster>/requests/` that the leading replica carries out and
@@ -49,6 +60,16 @@ struct Args {
     /// The cluster (keys under /holdfast/<cluster>/).
     #[arg(long, default_value = "default")]
     cluster: String,
+    /// This client's certificate (PEM) for `https://` etcd endpoints: etcd
+    /// takes its common name as the user (`operator:NAME`, or `root`).
+    #[arg(long, env = "HOLDFAST_TLS_CERT")]
+    tls_cert: Option<std::path::PathBuf>,
+    /// Its key (PEM).
+    #[arg(long, env = "HOLDFAST_TLS_KEY")]
+    tls_key: Option<std::path::PathBuf>,
+    /// The CA that issued etcd's member certificates (PEM).
+    #[arg(long, env = "HOLDFAST_TLS_CA")]
+    tls_ca: Option<std::path::PathBuf>,
     /// Print JSON.
     #[arg(long, global = true)]
     json: bool,
@@ -89,6 +110,31 @@ enum Op {
         #[command(subcommand)]
         op: CertsOp,
     },
+    /// etcd's users and roles for the control plane.
+    EtcdAuth {
+        #[command(subcommand)]
+        op: EtcdAuthOp,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum EtcdAuthOp {
+    /// Roles `holdfast-controller`, `holdfast-operator` and one
+    /// `holdfast-agent-HOST` per host, users named as the certificates'
+    /// common names (`controller:c1`, `agent:a`, `operator:admin`, and
+    /// `root`), then `auth enable`. Idempotent; once authentication is on,
+    /// run it with etcd's root certificate.
+    Init {
+        /// The hosts (the agent server's among them).
+        #[arg(long, value_delimiter = ',')]
+        hosts: Vec<String>,
+        /// The controller replicas.
+        #[arg(long, value_delimiter = ',')]
+        controllers: Vec<String>,
+        /// Operators (`holdfast ctl`).
+        #[arg(long, value_delimiter = ',', default_value = "admin")]
+        operators: Vec<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -117,6 +163,12 @@ enum CertsOp {
         /// address for clients that check it.
         #[arg(long = "san")]
         sans: Vec<String>,
+        /// etcd members, `NAME=ADDR` (comma-separated): a server
+        /// certificate each, `etcd-NAME.pem` naming ADDR (the address of
+        /// its client URL), and etcd's administrator's, `etcd-root.pem`
+        /// (`CN=root`).
+        #[arg(long = "etcd-members", value_delimiter = ',')]
+        etcd_members: Vec<String>,
         /// Validity of the certificates, in days (the CA's: 10 years).
         #[arg(long, default_value_t = 365)]
         days: u64,
@@ -144,15 +196,25 @@ fn certs(op: &CertsOp) -> Result<(Value, String)> {
         operators,
         units,
         sans,
+        etcd_members,
         days,
         new_ca,
     } = op;
+    let etcd = etcd_members
+        .iter()
+        .map(|m| {
+            m.split_once('=')
+                .map(|(n, a)| (n.to_string(), a.to_string()))
+                .with_context(|| format!("--etcd-members {m}: expected NAME=ADDR"))
+        })
+        .collect::<Result<Vec<_>>>()?;
     let plan = CertPlan {
         controllers: controllers.clone(),
         hosts: hosts.clone(),
         operators: operators.clone(),
         units: units.clone(),
         sans: sans.iter().map(|s| parse_san(s)).collect::<Result<_>>()?,
+        etcd,
         days: *days,
         new_ca: *new_ca,
     };
@@ -166,9 +228,17 @@ fn certs(op: &CertsOp) -> Result<(Value, String)> {
                    "names": i.names, "cert": i.files.cert, "key": i.files.key})
         })
         .collect();
+    let etcd_rows: Vec<Value> = r
+        .etcd
+        .iter()
+        .map(|e| {
+            json!({"subject": format!("CN={}", e.common_name), "names": e.names,
+                   "cert": e.files.cert, "key": e.files.key})
+        })
+        .collect();
     let j = json!({
         "dir": dir, "ca": r.ca, "ca_key": r.ca_key, "ca_kept": r.ca_kept,
-        "days": days, "certificates": rows,
+        "days": days, "certificates": rows, "etcd": etcd_rows,
     });
     let mut t = format!(
         "CA: {} ({})\n",
@@ -183,6 +253,53 @@ fn certs(op: &CertsOp) -> Result<(Value, String)> {
             i.names.join(",")
         ));
     }
+    for e in &r.etcd {
+        t.push_str(&format!(
+            "{:<28} CN={:<24} {}\n",
+            e.files.cert.display(),
+            e.common_name,
+            e.names.join(",")
+        ));
+    }
+    Ok((j, t))
+}
+
+async fn etcd_auth(store: &mut Store, keys: &Keys, op: &EtcdAuthOp) -> Result<(Value, String)> {
+    let EtcdAuthOp::Init {
+        hosts,
+        controllers,
+        operators,
+    } = op;
+    let plan = holdfast_etcd::auth::plan(keys, controllers, hosts, operators);
+    let done = holdfast_etcd::auth::apply(store, &plan)
+        .await
+        .context("setting up etcd's users and roles")?;
+    let roles: Vec<Value> = plan
+        .roles
+        .iter()
+        .map(|r| {
+            let grants: Vec<Value> = r
+                .grants
+                .iter()
+                .map(|g| json!({"key": g.key, "prefix": g.prefix, "access": g.access.as_str()}))
+                .collect();
+            json!({"role": r.name, "permissions": grants})
+        })
+        .collect();
+    let users: Vec<Value> = plan
+        .users
+        .iter()
+        .map(|u| json!({"user": u.name, "roles": u.roles}))
+        .collect();
+    let j = json!({"roles": roles, "users": users, "changes": done.changes, "auth": "enabled"});
+    let mut t = String::new();
+    for c in &done.changes {
+        t.push_str(&format!("{c}\n"));
+    }
+    if done.changes.is_empty() {
+        t.push_str("users and roles already as planned\n");
+    }
+    t.push_str("auth enabled\n");
     Ok((j, t))
 }
 
@@ -413,7 +530,15 @@ async fn main() {
 
 async fn run(a: Args) -> Result<()> {
     let keys = Keys::new(&a.cluster);
-    let mut store = Store::new(a.etcd.clone(), Duration::from_secs(2), keys.clone(), true)?;
+    let tls = holdfast_control_api::tls::TlsFiles::from_flags(
+        a.tls_cert.clone(),
+        a.tls_key.clone(),
+        a.tls_ca.clone(),
+    )?
+    .map(|f| holdfast_control_api::tls::Tls::load(&f))
+    .transpose()?;
+    let mut store = Store::new(a.etcd.clone(), Duration::from_secs(2), keys.clone(), true)?
+        .with_tls(tls.as_ref().map(holdfast_control_api::tls::Tls::etcd_client));
     let (j, t) = match &a.op {
         Op::Status => status(&read(&mut store, &keys).await?),
         Op::Hosts => {
@@ -451,6 +576,7 @@ async fn run(a: Args) -> Result<()> {
         }
         // Needs no etcd (the store above connects on first use only).
         Op::Certs { op } => certs(op)?,
+        Op::EtcdAuth { op } => etcd_auth(&mut store, &keys, op).await?,
     };
     print(a.json, (j, t))
 }

@@ -55,7 +55,8 @@ pub use watch::PlaneWatch;
 
 pub use parts::{
     agent_unit_pid, controller_statuses, controller_verdicts, ctl_json, json_file, kill_all,
-    kill_container_ns, make_certs, placement_of, relink_host, show_nsr, tls_args, unit_record,
+    kill_container_ns, make_certs, make_certs_etcd, mgmt_addr_of, operator_tls_args, placement_of,
+    relink_host, show_nsr, tls_args, unit_record,
     verdict_is, wait_leader_in, wait_protected_at, AgentArgs, AgentOpts, ControlPlane,
     CONTROLLER_PORT, FAILSAFE_PORT, UNITS_PREFIX,
 };
@@ -200,6 +201,13 @@ pub struct PlaneExtras {
     /// `c1`..`c3`, the units, the operator `admin`), given to every
     /// replica and agent ([`Plane::certs`]). Off by default.
     pub mtls: bool,
+    /// etcd with TLS, client certificates and per-role permissions (issue
+    /// 30, item 3; implies [`PlaneExtras::mtls`]): a server certificate
+    /// per member, `holdfast ctl etcd-auth init` as etcd's root before the
+    /// replicas start, every replica, agent and `holdfast ctl` presenting
+    /// its own certificate ([`ControlPlane::start_secure`]). Off by
+    /// default.
+    pub etcd_auth: bool,
 }
 
 /// bird2's and gobgpd's AS in the plane.
@@ -368,23 +376,32 @@ impl Plane {
             .map(|n| (n.id, n.v4))
             .chain(std::iter::once((s_node.id, s_node.v4)))
             .collect();
-        let certs = if extras.mtls {
+        let certs = if extras.mtls || extras.etcd_auth {
             let dir = lab.work_dir().join("certs");
             let hosts: Vec<String> = spec.hosts.iter().cloned().chain(["s".into()]).collect();
             let ctrls: Vec<String> = (1..=members.len()).map(|i| format!("c{i}")).collect();
             let names: Vec<String> = units.iter().map(|u| u.name.clone()).collect();
-            make_certs(&bins, &dir, &hosts, &ctrls, &names)?;
+            let etcd: Vec<(String, Ipv4Addr)> = if extras.etcd_auth {
+                members
+                    .iter()
+                    .map(|(h, v4)| (lab.host_info(*h).name.clone(), mgmt_addr_of(*v4)))
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            make_certs_etcd(&bins, &dir, &hosts, &ctrls, &names, &etcd)?;
             Some(dir)
         } else {
             None
         };
-        let cp = ControlPlane::start_tls(
+        let cp = ControlPlane::start_secure(
             &mut lab,
             &bins,
             &members,
             &others,
             &spec.controller_args,
             certs.as_deref(),
+            extras.etcd_auth,
         )?;
         // Placements in etcd, as an operator writes them.
         for (i, (u, s)) in units.iter().zip(&spec.units).enumerate() {
@@ -705,14 +722,17 @@ impl Plane {
         agent_unit_pid(&self.host(host).status, unit)
     }
 
-    /// `holdfast ctl ARGS --json` on a control host.
+    /// `holdfast ctl ARGS --json` on a control host (as the operator
+    /// `admin` when etcd checks client certificates).
     pub fn ctl(&self, args: &[&str]) -> Result<Value> {
+        let tls = operator_tls_args(self.etcd.certs().and(self.certs.as_deref()));
+        let all: Vec<&str> = tls.iter().map(String::as_str).chain(args.iter().copied()).collect();
         ctl_json(
             &self.lab,
             self.ctl_host,
             &self.bins.ctl,
             &self.etcd.endpoints(),
-            args,
+            &all,
         )
     }
 

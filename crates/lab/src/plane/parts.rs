@@ -50,6 +50,9 @@ pub struct ControlPlane {
     /// The certificate directory when the plane runs with mutual TLS
     /// ([`make_certs`]); plaintext without.
     pub certs: Option<PathBuf>,
+    /// etcd runs with TLS, client certificates and authentication
+    /// ([`ControlPlane::start_secure`]).
+    pub etcd_auth: bool,
 }
 
 /// What a host agent is given.
@@ -95,6 +98,20 @@ pub fn make_certs(
     controllers: &[String],
     units: &[String],
 ) -> Result<()> {
+    make_certs_etcd(bins, dir, hosts, controllers, units, &[])
+}
+
+/// [`make_certs`], with a server certificate per etcd member (`HOST`,
+/// its address on the management network: `--etcd-members`) and etcd's
+/// root one.
+pub fn make_certs_etcd(
+    bins: &PlaneBins,
+    dir: &Path,
+    hosts: &[String],
+    controllers: &[String],
+    units: &[String],
+    etcd: &[(String, Ipv4Addr)],
+) -> Result<()> {
     let d = dir.to_string_lossy().to_string();
     let (h, c, u) = (hosts.join(","), controllers.join(","), units.join(","));
     let mut argv: Vec<String> = vec![
@@ -118,8 +135,25 @@ pub fn make_certs(
     for n in units {
         argv.extend(["--san".to_string(), format!("unit:{n}=127.0.0.1")]);
     }
+    if !etcd.is_empty() {
+        let m: Vec<String> = etcd.iter().map(|(n, a)| format!("{n}={a}")).collect();
+        argv.extend(["--etcd-members".to_string(), m.join(",")]);
+    }
     crate::cmd::run_ok(&argv, crate::DEFAULT_CMD_TIMEOUT)?;
     Ok(())
+}
+
+/// The address of a host (by its data address `v4`) on the management
+/// network 198.19.0.0/24: the same last octet.
+pub fn mgmt_addr_of(v4: Ipv4Addr) -> Ipv4Addr {
+    Ipv4Addr::new(198, 19, 0, v4.octets()[3])
+}
+
+/// `holdfast ctl`'s `--tls-cert`, `--tls-key` and `--tls-ca` as the
+/// operator `admin` when etcd runs with client certificates (`certs`),
+/// else nothing.
+pub fn operator_tls_args(certs: Option<&Path>) -> Vec<String> {
+    certs.map_or_else(Vec::new, |d| tls_args(d, "operator", "admin"))
 }
 
 /// A host agent's command line and files.
@@ -147,8 +181,7 @@ impl ControlPlane {
         ControlPlane::start_tls(lab, bins, members, others, controller_args, None)
     }
 
-    /// [`ControlPlane::start`], with mutual TLS on the replicas' `Attach`
-    /// service when `certs` (a [`make_certs`] directory) is given.
+    /// [`ControlPlane::start_secure`] without etcd authentication.
     pub fn start_tls(
         lab: &mut Lab,
         bins: &PlaneBins,
@@ -157,10 +190,34 @@ impl ControlPlane {
         controller_args: &[String],
         certs: Option<&Path>,
     ) -> Result<ControlPlane> {
+        ControlPlane::start_secure(lab, bins, members, others, controller_args, certs, false)
+    }
+
+    /// [`ControlPlane::start`], with mutual TLS on the replicas' `Attach`
+    /// service when `certs` (a [`make_certs`] directory) is given; with
+    /// `etcd_auth` too (`certs` then from [`make_certs_etcd`] for the
+    /// members), etcd with TLS and client certificates, its users and
+    /// roles made by `holdfast ctl etcd-auth init` (as etcd's root, for
+    /// the hosts of `others` and the replicas) and authentication on
+    /// before any replica starts.
+    pub fn start_secure(
+        lab: &mut Lab,
+        bins: &PlaneBins,
+        members: &[(HostId, Ipv4Addr)],
+        others: &[(HostId, Ipv4Addr)],
+        controller_args: &[String],
+        certs: Option<&Path>,
+        etcd_auth: bool,
+    ) -> Result<ControlPlane> {
+        if etcd_auth && certs.is_none() {
+            return Err(LabError::Invalid(
+                "etcd authentication needs the certificates".into(),
+            ));
+        }
         let mut mgmt_members = Vec::new();
         let mut mgmt_addr = HashMap::new();
         for (id, v4) in members.iter().chain(others) {
-            let m = Ipv4Addr::new(198, 19, 0, v4.octets()[3]);
+            let m = mgmt_addr_of(*v4);
             mgmt_members.push((*id, vec![crate::IfAddr::new(m, 24)]));
             mgmt_addr.insert(*id, m);
         }
@@ -169,8 +226,33 @@ impl ControlPlane {
             .iter()
             .map(|(id, _)| (*id, IpAddr::V4(mgmt_addr[id])))
             .collect();
-        let etcd = Etcd::start(lab, &on_mgmt)?;
+        let etcd = Etcd::start_tls(lab, &on_mgmt, certs.filter(|_| etcd_auth))?;
         let eps = etcd.endpoints();
+        if let (true, Some(d)) = (etcd_auth, certs) {
+            let names = |hs: &[(HostId, Ipv4Addr)]| -> String {
+                hs.iter()
+                    .map(|(h, _)| lab.host_info(*h).name.clone())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            };
+            let hosts = names(others);
+            let ctrls: Vec<String> = (1..=members.len()).map(|i| format!("c{i}")).collect();
+            let mut argv: Vec<String> = vec![bins.ctl.clone(), "--etcd".into(), eps.clone()];
+            argv.extend(tls_args(d, "etcd", "root"));
+            argv.extend([
+                "--json".to_string(),
+                "etcd-auth".into(),
+                "init".into(),
+                "--hosts".into(),
+                hosts,
+                "--controllers".into(),
+                ctrls.join(","),
+                "--operators".into(),
+                "admin".into(),
+            ]);
+            let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+            lab.exec_ok(members[0].0, &argv)?;
+        }
         let mut controllers = Vec::new();
         let mut controller_argv = Vec::new();
         let mut grpc = Vec::new();
@@ -214,6 +296,7 @@ impl ControlPlane {
             mgmt,
             mgmt_addr,
             certs: certs.map(Path::to_path_buf),
+            etcd_auth,
         })
     }
 
