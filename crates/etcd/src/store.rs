@@ -106,6 +106,9 @@ fn is_refusal(e: &etcd_client::Error) -> bool {
         return true;
     }
     match e {
+        // A transport failure (a member down, its certificate not
+        // trusted) is the endpoint's, whatever its message says.
+        etcd_client::Error::GRpcStatus(s) if s.code() == tonic::Code::Unavailable => false,
         etcd_client::Error::GRpcStatus(s) => {
             let m = s.message();
             m.contains(LEASE_NOT_FOUND)

@@ -37,6 +37,7 @@ mod control_plane_scale;
 mod control_plane_takeover;
 mod controller_etcd;
 mod deb_package;
+mod etcd_auth;
 mod etcd_quorum_loss;
 mod etcd_stall;
 mod gobgp_api;
