@@ -189,7 +189,8 @@ fn leaf_params(
 ) -> Result<CertificateParams, CertError> {
     let mut p = CertificateParams::new(names).map_err(rc(format!("names of {cn}")))?;
     p.distinguished_name.push(DnType::CommonName, cn);
-    p.distinguished_name.push(DnType::OrganizationalUnitName, ou);
+    p.distinguished_name
+        .push(DnType::OrganizationalUnitName, ou);
     p.distinguished_name
         .push(DnType::OrganizationName, DOMAIN.to_string());
     p.is_ca = IsCa::ExplicitNoCa;
@@ -269,7 +270,11 @@ pub fn init(dir: &Path, plan: &CertPlan) -> Result<Report, CertError> {
         let (cn, names) = match addr {
             Some(a) => (
                 format!("etcd:{name}"),
-                vec![format!("{name}.etcd.{DOMAIN}"), format!("etcd.{DOMAIN}"), a.clone()],
+                vec![
+                    format!("{name}.etcd.{DOMAIN}"),
+                    format!("etcd.{DOMAIN}"),
+                    a.clone(),
+                ],
             ),
             None => (ETCD_ROOT.to_string(), vec![format!("root.etcd.{DOMAIN}")]),
         };

@@ -143,7 +143,12 @@ pub struct AuthPlan {
 
 /// The roles and users for `controllers`, `hosts` (the agent server's
 /// host among them) and `operators` of the cluster of `keys`, and `root`.
-pub fn plan(keys: &Keys, controllers: &[String], hosts: &[String], operators: &[String]) -> AuthPlan {
+pub fn plan(
+    keys: &Keys,
+    controllers: &[String],
+    hosts: &[String],
+    operators: &[String],
+) -> AuthPlan {
     let p = keys.prefix();
     let mut roles = vec![
         RoleSpec {
@@ -268,10 +273,16 @@ async fn apply_on(mut c: Client, plan: &AuthPlan) -> Result<Applied, etcd_client
     }
     for u in &plan.users {
         match c
-            .user_add(u.name.as_str(), "", Some(UserAddOptions::new().with_no_pwd()))
+            .user_add(
+                u.name.as_str(),
+                "",
+                Some(UserAddOptions::new().with_no_pwd()),
+            )
             .await
         {
-            Ok(_) => out.changes.push(format!("user add {} --no-password", u.name)),
+            Ok(_) => out
+                .changes
+                .push(format!("user add {} --no-password", u.name)),
             Err(e) if exists(&e) => {}
             Err(e) => return Err(e),
         }
@@ -309,24 +320,40 @@ mod tests {
             &names(&["a", "b"]),
             &names(&["admin"]),
         );
-        let role = p.roles.iter().find(|r| r.name == "holdfast-agent-a").unwrap();
+        let role = p
+            .roles
+            .iter()
+            .find(|r| r.name == "holdfast-agent-a")
+            .unwrap();
         let writes: Vec<&str> = role
             .grants
             .iter()
             .filter(|g| g.access != Access::Read)
             .map(|g| {
-                assert!(!g.prefix, "{g:?}: one key, not a prefix (agents/a is one of agents/ab)");
+                assert!(
+                    !g.prefix,
+                    "{g:?}: one key, not a prefix (agents/a is one of agents/ab)"
+                );
                 g.key.as_str()
             })
             .collect();
         assert_eq!(
             writes,
-            ["/holdfast/default/agents/a", "/holdfast/default/agent-servers/a"]
+            [
+                "/holdfast/default/agents/a",
+                "/holdfast/default/agent-servers/a"
+            ]
         );
         let users: Vec<&str> = p.users.iter().map(|u| u.name.as_str()).collect();
         assert_eq!(
             users,
-            ["root", "controller:c1", "operator:admin", "agent:a", "agent:b"]
+            [
+                "root",
+                "controller:c1",
+                "operator:admin",
+                "agent:a",
+                "agent:b"
+            ]
         );
         assert_eq!(p.users[0].roles, ["root"]);
     }
@@ -336,6 +363,9 @@ mod tests {
         let g = Grant::prefix("/holdfast/".into(), Access::Read);
         assert_eq!(g.range_end(), b"/holdfast0");
         assert!(Grant::key("/k".into(), Access::Read).range_end().is_empty());
-        assert_eq!(Grant::prefix("a\u{ff}".into(), Access::Read).range_end(), b"a\xc3\xc0");
+        assert_eq!(
+            Grant::prefix("a\u{ff}".into(), Access::Read).range_end(),
+            b"a\xc3\xc0"
+        );
     }
 }

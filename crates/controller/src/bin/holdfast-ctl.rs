@@ -538,7 +538,10 @@ async fn run(a: Args) -> Result<()> {
     .map(|f| holdfast_control_api::tls::Tls::load(&f))
     .transpose()?;
     let mut store = Store::new(a.etcd.clone(), Duration::from_secs(2), keys.clone(), true)?
-        .with_tls(tls.as_ref().map(holdfast_control_api::tls::Tls::etcd_client));
+        .with_tls(
+            tls.as_ref()
+                .map(holdfast_control_api::tls::Tls::etcd_client),
+        );
     let (j, t) = match &a.op {
         Op::Status => status(&read(&mut store, &keys).await?),
         Op::Hosts => {

@@ -56,9 +56,8 @@ pub use watch::PlaneWatch;
 pub use parts::{
     agent_unit_pid, controller_statuses, controller_verdicts, ctl_json, json_file, kill_all,
     kill_container_ns, make_certs, make_certs_etcd, mgmt_addr_of, operator_tls_args, placement_of,
-    relink_host, show_nsr, tls_args, unit_record,
-    verdict_is, wait_leader_in, wait_protected_at, AgentArgs, AgentOpts, ControlPlane,
-    CONTROLLER_PORT, FAILSAFE_PORT, UNITS_PREFIX,
+    relink_host, show_nsr, tls_args, unit_record, verdict_is, wait_leader_in, wait_protected_at,
+    AgentArgs, AgentOpts, ControlPlane, CONTROLLER_PORT, FAILSAFE_PORT, UNITS_PREFIX,
 };
 
 /// The peer's AS.
@@ -726,7 +725,11 @@ impl Plane {
     /// `admin` when etcd checks client certificates).
     pub fn ctl(&self, args: &[&str]) -> Result<Value> {
         let tls = operator_tls_args(self.etcd.certs().and(self.certs.as_deref()));
-        let all: Vec<&str> = tls.iter().map(String::as_str).chain(args.iter().copied()).collect();
+        let all: Vec<&str> = tls
+            .iter()
+            .map(String::as_str)
+            .chain(args.iter().copied())
+            .collect();
         ctl_json(
             &self.lab,
             self.ctl_host,

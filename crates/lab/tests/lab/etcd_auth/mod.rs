@@ -99,7 +99,10 @@ fn etcd_takes_only_certificates_and_refuses_writes_outside_a_role() {
     // 1. The plane on etcd with authentication; the operator's view.
     let status = p.ctl(&["status"]).expect("holdfast ctl status");
     assert!(status["leader"]["name"].is_string(), "{status}");
-    let roles = p.etcd.ctl(&mut p.lab, &["role", "list"]).expect("role list");
+    let roles = p
+        .etcd
+        .ctl(&mut p.lab, &["role", "list"])
+        .expect("role list");
     for r in [
         "holdfast-controller",
         "holdfast-operator",
@@ -150,19 +153,29 @@ fn etcd_takes_only_certificates_and_refuses_writes_outside_a_role() {
         .etcd
         .ctl(&mut p.lab, &["get", AGENTS, "--prefix", "--keys-only"])
         .expect("root reads");
-    assert!(keys.contains("agents/a") && keys.contains("agents/b"), "{keys}");
+    assert!(
+        keys.contains("agents/a") && keys.contains("agents/b"),
+        "{keys}"
+    );
     println!("2. etcdctl without a client certificate: refused ({}); plain http: refused; root reads the agents' keys", out.lines().last().unwrap_or_default());
 
     // 3. A placement: an agent may not write it; a controller may.
     let key = format!("{UNITS_PREFIX}u1");
-    let rec = p.etcd.ctl(&mut p.lab, &["get", &key, "--print-value-only"]).expect("u1");
+    let rec = p
+        .etcd
+        .ctl(&mut p.lab, &["get", &key, "--print-value-only"])
+        .expect("u1");
     let rec = rec.trim().to_string();
     assert!(rec.contains("\"unit\":\"u1\""), "{rec}");
     assert_denied(&mut p, "agent-a", &["put", &key, &rec]);
     assert_denied(&mut p, "agent-b", &["put", &key, &rec]);
     let (ok, out) = ctl_as(&mut p, Some("controller-c1"), &["put", &key, &rec]);
     assert!(ok && out == "OK", "controller put: {out}");
-    assert_denied(&mut p, "operator-admin", &["put", &format!("{AGENTS}a"), "{}"]);
+    assert_denied(
+        &mut p,
+        "operator-admin",
+        &["put", &format!("{AGENTS}a"), "{}"],
+    );
     println!("3. put of u1's placement: agent-a, agent-b permission denied; controller-c1 OK; operator on agents/a denied");
 
     // 4. Another host's keys: refused; its own peers readable, placements not.
@@ -173,8 +186,15 @@ fn etcd_takes_only_certificates_and_refuses_writes_outside_a_role() {
         &["put", "/holdfast/default/agent-servers/b", "{}"],
     );
     assert_denied(&mut p, "agent-a", &["del", &format!("{AGENTS}b")]);
-    let (ok, out) = ctl_as(&mut p, Some("agent-a"), &["get", AGENTS, "--prefix", "--keys-only"]);
-    assert!(ok && out.contains("agents/b"), "agent a reads its peers: {out}");
+    let (ok, out) = ctl_as(
+        &mut p,
+        Some("agent-a"),
+        &["get", AGENTS, "--prefix", "--keys-only"],
+    );
+    assert!(
+        ok && out.contains("agents/b"),
+        "agent a reads its peers: {out}"
+    );
     assert_denied(&mut p, "agent-a", &["get", &key]);
     println!("4. agent-a on agents/b, agent-servers/b (put, del): permission denied; agent-a reads agents/ but not units/");
 
