@@ -71,6 +71,11 @@ impl EtcdMember {
         self.pid
     }
 
+    /// Its current (or last) process, for its logs ([`Lab::proc_logs`]).
+    pub fn proc_id(&self) -> Option<ProcId> {
+        self.proc
+    }
+
     /// How many times this member was started.
     pub fn starts(&self) -> u32 {
         self.starts

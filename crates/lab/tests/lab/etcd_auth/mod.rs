@@ -30,8 +30,9 @@
 //!    `holdfast ctl status` as the operator answers; etcd lists the roles
 //!    and users (`role list`, `user get agent:a`) to its root;
 //! 2. **no certificate**: `etcdctl get` with the CA but no client
-//!    certificate, and plain `http://` to the client port, are refused;
-//!    the root certificate reads the same keys;
+//!    certificate is refused in the TLS handshake (a member logs `tls:
+//!    client didn't provide a certificate`), and plain `http://` to the
+//!    client port is refused; the root certificate reads the same keys;
 //! 3. **an agent writing a placement**: `etcdctl put` of u1's placement
 //!    (the value read back) with agent-a.pem: `permission denied`; with
 //!    controller-c1.pem: `OK`; the operator's certificate may not write
@@ -126,6 +127,23 @@ fn etcd_takes_only_certificates_and_refuses_writes_outside_a_role() {
     // 2. No certificate: refused; the root certificate reads.
     let (ok, out) = ctl_as(&mut p, None, &["get", AGENTS, "--prefix", "--keys-only"]);
     assert!(!ok, "no client certificate was answered: {out}");
+    let rejected: Vec<String> = p
+        .etcd
+        .members()
+        .iter()
+        .filter_map(|m| m.proc_id())
+        .filter_map(|id| std::fs::read_to_string(p.lab.proc_logs(id).1).ok())
+        .flat_map(|log| {
+            log.lines()
+                .filter(|l| l.contains("didn't provide a certificate"))
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(
+        !rejected.is_empty(),
+        "no member logged the handshake without a certificate"
+    );
     let plain = p
         .etcd
         .endpoints()
@@ -157,7 +175,11 @@ fn etcd_takes_only_certificates_and_refuses_writes_outside_a_role() {
         keys.contains("agents/a") && keys.contains("agents/b"),
         "{keys}"
     );
-    println!("2. etcdctl without a client certificate: refused ({}); plain http: refused; root reads the agents' keys", out.lines().last().unwrap_or_default());
+    println!(
+        "2. etcdctl without a client certificate: refused ({}; etcd: {}); plain http: refused; root reads the agents' keys",
+        out.lines().last().unwrap_or_default(),
+        rejected[0]
+    );
 
     // 3. A placement: an agent may not write it; a controller may.
     let key = format!("{UNITS_PREFIX}u1");
