@@ -6,9 +6,9 @@ nothing is shared.
                          [--lab-cores C] [--list] [--no-build] [--extra NAME=CMD]...
                          [--beside-lab NAME=CMD]... [FILTER]...
 
-1. Builds the lab's test binaries (`cargo test --release -p holdfast-lab -p
-   holdfast-labctl --no-run`), printing cargo's progress with the elapsed
-   time; every other test target is built at nice 19 during the lab phase
+1. Builds the lab's test binaries (`cargo test --release --workspace
+   --no-run --test lab --test labctl`), printing cargo's progress with the
+   elapsed time; every other test target is built at nice 19 during the lab phase
    (step 3), where the scenarios leave much of the machine idle waiting on
    timers. With `--list`, or without a lab test to run, everything first.
 2. Lists each test binary's tests (`BIN --list`, less `--list --ignored`).
@@ -189,10 +189,15 @@ def package_names(cargo):
     return {p["manifest_path"]: p["name"] for p in json.loads(out.stdout)["packages"]}
 
 
-def build(cargo, packages, niced=False):
-    """Builds the test targets; returns the test executables from cargo's JSON.
-    `niced`: at nice 19, beside the lab's scenarios, its lines tagged."""
+def build(cargo, packages, niced=False, targets=()):
+    """Builds the test targets (only the `targets`, integration-test names,
+    if given); returns the test executables from cargo's JSON. `niced`: at
+    nice 19, beside the lab's scenarios, its lines tagged. The packages'
+    features are those of the whole selection either way (no -p for a
+    subset of the workspace: cargo would build the dependencies again with
+    that subset's features)."""
     select = [a for p in packages for a in ("-p", p)] or ["--workspace"]
+    select += [a for t in targets for a in ("--test", t)]
     tag = "[beside the lab] " if niced else ""
     say(f"{tag}building the test targets (cargo test --release {' '.join(select)} --no-run)")
     cmd = [cargo, "test", "--release", *select, "--no-run",
@@ -543,7 +548,8 @@ def main():
     if args.no_build and saved.exists():
         artifacts = json.loads(saved.read_text())
     elif overlap:
-        artifacts = build(cargo, lab_pkgs)
+        artifacts = build(cargo, args.package,
+                          targets=sorted({t for p, t in LAB_BINARIES if p in lab_pkgs}))
     else:
         artifacts = build(cargo, args.package)
         saved.write_text(json.dumps(artifacts, indent=1))
