@@ -3,10 +3,14 @@
 nothing is shared.
 
     scripts/run-tests.py [-p PACKAGE]... [--phase unit|lab|alone]... [--jobs N] [--lab-jobs N]
-                         [--list] [--no-build] [--extra NAME=CMD]... [FILTER]...
+                         [--lab-cores C] [--list] [--no-build] [--extra NAME=CMD]...
+                         [--beside-lab NAME=CMD]... [FILTER]...
 
-1. Builds every test target once (`cargo test --release --workspace --no-run`),
-   printing cargo's progress with the elapsed time.
+1. Builds the lab's test binaries (`cargo test --release --workspace
+   --no-run --test lab --test labctl`), printing cargo's progress with the
+   elapsed time; every other test target is built at nice 19 during the lab phase
+   (step 3), where the scenarios leave much of the machine idle waiting on
+   timers. With `--list`, or without a lab test to run, everything first.
 2. Lists each test binary's tests (`BIN --list`, less `--list --ignored`).
    A lab test runs in a process of its own, `BIN --exact NAME --nocapture
    --test-threads=1`; a unit-test binary's tests run in one process, one
@@ -15,24 +19,32 @@ nothing is shared.
    directory (as cargo does), the output in
    target/test-logs/<package>/<kind>-<target>/<test or all>.log.
 3. In three phases:
-   - `unit`: every test outside the lab binaries (below), and the `--extra`
-     commands (the doc tests, the fuzz targets' build), `--jobs` at a time
-     (default: the number of CPUs);
    - `lab`: the lab's scenarios (`holdfast-lab --test lab`, `holdfast-labctl
      --test labctl`), each in namespaces of its own run id (`hf<hex>-...`),
-     `--lab-jobs` at a time (default 2), except that the tests of one
-     SERIAL group never run together;
-   - `alone`: the EXCLUSIVE tests, timing-sensitive or CPU-heavy, one at a
-     time with nothing else running.
-   Within a phase the longest first, by the durations of the previous run
-   (target/test-logs/durations.json), else of a committed run
-   (scripts/test-durations.json), else by DEFAULT_SECONDS.
+     up to `--lab-jobs` at a time (default 4) and no more than
+     `--lab-cores` cores' worth of them (default 0.9 x the CPUs): each
+     scenario weighs the CPU seconds over the seconds it took in the last
+     run (`CpuGroup`: every process it started, in a cgroup), so the light
+     ones, waiting on BGP, BFD and etcd timers, fill in beside a heavy one
+     and two heavy ones do not run together; the tests of one SERIAL group
+     never run together. Beside it, at nice 19: the other test targets'
+     build, then the `--beside-lab` commands (the doc tests, the fuzz
+     targets' build), one after another;
+   - `alone` (once that build is done): the EXCLUSIVE tests,
+     timing-sensitive or CPU-heavy, one at a time with nothing else running;
+   - `unit`: every test outside the lab binaries, and the `--extra`
+     commands, `--jobs` at a time (default: the number of CPUs). With
+     `--no-build` this phase comes first.
+   Within a phase the longest first (that fits), by the durations of the
+   previous run (target/test-logs/durations.json: seconds and CPU seconds
+   per test), else of a committed run (scripts/test-durations.json), else
+   by DEFAULT_SECONDS (and half the machine's cores as the weight).
 4. Prints a line per finished lab test and per unit-test binary, the
    output of each failure, and a summary; exits 1 if anything failed.
 
 FILTERs (substrings of `<package>/<target>/<test>`, e.g. `nsr_frr::`) run a
-subset; `--list` prints the plan without running it. HOLDFAST_TEST_JOBS and
-HOLDFAST_LAB_JOBS set the job counts too.
+subset; `--list` prints the plan without running it. HOLDFAST_TEST_JOBS,
+HOLDFAST_LAB_JOBS and HOLDFAST_LAB_CORES set the job counts and the cores too.
 """
 
 import argparse
@@ -141,6 +153,8 @@ class Test:
         self.log = None
         self.started = 0.0
         self.seconds = 0.0
+        self.cpu = None  # CPU seconds of its processes (CpuGroup, else wait4)
+        self.cgroup = None
         self.ok = None
 
     @property
@@ -175,12 +189,21 @@ def package_names(cargo):
     return {p["manifest_path"]: p["name"] for p in json.loads(out.stdout)["packages"]}
 
 
-def build(cargo, packages):
-    """Builds the test targets; returns the test executables from cargo's JSON."""
+def build(cargo, packages, niced=False, targets=()):
+    """Builds the test targets (only the `targets`, integration-test names,
+    if given); returns the test executables from cargo's JSON. `niced`: at
+    nice 19, beside the lab's scenarios, its lines tagged. The packages'
+    features are those of the whole selection either way (no -p for a
+    subset of the workspace: cargo would build the dependencies again with
+    that subset's features)."""
     select = [a for p in packages for a in ("-p", p)] or ["--workspace"]
-    say(f"building the test targets (cargo test --release {' '.join(select)} --no-run)")
+    select += [a for t in targets for a in ("--test", t)]
+    tag = "[beside the lab] " if niced else ""
+    say(f"{tag}building the test targets (cargo test --release {' '.join(select)} --no-run)")
     cmd = [cargo, "test", "--release", *select, "--no-run",
            "--message-format=json-render-diagnostics"]
+    if niced:
+        cmd = ["nice", "-n", "19", *cmd]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     artifacts, packages = [], {}
@@ -189,7 +212,7 @@ def build(cargo, packages):
         for line in proc.stderr:
             line = line.rstrip()
             if line:
-                say(f"  {line.strip()}")
+                say(f"  {tag}{line.strip()}")
 
     t = threading.Thread(target=read_stderr, daemon=True)
     t.start()
@@ -217,6 +240,8 @@ def build(cargo, packages):
     t.join(timeout=5)
     if rc != 0:
         say(f"cargo failed ({rc})")
+        if niced:
+            return None
         sys.exit(rc)
     return artifacts
 
@@ -235,19 +260,92 @@ def list_tests(a):
 
 
 def load_durations():
+    """{test id: {"s": seconds, "cpu": CPU seconds}} of the committed run, then
+    of the last run here (an entry of an older file is a bare number of seconds)."""
     out = {}
     for f in (COMMITTED, DURATIONS):
         try:
-            out.update(json.loads(f.read_text()))
+            d = json.loads(f.read_text())
         except (OSError, ValueError):
-            pass
+            continue
+        for k, v in d.items():
+            out[k] = v if isinstance(v, dict) else {"s": v}
     return out
 
 
 def expected(t, durations):
     if t.id in durations:
-        return durations[t.id]
+        return durations[t.id]["s"]
     return max([s for p, s in DEFAULT_SECONDS.items() if p in t.id] or [1.0])
+
+
+def weight(t, durations, cores):
+    """The cores `t` keeps busy on average (its CPU seconds over its seconds,
+    when a run measured them); unmeasured, half the machine."""
+    d = durations.get(t.id, {})
+    if d.get("cpu") is None or not d.get("s"):
+        return cores / 2
+    return min(max(d["cpu"] / d["s"], 0.05), cores)
+
+
+class CpuGroup:
+    """A cgroup of one test's processes, for the CPU they use: every process
+    the test starts, daemons that detach themselves included (they stay in
+    it), as `wait4` would miss. cgroup v1's cpuacct or cgroup v2 (root);
+    elsewhere `wait4`'s figure alone."""
+
+    V1 = Path("/sys/fs/cgroup/cpuacct")
+    V2 = Path("/sys/fs/cgroup")
+    BASE = "holdfast-tests"
+
+    def __init__(self, name):
+        self.dir = None
+        for root, usage in ((self.V1, "cpuacct.usage"), (self.V2, "cpu.stat")):
+            if (root / usage).exists() and os.access(root, os.W_OK):
+                d = root / self.BASE / f"{os.getpid()}-{name}"
+                try:
+                    d.mkdir(parents=True, exist_ok=True)
+                except OSError:
+                    continue
+                self.dir, self.usage = d, usage
+                break
+
+    def enter(self):
+        """In the child, before exec: into the group."""
+        if self.dir is not None:
+            (self.dir / "cgroup.procs").write_text(str(os.getpid()))
+
+    def seconds(self):
+        """CPU seconds used in the group so far (None: no group)."""
+        if self.dir is None:
+            return None
+        try:
+            text = (self.dir / self.usage).read_text()
+        except OSError:
+            return None
+        if self.usage == "cpuacct.usage":
+            return int(text) / 1e9
+        usec = next((l.split()[1] for l in text.splitlines() if l.startswith("usage_usec")), "0")
+        return int(usec) / 1e6
+
+    def remove(self):
+        """Removes the group (it stays while a process the test left runs in it)."""
+        if self.dir is not None:
+            try:
+                self.dir.rmdir()
+            except OSError:
+                pass
+
+    @classmethod
+    def sweep(cls):
+        """Removes the empty groups of earlier runs."""
+        for root in (cls.V1, cls.V2):
+            base = root / cls.BASE
+            for d in base.glob("*") if base.is_dir() else []:
+                try:
+                    d.rmdir()
+                except OSError:
+                    pass
 
 
 def start(t, env):
@@ -259,9 +357,10 @@ def start(t, env):
         e["CARGO_MANIFEST_DIR"] = t.cwd
         e["CARGO_PKG_NAME"] = t.pkg
     t.started = time.monotonic()
+    t.cgroup = CpuGroup(t.id.replace("/", "_").replace(":", "_"))
     t.proc = subprocess.Popen(t.command(), cwd=t.cwd if t.argv is None else ROOT,
                               stdout=t.log, stderr=subprocess.STDOUT, env=e,
-                              start_new_session=True)
+                              start_new_session=True, preexec_fn=t.cgroup.enter)
 
 
 def kill(t):
@@ -280,19 +379,69 @@ def show_failure(t):
     print("----", flush=True)
 
 
-def run_phase(name, tests, jobs, env, durations, timeout, verbose):
-    """Runs `tests` `jobs` at a time, a SERIAL group's tests one at a time."""
+def reap(t):
+    """The exit code of `t`'s process if it ended (None if not), with the CPU
+    seconds it and the children it waited for used (`wait4`)."""
+    pid, status, ru = os.wait4(t.proc.pid, os.WNOHANG)
+    if pid == 0:
+        return None
+    t.proc.returncode = os.waitstatus_to_exitcode(status)
+    t.cpu = ru.ru_utime + ru.ru_stime
+    in_group = t.cgroup.seconds()
+    if in_group is not None:
+        t.cpu = max(t.cpu, in_group)
+    return t.proc.returncode
+
+
+def next_to_start(todo, running, busy, durations, cores):
+    """The test to start now, if any: the first of `todo` (longest first)
+    outside a busy SERIAL group that fits in `cores` beside `running`. When
+    the first such test does not fit, another starts only if it is expected
+    to end before the first would fit anyway (EASY backfilling), so light
+    tests fill the gaps without pushing a long heavy one to the end."""
+    free = [t for t in todo if not t.group or t.group not in busy]
+    if not free:
+        return None
+    if cores is None or not running:
+        return free[0]
+    w = lambda t: weight(t, durations, cores)
+    used = sum(w(r) for r in running)
+    head = free[0]
+    if used + w(head) <= cores + 1e-9:
+        return head
+    # When would the head fit: as the running tests end, by their expected durations.
+    now = time.monotonic()
+    ends = sorted((max(r.started + expected(r, durations), now), w(r)) for r in running)
+    shadow = now
+    for end, weight_freed in ends:
+        used -= weight_freed
+        shadow = end
+        if used + w(head) <= cores + 1e-9:
+            break
+    return next((t for t in free[1:]
+                 if sum(w(r) for r in running) + w(t) <= cores + 1e-9
+                 and now + expected(t, durations) <= shadow), None)
+
+
+def run_phase(name, tests, jobs, env, durations, timeout, verbose, cores=None):
+    """Runs `tests` `jobs` at a time, a SERIAL group's tests one at a time.
+
+    With `cores`, also no more at once than the machine has cores for: a test
+    starts only while the weights (`weight`) of those running and its own sum
+    to at most `cores` (or nothing runs); the longest that fits goes first,
+    so light scenarios fill in beside a heavy one."""
     if not tests:
         return
     todo = sorted(tests, key=lambda t: -expected(t, durations))
-    say(f"phase {name}: {len(todo)} tests, {jobs} at a time")
+    load = "" if cores is None else f", {cores:.1f} cores' worth"
+    say(f"phase {name}: {len(todo)} tests, up to {jobs} at a time{load}")
     running = []
     last_note = time.monotonic()
     deadline = time.monotonic() + timeout * max(1, len(todo))
     while (todo or running) and time.monotonic() < deadline:
         busy = {t.group for t in running if t.group}
         while len(running) < jobs:
-            t = next((t for t in todo if not t.group or t.group not in busy), None)
+            t = next_to_start(todo, running, busy, durations, cores)
             if t is None:
                 break
             todo.remove(t)
@@ -301,16 +450,18 @@ def run_phase(name, tests, jobs, env, durations, timeout, verbose):
             if t.group:
                 busy.add(t.group)
             if verbose:
-                say(f"start {t.id}")
+                w = f" (weight {weight(t, durations, cores):.2f})" if cores else ""
+                say(f"start {t.id}{w}")
         time.sleep(0.05)
         for t in list(running):
-            rc = t.proc.poll()
+            rc = reap(t)
             late = time.monotonic() - t.started > timeout
             if rc is None and not late:
                 continue
             if rc is None:
                 kill(t)
-                t.proc.wait()
+                while (rc := reap(t)) is None:
+                    time.sleep(0.05)
                 t.log.write(f"\n[run-tests] killed after {timeout} s\n")
             t.log.close()
             t.seconds = time.monotonic() - t.started
@@ -318,11 +469,12 @@ def run_phase(name, tests, jobs, env, durations, timeout, verbose):
             t.count_passed()
             running.remove(t)
             kill(t)  # whatever it left in its session
+            t.cgroup.remove()
             if not t.ok:
                 say(f"FAIL  {t.id} ({t.seconds:.1f} s)")
                 show_failure(t)
             elif verbose:
-                say(f"ok    {t.id} ({t.seconds:.1f} s)")
+                say(f"ok    {t.id} ({t.seconds:.1f} s, {t.cpu:.1f} CPU s)")
             if not verbose and t.ok:
                 say(f"ok    {t.binary}: {t.passed} passed ({t.seconds:.1f} s)")
         if running and time.monotonic() - last_note > 60:
@@ -336,12 +488,35 @@ def run_phase(name, tests, jobs, env, durations, timeout, verbose):
         t.ok = False
 
 
+def unit_jobs_of(tests):
+    """The unit tests run a binary at a time (its tests one after another in
+    one process, as cargo ran them), the binaries in parallel: a process per
+    unit test costs more than the test. --extra commands are jobs of their own."""
+    jobs, by_binary = [], {}
+    for t in tests:
+        if t.argv is not None:
+            jobs.append(t)
+        elif t.exe in by_binary:
+            by_binary[t.exe].members.append(t.name)
+        else:
+            job = Test(t.pkg, t.target, t.kind, t.exe, t.cwd, "*")
+            job.members = [t.name]
+            by_binary[t.exe] = job
+            jobs.append(job)
+    return jobs
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--jobs", type=int,
                     default=int(os.environ.get("HOLDFAST_TEST_JOBS", os.cpu_count() or 2)))
     ap.add_argument("--lab-jobs", type=int,
-                    default=int(os.environ.get("HOLDFAST_LAB_JOBS", 2)))
+                    default=int(os.environ.get("HOLDFAST_LAB_JOBS", 4)),
+                    help="at most this many lab scenarios at once (default 4)")
+    ap.add_argument("--lab-cores", type=float,
+                    default=float(os.environ.get("HOLDFAST_LAB_CORES", 0.9 * (os.cpu_count() or 2))),
+                    help="and no more than this many cores' worth of them, by each one's CPU "
+                    "seconds in the last run (default: 0.9 x the CPUs; 0: no limit)")
     ap.add_argument("--timeout", type=int, default=1800,
                     help="seconds one test may take before it is killed")
     ap.add_argument("--list", action="store_true", help="print the plan, run nothing")
@@ -353,63 +528,113 @@ def main():
                     help="only this package's tests (default: the workspace's)")
     ap.add_argument("--extra", action="append", default=[], metavar="NAME=CMD",
                     help="a shell command run in the unit phase, as a test")
+    ap.add_argument("--beside-lab", action="append", default=[], metavar="NAME=CMD",
+                    help="a shell command run as a test at nice 19 during the lab phase "
+                    "(after the other test targets' build), e.g. a build")
     ap.add_argument("filters", nargs="*")
     args = ap.parse_args()
     cargo = os.environ.get("CARGO", "cargo")
     LOGS.mkdir(parents=True, exist_ok=True)
     saved = LOGS / "artifacts.json"
+    in_phase = lambda p: not args.phase or p in args.phase
+    lab_pkgs = sorted({p for p, _ in LAB_BINARIES if not args.package or p in args.package})
+    # The lab's scenarios need only their own binaries: those are built first,
+    # and the other test targets at nice 19 while the scenarios run (they
+    # leave a core mostly idle waiting on timers), then the --beside-lab
+    # commands; the alone and unit phases wait for that build.
+    overlap = not args.no_build and not args.list and lab_pkgs and (
+        in_phase("lab") or in_phase("alone"))
+    beside = []
     if args.no_build and saved.exists():
         artifacts = json.loads(saved.read_text())
+    elif overlap:
+        artifacts = build(cargo, args.package,
+                          targets=sorted({t for p, t in LAB_BINARIES if p in lab_pkgs}))
     else:
         artifacts = build(cargo, args.package)
         saved.write_text(json.dumps(artifacts, indent=1))
 
-    tests, n_ignored = [], 0
-    for a in artifacts:
-        names, ign = list_tests(a)
-        n_ignored += ign
-        tests += [Test(a["pkg"], a["target"], a["kind"], a["exe"], a["cwd"], n) for n in names]
-    for e in args.extra if not args.phase or "unit" in args.phase else []:
-        name, _, cmd = e.partition("=")
-        tests.append(Test("extra", name, "extra", None, None, name, ["bash", "-c", cmd]))
-    if args.filters:
-        tests = [t for t in tests if any(f in t.id for f in args.filters)]
-    if args.phase:
-        tests = [t for t in tests if t.phase in args.phase]
+    def tests_of(arts, keep):
+        out, ign = [], 0
+        for a in arts:
+            if not keep((a["pkg"], a["target"]) in LAB_BINARIES):
+                continue
+            names, n = list_tests(a)
+            ign += n
+            out += [Test(a["pkg"], a["target"], a["kind"], a["exe"], a["cwd"], n) for n in names]
+        return out, ign
+
+    def select(tests):
+        if args.filters:
+            tests = [t for t in tests if any(f in t.id for f in args.filters)]
+        return [t for t in tests if in_phase(t.phase)]
+
+    def extras(specs, phase_ok):
+        out = []
+        for e in specs if phase_ok else []:
+            name, _, cmd = e.partition("=")
+            out.append(Test("extra", name, "extra", None, None, name, ["bash", "-c", cmd]))
+        return select(out)
+
+    tests, n_ignored = tests_of(artifacts, lambda lab: lab or not overlap)
+    tests = select(tests) + extras(args.extra, in_phase("unit"))
+    beside = extras(args.beside_lab, in_phase("unit"))
+    for t in beside:
+        t.argv = ["nice", "-n", "19", *t.argv]
     durations = load_durations()
     phases = {p: [t for t in tests if t.phase == p] for p in ("unit", "lab", "alone")}
-    # The unit tests run a binary at a time (its tests one after another in
-    # one process, as cargo ran them), the binaries in parallel: a process per
-    # unit test costs more than the test.
-    unit_jobs, by_binary = [], {}
-    for t in phases["unit"]:
-        if t.argv is not None:
-            unit_jobs.append(t)
-        elif t.exe in by_binary:
-            by_binary[t.exe].members.append(t.name)
-        else:
-            job = Test(t.pkg, t.target, t.kind, t.exe, t.cwd, "*")
-            job.members = [t.name]
-            by_binary[t.exe] = job
-            unit_jobs.append(job)
-    n_unit = len(phases["unit"])
-    phases["unit"] = unit_jobs
-    n_tests = sum(len(t.members) for ts in phases.values() for t in ts)
+    phases["unit"] = unit_jobs_of(phases["unit"])
+    n_tests = sum(len(t.members) for ts in phases.values() for t in ts) + len(beside)
     say(f"{n_tests} tests in {len(artifacts)} test binaries ({n_ignored} #[ignore]d, not run): "
-        + ", ".join(f"{p} {n_unit if p == 'unit' else len(ts)}" for p, ts in phases.items()))
+        + ", ".join(f"{p} {sum(len(t.members) for t in ts)}" for p, ts in phases.items())
+        + (" (and the unit tests, after their build)" if overlap else ""))
     if args.list:
         for p, ts in phases.items():
             for t in sorted(ts, key=lambda t: -expected(t, durations)):
                 tag = f" [serial: {t.group}]" if t.group else ""
                 if t.name == "*":
                     tag += f" ({len(t.members)} tests)"
+                if p == "lab" and args.lab_cores:
+                    tag += f" (weight {weight(t, durations, args.lab_cores):.2f})"
                 print(f"{p:5} {expected(t, durations):7.1f} s  {t.id}{tag}")
         return 0
 
     env = dict(os.environ)
-    run_phase("unit", phases["unit"], args.jobs, env, durations, args.timeout, verbose=False)
-    run_phase("lab", phases["lab"], args.lab_jobs, env, durations, args.timeout, verbose=True)
+    CpuGroup.sweep()
+    if not overlap:
+        run_phase("unit", phases["unit"], args.jobs, env, durations, args.timeout, verbose=False)
+    # Beside the lab phase: the other test targets' build, then the
+    # --beside-lab commands, one after another at nice 19.
+    built = {}
+
+    def background():
+        if overlap:
+            built["artifacts"] = build(cargo, args.package, niced=True)
+        for t in beside:
+            run_phase("beside the lab", [t], 1, env, durations, args.timeout, verbose=False)
+
+    bg = threading.Thread(target=background, daemon=True)
+    bg.start()
+    run_phase("lab", phases["lab"], args.lab_jobs, env, durations, args.timeout, verbose=True,
+              cores=args.lab_cores or None)
+    if bg.is_alive():
+        say("waiting for the build beside the lab phase")
+    bg.join()
+    if overlap:
+        arts = built.get("artifacts")
+        if arts is None:
+            say("the test targets' build failed")
+            return 1
+        saved.write_text(json.dumps(arts, indent=1))
+        more, ign = tests_of(arts, lambda lab: not lab)
+        n_ignored += ign
+        more = select(more)
+        phases["unit"] = unit_jobs_of([t for t in more if t.phase == "unit"]) + phases["unit"]
+        n_tests += sum(1 for t in more if t.phase == "unit")
     run_phase("alone", phases["alone"], 1, env, durations, args.timeout, verbose=True)
+    if overlap:
+        run_phase("unit", phases["unit"], args.jobs, env, durations, args.timeout, verbose=False)
+    phases["unit"] += beside
 
     try:
         measured = json.loads(DURATIONS.read_text())
@@ -418,7 +643,7 @@ def main():
     jobs = [t for ts in phases.values() for t in ts]
     for t in jobs:
         if t.ok:
-            measured[t.id] = round(t.seconds, 2)
+            measured[t.id] = {"s": round(t.seconds, 2), "cpu": round(t.cpu or 0.0, 2)}
     DURATIONS.write_text(json.dumps(measured, indent=1, sort_keys=True))
     failed = [t for t in jobs if not t.ok]
     n_passed = sum(t.passed for t in jobs)

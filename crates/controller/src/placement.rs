@@ -6,11 +6,12 @@
 //! placement, or is marked failed. Its capacity is [`DEFAULT_CAPACITY`]
 //! units unless `hosts/capacity/<host>` holds a number.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use holdfast_control::{place, DesiredState, FailureKind, Host, HostId, HostState, Unit, UnitId};
 
 use crate::store::{Store, StoreError};
+use crate::UnitRecord;
 
 /// Units a host may carry (primaries plus the backups that land on it after
 /// any single failure) when `hosts/capacity/<host>` does not say.
@@ -18,6 +19,14 @@ pub const DEFAULT_CAPACITY: u32 = 16;
 
 /// The desired state in etcd as `holdfast-control`'s model.
 pub async fn read_state(store: &mut Store) -> Result<DesiredState, StoreError> {
+    Ok(read_state_and_units(store).await?.0)
+}
+
+/// [`read_state`] with the unit records it read (one read of them for a
+/// caller that needs both).
+pub async fn read_state_and_units(
+    store: &mut Store,
+) -> Result<(DesiredState, Vec<UnitRecord>), StoreError> {
     let keys = store.keys().clone();
     let p = keys.prefix().to_string();
     let agents: BTreeSet<String> = store
@@ -36,12 +45,15 @@ pub async fn read_state(store: &mut Store) -> Result<DesiredState, StoreError> {
         names.insert(u.primary.clone());
         names.extend(u.backup.clone());
     }
+    // Every host's capacity in one read, not one per host.
+    let capacities: BTreeMap<String, u32> = store
+        .scan::<u32>(&format!("{p}hosts/capacity/"))
+        .await?
+        .into_iter()
+        .collect();
     let mut hosts = Vec::new();
     for h in names {
-        let capacity = store
-            .get::<u32>(&format!("{p}hosts/capacity/{h}"))
-            .await?
-            .unwrap_or(DEFAULT_CAPACITY);
+        let capacity = capacities.get(&h).copied().unwrap_or(DEFAULT_CAPACITY);
         let state = if failed.contains(&h) {
             HostState::Failed {
                 kind: FailureKind::Host,
@@ -56,14 +68,15 @@ pub async fn read_state(store: &mut Store) -> Result<DesiredState, StoreError> {
             state,
         });
     }
-    let units = units.iter().map(|u| {
+    let model = units.iter().map(|u| {
         Unit::new(
             u.unit.clone(),
             &HostId::new(u.primary.clone()),
             u.backup.clone().map(HostId::new).as_ref(),
         )
     });
-    Ok(DesiredState::new(hosts, units))
+    let state = DesiredState::new(hosts, model);
+    Ok((state, units))
 }
 
 /// The backup of `unit` once it runs on `primary`: the host it left when

@@ -243,14 +243,13 @@ impl Localization {
         if self.synced.is_some_and(|t| t.elapsed() < SYNC_EVERY) {
             return Ok(());
         }
-        let mut state = crate::placement::read_state(store).await?;
+        let (mut state, records) = crate::placement::read_state_and_units(store).await?;
         let migrating: Vec<String> = store
             .migrations_in_flight()
             .await?
             .into_iter()
             .map(|(_, m)| m.unit)
             .collect();
-        let records = store.units().await?;
         for m in &migrating {
             state.units.remove(&UnitId::new(m.clone()));
         }

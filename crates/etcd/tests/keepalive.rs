@@ -6,7 +6,11 @@
 //!   timeout, once, and after SIGCONT the next renewal opens a new stream
 //!   and succeeds;
 //! - a renewal of a revoked lease answers zero (gone), the first on the
-//!   kept stream and the next on a new one.
+//!   kept stream and the next on a new one;
+//! - while a leader holds the leader key, a follower's campaigns fail and
+//!   make no raft proposal (etcd's `etcd_server_proposals_committed_total`
+//!   stays put over ten of them); once the key is gone, the next campaign
+//!   wins.
 //!
 //! Needs `etcd` (Debian's etcd-server); without it the test is skipped,
 //! or fails under `HOLDFAST_REQUIRE_LAB=1`.
@@ -82,6 +86,19 @@ fn start_etcd() -> Option<Etcd> {
 
 /// etcd's count of keep-alive streams opened, from its /metrics.
 async fn streams_opened(client: &str) -> u64 {
+    metric(client, |l| {
+        l.starts_with("grpc_server_started_total") && l.contains("grpc_method=\"LeaseKeepAlive\"")
+    })
+    .await
+}
+
+/// etcd's count of raft proposals committed, from its /metrics.
+async fn proposals_committed(client: &str) -> u64 {
+    metric(client, |l| l.starts_with("etcd_server_proposals_committed_total ")).await
+}
+
+/// The value of the first line of etcd's /metrics that `pick` accepts.
+async fn metric(client: &str, pick: impl Fn(&str) -> bool) -> u64 {
     let addr = client.trim_start_matches("http://");
     let text = tokio::task::spawn_blocking({
         let addr = addr.to_string();
@@ -97,10 +114,7 @@ async fn streams_opened(client: &str) -> u64 {
     .await
     .expect("metrics read");
     text.lines()
-        .find(|l| {
-            l.starts_with("grpc_server_started_total")
-                && l.contains("grpc_method=\"LeaseKeepAlive\"")
-        })
+        .find(|l| pick(l))
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse::<f64>().ok())
         .map_or(0, |v| v as u64)
@@ -189,5 +203,37 @@ async fn renewals_share_one_stream_and_a_stopped_member_fails_one_renewal() {
     store.revoke(lease).await.expect("revoke");
     for _ in 0..2 {
         assert_eq!(store.renew(lease).await.expect("an answer"), Duration::ZERO);
+    }
+}
+
+#[tokio::test]
+async fn a_campaign_against_a_held_leader_key_makes_no_proposal() {
+    let Some(etcd) = start_etcd() else { return };
+    let mut leader = store_up(&etcd.client).await;
+    let mut follower = store_up(&etcd.client).await;
+    let (l1, _) = leader.grant(Duration::from_secs(5)).await.expect("grant");
+    let (l2, _) = follower.grant(Duration::from_secs(5)).await.expect("grant");
+    let won = leader.campaign("c1", None, l1).await.expect("campaign");
+    assert!(won.is_some(), "the first campaign did not win");
+
+    let before = proposals_committed(&etcd.client).await;
+    for _ in 0..10 {
+        let r = follower.campaign("c2", None, l2).await.expect("campaign");
+        assert_eq!(r, None, "a campaign won against a held leader key");
+    }
+    let made = proposals_committed(&etcd.client).await - before;
+    assert_eq!(made, 0, "ten failed campaigns made {made} raft proposals");
+
+    // The leader's lease revoked: its key goes, and the follower wins.
+    leader.revoke(l1).await.expect("revoke");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        if let Some(token) = follower.campaign("c2", None, l2).await.expect("campaign") {
+            let (rec, t) = follower.leader().await.expect("read").expect("a leader");
+            assert_eq!((rec.name.as_str(), t), ("c2", token));
+            break;
+        }
+        assert!(Instant::now() < deadline, "no campaign won after the revoke");
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
