@@ -537,11 +537,16 @@ async fn run(a: Args) -> Result<()> {
     )?
     .map(|f| holdfast_control_api::tls::Tls::load(&f))
     .transpose()?;
-    let mut store = Store::new(a.etcd.clone(), Duration::from_secs(2), keys.clone(), true)?
-        .with_tls(
-            tls.as_ref()
-                .map(holdfast_control_api::tls::Tls::etcd_client),
-        );
+    // `etcd-auth init` is one bounded call of a few requests per host.
+    let bound = if matches!(a.op, Op::EtcdAuth { .. }) {
+        Duration::from_secs(30)
+    } else {
+        Duration::from_secs(2)
+    };
+    let mut store = Store::new(a.etcd.clone(), bound, keys.clone(), true)?.with_tls(
+        tls.as_ref()
+            .map(holdfast_control_api::tls::Tls::etcd_client),
+    );
     let (j, t) = match &a.op {
         Op::Status => status(&read(&mut store, &keys).await?),
         Op::Hosts => {
