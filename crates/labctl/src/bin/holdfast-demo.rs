@@ -73,6 +73,11 @@ struct Args {
     /// Remove what a crashed earlier run left behind, and exit.
     #[arg(long)]
     cleanup: bool,
+    /// A plaintext control plane: no certificates (`--insecure` controllers and
+    /// agents), Redis without ACL users, as `holdfast lab up --insecure`. Warned
+    /// at start. By default the certificates are made at up.
+    #[arg(long)]
+    insecure: bool,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -92,6 +97,10 @@ fn main() -> anyhow::Result<()> {
     opts.bfd_interval_ms = args.bfd_ms;
     opts.kinds = args.kinds;
     opts.report_dir = (!args.no_reports).then_some(args.reports);
+    opts.insecure = args.insecure;
+    if args.insecure {
+        eprintln!("{}", command::INSECURE_WARNING);
+    }
     if !args.bfd_floor.is_empty() {
         let floor = demo::bfd_floor(&opts, &args.bfd_floor, &mut |m| eprintln!("{m}"))?;
         if args.json {
