@@ -442,7 +442,7 @@ pub struct Nsr {
     /// milliseconds; fewer replicas in time is a failed write.
     #[serde(default = "default_wait_timeout_ms")]
     pub wait_timeout_ms: u64,
-    /// The store's Redis ACL user (docs/security-redis.md); `None`: the
+    /// The store's Redis ACL user (docs/security.md); `None`: the
     /// URL's, if any. Needs a password (`store_password_file`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub store_user: Option<String>,
