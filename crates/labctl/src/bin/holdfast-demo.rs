@@ -78,11 +78,15 @@ struct Args {
     /// at start. By default the certificates are made at up.
     #[arg(long)]
     insecure: bool,
+    /// The demo lab's state file (another one lets a second demo run beside
+    /// the first).
+    #[arg(long, default_value = STATE)]
+    state: PathBuf,
 }
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let state = PathBuf::from(STATE);
+    let state = args.state.clone();
     // A crashed earlier run: its lab goes first.
     let down = command::down(&state)?;
     let stale = cleanup_stale()?;
