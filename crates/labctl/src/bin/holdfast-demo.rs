@@ -101,10 +101,8 @@ fn main() -> anyhow::Result<()> {
     opts.bfd_interval_ms = args.bfd_ms;
     opts.kinds = args.kinds;
     opts.report_dir = (!args.no_reports).then_some(args.reports);
+    // With it, `lab up`'s first progress line is the warning.
     opts.insecure = args.insecure;
-    if args.insecure {
-        eprintln!("{}", command::INSECURE_WARNING);
-    }
     if !args.bfd_floor.is_empty() {
         let floor = demo::bfd_floor(&opts, &args.bfd_floor, &mut |m| eprintln!("{m}"))?;
         if args.json {
