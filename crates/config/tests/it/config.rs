@@ -340,7 +340,10 @@ fn grpc_api_off_loopback_needs_client_certificates_or_insecure() {
     let (cfg, w) = ok(&g("grpc_listen = \"0.0.0.0:50051\"\ngrpc_insecure = true"));
     assert!(cfg.global.grpc_insecure);
     assert_eq!(w.len(), 1, "{w:?}");
-    assert!(w[0].contains("global.grpc_insecure") && w[0].contains("0.0.0.0:50051"), "{w:?}");
+    assert!(
+        w[0].contains("global.grpc_insecure") && w[0].contains("0.0.0.0:50051"),
+        "{w:?}"
+    );
 }
 
 /// Each case: (config text, key the error must name, message fragment).

@@ -171,7 +171,13 @@ pub fn start(
         let dir = lab.work_dir().join("certs");
         let hosts: Vec<String> = unit_hosts.iter().cloned().chain(["s".into()]).collect();
         let ctrls: Vec<String> = ["c1", "c2", "c3"].map(String::from).to_vec();
-        make_certs(&bins, &dir, &hosts, &ctrls, std::slice::from_ref(&unit.name))?;
+        make_certs(
+            &bins,
+            &dir,
+            &hosts,
+            &ctrls,
+            std::slice::from_ref(&unit.name),
+        )?;
         step(&format!(
             "certificates in {} (holdfast ctl certs init: CA, controllers c1..c3, agents {}, operator admin, unit {})",
             dir.display(),
@@ -186,7 +192,11 @@ pub fn start(
     step(&format!(
         "etcd ({}) and controllers c1, c2, c3 on the management network ({})",
         cp.etcd.endpoints(),
-        if tls { "Attach over mutual TLS" } else { "plaintext Attach: --insecure" }
+        if tls {
+            "Attach over mutual TLS"
+        } else {
+            "plaintext Attach: --insecure"
+        }
     ));
     let svc = format!("{}/{NSR_V4_LEN}", sc.service.v4);
     let rec = unit_record(
