@@ -56,8 +56,7 @@ pub use watch::PlaneWatch;
 pub use parts::{
     agent_unit_pid, controller_statuses, controller_verdicts, ctl_json, json_file, kill_all,
     kill_container_ns, make_certs, placement_of, relink_host, show_nsr, store_user, tls_args,
-    unit_record,
-    verdict_is, wait_leader_in, wait_protected_at, AgentArgs, AgentOpts, ControlPlane,
+    unit_record, verdict_is, wait_leader_in, wait_protected_at, AgentArgs, AgentOpts, ControlPlane,
     CONTROLLER_PORT, FAILSAFE_PORT, UNITS_PREFIX,
 };
 
@@ -346,7 +345,12 @@ impl Plane {
                 containers.insert(h.clone(), c);
             }
             let store_user = if extras.redis_acl {
-                Some(store_user(&lab, &redis, &bins.holdfast, &["unit", &u.name])?)
+                Some(store_user(
+                    &lab,
+                    &redis,
+                    &bins.holdfast,
+                    &["unit", &u.name],
+                )?)
             } else {
                 None
             };

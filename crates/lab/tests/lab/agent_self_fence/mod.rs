@@ -35,11 +35,11 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use holdfast_lab::plane::{make_certs, tls_args, PlaneBins};
 use holdfast_lab::{
     find_binary, hold_for, skip, skip_unless_ready, skip_unless_tools, wait_for_every, Etcd,
     HostId, IfAddr, Lab,
 };
-use holdfast_lab::plane::{make_certs, tls_args, PlaneBins};
 use serde_json::Value;
 
 const TTL_MS: u64 = 3000;

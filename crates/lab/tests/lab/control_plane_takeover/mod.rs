@@ -60,12 +60,12 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use holdfast_lab::plane::{make_certs, store_user, tls_args, PlaneBins};
 use holdfast_lab::{
     find_binary, hold_for, nsr_config, skip, skip_unless_ready, skip_unless_tools, wait_for_every,
     Etcd, Frr, Lab, NeighborSpec, NsrTopo, Peer, PeerKind, PeerSpec, PeerWatch, ProcId, Redis,
     RouteSpec, SessionState, Signal,
 };
-use holdfast_lab::plane::{make_certs, store_user, tls_args, PlaneBins};
 use serde_json::Value;
 
 const PEER_AS: u32 = 65001;
@@ -132,8 +132,8 @@ fn up(name: &str, b: &Bins) -> Plane {
     let topo = NsrTopo::build(&mut lab).expect("topology");
     // Secure, as `holdfast lab up` (issue 30): Redis with the unit's own
     // ACL user, mutual TLS between the controllers and the agents.
-    let redis = Redis::start_acl(&mut lab, topo.redis.id, IpAddr::V4(topo.redis.v4), 6379)
-        .expect("redis");
+    let redis =
+        Redis::start_acl(&mut lab, topo.redis.id, IpAddr::V4(topo.redis.v4), 6379).expect("redis");
     let (store_user, store_pass) =
         store_user(&lab, &redis, &b.holdfast, &["unit", INSTANCE]).expect("store user");
     let plane_bins = PlaneBins::find().expect("binaries");
