@@ -111,6 +111,11 @@ struct Args {
     /// The CA of the controllers and the other agents (PEM).
     #[arg(long)]
     tls_ca: Option<PathBuf>,
+    /// Plaintext gRPC (no `--tls-*`): the Attach stream and the failsafe
+    /// service carry no identity. Logged as a warning at start; without
+    /// it (or the `--tls-*` flags) the agent refuses to start.
+    #[arg(long, conflicts_with_all = ["tls_cert", "tls_key", "tls_ca"])]
+    insecure: bool,
 }
 
 fn pair(s: &str, what: &str) -> Result<(String, String)> {
@@ -164,12 +169,15 @@ fn main() -> Result<()> {
     };
     let tls = match TlsFiles::from_flags(a.tls_cert, a.tls_key, a.tls_ca)? {
         Some(f) => Some(Tls::load(&f)?),
-        None => {
+        None if a.insecure => {
             tracing::warn!(
-                "plaintext gRPC: the Attach stream and the failsafe service carry no identity (give --tls-cert, --tls-key and --tls-ca)"
+                "--insecure: plaintext gRPC, the Attach stream and the failsafe service carry no identity (anyone on the management network may ask this agent's failsafe or act as a controller)"
             );
             None
         }
+        None => bail!(
+            "the agent needs --tls-cert, --tls-key and --tls-ca (`holdfast ctl certs init`, docs/security.md), or --insecure for plaintext gRPC"
+        ),
     };
     let interval = Duration::from_millis(a.probe_interval_ms.max(10));
     let cfg = ShellConfig {

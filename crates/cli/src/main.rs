@@ -142,7 +142,7 @@ enum NsrOp {
     },
     /// Print the Redis `ACL SETUSER` command of a unit's store user (its
     /// own keys only) or a BFD relay's (read-only), for `redis-cli` to run
-    /// as an administrator (docs/security-redis.md). Needs no daemon. The
+    /// as an administrator (docs/security.md). Needs no daemon. The
     /// password goes as its SHA-256.
     Acl {
         #[command(subcommand)]

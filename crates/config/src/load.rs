@@ -284,7 +284,44 @@ fn check_global(g: &Global) -> Result<(), ConfigError> {
             "needs global.grpc_tls_cert and global.grpc_tls_key (client certificates are checked over TLS)",
         ));
     }
-    Ok(())
+    check_grpc_exposure(g)
+}
+
+/// The GoBGP API off loopback (issue 30): only with client certificates
+/// (`grpc_tls_ca`), or with `grpc_insecure = true` said explicitly.
+fn check_grpc_exposure(g: &Global) -> Result<(), ConfigError> {
+    let Some(addr) = g.grpc_listen else {
+        if g.grpc_insecure {
+            return Err(invalid(
+                "global.grpc_insecure",
+                "needs global.grpc_listen (the gRPC API is off without it)",
+            ));
+        }
+        return Ok(());
+    };
+    match (g.grpc_tls_ca.is_some(), g.grpc_insecure) {
+        (true, true) => Err(invalid(
+            "global.grpc_insecure",
+            "must not be set with global.grpc_tls_ca (client certificates are required)",
+        )),
+        (false, false) if !addr.ip().is_loopback() => Err(invalid(
+            "global.grpc_listen",
+            format!(
+                "{addr} is not a loopback address: the API can add routes and reset sessions, so it needs global.grpc_tls_ca (with grpc_tls_cert and grpc_tls_key; docs/security.md), or global.grpc_insecure = true to serve any client"
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The warning of an API served to any client off loopback.
+fn grpc_warning(g: &Global) -> Option<String> {
+    let addr = g.grpc_listen.filter(|a| !a.ip().is_loopback())?;
+    g.grpc_insecure.then(|| {
+        format!(
+            "global.grpc_insecure: the gRPC API on {addr} takes any client (no client certificate): it can add routes and reset sessions"
+        )
+    })
 }
 
 fn check_network(key: &str, n: &Network, instances: &[Instance]) -> Result<(), ConfigError> {
@@ -920,7 +957,7 @@ pub(crate) fn parse(text: &str) -> Result<(Config, Vec<String>), ConfigError> {
         bmp: Vec::new(),
         rpki: Vec::new(),
     };
-    let mut warnings = Vec::new();
+    let mut warnings: Vec<String> = grpc_warning(&cfg.global).into_iter().collect();
     let mut keys = HashSet::new();
     for (i, r) in raw.neighbor.into_iter().enumerate() {
         let n = build_neighbor(i, r, &cfg, &mut warnings)?;

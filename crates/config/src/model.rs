@@ -114,6 +114,11 @@ pub struct Global {
     /// `grpc_tls_cert` and `grpc_tls_key`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grpc_tls_ca: Option<PathBuf>,
+    /// Serve the gRPC API on a non-loopback `grpc_listen` without client
+    /// certificates (`grpc_tls_ca`): any client that reaches it may add
+    /// routes and reset sessions. Refused without it; warned at start.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub grpc_insecure: bool,
 }
 
 impl Global {
@@ -437,7 +442,7 @@ pub struct Nsr {
     /// milliseconds; fewer replicas in time is a failed write.
     #[serde(default = "default_wait_timeout_ms")]
     pub wait_timeout_ms: u64,
-    /// The store's Redis ACL user (docs/security-redis.md); `None`: the
+    /// The store's Redis ACL user (docs/security.md); `None`: the
     /// URL's, if any. Needs a password (`store_password_file`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub store_user: Option<String>,

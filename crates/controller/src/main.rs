@@ -5,16 +5,18 @@
 //! ```text
 //! holdfast-controller --etcd http://a:2379,http://b:2379,http://c:2379 --name c1 \
 //!     [--cluster default] [--lease-ttl-ms 3000] [--step-ms 1000] [--status-file PATH]
-//!     [--tls-cert PEM --tls-key PEM --tls-ca PEM]
+//!     [--listen ADDR:PORT (--tls-cert PEM --tls-key PEM --tls-ca PEM | --insecure)]
 //! ```
 //!
 //! With `--tls-*` the `Attach` service requires a client certificate from
 //! the CA, and an agent's must name the host it attaches as
-//! (docs/security.md); without them it is plaintext, and a warning says so
-//! at start. The same certificate is the replica's identity to etcd at
-//! `https://` endpoints (etcd's `--client-cert-auth`: the user
-//! `controller:NAME`, role `holdfast-controller`; the CA must also have
-//! issued etcd's member certificates).
+//! (docs/security.md). A replica that serves `Attach` (`--listen`) refuses
+//! to start without them unless `--insecure` is given: then it is
+//! plaintext, and a warning says so at start. The same certificate is the
+//! replica's identity to etcd at `https://` endpoints (etcd's
+//! `--client-cert-auth`: the user `controller:NAME`, role
+//! `holdfast-controller`; the CA must also have issued etcd's member
+//! certificates).
 //!
 //! Logs go to stderr (`HOLDFAST_LOG`, default `info`). SIGTERM or SIGINT
 //! revokes the lease, so another replica takes over at once.
@@ -94,6 +96,11 @@ struct Args {
     /// The CA whose certificates the agents must present (PEM).
     #[arg(long)]
     tls_ca: Option<PathBuf>,
+    /// Serve `Attach` in plaintext (no `--tls-*`): any client on the
+    /// management network may attach as any host. Logged as a warning at
+    /// start.
+    #[arg(long, conflicts_with_all = ["tls_cert", "tls_key", "tls_ca"])]
+    insecure: bool,
     /// Negative control for the lab only: write without the leader compare
     /// (and without the compare-and-swap of step records), as a controller
     /// trusting its lease alone would.
@@ -127,8 +134,11 @@ async fn main() -> anyhow::Result<()> {
         Some(f) => {
             holdfast_control_api::tls::Tls::load(f)?;
         }
-        None if a.listen.is_some() => tracing::warn!(
-            "the Attach service is plaintext: any client on the management network can attach as any host (give --tls-cert, --tls-key and --tls-ca)"
+        None if a.listen.is_some() && a.insecure => tracing::warn!(
+            "--insecure: the Attach service is plaintext, any client on the management network can attach as any host and report for its units"
+        ),
+        None if a.listen.is_some() => bail!(
+            "--listen needs --tls-cert, --tls-key and --tls-ca (`holdfast ctl certs init`, docs/security.md), or --insecure for a plaintext Attach service"
         ),
         None => {}
     }

@@ -61,7 +61,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use holdfast_lab::plane::{verdict_is, Plane, PlaneBins, PlaneSpec, PlaneUnitSpec};
+use holdfast_lab::plane::{verdict_is, Plane, PlaneBins, PlaneExtras, PlaneSpec, PlaneUnitSpec};
 use holdfast_lab::{LabError, Result, Signal};
 use serde::Serialize;
 
@@ -343,6 +343,19 @@ pub fn run(
     seed: u64,
     kinds: &[ChaosKind],
     stop: Option<&AtomicBool>,
+    line: impl FnMut(&Iteration),
+) -> Result<(Summary, Vec<Iteration>)> {
+    run_with(iterations, seed, kinds, false, stop, line)
+}
+
+/// [`run`] on a secure plane (mutual TLS, Redis ACL users: [`PlaneExtras`]'s
+/// default), or a plaintext one with `insecure`.
+pub fn run_with(
+    iterations: u32,
+    seed: u64,
+    kinds: &[ChaosKind],
+    insecure: bool,
+    stop: Option<&AtomicBool>,
     mut line: impl FnMut(&Iteration),
 ) -> Result<(Summary, Vec<Iteration>)> {
     let kinds = if kinds.is_empty() {
@@ -352,7 +365,12 @@ pub fn run(
     };
     let started = Instant::now();
     let bins = PlaneBins::find()?;
-    let mut p = Plane::up("chaos", &plane_spec(), bins)?;
+    let extras = if insecure {
+        PlaneExtras::insecure()
+    } else {
+        PlaneExtras::default()
+    };
+    let mut p = Plane::up_with("chaos", &plane_spec(), bins, &extras)?;
     p.wait_established(Duration::from_secs(90))?;
     p.wait_leader(4, Duration::from_secs(60))?;
     let cap = capture(&p)?;

@@ -89,6 +89,9 @@ pub struct DemoOptions {
     /// After the failures, a negative control: every peer resets its session (its own
     /// `clear`/`restart`), measured like a failure. Its columns must not be zero.
     pub control: bool,
+    /// A plaintext control plane and store (`holdfast-demo --insecure`, as `lab up
+    /// --insecure`); secure by default.
+    pub insecure: bool,
 }
 
 impl DemoOptions {
@@ -102,6 +105,7 @@ impl DemoOptions {
             routes_out: None,
             bfd_interval_ms: None,
             relay: true,
+            insecure: false,
             kinds: vec![
                 FailureKind::Application,
                 FailureKind::Container,
@@ -275,7 +279,10 @@ pub fn run(opts: &DemoOptions, progress: &mut dyn FnMut(&str)) -> Result<DemoRep
         sc.peers.iter().map(|p| sc.peer_route_count(p)).sum::<u64>(),
         sc.unit_route_count(&sc.holdfastd[0])
     ));
-    command::up(&sc_file, &opts.state_file, &mut |m| {
+    let up = command::UpOptions {
+        insecure: opts.insecure,
+    };
+    command::up_with(&sc_file, &opts.state_file, &up, &mut |m| {
         say(&format!("  up {m}"))
     })?;
     let r = drive(opts, &sc, &mut say);

@@ -717,6 +717,19 @@ impl Scenario {
         topo: &NsrTopo,
         redis_url: &str,
     ) -> Result<String> {
+        self.holdfastd_config_auth(unit, topo, redis_url, None)
+    }
+
+    /// [`Scenario::holdfastd_config`] with the unit's store user and
+    /// password file (`[nsr] store_user`, `store_password_file`) when the
+    /// store has ACL users.
+    pub fn holdfastd_config_auth(
+        &self,
+        unit: &HoldfastdSpec,
+        topo: &NsrTopo,
+        redis_url: &str,
+        store_user: Option<(&str, &std::path::Path)>,
+    ) -> Result<String> {
         let mut extra = format!("asn = {}\n", unit.asn);
         if let Some(h) = unit.hold_time {
             extra.push_str(&format!("hold_time = {h}\n"));
@@ -757,6 +770,12 @@ impl Scenario {
             extra.push_str(&format!(
                 "[[policy]]\nname = \"{OWN_ROUTES_POLICY}\"\ndefault = \"reject\"\n\
                  [[policy.term]]\nname = \"originated\"\nmatch = {{ as_path = \"^$\" }}\naction = \"accept\"\n"
+            ));
+        }
+        if let Some((user, file)) = store_user {
+            extra.push_str(&format!(
+                "[nsr]\nstore_user = \"{user}\"\nstore_password_file = \"{}\"\n",
+                file.display()
             ));
         }
         Ok(nsr_config(topo, redis_url, &unit.instance, &[], &extra))

@@ -1,7 +1,7 @@
 //! Redis ACL users for the store (issue 30): the `ACL SETUSER` rules that
 //! limit a unit's user to its own instance's keys, and a BFD relay's user
 //! to reading the instances it covers. Pure functions; applying them is
-//! the operator's (`holdfast nsr acl`, docs/security-redis.md) or the
+//! the operator's (`holdfast nsr acl`, docs/security.md) or the
 //! lab's. They follow `holdfast-nsr-redis`'s key layout and commands (its
 //! tests run the whole store suite under these rules); they live here so
 //! that the CLI links no Redis client.

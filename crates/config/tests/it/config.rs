@@ -326,6 +326,26 @@ fn mutual_tls_and_the_socket_group_load() {
     assert_eq!(cfg.global.grpc_tls_ca, None);
 }
 
+/// Issue 30: the GoBGP API off loopback only with client certificates or
+/// an explicit `grpc_insecure = true`, which is warned about.
+#[test]
+fn grpc_api_off_loopback_needs_client_certificates_or_insecure() {
+    let g = |extra: &str| format!("[global]\nasn = 65000\nrouter_id = \"192.0.2.1\"\n{extra}\n");
+    let (_, w) = ok(&g("grpc_listen = \"127.0.0.1:50051\""));
+    assert!(w.is_empty(), "{w:?}");
+    let (_, w) = ok(&g("grpc_listen = \"[::1]:50051\""));
+    assert!(w.is_empty(), "{w:?}");
+    let (_, w) = ok(&g("grpc_listen = \"192.0.2.1:50051\"\ngrpc_tls_cert = \"/c.pem\"\ngrpc_tls_key = \"/k.pem\"\ngrpc_tls_ca = \"/ca.pem\""));
+    assert!(w.is_empty(), "{w:?}");
+    let (cfg, w) = ok(&g("grpc_listen = \"0.0.0.0:50051\"\ngrpc_insecure = true"));
+    assert!(cfg.global.grpc_insecure);
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(
+        w[0].contains("global.grpc_insecure") && w[0].contains("0.0.0.0:50051"),
+        "{w:?}"
+    );
+}
+
 /// Each case: (config text, key the error must name, message fragment).
 #[test]
 fn validation_errors_name_the_key() {
@@ -358,6 +378,11 @@ fn validation_errors_name_the_key() {
         (g("grpc_tls_cert = \"/c.pem\"\ngrpc_tls_key = \"/k.pem\""), "global.grpc_tls_cert", "grpc_listen"),
         (g("grpc_listen = \"127.0.0.1:50051\"\ngrpc_tls_ca = \"/ca.pem\""), "global.grpc_tls_ca", "grpc_tls_cert"),
         (g("grpc_tls_ca = 5"), "global.grpc_tls_ca", ""),
+        (g("grpc_listen = \"192.0.2.1:50051\""), "global.grpc_listen", "grpc_insecure = true"),
+        (g("grpc_listen = \"0.0.0.0:50051\"\ngrpc_tls_cert = \"/c.pem\"\ngrpc_tls_key = \"/k.pem\""), "global.grpc_listen", "grpc_tls_ca"),
+        (g("grpc_listen = \"[::]:50051\""), "global.grpc_listen", "loopback"),
+        (g("grpc_listen = \"192.0.2.1:50051\"\ngrpc_tls_cert = \"/c.pem\"\ngrpc_tls_key = \"/k.pem\"\ngrpc_tls_ca = \"/ca.pem\"\ngrpc_insecure = true"), "global.grpc_insecure", "grpc_tls_ca"),
+        (g("grpc_insecure = true"), "global.grpc_insecure", "grpc_listen"),
         (g("control_socket_group = \"-x\""), "global.control_socket_group", "group name"),
         (g("control_socket_group = \"a b\""), "global.control_socket_group", "group name"),
         (g("control_socket_grp = \"x\""), "global.control_socket_grp", "unknown field"),

@@ -56,8 +56,9 @@ pub use watch::PlaneWatch;
 pub use parts::{
     agent_unit_pid, controller_statuses, controller_verdicts, ctl_json, json_file, kill_all,
     kill_container_ns, make_certs, make_certs_etcd, mgmt_addr_of, operator_tls_args, placement_of,
-    relink_host, show_nsr, tls_args, unit_record, verdict_is, wait_leader_in, wait_protected_at,
-    AgentArgs, AgentOpts, ControlPlane, CONTROLLER_PORT, FAILSAFE_PORT, UNITS_PREFIX,
+    relink_host, show_nsr, store_user, tls_args, unit_record, verdict_is, wait_leader_in,
+    wait_protected_at, AgentArgs, AgentOpts, ControlPlane, CONTROLLER_PORT, FAILSAFE_PORT,
+    UNITS_PREFIX,
 };
 
 /// The peer's AS.
@@ -174,8 +175,10 @@ impl PlaneSpec {
 }
 
 /// What [`Plane::up_with`] adds to a [`PlaneSpec`]: what the NSR scenarios
-/// need beyond the plane's standard units.
-#[derive(Debug, Clone, Default)]
+/// need beyond the plane's standard units. Its default is the secure plane
+/// (mutual TLS and Redis ACL users on, issue 30); [`PlaneExtras::insecure`]
+/// is the plaintext one, for a lab that needs it on purpose.
+#[derive(Debug, Clone)]
 pub struct PlaneExtras {
     /// More holdfastd configuration per unit name, TOML appended to the
     /// unit's own (its top-level keys first): neighbours with TCP-MD5 or
@@ -189,7 +192,7 @@ pub struct PlaneExtras {
     /// More arguments of every host agent (e.g. `--hang-ms 0`: no hang
     /// detection, for a lab that stops a unit for seconds on purpose).
     pub agent_args: Vec<String>,
-    /// Redis with ACL users (issue 30; off by default): the store's
+    /// Redis with ACL users (issue 30; on by default): the store's
     /// `default` user is the lab's administrator, and each unit has its own
     /// user (`hf-<unit>`, limited to its keys by `holdfast nsr acl unit`)
     /// and password file (`redis-acl/<unit>.pass` in the work dir), named
@@ -198,15 +201,43 @@ pub struct PlaneExtras {
     /// Mutual TLS on the control plane's gRPC (issue 30): certificates
     /// made at start in `WORK/certs` ([`make_certs`]: the hosts, `s`,
     /// `c1`..`c3`, the units, the operator `admin`), given to every
-    /// replica and agent ([`Plane::certs`]). Off by default.
+    /// replica and agent ([`Plane::certs`]). On by default; without it
+    /// the replicas and agents run with `--insecure`.
     pub mtls: bool,
     /// etcd with TLS, client certificates and per-role permissions (issue
     /// 30, item 3; implies [`PlaneExtras::mtls`]): a server certificate
     /// per member, `holdfast ctl etcd-auth init` as etcd's root before the
     /// replicas start, every replica, agent and `holdfast ctl` presenting
-    /// its own certificate ([`ControlPlane::start_secure`]). Off by
+    /// its own certificate ([`ControlPlane::start_secure`]). On by
     /// default.
     pub etcd_auth: bool,
+}
+
+impl Default for PlaneExtras {
+    fn default() -> Self {
+        PlaneExtras {
+            unit_config: BTreeMap::new(),
+            preheated: Vec::new(),
+            agent_args: Vec::new(),
+            redis_acl: true,
+            mtls: true,
+            etcd_auth: true,
+        }
+    }
+}
+
+impl PlaneExtras {
+    /// The plaintext plane: no certificates (`--insecure` replicas and
+    /// agents), etcd over plain HTTP without authentication, Redis without
+    /// ACL users.
+    pub fn insecure() -> Self {
+        PlaneExtras {
+            redis_acl: false,
+            mtls: false,
+            etcd_auth: false,
+            ..PlaneExtras::default()
+        }
+    }
 }
 
 /// bird2's and gobgpd's AS in the plane.
@@ -267,42 +298,11 @@ pub struct Plane {
     pub certs: Option<PathBuf>,
 }
 
-/// Makes unit `name`'s store user on `redis` as an operator would: a
-/// random password in `redis-acl/<name>.pass` (mode 600) and `holdfast nsr
-/// acl unit` for its `ACL SETUSER`. Returns the user and the file.
-fn unit_store_user(
-    lab: &Lab,
-    redis: &Redis,
-    bins: &PlaneBins,
-    name: &str,
-) -> Result<(String, PathBuf)> {
-    let dir = lab.work_dir().join("redis-acl");
-    std::fs::create_dir_all(&dir)
-        .map_err(|e| LabError::Invalid(format!("{}: {e}", dir.display())))?;
-    let file = dir.join(format!("{name}.pass"));
-    crate::redis::write_secret(&file, &format!("{}\n", crate::redis::random_password()?))?;
-    let out = std::process::Command::new(&bins.holdfast)
-        .args(["nsr", "acl", "unit", name, "--password-file"])
-        .arg(&file)
-        .output()
-        .map_err(|e| LabError::Invalid(format!("{}: {e}", bins.holdfast)))?;
-    if !out.status.success() {
-        return Err(LabError::Invalid(format!(
-            "holdfast nsr acl unit {name}: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
-    }
-    let line = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    let args: Vec<&str> = line.split(' ').collect();
-    redis.set_user(lab, &args)?;
-    Ok((format!("hf-{name}"), file))
-}
-
 const HOST_ADDR: [(&str, u8, u8); 4] = [("a", 3, 64), ("b", 4, 96), ("c", 7, 128), ("d", 9, 160)];
 
 impl Plane {
-    /// Builds the lab and starts everything; the units run on their
-    /// primaries once the agents are up.
+    /// Builds the lab and starts everything, secure ([`PlaneExtras`]'s
+    /// default); the units run on their primaries once the agents are up.
     pub fn up(name: &str, spec: &PlaneSpec, bins: PlaneBins) -> Result<Plane> {
         Plane::up_with(name, spec, bins, &PlaneExtras::default())
     }
@@ -356,7 +356,12 @@ impl Plane {
                 containers.insert(h.clone(), c);
             }
             let store_user = if extras.redis_acl {
-                Some(unit_store_user(&lab, &redis, &bins, &u.name)?)
+                Some(store_user(
+                    &lab,
+                    &redis,
+                    &bins.holdfast,
+                    &["unit", &u.name],
+                )?)
             } else {
                 None
             };
@@ -627,6 +632,25 @@ impl Plane {
         let h = self.topo.add_host(&mut self.lab, name, n)?;
         let p = P::start(&mut self.lab, h.id, spec)?;
         Ok((h, p))
+    }
+
+    /// What a `holdfast-bfd-relay` covering `instances` adds to its
+    /// command line to reach the store: with Redis ACL users, its own
+    /// read-only user (`hf-relay`, [`store_user`]) as `--store-user` and
+    /// `--store-password-file`; nothing without.
+    pub fn relay_store_args(&self, instances: &[&str]) -> Result<Vec<String>> {
+        if !self.redis.acl() {
+            return Ok(Vec::new());
+        }
+        let mut what = vec!["relay"];
+        what.extend_from_slice(instances);
+        let (user, file) = store_user(&self.lab, &self.redis, &self.bins.holdfast, &what)?;
+        Ok(vec![
+            "--store-user".into(),
+            user,
+            "--store-password-file".into(),
+            file.to_string_lossy().into_owned(),
+        ])
     }
 
     /// The host named `name`.

@@ -20,7 +20,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::error::{LabError, Result};
-use crate::{wait_for_every, BridgeId, Etcd, HostId, Lab, ProcId};
+use crate::{wait_for_every, BridgeId, Etcd, HostId, Lab, ProcId, Redis};
 
 use super::PlaneBins;
 
@@ -69,7 +69,8 @@ pub struct AgentOpts {
     /// Its containers: (unit, namespace, interface).
     pub containers: Vec<(String, String, String)>,
     /// Mutual TLS: the certificate directory ([`make_certs`]); the agent
-    /// gets `agent-NAME.pem` and its key, and `ca.pem`.
+    /// gets `agent-NAME.pem` and its key, and `ca.pem`. `None`: the agent
+    /// runs with `--insecure`.
     pub tls: Option<PathBuf>,
 }
 
@@ -156,6 +157,52 @@ pub fn operator_tls_args(certs: Option<&Path>) -> Vec<String> {
     certs.map_or_else(Vec::new, |d| tls_args(d, "operator", "admin"))
 }
 
+/// Makes a store user on `redis` (started with ACL users) as an operator
+/// would: a random password in `redis-acl/NAME.pass` of the lab's work
+/// directory (mode 600), and `holdfast nsr acl WHAT --password-file FILE`
+/// for its `ACL SETUSER`. `what` is `["unit", INSTANCE]` (user
+/// `hf-INSTANCE`, file `INSTANCE.pass`) or `["relay", INSTANCE...]` (user
+/// `hf-relay`, file `relay.pass`). Returns the user and the file.
+pub fn store_user(
+    lab: &Lab,
+    redis: &Redis,
+    holdfast: &str,
+    what: &[&str],
+) -> Result<(String, PathBuf)> {
+    let (user, stem) = match what {
+        ["unit", name] => (format!("hf-{name}"), (*name).to_string()),
+        ["relay", ..] => ("hf-relay".to_string(), "relay".to_string()),
+        _ => {
+            return Err(LabError::Invalid(format!(
+                "store user {what:?}: unit NAME or relay INSTANCE..."
+            )))
+        }
+    };
+    let dir = lab.work_dir().join("redis-acl");
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| LabError::Invalid(format!("{}: {e}", dir.display())))?;
+    let file = dir.join(format!("{stem}.pass"));
+    crate::redis::write_secret(&file, &format!("{}\n", crate::redis::random_password()?))?;
+    let out = std::process::Command::new(holdfast)
+        .args(["nsr", "acl"])
+        .args(what)
+        .arg("--password-file")
+        .arg(&file)
+        .output()
+        .map_err(|e| LabError::Invalid(format!("{holdfast}: {e}")))?;
+    if !out.status.success() {
+        return Err(LabError::Invalid(format!(
+            "holdfast nsr acl {}: {}",
+            what.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    let line = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let args: Vec<&str> = line.split(' ').collect();
+    redis.set_user(lab, &args)?;
+    Ok((user, file))
+}
+
 /// A host agent's command line and files.
 #[derive(Debug, Clone)]
 pub struct AgentArgs {
@@ -181,7 +228,9 @@ impl ControlPlane {
         ControlPlane::start_tls(lab, bins, members, others, controller_args, None)
     }
 
-    /// [`ControlPlane::start_secure`] without etcd authentication.
+    /// [`ControlPlane::start_secure`] without etcd authentication: mutual
+    /// TLS on the replicas' `Attach` service when `certs` (a [`make_certs`]
+    /// directory) is given, else `--insecure`.
     pub fn start_tls(
         lab: &mut Lab,
         bins: &PlaneBins,
@@ -276,7 +325,10 @@ impl ControlPlane {
                 "127.0.0.1:9180",
             ];
             argv.extend(controller_args.iter().map(String::as_str));
-            let tls = certs.map_or_else(Vec::new, |d| tls_args(d, "controller", &cname));
+            let tls = certs.map_or_else(
+                || vec!["--insecure".to_string()],
+                |d| tls_args(d, "controller", &cname),
+            );
             argv.extend(tls.iter().map(String::as_str));
             let p = lab.spawn(
                 *h,
@@ -365,8 +417,9 @@ impl ControlPlane {
         for (unit, ns, ifname) in &o.containers {
             args.extend(["--container".to_string(), format!("{unit}={ns}:{ifname}")]);
         }
-        if let Some(d) = &o.tls {
-            args.extend(tls_args(d, "agent", &o.name));
+        match &o.tls {
+            Some(d) => args.extend(tls_args(d, "agent", &o.name)),
+            None => args.push("--insecure".into()),
         }
         AgentArgs {
             args,

@@ -379,6 +379,10 @@ impl<P: Peer> Run<P> {
             .expect("holdfast-bfd-relay (cargo build --release -p holdfast-bfd-relay)");
         let url = self.plane.redis.url();
         let bin = bin.to_string_lossy().to_string();
+        let auth = self
+            .plane
+            .relay_store_args(&[UNIT])
+            .expect("the relay's store user");
         let mut args = vec![
             bin.as_str(),
             "--store",
@@ -388,6 +392,7 @@ impl<P: Peer> Run<P> {
             "--poll-ms",
             "100",
         ];
+        args.extend(auth.iter().map(String::as_str));
         args.extend_from_slice(extra);
         let p = self
             .plane

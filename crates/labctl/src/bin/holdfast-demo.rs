@@ -73,11 +73,20 @@ struct Args {
     /// Remove what a crashed earlier run left behind, and exit.
     #[arg(long)]
     cleanup: bool,
+    /// A plaintext control plane: no certificates (`--insecure` controllers and
+    /// agents), Redis without ACL users, as `holdfast lab up --insecure`. Warned
+    /// at start. By default the certificates are made at up.
+    #[arg(long)]
+    insecure: bool,
+    /// The demo lab's state file (another one lets a second demo run beside
+    /// the first).
+    #[arg(long, default_value = STATE)]
+    state: PathBuf,
 }
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let state = PathBuf::from(STATE);
+    let state = args.state.clone();
     // A crashed earlier run: its lab goes first.
     let down = command::down(&state)?;
     let stale = cleanup_stale()?;
@@ -92,6 +101,8 @@ fn main() -> anyhow::Result<()> {
     opts.bfd_interval_ms = args.bfd_ms;
     opts.kinds = args.kinds;
     opts.report_dir = (!args.no_reports).then_some(args.reports);
+    // With it, `lab up`'s first progress line is the warning.
+    opts.insecure = args.insecure;
     if !args.bfd_floor.is_empty() {
         let floor = demo::bfd_floor(&opts, &args.bfd_floor, &mut |m| eprintln!("{m}"))?;
         if args.json {

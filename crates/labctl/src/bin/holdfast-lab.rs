@@ -34,8 +34,16 @@ struct Args {
 #[derive(Subcommand, Debug)]
 enum LabOp {
     /// Build a scenario and leave it running: SCENARIO is a name (`holdfast lab
-    /// list`), a directory, or a scenario.toml.
-    Up { scenario: String },
+    /// list`), a directory, or a scenario.toml. Certificates are made at up
+    /// (mutual TLS between the controllers and the agents) and Redis runs with
+    /// ACL users.
+    Up {
+        scenario: String,
+        /// Plaintext: no certificates (the controllers and agents run
+        /// `--insecure`), Redis without ACL users. Warned at start.
+        #[arg(long)]
+        insecure: bool,
+    },
     /// Every unit: processes, holdfastd's summary and NSR state (control socket),
     /// each peer's sessions (the peer's own CLI), links, the controllers (which
     /// leads) and the agents, failures so far.
@@ -72,6 +80,10 @@ enum LabOp {
         /// Draw only these kinds (comma-separated; default: every kind).
         #[arg(long, value_enum, value_delimiter = ',')]
         kinds: Vec<holdfast_labctl::chaos::ChaosKind>,
+        /// A plaintext control plane (`--insecure` controllers and agents, Redis
+        /// without ACL users), as `lab up --insecure`. Warned at start.
+        #[arg(long)]
+        insecure: bool,
     },
     /// Tear the lab down, and remove what any crashed lab run left behind.
     Down,
@@ -125,9 +137,12 @@ fn run_lab(state: Option<PathBuf>, op: &LabOp, json: bool) -> anyhow::Result<()>
     let mut progress = |line: &str| eprintln!("{line}");
     let out: anyhow::Result<(serde_json::Value, String)> = (|| {
         Ok(match op {
-            LabOp::Up { scenario } => {
+            LabOp::Up { scenario, insecure } => {
                 let file = lab::find_scenario(scenario)?;
-                let s = lab::up(&file, &state, &mut progress)?;
+                let opts = lab::UpOptions {
+                    insecure: *insecure,
+                };
+                let s = lab::up_with(&file, &state, &opts, &mut progress)?;
                 (serde_json::to_value(&s)?, s.to_string())
             }
             LabOp::Status => {
@@ -146,12 +161,20 @@ fn run_lab(state: Option<PathBuf>, op: &LabOp, json: bool) -> anyhow::Result<()>
                 iterations,
                 seed,
                 kinds,
+                insecure,
             } => {
                 let stop = interrupt_flag();
-                let (summary, its) =
-                    holdfast_labctl::chaos::run(*iterations, *seed, kinds, Some(stop), |it| {
-                        eprintln!("{it}")
-                    })?;
+                if *insecure {
+                    eprintln!("{}", lab::INSECURE_WARNING);
+                }
+                let (summary, its) = holdfast_labctl::chaos::run_with(
+                    *iterations,
+                    *seed,
+                    kinds,
+                    *insecure,
+                    Some(stop),
+                    |it| eprintln!("{it}"),
+                )?;
                 let v = serde_json::json!({ "summary": summary, "iterations": its });
                 let text = format!("{summary}\n");
                 if summary.failed > 0 || !summary.two_senders.is_empty() {

@@ -9,6 +9,10 @@
 //!   PROTECTED, keeps it running ([`Lab::keep`]) and writes a [`LabState`] (run id,
 //!   namespaces, processes with their pids, the control plane, which host runs the
 //!   unit).
+//!   Secure by default (issue 30): the certificates are made at up (`holdfast ctl
+//!   certs init`) for mutual TLS between the controllers and the agents, and Redis runs
+//!   with ACL users (the unit's and the relay's own); [`up_with`] with
+//!   [`UpOptions::insecure`] (`lab up --insecure`) is plaintext, with a warning.
 //! * [`status`] reads it back: every unit's processes (alive?), holdfastd's `show
 //!   summary` / `show nsr` over its control socket, each peer's sessions through its own
 //!   CLI, the hosts' links, the controllers (which leads) and the agents.
@@ -45,6 +49,7 @@ use holdfast_lab::{
 };
 
 use crate::scenario::{parse_peer_kind, Scenario};
+use holdfast_lab::plane::store_user;
 use state::unix_ms;
 
 mod fail;
@@ -153,13 +158,37 @@ fn start_peer(
     })
 }
 
+/// How [`up_with`] builds the lab.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UpOptions {
+    /// Plaintext (`lab up --insecure`): no certificates, the replicas and agents
+    /// `--insecure`, Redis without ACL users. A warning says so at start.
+    pub insecure: bool,
+}
+
+/// What `lab up --insecure` warns.
+pub const INSECURE_WARNING: &str = "warning: --insecure: the controllers' Attach and the agents' failsafe are plaintext gRPC (no client identity), etcd takes any client over plain HTTP (no authentication) and Redis takes any client (no ACL users)";
+
 /// `lab up`: builds the scenario in `scenario_file`, keeps it running and writes
-/// `state_file`. Refuses when a lab of that state file is up. Progress lines go to
-/// `progress`. On failure everything built is torn down (the work directory is kept and
-/// its path printed).
+/// `state_file`, secure ([`up_with`] with the default [`UpOptions`]).
 pub fn up(
     scenario_file: &Path,
     state_file: &Path,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Status> {
+    up_with(scenario_file, state_file, &UpOptions::default(), progress)
+}
+
+/// `lab up`: builds the scenario in `scenario_file`, keeps it running and writes
+/// `state_file`. Refuses when a lab of that state file is up. Progress lines go to
+/// `progress`. On failure everything built is torn down (the work directory is kept and
+/// its path printed). Secure unless `opts.insecure`: certificates made at up (mutual
+/// TLS between the controllers and the agents), Redis with an ACL user for the unit
+/// (and the relay).
+pub fn up_with(
+    scenario_file: &Path,
+    state_file: &Path,
+    opts: &UpOptions,
     progress: &mut dyn FnMut(&str),
 ) -> Result<Status> {
     let sc = Scenario::load(scenario_file)?;
@@ -195,6 +224,9 @@ pub fn up(
     let removed = cleanup_stale()?;
     let t0 = Instant::now();
     let mut step = |m: &str| progress(&format!("[{:>6.2}s] {m}", t0.elapsed().as_secs_f64()));
+    if opts.insecure {
+        step(INSECURE_WARNING);
+    }
     if removed > 0 {
         step(&format!(
             "removed {removed} namespace(s) left by crashed runs"
@@ -202,7 +234,7 @@ pub fn up(
     }
     let mut lab = Lab::new(&format!("{WORK_DIR_PREFIX}{}", sc.name))?;
     let abs = std::path::absolute(scenario_file).unwrap_or_else(|_| scenario_file.into());
-    let state = match build(&mut lab, &sc, &abs, &mut step) {
+    let state = match build(&mut lab, &sc, &abs, !opts.insecure, &mut step) {
         Ok(s) => s,
         Err(e) => {
             lab.fail(&e.to_string());
@@ -223,6 +255,7 @@ fn build(
     lab: &mut Lab,
     sc: &Scenario,
     scenario_file: &Path,
+    secure: bool,
     step: &mut dyn FnMut(&str),
 ) -> Result<LabState> {
     let mut members = Vec::new();
@@ -244,15 +277,40 @@ fn build(
     let redis_host = sc
         .host(&sc.redis.host)
         .ok_or_else(|| LabError::Invalid("no Redis host".into()))?;
-    let redis = Redis::start(lab, topo.redis.id, IpAddr::V4(redis_host.v4), sc.redis.port)?;
+    let bind = IpAddr::V4(redis_host.v4);
+    let redis = if secure {
+        Redis::start_acl(lab, topo.redis.id, bind, sc.redis.port)?
+    } else {
+        Redis::start(lab, topo.redis.id, bind, sc.redis.port)?
+    };
     step(&format!(
-        "redis on {} ({}), pid {}",
+        "redis on {} ({}), pid {}{}",
         sc.redis.host,
         redis.url(),
-        redis.pid()
+        redis.pid(),
+        if secure { ", with ACL users" } else { "" }
     ));
-    let config = sc.holdfastd_config(unit, &topo, &redis.url())?;
-    let plane = plane::start(lab, sc, &topo, unit, &config, step)?;
+    let holdfast = find_binary("holdfast", "HOLDFAST_BIN")?
+        .to_string_lossy()
+        .into_owned();
+    let unit_user = if secure {
+        let (user, file) = store_user(lab, &redis, &holdfast, &["unit", &unit.instance])?;
+        step(&format!(
+            "store user {user} for {} (keys of its instance only; password file {})",
+            unit.name,
+            file.display()
+        ));
+        Some((user, file))
+    } else {
+        None
+    };
+    let config = sc.holdfastd_config_auth(
+        unit,
+        &topo,
+        &redis.url(),
+        unit_user.as_ref().map(|(u, f)| (u.as_str(), f.as_path())),
+    )?;
+    let plane = plane::start(lab, sc, &topo, unit, &config, secure, step)?;
     let name = format!("{}_0", unit.name);
     let pid = plane
         .agents
@@ -375,7 +433,18 @@ fn build(
         ));
     }
     if let Some(r) = &sc.relay {
-        start_relay(lab, sc, &r.host, &redis.url(), &unit.instance)?;
+        let auth = if secure {
+            let (user, file) = store_user(lab, &redis, &holdfast, &["relay", &unit.instance])?;
+            vec![
+                "--store-user".to_string(),
+                user,
+                "--store-password-file".to_string(),
+                file.to_string_lossy().into_owned(),
+            ]
+        } else {
+            Vec::new()
+        };
+        start_relay(lab, sc, &r.host, &redis.url(), &unit.instance, &auth)?;
         step(&format!(
             "holdfast-bfd-relay on {} covers the {} BFD session(s)",
             r.host,
@@ -413,13 +482,20 @@ fn build(
 
 /// Starts `holdfast-bfd-relay` on `host` against the store and waits until its log
 /// says it covers every BFD session of the scenario.
-fn start_relay(lab: &mut Lab, sc: &Scenario, host: &str, url: &str, instance: &str) -> Result<()> {
+fn start_relay(
+    lab: &mut Lab,
+    sc: &Scenario,
+    host: &str,
+    url: &str,
+    instance: &str,
+    auth: &[String],
+) -> Result<()> {
     let bin = find_binary("holdfast-bfd-relay", "HOLDFAST_BFD_RELAY")?;
     let bin = bin.to_string_lossy().to_string();
     let id = lab
         .host_by_name(host)
         .ok_or_else(|| LabError::Invalid(format!("no host `{host}`")))?;
-    let args = [
+    let mut args = vec![
         bin.as_str(),
         "--store",
         url,
@@ -428,6 +504,7 @@ fn start_relay(lab: &mut Lab, sc: &Scenario, host: &str, url: &str, instance: &s
         "--poll-ms",
         "100",
     ];
+    args.extend(auth.iter().map(String::as_str));
     let p = lab.spawn(id, "bfd-relay", &args, &[("RUST_LOG", "info")])?;
     let err = lab.proc_logs(p).1.to_path_buf();
     let want = sc.bfd_peer_count();

@@ -19,8 +19,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use holdfast_lab::plane::{
-    agent_unit_pid, controller_statuses, controller_verdicts, ctl_json, placement_of, unit_record,
-    AgentOpts, ControlPlane, PlaneBins,
+    agent_unit_pid, controller_statuses, controller_verdicts, ctl_json, make_certs_etcd,
+    mgmt_addr_of, operator_tls_args, placement_of,
+    unit_record, AgentOpts, ControlPlane, PlaneBins,
 };
 use holdfast_lab::{wait_for_every, HostId, Lab, LabError, NsrTopo, Result, NSR_V4_LEN};
 use serde::{Deserialize, Serialize};
@@ -89,6 +90,10 @@ pub struct PlaneRecord {
     pub containers: Vec<ContainerRecord>,
     /// Where `holdfast ctl` runs (a host on `mgmt`).
     pub ctl_host: String,
+    /// The certificates of the replicas' and agents' mutual TLS (`certs
+    /// init` at `up`); `None`: plaintext (`lab up --insecure`).
+    #[serde(default)]
+    pub certs: Option<PathBuf>,
 }
 
 /// The last octets the scenario leaves free on `lan`, from 31 up.
@@ -104,13 +109,19 @@ fn free_octets(sc: &Scenario) -> impl Iterator<Item = u8> {
 
 /// Builds the control plane of `sc` with `unit` (its configuration
 /// `config`) on its primary, and returns once a leader has every agent
-/// attached and the primary's agent runs the unit.
+/// attached and the primary's agent runs the unit. With `tls`, the
+/// certificates are made first (`holdfast ctl certs init` into the work
+/// directory's `certs/`, the etcd members' too), etcd runs with TLS and
+/// client certificates, its users and roles made by `holdfast ctl
+/// etcd-auth init`, and every replica and agent runs with mutual TLS;
+/// without, etcd is plain HTTP and they run `--insecure`.
 pub fn start(
     lab: &mut Lab,
     sc: &Scenario,
     topo: &NsrTopo,
     unit: &HoldfastdSpec,
     config: &str,
+    tls: bool,
     step: &mut dyn FnMut(&str),
 ) -> Result<PlaneRecord> {
     let bins = PlaneBins::find()?;
@@ -159,10 +170,41 @@ pub fn start(
         .map(|(_, id, v4)| (*id, *v4))
         .chain(std::iter::once((s_node.id, s_node.v4)))
         .collect();
-    let cp = ControlPlane::start(lab, &bins, &members, &others, &[])?;
+    let certs = if tls {
+        let dir = lab.work_dir().join("certs");
+        let hosts: Vec<String> = unit_hosts.iter().cloned().chain(["s".into()]).collect();
+        let ctrls: Vec<String> = ["c1", "c2", "c3"].map(String::from).to_vec();
+        let etcd: Vec<(String, Ipv4Addr)> = members
+            .iter()
+            .map(|(h, v4)| (lab.host_info(*h).name.clone(), mgmt_addr_of(*v4)))
+            .collect();
+        make_certs_etcd(
+            &bins,
+            &dir,
+            &hosts,
+            &ctrls,
+            std::slice::from_ref(&unit.name),
+            &etcd,
+        )?;
+        step(&format!(
+            "certificates in {} (holdfast ctl certs init: CA, controllers c1..c3, agents {}, operator admin, unit {}, the etcd members)",
+            dir.display(),
+            hosts.join(", "),
+            unit.name
+        ));
+        Some(dir)
+    } else {
+        None
+    };
+    let cp = ControlPlane::start_secure(lab, &bins, &members, &others, &[], certs.as_deref(), tls)?;
     step(&format!(
-        "etcd ({}) and controllers c1, c2, c3 on the management network",
-        cp.etcd.endpoints()
+        "etcd ({}) and controllers c1, c2, c3 on the management network ({})",
+        cp.etcd.endpoints(),
+        if tls {
+            "Attach over mutual TLS; etcd with client certificates and roles"
+        } else {
+            "plaintext Attach: --insecure"
+        }
     ));
     let svc = format!("{}/{NSR_V4_LEN}", sc.service.v4);
     let rec = unit_record(
@@ -206,6 +248,7 @@ pub fn start(
                     (c.unit.clone(), ns, c.ifname.clone())
                 })
                 .collect(),
+            tls: certs.clone(),
             ..AgentOpts::default()
         };
         let mut boot = Vec::new();
@@ -229,6 +272,7 @@ pub fn start(
         name: "s".into(),
         server: true,
         probes,
+        tls: certs.clone(),
         ..AgentOpts::default()
     };
     let (p, a) = cp.spawn_agent(lab, &bins, s_node.id, &server, &[])?;
@@ -255,6 +299,7 @@ pub fn start(
         agents,
         containers,
         ctl_host: "c1".into(),
+        certs,
     };
     let plane = LabPlane { rec: record, bins };
     let leader = holdfast_lab::plane::wait_leader_in(
@@ -360,7 +405,13 @@ impl LabPlane {
         let host = lab
             .host_by_name(&self.rec.ctl_host)
             .ok_or_else(|| LabError::Invalid(format!("no host `{}`", self.rec.ctl_host)))?;
-        ctl_json(lab, host, &self.bins.ctl, &self.rec.endpoints, args)
+        let tls = operator_tls_args(self.rec.certs.as_deref());
+        let all: Vec<&str> = tls
+            .iter()
+            .map(String::as_str)
+            .chain(args.iter().copied())
+            .collect();
+        ctl_json(lab, host, &self.bins.ctl, &self.rec.endpoints, &all)
     }
 
     /// `(primary, backup)` of `unit` per `holdfast ctl units`.

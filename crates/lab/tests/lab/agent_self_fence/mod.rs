@@ -35,6 +35,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use holdfast_lab::plane::{make_certs, tls_args, PlaneBins};
 use holdfast_lab::{
     find_binary, hold_for, skip, skip_unless_ready, skip_unless_tools, wait_for_every, Etcd,
     HostId, IfAddr, Lab,
@@ -58,6 +59,7 @@ fn spawn_agent(
     (host, name, listen): (HostId, &str, &str),
     eps: &str,
     (agent, holdfastd): &(String, String),
+    certs: &std::path::Path,
     unit: Option<&str>,
 ) -> holdfast_lab::ProcId {
     let dir = lab.work_dir().join(format!("agent-{name}"));
@@ -87,6 +89,8 @@ fn spawn_agent(
         "--failsafe-listen",
         listen,
     ];
+    let tls = tls_args(certs, "agent", name);
+    argv.extend(tls.iter().map(String::as_str));
     if let Some(u) = unit {
         argv.extend(["--unit", u]);
     }
@@ -118,6 +122,13 @@ fn an_agent_cut_off_from_etcd_fences_its_units_first() {
             return;
         }
     };
+    let plane_bins = match PlaneBins::find() {
+        Ok(b) => b,
+        Err(e) => {
+            skip(&format!("{e}"));
+            return;
+        }
+    };
     let mut lab = Lab::new("agent_self_fence").expect("lab");
     let mut hosts: Vec<HostId> = Vec::new();
     let mut members = Vec::new();
@@ -133,6 +144,16 @@ fn an_agent_cut_off_from_etcd_fences_its_units_first() {
     }
     lab.bridge("agt", &ports).expect("bridge");
     let etcd = Etcd::start(&mut lab, &members).expect("etcd cluster");
+    // The agents' failsafe over mutual TLS, as by default (issue 30).
+    let certs = lab.work_dir().join("certs");
+    make_certs(
+        &plane_bins,
+        &certs,
+        &["h".into(), "g".into()],
+        &["c1".into()],
+        &[],
+    )
+    .expect("certificates");
 
     // The unit: a holdfastd with no neighbours.
     let work = lab.work_dir().join("agent-h");
@@ -155,6 +176,7 @@ fn an_agent_cut_off_from_etcd_fences_its_units_first() {
         (hosts[3], "h", "192.0.2.4:50052"),
         &eps,
         &bins,
+        &certs,
         Some(&unit),
     );
     spawn_agent(
@@ -162,6 +184,7 @@ fn an_agent_cut_off_from_etcd_fences_its_units_first() {
         (hosts[4], "g", "192.0.2.5:50052"),
         &eps,
         &bins,
+        &certs,
         None,
     );
 

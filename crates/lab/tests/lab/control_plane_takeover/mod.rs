@@ -13,6 +13,9 @@
 //!
 //! The unit's placement (primary a, backup b, its configuration and
 //! service address) is written to etcd with `etcdctl`, as an operator would.
+//! Secure as `holdfast lab up` (issue 30): the controllers and the agents
+//! over mutual TLS (`holdfast ctl certs init`), the unit's own Redis ACL
+//! user.
 //! Checked:
 //! 1. one controller leads and both agents are attached to it (its status);
 //!    frr's session with .10 is Established with the unit's routes;
@@ -57,6 +60,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use holdfast_lab::plane::{make_certs, store_user, tls_args, PlaneBins};
 use holdfast_lab::{
     find_binary, hold_for, nsr_config, skip, skip_unless_ready, skip_unless_tools, wait_for_every,
     Etcd, Frr, Lab, NeighborSpec, NsrTopo, Peer, PeerKind, PeerSpec, PeerWatch, ProcId, Redis,
@@ -72,6 +76,7 @@ struct Bins {
     controller: String,
     ctl: String,
     holdfastd: String,
+    holdfast: String,
 }
 
 fn bins() -> Option<Bins> {
@@ -81,14 +86,20 @@ fn bins() -> Option<Bins> {
         f("holdfast-controller", "HOLDFAST_CONTROLLER_BIN"),
         f("holdfast-ctl", "HOLDFAST_CTL_BIN"),
         f("holdfastd", "HOLDFASTD"),
+        f("holdfast", "HOLDFAST_BIN"),
     ) {
-        (Ok(agent), Ok(controller), Ok(ctl), Ok(holdfastd)) => Some(Bins {
+        (Ok(agent), Ok(controller), Ok(ctl), Ok(holdfastd), Ok(holdfast)) => Some(Bins {
             agent,
             controller,
             ctl,
             holdfastd,
+            holdfast,
         }),
-        (Err(e), _, _, _) | (_, Err(e), _, _) | (_, _, Err(e), _) | (_, _, _, Err(e)) => {
+        (Err(e), _, _, _, _)
+        | (_, Err(e), _, _, _)
+        | (_, _, Err(e), _, _)
+        | (_, _, _, Err(e), _)
+        | (_, _, _, _, Err(e)) => {
             skip(&format!("{e}"));
             None
         }
@@ -119,8 +130,22 @@ fn up(name: &str, b: &Bins) -> Plane {
     let mut lab = Lab::new(name).expect("lab");
     lab.capture_start().expect("pcap");
     let topo = NsrTopo::build(&mut lab).expect("topology");
+    // Secure, as `holdfast lab up` (issue 30): Redis with the unit's own
+    // ACL user, mutual TLS between the controllers and the agents.
     let redis =
-        Redis::start(&mut lab, topo.redis.id, IpAddr::V4(topo.redis.v4), 6379).expect("redis");
+        Redis::start_acl(&mut lab, topo.redis.id, IpAddr::V4(topo.redis.v4), 6379).expect("redis");
+    let (store_user, store_pass) =
+        store_user(&lab, &redis, &b.holdfast, &["unit", INSTANCE]).expect("store user");
+    let plane_bins = PlaneBins::find().expect("binaries");
+    let certs = lab.work_dir().join("certs");
+    make_certs(
+        &plane_bins,
+        &certs,
+        &["a".into(), "b".into()],
+        &["c1".into(), "c2".into(), "c3".into()],
+        &[],
+    )
+    .expect("certificates");
     let mut members = Vec::new();
     for (i, n) in ["c1", "c2", "c3"].iter().enumerate() {
         let h = topo
@@ -138,21 +163,24 @@ fn up(name: &str, b: &Bins) -> Plane {
         grpc.push(format!("http://{listen}"));
         let st = status.to_string_lossy().to_string();
         let name = format!("c{}", i + 1);
+        let tls = tls_args(&certs, "controller", &name);
+        let mut argv: Vec<&str> = vec![
+            &b.controller,
+            "--etcd",
+            &eps,
+            "--name",
+            &name,
+            "--listen",
+            &listen,
+            "--status-file",
+            &st,
+        ];
+        argv.extend(tls.iter().map(String::as_str));
         let p = lab
             .spawn(
                 *h,
                 &format!("controller-{name}"),
-                &[
-                    &b.controller,
-                    "--etcd",
-                    &eps,
-                    "--name",
-                    &name,
-                    "--listen",
-                    &listen,
-                    "--status-file",
-                    &st,
-                ],
+                &argv,
                 &[("HOLDFAST_LOG", "info")],
             )
             .expect("controller");
@@ -164,7 +192,10 @@ fn up(name: &str, b: &Bins) -> Plane {
         &redis.url(),
         INSTANCE,
         &[(IpAddr::V4(topo.peer.v4), PEER_AS)],
-        "hold_time = 9\n[[network]]\nprefix = \"100.100.0.0/24\"\ncount = 10\n",
+        &format!(
+            "hold_time = 9\n[[network]]\nprefix = \"100.100.0.0/24\"\ncount = 10\n[nsr]\nstore_user = \"{store_user}\"\nstore_password_file = \"{}\"\n",
+            store_pass.display()
+        ),
     );
     let cfg_path = lab.work_dir().join("edge-1.toml");
     std::fs::write(&cfg_path, &config).expect("config");
@@ -216,6 +247,7 @@ fn up(name: &str, b: &Bins) -> Plane {
         for g in &grpc {
             args.extend(["--controller".to_string(), g.clone()]);
         }
+        args.extend(tls_args(&certs, "agent", hname));
         agents.push((host.id, hname.to_string(), args.clone()));
         if boot {
             args.extend([
