@@ -24,10 +24,10 @@ pub mod metrics;
 pub mod state;
 pub mod store;
 
+pub use etcd_client::TlsOptions;
 pub use fence::Token;
 pub use state::{
     next_step, Keys, Migration, MigrationState, Next, OperatorRequest, UnitRecord, MIGRATION_STEPS,
     RESTART_STEPS, SCHEMA, SWITCHOVER_STEPS,
 };
-pub use etcd_client::TlsOptions;
 pub use store::{Outcome, Store, StoreError};

@@ -94,7 +94,10 @@ async fn streams_opened(client: &str) -> u64 {
 
 /// etcd's count of raft proposals committed, from its /metrics.
 async fn proposals_committed(client: &str) -> u64 {
-    metric(client, |l| l.starts_with("etcd_server_proposals_committed_total ")).await
+    metric(client, |l| {
+        l.starts_with("etcd_server_proposals_committed_total ")
+    })
+    .await
 }
 
 /// The value of the first line of etcd's /metrics that `pick` accepts.
@@ -233,7 +236,10 @@ async fn a_campaign_against_a_held_leader_key_makes_no_proposal() {
             assert_eq!((rec.name.as_str(), t), ("c2", token));
             break;
         }
-        assert!(Instant::now() < deadline, "no campaign won after the revoke");
+        assert!(
+            Instant::now() < deadline,
+            "no campaign won after the revoke"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

@@ -20,8 +20,7 @@ use std::time::Duration;
 
 use holdfast_lab::plane::{
     agent_unit_pid, controller_statuses, controller_verdicts, ctl_json, make_certs_etcd,
-    mgmt_addr_of, operator_tls_args, placement_of,
-    unit_record, AgentOpts, ControlPlane, PlaneBins,
+    mgmt_addr_of, operator_tls_args, placement_of, unit_record, AgentOpts, ControlPlane, PlaneBins,
 };
 use holdfast_lab::{wait_for_every, HostId, Lab, LabError, NsrTopo, Result, NSR_V4_LEN};
 use serde::{Deserialize, Serialize};
