@@ -93,7 +93,9 @@ pub enum IdentityError {
     NotRoleName(String),
     #[error("unknown role `{0}` (controller, agent, operator, unit)")]
     Role(String),
-    #[error("name `{0}`: 1 to 63 letters, digits and `-`, not starting or ending with `-`")]
+    #[error(
+        "name `{0}`: 1 to 63 letters, digits, `-` and `_`, not starting or ending with `-` or `_`"
+    )]
     Name(String),
     #[error("the certificate has no common name")]
     NoCommonName,
@@ -103,11 +105,15 @@ pub enum IdentityError {
 
 /// Whether `name` may be a host, controller, unit or operator name in a
 /// certificate (one DNS label).
+/// `_` is allowed (unit names such as `edge_a` are); the certificate's DNS
+/// name turns it into `-` ([`Identity::dns_name`]).
 pub fn valid_name(name: &str) -> bool {
     (1..=63).contains(&name.len())
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-        && !name.starts_with('-')
-        && !name.ends_with('-')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        && !name.starts_with(['-', '_'])
+        && !name.ends_with(['-', '_'])
 }
 
 impl Identity {
@@ -148,9 +154,9 @@ impl Identity {
         format!("{}:{}", self.role, self.name)
     }
 
-    /// `NAME.ROLE.holdfast`.
+    /// `NAME.ROLE.holdfast` (a `_` of the name as `-`).
     pub fn dns_name(&self) -> String {
-        format!("{}.{}.{DOMAIN}", self.name, self.role)
+        format!("{}.{}.{DOMAIN}", self.name.replace('_', "-"), self.role)
     }
 
     /// The stem of its files in a certificate directory (`agent-a`).
@@ -387,6 +393,11 @@ mod tests {
         assert_eq!(id(Role::Agent, "a").common_name(), "agent:a");
         assert_eq!(id(Role::Agent, "a").dns_name(), "a.agent.holdfast");
         assert_eq!(id(Role::Unit, "u1").file_stem(), "unit-u1");
+        // A unit name with `_` (the lab's `edge_a`): a DNS label without it.
+        let joint = id(Role::Unit, "edge_a");
+        assert_eq!(Identity::from_cn(&joint.common_name()), Ok(joint.clone()));
+        assert_eq!(joint.dns_name(), "edge-a.unit.holdfast");
+        assert_eq!(joint.file_stem(), "unit-edge_a");
         assert_eq!(Role::Controller.server_name(), "controller.holdfast");
     }
 
@@ -409,6 +420,8 @@ mod tests {
             Err(IdentityError::Name("a:b".into()))
         );
         assert!(Identity::from_cn("agent:-a").is_err());
+        assert!(Identity::from_cn("unit:_a").is_err());
+        assert!(Identity::from_cn("unit:a_").is_err());
         assert!(Identity::from_cn("agent:a.b").is_err());
         assert!(Identity::from_cn(&format!("agent:{}", "x".repeat(64))).is_err());
         assert!(Identity::from_cn(&format!("agent:{}", "x".repeat(63))).is_ok());

@@ -292,6 +292,12 @@ impl Redis {
         self.admin.is_some()
     }
 
+    /// The administrator's (`default` user's) password with ACL users, for
+    /// a test's own connection (`AUTH PASSWORD`); `None` without.
+    pub fn admin_password(&self) -> Option<&str> {
+        self.admin.as_deref()
+    }
+
     /// Creates or replaces an ACL user: `args` is an `ACL SETUSER` command
     /// (`holdfast nsr acl`'s output, split at spaces), then saved to the ACL
     /// file so that a restart keeps it. Only with ACL users.

@@ -566,6 +566,12 @@ impl<P: Peer> Run<P> {
         std::net::SocketAddr::new(self.plane.redis.addr(), self.plane.redis.port())
     }
 
+    /// The store administrator's password when the store has ACL users
+    /// (the plane's default), for a test's own connection (`AUTH`).
+    pub fn store_admin_password(&self) -> Option<String> {
+        self.plane.redis.admin_password().map(str::to_string)
+    }
+
     /// A network namespace from which the store is reachable (the feed
     /// host's), for a test's own connection to it.
     pub fn client_netns(&self) -> String {

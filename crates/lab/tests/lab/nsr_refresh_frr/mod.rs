@@ -107,10 +107,11 @@ fn resp(c: &mut TcpStream, args: &[&str]) -> Option<Vec<u8>> {
     }
 }
 
-/// A connection to the store from the lab (the feed host's namespace).
+/// A connection to the store from the lab (the feed host's namespace), as
+/// its administrator when it has ACL users.
 fn connect(r: &nsr_plane::Run<Frr>) -> TcpStream {
     let addr = r.store_addr();
-    let c = holdfast_tester::netns::in_netns(&r.client_netns(), move || {
+    let mut c = holdfast_tester::netns::in_netns(&r.client_netns(), move || {
         TcpStream::connect_timeout(&addr, Duration::from_secs(5))
     })
     .expect("netns")
@@ -118,6 +119,9 @@ fn connect(r: &nsr_plane::Run<Frr>) -> TcpStream {
     c.set_read_timeout(Some(Duration::from_secs(10)))
         .expect("timeout");
     c.set_nodelay(true).expect("nodelay");
+    if let Some(pw) = r.store_admin_password() {
+        resp(&mut c, &["AUTH", &pw]);
+    }
     c
 }
 
