@@ -361,6 +361,19 @@ def start(t, env):
     t.proc = subprocess.Popen(t.command(), cwd=t.cwd if t.argv is None else ROOT,
                               stdout=t.log, stderr=subprocess.STDOUT, env=e,
                               start_new_session=True, preexec_fn=t.cgroup.enter)
+    RUNNING.add(t)
+
+
+# Every test running now, in any phase: a SIGTERM or SIGINT to the runner
+# (make interrupted) kills their sessions too, which they started apart.
+RUNNING = set()
+
+
+def stop_all(signum, _frame):
+    for t in list(RUNNING):
+        kill(t)
+    say(f"stopped by signal {signum}: {len(RUNNING)} test(s) killed")
+    os._exit(128 + signum)
 
 
 def kill(t):
@@ -469,6 +482,7 @@ def run_phase(name, tests, jobs, env, durations, timeout, verbose, cores=None):
             t.count_passed()
             running.remove(t)
             kill(t)  # whatever it left in its session
+            RUNNING.discard(t)
             t.cgroup.remove()
             if not t.ok:
                 say(f"FAIL  {t.id} ({t.seconds:.1f} s)")
@@ -600,6 +614,8 @@ def main():
         return 0
 
     env = dict(os.environ)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, stop_all)
     CpuGroup.sweep()
     if not overlap:
         run_phase("unit", phases["unit"], args.jobs, env, durations, args.timeout, verbose=False)
