@@ -730,8 +730,13 @@ impl Lab {
 
     /// Run a command inside a host, fail on non-zero exit, return stdout as text.
     pub fn exec_ok(&self, host: HostId, cmd: &[&str]) -> Result<String> {
+        self.exec_ok_timeout(host, cmd, DEFAULT_CMD_TIMEOUT)
+    }
+
+    /// [`Lab::exec_ok`] with an explicit time limit.
+    pub fn exec_ok_timeout(&self, host: HostId, cmd: &[&str], timeout: Duration) -> Result<String> {
         let full = self.ns_argv(host, cmd);
-        let out = run_timeout(&full, DEFAULT_CMD_TIMEOUT)?;
+        let out = run_timeout(&full, timeout)?;
         check_output(&full, &out)?;
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }

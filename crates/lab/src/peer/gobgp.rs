@@ -297,13 +297,20 @@ impl Gobgp {
         let mut routes = Vec::new();
         for (on, v6) in [(n.families.0, false), (n.families.1, true)] {
             if on {
-                let out = self.gobgp(lab, &["neighbor", &addr, which, "-a", family(v6), "-j"])?;
+                let mut cmd = vec!["gobgp", "-u", API_HOST, "-p", API_PORT];
+                cmd.extend(["neighbor", &addr, which, "-a", family(v6), "-j"]);
+                let out = lab.exec_ok_timeout(self.host, &cmd, TABLE_TIMEOUT)?;
                 routes.extend(parse_table(&out, &format!("gobgp {which}"))?);
             }
         }
         Ok(routes)
     }
 }
+
+/// How long one listing of a whole table may take (`adj-in` / `adj-out -j`
+/// of 100k routes): the gobgp CLI needs seconds for it on a quiet machine,
+/// and several times that while other scenarios load the cores.
+const TABLE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// (established, dropped) transitions of the session with `addr`, from gobgpd's log
 /// (`level=info msg="Peer Up" Key=198.18.1.1 ...`).

@@ -95,7 +95,8 @@ fn mtime(p: &Path) -> Option<SystemTime> {
 }
 
 /// The newest target/debian/holdfast_*.deb; `make deb` first when there is
-/// none or holdfastd was rebuilt after it.
+/// none, holdfastd was rebuilt after it, or `dpkg-deb` cannot read it (a
+/// package left half-written by an interrupted run).
 fn package() -> PathBuf {
     let root = root();
     let newest = || {
@@ -110,7 +111,15 @@ fn package() -> PathBuf {
             })
             .max_by_key(|p| mtime(p))
     };
+    let unreadable = |deb: &Path| {
+        Command::new("dpkg-deb")
+            .arg("--info")
+            .arg(deb)
+            .output()
+            .map_or(true, |o| !o.status.success())
+    };
     let stale = match (newest(), mtime(&root.join("target/release/holdfastd"))) {
+        (Some(deb), _) if unreadable(&deb) => true,
         (Some(deb), Some(bin)) => mtime(&deb) < Some(bin),
         (Some(_), None) => false,
         (None, _) => true,
