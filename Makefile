@@ -32,18 +32,16 @@ demo-build:
 
 ## make test: every unit test, every integration test against real peers in
 ## network namespaces (needs root), the doc tests and the fuzz targets' build:
-## the lab's test binaries are built first, then each lab scenario runs in a
-## process of its own, in parallel where they share nothing and the cores allow,
-## while the other test targets, the doc tests and the fuzz targets build at
-## nice 19 beside them; then the timing-sensitive scenarios alone, then the
-## unit-test binaries in parallel (scripts/run-tests.py: its phases, groups and
-## job counts). A lab test that cannot run here (not root, a tool missing) fails
+## every test target is built first, then the unit-test binaries run in
+## parallel, then each lab scenario in a process of its own, in parallel where
+## they share nothing and the cores allow, then the timing-sensitive scenarios
+## alone (scripts/run-tests.py: its phases, groups and job counts). A lab test that cannot run here (not root, a tool missing) fails
 ## instead of skipping.
 test: export HOLDFAST_REQUIRE_LAB := 1
 test: build
 	@CARGO=$(CARGO) python3 scripts/run-tests.py \
-	  --beside-lab 'doc-tests=$(CARGO) test --release --workspace --doc' \
-	  --beside-lab 'fuzz-build=bash scripts/fuzz-build.sh crates/wire/fuzz crates/bfd/fuzz'
+	  --extra 'doc-tests=$(CARGO) test --release --workspace --doc' \
+	  --extra 'fuzz-build=bash scripts/fuzz-build.sh crates/wire/fuzz crates/bfd/fuzz'
 
 ## make demo: frr and bird2 peers, 100k routes in, 10k out; the four failure kinds of
 ## TENSOR Table 1, each taken over; Table 1 with what the peers saw, lab/reports/demo.*

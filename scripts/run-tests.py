@@ -4,13 +4,16 @@ nothing is shared.
 
     scripts/run-tests.py [-p PACKAGE]... [--phase unit|lab|alone]... [--jobs N] [--lab-jobs N]
                          [--lab-cores C] [--list] [--no-build] [--extra NAME=CMD]...
-                         [--beside-lab NAME=CMD]... [FILTER]...
+                         [--build-beside-lab] [--beside-lab NAME=CMD]... [FILTER]...
 
-1. Builds the lab's test binaries (`cargo test --release --workspace
-   --no-run --test lab --test labctl`), printing cargo's progress with the
-   elapsed time; every other test target is built at nice 19 during the lab phase
-   (step 3), where the scenarios leave much of the machine idle waiting on
-   timers. With `--list`, or without a lab test to run, everything first.
+1. Builds every test target once (`cargo test --release --workspace
+   --no-run`), printing cargo's progress with the elapsed time. With
+   `--build-beside-lab`, only the lab's test binaries first (`--test lab
+   --test labctl`, with the workspace's features) and the others at nice 19
+   during the lab phase, then the `--beside-lab` commands; measured, that
+   costs more than it saves: the lab phase went from 7:25 to 12:00 beside a
+   large rebuild (its scenarios slower, and their polling dearer), against
+   about 3 minutes for building first. Not the default.
 2. Lists each test binary's tests (`BIN --list`, less `--list --ignored`).
    A lab test runs in a process of its own, `BIN --exact NAME --nocapture
    --test-threads=1`; a unit-test binary's tests run in one process, one
@@ -19,22 +22,21 @@ nothing is shared.
    directory (as cargo does), the output in
    target/test-logs/<package>/<kind>-<target>/<test or all>.log.
 3. In three phases:
+   - `unit`: every test outside the lab binaries, and the `--extra`
+     commands (the doc tests, the fuzz targets' build), `--jobs` at a time
+     (default: the number of CPUs); with `--build-beside-lab`, after the
+     alone phase;
    - `lab`: the lab's scenarios (`holdfast-lab --test lab`, `holdfast-labctl
      --test labctl`), each in namespaces of its own run id (`hf<hex>-...`),
      up to `--lab-jobs` at a time (default 4) and no more than
-     `--lab-cores` cores' worth of them (default 0.9 x the CPUs): each
+     `--lab-cores` cores' worth of them (default 0.8 x the CPUs): each
      scenario weighs the CPU seconds over the seconds it took in the last
      run (`CpuGroup`: every process it started, in a cgroup), so the light
      ones, waiting on BGP, BFD and etcd timers, fill in beside a heavy one
      and two heavy ones do not run together; the tests of one SERIAL group
-     never run together. Beside it, at nice 19: the other test targets'
-     build, then the `--beside-lab` commands (the doc tests, the fuzz
-     targets' build), one after another;
-   - `alone` (once that build is done): the EXCLUSIVE tests,
-     timing-sensitive or CPU-heavy, one at a time with nothing else running;
-   - `unit`: every test outside the lab binaries, and the `--extra`
-     commands, `--jobs` at a time (default: the number of CPUs). With
-     `--no-build` this phase comes first.
+     never run together;
+   - `alone`: the EXCLUSIVE tests, timing-sensitive or CPU-heavy, one at a
+     time with nothing else running.
    Within a phase the longest first (that fits), by the durations of the
    previous run (target/test-logs/durations.json: seconds and CPU seconds
    per test), else of a committed run (scripts/test-durations.json), else
@@ -528,9 +530,9 @@ def main():
                     default=int(os.environ.get("HOLDFAST_LAB_JOBS", 4)),
                     help="at most this many lab scenarios at once (default 4)")
     ap.add_argument("--lab-cores", type=float,
-                    default=float(os.environ.get("HOLDFAST_LAB_CORES", 0.9 * (os.cpu_count() or 2))),
+                    default=float(os.environ.get("HOLDFAST_LAB_CORES", 0.8 * (os.cpu_count() or 2))),
                     help="and no more than this many cores' worth of them, by each one's CPU "
-                    "seconds in the last run (default: 0.9 x the CPUs; 0: no limit)")
+                    "seconds in the last run (default: 0.8 x the CPUs; 0: no limit)")
     ap.add_argument("--timeout", type=int, default=1800,
                     help="seconds one test may take before it is killed")
     ap.add_argument("--list", action="store_true", help="print the plan, run nothing")
@@ -542,6 +544,9 @@ def main():
                     help="only this package's tests (default: the workspace's)")
     ap.add_argument("--extra", action="append", default=[], metavar="NAME=CMD",
                     help="a shell command run in the unit phase, as a test")
+    ap.add_argument("--build-beside-lab", action="store_true",
+                    help="build only the lab's test binaries first, the others at nice 19 "
+                    "during the lab phase (slower here: see the module's doc)")
     ap.add_argument("--beside-lab", action="append", default=[], metavar="NAME=CMD",
                     help="a shell command run as a test at nice 19 during the lab phase "
                     "(after the other test targets' build), e.g. a build")
@@ -556,7 +561,7 @@ def main():
     # and the other test targets at nice 19 while the scenarios run (they
     # leave a core mostly idle waiting on timers), then the --beside-lab
     # commands; the alone and unit phases wait for that build.
-    overlap = not args.no_build and not args.list and lab_pkgs and (
+    overlap = args.build_beside_lab and not args.no_build and not args.list and lab_pkgs and (
         in_phase("lab") or in_phase("alone"))
     beside = []
     if args.no_build and saved.exists():
