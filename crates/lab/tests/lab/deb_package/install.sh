@@ -144,7 +144,9 @@ if command -v etcd >/dev/null; then
     --initial-cluster pkgtest=http://127.0.0.1:23800 > "$out/etcd.log" 2>&1 &
   pids+=("$!")
   cexec=$(unit_value /lib/systemd/system/holdfast-controller.service ExecStart x)
-  opts="--etcd http://127.0.0.1:23790 --name c1 --listen 127.0.0.1:50070 --metrics-listen 127.0.0.1:9180"
+  # Plaintext on loopback, said explicitly (without certificates the
+  # controller refuses --listen unless --insecure, docs/security.md).
+  opts="--etcd http://127.0.0.1:23790 --name c1 --listen 127.0.0.1:50070 --metrics-listen 127.0.0.1:9180 --insecure"
   # shellcheck disable=SC2086
   # DynamicUser=yes and an empty CapabilityBoundingSet: an unused uid, no capability.
   chroot "$r" /usr/bin/setpriv --reuid 61873 --regid 61873 --clear-groups --bounding-set -all --inh-caps -all --no-new-privs \
