@@ -4,16 +4,13 @@ nothing is shared.
 
     scripts/run-tests.py [-p PACKAGE]... [--phase unit|lab|alone]... [--jobs N] [--lab-jobs N]
                          [--lab-cores C] [--list] [--no-build] [--extra NAME=CMD]...
-                         [--build-beside-lab] [--beside-lab NAME=CMD]... [FILTER]...
+                         [FILTER]...
 
 1. Builds every test target once (`cargo test --release --workspace
-   --no-run`), printing cargo's progress with the elapsed time. With
-   `--build-beside-lab`, only the lab's test binaries first (`--test lab
-   --test labctl`, with the workspace's features) and the others at nice 19
-   during the lab phase, then the `--beside-lab` commands; measured, that
-   costs more than it saves: the lab phase went from 7:25 to 12:00 beside a
-   large rebuild (its scenarios slower, and their polling dearer), against
-   about 3 minutes for building first. Not the default.
+   --no-run`), printing cargo's progress with the elapsed time. (Building
+   the other targets at nice 19 during the lab phase was tried and is
+   slower: the lab phase took 12:00 beside a large rebuild against 7:25,
+   more than the ~3 minutes of building first; docs/notes/issue26-perf.md.)
 2. Lists each test binary's tests (`BIN --list`, less `--list --ignored`).
    A lab test runs in a process of its own, `BIN --exact NAME --nocapture
    --test-threads=1`; a unit-test binary's tests run in one process, one
@@ -24,8 +21,7 @@ nothing is shared.
 3. In three phases:
    - `unit`: every test outside the lab binaries, and the `--extra`
      commands (the doc tests, the fuzz targets' build), `--jobs` at a time
-     (default: the number of CPUs); with `--build-beside-lab`, after the
-     alone phase;
+     (default: the number of CPUs);
    - `lab`: the lab's scenarios (`holdfast-lab --test lab`, `holdfast-labctl
      --test labctl`), each in namespaces of its own run id (`hf<hex>-...`),
      up to `--lab-jobs` at a time (default 4) and no more than
@@ -194,21 +190,12 @@ def package_names(cargo):
     return {p["manifest_path"]: p["name"] for p in json.loads(out.stdout)["packages"]}
 
 
-def build(cargo, packages, niced=False, targets=()):
-    """Builds the test targets (only the `targets`, integration-test names,
-    if given); returns the test executables from cargo's JSON. `niced`: at
-    nice 19, beside the lab's scenarios, its lines tagged. The packages'
-    features are those of the whole selection either way (no -p for a
-    subset of the workspace: cargo would build the dependencies again with
-    that subset's features)."""
+def build(cargo, packages):
+    """Builds the test targets; returns the test executables from cargo's JSON."""
     select = [a for p in packages for a in ("-p", p)] or ["--workspace"]
-    select += [a for t in targets for a in ("--test", t)]
-    tag = "[beside the lab] " if niced else ""
-    say(f"{tag}building the test targets (cargo test --release {' '.join(select)} --no-run)")
+    say(f"building the test targets (cargo test --release {' '.join(select)} --no-run)")
     cmd = [cargo, "test", "--release", *select, "--no-run",
            "--message-format=json-render-diagnostics"]
-    if niced:
-        cmd = ["nice", "-n", "19", *cmd]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     artifacts, packages = [], {}
@@ -217,7 +204,7 @@ def build(cargo, packages, niced=False, targets=()):
         for line in proc.stderr:
             line = line.rstrip()
             if line:
-                say(f"  {tag}{line.strip()}")
+                say(f"  {line.strip()}")
 
     t = threading.Thread(target=read_stderr, daemon=True)
     t.start()
@@ -245,8 +232,6 @@ def build(cargo, packages, niced=False, targets=()):
     t.join(timeout=5)
     if rc != 0:
         say(f"cargo failed ({rc})")
-        if niced:
-            return None
         sys.exit(rc)
     return artifacts
 
@@ -547,69 +532,35 @@ def main():
                     help="only this package's tests (default: the workspace's)")
     ap.add_argument("--extra", action="append", default=[], metavar="NAME=CMD",
                     help="a shell command run in the unit phase, as a test")
-    ap.add_argument("--build-beside-lab", action="store_true",
-                    help="build only the lab's test binaries first, the others at nice 19 "
-                    "during the lab phase (slower here: see the module's doc)")
-    ap.add_argument("--beside-lab", action="append", default=[], metavar="NAME=CMD",
-                    help="a shell command run as a test at nice 19 during the lab phase "
-                    "(after the other test targets' build), e.g. a build")
     ap.add_argument("filters", nargs="*")
     args = ap.parse_args()
     cargo = os.environ.get("CARGO", "cargo")
     LOGS.mkdir(parents=True, exist_ok=True)
     saved = LOGS / "artifacts.json"
-    in_phase = lambda p: not args.phase or p in args.phase
-    lab_pkgs = sorted({p for p, _ in LAB_BINARIES if not args.package or p in args.package})
-    # The lab's scenarios need only their own binaries: those are built first,
-    # and the other test targets at nice 19 while the scenarios run (they
-    # leave a core mostly idle waiting on timers), then the --beside-lab
-    # commands; the alone and unit phases wait for that build.
-    overlap = args.build_beside_lab and not args.no_build and not args.list and lab_pkgs and (
-        in_phase("lab") or in_phase("alone"))
-    beside = []
     if args.no_build and saved.exists():
         artifacts = json.loads(saved.read_text())
-    elif overlap:
-        artifacts = build(cargo, args.package,
-                          targets=sorted({t for p, t in LAB_BINARIES if p in lab_pkgs}))
     else:
         artifacts = build(cargo, args.package)
         saved.write_text(json.dumps(artifacts, indent=1))
 
-    def tests_of(arts, keep):
-        out, ign = [], 0
-        for a in arts:
-            if not keep((a["pkg"], a["target"]) in LAB_BINARIES):
-                continue
-            names, n = list_tests(a)
-            ign += n
-            out += [Test(a["pkg"], a["target"], a["kind"], a["exe"], a["cwd"], n) for n in names]
-        return out, ign
-
-    def select(tests):
-        if args.filters:
-            tests = [t for t in tests if any(f in t.id for f in args.filters)]
-        return [t for t in tests if in_phase(t.phase)]
-
-    def extras(specs, phase_ok):
-        out = []
-        for e in specs if phase_ok else []:
-            name, _, cmd = e.partition("=")
-            out.append(Test("extra", name, "extra", None, None, name, ["bash", "-c", cmd]))
-        return select(out)
-
-    tests, n_ignored = tests_of(artifacts, lambda lab: lab or not overlap)
-    tests = select(tests) + extras(args.extra, in_phase("unit"))
-    beside = extras(args.beside_lab, in_phase("unit"))
-    for t in beside:
-        t.argv = ["nice", "-n", "19", *t.argv]
+    tests, n_ignored = [], 0
+    for a in artifacts:
+        names, ign = list_tests(a)
+        n_ignored += ign
+        tests += [Test(a["pkg"], a["target"], a["kind"], a["exe"], a["cwd"], n) for n in names]
+    for e in args.extra if not args.phase or "unit" in args.phase else []:
+        name, _, cmd = e.partition("=")
+        tests.append(Test("extra", name, "extra", None, None, name, ["bash", "-c", cmd]))
+    if args.filters:
+        tests = [t for t in tests if any(f in t.id for f in args.filters)]
+    if args.phase:
+        tests = [t for t in tests if t.phase in args.phase]
     durations = load_durations()
     phases = {p: [t for t in tests if t.phase == p] for p in ("unit", "lab", "alone")}
     phases["unit"] = unit_jobs_of(phases["unit"])
-    n_tests = sum(len(t.members) for ts in phases.values() for t in ts) + len(beside)
+    n_tests = sum(len(t.members) for ts in phases.values() for t in ts)
     say(f"{n_tests} tests in {len(artifacts)} test binaries ({n_ignored} #[ignore]d, not run): "
-        + ", ".join(f"{p} {sum(len(t.members) for t in ts)}" for p, ts in phases.items())
-        + (" (and the unit tests, after their build)" if overlap else ""))
+        + ", ".join(f"{p} {sum(len(t.members) for t in ts)}" for p, ts in phases.items()))
     if args.list:
         for p, ts in phases.items():
             for t in sorted(ts, key=lambda t: -expected(t, durations)):
@@ -625,40 +576,10 @@ def main():
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, stop_all)
     CpuGroup.sweep()
-    if not overlap:
-        run_phase("unit", phases["unit"], args.jobs, env, durations, args.timeout, verbose=False)
-    # Beside the lab phase: the other test targets' build, then the
-    # --beside-lab commands, one after another at nice 19.
-    built = {}
-
-    def background():
-        if overlap:
-            built["artifacts"] = build(cargo, args.package, niced=True)
-        for t in beside:
-            run_phase("beside the lab", [t], 1, env, durations, args.timeout, verbose=False)
-
-    bg = threading.Thread(target=background, daemon=True)
-    bg.start()
+    run_phase("unit", phases["unit"], args.jobs, env, durations, args.timeout, verbose=False)
     run_phase("lab", phases["lab"], args.lab_jobs, env, durations, args.timeout, verbose=True,
               cores=args.lab_cores or None)
-    if bg.is_alive():
-        say("waiting for the build beside the lab phase")
-    bg.join()
-    if overlap:
-        arts = built.get("artifacts")
-        if arts is None:
-            say("the test targets' build failed")
-            return 1
-        saved.write_text(json.dumps(arts, indent=1))
-        more, ign = tests_of(arts, lambda lab: not lab)
-        n_ignored += ign
-        more = select(more)
-        phases["unit"] = unit_jobs_of([t for t in more if t.phase == "unit"]) + phases["unit"]
-        n_tests += sum(1 for t in more if t.phase == "unit")
     run_phase("alone", phases["alone"], 1, env, durations, args.timeout, verbose=True)
-    if overlap:
-        run_phase("unit", phases["unit"], args.jobs, env, durations, args.timeout, verbose=False)
-    phases["unit"] += beside
 
     try:
         measured = json.loads(DURATIONS.read_text())

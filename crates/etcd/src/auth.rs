@@ -218,7 +218,7 @@ fn exists(e: &etcd_client::Error) -> bool {
 pub async fn apply(store: &mut Store, plan: &AuthPlan) -> Result<Applied, StoreError> {
     let plan = plan.clone();
     store
-        .call_any(move |c| {
+        .call(move |c| {
             let plan = plan.clone();
             async move { apply_on(c, &plan).await }
         })

@@ -184,19 +184,10 @@ impl Store {
         }
     }
 
-    /// [`Store::call`] for the other modules of the crate (the users and
-    /// roles of [`crate::auth`]).
-    pub(crate) async fn call_any<T, F, Fut>(&mut self, f: F) -> Result<T, StoreError>
-    where
-        F: FnMut(Client) -> Fut,
-        Fut: Future<Output = Result<T, etcd_client::Error>>,
-    {
-        self.call(f).await
-    }
-
     /// Runs `f` against the current endpoint, then each other one once,
-    /// until one answers.
-    async fn call<T, F, Fut>(&mut self, f: F) -> Result<T, StoreError>
+    /// until one answers (also for the crate's other modules: the users
+    /// and roles of [`crate::auth`]).
+    pub(crate) async fn call<T, F, Fut>(&mut self, f: F) -> Result<T, StoreError>
     where
         F: FnMut(Client) -> Fut,
         Fut: Future<Output = Result<T, etcd_client::Error>>,

@@ -125,16 +125,24 @@ enum EtcdAuthOp {
     /// `root`), then `auth enable`. Idempotent; once authentication is on,
     /// run it with etcd's root certificate.
     Init {
-        /// The hosts (the agent server's among them).
-        #[arg(long, value_delimiter = ',')]
-        hosts: Vec<String>,
-        /// The controller replicas.
-        #[arg(long, value_delimiter = ',')]
-        controllers: Vec<String>,
-        /// Operators (`holdfast ctl`).
-        #[arg(long, value_delimiter = ',', default_value = "admin")]
-        operators: Vec<String>,
+        #[command(flatten)]
+        who: Roster,
     },
+}
+
+/// The control plane's members, by name (`certs init`: a certificate each;
+/// `etcd-auth init`: an etcd user each).
+#[derive(Debug, clap::Args)]
+struct Roster {
+    /// The hosts: an agent each (the agent server's among them).
+    #[arg(long, value_delimiter = ',')]
+    hosts: Vec<String>,
+    /// The controller replicas.
+    #[arg(long, value_delimiter = ',')]
+    controllers: Vec<String>,
+    /// Operators (`holdfast ctl`, GoBGP API clients).
+    #[arg(long, value_delimiter = ',', default_value = "admin")]
+    operators: Vec<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -146,15 +154,8 @@ enum CertsOp {
     Init {
         /// Where to write them (made 0700 if it does not exist).
         dir: std::path::PathBuf,
-        /// The hosts: one agent certificate each (the agent server's too).
-        #[arg(long, value_delimiter = ',')]
-        hosts: Vec<String>,
-        /// The controller replicas.
-        #[arg(long, value_delimiter = ',')]
-        controllers: Vec<String>,
-        /// Operators (`holdfast ctl`, GoBGP API clients).
-        #[arg(long, value_delimiter = ',', default_value = "admin")]
-        operators: Vec<String>,
+        #[command(flatten)]
+        who: Roster,
         /// Units (their holdfastd's GoBGP API).
         #[arg(long, value_delimiter = ',')]
         units: Vec<String>,
@@ -191,9 +192,11 @@ fn parse_san(s: &str) -> Result<(Identity, String)> {
 fn certs(op: &CertsOp) -> Result<(Value, String)> {
     let CertsOp::Init {
         dir,
-        hosts,
-        controllers,
-        operators,
+        who: Roster {
+            hosts,
+            controllers,
+            operators,
+        },
         units,
         sans,
         etcd_members,
@@ -266,9 +269,11 @@ fn certs(op: &CertsOp) -> Result<(Value, String)> {
 
 async fn etcd_auth(store: &mut Store, keys: &Keys, op: &EtcdAuthOp) -> Result<(Value, String)> {
     let EtcdAuthOp::Init {
-        hosts,
-        controllers,
-        operators,
+        who: Roster {
+            hosts,
+            controllers,
+            operators,
+        },
     } = op;
     let plan = holdfast_etcd::auth::plan(keys, controllers, hosts, operators);
     let done = holdfast_etcd::auth::apply(store, &plan)

@@ -39,7 +39,7 @@
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -238,6 +238,17 @@ impl PlaneExtras {
             ..PlaneExtras::default()
         }
     }
+}
+
+/// A unit taken over after a failure ([`Plane::kill_and_take_over`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Moved {
+    /// The host it runs on now.
+    pub to: String,
+    /// From the failure until the new host's agent ran it.
+    pub running: Duration,
+    /// From the failure until it was PROTECTED there.
+    pub protected: Duration,
 }
 
 /// bird2's and gobgpd's AS in the plane.
@@ -748,18 +759,13 @@ impl Plane {
     /// `holdfast ctl ARGS --json` on a control host (as the operator
     /// `admin` when etcd checks client certificates).
     pub fn ctl(&self, args: &[&str]) -> Result<Value> {
-        let tls = operator_tls_args(self.etcd.certs().and(self.certs.as_deref()));
-        let all: Vec<&str> = tls
-            .iter()
-            .map(String::as_str)
-            .chain(args.iter().copied())
-            .collect();
         ctl_json(
             &self.lab,
             self.ctl_host,
             &self.bins.ctl,
             &self.etcd.endpoints(),
-            &all,
+            self.etcd.certs().and(self.certs.as_deref()),
+            args,
         )
     }
 
@@ -865,6 +871,22 @@ impl Plane {
     /// SIGKILLs `unit`'s holdfastd on `host` (an application failure).
     pub fn kill_unit(&self, unit: &str, host: &str) -> Result<u64> {
         self.signal_unit(unit, host, Signal::Kill)
+    }
+
+    /// An application failure handled end to end: SIGKILLs `unit`'s
+    /// holdfastd on `host`, waits until the controller has it running on
+    /// another host and PROTECTED there, each within `within`.
+    pub fn kill_and_take_over(&self, unit: &str, host: &str, within: Duration) -> Result<Moved> {
+        let t = Instant::now();
+        self.kill_unit(unit, host)?;
+        let to = self.wait_moved_off(unit, &[host], within)?;
+        let running = t.elapsed();
+        self.wait_protected(unit, &to, within)?;
+        Ok(Moved {
+            to,
+            running,
+            protected: t.elapsed(),
+        })
     }
 
     /// SIGSTOPs `unit`'s holdfastd on `host` (a hang, or a stall once it

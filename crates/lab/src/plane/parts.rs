@@ -225,21 +225,7 @@ impl ControlPlane {
         others: &[(HostId, Ipv4Addr)],
         controller_args: &[String],
     ) -> Result<ControlPlane> {
-        ControlPlane::start_tls(lab, bins, members, others, controller_args, None)
-    }
-
-    /// [`ControlPlane::start_secure`] without etcd authentication: mutual
-    /// TLS on the replicas' `Attach` service when `certs` (a [`make_certs`]
-    /// directory) is given, else `--insecure`.
-    pub fn start_tls(
-        lab: &mut Lab,
-        bins: &PlaneBins,
-        members: &[(HostId, Ipv4Addr)],
-        others: &[(HostId, Ipv4Addr)],
-        controller_args: &[String],
-        certs: Option<&Path>,
-    ) -> Result<ControlPlane> {
-        ControlPlane::start_secure(lab, bins, members, others, controller_args, certs, false)
+        ControlPlane::start_secure(lab, bins, members, others, controller_args, None, false)
     }
 
     /// [`ControlPlane::start`], with mutual TLS on the replicas' `Attach`
@@ -513,15 +499,20 @@ pub fn agent_unit_pid(status: &Path, unit: &str) -> Option<u64> {
     })
 }
 
-/// `holdfast ctl --etcd ENDPOINTS --json ARGS` in `host`'s namespace.
+/// `holdfast ctl --etcd ENDPOINTS --json ARGS` in `host`'s namespace, as
+/// the operator `admin` ([`operator_tls_args`]) when etcd checks client
+/// certificates (`certs`: their directory).
 pub fn ctl_json(
     lab: &Lab,
     host: HostId,
     ctl: &str,
     endpoints: &str,
+    certs: Option<&Path>,
     args: &[&str],
 ) -> Result<Value> {
+    let tls = operator_tls_args(certs);
     let mut cmd = vec![ctl, "--etcd", endpoints, "--json"];
+    cmd.extend(tls.iter().map(String::as_str));
     cmd.extend_from_slice(args);
     let out = lab.exec_ok(host, &cmd)?;
     serde_json::from_str(&out)

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use holdfast_lab::plane::{
     agent_unit_pid, controller_statuses, controller_verdicts, ctl_json, make_certs_etcd,
-    mgmt_addr_of, operator_tls_args, placement_of, unit_record, AgentOpts, ControlPlane, PlaneBins,
+    mgmt_addr_of, placement_of, unit_record, AgentOpts, ControlPlane, PlaneBins,
 };
 use holdfast_lab::{wait_for_every, HostId, Lab, LabError, NsrTopo, Result, NSR_V4_LEN};
 use serde::{Deserialize, Serialize};
@@ -404,13 +404,14 @@ impl LabPlane {
         let host = lab
             .host_by_name(&self.rec.ctl_host)
             .ok_or_else(|| LabError::Invalid(format!("no host `{}`", self.rec.ctl_host)))?;
-        let tls = operator_tls_args(self.rec.certs.as_deref());
-        let all: Vec<&str> = tls
-            .iter()
-            .map(String::as_str)
-            .chain(args.iter().copied())
-            .collect();
-        ctl_json(lab, host, &self.bins.ctl, &self.rec.endpoints, &all)
+        ctl_json(
+            lab,
+            host,
+            &self.bins.ctl,
+            &self.rec.endpoints,
+            self.rec.certs.as_deref(),
+            args,
+        )
     }
 
     /// `(primary, backup)` of `unit` per `holdfast ctl units`.

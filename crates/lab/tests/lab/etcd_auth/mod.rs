@@ -45,9 +45,9 @@
 //!    over on b through etcd (every replica and agent on its own
 //!    certificate); u1 PROTECTED on b; frr saw nothing (`PlaneWatch`).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use holdfast_lab::plane::{Plane, PlaneBins, PlaneExtras, PlaneSpec, UNITS_PREFIX};
+use holdfast_lab::plane::{Moved, Plane, PlaneBins, PlaneExtras, PlaneSpec, UNITS_PREFIX};
 use holdfast_lab::PeerKind;
 
 const LONG: Duration = Duration::from_secs(60);
@@ -222,15 +222,13 @@ fn etcd_takes_only_certificates_and_refuses_writes_outside_a_role() {
 
     // 5. End to end: an application failure taken over through etcd.
     let w = p.watch(false).expect("watch");
-    let t = Instant::now();
-    p.kill_unit("u1", "a").expect("kill u1");
-    let to = p
-        .wait_moved_off("u1", &["a"], LONG)
+    let Moved {
+        to,
+        running: moved,
+        protected,
+    } = p
+        .kill_and_take_over("u1", "a", LONG)
         .unwrap_or_else(|e| panic!("{e}"));
-    let moved = t.elapsed();
-    p.wait_protected("u1", &to, LONG)
-        .unwrap_or_else(|e| panic!("{e}"));
-    let protected = t.elapsed();
     let seen = w
         .check(&p, Duration::from_secs(2))
         .unwrap_or_else(|e| panic!("u1's takeover: {e}"));

@@ -225,13 +225,10 @@ fn etcd_quorum_lost_leaves_every_running_unit_alone() {
 
     // The plane works again: an application failure is migrated.
     let w = p.watch(false).expect("watch");
-    p.kill_unit("u1", "a").expect("kill u1");
-    let to = p
-        .wait_moved_off("u1", &["a"], LONG)
+    let moved = p
+        .kill_and_take_over("u1", "a", LONG)
         .unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(to, "b");
-    p.wait_protected("u1", "b", LONG)
-        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(moved.to, "b");
     let s = w
         .check(&p, Duration::from_secs(1))
         .unwrap_or_else(|e| panic!("{e}"));

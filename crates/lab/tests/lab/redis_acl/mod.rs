@@ -40,9 +40,11 @@
 //!    records; u1's user is still refused them.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use holdfast_lab::plane::{show_nsr, Plane, PlaneBins, PlaneExtras, PlaneSpec, PlaneUnitSpec};
+use holdfast_lab::plane::{
+    show_nsr, Moved, Plane, PlaneBins, PlaneExtras, PlaneSpec, PlaneUnitSpec,
+};
 use holdfast_lab::PeerKind;
 
 const LONG: Duration = Duration::from_secs(30);
@@ -226,15 +228,13 @@ fn a_units_redis_user_cannot_read_another_units_records() {
 
     // 3. Positive control: a takeover of u1 under its user.
     let w = p.watch(false).expect("watch");
-    let t = Instant::now();
-    p.kill_unit("u1", "a").expect("kill u1");
-    let to = p
-        .wait_moved_off("u1", &["a"], LONG)
+    let Moved {
+        to,
+        running: moved,
+        protected,
+    } = p
+        .kill_and_take_over("u1", "a", LONG)
         .unwrap_or_else(|e| panic!("{e}"));
-    let moved = t.elapsed();
-    p.wait_protected("u1", &to, LONG)
-        .unwrap_or_else(|e| panic!("{e}"));
-    let protected = t.elapsed();
     let seen = w
         .check(&p, Duration::from_secs(2))
         .unwrap_or_else(|e| panic!("u1's takeover: {e}"));
