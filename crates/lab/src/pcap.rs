@@ -162,6 +162,29 @@ pub fn bgp_messages(path: &Path, from: IpAddr, to: IpAddr) -> Result<Vec<BgpReco
     Ok(out)
 }
 
+/// What `tcpdump -r PATH -tt -e -n FILTER` prints of a capture, one line per
+/// packet with its Unix timestamp first, between `from` and `to` (seconds since the
+/// epoch): a failed run's own view of the wire (BFD control packets, ARP), for its
+/// evidence.
+pub fn tcpdump_lines(path: &Path, filter: &str, from: f64, to: f64) -> Result<Vec<String>> {
+    let out = std::process::Command::new("tcpdump")
+        .args(["-r"])
+        .arg(path)
+        .args(["-tt", "-e", "-n", filter])
+        .output()
+        .map_err(|e| LabError::Invalid(format!("tcpdump -r {}: {e}", path.display())))?;
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| {
+            l.split_whitespace()
+                .next()
+                .and_then(|t| t.parse::<f64>().ok())
+                .is_some_and(|t| t >= from && t <= to)
+        })
+        .map(str::to_string)
+        .collect())
+}
+
 fn bad(path_part: &str) -> LabError {
     LabError::Invalid(format!("pcap: {path_part}"))
 }

@@ -570,10 +570,40 @@ impl Observation {
             seen.bfd_downs = downs;
             seen.bfd_interval_ms = after.as_ref().and_then(|a| a.tx_interval_ms);
             seen.evidence.extend(what);
+            if seen.resets > 0 || seen.bfd_downs.unwrap_or(0) > 0 {
+                seen.evidence
+                    .extend(wire_story(&tap.pcap, tap.addr, self.t_start, t_end));
+            }
             out.push(seen);
         }
         Ok(out)
     }
+}
+
+/// BFD and ARP as the peer's capture shows them around the first BFD packet it sent in
+/// state Down or Init (its session went down), for a failed run's evidence: which
+/// sender's packets (by MAC) stopped reaching it, and when.
+fn wire_story(pcap: &Path, peer: IpAddr, t_start: f64, t_end: f64) -> Vec<String> {
+    let down = format!("udp port 3784 and src host {peer}");
+    let first_down = holdfast_lab::pcap::tcpdump_lines(pcap, &down, t_start, t_end)
+        .unwrap_or_default()
+        .into_iter()
+        .find(|l| l.contains("State Down") || l.contains("State Init"))
+        .and_then(|l| l.split_whitespace().next()?.parse::<f64>().ok());
+    let Some(t) = first_down else {
+        return vec![format!(
+            "wire: no BFD packet in state Down or Init from {peer} in its capture"
+        )];
+    };
+    let lines =
+        holdfast_lab::pcap::tcpdump_lines(pcap, "udp port 3784 or arp", t - 0.6, t + 0.1)
+            .unwrap_or_default();
+    let mut out = vec![format!(
+        "wire: {peer} first sent BFD Down/Init at unix {t:.6}; BFD and ARP from 0.6 s before ({} packets):",
+        lines.len()
+    )];
+    out.extend(lines.into_iter().take(60).map(|l| format!("wire: {l}")));
+    out
 }
 
 /// Waits until the primary holds every route and every peer every route of holdfastd,
@@ -755,8 +785,9 @@ fn peer_seen(
     }
     if let Some((at, what)) = watch.non_established_samples.first() {
         evidence.push(format!(
-            "{} sample(s) not Established, first at {at:?}: {what}",
-            watch.non_established_samples.len()
+            "{} sample(s) not Established, first at {at:?} (≈ unix {:.3}): {what}",
+            watch.non_established_samples.len(),
+            t_fail + at.as_secs_f64()
         ));
     }
     let wire_notes = during.iter().filter(|m| m.kind == 3).count() as u32;
