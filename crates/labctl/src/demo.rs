@@ -595,9 +595,8 @@ fn wire_story(pcap: &Path, peer: IpAddr, t_start: f64, t_end: f64) -> Vec<String
             "wire: no BFD packet in state Down or Init from {peer} in its capture"
         )];
     };
-    let lines =
-        holdfast_lab::pcap::tcpdump_lines(pcap, "udp port 3784 or arp", t - 0.6, t + 0.1)
-            .unwrap_or_default();
+    let lines = holdfast_lab::pcap::tcpdump_lines(pcap, "udp port 3784 or arp", t - 0.6, t + 0.1)
+        .unwrap_or_default();
     let mut out = vec![format!(
         "wire: {peer} first sent BFD Down/Init at unix {t:.6}; BFD and ARP from 0.6 s before ({} packets):",
         lines.len()
