@@ -13,6 +13,7 @@ use std::time::Duration;
 
 #[derive(Parser, Debug)]
 #[command(
+    version = holdfast_version::VERSION,
     name = "holdfast-agent",
     about = "Holdfast host agent: runs, probes and fences the units on this host"
 )]

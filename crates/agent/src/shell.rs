@@ -101,6 +101,8 @@ impl Container {
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct AgentStatus {
     pub host: String,
+    /// The agent's build (`holdfast_version::VERSION`).
+    pub version: String,
     pub lease: Option<i64>,
     /// Milliseconds since the agent started: the last acknowledged renewal's
     /// send time, and when the host's units were fenced by the watchdog.
@@ -199,6 +201,7 @@ pub async fn run(
         });
     }
     let mut status = AgentStatus {
+        version: holdfast_version::describe(),
         host: cfg.core.host.clone(),
         ..AgentStatus::default()
     };
@@ -1010,6 +1013,7 @@ async fn lease_task(
                 Ok((id, _)) => {
                     let value = serde_json::json!({
                         "schema": 1, "host": host, "failsafe": failsafe,
+                        "version": holdfast_version::VERSION,
                     })
                     .to_string();
                     match store.put_leased(&key, &value, id).await {

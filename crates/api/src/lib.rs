@@ -624,6 +624,9 @@ pub struct Summary {
     /// Loc-RIB route count per routing instance.
     pub loc_rib_routes: BTreeMap<String, u64>,
     pub uptime_secs: u64,
+    /// The daemon's build: package version and commit (`holdfast_version::VERSION`);
+    /// empty from a daemon older than the field.
+    pub version: String,
 }
 
 /// One route, as shown by `show rib`.
@@ -809,6 +812,7 @@ mod tests {
                 neighbors_established: 1,
                 loc_rib_routes: routes,
                 uptime_secs: 3600,
+                version: "0.1.0 (v0.1.0-3-g1a2b3c4)".into(),
             }),
             Response::rib(vec![rib_entry(), RibEntry::default()]),
             Response::rib(vec![]),

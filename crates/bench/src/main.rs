@@ -21,6 +21,7 @@ const FIGURES: &str = "6a,scaling,6b,6c,6d,5b,takeover";
 
 #[derive(Parser, Debug)]
 #[command(
+    version = holdfast_version::VERSION,
     name = "holdfast-bench",
     about = "The TENSOR evaluation (Fig. 5(b), 6(a)-(d), takeover) side by side with bird2, frr and gobgpd"
 )]

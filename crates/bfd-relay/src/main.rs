@@ -11,6 +11,7 @@ use std::time::Duration;
 
 #[derive(Parser, Debug)]
 #[command(
+    version = holdfast_version::VERSION,
     name = "holdfast-bfd-relay",
     about = "Keeps protected units' BFD sessions Up through takeovers"
 )]

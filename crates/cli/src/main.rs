@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 #[derive(Parser, Debug)]
-#[command(name = "holdfast", version, about = "Control and inspect holdfastd")]
+#[command(name = "holdfast", version = holdfast_version::VERSION, about = "Control and inspect holdfastd")]
 struct Cli {
     /// The daemon's control socket.
     #[arg(
@@ -831,6 +831,9 @@ fn print_summary(s: &Summary) {
         s.asn,
         duration(Some(s.uptime_secs))
     );
+    if !s.version.is_empty() {
+        println!("holdfastd {}", s.version);
+    }
     println!(
         "neighbours: {} established of {}",
         s.neighbors_established, s.neighbors_total

@@ -34,7 +34,7 @@ use tokio::signal::unix::{signal, SignalKind};
 
 /// One holdfast controller replica.
 #[derive(Debug, Parser)]
-#[command(name = "holdfast-controller", version)]
+#[command(name = "holdfast-controller", version = holdfast_version::VERSION)]
 struct Args {
     /// etcd client URLs, comma-separated.
     #[arg(long, value_delimiter = ',', required = true)]

@@ -20,7 +20,7 @@ use std::path::PathBuf;
 
 /// The Holdfast BGP speaker.
 #[derive(Parser, Debug)]
-#[command(name = "holdfastd", version, about)]
+#[command(name = "holdfastd", version = holdfast_version::VERSION, about)]
 struct Args {
     /// Configuration file (TOML).
     #[arg(long, short = 'c')]

@@ -29,6 +29,7 @@ const DEADLINE: Duration = Duration::from_secs(300);
 
 #[derive(Parser, Debug)]
 #[command(
+    version = holdfast_version::VERSION,
     name = "holdfast-nsr-bench",
     about = "NSR overhead, ACK delay, store size and takeover phases"
 )]

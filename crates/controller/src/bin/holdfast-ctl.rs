@@ -45,7 +45,7 @@ use serde_json::{json, Value};
 #[derive(Debug, Parser)]
 #[command(
     name = "holdfast-ctl",
-    version,
+    version = holdfast_version::VERSION,
     about = "The control plane: status, hosts, units, drain, reset, switchover"
 )]
 struct Args {
@@ -312,6 +312,9 @@ struct View {
     leader: Option<(String, i64)>,
     epoch: Option<Value>,
     agents: Vec<String>,
+    /// Each attached agent's build, from its `agents/HOST` record (empty from
+    /// an agent older than the field).
+    agent_builds: BTreeMap<String, String>,
     failed: Vec<String>,
     units: Vec<UnitRecord>,
     /// In flight, one per unit at most.
@@ -327,6 +330,15 @@ async fn read(store: &mut Store, keys: &Keys) -> Result<View> {
         .map(|(rec, token)| (rec.name, token.0));
     let epoch = store.get::<Value>(&keys.epoch()).await?;
     let agents = store.list(&format!("{p}agents/")).await?;
+    let agent_builds = store
+        .scan::<Value>(&format!("{p}agents/"))
+        .await?
+        .into_iter()
+        .filter_map(|(_, r)| {
+            let host = r["host"].as_str()?.to_string();
+            Some((host, r["version"].as_str().unwrap_or("").to_string()))
+        })
+        .collect();
     let failed = store.list(&format!("{p}hosts/failed/")).await?;
     let units = store.units().await?;
     let migrations = store
@@ -340,6 +352,7 @@ async fn read(store: &mut Store, keys: &Keys) -> Result<View> {
         leader,
         epoch,
         agents,
+        agent_builds,
         failed,
         units,
         migrations,
@@ -367,6 +380,7 @@ fn status(v: &View) -> (Value, String) {
         "leader": v.leader.as_ref().map(|(n, t)| json!({"name": n, "token": t})),
         "epoch": v.epoch,
         "agents": v.agents,
+        "agent_builds": v.agent_builds,
         "failed_hosts": v.failed,
         "units": v.units.len(),
         "migrations": m,
@@ -433,27 +447,32 @@ fn hosts(v: &View, loads: &[holdfast_control::HostLoad]) -> (Value, String) {
         .map(|(h, (p, b))| {
             let l = load_of(h);
             json!({"host": h, "agent": v.agents.contains(h), "failed": v.failed.contains(h),
+                   "agent_build": v.agent_builds.get(h),
                    "primaries": p, "backups": b,
                    "capacity": l.map(|l| l.capacity), "load": l.map(|l| l.load),
                    "worst_after_one_failure": l.map(holdfast_control::HostLoad::worst)})
         })
         .collect();
     let mut t = format!(
-        "{:<12} {:<6} {:<7} {:<10} {:<24} {}\n",
-        "HOST", "AGENT", "FAILED", "LOAD", "PRIMARY OF", "BACKUP OF"
+        "{:<12} {:<6} {:<7} {:<10} {:<24} {:<24} {}\n",
+        "HOST", "AGENT", "FAILED", "LOAD", "PRIMARY OF", "BACKUP OF", "AGENT BUILD"
     );
     for (h, (p, b)) in &names {
         let load = load_of(h).map_or("-".to_string(), |l| {
             format!("{}/{}/{}", l.load, l.worst(), l.capacity)
         });
         t.push_str(&format!(
-            "{:<12} {:<6} {:<7} {:<10} {:<24} {}\n",
+            "{:<12} {:<6} {:<7} {:<10} {:<24} {:<24} {}\n",
             h,
             if v.agents.contains(h) { "up" } else { "-" },
             if v.failed.contains(h) { "yes" } else { "no" },
             load,
             p.join(","),
-            b.join(",")
+            b.join(","),
+            v.agent_builds
+                .get(h)
+                .filter(|b| !b.is_empty())
+                .map_or("-", String::as_str)
         ));
     }
     t.push_str(

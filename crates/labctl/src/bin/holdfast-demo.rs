@@ -32,6 +32,7 @@ const STATE: &str = "/run/holdfast-lab/demo-state.json";
 
 #[derive(Parser, Debug)]
 #[command(
+    version = holdfast_version::VERSION,
     name = "holdfast-demo",
     about = "TENSOR's four failure kinds against frr and bird2 peers; Table 1 with what the peers saw"
 )]

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 #[command(
     name = "holdfast lab",
     bin_name = "holdfast lab",
-    version,
+    version = holdfast_version::VERSION,
     about = "The lab: a scenario of lab/scenarios/ in network namespaces (holdfastd primary \
              and backup hosts, Redis, real peers), failures, takeovers. Needs root."
 )]

@@ -35,7 +35,9 @@
 //!   report carries the controller's verdict of the right kind, the new primary runs on
 //!   the other host, the service address is in its container there, every holdfastd
 //!   session is Established and PROTECTED, the state file names the new primary and
-//!   host. A failure with no backup to go to is refused before anything is done; `heal`
+//!   host. Before the failures, holdfastd's `show summary` and each agent's record
+//!   (`holdfast ctl hosts`) name the build under test (`holdfast_version::VERSION`).
+//!   A failure with no backup to go to is refused before anything is done; `heal`
 //!   brings links back and `holdfast ctl reset`s the host, which becomes the backup
 //!   again. Throughout, a watch of each peer's own CLI (frr, bird) sees its session
 //!   with the service address never leave Established (uptime never back, counters
@@ -335,6 +337,30 @@ fn four_failures_and_takeovers() {
         .map(|(n, p)| (n.clone(), PeerWatch::start(p.session_probe(&open.lab), svc)))
         .collect();
     assert_primary_on(&state, "a", "after up");
+
+    // Each binary reports its build: holdfastd's summary, each agent's record as
+    // `holdfast ctl hosts` shows it.
+    let summary = open
+        .holdfastd(&st0.units[0].primary)
+        .and_then(|u| u.summary())
+        .expect("show summary");
+    assert_eq!(
+        summary.version,
+        holdfast_version::VERSION,
+        "holdfastd's build"
+    );
+    let hosts = open.plane.ctl(&open.lab, &["hosts"]).expect("ctl hosts");
+    for h in ["a", "b"] {
+        let row = hosts
+            .as_array()
+            .and_then(|r| r.iter().find(|r| r["host"] == h))
+            .unwrap_or_else(|| panic!("no host {h} in {hosts}"));
+        assert_eq!(
+            row["agent_build"].as_str(),
+            Some(holdfast_version::VERSION),
+            "agent {h}'s build: {row}"
+        );
+    }
 
     // Nonsense is refused and changes nothing.
     let e = command::fail(&state, FailureKind::Application, "frr", &mut progress).unwrap_err();

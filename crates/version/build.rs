@@ -1,0 +1,40 @@
+//! Sets `HOLDFAST_DESCRIBE` for the crate: `git describe --tags --always
+//! --dirty` of the tree being built, or `$HOLDFAST_DESCRIBE` when it is set
+//! (a build from a source package, without `.git`), else "unknown".
+//! Re-runs when the checked-out commit moves (HEAD, the branch it names, the
+//! packed refs), so a new commit builds a new description; changes to the
+//! working tree alone do not rebuild everything that depends on this crate.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn git(args: &[&str]) -> Option<String> {
+    let out = Command::new("git").args(args).output().ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+        .filter(|s| !s.is_empty())
+}
+
+fn main() {
+    println!("cargo:rerun-if-env-changed=HOLDFAST_DESCRIBE");
+    let from_env = std::env::var("HOLDFAST_DESCRIBE")
+        .ok()
+        .filter(|s| !s.is_empty());
+    let describe = from_env
+        .or_else(|| git(&["describe", "--tags", "--always", "--dirty"]))
+        .unwrap_or_else(|| "unknown".to_string());
+    if let Some(dir) = git(&["rev-parse", "--git-dir"]) {
+        let dir = PathBuf::from(dir);
+        let common = git(&["rev-parse", "--git-common-dir"]).map_or(dir.clone(), PathBuf::from);
+        println!("cargo:rerun-if-changed={}", dir.join("HEAD").display());
+        println!(
+            "cargo:rerun-if-changed={}",
+            common.join("packed-refs").display()
+        );
+        if let Some(head) = git(&["symbolic-ref", "-q", "HEAD"]) {
+            println!("cargo:rerun-if-changed={}", common.join(head).display());
+        }
+    }
+    println!("cargo:rustc-env=HOLDFAST_DESCRIBE={describe}");
+}
