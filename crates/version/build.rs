@@ -4,6 +4,7 @@
 //! Re-runs when the checked-out commit moves (HEAD, the branch it names, the
 //! packed refs), so a new commit builds a new description; changes to the
 //! working tree alone do not rebuild everything that depends on this crate.
+//! With `HOLDFAST_DESCRIBE` set, git is not asked and not watched.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -18,20 +19,22 @@ fn git(args: &[&str]) -> Option<String> {
 
 fn main() {
     println!("cargo:rerun-if-env-changed=HOLDFAST_DESCRIBE");
-    let from_env = std::env::var("HOLDFAST_DESCRIBE")
+    // Named from outside: nothing of git is watched, so commits do not
+    // rebuild what depends on this crate.
+    if let Some(named) = std::env::var("HOLDFAST_DESCRIBE")
         .ok()
-        .filter(|s| !s.is_empty());
-    let describe = from_env
-        .or_else(|| git(&["describe", "--tags", "--always", "--dirty"]))
+        .filter(|s| !s.is_empty())
+    {
+        println!("cargo:rustc-env=HOLDFAST_DESCRIBE={named}");
+        return;
+    }
+    let describe = git(&["describe", "--tags", "--always", "--dirty"])
         .unwrap_or_else(|| "unknown".to_string());
     if let Some(dir) = git(&["rev-parse", "--git-dir"]) {
         let dir = PathBuf::from(dir);
         let common = git(&["rev-parse", "--git-common-dir"]).map_or(dir.clone(), PathBuf::from);
         println!("cargo:rerun-if-changed={}", dir.join("HEAD").display());
-        println!(
-            "cargo:rerun-if-changed={}",
-            common.join("packed-refs").display()
-        );
+        println!("cargo:rerun-if-changed={}", common.join("packed-refs").display());
         if let Some(head) = git(&["symbolic-ref", "-q", "HEAD"]) {
             println!("cargo:rerun-if-changed={}", common.join(head).display());
         }
