@@ -34,7 +34,10 @@ fn main() {
         let dir = PathBuf::from(dir);
         let common = git(&["rev-parse", "--git-common-dir"]).map_or(dir.clone(), PathBuf::from);
         println!("cargo:rerun-if-changed={}", dir.join("HEAD").display());
-        println!("cargo:rerun-if-changed={}", common.join("packed-refs").display());
+        println!(
+            "cargo:rerun-if-changed={}",
+            common.join("packed-refs").display()
+        );
         if let Some(head) = git(&["symbolic-ref", "-q", "HEAD"]) {
             println!("cargo:rerun-if-changed={}", common.join(head).display());
         }
