@@ -54,6 +54,8 @@ pub struct AgentConfig {
     pub heartbeat: Duration,
     /// Unix time (ms) of the core's time origin, for the reports' clocks.
     pub unix_origin_ms: u64,
+    /// This agent's build, sent in every Hello (`holdfast_version::VERSION`).
+    pub version: String,
 }
 
 /// What the core is fed.
@@ -423,6 +425,7 @@ impl AgentCore {
                 .collect(),
             highest_token: self.highest_token,
             schema: SCHEMA,
+            version: self.cfg.version.clone(),
         }))
     }
 
@@ -584,6 +587,7 @@ mod tests {
             watchdog: WatchdogConfig::DEFAULT,
             heartbeat: 100 * MS,
             unix_origin_ms: 1_000_000,
+            version: "test".into(),
         })
     }
 
@@ -734,8 +738,14 @@ mod tests {
             panic!("{o:?}")
         };
         assert_eq!(
-            (h.host.as_str(), h.units.len(), h.highest_token, h.schema),
-            ("b", 1, 9, SCHEMA)
+            (
+                h.host.as_str(),
+                h.units.len(),
+                h.highest_token,
+                h.schema,
+                h.version.as_str()
+            ),
+            ("b", 1, 9, SCHEMA, "test")
         );
         // The running unit's state again, for a new leader.
         assert!(matches!(

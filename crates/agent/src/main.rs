@@ -188,6 +188,7 @@ fn main() -> Result<()> {
             watchdog,
             heartbeat: Duration::from_millis(a.heartbeat_ms.max(10)),
             unix_origin_ms: 0,
+            version: holdfast_version::VERSION.to_string(),
         },
         etcd: a.etcd,
         cluster: a.cluster,

@@ -67,6 +67,7 @@ mod tests {
                 units: Vec::new(),
                 highest_token: 42,
                 schema: SCHEMA,
+                version: "0.1.0 (v0.1.0-3-g1a2b3c4)".into(),
             })),
         };
         assert_eq!(AgentReport::decode(&*r.encode_to_vec()).unwrap(), r);

@@ -419,6 +419,7 @@ impl Controller for Hub {
                 cert = %peer,
                 units = hello.units.len(),
                 highest_token = hello.highest_token,
+                version = %hello.version,
                 "agent attached"
             );
             while let Ok(Some(r)) = inbound.message().await {

@@ -16,6 +16,7 @@ fn hello(host: &str) -> AgentReport {
             units: Vec::new(),
             highest_token: 0,
             schema: holdfast_control_api::SCHEMA,
+            version: String::new(),
         })),
     }
 }
