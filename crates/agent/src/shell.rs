@@ -201,7 +201,7 @@ pub async fn run(
         });
     }
     let mut status = AgentStatus {
-        version: holdfast_version::describe(),
+        version: holdfast_version::VERSION.to_string(),
         host: cfg.core.host.clone(),
         ..AgentStatus::default()
     };

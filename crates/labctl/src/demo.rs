@@ -584,24 +584,30 @@ impl Observation {
 /// state Down or Init (its session went down), for a failed run's evidence: which
 /// sender's packets (by MAC) stopped reaching it, and when.
 fn wire_story(pcap: &Path, peer: IpAddr, t_start: f64, t_end: f64) -> Vec<String> {
-    let down = format!("udp port 3784 and src host {peer}");
-    let first_down = holdfast_lab::pcap::tcpdump_lines(pcap, &down, t_start, t_end)
-        .unwrap_or_default()
-        .into_iter()
+    let at = |l: &str| l.split_whitespace().next()?.parse::<f64>().ok();
+    let lines =
+        holdfast_lab::pcap::tcpdump_lines(pcap, "udp port 3784 or arp", t_start - 0.6, t_end)
+            .unwrap_or_default();
+    let from_peer = format!(": {peer}.");
+    let first_down = lines
+        .iter()
+        .filter(|l| l.contains(&from_peer) && at(l).is_some_and(|x| x >= t_start))
         .find(|l| l.contains("State Down") || l.contains("State Init"))
-        .and_then(|l| l.split_whitespace().next()?.parse::<f64>().ok());
+        .and_then(|l| at(l));
     let Some(t) = first_down else {
         return vec![format!(
             "wire: no BFD packet in state Down or Init from {peer} in its capture"
         )];
     };
-    let lines = holdfast_lab::pcap::tcpdump_lines(pcap, "udp port 3784 or arp", t - 0.6, t + 0.1)
-        .unwrap_or_default();
+    let window: Vec<&String> = lines
+        .iter()
+        .filter(|l| at(l).is_some_and(|x| x >= t - 0.6 && x <= t + 0.1))
+        .collect();
     let mut out = vec![format!(
         "wire: {peer} first sent BFD Down/Init at unix {t:.6}; BFD and ARP from 0.6 s before ({} packets):",
-        lines.len()
+        window.len()
     )];
-    out.extend(lines.into_iter().take(60).map(|l| format!("wire: {l}")));
+    out.extend(window.into_iter().take(60).map(|l| format!("wire: {l}")));
     out
 }
 

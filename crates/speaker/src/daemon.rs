@@ -903,7 +903,7 @@ impl Daemon {
                         .map(|(k, v)| (k.clone(), v.0 as u64))
                         .collect(),
                     uptime_secs: self.started.elapsed().as_secs(),
-                    version: holdfast_version::describe(),
+                    version: holdfast_version::VERSION.to_string(),
                 })
             }
             Request::ShowRib {

@@ -3,7 +3,7 @@
 //! [`VERSION`] is the package version and the commit (`git describe --tags
 //! --always --dirty` when the build started, e.g. `0.1.0 (v0.1.0-3-g1a2b3c4)`);
 //! every binary's `--version` prints it, and holdfastd, the agents and the
-//! controllers report [`describe`] in their status, so an operator (and
+//! controllers report it in their status, so an operator (and
 //! `holdfast ctl upgrade`) can tell which build runs where.
 //!
 //! # Known issues
@@ -29,11 +29,6 @@ pub const VERSION: &str = concat!(
     env!("HOLDFAST_DESCRIBE"),
     ")"
 );
-
-/// [`VERSION`], for status reports.
-pub fn describe() -> String {
-    VERSION.to_string()
-}
 
 #[cfg(test)]
 mod tests {

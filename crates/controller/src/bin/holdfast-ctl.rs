@@ -311,10 +311,9 @@ async fn etcd_auth(store: &mut Store, keys: &Keys, op: &EtcdAuthOp) -> Result<(V
 struct View {
     leader: Option<(String, i64)>,
     epoch: Option<Value>,
-    agents: Vec<String>,
-    /// Each attached agent's build, from its `agents/HOST` record (empty from
-    /// an agent older than the field).
-    agent_builds: BTreeMap<String, String>,
+    /// The attached agents by host, each with its build from its
+    /// `agents/HOST` record (empty from an agent older than the field).
+    agents: BTreeMap<String, String>,
     failed: Vec<String>,
     units: Vec<UnitRecord>,
     /// In flight, one per unit at most.
@@ -329,15 +328,11 @@ async fn read(store: &mut Store, keys: &Keys) -> Result<View> {
         .await?
         .map(|(rec, token)| (rec.name, token.0));
     let epoch = store.get::<Value>(&keys.epoch()).await?;
-    let agents = store.list(&format!("{p}agents/")).await?;
-    let agent_builds = store
+    let agents = store
         .scan::<Value>(&format!("{p}agents/"))
         .await?
         .into_iter()
-        .filter_map(|(_, r)| {
-            let host = r["host"].as_str()?.to_string();
-            Some((host, r["version"].as_str().unwrap_or("").to_string()))
-        })
+        .map(|(host, r)| (host, r["version"].as_str().unwrap_or("").to_string()))
         .collect();
     let failed = store.list(&format!("{p}hosts/failed/")).await?;
     let units = store.units().await?;
@@ -352,7 +347,6 @@ async fn read(store: &mut Store, keys: &Keys) -> Result<View> {
         leader,
         epoch,
         agents,
-        agent_builds,
         failed,
         units,
         migrations,
@@ -379,8 +373,8 @@ fn status(v: &View) -> (Value, String) {
     let j = json!({
         "leader": v.leader.as_ref().map(|(n, t)| json!({"name": n, "token": t})),
         "epoch": v.epoch,
-        "agents": v.agents,
-        "agent_builds": v.agent_builds,
+        "agents": v.agents.keys().collect::<Vec<_>>(),
+        "agent_builds": v.agents,
         "failed_hosts": v.failed,
         "units": v.units.len(),
         "migrations": m,
@@ -396,7 +390,7 @@ fn status(v: &View) -> (Value, String) {
         if v.agents.is_empty() {
             "none".into()
         } else {
-            v.agents.join(", ")
+            v.agents.keys().cloned().collect::<Vec<_>>().join(", ")
         }
     ));
     t.push_str(&format!(
@@ -428,7 +422,7 @@ fn status(v: &View) -> (Value, String) {
 
 fn hosts(v: &View, loads: &[holdfast_control::HostLoad]) -> (Value, String) {
     let mut names: BTreeMap<String, (Vec<String>, Vec<String>)> = BTreeMap::new();
-    for h in v.agents.iter().chain(&v.failed) {
+    for h in v.agents.keys().chain(&v.failed) {
         names.entry(h.clone()).or_default();
     }
     for u in &v.units {
@@ -446,8 +440,8 @@ fn hosts(v: &View, loads: &[holdfast_control::HostLoad]) -> (Value, String) {
         .iter()
         .map(|(h, (p, b))| {
             let l = load_of(h);
-            json!({"host": h, "agent": v.agents.contains(h), "failed": v.failed.contains(h),
-                   "agent_build": v.agent_builds.get(h),
+            json!({"host": h, "agent": v.agents.contains_key(h), "failed": v.failed.contains(h),
+                   "agent_build": v.agents.get(h),
                    "primaries": p, "backups": b,
                    "capacity": l.map(|l| l.capacity), "load": l.map(|l| l.load),
                    "worst_after_one_failure": l.map(holdfast_control::HostLoad::worst)})
@@ -464,12 +458,12 @@ fn hosts(v: &View, loads: &[holdfast_control::HostLoad]) -> (Value, String) {
         t.push_str(&format!(
             "{:<12} {:<6} {:<7} {:<10} {:<24} {:<24} {}\n",
             h,
-            if v.agents.contains(h) { "up" } else { "-" },
+            if v.agents.contains_key(h) { "up" } else { "-" },
             if v.failed.contains(h) { "yes" } else { "no" },
             load,
             p.join(","),
             b.join(","),
-            v.agent_builds
+            v.agents
                 .get(h)
                 .filter(|b| !b.is_empty())
                 .map_or("-", String::as_str)

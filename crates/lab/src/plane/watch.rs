@@ -44,6 +44,21 @@ impl Plane {
         v
     }
 
+    /// [`Plane::kill_and_take_over`] under a [`PlaneWatch`], checked after
+    /// `settle`: the takeover's times and what the peers saw (the check's
+    /// summary); an error if any peer noticed.
+    pub fn take_over_unseen(
+        &self,
+        unit: &str,
+        host: &str,
+        within: Duration,
+        settle: Duration,
+    ) -> Result<(super::Moved, String)> {
+        let w = self.watch(false)?;
+        let moved = self.kill_and_take_over(unit, host, within)?;
+        Ok((moved, w.check(self, settle)?))
+    }
+
     /// Starts watching (see [`PlaneWatch`]).
     pub fn watch(&self, sampled: bool) -> Result<PlaneWatch> {
         let marks = self.peers().iter().map(|p| p.log_mark()).collect();

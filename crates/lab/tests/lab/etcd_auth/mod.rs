@@ -221,16 +221,15 @@ fn etcd_takes_only_certificates_and_refuses_writes_outside_a_role() {
     println!("4. agent-a on agents/b, agent-servers/b (put, del): permission denied; agent-a reads agents/ but not units/");
 
     // 5. End to end: an application failure taken over through etcd.
-    let w = p.watch(false).expect("watch");
-    let Moved {
-        to,
-        running: moved,
-        protected,
-    } = p
-        .kill_and_take_over("u1", "a", LONG)
-        .unwrap_or_else(|e| panic!("{e}"));
-    let seen = w
-        .check(&p, Duration::from_secs(2))
+    let (
+        Moved {
+            to,
+            running: moved,
+            protected,
+        },
+        seen,
+    ) = p
+        .take_over_unseen("u1", "a", LONG, Duration::from_secs(2))
         .unwrap_or_else(|e| panic!("u1's takeover: {e}"));
     let (primary, backup) = p.placement("u1").expect("holdfast ctl units");
     assert_eq!(primary, to);

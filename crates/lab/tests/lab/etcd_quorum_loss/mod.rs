@@ -224,14 +224,10 @@ fn etcd_quorum_lost_leaves_every_running_unit_alone() {
     println!("   units, placements unchanged, no failure verdict; frr: {s}");
 
     // The plane works again: an application failure is migrated.
-    let w = p.watch(false).expect("watch");
-    let moved = p
-        .kill_and_take_over("u1", "a", LONG)
+    let (moved, s) = p
+        .take_over_unseen("u1", "a", LONG, Duration::from_secs(1))
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(moved.to, "b");
-    let s = w
-        .check(&p, Duration::from_secs(1))
-        .unwrap_or_else(|e| panic!("{e}"));
     println!("   then u1 killed on a: migrated to b; frr: {s}");
 
     // 5. Negative control: c's agent gone, then quorum lost.

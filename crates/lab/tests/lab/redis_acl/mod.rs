@@ -227,16 +227,15 @@ fn a_units_redis_user_cannot_read_another_units_records() {
     println!("2. hf-u1 on u2's records (reads, writes, EVAL) and keyspace-wide commands: NOPERM; hf-u2 on u1's: NOPERM; u2's records unchanged");
 
     // 3. Positive control: a takeover of u1 under its user.
-    let w = p.watch(false).expect("watch");
-    let Moved {
-        to,
-        running: moved,
-        protected,
-    } = p
-        .kill_and_take_over("u1", "a", LONG)
-        .unwrap_or_else(|e| panic!("{e}"));
-    let seen = w
-        .check(&p, Duration::from_secs(2))
+    let (
+        Moved {
+            to,
+            running: moved,
+            protected,
+        },
+        seen,
+    ) = p
+        .take_over_unseen("u1", "a", LONG, Duration::from_secs(2))
         .unwrap_or_else(|e| panic!("u1's takeover: {e}"));
     // From u1's container on the new host (its own or the service address).
     let from = [
