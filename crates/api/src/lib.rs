@@ -627,6 +627,9 @@ pub struct Summary {
     /// The daemon's build: package version and commit (`holdfast_version::VERSION`);
     /// empty from a daemon older than the field.
     pub version: String,
+    /// Threads running the sessions (`[global] io_threads`, as started);
+    /// 0 from a daemon older than the field.
+    pub io_threads: usize,
 }
 
 /// One route, as shown by `show rib`.
@@ -813,6 +816,7 @@ mod tests {
                 loc_rib_routes: routes,
                 uptime_secs: 3600,
                 version: "0.1.0 (v0.1.0-3-g1a2b3c4)".into(),
+                io_threads: 2,
             }),
             Response::rib(vec![rib_entry(), RibEntry::default()]),
             Response::rib(vec![]),

@@ -103,7 +103,8 @@ pub struct Neighbor {
     pub address: IpAddr,
     /// The tester's AS.
     pub asn: u32,
-    /// Whether the DUT exports to it (holdfastd only; the others export all).
+    /// Whether the DUT exports to it (holdfastd, bird2 and frr; gobgpd
+    /// exports all).
     pub export: bool,
 }
 
@@ -204,7 +205,14 @@ impl Running {
             spec = spec.kernel_table(t);
         }
         for n in &cfg.neighbors {
-            spec = spec.neighbor(NeighborSpec::new(n.address, n.asn).passive());
+            let mut ns = NeighborSpec::new(n.address, n.asn).passive();
+            // bird2 and frr export nothing where holdfastd would not (feed-only
+            // injectors); gobgpd exports all (the lab writes no per-neighbour
+            // policy for it).
+            if !n.export && dut != Dut::Gobgp {
+                ns = ns.no_export();
+            }
+            spec = spec.neighbor(ns);
         }
         Ok(match dut {
             Dut::Bird => {
@@ -343,6 +351,19 @@ impl Running {
             std::thread::sleep(Duration::from_millis(200));
         }
         bail!("timeout: the DUT's own table holds {last} of {n} routes after {limit:?}")
+    }
+
+    /// Sessions the DUT itself reports Established (holdfastd's `show
+    /// summary`, the others' own CLI).
+    pub fn established(&self, lab: &Lab) -> Result<usize> {
+        Ok(match self {
+            Running::Hf(h) => h.summary()?.neighbors_established,
+            Running::Peer(p) => p
+                .sessions(lab)?
+                .iter()
+                .filter(|s| s.state == holdfast_lab::SessionState::Established)
+                .count(),
+        })
     }
 
     /// Waits (bounded) until holdfastd NSR on reports itself PROTECTED with

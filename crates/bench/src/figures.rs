@@ -46,6 +46,10 @@ pub struct Plan {
     pub store_min_time: Duration,
     /// Scaling: total routes.
     pub scaling_routes: usize,
+    /// Many sessions: injector sessions.
+    pub many_sessions: usize,
+    /// Many sessions: routes per injector.
+    pub many_routes: usize,
     /// When the bench started (for the progress lines).
     pub started: Instant,
 }
@@ -215,6 +219,63 @@ single-peer case. Speedup = workers=1 time / workers=2 time for the same peers.\
             crate::report::fmt_cell(&cells[0], plan.runs),
             cells[1].median().map_or("–".into(), |m| format!("{m:.0}")),
             cells[2].median().map_or("–".into(), num),
+        );
+    }
+    t
+}
+
+/// Many sessions into one daemon (issue 27): every daemon under test but
+/// gobgpd learns `many_sessions` × `many_routes` realistic routes, one
+/// distinct share per session, and re-advertises them to one monitor
+/// ([`crate::many_learn`]); the Markdown table with each daemon's time
+/// against bird2's and frr's.
+pub fn many_sessions(plan: &Plan) -> String {
+    let (s, per) = (plan.many_sessions, plan.many_routes);
+    let mut rows: Vec<(Dut, Vec<Cell>)> = Vec::new();
+    for &dut in plan.daemons.iter().filter(|d| **d != Dut::Gobgp) {
+        let name = format!("many sessions {} {s}x{}", dut.name(), size_label(per));
+        let cells = repeat(plan.runs, Slow::Never, &name, plan.started, 4, |_| {
+            let r = crate::many_learn::measure(dut, s, per, Kind::Realistic, plan.timeout)?;
+            Ok(vec![
+                r.secs,
+                r.cpu_secs,
+                r.rss_kb as f64 / 1024.0,
+                r.setup_secs,
+            ])
+        });
+        rows.push((dut, cells));
+    }
+    let median = |d: Dut| {
+        rows.iter()
+            .find(|(x, _)| *x == d)
+            .and_then(|(_, c)| c[0].median())
+    };
+    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => format!("{:.2}×", a / b),
+        _ => "–".into(),
+    };
+    let mut t = format!(
+        "\n## Many sessions (issue 27)\n\n{s} injector sessions × {} routes each ({} in all, a realistic mix; distinct prefixes per session, \
+each session's AS first in its paths) into one daemon, re-advertised to one monitor; the daemons export nothing to the injectors \
+(holdfastd `export = \"none\"`, bird2 `export none`, frr an outbound deny route-map). Time: from just before the injectors' first write \
+until the monitor holds every route. CPU: the daemon's processes (`schedstat`) over that window; peak RSS: their VmHWM at its end. \
+Set-up (establishing the {s} sessions) is not timed. gobgpd is not measured here (the lab writes no per-neighbour export policy for it).\n\n\
+| daemon | time (s) | CPU (s) | peak RSS (MB) | set-up (s) | time ÷ bird2's | time ÷ frr's |\n|---|---|---|---|---|---|---|\n",
+        size_label(per),
+        size_label(s * per)
+    );
+    for (dut, cells) in &rows {
+        let m = cells[0].median();
+        let _ = writeln!(
+            t,
+            "| {} | {} | {} | {} | {} | {} | {} |",
+            dut.name(),
+            crate::report::fmt_cell(&cells[0], plan.runs),
+            cells[1].median().map_or("–".into(), num),
+            cells[2].median().map_or("–".into(), |x| format!("{x:.0}")),
+            cells[3].median().map_or("–".into(), num),
+            ratio(m, median(Dut::Bird)),
+            ratio(m, median(Dut::Frr)),
         );
     }
     t

@@ -64,6 +64,7 @@ pub mod fib_reload;
 pub mod figures;
 pub mod learn;
 pub mod many;
+pub mod many_learn;
 pub mod mrt;
 pub mod originate;
 pub mod plane_unit;

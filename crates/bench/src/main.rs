@@ -17,7 +17,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-const FIGURES: &str = "6a,scaling,6b,6c,6d,5b,takeover";
+const FIGURES: &str = "6a,scaling,many,6b,6c,6d,5b,takeover";
 
 #[derive(Parser, Debug)]
 #[command(
@@ -29,7 +29,7 @@ struct Args {
     /// Daemons under test, comma-separated: holdfastd,holdfastd-nsr,bird,frr,gobgp.
     #[arg(long, default_value = "holdfastd,holdfastd-nsr,bird,frr,gobgp")]
     daemons: String,
-    /// Figures, comma-separated: 6a,scaling,6b,6c,6d,5b,takeover.
+    /// Figures, comma-separated: 6a,scaling,many,6b,6c,6d,5b,takeover.
     #[arg(long, default_value = FIGURES)]
     figures: String,
     /// Fig. 6(a) route counts, comma-separated (k and M suffixes).
@@ -68,6 +68,12 @@ struct Args {
     /// Total routes of the scaling measurement (split over 8 peers).
     #[arg(long, default_value = "1M")]
     scaling_routes: String,
+    /// Many sessions: injector sessions into one daemon (1..=1000).
+    #[arg(long, default_value_t = 1000)]
+    many_sessions: usize,
+    /// Many sessions: routes each injector sends (k/M suffixes; a realistic mix).
+    #[arg(long, default_value = "1k")]
+    many_routes: String,
     /// Runs per cell (median reported).
     #[arg(long, default_value_t = 3)]
     runs: usize,
@@ -243,6 +249,7 @@ fn apply_quick(a: &mut Args) {
     a.store_max_batch = 64;
     a.store_min_time_ms = 50;
     a.scaling_routes = "100k".into();
+    a.many_sessions = 100;
     a.runs = 1;
     a.timeout = a.timeout.min(120);
 }
@@ -281,6 +288,7 @@ struct Report {
     sections: Vec<String>,
     figures: Vec<Figure>,
     scaling: Option<String>,
+    many: Option<String>,
 }
 
 fn write_report(
@@ -295,6 +303,9 @@ fn write_report(
         md.push_str(s);
     }
     if let Some(s) = &report.scaling {
+        md.push_str(s);
+    }
+    if let Some(s) = &report.many {
         md.push_str(s);
     }
     md.push_str(&summary(&report.figures));
@@ -414,6 +425,8 @@ fn main() -> Result<()> {
         store_max_batch: args.store_max_batch,
         store_min_time: Duration::from_millis(args.store_min_time_ms),
         scaling_routes: parse_size(&args.scaling_routes)?,
+        many_sessions: args.many_sessions,
+        many_routes: parse_size(&args.many_routes)?,
         started,
     };
     let need: Vec<PeerKind> = daemons.iter().filter_map(|d| d.peer_kind()).collect();
@@ -460,6 +473,7 @@ fn main() -> Result<()> {
         sections: Vec::new(),
         figures: Vec::new(),
         scaling: None,
+        many: None,
     };
     let out_dir = args
         .out
@@ -500,6 +514,16 @@ fn main() -> Result<()> {
         println!("{t}");
         report.scaling = Some(t);
     }
+    if want("many") {
+        let t = figures::many_sessions(&plan);
+        println!("{t}");
+        report.many = Some(t);
+        if let Some(out) = &args.out {
+            if let Err(e) = write_report(&report, out, None, None, plan.runs) {
+                println!("{e:#}");
+            }
+        }
+    }
     if want("6b") {
         add(&mut report, vec![figures::fig6b(&plan)]);
     }
@@ -532,6 +556,7 @@ fn main() -> Result<()> {
             "sizes": plan.sizes.iter().map(|n| size_label(*n)).collect::<Vec<_>>(),
             "figures": report.figures.iter().map(Figure::json).collect::<Vec<_>>(),
             "scaling_markdown": report.scaling,
+            "many_sessions_markdown": report.many,
         });
         let text = serde_json::to_string_pretty(&v)?;
         if j.as_os_str() == "-" {

@@ -65,6 +65,17 @@ impl BenchPlane {
         neighbors: &[(Ipv4Addr, u32, &str)],
         preheated: bool,
     ) -> Result<BenchPlane> {
+        Self::up_with_global(name, neighbors, preheated, "")
+    }
+
+    /// [`BenchPlane::up`] with `global` (key lines, e.g. `io_threads = 2`)
+    /// added to the unit's `[global]` table.
+    pub fn up_with_global(
+        name: &str,
+        neighbors: &[(Ipv4Addr, u32, &str)],
+        preheated: bool,
+        global: &str,
+    ) -> Result<BenchPlane> {
         let bins = PlaneBins::find().context("the control plane's binaries")?;
         let mut spec = PlaneSpec::one_unit(&["a", "b"], false);
         spec.units[0].name = UNIT.into();
@@ -77,9 +88,10 @@ impl BenchPlane {
         spec.no_probes = true;
         let svc = Ipv4Addr::new(198, 18, 0, 10);
         let mut extras = PlaneExtras::default();
-        extras
-            .unit_config
-            .insert(UNIT.into(), neighbors_toml(svc, neighbors));
+        extras.unit_config.insert(
+            UNIT.into(),
+            format!("{global}{}", neighbors_toml(svc, neighbors)),
+        );
         if preheated {
             extras.preheated.push(UNIT.into());
         }

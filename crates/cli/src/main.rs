@@ -834,6 +834,9 @@ fn print_summary(s: &Summary) {
     if !s.version.is_empty() {
         println!("holdfastd {}", s.version);
     }
+    if s.io_threads > 0 {
+        println!("I/O threads: {}", s.io_threads);
+    }
     println!(
         "neighbours: {} established of {}",
         s.neighbors_established, s.neighbors_total

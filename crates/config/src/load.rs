@@ -232,6 +232,9 @@ fn check_global(g: &Global) -> Result<(), ConfigError> {
     if g.workers.is_some_and(|w| !(1..=1024).contains(&w)) {
         return Err(invalid("global.workers", "must be 1..=1024"));
     }
+    if g.io_threads.is_some_and(|w| !(1..=1024).contains(&w)) {
+        return Err(invalid("global.io_threads", "must be 1..=1024"));
+    }
     if !(1..=65536).contains(&g.shards) {
         return Err(invalid("global.shards", "must be 1..=65536"));
     }

@@ -79,6 +79,10 @@ pub struct Global {
     /// (see [`Global::effective_workers`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workers: Option<usize>,
+    /// Threads that run the sessions' I/O, timers and peer cores; `None`
+    /// means one per CPU core (see [`Global::effective_io_threads`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub io_threads: Option<usize>,
     #[serde(default = "default_shards")]
     pub shards: usize,
     #[serde(default = "default_control_socket")]
@@ -128,6 +132,14 @@ impl Global {
         self.workers.unwrap_or_else(|| {
             std::thread::available_parallelism().map_or(1, |n| n.get().saturating_sub(1).max(1))
         })
+    }
+    /// `io_threads`, or when unset one per CPU core. With one, every
+    /// session runs on a single-threaded runtime; with more, on a
+    /// multi-threaded one whose threads take sessions' tasks as they
+    /// become ready.
+    pub fn effective_io_threads(&self) -> usize {
+        self.io_threads
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
     }
     /// The cluster id used when reflecting (RFC 4456 §7).
     pub fn effective_cluster_id(&self) -> Ipv4Addr {

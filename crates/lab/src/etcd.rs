@@ -281,6 +281,26 @@ impl Etcd {
         lab.exec_ok(host, &cmd)
     }
 
+    /// `etcdctl put KEY` with the value on etcdctl's standard input (from a
+    /// file in the lab's work directory), as etcd's root: a value of any
+    /// size (a unit record with a thousand neighbours is past the kernel's
+    /// 128 KiB limit on one argument).
+    pub fn put(&self, lab: &mut Lab, key: &str, value: &str) -> Result<String> {
+        let file = lab.work_dir().join(format!(
+            "etcd-put-{}.value",
+            key.trim_matches('/').replace('/', "_")
+        ));
+        std::fs::write(&file, value)
+            .map_err(|e| LabError::Invalid(format!("writing {}: {e}", file.display())))?;
+        let (host, cmd) = self.ctl_cmd(lab, Some("etcd-root"), &["put", key])?;
+        let f = file.to_string_lossy().into_owned();
+        let mut sh: Vec<&str> = vec!["sh", "-c", "f=$0; exec \"$@\" < \"$f\"", &f];
+        sh.extend(cmd.iter().map(String::as_str));
+        let out = lab.exec_ok(host, &sh);
+        let _ = std::fs::remove_file(&file);
+        out
+    }
+
     /// [`Etcd::ctl`] with the certificate `stem` of the certificate
     /// directory (`agent-a`, `controller-c1`, ...), or none (`--cacert`
     /// only); its output whether it succeeded or not.

@@ -388,6 +388,11 @@ impl Daemon {
             tracing::warn!(
                 "[global] changed: asn, router_id and listen take effect for new sessions only"
             );
+            if self.cfg.global.effective_io_threads() != cfg.global.effective_io_threads() {
+                tracing::warn!(
+                    "[global] io_threads changed: it takes effect at the next start (a takeover or a restart)"
+                );
+            }
         }
         self.ensure_instances(&cfg, initial);
         if initial {
@@ -904,6 +909,7 @@ impl Daemon {
                         .collect(),
                     uptime_secs: self.started.elapsed().as_secs(),
                     version: holdfast_version::VERSION.to_string(),
+                    io_threads: tokio::runtime::Handle::current().metrics().num_workers(),
                 })
             }
             Request::ShowRib {

@@ -92,11 +92,7 @@ fn main() -> anyhow::Result<()> {
         println!("configuration OK: {} neighbour(s)", cfg.neighbors.len());
         return Ok(());
     }
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .thread_name("holdfast-io")
-        .build()
-        .context("starting the I/O runtime")?;
+    let rt = io_runtime(cfg.global.effective_io_threads()).context("starting the I/O runtime")?;
     let start = if args.takeover {
         daemon::Start::Takeover(daemon::TakeoverOpts {
             ready_file: args.takeover_ready_file.clone(),
@@ -125,6 +121,24 @@ fn main() -> anyhow::Result<()> {
             std::process::exit(exit.code())
         }
     }
+}
+
+/// The runtime of the sessions (`[global] io_threads`): one thread runs
+/// them all, as before the key existed, or a multi-threaded runtime whose
+/// threads take each session's ready work.
+fn io_runtime(threads: usize) -> std::io::Result<tokio::runtime::Runtime> {
+    tracing::info!(io_threads = threads, "starting the I/O runtime");
+    if threads <= 1 {
+        return tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .thread_name("holdfast-io")
+            .build();
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .thread_name("holdfast-io")
+        .build()
 }
 
 fn init_tracing(cfg: &holdfast_config::Config) {

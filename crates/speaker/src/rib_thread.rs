@@ -529,7 +529,7 @@ impl RibThread {
         // The comparison prepared while standby still holds if the tables
         // are exactly as they were: every session resumed is preheated, none
         // is dropped, and nothing after the standby's position is an UPDATE.
-        let updates = has_update;
+        let updates = tables::has_update;
         let had_prepared = self.prepared.is_some();
         let mut prepared = self.prepared.take().filter(|_| {
             stale.is_empty()
@@ -702,8 +702,8 @@ impl RibThread {
             && p.peers.iter().all(|x| {
                 !x.restart
                     && self.preheated.contains_key(&x.resume.spec.id)
-                    && !has_update(&x.resume.adj_in)
-                    && !has_update(&x.resume.adj_out)
+                    && !tables::has_update(&x.resume.adj_in)
+                    && !tables::has_update(&x.resume.adj_out)
             })
     }
 
@@ -818,13 +818,6 @@ impl RibThread {
             }
         }
     }
-}
-
-/// Whether a log (whole BGP messages) holds an UPDATE.
-fn has_update(chunks: &[bytes::Bytes]) -> bool {
-    chunks
-        .iter()
-        .any(|c| tables::messages(c).any(|(ty, _)| ty == holdfast_wire::msg_type::UPDATE))
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@
 //! keeps the positions and the figures of `show nsr`. The thread
 //! ([`Follower`]) only polls the store, hands the result to the core, and
 //! sends each instance's [`Preheat`] to its RIB thread; once a poll finds
-//! nothing new after a change, it asks the RIB threads to compare each
+//! nothing new after a change (KEEPALIVEs alone are nothing new), it asks the RIB threads to compare each
 //! session's Adj-RIB-Out with what its peer holds (`RibCmd::Prepare`), so
 //! that a takeover while the tables are unchanged skips that comparison
 //! too.
@@ -40,6 +40,7 @@
 use crate::msg::peer::PeerSettings;
 use crate::msg::rib::{Preheat, PreheatPeer, ResumePeer, RibCmd, RibHandle};
 use crate::peer::resume_spec;
+use crate::tables;
 use holdfast_api::StandbyStatus;
 use holdfast_nsr::{InstanceState, LogPos, Store, StoreError};
 use holdfast_rib::PeerId;
@@ -140,7 +141,13 @@ impl FollowCore {
                 }
                 continue;
             };
-            changed = true;
+            // Only the live tail of a session already followed, with no
+            // UPDATE in it (the primary's KEEPALIVEs): the tables stay as
+            // they are, and the standby is as caught up as before. With a
+            // thousand sessions some KEEPALIVE is logged at every poll.
+            if !continues || tables::has_update(&s.adj_in) || tables::has_update(&s.adj_out) {
+                changed = true;
+            }
             self.status.chunks += (s.adj_in.len() + s.adj_out.len()) as u64;
             if !continues {
                 self.status.restarts += 1;
@@ -375,6 +382,24 @@ mod tests {
         assert!(poll(&mut core, &mut store).is_empty());
         assert!(core.status.caught_up);
         assert_eq!(core.status.sessions, 1);
+        // The primary's KEEPALIVEs logged: handed on, but nothing new.
+        let keepalive = Bytes::from_static(&[
+            0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+            0xff, 0xff, 0, 19, 4,
+        ]);
+        store
+            .write(
+                epoch,
+                &[Op::Sent {
+                    key: KEY.into(),
+                    seq_end: 1019,
+                    bytes: keepalive.clone(),
+                }],
+            )
+            .expect("write");
+        let p = only(poll(&mut core, &mut store));
+        assert_eq!(p.peers[0].resume.adj_out, vec![keepalive]);
+        assert!(core.status.caught_up, "KEEPALIVEs alone leave it caught up");
         // Appended: only the new chunk, continuing.
         store
             .write(epoch, &[received(2020, b"second")])
@@ -386,7 +411,7 @@ mod tests {
             vec![Bytes::from_static(b"second")]
         );
         let at = core.followed_positions()[KEY];
-        assert_eq!((at.adj_in, at.adj_out), (2, 0));
+        assert_eq!((at.adj_in, at.adj_out), (2, 1));
         // Compacted: a new version, the tables rebuilt from the snapshot.
         store
             .write(

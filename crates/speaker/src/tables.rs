@@ -29,6 +29,14 @@ pub fn append_message(out: &mut Vec<u8>, ty: u8, body: &[u8]) {
     out.extend_from_slice(body);
 }
 
+/// Whether any chunk of a stored log holds an UPDATE (not only KEEPALIVEs,
+/// say).
+pub fn has_update(chunks: &[bytes::Bytes]) -> bool {
+    chunks
+        .iter()
+        .any(|c| messages(c).any(|(ty, _)| ty == holdfast_wire::msg_type::UPDATE))
+}
+
 /// Every whole message in `buf`: (type, body). Stops at the first bad or
 /// partial one.
 pub fn messages(buf: &[u8]) -> impl Iterator<Item = (u8, &[u8])> {

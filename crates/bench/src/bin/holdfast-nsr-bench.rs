@@ -51,6 +51,11 @@ struct Args {
     /// Routes each injector session sends (with --sessions; k/M suffixes).
     #[arg(long, default_value = "1k")]
     routes_per_session: String,
+    /// With --sessions: holdfastd's `[global] io_threads` settings to run
+    /// side by side in every run (e.g. `1,2`; `default` leaves the key
+    /// unset: one per core).
+    #[arg(long, default_value = "default", value_delimiter = ',')]
+    io_threads: Vec<String>,
 }
 
 fn parse_size(s: &str) -> Result<usize> {
@@ -188,7 +193,22 @@ fn main() -> Result<()> {
     let kind: Kind = args.kind.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
     if let Some(sessions) = args.sessions {
         let per = parse_size(&args.routes_per_session)?;
-        let report = many::bench(sessions, per, args.runs, kind, DEADLINE)?;
+        let io = args
+            .io_threads
+            .iter()
+            .map(|t| match t.as_str() {
+                "default" => Ok(None),
+                n => n
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| (1..=1024).contains(n))
+                    .map(Some)
+                    .ok_or_else(|| {
+                        anyhow::anyhow!("--io-threads: {t:?} is not 1..=1024 or default")
+                    }),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let report = many::bench(sessions, per, args.runs, kind, &io, DEADLINE)?;
         println!("\n{report}");
         return Ok(());
     }

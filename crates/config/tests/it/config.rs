@@ -49,6 +49,11 @@ fn spec_snippet_parses() {
     assert_eq!(cfg.global.shards, 64);
     assert_eq!(cfg.global.workers, None);
     assert!(cfg.global.effective_workers() >= 1);
+    assert_eq!(cfg.global.io_threads, None);
+    assert_eq!(
+        cfg.global.effective_io_threads(),
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    );
     assert_eq!(
         cfg.global.control_socket.to_str(),
         Some("/run/holdfast/holdfastd.sock")
@@ -365,6 +370,8 @@ fn validation_errors_name_the_key() {
         (g("keepalive = 90"), "global.keepalive", ""),
         (g("connect_retry = 0"), "global.connect_retry", ""),
         (g("workers = 0"), "global.workers", ""),
+        (g("io_threads = 0"), "global.io_threads", "1..=1024"),
+        (g("io_threads = 2000"), "global.io_threads", "1..=1024"),
         (g("shards = 0"), "global.shards", ""),
         (g("control_socket = \"relative.sock\""), "global.control_socket", "absolute"),
         (g("metrics_listen = \"localhost\""), "global.metrics_listen", ""),

@@ -96,11 +96,16 @@ fn neighbor_block(i: usize, n: &NeighborSpec, local_as: u32) -> String {
     if n.bfd.is_some() {
         s.push_str("  bfd on;\n");
     }
+    let export = if n.export {
+        "export filter hf_export"
+    } else {
+        "export none"
+    };
     if n.families.0 {
-        s.push_str("  ipv4 { import all; export filter hf_export; };\n");
+        let _ = writeln!(s, "  ipv4 {{ import all; {export}; }};");
     }
     if n.families.1 {
-        s.push_str("  ipv6 { import all; export filter hf_export; };\n");
+        let _ = writeln!(s, "  ipv6 {{ import all; {export}; }};");
     }
     s.push_str("}\n");
     s
@@ -649,6 +654,18 @@ Table master6:
         assert_eq!(r[1].prefix, "198.51.100.0/24");
         assert_eq!(r[1].next_hop, Some("198.18.2.2".parse().unwrap()));
         assert_eq!(r[2].next_hop, Some("fd00:0:0:1::2".parse().unwrap()));
+    }
+
+    #[test]
+    fn a_neighbour_without_export_gets_export_none() {
+        let n = NeighborSpec::new("198.18.1.2".parse().unwrap(), 65002);
+        let on = neighbor_block(0, &n, 65001);
+        assert!(
+            on.contains("ipv4 { import all; export filter hf_export; };"),
+            "{on}"
+        );
+        let off = neighbor_block(0, &n.no_export(), 65001);
+        assert!(off.contains("ipv4 { import all; export none; };"), "{off}");
     }
 
     #[test]

@@ -399,6 +399,9 @@ impl Frr {
             }
             s.push_str("!\n");
         }
+        if spec.neighbors.iter().any(|n| !n.export) {
+            s.push_str("route-map HF-EXPORT-NONE deny 10\n!\n");
+        }
         let _ = writeln!(s, "router bgp {}", spec.local_as);
         let _ = writeln!(s, " bgp router-id {}", spec.router_id);
         s.push_str(" bgp log-neighbor-changes\n no bgp ebgp-requires-policy\n");
@@ -414,6 +417,10 @@ impl Frr {
                 let on = if v6 { n.families.1 } else { n.families.0 };
                 if on {
                     let _ = writeln!(s, "  neighbor {} activate", n.address);
+                    if !n.export {
+                        let _ =
+                            writeln!(s, "  neighbor {} route-map HF-EXPORT-NONE out", n.address);
+                    }
                 }
             }
             for r in spec.routes.iter().filter(|r| r.is_v6() == v6) {

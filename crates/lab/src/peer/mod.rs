@@ -160,6 +160,9 @@ pub struct NeighborSpec {
     pub bfd: Option<BfdTimers>,
     /// BFD authentication (bird2 only).
     pub bfd_auth: Option<BfdAuthSpec>,
+    /// Advertise routes to this neighbour (bird2 and frr; `false`: export
+    /// none, as a benchmark's feed-only injectors need).
+    pub export: bool,
 }
 
 /// BFD authentication as bird2 writes it (RFC 5880 §6.7).
@@ -197,6 +200,7 @@ impl NeighborSpec {
             ttl_security: false,
             bfd: None,
             bfd_auth: None,
+            export: true,
         }
     }
 
@@ -229,6 +233,12 @@ impl NeighborSpec {
     /// Make the session passive.
     pub fn passive(mut self) -> Self {
         self.passive = true;
+        self
+    }
+
+    /// Advertise nothing to this neighbour (bird2 and frr).
+    pub fn no_export(mut self) -> Self {
+        self.export = false;
         self
     }
 
@@ -579,6 +589,15 @@ pub(crate) fn prepare(
 ) -> Result<(PathBuf, PeerSpec)> {
     for t in kind.tools() {
         crate::cmd::require_tool(t)?;
+    }
+    if matches!(kind, PeerKind::Gobgp | PeerKind::Exabgp) {
+        if let Some(n) = spec.neighbors.iter().find(|n| !n.export) {
+            return Err(LabError::Invalid(format!(
+                "{}: neighbour {}: export none is written for bird2 and frr only",
+                kind.name(),
+                n.address
+            )));
+        }
     }
     let dir = lab.peer_dir(host, kind.name())?;
     let mut spec = spec.clone();

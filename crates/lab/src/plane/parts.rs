@@ -419,10 +419,8 @@ impl ControlPlane {
         let unit = rec["unit"]
             .as_str()
             .ok_or_else(|| LabError::Invalid(format!("a unit record without a unit: {rec}")))?;
-        self.etcd.ctl(
-            lab,
-            &["put", &format!("{UNITS_PREFIX}{unit}"), &rec.to_string()],
-        )?;
+        self.etcd
+            .put(lab, &format!("{UNITS_PREFIX}{unit}"), &rec.to_string())?;
         Ok(())
     }
 

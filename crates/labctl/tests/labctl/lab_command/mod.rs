@@ -349,6 +349,12 @@ fn four_failures_and_takeovers() {
         holdfast_version::VERSION,
         "holdfastd's build"
     );
+    // No `io_threads` in the unit's configuration: one I/O thread per core.
+    assert_eq!(
+        summary.io_threads,
+        std::thread::available_parallelism().map_or(1, |n| n.get()),
+        "holdfastd's I/O threads"
+    );
     let hosts = open.plane.ctl(&open.lab, &["hosts"]).expect("ctl hosts");
     for h in ["a", "b"] {
         let row = hosts
