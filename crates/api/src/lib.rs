@@ -441,6 +441,11 @@ pub struct NsrStatus {
     /// Added ACK delay (µs): how long an ACK waited for replication.
     pub ack_delay_p50_us: u64,
     pub ack_delay_p99_us: u64,
+    /// The added-ACK-delay histogram since start, its non-empty buckets
+    /// as (index, count): the difference of two is the delay between them
+    /// (`holdfast_linux::gate::delay_quantile`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ack_delay_buckets: Vec<(u32, u64)>,
     pub ack_packets_held: u64,
     pub ack_packets_clamped: u64,
     pub writes: u64,

@@ -26,7 +26,7 @@ use anyhow::{bail, Context, Result};
 use holdfast_lab::{ControlSocket, Holdfastd, HostId, Lab, NsrHost, NsrTopo, Redis};
 use holdfast_tester::workload::{generate, Kind, Workload};
 use holdfast_tester::{encode_routes, Peer as Tester};
-use holdfast_wire::{AsSegment, Prefix};
+use holdfast_wire::{AsSegment, PathAttrs, Prefix};
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -122,6 +122,94 @@ pub struct ManySample {
     pub store: Option<(u64, u64)>,
     /// The takeover, if one was run.
     pub takeover: Option<ManyTakeover>,
+    /// NSR on, the added ACK delay at rest after the load, then under a
+    /// steady churn ([`CHURN_PER_SEC`] UPDATEs a second per session), each
+    /// over its own window: p50, p99 (µs) and ACKs counted.
+    pub ack_rest: Option<AckWindow>,
+    pub ack_churn: Option<AckWindow>,
+}
+
+/// The added ACK delay over one window (two `show nsr` snapshots).
+#[derive(Debug, Clone, Copy)]
+pub struct AckWindow {
+    pub p50_us: u64,
+    pub p99_us: u64,
+    pub samples: u64,
+}
+
+impl std::fmt::Display for AckWindow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:.2} / {:.2} ms ({} ACKs)",
+            self.p50_us as f64 / 1e3,
+            self.p99_us as f64 / 1e3,
+            self.samples
+        )
+    }
+}
+
+/// UPDATEs a second each session sends in the churn window.
+pub const CHURN_PER_SEC: u32 = 10;
+/// The rest and churn windows.
+const WINDOW: Duration = Duration::from_secs(10);
+
+/// The delay histogram's buckets in a `show nsr` value.
+fn ack_buckets(v: &serde_json::Value) -> Vec<(u32, u64)> {
+    serde_json::from_value(v["ack_delay_buckets"].clone()).unwrap_or_default()
+}
+
+/// The added ACK delay between two `show nsr` values of one holdfastd.
+fn ack_window(before: &serde_json::Value, after: &serde_json::Value) -> AckWindow {
+    let d = holdfast_linux::gate::delay_buckets_since(&ack_buckets(after), &ack_buckets(before));
+    AckWindow {
+        p50_us: holdfast_linux::gate::delay_quantile(&d, 0.50),
+        p99_us: holdfast_linux::gate::delay_quantile(&d, 0.99),
+        samples: d.iter().map(|(_, c)| c).sum(),
+    }
+}
+
+/// Steady churn for [`WINDOW`]: every injector re-announces its first
+/// route with a new MED [`CHURN_PER_SEC`] times a second (from
+/// [`SENDERS`] threads, each on its share of the sessions, on a fixed
+/// schedule).
+fn churn(injs: &[Arc<Tester>], firsts: &[(PathAttrs, Prefix)]) -> Result<()> {
+    let ticks = CHURN_PER_SEC as u64 * WINDOW.as_secs();
+    let every = Duration::from_secs(1) / CHURN_PER_SEC;
+    let start = Instant::now();
+    let threads: Vec<_> = (0..SENDERS)
+        .map(|t| {
+            let share: Vec<(Arc<Tester>, PathAttrs, Prefix)> = injs
+                .iter()
+                .zip(firsts)
+                .enumerate()
+                .filter(|(i, _)| i % SENDERS == t)
+                .map(|(_, (inj, (a, p)))| (inj.clone(), a.clone(), *p))
+                .collect();
+            std::thread::spawn(move || -> Result<()> {
+                let mut bytes = Vec::new();
+                for k in 0..ticks {
+                    let at = start + every * k as u32;
+                    if let Some(wait) = at.checked_duration_since(Instant::now()) {
+                        std::thread::sleep(wait);
+                    }
+                    for (inj, attrs, prefix) in &share {
+                        let mut a = attrs.clone();
+                        a.med = Some(k as u32 + 1);
+                        bytes.clear();
+                        encode_routes(&[(a, vec![*prefix])], &inj.ctx, &mut bytes);
+                        inj.send_stream(&bytes)?;
+                    }
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join()
+            .map_err(|_| anyhow::anyhow!("churn sender panicked"))??;
+    }
+    Ok(())
 }
 
 /// A takeover timed at every tester session.
@@ -329,6 +417,11 @@ fn run_in(
         encode_routes(w, &inj.ctx, &mut bytes);
         streams[i % SENDERS].push((inj.clone(), bytes));
     }
+    // Each session's first route: what the steady churn re-announces.
+    let firsts: Vec<(PathAttrs, Prefix)> = work
+        .iter()
+        .filter_map(|w| w.first().and_then(|(a, p)| Some((a.clone(), *p.first()?))))
+        .collect();
     drop(work);
     let hf_pid = env.pid;
     let redis_pid = env.redis.map(|r| r.pid());
@@ -383,9 +476,19 @@ fn run_in(
         nsr: None,
         store: None,
         takeover: None,
+        ack_rest: None,
+        ack_churn: None,
     };
     if let Some(redis) = env.redis {
         sample.nsr = Some(nsr_at_rest(&env.socket, Duration::from_secs(60))?);
+        // At rest: the sessions' KEEPALIVEs only, over the window.
+        let rest0 = show_nsr(&env.socket)?;
+        std::thread::sleep(WINDOW);
+        let rest1 = show_nsr(&env.socket)?;
+        sample.ack_rest = Some(ack_window(&rest0, &rest1));
+        churn(&injs, &firsts)?;
+        let churned = show_nsr(&env.socket)?;
+        sample.ack_churn = Some(ack_window(&rest1, &churned));
         let keys = redis.cli(lab, &["DBSIZE"])?.trim().parse().unwrap_or(0);
         let info = redis.cli(lab, &["INFO", "memory"])?;
         let used = info
@@ -591,16 +694,16 @@ pub fn bench(
                     .take()
                     .ok_or_else(|| anyhow::anyhow!("no takeover measured"))?;
                 let (p50, p99, max) = spread(&t.resume_ms);
-                let ack = s
-                    .nsr
-                    .as_ref()
-                    .map(|v| {
-                        format!(
-                            "ACK delay at rest p50 {} / p99 {} µs",
-                            v["ack_delay_p50_us"], v["ack_delay_p99_us"]
-                        )
-                    })
-                    .unwrap_or_default();
+                let ack = format!(
+                    "added ACK delay p50 / p99: over the load {}, at rest {}, under churn {}",
+                    s.nsr.as_ref().map_or("–".to_string(), |v| format!(
+                        "{:.2} / {:.2} ms",
+                        v["ack_delay_p50_us"].as_f64().unwrap_or(0.0) / 1e3,
+                        v["ack_delay_p99_us"].as_f64().unwrap_or(0.0) / 1e3
+                    )),
+                    s.ack_rest.map_or("–".to_string(), |w| w.to_string()),
+                    s.ack_churn.map_or("–".to_string(), |w| w.to_string())
+                );
                 println!(
                     "run {run} io_threads {label} NSR on, {backup:?} backup: learn {:.3} s, holdfastd CPU {:.2} s, Redis CPU {:.2} s, peak RSS {} MB, {ack}; takeover: per-session resume p50 {p50:.1} / p99 {p99:.1} / max {max:.1} ms, monitor {:.1} ms, all state {:.1} ms, problems {:?} (load {load})",
                     s.learn.as_secs_f64(),
@@ -639,20 +742,18 @@ pub fn bench(
     );
     let _ = writeln!(
         r,
-        "| run | io_threads | NSR off: learn (s) / CPU (s) / peak RSS (MB) | NSR on: learn (s) / CPU (s) / peak RSS (MB) / Redis CPU (s) | NSR on at rest: added ACK delay p50 / p99 (µs), ACKs held | load average off; on |\n|---|---|---|---|---|---|"
+        "| run | io_threads | NSR off: learn (s) / CPU (s) / peak RSS (MB) | NSR on: learn (s) / CPU (s) / peak RSS (MB) / Redis CPU (s) | NSR on, added ACK delay p50 / p99 at rest ({}s after the load) | the same under {CHURN_PER_SEC} UPDATEs/s per session ({}s) | load average off; on |\n|---|---|---|---|---|---|---|",
+        WINDOW.as_secs(),
+        WINDOW.as_secs()
     );
     for (i, (a, b)) in off.iter().zip(&on).enumerate() {
-        let ack = b
-            .sample
-            .nsr
-            .as_ref()
-            .map(|v| {
-                format!(
-                    "{} / {} ({})",
-                    v["ack_delay_p50_us"], v["ack_delay_p99_us"], v["ack_packets_held"]
-                )
-            })
-            .unwrap_or_default();
+        let ack = format!(
+            "{} | {}",
+            b.sample.ack_rest.map_or("–".to_string(), |w| w.to_string()),
+            b.sample
+                .ack_churn
+                .map_or("–".to_string(), |w| w.to_string())
+        );
         let _ = writeln!(
             r,
             "| {} | {} | {:.3} / {:.2} / {} | {:.3} / {:.2} / {} / {:.2} | {ack} | {}; {} |",

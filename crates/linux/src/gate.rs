@@ -170,8 +170,45 @@ pub struct GateStats {
     pub delay_p99_us: u64,
     pub delay_max_us: u64,
     pub delay_samples: u64,
+    /// The delay histogram's non-empty buckets, (index, count): two
+    /// snapshots' difference is the delay over the time between them
+    /// ([`delay_quantile`]).
+    pub delay_buckets: Vec<(u32, u64)>,
     /// Pure ACKs the gate built and injected (see the module docs).
     pub synthesized: u64,
+}
+
+/// The `q` quantile (µs, the bucket's upper bound) of delay buckets as
+/// [`GateStats::delay_buckets`] holds them, or of a difference of two.
+pub fn delay_quantile(buckets: &[(u32, u64)], q: f64) -> u64 {
+    let n: u64 = buckets.iter().map(|(_, c)| c).sum();
+    if n == 0 {
+        return 0;
+    }
+    let rank = ((q * n as f64).ceil() as u64).clamp(1, n);
+    let mut sorted = buckets.to_vec();
+    sorted.sort_unstable();
+    let mut seen = 0;
+    for (i, c) in sorted {
+        seen += c;
+        if seen >= rank {
+            return Histogram::upper(i as usize);
+        }
+    }
+    0
+}
+
+/// `later` less `earlier` (two [`GateStats::delay_buckets`] of one gate):
+/// the delays recorded between the two snapshots.
+pub fn delay_buckets_since(later: &[(u32, u64)], earlier: &[(u32, u64)]) -> Vec<(u32, u64)> {
+    let before: std::collections::HashMap<u32, u64> = earlier.iter().copied().collect();
+    later
+        .iter()
+        .filter_map(|&(i, c)| {
+            let d = c.saturating_sub(before.get(&i).copied().unwrap_or(0));
+            (d > 0).then_some((i, d))
+        })
+        .collect()
 }
 
 // ---------------------------------------------------------------------------
@@ -493,6 +530,14 @@ impl Core {
         s.delay_p99_us = self.hist.quantile(0.99);
         s.delay_max_us = self.hist.max;
         s.delay_samples = self.hist.n;
+        s.delay_buckets = self
+            .hist
+            .counts
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| **c > 0)
+            .map(|(i, c)| (i as u32, *c))
+            .collect();
         s
     }
 

@@ -358,6 +358,7 @@ impl Nsr {
             store_latency_p99_us: p99,
             ack_delay_p50_us: gate.delay_p50_us,
             ack_delay_p99_us: gate.delay_p99_us,
+            ack_delay_buckets: gate.delay_buckets,
             ack_packets_held: gate.held,
             ack_packets_clamped: gate.clamped,
             writes: sh.writes.load(Ordering::SeqCst),
