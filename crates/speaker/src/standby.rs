@@ -11,10 +11,10 @@
 //! keeps the positions and the figures of `show nsr`. The thread
 //! ([`Follower`]) only polls the store, hands the result to the core, and
 //! sends each instance's [`Preheat`] to its RIB thread; once a poll finds
-//! nothing new after a change (KEEPALIVEs alone are nothing new), it asks the RIB threads to compare each
-//! session's Adj-RIB-Out with what its peer holds (`RibCmd::Prepare`), so
-//! that a takeover while the tables are unchanged skips that comparison
-//! too.
+//! nothing new after a change (KEEPALIVEs alone are nothing new), it asks
+//! the RIB threads to compare each session's Adj-RIB-Out with what its
+//! peer holds (`RibCmd::Prepare`), so that a takeover while the tables are
+//! unchanged skips that comparison too.
 //!
 //! A standby never writes to the store, never claims the instance, and
 //! has no session, gate, guard or address: the RIB threads' output has no
