@@ -11,11 +11,11 @@
 
 use crate::dut::{Dut, DutConfig, Neighbor, Running};
 use crate::learn::INJ_AS;
-use crate::util::{connect, peak_rss_kb, wait_all_hold};
-use anyhow::{anyhow, bail, Context, Result};
+use crate::util::{connect, connect_many, peak_rss_kb, wait_all_hold};
+use anyhow::{bail, Context, Result};
 use holdfast_lab::Lab;
+use holdfast_tester::encode_routes;
 use holdfast_tester::workload::{generate, prefix_count, Kind};
-use holdfast_tester::{encode_routes, Peer as Tester};
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
@@ -99,48 +99,7 @@ pub fn measure(dut: Dut, p: usize, timeout: Duration) -> Result<FanoutRun> {
     let result = (|| -> Result<FanoutRun> {
         let mon_ns = lab.netns(mon_h).to_string();
         let setup = Instant::now();
-        // Four connecting threads, each a quarter of the sessions (bounded by SETUP each).
-        let mut handles = Vec::new();
-        for t in 0..4usize {
-            let ns = mon_ns.clone();
-            handles.push(std::thread::spawn(
-                move || -> Result<Vec<(usize, Tester)>> {
-                    let mut v = Vec::new();
-                    for i in (t..p).step_by(4) {
-                        let ip = monitor_addr(i);
-                        v.push((
-                            i,
-                            connect(
-                                &ns,
-                                IpAddr::V4(DUT_FAN),
-                                IpAddr::V4(ip),
-                                MON_AS_BASE + i as u32,
-                                ip,
-                            )?,
-                        ));
-                    }
-                    Ok(v)
-                },
-            ));
-        }
-        let mut monitors: Vec<(usize, Tester)> = Vec::new();
-        let mut first_err = None;
-        for h in handles {
-            match h.join().map_err(|_| anyhow!("connect thread panicked"))? {
-                Ok(v) => monitors.extend(v),
-                Err(e) => {
-                    first_err.get_or_insert(e);
-                }
-            }
-        }
-        if let Some(e) = first_err {
-            for (_, m) in &monitors {
-                m.abort();
-            }
-            return Err(e);
-        }
-        monitors.sort_by_key(|(i, _)| *i);
-        let monitors: Vec<Tester> = monitors.into_iter().map(|(_, m)| m).collect();
+        let monitors = connect_many(&mon_ns, DUT_FAN, p, monitor_addr, MON_AS_BASE)?;
         let setup_secs = setup.elapsed().as_secs_f64();
         let inj_ns = lab.netns(inj_h).to_string();
         let injector = Arc::new(connect(

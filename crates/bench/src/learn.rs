@@ -9,7 +9,7 @@
 use crate::dut::{Dut, DutConfig, Neighbor, Running};
 use crate::util::{connect, cpu_secs, peak_rss_kb, strip_ansi};
 use anyhow::{bail, Result};
-use holdfast_lab::{Lab, Redis};
+use holdfast_lab::{HostId, Lab, Redis};
 use holdfast_tester::encode_routes;
 use holdfast_tester::workload::{prefix_count, Workload};
 use std::net::{IpAddr, Ipv4Addr};
@@ -130,6 +130,18 @@ impl Perf {
     }
 }
 
+/// holdfastd NSR on's store: a redis-server in a host of its own linked to
+/// the DUT's; `None` for every other DUT.
+pub(crate) fn redis_for(lab: &mut Lab, dut: Dut, dut_h: HostId) -> Result<Option<Redis>> {
+    if dut != Dut::HoldfastdNsr {
+        return Ok(None);
+    }
+    let r_h = lab.host("redis")?;
+    let l3 = lab.link_auto(dut_h, r_h)?;
+    let r_ip = lab.link_info(l3).v4.expect("link_auto assigns IPv4").b;
+    Ok(Some(Redis::start(lab, r_h, IpAddr::V4(r_ip), 6379)?))
+}
+
 /// One measurement: `feeds.len()` injector peers (each with its workload) →
 /// DUT → monitor. A run over `timeout` is an error starting with "timeout".
 pub fn measure(
@@ -153,14 +165,7 @@ pub fn measure(
         let p = lab.link_info(l2).v4.expect("link_auto assigns IPv4");
         (p.a, p.b)
     };
-    let redis = if dut == Dut::HoldfastdNsr {
-        let r_h = lab.host("redis")?;
-        let l3 = lab.link_auto(dut_h, r_h)?;
-        let r_ip = lab.link_info(l3).v4.expect("link_auto assigns IPv4").b;
-        Some(Redis::start(&mut lab, r_h, IpAddr::V4(r_ip), 6379)?)
-    } else {
-        None
-    };
+    let redis = redis_for(&mut lab, dut, dut_h)?;
     // Extra injector addresses on the same link (.11, .12, ...).
     let if_a = lab.link_info(l1).if_a.clone();
     let mut inj_ips = vec![inj0];

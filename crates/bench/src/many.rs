@@ -90,6 +90,38 @@ pub fn split_workload_for(
     out
 }
 
+/// Each session's workload encoded for its tester, dealt over [`SENDERS`]
+/// lists (session `i` to list `i % SENDERS`), before a clock starts.
+pub(crate) fn encode_streams(
+    work: &[Workload],
+    testers: &[Arc<Tester>],
+) -> Vec<Vec<(Arc<Tester>, Vec<u8>)>> {
+    let mut streams: Vec<Vec<(Arc<Tester>, Vec<u8>)>> = (0..SENDERS).map(|_| Vec::new()).collect();
+    for (i, (w, t)) in work.iter().zip(testers).enumerate() {
+        let mut bytes = Vec::new();
+        encode_routes(w, &t.ctx, &mut bytes);
+        streams[i % SENDERS].push((t.clone(), bytes));
+    }
+    streams
+}
+
+/// One thread per list of [`encode_streams`], writing its streams in turn.
+pub(crate) fn spawn_senders(
+    streams: Vec<Vec<(Arc<Tester>, Vec<u8>)>>,
+) -> Vec<std::thread::JoinHandle<Result<()>>> {
+    streams
+        .into_iter()
+        .map(|list| {
+            std::thread::spawn(move || -> Result<()> {
+                for (t, bytes) in &list {
+                    t.send_stream(bytes)?;
+                }
+                Ok(())
+            })
+        })
+        .collect()
+}
+
 /// Routes the monitor ends up with: the injected prefixes and the unit's
 /// `originated` ones (`100.100.i.0/24`, the plane's first unit), each once
 /// (the realistic mix can hold an originated prefix too).
@@ -411,12 +443,7 @@ fn run_in(
     wait_all_established(&env.socket, Duration::from_secs(60))?;
     let work = split_workload(kind, sessions, per);
     let total = distinct_routes(&work, env.originated);
-    let mut streams: Vec<Vec<(Arc<Tester>, Vec<u8>)>> = (0..SENDERS).map(|_| Vec::new()).collect();
-    for (i, (w, inj)) in work.iter().zip(&injs).enumerate() {
-        let mut bytes = Vec::new();
-        encode_routes(w, &inj.ctx, &mut bytes);
-        streams[i % SENDERS].push((inj.clone(), bytes));
-    }
+    let streams = encode_streams(&work, &injs);
     // Each session's first route: what the steady churn re-announces.
     let firsts: Vec<(PathAttrs, Prefix)> = work
         .iter()
@@ -435,17 +462,7 @@ fn run_in(
     let cpu0 = cpu_secs(&[hf_pid]);
     let rcpu0 = redis_pid.map(|p| cpu_secs(&[p]));
     let t0 = Instant::now();
-    let senders: Vec<_> = streams
-        .into_iter()
-        .map(|list| {
-            std::thread::spawn(move || -> Result<()> {
-                for (t, bytes) in &list {
-                    t.send_stream(bytes)?;
-                }
-                Ok(())
-            })
-        })
-        .collect();
+    let senders = spawn_senders(streams);
     while mon.route_count() < total {
         if t0.elapsed() > deadline {
             bail!(

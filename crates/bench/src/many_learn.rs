@@ -20,11 +20,11 @@
 //! without multihop settings; the DUT's ARP table holds S entries.
 
 use crate::dut::{Dut, DutConfig, Neighbor, Running};
-use crate::util::{connect, cpu_secs, peak_rss_kb};
+use crate::util::{connect, connect_many, cpu_secs, peak_rss_kb};
 use anyhow::{anyhow, bail, Context, Result};
 use holdfast_lab::{Lab, Redis};
 use holdfast_tester::workload::{Kind, Workload};
-use holdfast_tester::{encode_routes, Peer as Tester};
+use holdfast_tester::Peer as Tester;
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
@@ -38,8 +38,6 @@ const MON_AS: u32 = 4_250_099_999;
 const DUT_FEED: Ipv4Addr = Ipv4Addr::new(10, 65, 0, 1);
 /// Most sessions one run takes (the DUT's ARP table holds one entry each).
 pub const MAX_SESSIONS: usize = 1000;
-/// Threads writing the injectors' streams (and connecting them).
-const THREADS: usize = 4;
 
 /// Injector `i`'s address.
 pub fn injector_addr(i: usize) -> Ipv4Addr {
@@ -114,14 +112,7 @@ pub fn measure(
     }
     std::fs::write(&batch, b).context("writing the ip batch")?;
     lab.exec_ok(inj_h, &["ip", "-batch", &batch.to_string_lossy()])?;
-    let redis = if dut == Dut::HoldfastdNsr {
-        let r_h = lab.host("redis")?;
-        let l3 = lab.link_auto(dut_h, r_h)?;
-        let r_ip = lab.link_info(l3).v4.expect("link_auto assigns IPv4").b;
-        Some(Redis::start(&mut lab, r_h, IpAddr::V4(r_ip), 6379)?)
-    } else {
-        None
-    };
+    let redis = crate::learn::redis_for(&mut lab, dut, dut_h)?;
     let mut neighbors: Vec<Neighbor> = (0..sessions)
         .map(|i| Neighbor {
             address: IpAddr::V4(injector_addr(i)),
@@ -151,17 +142,15 @@ pub fn measure(
             mon_ip,
         )?;
         let setup = Instant::now();
-        let mut injectors = connect_all(&inj_ns, sessions)?;
+        let mut injectors: Vec<Arc<Tester>> =
+            connect_many(&inj_ns, DUT_FEED, sessions, injector_addr, INJ_AS_BASE)?
+                .into_iter()
+                .map(Arc::new)
+                .collect();
         settle(&lab, &running, &inj_ns, &mut injectors)?;
         let setup_secs = setup.elapsed().as_secs_f64();
         // Every stream encoded before the clock starts.
-        let mut streams: Vec<Vec<(Arc<Tester>, Vec<u8>)>> =
-            (0..THREADS).map(|_| Vec::new()).collect();
-        for (i, (w, t)) in work.iter().zip(&injectors).enumerate() {
-            let mut bytes = Vec::new();
-            encode_routes(w, &t.ctx, &mut bytes);
-            streams[i % THREADS].push((t.clone(), bytes));
-        }
+        let streams = crate::many::encode_streams(&work, &injectors);
         drop(work);
         if dut == Dut::HoldfastdNsr {
             running.wait_protected(&lab, Duration::from_secs(60))?;
@@ -169,17 +158,7 @@ pub fn measure(
         let pids = running.pids(&lab);
         let cpu0 = cpu_secs(&pids);
         let t0 = Instant::now();
-        let senders: Vec<_> = streams
-            .into_iter()
-            .map(|list| {
-                std::thread::spawn(move || -> Result<()> {
-                    for (t, bytes) in &list {
-                        t.send_stream(bytes)?;
-                    }
-                    Ok(())
-                })
-            })
-            .collect();
+        let senders = crate::many::spawn_senders(streams);
         let _ = monitor.wait("all routes", timeout, |v| {
             v.routes.len() >= total || v.closed
         });
@@ -248,51 +227,6 @@ fn settle(lab: &Lab, running: &Running, ns: &str, injectors: &mut [Arc<Tester>])
         }
         std::thread::sleep(Duration::from_millis(200));
     }
-}
-
-/// The S injector sessions, established from [`THREADS`] threads, in
-/// session order.
-fn connect_all(ns: &str, sessions: usize) -> Result<Vec<Arc<Tester>>> {
-    let handles: Vec<_> = (0..THREADS)
-        .map(|t| {
-            let ns = ns.to_string();
-            std::thread::spawn(move || -> Result<Vec<(usize, Tester)>> {
-                let mut v = Vec::new();
-                for i in (t..sessions).step_by(THREADS) {
-                    let ip = injector_addr(i);
-                    v.push((
-                        i,
-                        connect(
-                            &ns,
-                            IpAddr::V4(DUT_FEED),
-                            IpAddr::V4(ip),
-                            INJ_AS_BASE + i as u32,
-                            ip,
-                        )?,
-                    ));
-                }
-                Ok(v)
-            })
-        })
-        .collect();
-    let mut all: Vec<(usize, Tester)> = Vec::with_capacity(sessions);
-    let mut first_err = None;
-    for h in handles {
-        match h.join().map_err(|_| anyhow!("connect thread panicked"))? {
-            Ok(v) => all.extend(v),
-            Err(e) => {
-                first_err.get_or_insert(e);
-            }
-        }
-    }
-    if let Some(e) = first_err {
-        for (_, t) in &all {
-            t.abort();
-        }
-        return Err(e);
-    }
-    all.sort_by_key(|(i, _)| *i);
-    Ok(all.into_iter().map(|(_, t)| Arc::new(t)).collect())
 }
 
 #[cfg(test)]

@@ -327,6 +327,56 @@ pub fn connect(netns: &str, dut: IpAddr, local: IpAddr, asn: u32, id: Ipv4Addr) 
     connect_timed(netns, dut, local, asn, id).map(|(p, _)| p)
 }
 
+/// `n` tester sessions from `netns` to `dut`, session `i` from `addr(i)` in
+/// AS `as_base + i`, established from four threads (each a quarter of
+/// them, bounded by the set-up time each); in session order. On an error
+/// the sessions already up are aborted.
+pub fn connect_many(
+    netns: &str,
+    dut: Ipv4Addr,
+    n: usize,
+    addr: fn(usize) -> Ipv4Addr,
+    as_base: u32,
+) -> Result<Vec<Tester>> {
+    const THREADS: usize = 4;
+    let handles: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let ns = netns.to_string();
+            std::thread::spawn(move || -> Result<Vec<(usize, Tester)>> {
+                let mut v = Vec::new();
+                for i in (t..n).step_by(THREADS) {
+                    let ip = addr(i);
+                    let peer =
+                        connect(&ns, IpAddr::V4(dut), IpAddr::V4(ip), as_base + i as u32, ip)?;
+                    v.push((i, peer));
+                }
+                Ok(v)
+            })
+        })
+        .collect();
+    let mut all: Vec<(usize, Tester)> = Vec::with_capacity(n);
+    let mut first_err = None;
+    for h in handles {
+        match h
+            .join()
+            .map_err(|_| anyhow::anyhow!("connect thread panicked"))?
+        {
+            Ok(v) => all.extend(v),
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    if let Some(e) = first_err {
+        for (_, t) in &all {
+            t.abort();
+        }
+        return Err(e);
+    }
+    all.sort_by_key(|(i, _)| *i);
+    Ok(all.into_iter().map(|(_, t)| t).collect())
+}
+
 /// Removes ANSI colour sequences (`ESC [ ... letter`) from a log.
 pub fn strip_ansi(s: &str) -> String {
     let mut out = String::with_capacity(s.len());

@@ -699,12 +699,9 @@ impl RibThread {
     /// peers hold, so a comparison prepared before still holds.
     fn continues_without_updates(&self, p: &Preheat) -> bool {
         p.gone.is_empty()
-            && p.peers.iter().all(|x| {
-                !x.restart
-                    && self.preheated.contains_key(&x.resume.spec.id)
-                    && !tables::has_update(&x.resume.adj_in)
-                    && !tables::has_update(&x.resume.adj_out)
-            })
+            && p.peers
+                .iter()
+                .all(|x| !x.restart && self.preheated.contains_key(&x.resume.spec.id) && !x.updates)
     }
 
     /// Standby: the comparison `resume` would make for every preheated

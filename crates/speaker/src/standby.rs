@@ -145,7 +145,8 @@ impl FollowCore {
             // UPDATE in it (the primary's KEEPALIVEs): the tables stay as
             // they are, and the standby is as caught up as before. With a
             // thousand sessions some KEEPALIVE is logged at every poll.
-            if !continues || tables::has_update(&s.adj_in) || tables::has_update(&s.adj_out) {
+            let updates = tables::has_update(&s.adj_in) || tables::has_update(&s.adj_out);
+            if !continues || updates {
                 changed = true;
             }
             self.status.chunks += (s.adj_in.len() + s.adj_out.len()) as u64;
@@ -170,6 +171,7 @@ impl FollowCore {
                         preheated: false,
                     },
                     restart: !continues,
+                    updates,
                 });
         }
         let gone: Vec<String> = self

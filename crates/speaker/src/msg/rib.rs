@@ -148,6 +148,9 @@ pub struct PreheatPeer {
     /// The logs were replaced (or this is the first read): the session's
     /// tables are rebuilt from `resume`'s logs alone.
     pub restart: bool,
+    /// `resume`'s new log chunks hold an UPDATE (not only KEEPALIVEs):
+    /// the tables, and a comparison prepared before, may change.
+    pub updates: bool,
 }
 
 /// One session taken over, as the RIB thread needs it.
