@@ -162,9 +162,17 @@ impl Daemon {
     }
 }
 
-/// Takeover steps 4–7: ready, address, sockets, guard. Once the
+/// Takeover steps 4–7: ready, address, sockets, guard, resume. Once the
 /// addresses are here, resumed BFD sessions start timing the peer (their
 /// detection waited: none of its packets could arrive before).
+///
+/// Every socket is rebuilt (still in repair mode) and the guard lifted
+/// before any session resumes: a resumed session leaves repair mode, which
+/// sends the window probe, and the peer's answer must find the guard gone.
+/// With more than one I/O thread a peer task runs the moment it is told;
+/// an answer the guard dropped left the restored socket without an RTT
+/// sample until the peer's next message (seconds later), and its first
+/// retransmission came after the peer's HoldTimer had expired.
 async fn restore_all(
     t: &mut crate::resume::Takeover,
     targets: Vec<ResumeTarget>,
@@ -177,6 +185,7 @@ async fn restore_all(
         b.send(crate::bfd::BfdCmd::PathReady);
     }
     t.open_gate();
+    let mut resumes = Vec::with_capacity(targets.len());
     for target in targets {
         let ResumeTarget {
             instance,
@@ -189,9 +198,7 @@ async fn restore_all(
             continue;
         };
         match t.restore(&stored, &sock) {
-            Ok(r) => {
-                let _ = tx.send(PeerCmd::Resume(Box::new(r)));
-            }
+            Ok(r) => resumes.push((tx, PeerCmd::Resume(Box::new(r)))),
             Err(e) => {
                 tracing::error!(peer = %address, error = format!("{e:#}"), "takeover: session could not be restored; it starts afresh");
                 if let Some(rib) = ribs.get(&instance) {
@@ -200,9 +207,13 @@ async fn restore_all(
                         graceful: false,
                     });
                 }
-                let _ = tx.send(PeerCmd::AbortResume);
+                resumes.push((tx, PeerCmd::AbortResume));
             }
         }
     }
-    t.finish()
+    let lifted = t.finish();
+    for (tx, cmd) in resumes {
+        let _ = tx.send(cmd);
+    }
+    lifted
 }

@@ -18,6 +18,13 @@
 //! the old primary had not answered.
 //!
 //! # Known issues
+//! - The restored socket's first RTT sample is the answer to its window
+//!   probe. If that answer is lost (a lossy link), the next ACK comes with
+//!   the peer's next message, seconds later; until then a tail larger than
+//!   the congestion window waits (3 s without a sample, then an RTO three
+//!   times that wait), and a short HoldTimer can expire. Probing again
+//!   needs the gate to inject the probe: toggling repair mode on a live
+//!   socket races the reads and writes of the other tasks.
 //! - A request answered by the old primary whose clearing was not stored
 //!   yet is answered again by the backup: the peer receives the table a
 //!   second time (harmless: a refresh is idempotent).
@@ -396,8 +403,9 @@ impl PeerTask {
         } = r;
         let conn = Conn::with_repl(stream, outbound, Some(*repl)).and_then(|mut c| {
             c.prefill(&partial);
-            // The restored socket is still in repair mode (the guard was
-            // up): leaving it sends the window probe the peer answers.
+            // The restored socket is still in repair mode; leaving it
+            // sends the window probe the peer answers (the takeover lifted
+            // the guard before telling any session to resume).
             c.window_probe().map(|()| c)
         });
         match conn {
