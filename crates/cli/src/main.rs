@@ -256,6 +256,7 @@ enum NeighborOp {
 }
 
 fn main() {
+    holdfast_linux::sigpipe::default_action();
     holdfast_docgen::intercept(Cli::command);
     let cli = Cli::parse();
     if let Err(e) = run(cli) {
