@@ -526,6 +526,12 @@ pub struct TakeoverTimes {
     /// takeover).
     #[serde(default)]
     pub preheated: u64,
+    /// Wall clock (µs since the Unix epoch) when the takeover began: a
+    /// preheated standby's `nsr takeover`, or a cold `holdfastd --takeover`
+    /// once its configuration was read (its process start-up comes before).
+    /// 0: not reported (an older build).
+    #[serde(default)]
+    pub started_unix_us: u64,
 }
 
 impl Response {

@@ -249,6 +249,11 @@ pub struct ManyTakeover {
     /// Per injector session: the kill → first message from the backup
     /// (ms), in session order.
     pub resume_ms: Vec<f64>,
+    /// Per injector session: holdfastd's takeover start (its
+    /// `started_unix_us`: the preheated standby's `nsr takeover`, or the
+    /// cold `holdfastd --takeover` once configured) → first message from
+    /// the backup (ms); empty when holdfastd does not report its start.
+    pub from_start_ms: Vec<f64>,
     /// The same at the monitor.
     pub monitor_resume_ms: f64,
     /// The control plane's time: the kill → every session Established at
@@ -595,6 +600,24 @@ fn take_over(bp: &BenchPlane, backup: Backup, testers: &Testers) -> Result<ManyT
         }
         std::thread::sleep(Duration::from_millis(20));
     };
+    // The same arrivals from holdfastd's own start (wall clock; one host).
+    let started_us = v["takeover"]["started_unix_us"].as_u64().unwrap_or(0);
+    let (now_i, now_wall) = (Instant::now(), std::time::SystemTime::now());
+    let wall_us = |t: Instant| {
+        now_wall
+            .checked_sub(now_i.duration_since(t))
+            .and_then(|w| w.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_micros() as u64)
+    };
+    let from_start_ms: Vec<f64> = if started_us == 0 {
+        Vec::new()
+    } else {
+        first
+            .iter()
+            .flatten()
+            .map(|t| (wall_us(*t) as f64 - started_us as f64) / 1e3)
+            .collect()
+    };
     let mut problems = Vec::new();
     for (i, t) in injs.iter().enumerate() {
         let (n, closed) = t.view(|v| (v.notifications.clone(), v.closed));
@@ -636,12 +659,23 @@ fn take_over(bp: &BenchPlane, backup: Backup, testers: &Testers) -> Result<ManyT
     }
     let out = ManyTakeover {
         resume_ms,
+        from_start_ms,
         monitor_resume_ms,
         control_ms: control.as_secs_f64() * 1e3,
         holdfastd: v["takeover"].clone(),
         problems,
     };
     Ok(out)
+}
+
+/// Per-session resume from holdfastd's takeover start, as the report
+/// shows it.
+fn from_start_text(ms: &[f64]) -> String {
+    if ms.is_empty() {
+        return "– (not reported)".to_string();
+    }
+    let (p50, p99, max) = spread(ms);
+    format!("p50 {p50:.1} / p99 {p99:.1} / max {max:.1} ms")
 }
 
 /// The load average (1, 5, 15 min) from `/proc/loadavg`.
@@ -711,6 +745,7 @@ pub fn bench(
                     .take()
                     .ok_or_else(|| anyhow::anyhow!("no takeover measured"))?;
                 let (p50, p99, max) = spread(&t.resume_ms);
+                let from_start = from_start_text(&t.from_start_ms);
                 let ack = format!(
                     "added ACK delay p50 / p99: over the load {}, at rest {}, under churn {}",
                     s.nsr.as_ref().map_or("–".to_string(), |v| format!(
@@ -722,7 +757,7 @@ pub fn bench(
                     s.ack_churn.map_or("–".to_string(), |w| w.to_string())
                 );
                 println!(
-                    "run {run} io_threads {label} NSR on, {backup:?} backup: learn {:.3} s, holdfastd CPU {:.2} s, Redis CPU {:.2} s, peak RSS {} MB, {ack}; takeover: per-session resume p50 {p50:.1} / p99 {p99:.1} / max {max:.1} ms, monitor {:.1} ms, all state {:.1} ms, problems {:?} (load {load})",
+                    "run {run} io_threads {label} NSR on, {backup:?} backup: learn {:.3} s, holdfastd CPU {:.2} s, Redis CPU {:.2} s, peak RSS {} MB, {ack}; takeover: per-session resume p50 {p50:.1} / p99 {p99:.1} / max {max:.1} ms from the kill, {from_start} from holdfastd's takeover start, monitor {:.1} ms, all state {:.1} ms, problems {:?} (load {load})",
                     s.learn.as_secs_f64(),
                     s.cpu_s,
                     s.redis_cpu_s.unwrap_or(0.0),
@@ -843,8 +878,9 @@ pub fn bench(
     let _ = writeln!(
         r,
         "\nTakeover (SIGKILL of the primary; cold: `holdfastd --takeover` started after the kill; preheated: `holdfastd --standby` then `nsr takeover`). \
-         Per-session resume: for every injector session, the kill → the first message it received from the backup.\n\n\
-         | run | io_threads | backup | per-session resume p50 / p99 / max (ms) | monitor resume (ms) | claim / load / address wait / TCP restore all / resumed (ms, holdfastd) | all state (ms) | control plane: kill → sessions Established (ms) | sessions (preheated) | checks | load average |\n|---|---|---|---|---|---|---|---|---|---|---|"
+         Per-session resume: for every injector session, the kill → the first message it received from the backup; \
+         and the same from holdfastd's takeover start (`started_unix_us`: the standby's `nsr takeover`, or the cold process once configured), the time the bar counts.\n\n\
+         | run | io_threads | backup | per-session resume from the kill p50 / p99 / max (ms) | from holdfastd's takeover start p50 / p99 / max (ms) | monitor resume (ms) | claim / load / address wait / TCP restore all / resumed (ms, holdfastd) | all state (ms) | control plane: kill → sessions Established (ms) | sessions (preheated) | checks | load average |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
     );
     for (run, threads, b, t, load) in &takeovers {
         let (p50, p99, max) = spread(&t.resume_ms);
@@ -857,8 +893,9 @@ pub fn bench(
         };
         let _ = writeln!(
             r,
-            "| {run} | {} | {b:?} | {p50:.1} / {p99:.1} / **{max:.1}** | {:.1} | {:.1} / {:.1} / {:.1} / {:.1} / {:.1} | {:.1} | {:.1} | {} ({}) | {checks} | {load} |",
+            "| {run} | {} | {b:?} | {p50:.1} / {p99:.1} / **{max:.1}** | {} | {:.1} | {:.1} / {:.1} / {:.1} / {:.1} / {:.1} | {:.1} | {:.1} | {} ({}) | {checks} | {load} |",
             io_label(*threads),
+            from_start_text(&t.from_start_ms),
             t.monitor_resume_ms,
             ms("claim_us"),
             ms("load_us"),

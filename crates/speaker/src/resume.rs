@@ -76,7 +76,7 @@ use std::collections::HashSet;
 use std::io;
 use std::net::IpAddr;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::net::TcpStream;
 
 /// Every store command must answer within this, or the store counts as
@@ -614,6 +614,9 @@ impl Takeover {
         followed: Option<&HashMap<String, LogPos>>,
     ) -> Result<Takeover, StartError> {
         let started = Instant::now();
+        let started_unix_us = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as u64);
         let up = bring_up(cfg, Role::Takeover, min_epoch, followed)?;
         let n = cfg.nsr.as_ref().ok_or(StartError::NotConfigured)?;
         let mut sessions = HashMap::new();
@@ -632,6 +635,7 @@ impl Takeover {
             claim_us: up.claim_us,
             load_us: up.load_us,
             preheated: up.preheated.len() as u64,
+            started_unix_us,
             ..Default::default()
         };
         Ok(Takeover {
