@@ -176,6 +176,8 @@ pub struct GateStats {
     pub delay_buckets: Vec<(u32, u64)>,
     /// Pure ACKs the gate built and injected (see the module docs).
     pub synthesized: u64,
+    /// Window probes injected on request ([`AckGate::probe`](crate::nfq::AckGate::probe)).
+    pub probes: u64,
 }
 
 /// The `q` quantile (µs, the bucket's upper bound) of delay buckets as
@@ -495,6 +497,8 @@ pub(crate) struct Core {
     drop_through: Option<u32>,
     conns: HashMap<ConnKey, Conn>,
     dirty: Vec<ConnKey>,
+    /// Window probes asked for: (connection, sequence number).
+    probes: Vec<(ConnKey, u32)>,
     arrival: u64,
     /// Whether ACKs can be synthesised (raw sockets are open).
     can_inject: bool,
@@ -512,6 +516,7 @@ impl Core {
             drop_through: None,
             conns: HashMap::new(),
             dirty: Vec::new(),
+            probes: Vec::new(),
             arrival: 0,
             can_inject,
             stats: GateStats::default(),
@@ -594,6 +599,21 @@ impl Core {
             }
             None => false,
         }
+    }
+
+    /// Asks for a window probe on `key`: a pure ACK with sequence number
+    /// `seq`, which the caller chooses before what the peer has received,
+    /// so that the peer answers it with an ACK (RFC 9293 §3.10.7.4: an
+    /// unacceptable segment is answered), as the kernel's own probe after
+    /// a TCP_REPAIR restore is. It acknowledges only what the peer has been
+    /// told already. Returns whether the thread must be woken; `false`
+    /// when the connection is not gated or nothing can be injected.
+    pub(crate) fn probe(&mut self, key: &ConnKey, seq: u32) -> bool {
+        if !self.can_inject || !self.conns.get(key).is_some_and(|c| c.gated) {
+            return false;
+        }
+        self.probes.push((*key, seq));
+        true
     }
 
     /// Raises `C` of `key` to `ack` (a value not after it is ignored).
@@ -806,6 +826,14 @@ impl Core {
                 }
             }
         }
+        for (key, seq) in std::mem::take(&mut self.probes) {
+            if let Some(c) = self.conns.get(&key).filter(|c| c.gated) {
+                if let Some(pkt) = probe_packet(c, seq) {
+                    out.push(pkt);
+                    self.stats.probes += 1;
+                }
+            }
+        }
         let dirty = std::mem::take(&mut self.dirty);
         for key in dirty {
             let Some(c) = self.conns.get_mut(&key) else {
@@ -904,6 +932,30 @@ fn release(
         h.oif,
         now,
     );
+}
+
+/// A window probe for `c` with sequence number `seq`, built like a
+/// synthesised ACK from the connection's newest packet that left (its
+/// timestamp is one the peer has seen or newer, so PAWS keeps it), and
+/// acknowledging what the peer has been told already. `None` before any
+/// packet of the connection left, or on a signed connection.
+fn probe_packet(c: &Conn, seq: u32) -> Option<Out> {
+    let t = c.template.as_ref()?;
+    if t.meta.signed {
+        return None;
+    }
+    let ack = c.sent_ack?;
+    let ws = c.wscale;
+    let edge = seq_max(
+        c.sent_edge,
+        c.kernel_edge.unwrap_or_else(|| t.meta.right_edge(ws)),
+    );
+    let window = packet::window_for_edge(edge, ack, ws);
+    Some(Out::Inject {
+        pkt: packet::build_pure_ack(&t.hdr, &t.meta, seq, ack, window),
+        dst: t.meta.dst,
+        oif: t.oif,
+    })
 }
 
 /// Tells the peer `target` with a synthesised pure ACK if it has not been

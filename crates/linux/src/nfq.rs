@@ -383,6 +383,19 @@ impl AckGate {
         }
     }
 
+    /// Injects a window probe on this connection: a pure ACK with sequence
+    /// number `seq` (chosen before what the peer has received, so that it
+    /// answers with an ACK), acknowledging only what the peer knows. After
+    /// a takeover the restored socket's own probe may go unanswered (its
+    /// answer lost); this repeats it without toggling repair mode on a live
+    /// socket. Nothing happens on a connection that is not gated, before
+    /// any of its packets left, or without raw sockets.
+    pub fn probe(&self, key: &ConnKey, seq: u32) {
+        if self.shared.core().probe(&key.normalised(), seq) {
+            self.shared.wake();
+        }
+    }
+
     /// What the gate knows of this connection, if it is registered.
     pub fn view(&self, key: &ConnKey) -> Option<crate::gate::ConnView> {
         self.shared.core().view(&key.normalised())

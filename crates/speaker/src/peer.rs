@@ -90,6 +90,12 @@ pub struct PeerTask {
     /// When the peer's acknowledgement should be written again (the send
     /// tail is not empty yet).
     acked_due: Option<Time>,
+    /// A resumed connection whose window probe the peer has not answered
+    /// yet (`nsr_ops::Reprobe`).
+    reprobe: Option<nsr_ops::Reprobe>,
+    /// The restored socket's probe sequence number, from the resume until
+    /// the core has resumed the session.
+    resume_probe: Option<u32>,
 }
 
 /// Starts a peer task on the current (I/O) runtime. `record`: a directory
@@ -145,6 +151,8 @@ pub fn spawn(
         snapshot: None,
         compact_at: u64::MAX,
         acked_due: None,
+        reprobe: None,
+        resume_probe: None,
         s,
     };
     tokio::spawn(task.run(resuming).instrument(span));
@@ -188,10 +196,14 @@ impl PeerTask {
         self.metrics.peer_configured(&self.labels);
         self.input(PeerInput::Start { resuming });
         loop {
-            let deadline = [self.core.next_deadline(), self.acked_due]
-                .into_iter()
-                .flatten()
-                .min();
+            let deadline = [
+                self.core.next_deadline(),
+                self.acked_due,
+                self.reprobe.as_ref().map(|r| r.due),
+            ]
+            .into_iter()
+            .flatten()
+            .min();
             let sleep_to = instant_of(deadline.unwrap_or(now() + Duration::from_secs(3600)));
             tokio::select! {
                 biased;
@@ -524,6 +536,7 @@ impl PeerTask {
 
     fn on_timer(&mut self) {
         self.replicate_acked();
+        self.reprobe_due();
         if self.core.hold_grace_due(now()) {
             if let Some(last_ack_ms) = self.main.as_ref().and_then(Conn::last_ack_recv_ms) {
                 self.input(PeerInput::TransportAlive { last_ack_ms });

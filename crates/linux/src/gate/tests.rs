@@ -578,3 +578,38 @@ fn the_drop_all_barrier_wraps() {
     let (id, v, _) = r.feed(0, pkt(ACK, 1, 1000, 10, b""));
     assert_eq!((id, v), (0, Verdict::Accept));
 }
+
+#[test]
+fn a_probe_is_injected_below_the_peer_with_what_it_knows() {
+    let mut r = Rig::new();
+    r.core.register(key(), 1000, 2);
+    // Nothing left yet: no template, so no probe.
+    assert!(r.core.probe(&key(), 48));
+    assert!(injected(&r.drain(0)).is_empty());
+    // The restored socket's own probe left (seq below what the peer has).
+    let (_, v, _) = r.feed(1, pkt(ACK, 48, 1000, 100, b""));
+    assert_eq!(v, Verdict::Accept);
+    assert!(r.core.probe(&key(), 48));
+    let inj = injected(&r.drain(2));
+    assert_eq!(inj.len(), 1);
+    let m = parse(&inj[0]).unwrap();
+    assert!(m.is_pure_ack());
+    assert_eq!(
+        (m.seq, m.ack),
+        (48, 1000),
+        "the asked seq, the ACK the peer knows"
+    );
+    assert_eq!(m.window, 100);
+    assert_eq!(m.timestamp, Some((7, 9)));
+    assert!(tcp_checksum_ok(&inj[0]));
+    // The kernel's ACK beyond C is held: the probe does not reveal it.
+    let (_, v, _) = r.feed(3, pkt(ACK, 50, 1200, 100, b""));
+    assert_eq!(v, Verdict::Hold);
+    assert!(r.core.probe(&key(), 48));
+    let inj = injected(&r.drain(4));
+    assert_eq!(parse(&inj[0]).unwrap().ack, 1000);
+    assert_eq!(r.core.snapshot().probes, 2);
+    // Not gated: refused.
+    r.core.unregister(&key());
+    assert!(!r.core.probe(&key(), 48));
+}

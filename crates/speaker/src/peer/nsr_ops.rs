@@ -18,13 +18,6 @@
 //! the old primary had not answered.
 //!
 //! # Known issues
-//! - The restored socket's first RTT sample is the answer to its window
-//!   probe. If that answer is lost (a lossy link), the next ACK comes with
-//!   the peer's next message, seconds later; until then a tail larger than
-//!   the congestion window waits (3 s without a sample, then an RTO three
-//!   times that wait), and a short HoldTimer can expire. Probing again
-//!   needs the gate to inject the probe: toggling repair mode on a live
-//!   socket races the reads and writes of the other tasks.
 //! - A request answered by the old primary whose clearing was not stored
 //!   yet is answered again by the backup: the peer receives the table a
 //!   second time (harmless: a refresh is idempotent).
@@ -37,7 +30,7 @@ use crate::msg::rib::{RibCmd, Snapshot};
 use crate::nsr::Then;
 use crate::resume::Resumed;
 use bytes::Bytes;
-use holdfast_fsm::State;
+use holdfast_fsm::{State, Time};
 use holdfast_neighbor::{PeerInput, Which};
 use holdfast_nsr::{Op, SessionRecord, SCHEMA_VERSION};
 use holdfast_wire::{
@@ -49,6 +42,66 @@ use tokio::sync::oneshot;
 /// How often the peer's acknowledgement is written (it only trims the
 /// send tail; a stale value is safe).
 const ACKED_EVERY: Duration = Duration::from_millis(100);
+
+/// A resumed connection's window probe is repeated after this long without
+/// an ACK from the peer, then after twice as long each time, up to
+/// [`REPROBES`] times. Linux answers an out-of-window segment at most once
+/// every 500 ms per socket (`net.ipv4.tcp_invalid_ratelimit`): a repeat
+/// sooner than that after an answer that was sent and lost would go
+/// unanswered too.
+const REPROBE_AFTER: Duration = Duration::from_millis(550);
+const REPROBES: u32 = 4;
+
+/// The window probes of a resumed connection until the peer answers one.
+///
+/// The restored socket holds the old primary's unacknowledged tail as sent
+/// data, and its first RTT sample comes from the answer to its window
+/// probe. If that answer is lost, the next ACK comes with the peer's next
+/// message, seconds later: the socket waits 3 s (no sample) to retransmit,
+/// and after that late sample its RTO is three times the wait. A tail
+/// larger than the congestion window then holds back everything new, and
+/// the peer's HoldTimer (which BIRD starts up to a quarter short) can
+/// expire: CI, 2026-11-28, 8 s of silence after the guard dropped the
+/// answer. The gate injects the repeated probes
+/// ([`holdfast_linux::nfq::AckGate::probe`]): toggling repair mode on a live
+/// socket would race the other tasks' reads and writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Reprobe {
+    pub due: Time,
+    resumed: Time,
+    sent: u32,
+    /// The probe's sequence number: the restored socket's own probe's,
+    /// before anything the peer has received.
+    seq: u32,
+}
+
+impl Reprobe {
+    pub(super) fn new(resumed: Time, seq: u32) -> Self {
+        Reprobe {
+            due: resumed + REPROBE_AFTER,
+            resumed,
+            sent: 0,
+            seq,
+        }
+    }
+
+    /// At `now`, with the peer's last ACK `last_ack_ms` ago (from
+    /// `TCP_INFO`): `None` once it answered (an ACK since the resume) or
+    /// the probes are used up; otherwise probe again and keep the returned
+    /// schedule.
+    pub(super) fn step(&self, now: Time, last_ack_ms: Option<u32>) -> Option<Reprobe> {
+        let since_resume = now.saturating_sub(self.resumed).as_millis();
+        if last_ack_ms.is_some_and(|ms| u128::from(ms) < since_resume) || self.sent >= REPROBES {
+            return None;
+        }
+        let sent = self.sent + 1;
+        Some(Reprobe {
+            due: now + REPROBE_AFTER * (1 << sent),
+            sent,
+            ..self.clone()
+        })
+    }
+}
 
 impl PeerTask {
     /// Session key in the store.
@@ -401,11 +454,15 @@ impl PeerTask {
             partial,
             refresh,
         } = r;
+        // The restored send queue starts one byte below the stored
+        // acknowledged point, and the socket's probe one below that.
+        self.resume_probe = Some(repl.unacked.base(repl.snd_base).wrapping_sub(2));
         let conn = Conn::with_repl(stream, outbound, Some(*repl)).and_then(|mut c| {
             c.prefill(&partial);
             // The restored socket is still in repair mode; leaving it
             // sends the window probe the peer answers (the takeover lifted
-            // the guard before telling any session to resume).
+            // the guard before telling any session to resume; a lost answer
+            // is probed again, `Reprobe`).
             c.window_probe().map(|()| c)
         });
         match conn {
@@ -419,14 +476,38 @@ impl PeerTask {
                 self.pending = None;
             }
             Err(e) => {
+                self.resume_probe = None;
                 tracing::error!(error = %e, "restored connection unusable; starting afresh");
                 self.input(PeerInput::AbortResume);
             }
         }
     }
 
+    /// Probes a resumed connection again, through the gate, while the peer
+    /// has acknowledged nothing since the resume ([`Reprobe`]).
+    pub(super) fn reprobe_due(&mut self) {
+        let Some(r) = self.reprobe.take().filter(|r| r.due <= now()) else {
+            return;
+        };
+        let (Some(conn), Some(nsr)) = (self.main.as_ref(), self.nsr.as_ref()) else {
+            return;
+        };
+        let Some(ckey) = conn.repl.as_ref().map(|r| r.ckey) else {
+            return;
+        };
+        self.reprobe = r.step(now(), conn.last_ack_recv_ms());
+        if let Some(next) = &self.reprobe {
+            tracing::info!(
+                probes = next.sent,
+                "NSR: no ACK from the peer since the resume; the gate probes again"
+            );
+            nsr.gate.probe(&ckey, next.seq);
+        }
+    }
+
     /// The core resumed the session on the restored connection.
     pub(super) fn resumed(&mut self) {
+        self.reprobe = self.resume_probe.take().map(|seq| Reprobe::new(now(), seq));
         self.compact_at = self
             .nsr
             .as_ref()
@@ -469,6 +550,27 @@ pub(crate) fn decode_refreshes(buf: &[u8]) -> Vec<Family> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reprobes_until_the_peer_answers_then_stops() {
+        let ms = Duration::from_millis;
+        let r = Reprobe::new(ms(1000), 48);
+        assert_eq!(r.due, ms(1550));
+        // No ACK since the resume (the last one is older): probe again,
+        // then wait twice as long each time.
+        let r = r.step(ms(1550), Some(5000)).expect("again");
+        assert_eq!((r.sent, r.due, r.seq), (1, ms(2650), 48));
+        let r = r.step(ms(2650), None).expect("again");
+        assert_eq!((r.sent, r.due), (2, ms(4850)));
+        // An ACK 100 ms ago, after the resume: answered.
+        assert_eq!(r.step(ms(4850), Some(100)), None);
+        // Never answered: four more probes, then it stops.
+        let mut r = Reprobe::new(ms(0), 48);
+        for _ in 0..REPROBES {
+            r = r.step(r.due, Some(60_000)).expect("again");
+        }
+        assert_eq!(r.step(r.due, Some(60_000)), None);
+    }
 
     #[test]
     fn pending_refreshes_round_trip() {
