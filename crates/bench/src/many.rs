@@ -19,7 +19,7 @@
 //! (a reader and a keepalive thread each) and the senders are four threads.
 
 use crate::learn::Perf;
-use crate::plane_unit::{show_nsr, wait_all_established, BenchPlane, ORIGINATED};
+use crate::plane_unit::{distinct_routes, show_nsr, wait_all_established, BenchPlane, ORIGINATED};
 use crate::takeover::{config_with, nsr_at_rest, tester, Backup, MON_AS};
 use crate::util::{cpu_secs, peak_rss_kb};
 use anyhow::{bail, Context, Result};
@@ -120,22 +120,6 @@ pub(crate) fn spawn_senders(
             })
         })
         .collect()
-}
-
-/// Routes the monitor ends up with: the injected prefixes and the unit's
-/// `originated` ones (`100.100.i.0/24`, the plane's first unit), each once
-/// (the realistic mix can hold an originated prefix too).
-fn distinct_routes(work: &[Workload], originated: usize) -> usize {
-    let mut all: std::collections::HashSet<Prefix> = work
-        .iter()
-        .flat_map(|w| w.iter().flat_map(|(_, p)| p.iter().copied()))
-        .collect();
-    for i in 0..originated {
-        if let Some(p) = holdfast_wire::Prefix4::new(Ipv4Addr::new(100, 100, i as u8, 0), 24) {
-            all.insert(Prefix::V4(p));
-        }
-    }
-    all.len()
 }
 
 /// One run's figures.

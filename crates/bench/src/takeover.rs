@@ -16,7 +16,7 @@
 //!   c1..c3        etcd + holdfast-controller (NSR on)
 //! ```
 
-use crate::plane_unit::{show_nsr, wait_all_established, BenchPlane, ORIGINATED};
+use crate::plane_unit::{distinct_routes, show_nsr, wait_all_established, BenchPlane, ORIGINATED};
 use anyhow::{bail, Result};
 use holdfast_lab::{nsr_config, Holdfastd, Lab, NsrTopo, Redis};
 use holdfast_tester::workload::{generate, prefix_count, Kind};
@@ -312,10 +312,13 @@ fn one_run_on(n: usize, kind: Kind, backup: Backup, deadline: Duration) -> Resul
     wait_all_established(&sock, Duration::from_secs(60))?;
     let w = generate(kind, n, INJ_AS, topo.feed.v4);
     let n = prefix_count(&w);
+    // The injected prefixes and the unit's own, each once (the realistic
+    // mix holds some of the unit's).
+    let want = distinct_routes(std::slice::from_ref(&w), ORIGINATED);
     let mut bytes = Vec::new();
     encode_routes(&w, &inj.ctx, &mut bytes);
     drop(w);
-    let learn = learn(&inj, &mon, bytes, n + ORIGINATED, deadline)?;
+    let learn = learn(&inj, &mon, bytes, want, deadline)?;
     let mut sample = Sample {
         learn,
         nsr: Some(nsr_at_rest(&sock, Duration::from_secs(30))?),
@@ -349,8 +352,7 @@ fn one_run_on(n: usize, kind: Kind, backup: Backup, deadline: Duration) -> Resul
         }
         std::thread::sleep(Duration::from_millis(20));
     };
-    let kept = mon.view(|v| v.notifications.is_empty() && !v.closed)
-        && mon.route_count() >= n + ORIGINATED;
+    let kept = mon.view(|v| v.notifications.is_empty() && !v.closed) && mon.route_count() >= want;
     sample.takeover = Some(Takeover {
         control_ms: control.as_secs_f64() * 1e3,
         peer_ms: first.duration_since(killed).as_secs_f64() * 1e3,
