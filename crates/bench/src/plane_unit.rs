@@ -19,7 +19,7 @@
 //! (`100.100.0.0/24` …), which the monitor counts on top of the bench's.
 
 use anyhow::{bail, Context, Result};
-use holdfast_lab::plane::{Plane, PlaneBins, PlaneExtras, PlaneSpec};
+use holdfast_lab::plane::{unit_networks, Plane, PlaneBins, PlaneExtras, PlaneSpec};
 use holdfast_lab::{ControlSocket, NsrHost};
 use holdfast_tester::workload::Workload;
 use std::net::Ipv4Addr;
@@ -30,19 +30,15 @@ use std::time::{Duration, Instant};
 pub const UNIT: &str = "bench";
 /// Routes the plane has the unit originate (`[[network]]`).
 pub const ORIGINATED: usize = 10;
-/// Routes the monitor ends up with: the injected prefixes and the unit's
-/// `originated` ones (`100.100.i.0/24`, the plane's first unit), each once
-/// (the realistic mix can hold an originated prefix too).
+/// Routes the monitor ends up with: the injected prefixes and the
+/// `originated` ones of the plane's only unit, each once (the realistic
+/// mix can hold an originated prefix too).
 pub fn distinct_routes(work: &[Workload], originated: usize) -> usize {
     let mut all: std::collections::HashSet<holdfast_wire::Prefix> = work
         .iter()
         .flat_map(|w| w.iter().flat_map(|(_, p)| p.iter().copied()))
         .collect();
-    for i in 0..originated {
-        if let Some(p) = holdfast_wire::Prefix4::new(Ipv4Addr::new(100, 100, i as u8, 0), 24) {
-            all.insert(holdfast_wire::Prefix::V4(p));
-        }
-    }
+    all.extend(unit_networks(0, originated as u32).map(holdfast_wire::Prefix::V4));
     all.len()
 }
 

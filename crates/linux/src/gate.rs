@@ -254,6 +254,16 @@ impl Histogram {
         (8 + sub) * step + (step - 1)
     }
 
+    /// The non-empty buckets as (index, count) ([`GateStats::delay_buckets`]).
+    fn buckets(&self) -> Vec<(u32, u64)> {
+        self.counts
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| **c > 0)
+            .map(|(i, c)| (i as u32, *c))
+            .collect()
+    }
+
     fn record(&mut self, v: u64) {
         self.counts[Self::bucket(v)] += 1;
         self.n += 1;
@@ -535,14 +545,7 @@ impl Core {
         s.delay_p99_us = self.hist.quantile(0.99);
         s.delay_max_us = self.hist.max;
         s.delay_samples = self.hist.n;
-        s.delay_buckets = self
-            .hist
-            .counts
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| **c > 0)
-            .map(|(i, c)| (i as u32, *c))
-            .collect();
+        s.delay_buckets = self.hist.buckets();
         s
     }
 

@@ -93,9 +93,6 @@ pub struct PeerTask {
     /// A resumed connection whose window probe the peer has not answered
     /// yet (`nsr_ops::Reprobe`).
     reprobe: Option<nsr_ops::Reprobe>,
-    /// The restored socket's probe sequence number, from the resume until
-    /// the core has resumed the session.
-    resume_probe: Option<u32>,
 }
 
 /// Starts a peer task on the current (I/O) runtime. `record`: a directory
@@ -152,7 +149,6 @@ pub fn spawn(
         compact_at: u64::MAX,
         acked_due: None,
         reprobe: None,
-        resume_probe: None,
         s,
     };
     tokio::spawn(task.run(resuming).instrument(span));

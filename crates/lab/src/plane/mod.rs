@@ -256,6 +256,15 @@ pub const PLANE_BIRD_AS: u32 = 65002;
 /// gobgpd's AS in the plane.
 pub const PLANE_GOBGP_AS: u32 = 65003;
 
+/// The /24s unit `unit` (its index in the plane's spec) originates: its
+/// `[[network]]` starts at `100.(100 + unit).0.0/24` and holds `count`
+/// consecutive /24s.
+pub fn unit_networks(unit: usize, count: u32) -> impl Iterator<Item = holdfast_wire::Prefix4> {
+    let first = u32::from(Ipv4Addr::new(100, 100 + unit as u8, 0, 0));
+    (0..count)
+        .filter_map(move |k| holdfast_wire::Prefix4::new(Ipv4Addr::from(first + (k << 8)), 24))
+}
+
 /// A host with its agent.
 #[derive(Debug, Clone)]
 pub struct PlaneHost {
@@ -422,9 +431,11 @@ impl Plane {
         for (i, (u, s)) in units.iter().zip(&spec.units).enumerate() {
             let mut t = topo.clone();
             t.service_v4 = u.service;
+            let first = unit_networks(i, 1)
+                .next()
+                .map_or_else(String::new, |p| p.to_string());
             let extra = format!(
-                "hold_time = 9\n[[network]]\nprefix = \"100.{}.0.0/24\"\ncount = {}\n",
-                100 + i,
+                "hold_time = 9\n[[network]]\nprefix = \"{first}\"\ncount = {}\n",
                 u.routes
             );
             let mut neighbors = Vec::new();
@@ -1085,5 +1096,21 @@ impl Plane {
         )?;
         self.hosts[i].agent = Some(p);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unit_networks;
+
+    /// What holdfastd originates for `[[network]] prefix = first, count =
+    /// N`: N consecutive /24s from the unit's first.
+    #[test]
+    fn a_units_networks_are_consecutive_24s_from_its_own_first() {
+        let p: Vec<String> = unit_networks(0, 3).map(|p| p.to_string()).collect();
+        assert_eq!(p, ["100.100.0.0/24", "100.100.1.0/24", "100.100.2.0/24"]);
+        let q: Vec<String> = unit_networks(2, 1).map(|p| p.to_string()).collect();
+        assert_eq!(q, ["100.102.0.0/24"]);
+        assert_eq!(unit_networks(0, 300).count(), 300);
     }
 }

@@ -85,6 +85,24 @@ impl Reprobe {
         }
     }
 
+    /// The timer fired at `now`: before the probe is due nothing changes
+    /// (the task's timer also serves its other deadlines); once due, the
+    /// peer's last ACK is read (`last_ack_ms`, from `TCP_INFO`) and
+    /// [`Reprobe::step`] decides. Returns the schedule to keep and whether
+    /// to probe now.
+    pub(super) fn tick(
+        self,
+        now: Time,
+        last_ack_ms: impl FnOnce() -> Option<u32>,
+    ) -> (Option<Reprobe>, bool) {
+        if now < self.due {
+            return (Some(self), false);
+        }
+        let next = self.step(now, last_ack_ms());
+        let probe = next.is_some();
+        (next, probe)
+    }
+
     /// At `now`, with the peer's last ACK `last_ack_ms` ago (from
     /// `TCP_INFO`): `None` once it answered (an ACK since the resume) or
     /// the probes are used up; otherwise probe again and keep the returned
@@ -454,9 +472,6 @@ impl PeerTask {
             partial,
             refresh,
         } = r;
-        // The restored send queue starts one byte below the stored
-        // acknowledged point, and the socket's probe one below that.
-        self.resume_probe = Some(repl.unacked.base(repl.snd_base).wrapping_sub(2));
         let conn = Conn::with_repl(stream, outbound, Some(*repl)).and_then(|mut c| {
             c.prefill(&partial);
             // The restored socket is still in repair mode; leaving it
@@ -476,7 +491,6 @@ impl PeerTask {
                 self.pending = None;
             }
             Err(e) => {
-                self.resume_probe = None;
                 tracing::error!(error = %e, "restored connection unusable; starting afresh");
                 self.input(PeerInput::AbortResume);
             }
@@ -486,7 +500,7 @@ impl PeerTask {
     /// Probes a resumed connection again, through the gate, while the peer
     /// has acknowledged nothing since the resume ([`Reprobe`]).
     pub(super) fn reprobe_due(&mut self) {
-        let Some(r) = self.reprobe.take().filter(|r| r.due <= now()) else {
+        let Some(r) = self.reprobe.take() else {
             return;
         };
         let (Some(conn), Some(nsr)) = (self.main.as_ref(), self.nsr.as_ref()) else {
@@ -495,8 +509,9 @@ impl PeerTask {
         let Some(ckey) = conn.repl.as_ref().map(|r| r.ckey) else {
             return;
         };
-        self.reprobe = r.step(now(), conn.last_ack_recv_ms());
-        if let Some(next) = &self.reprobe {
+        let (next, probe) = r.tick(now(), || conn.last_ack_recv_ms());
+        self.reprobe = next;
+        if let Some(next) = self.reprobe.as_ref().filter(|_| probe) {
             tracing::info!(
                 probes = next.sent,
                 "NSR: no ACK from the peer since the resume; the gate probes again"
@@ -507,7 +522,14 @@ impl PeerTask {
 
     /// The core resumed the session on the restored connection.
     pub(super) fn resumed(&mut self) {
-        self.reprobe = self.resume_probe.take().map(|seq| Reprobe::new(now(), seq));
+        // The restored send queue starts one byte below the stored
+        // acknowledged point (nothing is trimmed or sent yet), and the
+        // socket's own probe one below that.
+        self.reprobe = self
+            .main
+            .as_ref()
+            .and_then(|c| c.repl.as_ref())
+            .map(|r| Reprobe::new(now(), r.unacked.base(r.snd_next()).wrapping_sub(2)));
         self.compact_at = self
             .nsr
             .as_ref()
@@ -556,6 +578,16 @@ mod tests {
         let ms = Duration::from_millis;
         let r = Reprobe::new(ms(1000), 48);
         assert_eq!(r.due, ms(1550));
+        // The timer fires for another deadline first: the schedule stays,
+        // and TCP_INFO is not read.
+        let (kept, probe) = r.clone().tick(ms(1100), || unreachable!("not due"));
+        assert_eq!((kept.as_ref(), probe), (Some(&r), false));
+        // Due: probe, and keep the next schedule.
+        let (next, probe) = r.clone().tick(ms(1550), || Some(5000));
+        assert!(probe);
+        assert_eq!(next.as_ref().map(|n| (n.sent, n.due)), Some((1, ms(2650))));
+        // Due but answered: no probe, nothing kept.
+        assert_eq!(r.clone().tick(ms(1550), || Some(100)), (None, false));
         // No ACK since the resume (the last one is older): probe again,
         // then wait twice as long each time.
         let r = r.step(ms(1550), Some(5000)).expect("again");
