@@ -12,7 +12,7 @@ STEP := @bash scripts/step.sh
 # control plane (agent, controller, holdfast-ctl) and the BFD relay.
 DEMO_BINS := holdfast-demo holdfastd holdfast holdfast-agent holdfast-controller holdfast-ctl holdfast-bfd-relay
 
-.PHONY: all deps demo-deps build demo-build test demo bench clean-lab deb
+.PHONY: all deps demo-deps build demo-build test-build test demo bench clean-lab deb
 
 all: build
 
@@ -30,6 +30,11 @@ build: deps
 demo-build:
 	@CARGO=$(CARGO) bash scripts/demo-build.sh $(DEMO_BINS)
 
+# Every binary and test target in one cargo run, with what only the tests
+# need installed and the fuzz targets built beside it (scripts/test-build.sh).
+test-build:
+	@CARGO=$(CARGO) bash scripts/test-build.sh
+
 ## make test: every unit test, every integration test against real peers in
 ## network namespaces (needs root), the doc tests and the fuzz targets' build:
 ## every test target is built first, then the unit-test binaries run in
@@ -38,7 +43,7 @@ demo-build:
 ## alone (scripts/run-tests.py: its phases, groups and job counts). A lab test that cannot run here (not root, a tool missing) fails
 ## instead of skipping.
 test: export HOLDFAST_REQUIRE_LAB := 1
-test: build
+test: test-build
 	@CARGO=$(CARGO) python3 scripts/run-tests.py \
 	  --extra 'doc-tests=$(CARGO) test --release --workspace --doc' \
 	  --extra 'fuzz-build=bash scripts/fuzz-build.sh crates/wire/fuzz crates/bfd/fuzz'

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# install-deps.sh [--list] [demo-build|demo-run|demo|all]: installs what
+# install-deps.sh [--list] [demo-build|demo-run|demo|test-run|all]: installs what
 # Holdfast needs on a Debian machine (--list: prints the packages only).
 #
 # `demo` (`make demo`, as `demo-build` then `demo-run`): what building and
@@ -11,12 +11,14 @@
 # (the etcd-client crate compiles etcd's protos) and GoBGP's API .proto files
 # (golang-github-osrg-gobgp-dev, compiled by crates/gobgp-api).
 #
-# `all` (the default; `make build`, `make test`): the demo's, and what only
-# the tests need: the other real peers (gobgpd, exabgp), bgpdump, pmacct,
+# `all` (the default; `make build`, `make deb`): the demo's, and what only
+# the tests need (`test-run`: all but the build's packages; `make test`
+# installs it beside its build, scripts/test-build.sh): the other real peers (gobgpd, exabgp), bgpdump, pmacct,
 # stayrtr, ping (the kernel FIB test forwards through a namespace), python3,
 # what `make deb` and the package's tests need (dpkg-dev for cargo-deb's
 # dependency scan, binutils' strip, systemd-analyze, man-db, systemd-nspawn
-# and debootstrap, and cargo-deb itself), a venv with PyPI's
+# and debootstrap, and cargo-deb itself), cargo-fuzz for the nightly
+# toolchain when one is installed (the fuzz targets' build), a venv with PyPI's
 # kubernetes-validate for the manifests' test, and a minimal Debian root for
 # the package's test under systemd.
 #
@@ -43,9 +45,10 @@ case $mode in
   demo-build) pkgs=("${build_pkgs[@]}") ;;
   demo-run) pkgs=("${run_pkgs[@]}") ;;
   demo) pkgs=("${demo_pkgs[@]}") ;;
+  test-run) pkgs=("${run_pkgs[@]}" "${test_pkgs[@]}") ;;
   all) pkgs=("${demo_pkgs[@]}" "${test_pkgs[@]}") ;;
   *)
-    echo "usage: $0 [demo-build|demo-run|demo|all]" >&2
+    echo "usage: $0 [demo-build|demo-run|demo|test-run|all]" >&2
     exit 2
     ;;
 esac
@@ -84,11 +87,17 @@ if ! command -v cargo >/dev/null; then
   fi
   exit 1
 fi
-[[ $mode == all ]] || exit 0
+[[ $mode == all || $mode == test-run ]] || exit 0
 # `make deb` (and the deb_package test, which runs it when no package is newer
 # than holdfastd) packages with cargo-deb.
 if ! command -v cargo-deb >/dev/null; then
   $step -q "install-deps: cargo install cargo-deb" cargo install cargo-deb --locked --quiet
+fi
+# The fuzz targets' build (scripts/fuzz-build.sh) with the nightly toolchain,
+# when one is installed.
+if command -v rustup >/dev/null && rustup toolchain list | grep -q '^nightly' &&
+  ! cargo +nightly fuzz --version >/dev/null 2>&1; then
+  $step -q "install-deps: cargo install cargo-fuzz" cargo +nightly install cargo-fuzz --locked --quiet
 fi
 # The k8s_manifests test validates deploy/kubernetes/ with kubernetes-validate
 # (PyPI), which bundles the Kubernetes JSON schemas: no cluster needed.

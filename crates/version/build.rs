@@ -1,9 +1,10 @@
 //! Sets `HOLDFAST_DESCRIBE` for the crate: `git describe --tags --always
 //! --dirty` of the tree being built, or `$HOLDFAST_DESCRIBE` when it is set
 //! (a build from a source package, without `.git`), else "unknown".
-//! Re-runs when the checked-out commit moves (HEAD, the branch it names, the
-//! packed refs), so a new commit builds a new description; changes to the
-//! working tree alone do not rebuild everything that depends on this crate.
+//! Re-runs when the checked-out commit moves (HEAD, its reflog, the branch
+//! it names, the packed refs: those that exist), so a new commit builds a
+//! new description; changes to the working tree alone do not rebuild
+//! everything that depends on this crate.
 //! With `HOLDFAST_DESCRIBE` set, git is not asked and not watched.
 
 use std::path::PathBuf;
@@ -33,13 +34,18 @@ fn main() {
     if let Some(dir) = git(&["rev-parse", "--git-dir"]) {
         let dir = PathBuf::from(dir);
         let common = git(&["rev-parse", "--git-common-dir"]).map_or(dir.clone(), PathBuf::from);
-        println!("cargo:rerun-if-changed={}", dir.join("HEAD").display());
-        println!(
-            "cargo:rerun-if-changed={}",
-            common.join("packed-refs").display()
-        );
+        let mut watched = vec![dir.join("HEAD"), dir.join("logs").join("HEAD")];
+        watched.push(common.join("packed-refs"));
         if let Some(head) = git(&["symbolic-ref", "-q", "HEAD"]) {
-            println!("cargo:rerun-if-changed={}", common.join(head).display());
+            watched.push(common.join(head));
+        }
+        // Only files that exist: cargo counts a missing one as changed on
+        // every build, which rebuilt this crate and everything above it each
+        // time (a clone without packed-refs, a branch whose ref is packed).
+        // HEAD's reflog, appended by every commit and checkout, covers a
+        // branch whose loose ref appears only when it moves.
+        for path in watched.iter().filter(|p| p.exists()) {
+            println!("cargo:rerun-if-changed={}", path.display());
         }
     }
     println!("cargo:rustc-env=HOLDFAST_DESCRIBE={describe}");

@@ -436,7 +436,7 @@ pub async fn run(
                         if let Err(e) = &result {
                             tracing::warn!(id, error = %e, "takeover not ready");
                         }
-                        Some(AgentInput::Done { id, result })
+                        Some(AgentInput::TakeoverReady { id, result })
                     }
                     Event::Answered { target, seq, ok, at } => {
                         let answer = probe::Input::Answered { target, seq, ok, at };

@@ -230,6 +230,16 @@ async fn work_for(
         return Ok(Work::NotYet(format!("no placement for unit {}", m.unit)));
     };
     let one = |host: &str, body| Work::Commands(vec![(host.to_string(), body, true)]);
+    let address = |add| {
+        command::Body::MoveAddress(MoveAddress {
+            unit: m.unit.clone(),
+            addresses: u.addresses.clone(),
+            add,
+            interface: u.interface.clone(),
+        })
+    };
+    // The unit changes hosts: its service addresses move.
+    let moves = m.steps.iter().any(|s| s == "address");
     Ok(match step {
         "fence" => {
             if store
@@ -240,12 +250,20 @@ async fn work_for(
                 // Its lease expired: the agent fenced its units before that.
                 Work::Nothing
             } else if hub.attached(&m.from) {
-                one(
-                    &m.from,
+                // Fenced, the old host gives up the service addresses at
+                // once (when it can), so that the new one may add them as
+                // soon as its holdfastd is ready.
+                let mut cmds = vec![(
+                    m.from.clone(),
                     command::Body::FenceUnit(FenceUnit {
                         unit: m.unit.clone(),
                     }),
-                )
+                    true,
+                )];
+                if moves {
+                    cmds.push((m.from.clone(), address(false), false));
+                }
+                Work::Commands(cmds)
             } else {
                 Work::NotYet(format!(
                     "agent {} holds its lease but is not reachable: waiting for it to answer or for its lease to expire",
@@ -272,18 +290,18 @@ async fn work_for(
                     config: u.config.clone(),
                     epoch: u64::try_from(token.0).unwrap_or(0),
                     primary_fenced,
+                    // Added by the new host's agent once holdfastd is
+                    // ready for them; the address step confirms.
+                    addresses: if moves {
+                        u.addresses.clone()
+                    } else {
+                        Vec::new()
+                    },
+                    interface: u.interface.clone(),
                 }),
             )
         }
         _ => {
-            let address = |add| {
-                command::Body::MoveAddress(MoveAddress {
-                    unit: m.unit.clone(),
-                    addresses: u.addresses.clone(),
-                    add,
-                    interface: u.interface.clone(),
-                })
-            };
             // The old host gives up the service addresses first, when it can
             // be reached (an address already gone is fine).
             let mut cmds = Vec::new();

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# test-build.sh: `make test`'s set-up. Installs what the build needs (protoc,
+# the protobuf well-known types, GoBGP's .proto files), then builds every
+# binary and every test target of the workspace in one cargo run (`cargo
+# build --release --workspace --bins --tests`: one graph, so no core idles
+# while the last crates of one half link) while, beside it at nice 19, what
+# only the tests need is installed (install-deps.sh test-run: the other
+# peers and tools, cargo-deb, cargo-fuzz, the venv, the Debian root) and the
+# fuzz targets are built (scripts/fuzz-build.sh; `make test` checks them
+# again as a test). The build has long stretches on one core (the speaker
+# crate, the links), which the second core spends on these. Waits for both;
+# prints each step with the time since `make` started (scripts/step.sh).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+step=scripts/step.sh
+missing=0
+for p in $(bash scripts/install-deps.sh --list all); do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing=1
+done
+if ((missing)) && [[ $(id -u) -eq 0 ]]; then
+  DEBIAN_FRONTEND=noninteractive $step -q "install-deps: apt-get update" apt-get update -qq
+  export HOLDFAST_APT_UPDATED=1
+fi
+bash scripts/install-deps.sh demo-build
+(
+  nice -n 19 bash scripts/install-deps.sh test-run
+  # A failed fuzz build is reported by the test that builds them again.
+  nice -n 19 $step -q "building the fuzz targets (scripts/fuzz-build.sh)" \
+    bash scripts/fuzz-build.sh crates/wire/fuzz crates/bfd/fuzz || true
+) &
+side_pid=$!
+trap 'kill "$side_pid" 2>/dev/null || true' EXIT
+$step "building every binary and test target of the workspace (cargo)" \
+  "${CARGO:-cargo}" build --release --workspace --bins --tests
+if ! wait "$side_pid"; then
+  echo "install-deps.sh test-run failed" >&2
+  exit 1
+fi
+trap - EXIT
