@@ -153,9 +153,18 @@ impl BenchPlane {
             std::thread::sleep(Duration::from_millis(2));
         }
         let control = killed.elapsed();
-        let (primary, _) = self.plane.placement(UNIT)?;
-        if primary != to {
-            bail!("{UNIT}: placed on {primary} after the takeover, not {to}");
+        // The migration's last steps (the address confirmed, the placement
+        // written) may follow the sessions' resume.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let (primary, _) = self.plane.placement(UNIT)?;
+            if primary == to {
+                break;
+            }
+            if Instant::now() > deadline {
+                bail!("{UNIT}: placed on {primary} 10 s after the takeover, not {to}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
         Ok((killed, control))
     }

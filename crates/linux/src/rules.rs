@@ -314,11 +314,20 @@ fn guard_lines(
         }
         specs
     };
+    let listed = listed.of(cmd);
     if specs.is_empty() {
-        return Vec::new();
+        // No guard in this family: only what an earlier guard of this tag
+        // left here goes (its jump, its chain), so that lifting the guard
+        // may leave this family alone.
+        let mut lines = delete_lines(listed, comment, Some("INPUT"));
+        let prefix = format!("-A {chain} ");
+        if listed.iter().any(|l| l.starts_with(&prefix)) {
+            lines.extend([format!("-F {chain}"), format!("-X {chain}")]);
+        }
+        return lines;
     }
     let mut lines = vec![format!(":{chain} - [0:0]"), format!("-F {chain}")];
-    lines.extend(delete_lines(listed.of(cmd), comment, Some("INPUT")));
+    lines.extend(delete_lines(listed, comment, Some("INPUT")));
     let append = format!("-A {chain}");
     lines.extend(specs.iter().map(|spec| spec_line(&append, spec)));
     lines.push(format!("-I INPUT 1 {}", jump_spec(comment, &chain)));
@@ -349,13 +358,20 @@ fn jump_spec(comment: &str, chain: &str) -> String {
     format!("-m comment --comment {} -j {chain}", save_word(comment))
 }
 
-/// Removes the guard: its jump from INPUT and its chain (and any INPUT
-/// rule carrying this tag).
-pub fn remove_guard(tag: &str) -> io::Result<()> {
+/// Removes the guard installed for `peers` (as given to [`install`] or
+/// [`install_guard`]): its jump from INPUT and its chain (and any INPUT
+/// rule carrying this tag), in each family it was installed in. A family
+/// none of the peers is of has no guard (its install removed what an
+/// earlier one left there) and is not touched: that saves the processes
+/// of a listing and a failed delete, about 20 ms of a takeover.
+pub fn remove_guard(tag: &str, peers: &[IpAddr]) -> io::Result<()> {
     let c = comment(tag)?;
     let chain = guard_chain(tag);
     let mut first_err = None;
-    for cmd in FAMILIES {
+    for (cmd, v6) in [("iptables", false), ("ip6tables", true)] {
+        if !peers.is_empty() && !peers.iter().any(|p| p.is_ipv6() == v6) {
+            continue;
+        }
         // One transaction, nothing listed: the jump, then the chain.
         let fast = [
             format!("-D INPUT {}", jump_spec(&c, &chain)),

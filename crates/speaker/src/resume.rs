@@ -598,6 +598,8 @@ pub struct Takeover {
     /// Sessions whose tables a standby built already (keys).
     pub preheated: HashSet<String>,
     tag: String,
+    /// The peers the guard was installed for (`rules::install`).
+    guard_peers: Vec<IpAddr>,
     manage_address: Option<IpAddr>,
     /// When the gate opened (the sockets' rebuild started), for the log.
     opened: Option<Instant>,
@@ -648,6 +650,7 @@ impl Takeover {
             ready_file,
             preheated: up.preheated,
             tag: tag(&n.instance),
+            guard_peers: cfg.neighbors.iter().map(|nb| nb.address).collect(),
             manage_address: if n.manage_address { n.address } else { None },
             opened: None,
         })
@@ -799,7 +802,7 @@ impl Takeover {
     pub fn finish(&mut self) -> anyhow::Result<()> {
         let sockets_us = self.opened.map_or(0, |t| t.elapsed().as_micros() as u64);
         let t = Instant::now();
-        rules::remove_guard(&self.tag).context("removing the takeover guard")?;
+        rules::remove_guard(&self.tag, &self.guard_peers).context("removing the takeover guard")?;
         let guard_remove_us = t.elapsed().as_micros() as u64;
         self.times.resumed_us = self.started.elapsed().as_micros() as u64;
         tracing::info!(

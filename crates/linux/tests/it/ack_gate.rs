@@ -593,18 +593,28 @@ fn guard_suppresses_rst() {
         rules::install_guard("t-guard", &[PORT], &[other]).unwrap();
         let e = TcpStream::connect_timeout(&to, Duration::from_secs(1)).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::ConnectionRefused, "{e}");
-        rules::remove_guard("t-guard").unwrap();
+        rules::remove_guard("t-guard", &[other]).unwrap();
 
         let peer: std::net::IpAddr = "127.0.0.1".parse().unwrap();
+        // A guard of another family, left by an earlier install: the next
+        // install removes it, so that lifting the guard may skip that family.
+        let v6: std::net::IpAddr = "::1".parse().unwrap();
+        rules::install_guard("t-guard", &[PORT], &[v6]).unwrap();
+        let listed = rules::list("t-guard").unwrap();
+        assert!(
+            listed.iter().any(|r| r.starts_with("ip6tables -A HF-GUARD-")),
+            "{listed:#?}"
+        );
         rules::install_guard("t-guard", &[PORT], &[peer]).unwrap();
-        rules::install_guard("t-guard", &[PORT], &[peer]).unwrap(); // idempotent
-                                                                    // 4 gate rules, the 2 guard rules in their chain, the jump to it.
+        // Idempotent.
+        rules::install_guard("t-guard", &[PORT], &[peer]).unwrap();
+        // 4 gate rules, the 2 guard rules in their chain, the jump to it.
         let listed = rules::list("t-guard").unwrap();
         assert_eq!(listed.len(), 7, "{listed:#?}");
         let e = TcpStream::connect_timeout(&to, Duration::from_millis(700)).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::TimedOut, "no RST while guarded: {e}");
 
-        rules::remove_guard("t-guard").unwrap();
+        rules::remove_guard("t-guard", &[peer]).unwrap();
         let left = rules::list("t-guard").unwrap();
         assert_eq!(left.len(), 4, "gate rules stay: {left:#?}");
         assert!(left.iter().all(|r| r.contains("-A OUTPUT")), "{left:#?}");
