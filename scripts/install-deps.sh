@@ -9,7 +9,8 @@
 # lab's namespaces, the host-network failure, kill/sysctl), gnuplot (the
 # report's plot), and for the build protoc with the protobuf well-known types
 # (the etcd-client crate compiles etcd's protos) and GoBGP's API .proto files
-# (golang-github-osrg-gobgp-dev, compiled by crates/gobgp-api).
+# (golang-github-osrg-gobgp-dev, compiled by crates/gobgp-api), and mold, the
+# linker scripts/link-gcc uses when it is there (.cargo/config.toml).
 #
 # `all` (the default; `make build`, `make deb`): the demo's, and what only
 # the tests need (`test-run`: all but the build's packages; `make test`
@@ -37,7 +38,7 @@ step=scripts/step.sh
 
 # What the build needs, and what only the demo's run needs: `make demo`
 # installs the first, then the second while cargo builds (scripts/demo-build.sh).
-build_pkgs=(protobuf-compiler libprotobuf-dev golang-github-osrg-gobgp-dev)
+build_pkgs=(protobuf-compiler libprotobuf-dev golang-github-osrg-gobgp-dev mold)
 run_pkgs=(bird2 frr redis-server etcd-server etcd-client tcpdump iproute2 iptables procps gnuplot-nox)
 demo_pkgs=("${build_pkgs[@]}" "${run_pkgs[@]}")
 test_pkgs=(gobgpd exabgp bgpdump pmacct stayrtr iputils-ping python3 python3-venv openssl ca-certificates dpkg-dev binutils systemd man-db util-linux systemd-container debootstrap)

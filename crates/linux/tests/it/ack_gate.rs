@@ -602,7 +602,9 @@ fn guard_suppresses_rst() {
         rules::install_guard("t-guard", &[PORT], &[v6]).unwrap();
         let listed = rules::list("t-guard").unwrap();
         assert!(
-            listed.iter().any(|r| r.starts_with("ip6tables -A HF-GUARD-")),
+            listed
+                .iter()
+                .any(|r| r.starts_with("ip6tables -A HF-GUARD-")),
             "{listed:#?}"
         );
         rules::install_guard("t-guard", &[PORT], &[peer]).unwrap();
