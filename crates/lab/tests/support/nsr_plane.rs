@@ -199,7 +199,6 @@ impl<P: Peer> Run<P> {
         let (peer_host, peer) = plane
             .start_peer::<P>("p", PEER_OCTET, &peer_spec(svc, feed, &o))
             .expect("the peer under test");
-        let mark = peer.log_mark();
         plane.wait_leader(3, T).unwrap_or_else(|e| panic!("{e}"));
         // Where the placement says it runs (a, unless its agent has
         // already fenced it and the controller moved it).
@@ -208,6 +207,11 @@ impl<P: Peer> Run<P> {
             .unwrap_or_else(|e| panic!("{e}"));
         let hf = unit_on(&plane, &host);
         hf.wait_established(IpAddr::V4(peer_v4()), T);
+        // What the peer logs from here on counts. Both sides connect at
+        // start, and a collision then is resolved with a Cease (6/7) on one
+        // of the two connections before the other is Established: RFC 4271
+        // 6.8, not something a failure made the peer see.
+        let mark = peer.log_mark();
         let feed_out = connect_feed(
             &plane.lab,
             &plane.topo,
