@@ -10,14 +10,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 step=scripts/step.sh
-missing=0
-for p in $(bash scripts/install-deps.sh --list demo); do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing=1
-done
-if ((missing)) && [[ $(id -u) -eq 0 ]]; then
-  DEBIAN_FRONTEND=noninteractive $step -q "install-deps: apt-get update" apt-get update -qq
-  export HOLDFAST_APT_UPDATED=1
-fi
+bash scripts/install-deps.sh --update demo
+export HOLDFAST_APT_UPDATED=1
 bash scripts/install-deps.sh demo-build
 bash scripts/install-deps.sh demo-run &
 run_pid=$!

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# install-deps.sh [--list] [demo-build|demo-run|demo|test-run|all]: installs what
-# Holdfast needs on a Debian machine (--list: prints the packages only).
+# install-deps.sh [--list|--update] [demo-build|demo-run|demo|test-run|all]:
+# installs what Holdfast needs on a Debian machine (--list: prints the
+# packages only; --update: only `apt-get update`, when one of them is missing,
+# for callers that then install two sets at once with HOLDFAST_APT_UPDATED=1,
+# scripts/demo-build.sh and scripts/test-build.sh).
 #
 # `demo` (`make demo`, as `demo-build` then `demo-run`): what building and
 # running the demo needs: its peers
@@ -18,8 +21,7 @@
 # stayrtr, ping (the kernel FIB test forwards through a namespace), python3,
 # what `make deb` and the package's tests need (dpkg-dev for cargo-deb's
 # dependency scan, binutils' strip, systemd-analyze, man-db, systemd-nspawn
-# and debootstrap, and cargo-deb itself), cargo-fuzz for the nightly
-# toolchain when one is installed (the fuzz targets' build), a venv with PyPI's
+# and debootstrap, and cargo-deb itself), a venv with PyPI's
 # kubernetes-validate for the manifests' test, and a minimal Debian root for
 # the package's test under systemd.
 #
@@ -29,10 +31,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 list=0
-if [[ ${1:-} == --list ]]; then
-  list=1
-  shift
-fi
+update=0
+case ${1:-} in
+  --list) list=1 && shift ;;
+  --update) update=1 && shift ;;
+esac
 mode=${1:-all}
 step=scripts/step.sh
 
@@ -61,13 +64,19 @@ missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+if ((update)); then
+  if ((${#missing[@]})) && [[ $(id -u) -eq 0 ]]; then
+    DEBIAN_FRONTEND=noninteractive $step -q "install-deps: apt-get update" apt-get update -qq
+  fi
+  exit 0
+fi
 if ((${#missing[@]})); then
   if [[ $(id -u) -ne 0 ]]; then
     echo "install-deps: need root to apt-get install: ${missing[*]}" >&2
     exit 1
   fi
   export DEBIAN_FRONTEND=noninteractive
-  # HOLDFAST_APT_UPDATED=1: the caller ran it (scripts/demo-build.sh).
+  # HOLDFAST_APT_UPDATED=1: the caller ran it (`--update`).
   if [[ ${HOLDFAST_APT_UPDATED:-} != 1 ]]; then
     $step -q "install-deps: apt-get update" apt-get update -qq
   fi
@@ -93,12 +102,6 @@ fi
 # than holdfastd) packages with cargo-deb.
 if ! command -v cargo-deb >/dev/null; then
   $step -q "install-deps: cargo install cargo-deb" cargo install cargo-deb --locked --quiet
-fi
-# The fuzz targets' build (scripts/fuzz-build.sh) with the nightly toolchain,
-# when one is installed.
-if command -v rustup >/dev/null && rustup toolchain list | grep -q '^nightly' &&
-  ! cargo +nightly fuzz --version >/dev/null 2>&1; then
-  $step -q "install-deps: cargo install cargo-fuzz" cargo +nightly install cargo-fuzz --locked --quiet
 fi
 # The k8s_manifests test validates deploy/kubernetes/ with kubernetes-validate
 # (PyPI), which bundles the Kubernetes JSON schemas: no cluster needed.

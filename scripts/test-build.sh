@@ -5,22 +5,16 @@
 # build --release --workspace --bins --tests`: one graph, so no core idles
 # while the last crates of one half link) while, beside it at nice 19, what
 # only the tests need is installed (install-deps.sh test-run: the other
-# peers and tools, cargo-deb, cargo-fuzz, the venv, the Debian root) and the
-# fuzz targets are built (scripts/fuzz-build.sh; `make test` checks them
-# again as a test). The build has long stretches on one core (the speaker
+# peers and tools, cargo-deb, the venv, the Debian root) and the fuzz
+# targets are built (scripts/fuzz-build.sh, which installs cargo-fuzz;
+# `make test` checks them again as a test). The build has long stretches on one core (the speaker
 # crate, the links), which the second core spends on these. Waits for both;
 # prints each step with the time since `make` started (scripts/step.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 step=scripts/step.sh
-missing=0
-for p in $(bash scripts/install-deps.sh --list all); do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing=1
-done
-if ((missing)) && [[ $(id -u) -eq 0 ]]; then
-  DEBIAN_FRONTEND=noninteractive $step -q "install-deps: apt-get update" apt-get update -qq
-  export HOLDFAST_APT_UPDATED=1
-fi
+bash scripts/install-deps.sh --update all
+export HOLDFAST_APT_UPDATED=1
 bash scripts/install-deps.sh demo-build
 (
   nice -n 19 bash scripts/install-deps.sh test-run

@@ -34,8 +34,11 @@ fn main() {
     if let Some(dir) = git(&["rev-parse", "--git-dir"]) {
         let dir = PathBuf::from(dir);
         let common = git(&["rev-parse", "--git-common-dir"]).map_or(dir.clone(), PathBuf::from);
-        let mut watched = vec![dir.join("HEAD"), dir.join("logs").join("HEAD")];
-        watched.push(common.join("packed-refs"));
+        let mut watched = vec![
+            dir.join("HEAD"),
+            dir.join("logs").join("HEAD"),
+            common.join("packed-refs"),
+        ];
         if let Some(head) = git(&["symbolic-ref", "-q", "HEAD"]) {
             watched.push(common.join(head));
         }

@@ -23,6 +23,18 @@ fn core() -> AgentCore {
     })
 }
 
+/// A core holding a lease granted at time zero.
+fn leased() -> AgentCore {
+    let mut c = core();
+    c.handle(
+        Duration::ZERO,
+        AgentInput::LeaseGranted {
+            sent: Duration::ZERO,
+        },
+    );
+    c
+}
+
 fn cmd(token: u64, id: u64, body: command::Body) -> AgentInput {
     AgentInput::Command(Command {
         token,
@@ -57,13 +69,7 @@ fn fence_unit(u: &str) -> command::Body {
 
 #[test]
 fn a_deposed_leader_cannot_act() {
-    let mut c = core();
-    c.handle(
-        Duration::ZERO,
-        AgentInput::LeaseGranted {
-            sent: Duration::ZERO,
-        },
-    );
+    let mut c = leased();
     // Leader with token 10 fences unit x.
     let o = c.handle(MS, cmd(10, 1, fence_unit("x")));
     assert_eq!(fences(&o), vec![(Some(1), "x".into())]);
@@ -146,13 +152,7 @@ fn the_watchdog_fences_every_unit_and_blocks_starts_until_a_new_lease() {
 
 #[test]
 fn hello_heartbeats_and_events() {
-    let mut c = core();
-    c.handle(
-        Duration::ZERO,
-        AgentInput::LeaseGranted {
-            sent: Duration::ZERO,
-        },
-    );
+    let mut c = leased();
     c.handle(
         MS,
         AgentInput::UnitStarted {
@@ -508,13 +508,7 @@ fn failsafe_keeps_units_through_an_etcd_outage_every_agent_agrees_to() {
 
 #[test]
 fn a_takeover_goes_through_the_standby_running_here() {
-    let mut c = core();
-    c.handle(
-        Duration::ZERO,
-        AgentInput::LeaseGranted {
-            sent: Duration::ZERO,
-        },
-    );
+    let mut c = leased();
     let o = c.handle(
         MS,
         AgentInput::UnitStarted {
@@ -583,13 +577,9 @@ fn a_takeover_goes_through_the_standby_running_here() {
 /// step and does not fail the takeover.
 #[test]
 fn a_takeover_adds_its_addresses_once_ready() {
-    let mut c = core();
-    c.handle(
-        Duration::ZERO,
-        AgentInput::LeaseGranted {
-            sent: Duration::ZERO,
-        },
-    );
+    let mut c = leased();
+    let ready = |id, result| AgentInput::TakeoverReady { id, result };
+    let done = |id, result| AgentInput::Done { id, result };
     let take = |u: &str, addresses: &[&str]| {
         command::Body::Takeover(Takeover {
             unit: u.into(),
@@ -602,13 +592,7 @@ fn a_takeover_adds_its_addresses_once_ready() {
     let o = c.handle(MS, cmd(9, 1, take("edge-1", &["198.18.0.10/32"])));
     assert!(matches!(o[0], AgentOutput::Start { id: 1, .. }), "{o:?}");
     // Ready: the addresses, and no answer yet.
-    let o = c.handle(
-        2 * MS,
-        AgentInput::TakeoverReady {
-            id: 1,
-            result: Ok(()),
-        },
-    );
+    let o = c.handle(2 * MS, ready(1, Ok(())));
     assert_eq!(
         o,
         vec![AgentOutput::Address {
@@ -620,52 +604,22 @@ fn a_takeover_adds_its_addresses_once_ready() {
         }]
     );
     // Added: the takeover is done.
-    let o = c.handle(
-        3 * MS,
-        AgentInput::Done {
-            id: 1,
-            result: Ok(()),
-        },
-    );
+    let o = c.handle(3 * MS, done(1, Ok(())));
     assert_eq!(results(&o), vec![(1, true)]);
     // Not added: done all the same.
     c.handle(4 * MS, cmd(9, 2, take("edge-2", &["198.18.0.11/32"])));
-    let o = c.handle(
-        5 * MS,
-        AgentInput::TakeoverReady {
-            id: 2,
-            result: Ok(()),
-        },
-    );
+    let o = c.handle(5 * MS, ready(2, Ok(())));
     assert!(matches!(o[0], AgentOutput::Address { id: 2, .. }), "{o:?}");
-    let o = c.handle(
-        6 * MS,
-        AgentInput::Done {
-            id: 2,
-            result: Err("no such device".into()),
-        },
-    );
+    let o = c.handle(6 * MS, done(2, Err("no such device".into())));
     assert_eq!(results(&o), vec![(2, true)]);
     // Never ready: the takeover fails and nothing is added.
     c.handle(7 * MS, cmd(9, 3, take("edge-3", &["198.18.0.12/32"])));
-    let o = c.handle(
-        8 * MS,
-        AgentInput::TakeoverReady {
-            id: 3,
-            result: Err("exited before it was ready".into()),
-        },
-    );
+    let o = c.handle(8 * MS, ready(3, Err("exited before it was ready".into())));
     assert_eq!(results(&o), vec![(3, false)]);
     assert!(!o.iter().any(|x| matches!(x, AgentOutput::Address { .. })));
     // No addresses named (a controller of an earlier build): answered at
     // once, the address step adds them.
     c.handle(9 * MS, cmd(9, 4, take("edge-4", &[])));
-    let o = c.handle(
-        10 * MS,
-        AgentInput::TakeoverReady {
-            id: 4,
-            result: Ok(()),
-        },
-    );
+    let o = c.handle(10 * MS, ready(4, Ok(())));
     assert_eq!(results(&o), vec![(4, true)]);
 }

@@ -155,17 +155,12 @@ impl BenchPlane {
         let control = killed.elapsed();
         // The migration's last steps (the address confirmed, the placement
         // written) may follow the sessions' resume.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let (primary, _) = self.plane.placement(UNIT)?;
-            if primary == to {
-                break;
-            }
-            if Instant::now() > deadline {
-                bail!("{UNIT}: placed on {primary} 10 s after the takeover, not {to}");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        holdfast_lab::wait_for_every(
+            &format!("{UNIT} placed on {to} after the takeover"),
+            Duration::from_secs(10),
+            Duration::from_millis(20),
+            || Ok((self.plane.placement(UNIT)?.0 == to).then_some(())),
+        )?;
         Ok((killed, control))
     }
 }

@@ -296,7 +296,7 @@ fn bring_up(
     }
     // 2. The gate's rules and (a takeover) the guard, in one transaction
     // per family.
-    let peers: Vec<std::net::IpAddr> = cfg.neighbors.iter().map(|nb| nb.address).collect();
+    let peers = guard_peers(cfg);
     let guard = (role == Role::Takeover).then_some(peers.as_slice());
     listed
         .and_then(|l| rules::install(&tag, n.queue, &ports, guard, &l))
@@ -605,6 +605,12 @@ pub struct Takeover {
     opened: Option<Instant>,
 }
 
+/// The peers a takeover's guard covers (`rules::install`), each in its
+/// family: those installing it and those lifting it name the same.
+fn guard_peers(cfg: &Config) -> Vec<IpAddr> {
+    cfg.neighbors.iter().map(|nb| nb.address).collect()
+}
+
 impl Takeover {
     /// Steps 1–5 as a takeover; the gate drops everything until
     /// [`Takeover::open_gate`]. `followed`: the positions of a preheated
@@ -650,7 +656,7 @@ impl Takeover {
             ready_file,
             preheated: up.preheated,
             tag: tag(&n.instance),
-            guard_peers: cfg.neighbors.iter().map(|nb| nb.address).collect(),
+            guard_peers: guard_peers(cfg),
             manage_address: if n.manage_address { n.address } else { None },
             opened: None,
         })
