@@ -443,15 +443,25 @@ fn kernel_fib_follows_reloads() {
             routes(&lab, r, 100, "179")
         )
     });
+    // The monitor prints what it reads when it runs: its log is polled
+    // (killed at once, it lost both lines once beside other labs).
+    let rewritten = |seen: &str, p: &str| {
+        seen.lines()
+            .any(|l| l.starts_with(&format!("{p} ")) && l.contains("proto 201"))
+    };
+    wait_for("ip monitor saw both rewritten with proto 201", T, || {
+        let seen = std::fs::read_to_string(lab.proc_logs(mon).0).unwrap_or_default();
+        Ok(["10.201.0.0/24", "10.202.0.0/24"]
+            .iter()
+            .all(|p| rewritten(&seen, p))
+            .then_some(()))
+    })
+    .unwrap_or_else(|e| {
+        let seen = std::fs::read_to_string(lab.proc_logs(mon).0).unwrap_or_default();
+        panic!("{e}:\n{seen}")
+    });
     lab.kill(mon, Signal::Term);
     let seen = std::fs::read_to_string(lab.proc_logs(mon).0).unwrap_or_default();
-    for p in ["10.201.0.0/24", "10.202.0.0/24"] {
-        assert!(
-            seen.lines()
-                .any(|l| l.starts_with(&format!("{p} ")) && l.contains("proto 201")),
-            "{p} rewritten with proto 201:\n{seen}"
-        );
-    }
     assert!(
         !seen.lines().any(|l| l.starts_with("Deleted 10.20")),
         "a route of ours deleted on a protocol change:\n{seen}"
