@@ -3,8 +3,10 @@
 nothing is shared.
 
     scripts/run-tests.py [-p PACKAGE]... [--phase unit|lab|alone]... [--jobs N] [--lab-jobs N]
-                         [--lab-cores C] [--list] [--no-build] [--extra NAME=CMD]...
-                         [FILTER]...
+                         [--lab-cores C] [--no-beside] [--list] [--no-build]
+                         [--extra NAME=CMD]... [FILTER]...
+
+(`--phase alone` selects the EXCLUSIVE tests and ALONE's.)
 
 1. Builds every test target once (`cargo test --release --workspace
    --no-run`), printing cargo's progress with the elapsed time. (Building
@@ -31,7 +33,14 @@ nothing is shared.
      ones, waiting on BGP, BFD and etcd timers, fill in beside a heavy one
      and two heavy ones do not run together; the tests of one SERIAL group
      never run together;
-   - `alone`: the EXCLUSIVE tests, timing-sensitive or CPU-heavy, one at a
+   - the EXCLUSIVE tests, timing-sensitive or CPU-heavy, one at a time in
+     the lab phase beside its scenarios, at PRIORITY times their CPU weight
+     (`CpuGroup.prioritize`: cgroup v1 `cpu.shares`, v2 `cpu.weight`): the
+     lab scenarios get what they leave, and fewer of them start (the lab
+     budget less the priority test's weight). Without a CPU controller, or
+     with `--no-beside`, they run after the lab phase instead, with nothing
+     else running;
+   - `alone`: ALONE's tests (shared state no priority protects), one at a
      time with nothing else running.
    Within a phase the longest first (that fits), by the durations of the
    previous run (target/test-logs/durations.json: seconds and CPU seconds
@@ -67,8 +76,11 @@ COMMITTED = ROOT / "scripts" / "test-durations.json"
 # network namespaces, waiting on BGP, BFD and etcd timers.
 LAB_BINARIES = {("holdfast-lab", "lab"), ("holdfast-labctl", "labctl")}
 
-# Run with nothing else running (substrings of `<package>/<target>/<test>`):
-# they load the machine or measure timing that other tests would disturb.
+# One at a time, beside the lab scenarios at PRIORITY times their CPU weight
+# (substrings of `<package>/<target>/<test>`): they load the machine or
+# measure timing that other tests would disturb. (Until 2026-11-29 they ran
+# after the lab phase with nothing beside; "packed" below means beside other
+# scenarios at the same weight.)
 EXCLUSIVE = [
     # 20 randomized failures on the control-plane lab (frr, bird2, gobgpd,
     # 3 units, etcd, 3 controllers); takeovers judged against BFD 100 ms.
@@ -107,11 +119,21 @@ EXCLUSIVE = [
     # A frozen unit taken over within 1 s of its SIGSTOP (a timing bar): 1.16 s
     # beside 1.6 cores' worth of other scenarios with the plane secure.
     "holdfast-lab/lab/control_plane_hang::",
+]
+
+# Run with nothing else running at all: what they share, CPU priority does
+# not protect.
+ALONE = [
     # Finds the namespaces its SIGKILLed `holdfast lab up` left among every
     # namespace new since it started, and expects `down` to remove them: no
     # other lab may start namespaces, or remove stale ones, meanwhile.
     "holdfast-labctl/labctl/lab_command::down_after_a_crashed_up",
 ]
+
+# An EXCLUSIVE test's CPU weight over a lab scenario's when it runs beside
+# them (cgroup v1 `cpu.shares` 1024 x PRIORITY; v2 `cpu.weight` 100 x
+# PRIORITY, at most 10000).
+PRIORITY = 64
 
 # Tests sharing something outside their namespaces run one at a time per group.
 SERIAL = {
@@ -164,8 +186,11 @@ class Test:
         self.group = next(
             (g for g, pats in SERIAL.items() if any(p in self.id for p in pats)), None
         )
+        self.alone = any(p in self.id for p in ALONE)
+        # Timing-sensitive: one at a time, at a priority beside the lab.
         self.exclusive = any(p in self.id for p in EXCLUSIVE)
-        if self.exclusive:
+        self.priority = False  # running at PRIORITY (set by run_phase)
+        if self.exclusive or self.alone:
             self.phase = "alone"
         elif (pkg, target) in LAB_BINARIES:
             self.phase = "lab"
@@ -323,10 +348,40 @@ class CpuGroup:
                 self.dir, self.usage = d, usage
                 break
 
+    # cgroup v1's cpu controller, apart from cpuacct on this machine kind
+    # (co-mounted elsewhere: then `V1` is the same directory).
+    V1_CPU = Path("/sys/fs/cgroup/cpu")
+
+    @classmethod
+    def can_prioritize(cls):
+        """Whether `prioritize` works here: v1's cpu controller, or v2 with
+        the cpu controller enabled for the test groups."""
+        if (cls.V1_CPU / "cpu.shares").exists():
+            return os.access(cls.V1_CPU, os.W_OK) and (cls.V1 / "cpuacct.usage").exists()
+        ctl = cls.V2 / "cgroup.subtree_control"
+        return ctl.exists() and "cpu" in ctl.read_text().split()
+
+    def prioritize(self, factor):
+        """Gives the group `factor` times the default CPU weight (before its
+        processes start). v1: a group of the same name under the cpu
+        controller (the cpuacct one is separate here), which `enter` joins
+        too; v2: the group's own `cpu.weight`."""
+        if self.dir is None:
+            return
+        if self.usage == "cpuacct.usage" and (self.V1_CPU / "cpu.shares").exists():
+            d = self.V1_CPU / self.BASE / self.dir.name
+            d.mkdir(parents=True, exist_ok=True)
+            (d / "cpu.shares").write_text(str(1024 * factor))
+            self.cpu_dir = d
+        elif (self.dir / "cpu.weight").exists():
+            (self.dir / "cpu.weight").write_text(str(min(100 * factor, 10000)))
+
     def enter(self):
         """In the child, before exec: into the group."""
         if self.dir is not None:
             (self.dir / "cgroup.procs").write_text(str(os.getpid()))
+        if getattr(self, "cpu_dir", None) is not None:
+            (self.cpu_dir / "cgroup.procs").write_text(str(os.getpid()))
 
     def seconds(self):
         """CPU seconds used in the group so far (None: no group)."""
@@ -343,16 +398,17 @@ class CpuGroup:
 
     def remove(self):
         """Removes the group (it stays while a process the test left runs in it)."""
-        if self.dir is not None:
-            try:
-                self.dir.rmdir()
-            except OSError:
-                pass
+        for d in (self.dir, getattr(self, "cpu_dir", None)):
+            if d is not None:
+                try:
+                    d.rmdir()
+                except OSError:
+                    pass
 
     @classmethod
     def sweep(cls):
         """Removes the empty groups of earlier runs."""
-        for root in (cls.V1, cls.V2):
+        for root in (cls.V1, cls.V1_CPU, cls.V2):
             base = root / cls.BASE
             for d in base.glob("*") if base.is_dir() else []:
                 try:
@@ -361,7 +417,7 @@ class CpuGroup:
                     pass
 
 
-def start(t, env):
+def start(t, env, priority=False):
     path = t.log_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     t.log = open(path, "w")
@@ -371,6 +427,9 @@ def start(t, env):
         e["CARGO_PKG_NAME"] = t.pkg
     t.started = time.monotonic()
     t.cgroup = CpuGroup(t.id.replace("/", "_").replace(":", "_"))
+    t.priority = priority
+    if priority:
+        t.cgroup.prioritize(PRIORITY)
     t.proc = subprocess.Popen(t.command(), cwd=t.cwd if t.argv is None else ROOT,
                               stdout=t.log, stderr=subprocess.STDOUT, env=e,
                               start_new_session=True, preexec_fn=t.cgroup.enter)
@@ -449,30 +508,49 @@ def next_to_start(todo, running, busy, durations, cores):
                  and now + expected(t, durations) <= shadow), None)
 
 
-def run_phase(name, tests, jobs, env, durations, timeout, verbose, cores=None):
+def run_phase(name, tests, jobs, env, durations, timeout, verbose, cores=None, lane=()):
     """Runs `tests` `jobs` at a time, a SERIAL group's tests one at a time.
 
     With `cores`, also no more at once than the machine has cores for: a test
     starts only while the weights (`weight`) of those running and its own sum
     to at most `cores` (or nothing runs); the longest that fits goes first,
-    so light scenarios fill in beside a heavy one."""
-    if not tests:
+    so light scenarios fill in beside a heavy one.
+
+    `lane`'s tests run beside them, one at a time (the longest first), at
+    PRIORITY times the CPU weight; while one runs, `tests` get `cores` less
+    its weight (at least a quarter of `cores`)."""
+    if not tests and not lane:
         return
     todo = sorted(tests, key=lambda t: -expected(t, durations))
+    lane = sorted(lane, key=lambda t: -expected(t, durations))
     load = "" if cores is None else f", {cores:.1f} cores' worth"
-    say(f"phase {name}: {len(todo)} tests, up to {jobs} at a time{load}")
+    beside = f"; beside them {len(lane)} timing-sensitive ones, one at a time at " \
+        f"{PRIORITY}x the CPU weight" if lane else ""
+    say(f"phase {name}: {len(todo)} tests, up to {jobs} at a time{load}{beside}")
     running = []
     last_note = time.monotonic()
-    deadline = time.monotonic() + timeout * max(1, len(todo))
-    while (todo or running) and time.monotonic() < deadline:
+    deadline = time.monotonic() + timeout * max(1, len(todo) + len(lane))
+    while (todo or lane or running) and time.monotonic() < deadline:
         busy = {t.group for t in running if t.group}
-        while len(running) < jobs:
-            t = next_to_start(todo, running, busy, durations, cores)
+        if lane and not any(t.priority for t in running):
+            t = lane.pop(0)
+            start(t, env, priority=True)
+            running.append(t)
+            if verbose:
+                say(f"start {t.id} (priority)")
+        others = [t for t in running if not t.priority]
+        left = cores
+        if cores is not None:
+            first = sum(weight(t, durations, cores) for t in running if t.priority)
+            left = max(cores - first, cores / 4)
+        while len(others) < jobs:
+            t = next_to_start(todo, others, busy, durations, left)
             if t is None:
                 break
             todo.remove(t)
             start(t, env)
             running.append(t)
+            others.append(t)
             if t.group:
                 busy.add(t.group)
             if verbose:
@@ -544,6 +622,9 @@ def main():
                     default=float(os.environ.get("HOLDFAST_LAB_CORES", 0.8 * (os.cpu_count() or 2))),
                     help="and no more than this many cores' worth of them, by each one's CPU "
                     "seconds in the last run (default: 0.8 x the CPUs; 0: no limit)")
+    ap.add_argument("--no-beside", action="store_true",
+                    help="run the EXCLUSIVE tests after the lab phase, with nothing else "
+                    "running, instead of beside it at a CPU priority")
     ap.add_argument("--timeout", type=int, default=1800,
                     help="seconds one test may take before it is killed")
     ap.add_argument("--list", action="store_true", help="print the plan, run nothing")
@@ -600,9 +681,15 @@ def main():
         signal.signal(sig, stop_all)
     CpuGroup.sweep()
     run_phase("unit", phases["unit"], args.jobs, env, durations, args.timeout, verbose=False)
+    lane = []
+    if not args.no_beside and CpuGroup.can_prioritize():
+        lane = [t for t in phases["alone"] if not t.alone]
+    elif not args.no_beside and phases["alone"]:
+        say("no CPU controller for a priority: the timing-sensitive tests run alone, after the lab")
     run_phase("lab", phases["lab"], args.lab_jobs, env, durations, args.timeout, verbose=True,
-              cores=args.lab_cores or None)
-    run_phase("alone", phases["alone"], 1, env, durations, args.timeout, verbose=True)
+              cores=args.lab_cores or None, lane=lane)
+    run_phase("alone", [t for t in phases["alone"] if t not in lane], 1, env, durations,
+              args.timeout, verbose=True)
 
     try:
         measured = json.loads(DURATIONS.read_text())

@@ -17,6 +17,7 @@ pub struct AgentMetrics {
     pub self_fenced_units: Counter,
     pub failsafe_rounds_confirmed: Counter,
     pub failsafe_rounds_refused: Counter,
+    pub neighbours_solicited: Counter,
     pub units_running: Gauge,
     pub highest_token: Gauge,
     pub attached: Gauge,
@@ -41,6 +42,7 @@ impl AgentMetrics {
             self_fenced_units: Counter::default(),
             failsafe_rounds_confirmed: Counter::default(),
             failsafe_rounds_refused: Counter::default(),
+            neighbours_solicited: Counter::default(),
             units_running: Gauge::default(),
             highest_token: Gauge::default(),
             attached: Gauge::default(),
@@ -80,6 +82,11 @@ impl AgentMetrics {
             "failsafe_rounds_refused",
             "Failsafe rounds some host agent refused or did not answer",
             m.failsafe_rounds_refused.clone(),
+        );
+        registry.register(
+            "neighbours_solicited",
+            "ARP requests / Neighbor Solicitations sent for the etcd members' next hops while lease renewals failed",
+            m.neighbours_solicited.clone(),
         );
         registry.register(
             "units_running",

@@ -17,6 +17,13 @@
 //! reported gone, so that the agent asks for a new one at once instead of
 //! retrying until its watchdog fences.
 //!
+//! While renewals fail, [`Solicitor`] solicits each member's next hop
+//! (ARP / Neighbor Solicitation) every round: after a link outage the
+//! kernel would otherwise hold the queued renewals until its next
+//! resolution attempt for the member, up to `retrans_time_ms` (1 s) after
+//! the link is back, which a 1.2 s outage plus that second makes longer
+//! than the lease's budget (TTL − margin = 1.5 s).
+//!
 //! # Known issues
 //! - A keepalive sent over every connection is applied once per
 //!   connection: harmless (a renewal is idempotent), but six times the
@@ -26,6 +33,8 @@
 
 use crate::Time;
 use holdfast_etcd::{Keys, Store};
+use prometheus_client::metrics::counter::Counter;
+use std::net::IpAddr;
 use std::time::Duration;
 use tokio::sync::mpsc;
 
@@ -156,5 +165,108 @@ async fn renewer(
         if answers.send((ask.0, r)).is_err() {
             return;
         }
+    }
+}
+
+/// Solicits the etcd members' next hops while renewals fail.
+pub struct Solicitor {
+    members: Vec<IpAddr>,
+    /// Since the first failed round of a run of them.
+    failing: Option<std::time::Instant>,
+    sent: Counter,
+}
+
+impl Solicitor {
+    /// The members of `etcd` (`http[s]://HOST[:PORT]`; a name is resolved
+    /// once, here); `sent` counts solicitations.
+    pub async fn new(etcd: &[String], sent: Counter) -> Solicitor {
+        let mut members = Vec::new();
+        for ep in etcd {
+            let Some(hostport) = authority(ep) else {
+                tracing::warn!(endpoint = %ep, "etcd endpoint without a host: its next hop is not solicited");
+                continue;
+            };
+            match tokio::net::lookup_host(hostport).await {
+                Ok(addrs) => members.extend(addrs.map(|a| a.ip())),
+                Err(e) => {
+                    tracing::warn!(endpoint = %ep, error = %e, "etcd endpoint not resolved: its next hop is not solicited")
+                }
+            }
+        }
+        members.sort();
+        members.dedup();
+        Solicitor {
+            members,
+            failing: None,
+            sent,
+        }
+    }
+
+    /// After each renewal round: `ok` or not. A failed round solicits
+    /// every member's next hop (in the background: a route lookup and a
+    /// frame per member).
+    pub fn round(&mut self, ok: bool) {
+        if ok {
+            if let Some(t) = self.failing.take() {
+                tracing::info!(failed_for = ?t.elapsed(), "etcd lease renewed again: next hops no longer solicited");
+            }
+            return;
+        }
+        if self.failing.is_none() {
+            tracing::info!(members = ?self.members, "etcd lease renewals failing: soliciting the members' next hops each round");
+            self.failing = Some(std::time::Instant::now());
+        }
+        let members = self.members.clone();
+        let sent = self.sent.clone();
+        tokio::task::spawn_blocking(move || {
+            for m in members {
+                match holdfast_linux::solicit_next_hop(m) {
+                    Ok(nh) => {
+                        sent.inc();
+                        tracing::debug!(member = %m, next_hop = %nh, "solicited");
+                    }
+                    Err(e) => tracing::debug!(member = %m, error = %e, "not solicited"),
+                }
+            }
+        });
+    }
+}
+
+/// `HOST:PORT` of an endpoint URL (port 2379 when it names none).
+fn authority(ep: &str) -> Option<String> {
+    let rest = ep.split_once("://").map_or(ep, |(_, r)| r);
+    let auth = rest.split('/').next().filter(|a| !a.is_empty())?;
+    let has_port = match auth.rfind(']') {
+        Some(close) => auth[close..].contains(':'),
+        None => auth.contains(':'),
+    };
+    Some(if has_port {
+        auth.to_string()
+    } else {
+        format!("{auth}:2379")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::authority;
+
+    #[test]
+    fn endpoint_authorities() {
+        assert_eq!(
+            authority("http://10.0.0.1:2379").as_deref(),
+            Some("10.0.0.1:2379")
+        );
+        assert_eq!(authority("https://etcd-1/").as_deref(), Some("etcd-1:2379"));
+        assert_eq!(
+            authority("http://[fd00::1]:2380").as_deref(),
+            Some("[fd00::1]:2380")
+        );
+        assert_eq!(
+            authority("http://[fd00::1]").as_deref(),
+            Some("[fd00::1]:2379")
+        );
+        assert_eq!(authority("10.0.0.2:2379").as_deref(), Some("10.0.0.2:2379"));
+        assert_eq!(authority("http://"), None);
     }
 }

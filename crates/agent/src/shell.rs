@@ -220,6 +220,7 @@ pub async fn run(
             failsafe: cfg.failsafe_listen.map(|a| a.to_string()),
             etcd_tls: cfg.tls.as_ref().map(Tls::etcd_client),
             t0,
+            solicited: metrics.neighbours_solicited.clone(),
         },
         renew_rx,
         ev_tx.clone(),
@@ -937,6 +938,8 @@ struct LeaseTask {
     /// `agent:HOST`).
     etcd_tls: Option<holdfast_etcd::TlsOptions>,
     t0: Instant,
+    /// Counts the next-hop solicitations while renewals fail.
+    solicited: prometheus_client::metrics::counter::Counter,
 }
 
 /// How often the lease task reads the other host agents from etcd.
@@ -959,7 +962,9 @@ async fn lease_task(
         failsafe,
         etcd_tls,
         t0,
+        solicited,
     } = task;
+    let mut solicitor = crate::renew::Solicitor::new(&etcd, solicited).await;
     let keys = Keys::new(&cluster);
     let key = if agent_server {
         keys.agent_server(&host)
@@ -1037,6 +1042,7 @@ async fn lease_task(
                 Err(e) => Err(e),
             },
         };
+        solicitor.round(result.is_ok());
         match result {
             Ok(e) => {
                 let _ = ev.send(e);

@@ -13,7 +13,7 @@
 //! | [`device`] | Linux VRF (l3mdev) binding | `SO_BINDTODEVICE`, `if_nametoindex(3)` |
 //! | [`info`] | session diagnostics | `getsockopt(IPPROTO_TCP, TCP_INFO, struct tcp_info)` |
 //! | [`repair`] | non-stop routing: TCP connection capture and restore (CRIU libsoccr) | `TCP_REPAIR`, `TCP_REPAIR_QUEUE`, `TCP_QUEUE_SEQ`, `TCP_REPAIR_OPTIONS`, `TCP_REPAIR_WINDOW`, `TCP_TIMESTAMP`, `SIOCINQ`/`SIOCOUTQ` |
-//! | [`announce`] | address take-over: RFC 5227 gratuitous ARP, RFC 4861 unsolicited NA | `AF_PACKET` raw socket, ICMPv6 raw socket |
+//! | [`announce`] | address take-over: RFC 5227 gratuitous ARP, RFC 4861 unsolicited NA; a next hop solicited now: RFC 826 ARP request, RFC 4861 NS | `AF_PACKET` raw socket, ICMPv6 raw socket |
 //! | [`nfq`] | non-stop routing: the ACK gate's thread, its NFQUEUE codec and ACK injector (TENSOR §3.1, TCPR §II-C) | NFQUEUE over `NETLINK_NETFILTER`, eventfd, `IPPROTO_RAW` sockets |
 //! | [`gate`] | the ACK gate's decisions: hold, clamp, release, synthesise (TCPR §II-C, RFC 7323 PAWS) | none (pure) |
 //! | [`netns`] | running code inside a network namespace | `setns(2)` |
@@ -58,7 +58,7 @@ mod sockopt;
 pub mod ttl;
 pub mod udp_ttl;
 
-pub use announce::{address_is_local, announce_address};
+pub use announce::{address_is_local, announce_address, solicit_next_hop};
 pub use device::{bind_to_device, bound_device, ifindex, set_transparent};
 pub use info::{tcp_info, TcpInfoLite};
 pub use md5::{set_tcp_md5, TCP_MD5_MAX_KEY_LEN};

@@ -41,8 +41,8 @@
 //!
 //! Takeover ([`Takeover`]) then continues, in the order docs/nsr.md sets
 //! out:
-//! 6. announce readiness (log line, `--takeover-ready-file`), and with
-//!    `manage_address` add the service address and announce it;
+//! 6. with `manage_address` add the service address and announce it;
+//!    announce readiness (log line, `--takeover-ready-file`);
 //! 7. wait until the sessions' local addresses are here;
 //! 8. open the gate, rebuild every socket with TCP_REPAIR at the stored
 //!    sequence numbers, with the unacknowledged send tail in its send queue;
@@ -662,8 +662,14 @@ impl Takeover {
         })
     }
 
-    /// Step 6: tell the orchestrator we are ready for the address.
+    /// Step 6: with `manage_address`, add the service address; then tell
+    /// the orchestrator we are ready for the address. (In that order: the
+    /// agent adds the addresses the controller names once the ready file
+    /// appears, and the unit's own /32 is to be there first.)
     pub fn announce_ready(&self) -> anyhow::Result<()> {
+        if let Some(addr) = self.manage_address {
+            add_address(addr)?;
+        }
         tracing::info!(
             sessions = self.sessions.len(),
             "takeover: READY for the service address"
@@ -671,9 +677,6 @@ impl Takeover {
         if let Some(p) = &self.ready_file {
             std::fs::write(p, format!("{}\n", std::process::id()))
                 .with_context(|| format!("writing {}", p.display()))?;
-        }
-        if let Some(addr) = self.manage_address {
-            add_address(addr)?;
         }
         Ok(())
     }

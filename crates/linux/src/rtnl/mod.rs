@@ -172,6 +172,13 @@ pub fn set_address(
 /// The interface the kernel would send to `dst` over, in the calling
 /// thread's network namespace (a route lookup, as `ip route get`).
 pub fn route_oif(dst: std::net::IpAddr) -> io::Result<u32> {
+    route_next_hop(dst).map(|(oif, _)| oif)
+}
+
+/// The interface and the on-link neighbour the kernel would send to `dst`
+/// through (its gateway, or `dst` itself on a connected route), in the
+/// calling thread's network namespace (a route lookup, as `ip route get`).
+pub fn route_next_hop(dst: std::net::IpAddr) -> io::Result<(u32, std::net::IpAddr)> {
     let mut req = Vec::with_capacity(64);
     codec::encode_route_get(&mut req, 1, dst);
     let (ty, payload) = exchange(&req)?;
@@ -179,8 +186,9 @@ pub fn route_oif(dst: std::net::IpAddr) -> io::Result<u32> {
         acknowledged(ty, &payload)?;
     }
     codec::parse_route(&payload)
-        .and_then(|r| r.nexthops.first().map(|nh| nh.oif))
-        .filter(|oif| *oif != 0)
+        .and_then(|r| r.nexthops.first().copied())
+        .filter(|nh| nh.oif != 0)
+        .map(|nh| (nh.oif, nh.gateway.unwrap_or(dst)))
         .ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::NotFound,

@@ -11,12 +11,18 @@
 //! wrong MAC; after `announce_address` in `a` they point at `a`'s real one
 //! (with the IPv6 Router flag when `a` forwards). A tentative IPv6 address is
 //! refused.
+//!
+//! `a_solicitation_…` (namespaces `hfr<pid>sa`, `hfr<pid>sb`, veths
+//! `hfs<pid>va`, `hfs<pid>vb`, 198.18.251.0/24 and fd00:251::/64): datagrams `a` sends to `b` while the link is down
+//! wait on `INCOMPLETE` entries; with the link back they still wait (the
+//! negative control: `a` re-probes only every 10 s here), until
+//! `solicit_next_hop` in `a` completes both entries and they arrive.
 
 use crate::netns;
 
-use holdfast_linux::{address_is_local, announce_address};
+use holdfast_linux::{address_is_local, announce_address, solicit_next_hop};
 use netns::Netns;
-use std::net::IpAddr;
+use std::net::{IpAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
 const WRONG_MAC: &str = "02:00:00:00:00:99";
@@ -129,4 +135,120 @@ fn announce_updates_the_neighbours_caches() {
     let dev = va.clone();
     a.run(move || announce_address(&dev, "fd00:250::1".parse().unwrap()).unwrap());
     wait_neigh(&b, &vb, "fd00:250::1", &[&mac, "router"]);
+}
+
+/// Waits up to 3 s for `dev`'s carrier to be `up` or not.
+fn wait_carrier(ns: &Netns, dev: &str, up: bool) {
+    let t = Instant::now();
+    loop {
+        let out = ns.ip(&["link", "show", dev]);
+        if out.contains("NO-CARRIER") != up {
+            return;
+        }
+        assert!(t.elapsed() < Duration::from_secs(3), "{dev}: {out}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn a_solicitation_completes_what_a_link_outage_left_incomplete() {
+    if !netns::root_or_skip() {
+        return;
+    }
+    let a = Netns::new("sa");
+    let b = Netns::new("sb");
+    let pid = std::process::id();
+    let (va, vb) = (format!("hfs{pid}va"), format!("hfs{pid}vb"));
+    a.ip(&[
+        "link", "add", &va, "type", "veth", "peer", "name", &vb, "netns", &b.name,
+    ]);
+    for (ns, dev, n) in [(&a, &va, "1"), (&b, &vb, "2")] {
+        ns.ip(&["addr", "add", &format!("198.18.251.{n}/24"), "dev", dev]);
+        ns.ip(&[
+            "addr",
+            "add",
+            &format!("fd00:251::{n}/64"),
+            "dev",
+            dev,
+            "nodad",
+        ]);
+        ns.ip(&["link", "set", dev, "up"]);
+    }
+    wait_link_up(&a, &va);
+    wait_link_up(&b, &vb);
+    for fam in ["ipv4", "ipv6"] {
+        a.exec(
+            "sysctl",
+            &[
+                "-qw",
+                &format!("net.{fam}.neigh.{va}.retrans_time_ms=10000"),
+            ],
+        );
+    }
+    let peers = ["198.18.251.2:7000", "[fd00:251::2]:7000"];
+    let rx: Vec<UdpSocket> = peers
+        .iter()
+        .map(|p| {
+            let p = p.to_string();
+            b.run(move || UdpSocket::bind(p).expect("bind in b"))
+        })
+        .collect();
+
+    // (b's IPv6 address stays while its link is down, like the far end
+    // of a cable: `keep_addr_on_down`.)
+    b.exec(
+        "sysctl",
+        &["-qw", &format!("net.ipv6.conf.{vb}.keep_addr_on_down=1")],
+    );
+    b.ip(&["link", "set", &vb, "down"]);
+    wait_carrier(&a, &va, false);
+    a.run(move || {
+        let s4 = UdpSocket::bind("0.0.0.0:0").unwrap();
+        s4.send_to(b"queued", peers[0]).expect("send while down");
+        let s6 = UdpSocket::bind("[::]:0").unwrap();
+        s6.send_to(b"queued", peers[1]).expect("send while down");
+    });
+    for addr in ["198.18.251.2", "fd00:251::2"] {
+        wait_neigh(&a, &va, addr, &["INCOMPLETE"]);
+    }
+    b.ip(&["link", "set", &vb, "up"]);
+    wait_link_up(&b, &vb);
+    wait_carrier(&a, &va, true);
+
+    // Negative control: the link is back, and nothing leaves.
+    let mut buf = [0u8; 16];
+    for s in &rx {
+        s.set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        assert!(
+            s.recv_from(&mut buf).is_err(),
+            "arrived without a solicitation"
+        );
+    }
+    for addr in ["198.18.251.2", "fd00:251::2"] {
+        wait_neigh(&a, &va, addr, &["INCOMPLETE"]);
+    }
+
+    let solicited =
+        a.run(|| ["198.18.251.2", "fd00:251::2"].map(|d| solicit_next_hop(d.parse().unwrap())));
+    for (r, want) in solicited.iter().zip(["198.18.251.2", "fd00:251::2"]) {
+        assert_eq!(
+            r.as_ref().ok().map(|ip| ip.to_string()),
+            Some(want.to_string()),
+            "{r:?}"
+        );
+    }
+    for (s, peer) in rx.iter().zip(peers) {
+        s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let (n, from) = s.recv_from(&mut buf).unwrap_or_else(|e| {
+            panic!(
+                "the datagram to {peer}: {e}; a's neighbours: {}",
+                a.ip(&["neigh"])
+            )
+        });
+        assert_eq!(&buf[..n], b"queued", "from {from}");
+    }
+    for addr in ["198.18.251.2", "fd00:251::2"] {
+        wait_neigh(&a, &va, addr, &["REACHABLE"]);
+    }
 }
