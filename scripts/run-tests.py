@@ -134,6 +134,8 @@ ALONE = [
 # them (cgroup v1 `cpu.shares` 1024 x PRIORITY; v2 `cpu.weight` 100 x
 # PRIORITY, at most 10000).
 PRIORITY = 64
+# Whether every test gets a CPU weight (set by main when the lane runs).
+PRIORITIZE = False
 
 # Tests sharing something outside their namespaces run one at a time per group.
 SERIAL = {
@@ -365,7 +367,12 @@ class CpuGroup:
         """Gives the group `factor` times the default CPU weight (before its
         processes start). v1: a group of the same name under the cpu
         controller (the cpuacct one is separate here), which `enter` joins
-        too; v2: the group's own `cpu.weight`."""
+        too; v2: the group's own `cpu.weight`. Every test's group is to get
+        one (factor 1 for the others): the weights count among the groups
+        of one parent, and a test left at the root would weigh each of its
+        processes against the priority test's whole group (2026-11-29:
+        bfd_50ms at "64x" beside nsr_gobgp, gobgpd's threads at the root,
+        lost BFD at 50 ms x 3 in every takeover)."""
         if self.dir is None:
             return
         if self.usage == "cpuacct.usage" and (self.V1_CPU / "cpu.shares").exists():
@@ -428,8 +435,8 @@ def start(t, env, priority=False):
     t.started = time.monotonic()
     t.cgroup = CpuGroup(t.id.replace("/", "_").replace(":", "_"))
     t.priority = priority
-    if priority:
-        t.cgroup.prioritize(PRIORITY)
+    if PRIORITIZE:
+        t.cgroup.prioritize(PRIORITY if priority else 1)
     t.proc = subprocess.Popen(t.command(), cwd=t.cwd if t.argv is None else ROOT,
                               stdout=t.log, stderr=subprocess.STDOUT, env=e,
                               start_new_session=True, preexec_fn=t.cgroup.enter)
@@ -683,6 +690,8 @@ def main():
     run_phase("unit", phases["unit"], args.jobs, env, durations, args.timeout, verbose=False)
     lane = []
     if not args.no_beside and CpuGroup.can_prioritize():
+        global PRIORITIZE
+        PRIORITIZE = True
         lane = [t for t in phases["alone"] if not t.alone]
     elif not args.no_beside and phases["alone"]:
         say("no CPU controller for a priority: the timing-sensitive tests run alone, after the lab")
