@@ -296,8 +296,8 @@ fn bring_up(
     }
     // 2. The gate's rules and (a takeover) the guard, in one transaction
     // per family.
-    let peers = guard_peers(cfg);
-    let guard = (role == Role::Takeover).then_some(peers.as_slice());
+    let locals = guard_locals(cfg);
+    let guard = (role == Role::Takeover).then_some(locals.as_slice());
     listed
         .and_then(|l| rules::install(&tag, n.queue, &ports, guard, &l))
         .map_err(|source| match guard {
@@ -598,17 +598,29 @@ pub struct Takeover {
     /// Sessions whose tables a standby built already (keys).
     pub preheated: HashSet<String>,
     tag: String,
-    /// The peers the guard was installed for (`rules::install`).
-    guard_peers: Vec<IpAddr>,
+    /// The local addresses the guard was installed for (`rules::install`).
+    guard_locals: Vec<IpAddr>,
     manage_address: Option<IpAddr>,
     /// When the gate opened (the sockets' rebuild started), for the log.
     opened: Option<Instant>,
 }
 
-/// The peers a takeover's guard covers (`rules::install`), each in its
-/// family: those installing it and those lifting it name the same.
-fn guard_peers(cfg: &Config) -> Vec<IpAddr> {
-    cfg.neighbors.iter().map(|nb| nb.address).collect()
+/// The local addresses a takeover's guard covers (`rules::install`), each
+/// in its family: every neighbour's `local_address`, else `[nsr] address`;
+/// none (every destination) when a neighbour has neither. Those installing
+/// the guard and those lifting it name the same.
+fn guard_locals(cfg: &Config) -> Vec<IpAddr> {
+    let service = cfg.nsr.as_ref().and_then(|n| n.address);
+    let mut locals = Vec::with_capacity(2);
+    for nb in &cfg.neighbors {
+        match nb.local_address.or(service) {
+            Some(a) => locals.push(canonical(a)),
+            None => return Vec::new(),
+        }
+    }
+    locals.sort();
+    locals.dedup();
+    locals
 }
 
 impl Takeover {
@@ -656,7 +668,7 @@ impl Takeover {
             ready_file,
             preheated: up.preheated,
             tag: tag(&n.instance),
-            guard_peers: guard_peers(cfg),
+            guard_locals: guard_locals(cfg),
             manage_address: if n.manage_address { n.address } else { None },
             opened: None,
         })
@@ -811,7 +823,8 @@ impl Takeover {
     pub fn finish(&mut self) -> anyhow::Result<()> {
         let sockets_us = self.opened.map_or(0, |t| t.elapsed().as_micros() as u64);
         let t = Instant::now();
-        rules::remove_guard(&self.tag, &self.guard_peers).context("removing the takeover guard")?;
+        rules::remove_guard(&self.tag, &self.guard_locals)
+            .context("removing the takeover guard")?;
         let guard_remove_us = t.elapsed().as_micros() as u64;
         self.times.resumed_us = self.started.elapsed().as_micros() as u64;
         tracing::info!(

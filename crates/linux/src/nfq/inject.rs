@@ -18,13 +18,22 @@
 //! - A send error is not retried: a lost synthesised ACK is recovered like
 //!   any lost ACK (the kernel's next one, or the peer's retransmission).
 //! - An injected packet goes through the `OUTPUT` chain like any other, so
-//!   it comes back through the gate's own queue (where it passes).
+//!   it comes back through the gate's own queue (where it passes). While it
+//!   waits there for the gate thread's verdict it still counts against
+//!   the raw socket's send buffer, so the sends never block: a blocking
+//!   send with the buffer full waited for verdicts only the blocked thread
+//!   could give (at 1,000 sessions a burst of synthesised ACKs filled the
+//!   default 208 KiB, the gate thread stopped for good, and the watchdog
+//!   fenced the unit after its 2 s budget: 2 of 3 runs of
+//!   `holdfast-nsr-bench --sessions 1000`, 2026-11-29). The buffer is
+//!   [`SNDBUF`]; an ACK that finds it full is dropped (see above).
 
 use super::cvt_size;
+use crate::sockopt;
 use std::io;
 use std::mem::size_of;
 use std::net::{IpAddr, SocketAddr};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 
 /// One raw socket per address family (`IPPROTO_RAW`: the packet is sent
 /// with the IP header we built). A family whose socket could not be opened
@@ -34,17 +43,26 @@ pub(super) struct Injector {
     v6: Option<OwnedFd>,
 }
 
+/// The injector sockets' send buffer: room for about 5,000 ACKs waiting
+/// in the gate's queue (a queued packet's truesize is under 1 KiB).
+pub(super) const SNDBUF: libc::c_int = 4 << 20;
+
 fn raw_socket(domain: libc::c_int) -> Option<OwnedFd> {
     // SAFETY: plain socket(2) call; the result is checked.
     let raw = unsafe {
         libc::socket(
             domain,
-            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+            libc::SOCK_RAW | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
             libc::IPPROTO_RAW,
         )
     };
     // SAFETY: a fresh descriptor that nothing else owns.
-    (raw >= 0).then(|| unsafe { OwnedFd::from_raw_fd(raw) })
+    let fd = (raw >= 0).then(|| unsafe { OwnedFd::from_raw_fd(raw) })?;
+    let b = fd.as_fd();
+    if sockopt::set_int(b, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, SNDBUF).is_err() {
+        let _ = sockopt::set_int(b, libc::SOL_SOCKET, libc::SO_SNDBUF, SNDBUF);
+    }
+    Some(fd)
 }
 
 #[repr(C)]
@@ -148,7 +166,7 @@ impl Injector {
             // SAFETY: `msg` points to a live iovec over `pkt`, a socket
             // address and optional control data that outlive the call; the
             // kernel only reads them.
-            let rc = unsafe { libc::sendmsg(fd.as_raw_fd(), &msg, 0) };
+            let rc = unsafe { libc::sendmsg(fd.as_raw_fd(), &msg, libc::MSG_DONTWAIT) };
             match cvt_size(rc) {
                 Ok(_) => return Ok(()),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,

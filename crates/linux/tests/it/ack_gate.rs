@@ -570,9 +570,34 @@ fn gso_and_big_tcp_data_wait_for_the_confirm() {
     });
 }
 
-/// The rebuild guard: while it is installed, a segment to a port without a
-/// socket is not answered with a RST (the client's connect times out
-/// instead of being refused); `remove_guard` removes only the guard.
+/// A client connection to `l` whose server end is gone without a word
+/// (closed in repair mode): the next segment the client sends meets no
+/// socket.
+fn orphan(l: &TcpListener) -> TcpStream {
+    let client = TcpStream::connect(l.local_addr().unwrap()).expect("connect");
+    let (server, _) = l.accept().expect("accept");
+    holdfast_linux::repair::close_silently(server.as_fd()).expect("close silently");
+    drop(server);
+    client
+}
+
+/// Whether a byte `c` sends is answered with a RST within `within`.
+fn reset(c: &mut TcpStream, within: Duration) -> bool {
+    c.write_all(b"x").expect("write");
+    c.set_read_timeout(Some(within)).unwrap();
+    let mut b = [0u8; 1];
+    match c.read(&mut b) {
+        Err(e) if e.kind() == ErrorKind::ConnectionReset => true,
+        Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => false,
+        other => panic!("unexpected read: {other:?}"),
+    }
+}
+
+/// The rebuild guard: while it is installed, a segment of a connection
+/// whose socket is gone is not answered with a RST (the client hears
+/// nothing instead of being reset), while a SYN is still answered (a host
+/// agent's probe of the port); a guard naming another local address
+/// leaves the connection alone; `remove_guard` removes only the guard.
 #[test]
 fn guard_suppresses_rst() {
     if !netns::root_or_skip() {
@@ -585,17 +610,25 @@ fn guard_suppresses_rst() {
         let rules = Rules::gate("t-guard", Q, PORT);
         let gate = AckGate::start(Q).expect("start gate");
         let to: SocketAddr = format!("127.0.0.1:{PORT}").parse().unwrap();
-        let e = TcpStream::connect_timeout(&to, Duration::from_secs(1)).unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::ConnectionRefused, "{e}");
+        let l = TcpListener::bind(to).expect("listen");
+        let wait = Duration::from_millis(700);
+        // The negative control: unguarded, the orphan's byte meets a RST.
+        assert!(
+            reset(&mut orphan(&l), Duration::from_secs(2)),
+            "no RST unguarded"
+        );
 
-        // A guard naming another peer leaves this client alone.
+        // A guard naming another local address leaves this connection alone.
         let other: std::net::IpAddr = "127.0.0.2".parse().unwrap();
+        let mut c = orphan(&l);
         rules::install_guard("t-guard", &[PORT], &[other]).unwrap();
-        let e = TcpStream::connect_timeout(&to, Duration::from_secs(1)).unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::ConnectionRefused, "{e}");
+        assert!(
+            reset(&mut c, Duration::from_secs(2)),
+            "guard for another address"
+        );
         rules::remove_guard("t-guard", &[other]).unwrap();
 
-        let peer: std::net::IpAddr = "127.0.0.1".parse().unwrap();
+        let local: std::net::IpAddr = "127.0.0.1".parse().unwrap();
         // A guard of another family, left by an earlier install: the next
         // install removes it, so that lifting the guard may skip that family.
         let v6: std::net::IpAddr = "::1".parse().unwrap();
@@ -607,21 +640,26 @@ fn guard_suppresses_rst() {
                 .any(|r| r.starts_with("ip6tables -A HF-GUARD-")),
             "{listed:#?}"
         );
-        rules::install_guard("t-guard", &[PORT], &[peer]).unwrap();
+        let mut c = orphan(&l);
+        rules::install_guard("t-guard", &[PORT], &[local]).unwrap();
         // Idempotent.
-        rules::install_guard("t-guard", &[PORT], &[peer]).unwrap();
+        rules::install_guard("t-guard", &[PORT], &[local]).unwrap();
         // 4 gate rules, the 2 guard rules in their chain, the jump to it.
         let listed = rules::list("t-guard").unwrap();
         assert_eq!(listed.len(), 7, "{listed:#?}");
-        let e = TcpStream::connect_timeout(&to, Duration::from_millis(700)).unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::TimedOut, "no RST while guarded: {e}");
+        assert!(!reset(&mut c, wait), "a RST while guarded");
+        // A SYN is answered meanwhile (the handshake completes for the client).
+        TcpStream::connect_timeout(&to, wait).expect("a SYN answered while guarded");
 
-        rules::remove_guard("t-guard", &[peer]).unwrap();
+        rules::remove_guard("t-guard", &[local]).unwrap();
         let left = rules::list("t-guard").unwrap();
         assert_eq!(left.len(), 4, "gate rules stay: {left:#?}");
         assert!(left.iter().all(|r| r.contains("-A OUTPUT")), "{left:#?}");
-        let e = TcpStream::connect_timeout(&to, Duration::from_secs(1)).unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::ConnectionRefused, "{e}");
+        // Unguarded, the retransmitted byte meets the RST.
+        c.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+        let mut b = [0u8; 1];
+        let e = c.read(&mut b).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::ConnectionReset, "{e}");
         drop(gate);
         rules.finish();
     });
