@@ -68,24 +68,23 @@ fn wait_neigh(b: &Netns, dev: &str, addr: &str, want: &[&str]) -> String {
     }
 }
 
-#[test]
-fn announce_updates_the_neighbours_caches() {
-    if !netns::root_or_skip() {
-        return;
-    }
-    let a = Netns::new("a");
-    let b = Netns::new("b");
+/// Namespaces `hfr<pid><tags.0>` and `…<tags.1>` joined by a veth pair
+/// `<prefix><pid>va` / `…vb`, up, with 198.18.`net`.1/24 and fd00:`net`::1/64
+/// on `va` and .2 / ::2 on `vb` (IPv6 without duplicate address detection).
+fn linked(tags: (&str, &str), prefix: &str, net: &str) -> (Netns, Netns, String, String) {
+    let a = Netns::new(tags.0);
+    let b = Netns::new(tags.1);
     let pid = std::process::id();
-    let (va, vb) = (format!("hfr{pid}va"), format!("hfr{pid}vb"));
+    let (va, vb) = (format!("{prefix}{pid}va"), format!("{prefix}{pid}vb"));
     a.ip(&[
         "link", "add", &va, "type", "veth", "peer", "name", &vb, "netns", &b.name,
     ]);
     for (ns, dev, n) in [(&a, &va, "1"), (&b, &vb, "2")] {
-        ns.ip(&["addr", "add", &format!("198.18.250.{n}/24"), "dev", dev]);
+        ns.ip(&["addr", "add", &format!("198.18.{net}.{n}/24"), "dev", dev]);
         ns.ip(&[
             "addr",
             "add",
-            &format!("fd00:250::{n}/64"),
+            &format!("fd00:{net}::{n}/64"),
             "dev",
             dev,
             "nodad",
@@ -94,6 +93,15 @@ fn announce_updates_the_neighbours_caches() {
     }
     wait_link_up(&a, &va);
     wait_link_up(&b, &vb);
+    (a, b, va, vb)
+}
+
+#[test]
+fn announce_updates_the_neighbours_caches() {
+    if !netns::root_or_skip() {
+        return;
+    }
+    let (a, b, va, vb) = linked(("a", "b"), "hfr", "250");
     let mac = mac_of(&a, &va);
     for addr in ["198.18.250.1", "fd00:250::1", "fd00:250::3"] {
         b.ip(&[
@@ -155,27 +163,7 @@ fn a_solicitation_completes_what_a_link_outage_left_incomplete() {
     if !netns::root_or_skip() {
         return;
     }
-    let a = Netns::new("sa");
-    let b = Netns::new("sb");
-    let pid = std::process::id();
-    let (va, vb) = (format!("hfs{pid}va"), format!("hfs{pid}vb"));
-    a.ip(&[
-        "link", "add", &va, "type", "veth", "peer", "name", &vb, "netns", &b.name,
-    ]);
-    for (ns, dev, n) in [(&a, &va, "1"), (&b, &vb, "2")] {
-        ns.ip(&["addr", "add", &format!("198.18.251.{n}/24"), "dev", dev]);
-        ns.ip(&[
-            "addr",
-            "add",
-            &format!("fd00:251::{n}/64"),
-            "dev",
-            dev,
-            "nodad",
-        ]);
-        ns.ip(&["link", "set", dev, "up"]);
-    }
-    wait_link_up(&a, &va);
-    wait_link_up(&b, &vb);
+    let (a, b, va, vb) = linked(("sa", "sb"), "hfs", "251");
     for fam in ["ipv4", "ipv6"] {
         a.exec(
             "sysctl",
