@@ -344,6 +344,7 @@ class CpuGroup:
 
     def __init__(self, name):
         self.dir = None
+        self.cpu_dir = None  # v1's cpu controller group (`prioritize`)
         for root, usage in ((self.V1, "cpuacct.usage"), (self.V2, "cpu.stat")):
             if (root / usage).exists() and os.access(root, os.W_OK):
                 d = root / self.BASE / f"{os.getpid()}-{name}"
@@ -391,7 +392,7 @@ class CpuGroup:
         """In the child, before exec: into the group."""
         if self.dir is not None:
             (self.dir / "cgroup.procs").write_text(str(os.getpid()))
-        if getattr(self, "cpu_dir", None) is not None:
+        if self.cpu_dir is not None:
             (self.cpu_dir / "cgroup.procs").write_text(str(os.getpid()))
 
     def seconds(self):
@@ -409,7 +410,7 @@ class CpuGroup:
 
     def remove(self):
         """Removes the group (it stays while a process the test left runs in it)."""
-        for d in (self.dir, getattr(self, "cpu_dir", None)):
+        for d in (self.dir, self.cpu_dir):
             if d is not None:
                 try:
                     d.rmdir()
@@ -623,6 +624,7 @@ def unit_jobs_of(tests):
 
 
 def main():
+    global PRIORITIZE
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--jobs", type=int,
                     default=int(os.environ.get("HOLDFAST_TEST_JOBS", os.cpu_count() or 2)))
@@ -694,7 +696,6 @@ def main():
     run_phase("unit", phases["unit"], args.jobs, env, durations, args.timeout, verbose=False)
     lane = []
     if not args.no_beside and CpuGroup.can_prioritize():
-        global PRIORITIZE
         PRIORITIZE = True
         lane = [t for t in phases["alone"] if not t.alone]
     elif not args.no_beside and phases["alone"]:
