@@ -459,7 +459,33 @@ def stop_all(signum, _frame):
     for t in list(RUNNING):
         kill(t)
     say(f"stopped by signal {signum}: {len(RUNNING)} test(s) killed")
+    sweep_labs()
     os._exit(128 + signum)
+
+
+def sweep_labs():
+    """Removes what lab tests killed with SIGKILL left (their Drop never ran):
+    `holdfast-lab down` with a state file that does not exist runs only the
+    harness's `cleanup_stale`, which kills the processes in, and deletes,
+    the namespaces of runs whose owning process is gone, and never touches a
+    live lab's. Called when the runner starts, after a test killed for its
+    timeout, and when the runner is stopped by a signal."""
+    target = Path(os.environ.get("CARGO_TARGET_DIR") or ROOT / "target")
+    exe = target / "release" / "holdfast-lab"
+    if not exe.exists():
+        return
+    env = dict(os.environ, HOLDFAST_LAB_STATE=str(LOGS / "no-lab-state.json"))
+    try:
+        out = subprocess.run([str(exe), "down", "--json"], env=env, capture_output=True,
+                             text=True, timeout=120)
+        removed = json.loads(out.stdout).get("stale_removed", 0) if out.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired, ValueError) as e:
+        say(f"sweeping stale labs failed: {e}")
+        return
+    if removed is None:
+        say(f"sweeping stale labs failed: {out.stderr.strip()[-300:]}")
+    elif removed:
+        say(f"removed {removed} namespace(s) of killed lab tests")
 
 
 def kill(t):
@@ -581,6 +607,7 @@ def run_phase(name, tests, jobs, env, durations, timeout, verbose, cores=None, l
                 while (rc := reap(t)) is None:
                     time.sleep(0.05)
                 t.log.write(f"\n[run-tests] killed after {timeout} s\n")
+                sweep_labs()
             t.log.close()
             t.seconds = time.monotonic() - t.started
             t.ok = rc == 0
@@ -695,6 +722,7 @@ def main():
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, stop_all)
     CpuGroup.sweep()
+    sweep_labs()
     run_phase("unit", phases["unit"], args.jobs, env, durations, args.timeout, verbose=False)
     lane = []
     if not args.no_beside and CpuGroup.can_prioritize():
