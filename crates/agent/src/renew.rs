@@ -234,17 +234,9 @@ impl Solicitor {
 
 /// `HOST:PORT` of an endpoint URL (port 2379 when it names none).
 fn authority(ep: &str) -> Option<String> {
-    let rest = ep.split_once("://").map_or(ep, |(_, r)| r);
-    let auth = rest.split('/').next().filter(|a| !a.is_empty())?;
-    let has_port = match auth.rfind(']') {
-        Some(close) => auth[close..].contains(':'),
-        None => auth.contains(':'),
-    };
-    Some(if has_port {
-        auth.to_string()
-    } else {
-        format!("{auth}:2379")
-    })
+    let uri: tonic::codegen::http::Uri = ep.parse().ok()?;
+    let host = uri.host().filter(|h| !h.is_empty())?;
+    Some(format!("{host}:{}", uri.port_u16().unwrap_or(2379)))
 }
 
 #[cfg(test)]

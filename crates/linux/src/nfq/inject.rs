@@ -163,10 +163,11 @@ impl Injector {
             }
         }
         loop {
+            // The socket is non-blocking: a full send buffer is `EAGAIN`.
             // SAFETY: `msg` points to a live iovec over `pkt`, a socket
             // address and optional control data that outlive the call; the
             // kernel only reads them.
-            let rc = unsafe { libc::sendmsg(fd.as_raw_fd(), &msg, libc::MSG_DONTWAIT) };
+            let rc = unsafe { libc::sendmsg(fd.as_raw_fd(), &msg, 0) };
             match cvt_size(rc) {
                 Ok(_) => return Ok(()),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
