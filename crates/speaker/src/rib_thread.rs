@@ -145,7 +145,12 @@ impl RibThread {
     /// `until`, holding every other command meanwhile (in order).
     fn await_rpki(&mut self, until: Instant) {
         if self.engine.vrps().is_some() {
-            // The cache answered before the wait began.
+            tracing::info!(
+                instance = %self.name,
+                waited_ms = 0u64,
+                held = 0usize,
+                "RPKI: VRPs received after the takeover (before the rebuild asked for them)"
+            );
             return;
         }
         let started = Instant::now();
