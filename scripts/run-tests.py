@@ -386,8 +386,36 @@ class CpuGroup:
             d.mkdir(parents=True, exist_ok=True)
             (d / "cpu.shares").write_text(str(1024 * factor))
             self.cpu_dir = d
+            self.grant_realtime(d)
         elif (self.dir / "cpu.weight").exists():
             (self.dir / "cpu.weight").write_text(str(min(100 * factor, 10000)))
+
+    # Real-time budgets (cgroup v1 with CONFIG_RT_GROUP_SCHED), in µs of
+    # each second: the tests' parent group, then each test's group. A new
+    # group has none, and the kernel refuses SCHED_FIFO in it, which
+    # holdfastd's BFD thread and the relay's sender ask for (`[bfd]
+    # realtime_priority`, `--realtime-priority`). A test's threads get at
+    # most RT_TEST_US of real-time CPU a second before they are throttled;
+    # BFD uses a fraction of a millisecond. Once the parent's budget is
+    # spent (more than 8 groups at once), a test's group gets none and its
+    # daemons say so and run at normal priority.
+    RT_BASE_US = 900_000
+    RT_TEST_US = 100_000
+
+    def grant_realtime(self, d):
+        mine = d / "cpu.rt_runtime_us"
+        base = d.parent / "cpu.rt_runtime_us"
+        if not mine.exists():
+            return
+        try:
+            if int(base.read_text()) < self.RT_BASE_US:
+                base.write_text(str(self.RT_BASE_US))
+        except (OSError, ValueError):
+            pass
+        try:
+            mine.write_text(str(self.RT_TEST_US))
+        except OSError:
+            pass
 
     def enter(self):
         """In the child, before exec: into the group."""

@@ -44,6 +44,11 @@ struct Args {
     /// `instance`, optional `peer` and `secret` (see the crate's `keys`).
     #[arg(long)]
     keys: Option<std::path::PathBuf>,
+    /// SCHED_FIFO priority of the sending thread (1-99), so that CPU-bound
+    /// work on the host cannot delay the packets that keep peers Up; 0
+    /// keeps it at normal priority. Needs CAP_SYS_NICE.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u8).range(0..=99))]
+    realtime_priority: u8,
     /// Bench mode: cover this many synthetic sessions on loopback and
     /// print a JSON report (run inside `unshare -n`).
     #[arg(long)]
@@ -155,6 +160,7 @@ fn main() -> Result<()> {
         watched,
         Duration::from_millis(a.poll_ms.clamp(10, 10_000)),
         stop,
+        a.realtime_priority,
     )?;
     Ok(())
 }

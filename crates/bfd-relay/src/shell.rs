@@ -92,12 +92,15 @@ impl Sockets {
 }
 
 /// Runs the relay until `stop` is set: a poller thread reads every
-/// instance every `poll`, the calling thread sends.
+/// instance every `poll`, the calling thread sends, in `SCHED_FIFO` at
+/// `realtime_priority` when it is not 0 (or at normal priority, with a
+/// warning, when the kernel refuses).
 pub fn run(
     mut core: Core,
     mut watched: Vec<Watched>,
     poll: Duration,
     stop: Arc<AtomicBool>,
+    realtime_priority: u8,
 ) -> Result<(), RelayError> {
     let epoch = Instant::now();
     let (tx, rx) = mpsc::sync_channel::<(Duration, Input)>(1024);
@@ -125,6 +128,19 @@ pub fn run(
             }
         })
         .map_err(RelayError::Thread)?;
+    // After the poller started: threads inherit their creator's class.
+    if realtime_priority != 0 {
+        match holdfast_linux::sched::set_thread_realtime(realtime_priority) {
+            Ok(()) => tracing::info!(
+                priority = realtime_priority,
+                "sending thread in the real-time class (SCHED_FIFO)"
+            ),
+            Err(e) => tracing::warn!(
+                priority = realtime_priority,
+                "sending thread left at normal priority: SCHED_FIFO refused ({e}); a busy host may delay the relay's packets (needs CAP_SYS_NICE and, with real-time group scheduling, a cgroup with cpu.rt_runtime_us)"
+            ),
+        }
+    }
     let mut sockets = Sockets::default();
     while !stop.load(Ordering::Relaxed) {
         let now = epoch.elapsed();

@@ -15,6 +15,9 @@ fn default_interval_ms() -> u32 {
 fn default_multiplier() -> u8 {
     3
 }
+fn default_realtime_priority() -> u8 {
+    10
+}
 pub(crate) fn default_key_id() -> u8 {
     1
 }
@@ -38,6 +41,13 @@ pub struct BfdDefaults {
     /// RFC 5883 multihop (UDP 4784, no TTL check) instead of RFC 5881.
     #[serde(default)]
     pub multihop: bool,
+    /// The BFD thread's `SCHED_FIFO` priority (1-99), so that CPU-bound
+    /// work elsewhere on the host cannot delay a control packet; 0 keeps
+    /// it at normal priority. Needs `CAP_SYS_NICE` (and, with real-time
+    /// group scheduling, a cgroup with a real-time budget): when refused,
+    /// holdfastd says so and BFD runs at normal priority.
+    #[serde(default = "default_realtime_priority")]
+    pub realtime_priority: u8,
 }
 
 impl Default for BfdDefaults {
@@ -47,6 +57,7 @@ impl Default for BfdDefaults {
             min_tx_ms: default_interval_ms(),
             multiplier: default_multiplier(),
             multihop: false,
+            realtime_priority: default_realtime_priority(),
         }
     }
 }

@@ -745,6 +745,12 @@ fn check_bfd_defaults(b: &BfdDefaults) -> Result<(), ConfigError> {
     if b.multiplier == 0 {
         return Err(invalid("bfd.multiplier", "must be 1..=255"));
     }
+    if b.realtime_priority > 99 {
+        return Err(invalid(
+            "bfd.realtime_priority",
+            "must be 0 (normal priority) or a SCHED_FIFO priority 1..=99",
+        ));
+    }
     Ok(())
 }
 

@@ -23,6 +23,7 @@
 //! | [`packet`] | IPv4/IPv6 + TCP header parsing and rewriting, RFC 1624 checksum update | none (pure) |
 //! | [`resident`] | small idle units: the start-up code's pages leave the resident set | `dl_iterate_phdr(3)`, `/proc/self/smaps`, `madvise(MADV_DONTNEED)` |
 //! | [`rtnl`] | the kernel FIB: route writes in batches, dumps, notifications | `NETLINK_ROUTE` (`RTM_NEWROUTE`, `RTM_DELROUTE`, `RTM_GETROUTE`, `RTA_MULTIPATH`) |
+//! | [`sched`] | RFC 5880 §6.8.7 BFD transmission on time on a busy host: the timer thread in the real-time class | `sched_setscheduler(2)` `SCHED_FIFO`, `SCHED_RESET_ON_FORK` |
 //! | [`sigpipe`] | command-line tools in a pipe: end by `SIGPIPE` when the reader goes | `signal(SIGPIPE, SIG_DFL)` |
 //! | [`rules`] | the gate's NFQUEUE rules and the rebuild guard | `iptables`/`ip6tables` (xtables `NFQUEUE`, `comment`) |
 //!
@@ -53,6 +54,7 @@ pub mod repair;
 pub mod resident;
 pub mod rtnl;
 pub mod rules;
+pub mod sched;
 pub mod sigpipe;
 mod sockopt;
 pub mod ttl;

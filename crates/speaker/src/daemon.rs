@@ -457,6 +457,13 @@ impl Daemon {
         }
         self.sync_listeners(&cfg)?;
         self.sync_networks(&cfg, &compiled)?;
+        // After the neighbours: a BFD thread started above got the old
+        // value.
+        if self.cfg.bfd.realtime_priority != cfg.bfd.realtime_priority {
+            if let Some(b) = &self.bfd {
+                b.send(BfdCmd::Realtime(cfg.bfd.realtime_priority));
+            }
+        }
         self.cfg = cfg;
         if diff.mrt_changed && !initial {
             self.restart_mrt();
@@ -532,7 +539,9 @@ impl Daemon {
     fn bfd(&mut self) -> anyhow::Result<&Bfd> {
         if self.bfd.is_none() {
             let nsr = self.nsr.clone();
-            self.bfd = Some(Bfd::start(self.metrics.clone(), nsr).context("starting BFD")?);
+            let priority = self.cfg.bfd.realtime_priority;
+            self.bfd =
+                Some(Bfd::start(self.metrics.clone(), nsr, priority).context("starting BFD")?);
         }
         self.bfd.as_ref().context("BFD")
     }

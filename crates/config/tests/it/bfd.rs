@@ -32,9 +32,10 @@ fn defaults_and_bfd_true() {
             c.bfd.min_rx_ms,
             c.bfd.min_tx_ms,
             c.bfd.multiplier,
-            c.bfd.multihop
+            c.bfd.multihop,
+            c.bfd.realtime_priority
         ),
-        (300, 300, 3, false)
+        (300, 300, 3, false, 10)
     );
     assert_eq!(c.neighbors[0].bfd, None);
     assert_eq!(ok(&nb("bfd = false")).neighbors[0].bfd, None);
@@ -110,6 +111,16 @@ fn validation_errors_name_the_key() {
         (g("multiplier = 0"), "bfd.multiplier", "1..=255"),
         (g("multiplier = 256"), "bfd.multiplier", ""),
         (g("multihop = 1"), "bfd.multihop", ""),
+        (
+            g("realtime_priority = 100"),
+            "bfd.realtime_priority",
+            "1..=99",
+        ),
+        (
+            t("realtime_priority = 5"),
+            "neighbor[0].bfd.realtime_priority",
+            "unknown field",
+        ),
         (nb("bfd = 3"), "neighbor[0].bfd", "boolean or a table"),
         (
             t("min_rx_ms = 0"),

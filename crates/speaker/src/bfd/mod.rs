@@ -111,6 +111,9 @@ pub enum BfdCmd {
         key: NeighborKey,
     },
     Show(oneshot::Sender<Vec<BfdSessionInfo>>),
+    /// `[bfd] realtime_priority` changed on reload: the thread's
+    /// scheduling class (0: normal).
+    Realtime(u8),
 }
 
 /// The daemon's handle on the BFD thread (started on first use).
@@ -122,12 +125,18 @@ pub struct Bfd {
 impl Bfd {
     /// Starts the BFD thread: binds the receive sockets and runs until
     /// every handle is dropped.
-    pub fn start(metrics: Arc<Metrics>, nsr: Option<Nsr>) -> std::io::Result<Bfd> {
+    /// `realtime_priority` is `[bfd] realtime_priority`.
+    pub fn start(
+        metrics: Arc<Metrics>,
+        nsr: Option<Nsr>,
+        realtime_priority: u8,
+    ) -> std::io::Result<Bfd> {
         let (tx, rx) = mpsc::unbounded_channel();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         std::thread::Builder::new()
             .name("bfd".into())
             .spawn(move || {
+                schedule(realtime_priority);
                 let rt = match tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()
@@ -157,6 +166,19 @@ impl Bfd {
         let (tx, rx) = oneshot::channel();
         self.send(BfdCmd::Show(tx));
         rx.await.unwrap_or_default()
+    }
+}
+
+/// Puts the calling (BFD) thread in the scheduling class `priority`
+/// names (`[bfd] realtime_priority`), or says why it stays where it is.
+pub(crate) fn schedule(priority: u8) {
+    match holdfast_linux::sched::set_thread_realtime(priority) {
+        Ok(()) if priority == 0 => tracing::info!("BFD thread at normal priority"),
+        Ok(()) => tracing::info!(priority, "BFD thread in the real-time class (SCHED_FIFO)"),
+        Err(e) => tracing::warn!(
+            priority,
+            "BFD thread left at normal priority: SCHED_FIFO refused ({e}); a busy host may delay BFD packets (needs CAP_SYS_NICE and, with real-time group scheduling, a cgroup with cpu.rt_runtime_us)"
+        ),
     }
 }
 
@@ -292,6 +314,7 @@ async fn run(
                 Some(BfdCmd::Show(reply)) => {
                     let _ = reply.send(table.show());
                 }
+                Some(BfdCmd::Realtime(priority)) => schedule(priority),
                 Some(cmd) => table.command(crate::clock::now(), cmd),
                 None => {
                     table.shutdown(crate::clock::now());

@@ -157,6 +157,7 @@ impl Table {
             BfdCmd::Show(reply) => {
                 let _ = reply.send(self.show());
             }
+            BfdCmd::Realtime(priority) => super::schedule(priority),
         }
     }
 

@@ -34,7 +34,7 @@
 //!   keeps it answering; SIGTERM ends it with status 0;
 //! * it runs with what of the unit's sandbox can be applied without systemd:
 //!   its CapabilityBoundingSet (CapBnd and CapEff exactly NET_ADMIN, NET_RAW,
-//!   NET_BIND_SERVICE), NoNewPrivileges, ProtectSystem=strict (a read-only
+//!   NET_BIND_SERVICE, SYS_NICE), NoNewPrivileges, ProtectSystem=strict (a read-only
 //!   root and /run but for its RuntimeDirectory, StateDirectory and
 //!   LogsDirectory), its Environment; the controller as an unused uid with
 //!   no capability (DynamicUser=yes, an empty CapabilityBoundingSet);
@@ -413,16 +413,16 @@ fn deb_package() {
     );
     assert_eq!(
         read("bounding-set.txt").trim(),
-        "-all,+net_admin,+net_raw,+net_bind_service"
+        "-all,+net_admin,+net_raw,+net_bind_service,+sys_nice"
     );
     assert!(
         !hf_log.contains('\u{1b}'),
         "colour escapes in the log:\n{hf_log}"
     );
     let status = read("holdfastd-status.txt");
-    // CAP_NET_BIND_SERVICE 10, CAP_NET_ADMIN 12, CAP_NET_RAW 13.
-    assert!(status.contains("CapBnd:\t0000000000003400"), "{status}");
-    assert!(status.contains("CapEff:\t0000000000003400"), "{status}");
+    // CAP_NET_BIND_SERVICE 10, CAP_NET_ADMIN 12, CAP_NET_RAW 13, CAP_SYS_NICE 23.
+    assert!(status.contains("CapBnd:\t0000000000803400"), "{status}");
+    assert!(status.contains("CapEff:\t0000000000803400"), "{status}");
     assert!(status.contains("NoNewPrivs:\t1"), "{status}");
     assert!(
         read("ro-root.txt").contains("Read-only file system"),
@@ -553,7 +553,7 @@ fn deb_package_systemd() {
         "ss -ltn: {listening}\n{journal}"
     );
     let status = read("example-status.txt");
-    assert!(status.contains("CapBnd:\t0000000000003400"), "{status}");
+    assert!(status.contains("CapBnd:\t0000000000803400"), "{status}");
     assert!(status.contains("NoNewPrivs:\t1"), "{status}");
     assert!(
         status.contains("Seccomp:\t2"),
