@@ -156,6 +156,9 @@ struct ProcEntry {
     exit: Option<ExitStatus>,
 }
 
+/// tcpdump's capture buffer (`-B`, KiB); see `capture_iface`.
+const CAPTURE_BUFFER_KIB: &str = "16384";
+
 /// A set of network namespaces, links and processes that is torn down as a unit.
 ///
 /// Dropping a `Lab` tears it down; when the drop happens during a panic (or after
@@ -924,11 +927,16 @@ impl Lab {
             netns,
             "tcpdump",
             "--immediate-mode",
-            // A 64 MiB capture buffer: with the default 2 MiB a 100k-route
-            // burst loses about 15% of its packets, which leaves a failed
-            // run's capture unable to show what was on the wire.
+            // A 16 MiB capture buffer: with the default 2 MiB a 100k-route
+            // burst lost about 15% of its packets. Not more: the kernel
+            // zeroes the whole ring in one system call that a kernel
+            // without preemption (this machine kind: PREEMPT_NONE) does not
+            // interrupt, and 64 MiB held a CPU for 270-320 ms, delaying
+            // real-time BFD threads of other labs by as much (2026-11-29,
+            // perf: tcpdump in `packet_set_ring` → `clear_page_erms`).
+            // Teardown reports what the kernel dropped.
             "-B",
-            "65536",
+            CAPTURE_BUFFER_KIB,
             "-i",
             ifname,
             "-U",
@@ -1068,6 +1076,7 @@ impl Lab {
             .map(ProcId)
             .collect();
         self.stop_many(&captures);
+        self.report_capture_drops(&captures);
         let names: Vec<String> = self
             .hosts
             .iter()
@@ -1086,6 +1095,28 @@ impl Lab {
             );
         } else {
             let _ = std::fs::remove_dir_all(&self.work_dir);
+        }
+    }
+}
+
+impl Lab {
+    /// Says which captures lost packets (tcpdump's own count at exit), so
+    /// that a reader of a kept capture knows it is incomplete.
+    fn report_capture_drops(&self, captures: &[ProcId]) {
+        for &ProcId(i) in captures {
+            let p = &self.procs[i];
+            let text = std::fs::read_to_string(&p.stderr).unwrap_or_default();
+            let dropped = text
+                .lines()
+                .find_map(|l| l.strip_suffix(" packets dropped by kernel"))
+                .and_then(|n| n.trim().parse::<u64>().ok())
+                .unwrap_or(0);
+            if dropped > 0 {
+                eprintln!(
+                    "holdfast-lab: {}: capture {} lost {dropped} packets (dropped by kernel, buffer {CAPTURE_BUFFER_KIB} KiB)",
+                    self.test_name, p.name
+                );
+            }
         }
     }
 }
