@@ -39,7 +39,8 @@ test-build:
 ## network namespaces (needs root), the doc tests and the fuzz targets' build:
 ## every test target is built first, then the unit-test binaries run in
 ## parallel, then each lab scenario in a process of its own, in parallel where
-## they share nothing and the cores allow, then the timing-sensitive scenarios
+## they share nothing and the cores allow, the timing-sensitive scenarios one at
+## a time beside them at a CPU priority, and last the two that share nothing
 ## alone (scripts/run-tests.py: its phases, groups and job counts). A lab test that cannot run here (not root, a tool missing) fails
 ## instead of skipping.
 test: export HOLDFAST_REQUIRE_LAB := 1

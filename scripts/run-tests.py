@@ -3,7 +3,7 @@
 nothing is shared.
 
     scripts/run-tests.py [-p PACKAGE]... [--phase unit|lab|alone]... [--jobs N] [--lab-jobs N]
-                         [--lab-cores C] [--beside] [--list] [--no-build]
+                         [--lab-cores C] [--no-beside] [--list] [--no-build]
                          [--extra NAME=CMD]... [FILTER]...
 
 (`--phase alone` selects the EXCLUSIVE tests and ALONE's.)
@@ -34,13 +34,17 @@ nothing is shared.
      and two heavy ones do not run together; the tests of one SERIAL group
      never run together;
    - `alone`: the EXCLUSIVE and ALONE tests, timing-sensitive or
-     CPU-heavy, one at a time with nothing else running. With `--beside`
-     (HOLDFAST_TESTS_BESIDE=1) the EXCLUSIVE ones run instead one at a time
-     during the lab phase, at PRIORITY times a lab test's CPU weight
-     (`CpuGroup.prioritize`: cgroup v1 `cpu.shares`, v2 `cpu.weight`),
-     the lab scenarios getting the cores left: `make test` took 12½ min
-     instead of ~17, but BFD timers (the lane's and the lab's) failed in 4
-     of 8 such runs on 2026-11-29, so it is not the default.
+     CPU-heavy. The EXCLUSIVE ones run one at a time during the lab phase
+     (the lane), at PRIORITY times a lab test's CPU weight
+     (`CpuGroup.prioritize`: cgroup v1 `cpu.shares`, v2 `cpu.weight`; each
+     group with a real-time budget for the BFD threads), the lab scenarios
+     getting the cores left; the ALONE ones after the lab phase with
+     nothing else running. `--no-beside` (HOLDFAST_TESTS_BESIDE=0), or a
+     machine without the cpu controller, runs the EXCLUSIVE ones alone
+     too: about 13½ minutes of tests instead of 9½. (The lane was opt-in
+     for a while: BFD timers failed in 4 of 8 runs with it, until the
+     cause, the lab's 64 MiB tcpdump rings stalling a CPU for ~300 ms each,
+     was found; docs/notes/issue26-commands.md.)
    Within a phase the longest first (that fits), by the durations of the
    previous run (target/test-logs/durations.json: seconds and CPU seconds
    per test), else of a committed run (scripts/test-durations.json), else
@@ -691,11 +695,11 @@ def main():
                     default=float(os.environ.get("HOLDFAST_LAB_CORES", 0.8 * (os.cpu_count() or 2))),
                     help="and no more than this many cores' worth of them, by each one's CPU "
                     "seconds in the last run (default: 0.8 x the CPUs; 0: no limit)")
-    ap.add_argument("--beside", action="store_true",
-                    default=os.environ.get("HOLDFAST_TESTS_BESIDE") == "1",
+    ap.add_argument("--beside", action=argparse.BooleanOptionalAction,
+                    default=os.environ.get("HOLDFAST_TESTS_BESIDE", "1") != "0",
                     help="run the EXCLUSIVE tests beside the lab phase at a CPU priority "
-                    "instead of after it with nothing else running (HOLDFAST_TESTS_BESIDE=1; "
-                    "not the default: BFD timers failed in 4 of 8 such runs)")
+                    "(the default) or, with --no-beside (HOLDFAST_TESTS_BESIDE=0), after it "
+                    "with nothing else running")
     ap.add_argument("--timeout", type=int, default=1800,
                     help="seconds one test may take before it is killed")
     ap.add_argument("--list", action="store_true", help="print the plan, run nothing")
