@@ -3,7 +3,8 @@
 //!
 //! BFD runs on its own OS thread ("bfd") with its own current-thread Tokio
 //! runtime, so neither route processing nor the I/O thread's work can
-//! delay a control packet. The daemon talks to it through [`Bfd`] (add,
+//! delay a control packet; in `SCHED_FIFO` (`[bfd] realtime_priority`,
+//! [`schedule`]), so neither can any other process's CPU-bound work. The daemon talks to it through [`Bfd`] (add,
 //! reconfigure, remove a neighbour's session; `show bfd`); the thread tells
 //! a neighbour's peer task when its BFD session goes Down or comes Up
 //! (`PeerCmd::Bfd`, which the shell feeds to the core as
