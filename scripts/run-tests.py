@@ -79,11 +79,11 @@ COMMITTED = ROOT / "scripts" / "test-durations.json"
 # network namespaces, waiting on BGP, BFD and etcd timers.
 LAB_BINARIES = {("holdfast-lab", "lab"), ("holdfast-labctl", "labctl")}
 
-# Run with nothing else running (substrings of `<package>/<target>/<test>`):
-# they load the machine or measure timing that other tests would disturb.
-# With `--beside`, one at a time beside the lab scenarios at PRIORITY times
-# their CPU weight instead. ("Packed" below: beside other scenarios at the
-# same weight.)
+# One at a time, beside the lab scenarios at PRIORITY times their CPU weight
+# (substrings of `<package>/<target>/<test>`): they load the machine or
+# measure timing that other tests would disturb. With `--no-beside`, after
+# the lab phase with nothing else running instead. ("Packed" below: beside
+# other scenarios at the same weight.)
 EXCLUSIVE = [
     # 20 randomized failures on the control-plane lab (frr, bird2, gobgpd,
     # 3 units, etcd, 3 controllers); takeovers judged against BFD 100 ms.
@@ -122,8 +122,8 @@ EXCLUSIVE = [
     "holdfast-lab/lab/control_plane_hang::",
 ]
 
-# Run with nothing else running even with `--beside`: what they share, CPU
-# priority does not protect.
+# After the lab phase, with nothing else running at all: what they share,
+# CPU priority does not protect.
 ALONE = [
     # Every takeover kind at BFD 50 ms x 3 (150 ms detection). In the lane at
     # 8x, frr and bird2 saw BFD Down at the switchover while deb_package
@@ -401,7 +401,7 @@ class CpuGroup:
     # realtime_priority`, `--realtime-priority`). A test's threads get at
     # most RT_TEST_US of real-time CPU a second before they are throttled;
     # BFD uses a fraction of a millisecond. Once the parent's budget is
-    # spent (more than 8 groups at once), a test's group gets none and its
+    # spent (more than 9 groups at once), a test's group gets none and its
     # daemons say so and run at normal priority.
     RT_BASE_US = 900_000
     RT_TEST_US = 100_000

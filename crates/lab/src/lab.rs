@@ -1097,9 +1097,7 @@ impl Lab {
             let _ = std::fs::remove_dir_all(&self.work_dir);
         }
     }
-}
 
-impl Lab {
     /// Says which captures lost packets (tcpdump's own count at exit), so
     /// that a reader of a kept capture knows it is incomplete.
     fn report_capture_drops(&self, captures: &[ProcId]) {

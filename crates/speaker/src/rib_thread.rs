@@ -148,7 +148,7 @@ impl RibThread {
             tracing::info!(
                 instance = %self.name,
                 waited_ms = 0u64,
-                held = 0usize,
+                held = self.held.len(),
                 "RPKI: VRPs received after the takeover (before the rebuild asked for them)"
             );
             return;

@@ -4,8 +4,9 @@
 //! BFD runs on its own OS thread ("bfd") with its own current-thread Tokio
 //! runtime, so neither route processing nor the I/O thread's work can
 //! delay a control packet; in `SCHED_FIFO` (`[bfd] realtime_priority`,
-//! [`schedule`]), so neither can any other process's CPU-bound work. The daemon talks to it through [`Bfd`] (add,
-//! reconfigure, remove a neighbour's session; `show bfd`); the thread tells
+//! [`schedule`]), so neither can any other process's CPU-bound work. The
+//! daemon talks to it through [`Bfd`] (add, reconfigure, remove a
+//! neighbour's session; `show bfd`); the thread tells
 //! a neighbour's peer task when its BFD session goes Down or comes Up
 //! (`PeerCmd::Bfd`, which the shell feeds to the core as
 //! `PeerInput::BfdDown` / `BfdUp`).
@@ -315,7 +316,6 @@ async fn run(
                 Some(BfdCmd::Show(reply)) => {
                     let _ = reply.send(table.show());
                 }
-                Some(BfdCmd::Realtime(priority)) => schedule(priority),
                 Some(cmd) => table.command(crate::clock::now(), cmd),
                 None => {
                     table.shutdown(crate::clock::now());
