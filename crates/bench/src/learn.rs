@@ -99,14 +99,25 @@ impl Perf {
         Perf::start_to(pids, &out)
     }
 
-    /// `perf record` of `pids` into `out`.
+    /// `perf record` of `pids` into `out`; of every CPU when `pids` is
+    /// empty.
     pub(crate) fn start_to(pids: &[u32], out: &str) -> Option<Perf> {
         let list: Vec<String> = pids.iter().map(u32::to_string).collect();
+        let target = if list.is_empty() {
+            vec!["-a".to_string()]
+        } else {
+            vec!["-p".to_string(), list.join(",")]
+        };
         // `HOLDFAST_BENCH_PERF_CALL_GRAPH=dwarf` when frame pointers are missing.
         let graph = std::env::var("HOLDFAST_BENCH_PERF_CALL_GRAPH").unwrap_or_else(|_| "fp".into());
+        // `HOLDFAST_BENCH_PERF_FREQ=999` samples less often than perf's default.
+        let freq: Vec<String> = std::env::var("HOLDFAST_BENCH_PERF_FREQ")
+            .map(|f| vec!["-F".to_string(), f])
+            .unwrap_or_default();
         let child = std::process::Command::new("perf")
             .args(["record", "--call-graph", &graph, "-q", "-o", out])
-            .args(["-p", &list.join(",")])
+            .args(&freq)
+            .args(&target)
             .stdout(std::process::Stdio::null())
             .spawn();
         match child {

@@ -143,6 +143,8 @@ pub struct ManySample {
     /// over its own window: p50, p99 (µs) and ACKs counted.
     pub ack_rest: Option<AckWindow>,
     pub ack_churn: Option<AckWindow>,
+    /// The same churn with every session sending at once ([`Phase::Burst`]).
+    pub ack_burst: Option<AckWindow>,
 }
 
 /// The added ACK delay over one window (two `show nsr` snapshots).
@@ -185,31 +187,48 @@ fn ack_window(before: &serde_json::Value, after: &serde_json::Value) -> AckWindo
     }
 }
 
-/// Steady churn for [`WINDOW`]: every injector re-announces its first
-/// route with a new MED [`CHURN_PER_SEC`] times a second (from
-/// [`SENDERS`] threads, each on its share of the sessions, on a fixed
-/// schedule).
-fn churn(injs: &[Arc<Tester>], firsts: &[(PathAttrs, Prefix)]) -> Result<()> {
+/// How the sessions' churn is timed against each other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Steady: session `i` of `n` sends at `i / n` of each interval, so
+    /// the unit receives an even stream (independent peers).
+    Spread,
+    /// Every session sends at the start of each interval: a burst of one
+    /// UPDATE per session, ten times a second (the worst case).
+    Burst,
+}
+
+/// Churn for [`WINDOW`]: every injector re-announces its first route with
+/// a new MED [`CHURN_PER_SEC`] times a second (from [`SENDERS`] threads,
+/// each on its share of the sessions, on a fixed schedule: `phase`).
+fn churn(injs: &[Arc<Tester>], firsts: &[(PathAttrs, Prefix)], phase: Phase) -> Result<()> {
     let ticks = CHURN_PER_SEC as u64 * WINDOW.as_secs();
     let every = Duration::from_secs(1) / CHURN_PER_SEC;
+    let n = injs.len().max(1) as u32;
     let start = Instant::now();
     let threads: Vec<_> = (0..SENDERS)
         .map(|t| {
-            let share: Vec<(Arc<Tester>, PathAttrs, Prefix)> = injs
+            let share: Vec<(Arc<Tester>, PathAttrs, Prefix, Duration)> = injs
                 .iter()
                 .zip(firsts)
                 .enumerate()
                 .filter(|(i, _)| i % SENDERS == t)
-                .map(|(_, (inj, (a, p)))| (inj.clone(), a.clone(), *p))
+                .map(|(i, (inj, (a, p)))| {
+                    let offset = match phase {
+                        Phase::Spread => every * i as u32 / n,
+                        Phase::Burst => Duration::ZERO,
+                    };
+                    (inj.clone(), a.clone(), *p, offset)
+                })
                 .collect();
             std::thread::spawn(move || -> Result<()> {
                 let mut bytes = Vec::new();
                 for k in 0..ticks {
-                    let at = start + every * k as u32;
-                    if let Some(wait) = at.checked_duration_since(Instant::now()) {
-                        std::thread::sleep(wait);
-                    }
-                    for (inj, attrs, prefix) in &share {
+                    for (inj, attrs, prefix, offset) in &share {
+                        let at = start + every * k as u32 + *offset;
+                        if let Some(wait) = at.checked_duration_since(Instant::now()) {
+                            std::thread::sleep(wait);
+                        }
                         let mut a = attrs.clone();
                         a.med = Some(k as u32 + 1);
                         bytes.clear();
@@ -241,7 +260,7 @@ pub struct ManyTakeover {
     /// The same at the monitor.
     pub monitor_resume_ms: f64,
     /// The control plane's time: the kill → every session Established at
-    /// the backup.
+    /// the backup (first asked once every tester heard from it).
     pub control_ms: f64,
     /// holdfastd's own account (`show nsr` takeover phases).
     pub holdfastd: serde_json::Value,
@@ -484,6 +503,7 @@ fn run_in(
         takeover: None,
         ack_rest: None,
         ack_churn: None,
+        ack_burst: None,
     };
     if let Some(redis) = env.redis {
         sample.nsr = Some(nsr_at_rest(&env.socket, Duration::from_secs(60))?);
@@ -492,9 +512,12 @@ fn run_in(
         std::thread::sleep(WINDOW);
         let rest1 = show_nsr(&env.socket)?;
         sample.ack_rest = Some(ack_window(&rest0, &rest1));
-        churn(&injs, &firsts)?;
+        churn(&injs, &firsts, Phase::Spread)?;
         let churned = show_nsr(&env.socket)?;
         sample.ack_churn = Some(ack_window(&rest1, &churned));
+        churn(&injs, &firsts, Phase::Burst)?;
+        let burst = show_nsr(&env.socket)?;
+        sample.ack_burst = Some(ack_window(&churned, &burst));
         let keys = redis.cli(lab, &["DBSIZE"])?.trim().parse().unwrap_or(0);
         let info = redis.cli(lab, &["INFO", "memory"])?;
         let used = info
@@ -549,7 +572,25 @@ fn take_over(bp: &BenchPlane, backup: Backup, testers: &Testers) -> Result<ManyT
         t.record_arrivals(64);
     }
     mon.record_arrivals(64);
-    let (command, control) = bp.kill_and_take_over("a", "b")?;
+    // HOLDFAST_BENCH_PERF=FILE: `perf record` of the backup over a
+    // preheated takeover (a cold backup starts after the kill), into
+    // FILE.takeover-preheated; of every CPU with HOLDFAST_BENCH_PERF_ALL=1.
+    let perf = std::env::var("HOLDFAST_BENCH_PERF")
+        .ok()
+        .filter(|_| backup == Backup::Preheated)
+        .and_then(|f| {
+            let all = std::env::var("HOLDFAST_BENCH_PERF_ALL").is_ok_and(|v| v == "1");
+            let pids = if all {
+                Vec::new()
+            } else {
+                vec![bp.pid("b").ok()?]
+            };
+            Perf::start_to(&pids, &format!("{f}.takeover-preheated"))
+        });
+    // The testers are watched first and holdfastd is asked nothing until
+    // every one has heard from the backup: polling a thousand neighbours'
+    // states every few milliseconds took a CPU from the takeover.
+    let command = bp.kill("a")?;
     let new = ControlSocket(bp.socket("b"));
     let until = Instant::now() + Duration::from_secs(30);
     let mut first: Vec<Option<Instant>> = vec![None; injs.len()];
@@ -571,6 +612,10 @@ fn take_over(bp: &BenchPlane, backup: Backup, testers: &Testers) -> Result<ManyT
             bail!("{silent} injector sessions (monitor: {mon_first:?}) heard nothing from the backup in 30 s");
         }
         std::thread::sleep(Duration::from_millis(1));
+    }
+    let control = bp.wait_taken_over("b", command)?;
+    if let Some(p) = perf {
+        p.stop();
     }
     let ms = |t: Instant| t.duration_since(command).as_secs_f64() * 1e3;
     let resume_ms: Vec<f64> = first.iter().flatten().map(|t| ms(*t)).collect();
@@ -731,14 +776,15 @@ pub fn bench(
                 let (p50, p99, max) = spread(&t.resume_ms);
                 let from_start = from_start_text(&t.from_start_ms);
                 let ack = format!(
-                    "added ACK delay p50 / p99: over the load {}, at rest {}, under churn {}",
+                    "added ACK delay p50 / p99: over the load {}, at rest {}, under steady churn {}, under churn in bursts {}",
                     s.nsr.as_ref().map_or("–".to_string(), |v| format!(
                         "{:.2} / {:.2} ms",
                         v["ack_delay_p50_us"].as_f64().unwrap_or(0.0) / 1e3,
                         v["ack_delay_p99_us"].as_f64().unwrap_or(0.0) / 1e3
                     )),
                     s.ack_rest.map_or("–".to_string(), |w| w.to_string()),
-                    s.ack_churn.map_or("–".to_string(), |w| w.to_string())
+                    s.ack_churn.map_or("–".to_string(), |w| w.to_string()),
+                    s.ack_burst.map_or("–".to_string(), |w| w.to_string())
                 );
                 println!(
                     "run {run} io_threads {label} NSR on, {backup:?} backup: learn {:.3} s, holdfastd CPU {:.2} s, Redis CPU {:.2} s, peak RSS {} MB, {ack}; takeover: per-session resume p50 {p50:.1} / p99 {p99:.1} / max {max:.1} ms from the kill, {from_start} from holdfastd's takeover start, monitor {:.1} ms, all state {:.1} ms, problems {:?} (load {load})",
@@ -778,17 +824,18 @@ pub fn bench(
     );
     let _ = writeln!(
         r,
-        "| run | io_threads | NSR off: learn (s) / CPU (s) / peak RSS (MB) | NSR on: learn (s) / CPU (s) / peak RSS (MB) / Redis CPU (s) | NSR on, added ACK delay p50 / p99 at rest ({}s after the load) | the same under {CHURN_PER_SEC} UPDATEs/s per session ({}s) | load average off; on |\n|---|---|---|---|---|---|---|",
+        "| run | io_threads | NSR off: learn (s) / CPU (s) / peak RSS (MB) | NSR on: learn (s) / CPU (s) / peak RSS (MB) / Redis CPU (s) | NSR on, added ACK delay p50 / p99 at rest ({}s after the load) | the same under {CHURN_PER_SEC} UPDATEs/s per session, steady (each session at its own phase; {}s) | the same churn in bursts (every session at once; {}s) | load average off; on |\n|---|---|---|---|---|---|---|---|",
+        WINDOW.as_secs(),
         WINDOW.as_secs(),
         WINDOW.as_secs()
     );
     for (i, (a, b)) in off.iter().zip(&on).enumerate() {
+        let window = |w: Option<AckWindow>| w.map_or("–".to_string(), |w| w.to_string());
         let ack = format!(
-            "{} | {}",
-            b.sample.ack_rest.map_or("–".to_string(), |w| w.to_string()),
-            b.sample
-                .ack_churn
-                .map_or("–".to_string(), |w| w.to_string())
+            "{} | {} | {}",
+            window(b.sample.ack_rest),
+            window(b.sample.ack_churn),
+            window(b.sample.ack_burst)
         );
         let _ = writeln!(
             r,
@@ -864,7 +911,7 @@ pub fn bench(
         "\nTakeover (SIGKILL of the primary; cold: `holdfastd --takeover` started after the kill; preheated: `holdfastd --standby` then `nsr takeover`). \
          Per-session resume: for every injector session, the kill → the first message it received from the backup; \
          and the same from holdfastd's takeover start (`started_unix_us`: the standby's `nsr takeover`, or the cold process once configured), the time the bar counts.\n\n\
-         | run | io_threads | backup | per-session resume from the kill p50 / p99 / max (ms) | from holdfastd's takeover start p50 / p99 / max (ms) | monitor resume (ms) | claim / load / address wait / TCP restore all / resumed (ms, holdfastd) | all state (ms) | control plane: kill → sessions Established (ms) | sessions (preheated) | checks | load average |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
+         | run | io_threads | backup | per-session resume from the kill p50 / p99 / max (ms) | from holdfastd's takeover start p50 / p99 / max (ms) | monitor resume (ms) | claim / load / address wait / TCP restore all / resumed (ms, holdfastd) | all state (ms) | control plane: kill → sessions Established, asked once every tester heard (ms) | sessions (preheated) | checks | load average |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
     );
     for (run, threads, b, t, load) in &takeovers {
         let (p50, p99, max) = spread(&t.resume_ms);

@@ -135,9 +135,27 @@ impl BenchPlane {
     /// takes it over on `to`. Returns when that was (the kill) and how long
     /// until every session of the unit on `to` was Established.
     pub fn kill_and_take_over(&self, from: &str, to: &str) -> Result<(Instant, Duration)> {
-        let sock = ControlSocket(self.socket(to));
+        let killed = self.kill(from)?;
+        let control = self.wait_taken_over(to, killed)?;
+        Ok((killed, control))
+    }
+
+    /// SIGKILLs the unit on `from`; returns when.
+    pub fn kill(&self, from: &str) -> Result<Instant> {
         let killed = Instant::now();
         self.plane.kill_unit(UNIT, from)?;
+        Ok(killed)
+    }
+
+    /// After [`BenchPlane::kill`]: waits until the unit on `to` has every
+    /// session Established and is no standby, then until the placement
+    /// names `to`. Returns the time from `killed` to the first.
+    ///
+    /// Each poll asks for every neighbour's state (a thousand at the most):
+    /// a caller timing the resume at the peers waits for them first, so
+    /// that the polls do not compete with the takeover for the CPUs.
+    pub fn wait_taken_over(&self, to: &str, killed: Instant) -> Result<Duration> {
+        let sock = ControlSocket(self.socket(to));
         let deadline = killed + Duration::from_secs(60);
         loop {
             if sock.all_established()
@@ -161,7 +179,7 @@ impl BenchPlane {
             Duration::from_millis(20),
             || Ok((self.plane.placement(UNIT)?.0 == to).then_some(())),
         )?;
-        Ok((killed, control))
+        Ok(control)
     }
 }
 

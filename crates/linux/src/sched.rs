@@ -16,6 +16,10 @@
 //! is refused with `EPERM`, as is a process without `CAP_SYS_NICE` or an
 //! `RLIMIT_RTPRIO`: callers log the refusal and go on at normal priority.
 //!
+//! The other way round, [`set_thread_idle`] puts a thread that does
+//! deferred work (freeing a large table after a takeover) in `SCHED_IDLE`:
+//! it runs only when no other thread of the host wants the CPU.
+//!
 //! Known issues:
 //! - Only the calling thread changes; there is no way to name another
 //!   thread of the process (a tid would race with its exit).
@@ -52,6 +56,32 @@ pub fn set_thread_realtime(priority: u8) -> io::Result<()> {
     }
 }
 
+/// Puts the calling thread in `SCHED_IDLE`: it runs only on a CPU nothing
+/// else wants. Lowering a thread's class needs no privilege.
+pub fn set_thread_idle() -> io::Result<()> {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: `param` is a valid, initialized `sched_param` that outlives
+    // the call; pid 0 names the calling thread.
+    let rc = unsafe {
+        libc::sched_setscheduler(0, libc::SCHED_IDLE | libc::SCHED_RESET_ON_FORK, &param)
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Whether the calling thread is in `SCHED_IDLE`.
+pub fn thread_idle() -> io::Result<bool> {
+    // SAFETY: no arguments besides pid 0 (the calling thread).
+    let policy = unsafe { libc::sched_getscheduler(0) };
+    if policy < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(policy & !libc::SCHED_RESET_ON_FORK == libc::SCHED_IDLE)
+}
+
 /// The calling thread's policy and priority: `Some(priority)` in
 /// `SCHED_FIFO` or `SCHED_RR`, `None` otherwise.
 pub fn thread_realtime() -> io::Result<Option<u8>> {
@@ -82,6 +112,18 @@ mod tests {
     fn out_of_range_is_refused_before_the_kernel() {
         let e = set_thread_realtime(100).expect_err("100 is no priority");
         assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+    }
+
+    #[test]
+    fn idle_needs_no_privilege() {
+        std::thread::spawn(|| {
+            assert!(!thread_idle().expect("read"));
+            set_thread_idle().expect("idle");
+            assert!(thread_idle().expect("read"));
+            assert_eq!(thread_realtime().expect("read"), None);
+        })
+        .join()
+        .expect("thread");
     }
 
     #[test]

@@ -17,6 +17,7 @@
 mod bmp_ops;
 mod nsr_ops;
 
+use crate::addrs::Interfaces;
 use crate::clock::{instant_of, now};
 use crate::conn::Conn;
 use crate::msg::peer::{PeerCmd, PeerSettings};
@@ -495,7 +496,7 @@ impl PeerTask {
     /// The core reports Established: tell the RIB, write the NSR record.
     fn established(&mut self, gen: u64, neg: &Negotiated) {
         let local = self.main.as_ref().map(|c| c.local);
-        let spec = session_spec(&self.s, neg, local);
+        let spec = session_spec(&self.s, neg, local, &Interfaces::new());
         tracing::info!(local = ?local, gen, "session up");
         self.rib.send(RibCmd::PeerUp { spec, gen });
         self.replicate_session();
@@ -601,14 +602,20 @@ impl PeerTask {
 }
 
 /// The engine's view of an established session: the neighbour's spec
-/// completed with what the OPENs negotiated and our local addresses.
-pub fn session_spec(s: &PeerSettings, neg: &Negotiated, local: Option<SocketAddr>) -> PeerSpec {
+/// completed with what the OPENs negotiated and our local addresses (the
+/// addresses of `local`'s interface, from `ifs`).
+pub fn session_spec(
+    s: &PeerSettings,
+    neg: &Negotiated,
+    local: Option<SocketAddr>,
+    ifs: &Interfaces,
+) -> PeerSpec {
     let mut spec = s.spec.clone();
     spec.router_id = neg.remote_id;
     spec.families = neg.families.clone();
     spec.four_octet_as = neg.four_octet_as;
     if let Some(local) = local {
-        let (v4, v6, ll) = crate::addrs::local_addresses(local.ip());
+        let (v4, v6, ll) = ifs.local_addresses(local.ip());
         spec.local_addr_v4 = spec.local_addr_v4.or(v4);
         spec.local_addr_v6 = spec.local_addr_v6.or(v6);
         spec.local_addr_v6_ll = spec.local_addr_v6_ll.or(ll);
@@ -623,6 +630,7 @@ pub fn session_spec(s: &PeerSettings, neg: &Negotiated, local: Option<SocketAddr
 pub fn resume_spec(
     s: &PeerSettings,
     rec: &holdfast_nsr::SessionRecord,
+    ifs: &Interfaces,
 ) -> Option<(holdfast_rib::PeerSpec, CodecCtx)> {
     let opens = decode_open(&rec.open_sent).and_then(|l| Ok((l, decode_open(&rec.open_received)?)));
     let neg = match opens {
@@ -639,7 +647,7 @@ pub fn resume_spec(
             return None;
         }
     };
-    let spec = session_spec(s, &neg, Some(rec.local));
+    let spec = session_spec(s, &neg, Some(rec.local), ifs);
     let ctx = CodecCtx {
         four_octet_as: neg.four_octet_as,
         ibgp: neg.remote_as == s.session.local_as,

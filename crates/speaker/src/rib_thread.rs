@@ -578,6 +578,8 @@ impl RibThread {
         self.apply_logs(&peers);
         let applied = started.elapsed();
         let mut out = Output::default();
+        // The images of what each peer held, freed once the sessions run.
+        let mut spent = Vec::with_capacity(peers.len());
         for p in &peers {
             let t = Instant::now();
             let before = held_before.remove(&p.spec.id).unwrap_or_default();
@@ -600,6 +602,7 @@ impl RibThread {
             let computed = t.elapsed();
             let held_len = held.len();
             let (msgs, ann, wd) = if changed.is_empty() {
+                spent.push(held);
                 (Vec::new(), 0, 0)
             } else {
                 // Only the prefixes that differ are encoded from the full
@@ -609,22 +612,12 @@ impl RibThread {
                     .into_iter()
                     .filter(|(p, _)| changed.binary_search(p).is_ok())
                     .collect();
-                let held: Vec<(Prefix, Arc<PathAttrs>)> = held
+                let (held, rest): (Vec<_>, Vec<_>) = held
                     .into_iter()
-                    .filter(|(p, _)| changed.binary_search(p).is_ok())
-                    .collect();
+                    .partition(|(p, _)| changed.binary_search(p).is_ok());
+                spent.push(rest);
                 tables::diff(&held, &wanted, &p.ctx)
             };
-            tracing::info!(
-                peer = %p.spec.address,
-                preheated = p.preheated,
-                compared_while_standby = from_standby,
-                applied_ms = applied.as_millis() as u64,
-                replay_ms = replayed.as_millis() as u64,
-                adj_out_ms = (computed - replayed).as_millis() as u64,
-                diff_ms = (t.elapsed() - computed).as_millis() as u64,
-                "NSR: resume timing"
-            );
             report.announced += ann;
             report.withdrawn += wd;
             report.compared_while_standby += usize::from(from_standby);
@@ -636,6 +629,12 @@ impl RibThread {
                 wanted = wanted_len,
                 announced = ann,
                 withdrawn = wd,
+                preheated = p.preheated,
+                compared_while_standby = from_standby,
+                applied_ms = applied.as_millis() as u64,
+                replay_ms = replayed.as_millis() as u64,
+                adj_out_ms = (computed - replayed).as_millis() as u64,
+                diff_ms = (t.elapsed() - computed).as_millis() as u64,
                 "NSR: tables rebuilt; sending the peer only the difference"
             );
             if !msgs.is_empty() {
@@ -643,6 +642,7 @@ impl RibThread {
             }
         }
         self.dispatch(out);
+        drop_when_idle(spent);
         report.micros = started.elapsed().as_micros() as u64;
         report
     }
@@ -819,6 +819,24 @@ impl RibThread {
                 }));
             }
         }
+    }
+}
+
+/// Frees `v` on a thread of its own in `SCHED_IDLE`, or here if no thread
+/// can be started. After a takeover the images of what the peers held (a
+/// million routes for a full-table peer, some 80 ms to free) would
+/// otherwise hold a CPU while the sessions resume.
+fn drop_when_idle<T: Send + 'static>(v: T) {
+    let spawned = std::thread::Builder::new()
+        .name("rib-free".into())
+        .spawn(move || {
+            if let Err(e) = holdfast_linux::sched::set_thread_idle() {
+                tracing::debug!(error = %e, "freeing at normal priority");
+            }
+            drop(v);
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "no thread to free the held tables on: freeing them here");
     }
 }
 

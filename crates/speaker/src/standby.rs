@@ -37,6 +37,7 @@
 //!   longer negotiate, is not followed; a takeover then restores it cold
 //!   (or forgets it), as `--takeover` does.
 
+use crate::addrs::Interfaces;
 use crate::msg::peer::PeerSettings;
 use crate::msg::rib::{Preheat, PreheatPeer, ResumePeer, RibCmd, RibHandle};
 use crate::peer::resume_spec;
@@ -103,8 +104,9 @@ impl FollowCore {
     }
 
     /// What a poll read (from [`FollowCore::positions`]): the work of each
-    /// routing instance's RIB thread.
-    pub fn handle(&mut self, state: InstanceState) -> Vec<(String, Preheat)> {
+    /// routing instance's RIB thread. `ifs`: the host's addresses, for the
+    /// next hops of sessions read for the first time.
+    pub fn handle(&mut self, state: InstanceState, ifs: &Interfaces) -> Vec<(String, Preheat)> {
         let mut work: HashMap<String, Preheat> = HashMap::new();
         let mut changed = false;
         let mut present = std::collections::HashSet::new();
@@ -121,7 +123,7 @@ impl FollowCore {
             };
             let target = (s.record.instance.clone(), s.record.peer);
             let spec = match self.targets.get(&target) {
-                Some(t) => resume_spec(&t.settings, &s.record).map(|r| (t, r)),
+                Some(t) => resume_spec(&t.settings, &s.record, ifs).map(|r| (t, r)),
                 None => {
                     if !continues {
                         tracing::warn!(key = %s.key, "standby: a stored session has no neighbour in the configuration: not followed");
@@ -228,7 +230,7 @@ impl Follower {
                             if last_error.take().is_some() {
                                 tracing::info!("standby: the state store answers again");
                             }
-                            for (inst, work) in core.handle(state) {
+                            for (inst, work) in core.handle(state, &Interfaces::new()) {
                                 if let Some(rib) = ribs.get(&inst) {
                                     rib.send(RibCmd::Preheat(work));
                                     prepared = false;
@@ -353,7 +355,7 @@ mod tests {
     /// One poll, as the follower thread makes it.
     fn poll(core: &mut FollowCore, store: &mut MemoryStore) -> Vec<(String, Preheat)> {
         let state = store.load_since(core.positions()).expect("load");
-        core.handle(state)
+        core.handle(state, &Interfaces::new())
     }
 
     fn only(work: Vec<(String, Preheat)>) -> Preheat {
@@ -522,7 +524,8 @@ mod tests {
             .sessions
             .iter()
             .map(|s| {
-                let (spec, ctx) = resume_spec(&t.settings, &s.record).expect("negotiates");
+                let (spec, ctx) =
+                    resume_spec(&t.settings, &s.record, &Interfaces::new()).expect("negotiates");
                 ResumePeer {
                     spec,
                     gen: 1,

@@ -597,7 +597,8 @@ fn reset(c: &mut TcpStream, within: Duration) -> bool {
 /// whose socket is gone is not answered with a RST (the client hears
 /// nothing instead of being reset), while a SYN is still answered (a host
 /// agent's probe of the port); a guard naming another local address
-/// leaves the connection alone; `remove_guard` removes only the guard.
+/// leaves the connection alone; `lift_guard` lets the segments through
+/// and `remove_guard` then removes only the guard.
 #[test]
 fn guard_suppresses_rst() {
     if !netns::root_or_skip() {
@@ -651,15 +652,23 @@ fn guard_suppresses_rst() {
         // A SYN is answered meanwhile (the handshake completes for the client).
         TcpStream::connect_timeout(&to, wait).expect("a SYN answered while guarded");
 
-        rules::remove_guard("t-guard", &[local]).unwrap();
-        let left = rules::list("t-guard").unwrap();
-        assert_eq!(left.len(), 4, "gate rules stay: {left:#?}");
-        assert!(left.iter().all(|r| r.contains("-A OUTPUT")), "{left:#?}");
+        // Lifted: a RETURN heads the guard's chain, its rules stay.
+        rules::lift_guard("t-guard", &[local]).unwrap();
+        let lifted = rules::list("t-guard").unwrap();
+        assert_eq!(lifted.len(), 8, "{lifted:#?}");
+        assert!(
+            lifted.iter().any(|r| r.contains("-j RETURN")),
+            "{lifted:#?}"
+        );
         // Unguarded, the retransmitted byte meets the RST.
         c.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
         let mut b = [0u8; 1];
         let e = c.read(&mut b).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::ConnectionReset, "{e}");
+        rules::remove_guard("t-guard", &[local]).unwrap();
+        let left = rules::list("t-guard").unwrap();
+        assert_eq!(left.len(), 4, "gate rules stay: {left:#?}");
+        assert!(left.iter().all(|r| r.contains("-A OUTPUT")), "{left:#?}");
         drop(gate);
         rules.finish();
     });

@@ -33,7 +33,7 @@ impl Daemon {
         let Some(stored) = t.sessions.get(&(s.instance.clone(), s.address)) else {
             return false;
         };
-        let Some((spec, ctx)) = resume_spec(s, &stored.record) else {
+        let Some((spec, ctx)) = resume_spec(s, &stored.record, &t.interfaces) else {
             return false;
         };
         let preheated = t.preheated.contains(&stored.key);
@@ -214,6 +214,9 @@ async fn restore_all(
     let lifted = t.finish();
     for (tx, cmd) in resumes {
         let _ = tx.send(cmd);
+    }
+    if lifted.is_ok() {
+        t.remove_guard();
     }
     lifted
 }
