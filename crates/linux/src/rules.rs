@@ -373,33 +373,14 @@ fn jump_spec(comment: &str, chain: &str) -> String {
 /// earlier one left there) and is not touched: that saves the processes
 /// of a listing and a failed delete, about 20 ms of a takeover.
 pub fn remove_guard(tag: &str, locals: &[IpAddr]) -> io::Result<()> {
-    let c = comment(tag)?;
-    let chain = guard_chain(tag);
-    let mut first_err = None;
-    for (cmd, v6) in [("iptables", false), ("ip6tables", true)] {
-        if !locals.is_empty() && !locals.iter().any(|p| p.is_ipv6() == v6) {
-            continue;
-        }
-        // One transaction, nothing listed: the jump, then the chain.
-        let fast = [
-            format!("-D INPUT {}", jump_spec(&c, &chain)),
+    // One transaction, nothing listed: the jump, then the chain.
+    in_guard_families(tag, locals, |c, chain| {
+        vec![
+            format!("-D INPUT {}", jump_spec(c, chain)),
             format!("-F {chain}"),
             format!("-X {chain}"),
-        ];
-        if restore(cmd, &fast).is_ok() {
-            continue;
-        }
-        // No guard in this family, or not as installed (two jumps, rules
-        // of an earlier version): every tagged rule of INPUT and the chain.
-        if let Err(e) = remove_family(cmd, &c, Some(&["INPUT", &chain])) {
-            first_err.get_or_insert(e);
-        }
-        drop_chain(cmd, &chain);
-    }
-    match first_err {
-        None => Ok(()),
-        Some(e) => Err(e),
-    }
+        ]
+    })
 }
 
 /// Lifts the guard installed for `locals` without removing it: a `RETURN`
@@ -410,6 +391,20 @@ pub fn remove_guard(tag: &str, locals: &[IpAddr]) -> io::Result<()> {
 /// the guard. [`remove_guard`] removes it afterwards. A family whose chain
 /// is missing (installed by another version) has it removed at once.
 pub fn lift_guard(tag: &str, locals: &[IpAddr]) -> io::Result<()> {
+    in_guard_families(tag, locals, |c, chain| {
+        vec![format!("-I {chain} 1 {}", lift_spec(c))]
+    })
+}
+
+/// In each family the guard for `locals` was installed in, the commands
+/// `fast(comment, chain)` as one transaction; where that fails (no guard
+/// in this family, or not as installed: two jumps, rules of an earlier
+/// version), every tagged rule of INPUT and the guard's chain removed.
+fn in_guard_families(
+    tag: &str,
+    locals: &[IpAddr],
+    fast: impl Fn(&str, &str) -> Vec<String>,
+) -> io::Result<()> {
     let c = comment(tag)?;
     let chain = guard_chain(tag);
     let mut first_err = None;
@@ -417,8 +412,7 @@ pub fn lift_guard(tag: &str, locals: &[IpAddr]) -> io::Result<()> {
         if !locals.is_empty() && !locals.iter().any(|p| p.is_ipv6() == v6) {
             continue;
         }
-        let open = [format!("-I {chain} 1 {}", lift_spec(&c))];
-        if restore(cmd, &open).is_ok() {
+        if restore(cmd, &fast(&c, &chain)).is_ok() {
             continue;
         }
         if let Err(e) = remove_family(cmd, &c, Some(&["INPUT", &chain])) {
