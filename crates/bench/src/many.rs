@@ -172,6 +172,11 @@ pub const CHURN_PER_SEC: u32 = 10;
 /// The rest and churn windows.
 const WINDOW: Duration = Duration::from_secs(10);
 
+/// A window's figures, or a dash when it was not measured.
+fn window_text(w: Option<AckWindow>) -> String {
+    w.map_or("–".to_string(), |w| w.to_string())
+}
+
 /// The delay histogram's buckets in a `show nsr` value.
 fn ack_buckets(v: &serde_json::Value) -> Vec<(u32, u64)> {
     serde_json::from_value(v["ack_delay_buckets"].clone()).unwrap_or_default()
@@ -782,9 +787,9 @@ pub fn bench(
                         v["ack_delay_p50_us"].as_f64().unwrap_or(0.0) / 1e3,
                         v["ack_delay_p99_us"].as_f64().unwrap_or(0.0) / 1e3
                     )),
-                    s.ack_rest.map_or("–".to_string(), |w| w.to_string()),
-                    s.ack_churn.map_or("–".to_string(), |w| w.to_string()),
-                    s.ack_burst.map_or("–".to_string(), |w| w.to_string())
+                    window_text(s.ack_rest),
+                    window_text(s.ack_churn),
+                    window_text(s.ack_burst)
                 );
                 println!(
                     "run {run} io_threads {label} NSR on, {backup:?} backup: learn {:.3} s, holdfastd CPU {:.2} s, Redis CPU {:.2} s, peak RSS {} MB, {ack}; takeover: per-session resume p50 {p50:.1} / p99 {p99:.1} / max {max:.1} ms from the kill, {from_start} from holdfastd's takeover start, monitor {:.1} ms, all state {:.1} ms, problems {:?} (load {load})",
@@ -830,12 +835,11 @@ pub fn bench(
         WINDOW.as_secs()
     );
     for (i, (a, b)) in off.iter().zip(&on).enumerate() {
-        let window = |w: Option<AckWindow>| w.map_or("–".to_string(), |w| w.to_string());
         let ack = format!(
             "{} | {} | {}",
-            window(b.sample.ack_rest),
-            window(b.sample.ack_churn),
-            window(b.sample.ack_burst)
+            window_text(b.sample.ack_rest),
+            window_text(b.sample.ack_churn),
+            window_text(b.sample.ack_burst)
         );
         let _ = writeln!(
             r,

@@ -822,11 +822,14 @@ impl RibThread {
     }
 }
 
-/// Frees `v` on a thread of its own in `SCHED_IDLE`, or here if no thread
-/// can be started. After a takeover the images of what the peers held (a
-/// million routes for a full-table peer, some 80 ms to free) would
-/// otherwise hold a CPU while the sessions resume.
-fn drop_when_idle<T: Send + 'static>(v: T) {
+/// Frees the images of what the peers held on a thread of its own in
+/// `SCHED_IDLE`, or here if they hold nothing or no thread can be started.
+/// After a takeover they would otherwise hold a CPU while the sessions
+/// resume (a million routes for a full-table peer, some 80 ms to free).
+fn drop_when_idle(v: Vec<Vec<(Prefix, Arc<PathAttrs>)>>) {
+    if v.iter().all(Vec::is_empty) {
+        return;
+    }
     let spawned = std::thread::Builder::new()
         .name("rib-free".into())
         .spawn(move || {
