@@ -21,7 +21,7 @@
 use crate::learn::Perf;
 use crate::plane_unit::{distinct_routes, show_nsr, wait_all_established, BenchPlane, ORIGINATED};
 use crate::takeover::{config_with, nsr_at_rest, tester, Backup, MON_AS};
-use crate::util::{cpu_secs, peak_rss_kb};
+use crate::util::{cpu_secs, host_idle_secs, peak_rss_kb, thread_cpu, thread_cpu_since};
 use anyhow::{bail, Context, Result};
 use holdfast_lab::{ControlSocket, Holdfastd, HostId, Lab, NsrHost, NsrTopo, Redis};
 use holdfast_tester::workload::{generate, Kind, Workload};
@@ -128,6 +128,10 @@ pub struct ManySample {
     pub learn: Duration,
     /// holdfastd's CPU seconds over that window (`schedstat`).
     pub cpu_s: f64,
+    /// The same per thread name, largest first.
+    pub threads: Vec<(String, f64)>,
+    /// The host's idle CPU seconds over that window, every core summed.
+    pub host_idle_s: f64,
     /// Redis's CPU seconds over that window (NSR on).
     pub redis_cpu_s: Option<f64>,
     /// holdfastd's peak RSS (VmHWM) at the end of that window, kB.
@@ -473,6 +477,8 @@ fn run_in(
         Perf::start_to(&[hf_pid], &out)
     });
     let cpu0 = cpu_secs(&[hf_pid]);
+    let threads0 = thread_cpu(hf_pid);
+    let idle0 = host_idle_secs();
     let rcpu0 = redis_pid.map(|p| cpu_secs(&[p]));
     let t0 = Instant::now();
     let senders = spawn_senders(streams);
@@ -487,6 +493,8 @@ fn run_in(
     }
     let learn = t0.elapsed();
     let cpu_s = cpu_secs(&[hf_pid]) - cpu0;
+    let threads = thread_cpu_since(&thread_cpu(hf_pid), &threads0);
+    let host_idle_s = host_idle_secs() - idle0;
     let redis_cpu_s = match (redis_pid, rcpu0) {
         (Some(p), Some(c0)) => Some(cpu_secs(&[p]) - c0),
         _ => None,
@@ -501,6 +509,8 @@ fn run_in(
     let mut sample = ManySample {
         learn,
         cpu_s,
+        threads,
+        host_idle_s,
         redis_cpu_s,
         peak_rss_kb: peak,
         nsr: None,
@@ -725,6 +735,22 @@ fn median(v: &[f64]) -> f64 {
     s.get(s.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
+/// Where a learning's CPU went: holdfastd's threads (as a share of the
+/// learning's time: 100% is one core kept busy) and the host's idle cores.
+fn cpu_text(s: &ManySample) -> String {
+    let secs = s.learn.as_secs_f64().max(1e-9);
+    let threads: Vec<String> = s
+        .threads
+        .iter()
+        .map(|(name, cpu)| format!("{name} {:.0}%", 100.0 * cpu / secs))
+        .collect();
+    format!(
+        "{}; host idle {:.2} cores",
+        threads.join(", "),
+        s.host_idle_s / secs
+    )
+}
+
 /// holdfastd's `io_threads` as the report shows it.
 fn io_label(io: Option<usize>) -> String {
     io.map_or_else(|| "default".to_string(), |n| n.to_string())
@@ -760,9 +786,10 @@ pub fn bench(
             let s = many_run(sessions, per, kind, false, Backup::None, threads, deadline)?;
             let load = format!("{before} → {}", loadavg());
             println!(
-                "run {run} io_threads {label} NSR off: learn {:.3} s, holdfastd CPU {:.2} s, peak RSS {} MB (load {load})",
+                "run {run} io_threads {label} NSR off: learn {:.3} s, holdfastd CPU {:.2} s ({}), peak RSS {} MB (load {load})",
                 s.learn.as_secs_f64(),
                 s.cpu_s,
+                cpu_text(&s),
                 s.peak_rss_kb / 1024
             );
             off.push(Learned {
@@ -792,9 +819,10 @@ pub fn bench(
                     window_text(s.ack_burst)
                 );
                 println!(
-                    "run {run} io_threads {label} NSR on, {backup:?} backup: learn {:.3} s, holdfastd CPU {:.2} s, Redis CPU {:.2} s, peak RSS {} MB, {ack}; takeover: per-session resume p50 {p50:.1} / p99 {p99:.1} / max {max:.1} ms from the kill, {from_start} from holdfastd's takeover start, monitor {:.1} ms, all state {:.1} ms, problems {:?} (load {load})",
+                    "run {run} io_threads {label} NSR on, {backup:?} backup: learn {:.3} s, holdfastd CPU {:.2} s ({}), Redis CPU {:.2} s, peak RSS {} MB, {ack}; takeover: per-session resume p50 {p50:.1} / p99 {p99:.1} / max {max:.1} ms from the kill, {from_start} from holdfastd's takeover start, monitor {:.1} ms, all state {:.1} ms, problems {:?} (load {load})",
                     s.learn.as_secs_f64(),
                     s.cpu_s,
+                    cpu_text(&s),
                     s.redis_cpu_s.unwrap_or(0.0),
                     s.peak_rss_kb / 1024,
                     t.monitor_resume_ms,

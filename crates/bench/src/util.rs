@@ -285,6 +285,58 @@ fn task_cpu_secs(pid: u32) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// CPU seconds of each thread of `pid` (`schedstat`), summed per thread
+/// name (`comm`): where a process's time goes.
+pub fn thread_cpu(pid: u32) -> std::collections::BTreeMap<String, f64> {
+    let mut by_name = std::collections::BTreeMap::new();
+    let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return by_name;
+    };
+    for e in rd.flatten() {
+        let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+        let ns = std::fs::read_to_string(e.path().join("schedstat"))
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok());
+        if let Some(ns) = ns {
+            *by_name.entry(comm.trim().to_string()).or_insert(0.0) += ns as f64 / 1e9;
+        }
+    }
+    by_name
+}
+
+/// `after` less `before` ([`thread_cpu`]), largest first, threads that
+/// took under 10 ms left out.
+pub fn thread_cpu_since(
+    after: &std::collections::BTreeMap<String, f64>,
+    before: &std::collections::BTreeMap<String, f64>,
+) -> Vec<(String, f64)> {
+    let mut d: Vec<(String, f64)> = after
+        .iter()
+        .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0.0)))
+        .filter(|(_, v)| *v >= 0.01)
+        .collect();
+    d.sort_by(|a, b| b.1.total_cmp(&a.1));
+    d
+}
+
+/// The host's idle CPU seconds so far, every core summed (`/proc/stat`:
+/// idle and iowait, in USER_HZ ticks of 10 ms).
+pub fn host_idle_secs() -> f64 {
+    std::fs::read_to_string("/proc/stat")
+        .ok()
+        .and_then(|s| {
+            let f: Vec<f64> = s
+                .lines()
+                .next()?
+                .split_whitespace()
+                .skip(1)
+                .filter_map(|x| x.parse().ok())
+                .collect();
+            Some((f.get(3)? + f.get(4)?) / 100.0)
+        })
+        .unwrap_or(0.0)
+}
+
 /// Connects a tester session from `local` (inside `netns`) to `dut`, retrying
 /// every 50 ms while the DUT is not yet accepting (bounded: `SETUP`). Returns the session
 /// and the instant its successful attempt started.
@@ -518,6 +570,27 @@ mod tests {
         assert_eq!(size_label(500_000), "500k");
         assert_eq!(size_label(700), "700");
         assert_eq!(size_label(2_000_000), "2M");
+    }
+
+    #[test]
+    fn thread_cpu_counts_this_process_by_thread_name() {
+        let before = thread_cpu(std::process::id());
+        let t = Instant::now();
+        let mut x = 0u64;
+        while t.elapsed() < Duration::from_millis(50) {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+        let d = thread_cpu_since(&thread_cpu(std::process::id()), &before);
+        let me = std::thread::current()
+            .name()
+            .unwrap_or_default()
+            .to_string();
+        // The kernel's comm is at most 15 bytes of the name.
+        let comm: String = me.chars().take(15).collect();
+        let mine = d.iter().find(|(n, _)| *n == comm).map(|(_, s)| *s);
+        assert!(mine.is_some_and(|s| s >= 0.03), "{comm}: {d:?}");
+        assert!(d.windows(2).all(|w| w[0].1 >= w[1].1), "{d:?}");
+        assert!(host_idle_secs() > 0.0);
     }
 
     #[test]

@@ -370,6 +370,15 @@ impl PeerCore {
         self.up
     }
 
+    /// Whether an UPDATE arriving on the main connection now goes to the
+    /// RIB (the main session is Established and the RIB knows it up). Until
+    /// a message other than an UPDATE or a KEEPALIVE arrives this stays
+    /// true, so the shell may replicate such messages before handing them
+    /// to [`PeerCore::handle`].
+    pub fn takes_updates(&self) -> bool {
+        self.up && self.main.fsm.state() == State::Established
+    }
+
     /// An NSR resume is awaited.
     pub fn resuming(&self) -> bool {
         self.resuming

@@ -486,15 +486,37 @@ fn updates_reach_the_rib_only_on_the_established_main_session() {
     c.handle(t(0), PeerInput::Start { resuming: false });
     c.handle(t(1), PeerInput::Connected);
     // In OpenSent an UPDATE is an FSM error, never RIB input.
+    assert!(!c.takes_updates());
     let out = c.handle(t(2), update(Which::Main));
     assert!(
         !has(&out, |o| matches!(o, PeerOutput::Update(_))),
         "{out:?}"
     );
     let mut c = established_core(params(), false);
+    assert!(c.takes_updates());
     assert_eq!(
         c.handle(t(5), update(Which::Main)),
         vec![PeerOutput::Update(vec![0, 0, 0, 0])]
+    );
+    // UPDATEs and KEEPALIVEs keep it so (the shell replicates them before
+    // the core sees them); a NOTIFICATION ends it.
+    c.handle(t(6), keepalive(Which::Main));
+    assert!(c.takes_updates());
+    let mut b = Vec::new();
+    encode_notification(&cease(ADMINISTRATIVE_RESET), &mut b);
+    let msg = PeerInput::Message {
+        slot: Which::Main,
+        msg_type: msg_type::NOTIFICATION,
+        body: body(b),
+    };
+    c.handle(t(7), msg);
+    assert!(!c.takes_updates());
+    assert!(
+        !has(&c.handle(t(8), update(Which::Main)), |o| matches!(
+            o,
+            PeerOutput::Update(_)
+        )),
+        "an UPDATE after the session ended reached the RIB"
     );
 }
 

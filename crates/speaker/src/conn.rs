@@ -1,6 +1,8 @@
 //! One TCP connection of a BGP session: message framing on the read side
-//! (RFC 4271 §4.1 header checks via `holdfast_wire::frame`) and a writer
-//! task that coalesces queued messages into large writes.
+//! (RFC 4271 §4.1 header checks via `holdfast_wire::frame`), the scan
+//! that lets NSR replicate whole UPDATEs and KEEPALIVEs ahead of the framer
+//! (`Conn::scan_ahead`, `Conn::read_ahead`), and a writer task that
+//! coalesces queued messages into large writes.
 //!
 //! Outgoing bytes are shared (`Arc<Vec<u8>>`) so that an UPDATE encoding
 //! produced once for an update group is written to every member without a
@@ -18,7 +20,7 @@ use bytes::Bytes;
 use holdfast_linux::nfq::ConnKey;
 use holdfast_linux::repair::{self, TcpRepairState};
 use holdfast_nsr::{Op, TcpParams};
-use holdfast_wire::{frame, DecodeError, HEADER_LEN};
+use holdfast_wire::{frame, msg_type, DecodeError, HEADER_LEN};
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::AsFd;
@@ -45,6 +47,12 @@ pub struct ConnRepl {
     pub rcv_base: u32,
     /// Bytes of whole messages taken out of the receive buffer.
     pub consumed: u64,
+    /// Bytes of whole messages replicated ahead of the framer (see
+    /// [`Conn::scan_ahead`]); at or below `consumed` when nothing is.
+    pub ahead: u64,
+    /// Bytes the last `Received` written covers (its ACK number less
+    /// `rcv_base`).
+    pub covered: u64,
     /// Sequence number of the first byte counted by `queued`.
     pub snd_base: u32,
     /// Bytes handed to the replicator for writing.
@@ -115,7 +123,19 @@ pub struct Conn {
     pub bytes_in: u64,
     /// Bytes the writer has handed to the kernel.
     written: Arc<AtomicU64>,
+    /// An error a read ahead met, reported by the next [`Conn::read_more`].
+    read_err: Option<io::Error>,
     pub repl: Option<ConnRepl>,
+}
+
+/// What [`Conn::scan_ahead`] found past what is already replicated.
+pub struct Ahead {
+    /// The whole UPDATE messages, headers included.
+    pub updates: Vec<u8>,
+    /// The ACK number the bytes imply.
+    pub ack: u32,
+    /// The start of an unfinished message after them.
+    pub partial: Bytes,
 }
 
 /// One framed message: its type and its body (the bytes after the
@@ -146,6 +166,8 @@ impl Conn {
                     tcp: tcp_params(&st),
                     rcv_base: st.rcv_seq,
                     consumed: 0,
+                    ahead: 0,
+                    covered: 0,
                     snd_base: st.snd_seq,
                     queued: 0,
                     key: None,
@@ -187,6 +209,7 @@ impl Conn {
             bytes_out: 0,
             bytes_in: 0,
             written,
+            read_err: None,
             repl,
         })
     }
@@ -200,6 +223,9 @@ impl Conn {
 
     /// Reads more bytes. `Ok(0)` means the peer closed. Cancel-safe.
     pub async fn read_more(&mut self) -> io::Result<usize> {
+        if let Some(e) = self.read_err.take() {
+            return Err(e);
+        }
         if self.pos > 0 && self.pos == self.buf.len() {
             self.buf.clear();
             self.pos = 0;
@@ -213,6 +239,57 @@ impl Conn {
         let n = self.rd.read_buf(&mut self.buf).await?;
         self.bytes_in += n as u64;
         Ok(n)
+    }
+
+    /// Reads what the kernel holds without waiting (between the messages
+    /// of one read, so what arrived meanwhile is replicated before the
+    /// framer reaches it). Returns the bytes read; an end of stream or an
+    /// error is left for the next [`Conn::read_more`], which reports it.
+    pub fn read_ahead(&mut self) -> usize {
+        if self.read_err.is_some() {
+            return 0;
+        }
+        if self.buf.capacity() - self.buf.len() < 16 * 1024 {
+            self.buf.reserve(64 * 1024);
+        }
+        match self.rd.try_read_buf(&mut self.buf) {
+            Ok(n) => {
+                self.bytes_in += n as u64;
+                n
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
+            Err(e) => {
+                self.read_err = Some(e);
+                0
+            }
+        }
+    }
+
+    /// The bytes read past what is replicated, while they are whole
+    /// UPDATEs and KEEPALIVEs (and the start of a message after them):
+    /// such messages are replicated before the framer and the core see
+    /// them, which is what they would replicate of them while the session
+    /// stays Established ([`holdfast_neighbor::PeerCore::takes_updates`]).
+    /// The scan stops before any other message or a bad header, which go
+    /// the framer's way first. Marks them replicated; `None` when no byte
+    /// is new or the connection is not replicated.
+    pub fn scan_ahead(&mut self) -> Option<Ahead> {
+        let r = self.repl.as_mut()?;
+        let from = r.ahead.max(r.consumed);
+        let start = self.pos + (from - r.consumed) as usize;
+        let scan = scan_messages(&self.buf[start..]);
+        let partial = match scan.clean {
+            true => &self.buf[start + scan.whole..],
+            false => &[][..],
+        };
+        let (ahead, covered) = advance(from, &scan, partial.len(), r.covered)?;
+        r.ahead = ahead;
+        r.covered = covered;
+        Some(Ahead {
+            updates: scan.updates,
+            ack: r.rcv_base.wrapping_add(covered as u32),
+            partial: Bytes::copy_from_slice(partial),
+        })
     }
 
     /// Where the receive side stands, from the socket, the gate and the
@@ -374,6 +451,54 @@ async fn writer(
     let _ = wr.shutdown().await;
 }
 
+/// The whole UPDATEs and KEEPALIVEs at the start of some received bytes.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Scan {
+    /// The bytes they take.
+    pub whole: usize,
+    /// The UPDATEs among them, headers included.
+    pub updates: Vec<u8>,
+    /// The scan reached the end or an unfinished message, rather than
+    /// another kind of message or a bad header.
+    pub clean: bool,
+}
+
+/// Scans `bytes` from a message boundary for whole UPDATEs and KEEPALIVEs
+/// (see [`Conn::scan_ahead`]).
+pub fn scan_messages(bytes: &[u8]) -> Scan {
+    let mut at = 0;
+    let mut updates = Vec::new();
+    let clean = loop {
+        let rest = &bytes[at..];
+        match frame(rest) {
+            Ok(Some((msg_type::UPDATE, len))) => {
+                updates.extend_from_slice(&rest[..len]);
+                at += len;
+            }
+            Ok(Some((msg_type::KEEPALIVE, len))) => at += len,
+            Ok(None) => break true,
+            Ok(Some(_)) | Err(_) => break false,
+        }
+    };
+    Scan {
+        whole: at,
+        updates,
+        clean,
+    }
+}
+
+/// Where a scan from stream offset `from` (the replicated whole messages'
+/// end), with `partial` bytes of an unfinished message after it, leaves
+/// the frontier: (whole messages replicated up to, bytes the ACK covers).
+/// `None` when it adds nothing to the `covered` bytes already written, or
+/// would cover fewer (an unfinished message whose start was written and
+/// which, now whole, is not an UPDATE or a KEEPALIVE: the framer's).
+pub fn advance(from: u64, scan: &Scan, partial: usize, covered: u64) -> Option<(u64, u64)> {
+    let ahead = from + scan.whole as u64;
+    let now = ahead + partial as u64;
+    (now > covered || (now == covered && !scan.updates.is_empty())).then_some((ahead, now))
+}
+
 /// Wall clock in ms since the Unix epoch (TCP timestamps are carried over
 /// a takeover by wall time).
 pub fn unix_ms() -> u64 {
@@ -394,5 +519,84 @@ pub fn tcp_params(st: &TcpRepairState) -> TcpParams {
         ts_unix_ms: unix_ms(),
         snd_wnd: st.snd_wnd,
         rcv_wnd: st.rcv_wnd,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use holdfast_wire::{encode_keepalive, encode_route_refresh, Family, RouteRefresh};
+
+    fn update(n: u8) -> Vec<u8> {
+        let mut m = vec![0xff; 16];
+        m.extend_from_slice(&[0, 23, msg_type::UPDATE, 0, 0, 0, n]);
+        m
+    }
+
+    fn keepalive() -> Vec<u8> {
+        let mut m = Vec::new();
+        encode_keepalive(&mut m);
+        m
+    }
+
+    #[test]
+    fn scan_takes_updates_and_keepalives_up_to_an_unfinished_message() {
+        let (u1, u2) = (update(1), update(2));
+        let bytes = [u1.clone(), keepalive(), u2.clone(), u1[..7].to_vec()].concat();
+        let scan = scan_messages(&bytes);
+        assert_eq!(scan.whole, 23 + 19 + 23);
+        assert_eq!(scan.updates, [u1, u2].concat());
+        assert!(scan.clean);
+        assert_eq!(
+            scan_messages(&[]),
+            Scan {
+                whole: 0,
+                updates: vec![],
+                clean: true
+            }
+        );
+    }
+
+    #[test]
+    fn scan_stops_before_any_other_message_or_a_bad_header() {
+        let mut rr = Vec::new();
+        let refresh = RouteRefresh {
+            family: Family::IPV4_UNICAST,
+            subtype: 0,
+        };
+        encode_route_refresh(&refresh, &mut rr);
+        let u = update(1);
+        let scan = scan_messages(&[u.clone(), rr, update(2)].concat());
+        assert_eq!(
+            (scan.whole, scan.updates, scan.clean),
+            (23, u.clone(), false)
+        );
+        let mut bad = update(3);
+        bad[0] = 0;
+        let scan = scan_messages(&[u.clone(), bad].concat());
+        assert_eq!((scan.whole, scan.clean), (23, false));
+    }
+
+    #[test]
+    fn the_frontier_never_goes_back_and_skips_nothing_new() {
+        let scan = |whole, updates: &[u8], clean| Scan {
+            whole,
+            updates: updates.to_vec(),
+            clean,
+        };
+        // Two whole messages and 5 bytes of a third, from offset 100.
+        assert_eq!(
+            advance(100, &scan(42, b"u", true), 5, 100),
+            Some((142, 147))
+        );
+        // Nothing arrived since: nothing to write.
+        assert_eq!(advance(142, &scan(0, b"", true), 5, 147), None);
+        // The third is whole now and is a ROUTE-REFRESH: its 5 bytes were
+        // written, the framer's path writes the rest.
+        assert_eq!(advance(142, &scan(0, b"", false), 0, 147), None);
+        // More of it arrived.
+        assert_eq!(advance(142, &scan(0, b"", true), 9, 147), Some((142, 151)));
+        // KEEPALIVEs alone still move the ACK.
+        assert_eq!(advance(151, &scan(19, b"", true), 0, 151), Some((170, 170)));
     }
 }

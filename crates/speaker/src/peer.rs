@@ -40,6 +40,15 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::Instrument;
 
+/// While the core works through one read, the socket is read again after
+/// every this many bytes of messages, and what arrived is replicated ahead
+/// of the framer (a replicated, Established session only).
+const READ_AHEAD_EVERY: usize = 16 * 1024;
+
+/// At most this many bytes are read ahead while one read is worked
+/// through, so the task gives the thread back.
+const READ_AHEAD_MAX: usize = 256 * 1024;
+
 /// A session's tables from the RIB thread: (Adj-RIB-In, Adj-RIB-Out) as
 /// encoded UPDATEs.
 type SnapshotReply = oneshot::Receiver<crate::msg::rib::Snapshot>;
@@ -311,7 +320,7 @@ impl PeerTask {
                     log.message(&self.mrt_session(), msg_type::UPDATE, &body);
                 }
                 self.bmp.received(&body);
-                if self.main_replicated() {
+                if self.main_replicated() && self.beyond_ahead() {
                     append_message(&mut self.raw, msg_type::UPDATE, &body);
                 }
                 self.updates.push(body);
@@ -441,7 +450,15 @@ impl PeerTask {
 
     fn drain_frames(&mut self, w: Which) {
         let mut counts = [0u64; 6];
-        while let Some(conn) = self.conn(w) {
+        let mut ahead_budget = READ_AHEAD_MAX;
+        let mut since_ahead = 0;
+        self.replicate_ahead(w);
+        loop {
+            if since_ahead >= READ_AHEAD_EVERY && ahead_budget > 0 {
+                since_ahead = 0;
+                ahead_budget = ahead_budget.saturating_sub(self.read_ahead(w));
+            }
+            let Some(conn) = self.conn(w) else { break };
             let frame = match conn.next_frame() {
                 Ok(Some(f)) => f,
                 Ok(None) => break,
@@ -456,11 +473,18 @@ impl PeerTask {
                 }
             };
             counts[usize::from(frame.msg_type).min(5)] += 1;
+            since_ahead += HEADER_LEN + frame.body.len();
             if frame.msg_type == msg_type::OPEN {
                 if let Some(r) = conn.repl.as_mut() {
                     r.open_rx = Some(frame.body.clone());
                 }
                 self.bmp.opens[bmp_ops::slot(w)].1 = Some(frame.body.clone());
+            }
+            if self.beyond_ahead() {
+                // This message goes the framer's way, and so does what
+                // follows it in this read: its bytes are written once the
+                // core has seen it.
+                ahead_budget = 0;
             }
             if frame.msg_type != msg_type::UPDATE {
                 self.flush_updates();

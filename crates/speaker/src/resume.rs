@@ -795,6 +795,8 @@ impl Takeover {
             tcp: rec.tcp.clone(),
             rcv_base: s.rcv.wrapping_sub(s.partial.len() as u32),
             consumed: 0,
+            ahead: 0,
+            covered: s.partial.len() as u64,
             snd_base: snd_next,
             queued: 0,
             key: Some(s.key.clone()),

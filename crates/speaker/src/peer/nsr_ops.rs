@@ -4,6 +4,11 @@
 //! yet to the store, compact or re-synchronise the session's logs with a
 //! table snapshot, and resume a session taken over from a failed primary.
 //!
+//! Received UPDATEs and KEEPALIVEs of an Established session are written
+//! ahead of the framer (`replicate_ahead`, `read_ahead`: docs/nsr.md);
+//! any other message, and what follows it in a read, after the core has
+//! handled it (`replicate_received`).
+//!
 //! A ROUTE-REFRESH (RFC 2918) is pending from the moment the core hands it
 //! to the RIB until the RIB's answer (the table and an End-of-RIB) has been
 //! handed to the replicator: the RIB follows its `Send`s with
@@ -25,7 +30,7 @@
 //!   7313) is answered as a plain one (the RIB sends no BoRR/EoRR).
 
 use super::{now, PeerTask};
-use crate::conn::{unix_ms, Conn};
+use crate::conn::{unix_ms, Conn, ConnRepl};
 use crate::msg::rib::{RibCmd, Snapshot};
 use crate::nsr::Then;
 use crate::resume::Resumed;
@@ -121,6 +126,35 @@ impl Reprobe {
     }
 }
 
+/// Writes bytes received on a replicated connection (`updates`: the whole
+/// UPDATEs among them; `partial`: the start of a message after them, up to
+/// `ack`), with their confirmation.
+fn submit_received(r: &mut ConnRepl, updates: Vec<u8>, ack: u32, partial: Bytes) {
+    if let Some((inb, _)) = r.during_snapshot.as_mut() {
+        inb.extend_from_slice(&updates);
+    }
+    let then = Then::Confirm(r.ckey, ack);
+    let Some(key) = r.replicating().map(str::to_string) else {
+        r.nsr.submit("", None, 0, then);
+        return;
+    };
+    r.log_bytes += updates.len() as u64;
+    let snd = r.snd_next();
+    let log = r.log_bytes;
+    r.nsr.figures(&key, |f| {
+        f.rcv_confirmed = ack;
+        f.snd_next = snd;
+        f.log_bytes = log;
+    });
+    let op = Op::Received {
+        key: key.clone(),
+        ack,
+        updates: Bytes::from(updates),
+        partial,
+    };
+    r.nsr.submit(&key, Some(op), r.synced_gen, then);
+}
+
 impl PeerTask {
     /// Session key in the store.
     pub(super) fn store_key(&self) -> String {
@@ -136,8 +170,65 @@ impl PeerTask {
             .is_some_and(|r| r.key.is_some())
     }
 
+    /// Whether the UPDATE the framer just took out of the main
+    /// connection was not replicated ahead of it ([`Self::replicate_ahead`]),
+    /// so its bytes go with the read's [`Self::replicate_received`].
+    pub(super) fn beyond_ahead(&self) -> bool {
+        self.main
+            .as_ref()
+            .and_then(|c| c.repl.as_ref())
+            .is_some_and(|r| r.consumed > r.ahead)
+    }
+
+    /// Before the framer: the whole UPDATEs and KEEPALIVEs read on the main
+    /// connection of an Established session (and the start of a message
+    /// after them) are replicated at once, so their ACK waits for the store
+    /// alone, not for the core and the RIB to get through what was read
+    /// before them (issue 27). Any other message, and what follows it, is
+    /// replicated after the core has seen it ([`Self::replicate_received`]),
+    /// as what it causes (a ROUTE-REFRESH's pending list) must be stored
+    /// before its bytes are confirmed.
+    pub(super) fn replicate_ahead(&mut self, w: Which) {
+        if w != Which::Main || !self.core.takes_updates() {
+            return;
+        }
+        let Some(conn) = self.main.as_mut() else {
+            return;
+        };
+        if conn.repl.as_ref().and_then(|r| r.replicating()).is_none() {
+            return;
+        }
+        let Some(a) = conn.scan_ahead() else { return };
+        if let Some(r) = conn.repl.as_mut() {
+            submit_received(r, a.updates, a.ack, a.partial);
+        }
+    }
+
+    /// Between the messages of one read: what the kernel received since is
+    /// read and replicated ahead ([`Self::replicate_ahead`]), when that
+    /// applies. Returns the bytes read.
+    pub(super) fn read_ahead(&mut self, w: Which) -> usize {
+        let replicating = |c: &Conn| c.repl.as_ref().and_then(|r| r.replicating()).is_some();
+        if w != Which::Main || !self.core.takes_updates() {
+            return 0;
+        }
+        let Some(n) = self
+            .main
+            .as_mut()
+            .filter(|c| replicating(c))
+            .map(Conn::read_ahead)
+        else {
+            return 0;
+        };
+        if n > 0 {
+            self.replicate_ahead(w);
+        }
+        n
+    }
+
     /// After a read: the bytes consumed are replicated (with the UPDATEs
-    /// among them) before their ACK may leave.
+    /// among them that [`Self::replicate_ahead`] did not) before their ACK
+    /// may leave.
     pub(super) fn replicate_received(&mut self, w: Which, raw: Vec<u8>) {
         let compact_at = self.compact_at;
         let Some(conn) = self.conn(w) else {
@@ -150,33 +241,15 @@ impl PeerTask {
         // Every byte read is replicated, the start of an unfinished message
         // too: a peer in loss recovery sends the rest only once this part
         // is acknowledged.
-        let ack = r.rcv_next().wrapping_add(partial.len() as u32);
-        if let Some((inb, _)) = r.during_snapshot.as_mut() {
-            inb.extend_from_slice(&raw);
+        let covered = r.consumed + partial.len() as u64;
+        let ack = r.rcv_base.wrapping_add(covered as u32);
+        let written_ahead = raw.is_empty() && covered == r.covered && r.replicating().is_some();
+        if !written_ahead {
+            r.covered = covered;
+            submit_received(r, raw, ack, partial);
         }
-        let then = Then::Confirm(r.ckey, ack);
-        let mut compact = false;
-        match r.replicating().map(str::to_string) {
-            Some(key) => {
-                r.log_bytes += raw.len() as u64;
-                compact = r.log_bytes > compact_at;
-                let snd = r.snd_next();
-                let log = r.log_bytes;
-                r.nsr.figures(&key, |f| {
-                    f.rcv_confirmed = ack;
-                    f.snd_next = snd;
-                    f.log_bytes = log;
-                });
-                let op = Op::Received {
-                    key: key.clone(),
-                    ack,
-                    updates: Bytes::from(raw),
-                    partial,
-                };
-                r.nsr.submit(&key, Some(op), r.synced_gen, then);
-            }
-            None => r.nsr.submit("", None, 0, then),
-        }
+        // What was written ahead of the framer counts here too.
+        let compact = r.replicating().is_some() && r.log_bytes > compact_at;
         if compact && self.snapshot.is_none() {
             self.start_snapshot(false);
         }
@@ -428,6 +501,7 @@ impl PeerTask {
         if resync {
             // The record's sequence is at a message boundary; what follows
             // it in the receive buffer is replicated as well.
+            r.covered = r.consumed + partial.len() as u64;
             let ack = r.rcv_next().wrapping_add(partial.len() as u32);
             let op = Op::Received {
                 key: key.clone(),
