@@ -266,13 +266,14 @@ impl Conn {
     }
 
     /// The bytes read past what is replicated, while they are whole
-    /// UPDATEs and KEEPALIVEs (and the start of a message after them):
-    /// such messages are replicated before the framer and the core see
-    /// them, which is what they would replicate of them while the session
-    /// stays Established ([`holdfast_neighbor::PeerCore::takes_updates`]).
-    /// The scan stops before any other message or a bad header, which go
-    /// the framer's way first. Marks them replicated; `None` when no byte
-    /// is new or the connection is not replicated.
+    /// UPDATEs and KEEPALIVEs (and the start of a message after them).
+    /// Such messages may be replicated before the framer and the core see
+    /// them: while the session stays Established the core passes every
+    /// UPDATE to the RIB ([`holdfast_neighbor::PeerCore::takes_updates`]),
+    /// so the log is the one the core's outputs would have made. The scan
+    /// stops before any other message or a bad header, which go the
+    /// framer's way first. Marks them replicated; `None` when no byte is
+    /// new or the connection is not replicated.
     pub fn scan_ahead(&mut self) -> Option<Ahead> {
         let r = self.repl.as_mut()?;
         let from = r.ahead.max(r.consumed);
