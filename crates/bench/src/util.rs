@@ -250,22 +250,23 @@ pub fn cpu_secs(pids: &[u32]) -> f64 {
     pids.iter().map(|p| task_cpu_secs(*p)).sum()
 }
 
+/// A task's time on a CPU (ns), the first field of its `schedstat`.
+fn run_ns(task: &std::path::Path) -> Option<u64> {
+    std::fs::read_to_string(task.join("schedstat"))
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 fn task_cpu_secs(pid: u32) -> f64 {
     let mut ns = 0u64;
     let mut found = false;
     if let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/task")) {
-        for e in rd.flatten() {
-            let Ok(s) = std::fs::read_to_string(e.path().join("schedstat")) else {
-                continue;
-            };
-            if let Some(v) = s
-                .split_whitespace()
-                .next()
-                .and_then(|x| x.parse::<u64>().ok())
-            {
-                ns += v;
-                found = true;
-            }
+        for v in rd.flatten().filter_map(|e| run_ns(&e.path())) {
+            ns += v;
+            found = true;
         }
     }
     if found {
@@ -294,10 +295,7 @@ pub fn thread_cpu(pid: u32) -> std::collections::BTreeMap<String, f64> {
     };
     for e in rd.flatten() {
         let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
-        let ns = std::fs::read_to_string(e.path().join("schedstat"))
-            .ok()
-            .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok());
-        if let Some(ns) = ns {
+        if let Some(ns) = run_ns(&e.path()) {
             *by_name.entry(comm.trim().to_string()).or_insert(0.0) += ns as f64 / 1e9;
         }
     }

@@ -22,7 +22,8 @@ impl Interfaces {
         Self::default()
     }
 
-    /// Fixed addresses (interface name, address), for tests.
+    /// Fixed addresses (interface name, address).
+    #[cfg(test)]
     pub fn from_list(list: Vec<(String, IpAddr)>) -> Self {
         Self(OnceCell::from(list))
     }

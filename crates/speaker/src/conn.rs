@@ -233,12 +233,17 @@ impl Conn {
             self.buf.drain(..self.pos);
             self.pos = 0;
         }
-        if self.buf.capacity() - self.buf.len() < 16 * 1024 {
-            self.buf.reserve(64 * 1024);
-        }
+        self.make_room();
         let n = self.rd.read_buf(&mut self.buf).await?;
         self.bytes_in += n as u64;
         Ok(n)
+    }
+
+    /// At least 16 KiB free at the buffer's end for the next read.
+    fn make_room(&mut self) {
+        if self.buf.capacity() - self.buf.len() < 16 * 1024 {
+            self.buf.reserve(64 * 1024);
+        }
     }
 
     /// Reads what the kernel holds without waiting (between the messages
@@ -249,9 +254,7 @@ impl Conn {
         if self.read_err.is_some() {
             return 0;
         }
-        if self.buf.capacity() - self.buf.len() < 16 * 1024 {
-            self.buf.reserve(64 * 1024);
-        }
+        self.make_room();
         match self.rd.try_read_buf(&mut self.buf) {
             Ok(n) => {
                 self.bytes_in += n as u64;

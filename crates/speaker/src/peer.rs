@@ -320,7 +320,7 @@ impl PeerTask {
                     log.message(&self.mrt_session(), msg_type::UPDATE, &body);
                 }
                 self.bmp.received(&body);
-                if self.main_replicated() && self.beyond_ahead() {
+                if self.beyond_ahead() {
                     append_message(&mut self.raw, msg_type::UPDATE, &body);
                 }
                 self.updates.push(body);

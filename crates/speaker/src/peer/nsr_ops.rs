@@ -161,23 +161,22 @@ impl PeerTask {
         format!("{}/{}", self.s.instance, self.s.address)
     }
 
-    /// Whether received UPDATEs must be kept as raw bytes (the main
-    /// session is replicated).
-    pub(super) fn main_replicated(&self) -> bool {
-        self.main
-            .as_ref()
-            .and_then(|c| c.repl.as_ref())
-            .is_some_and(|r| r.key.is_some())
-    }
-
-    /// Whether the UPDATE the framer just took out of the main
-    /// connection was not replicated ahead of it ([`Self::replicate_ahead`]),
-    /// so its bytes go with the read's [`Self::replicate_received`].
+    /// Whether the message the framer just took out of the main
+    /// connection of a replicated session was not written ahead of it
+    /// ([`Self::replicate_ahead`]): an UPDATE's raw bytes then go with the
+    /// read's [`Self::replicate_received`].
     pub(super) fn beyond_ahead(&self) -> bool {
         self.main
             .as_ref()
             .and_then(|c| c.repl.as_ref())
-            .is_some_and(|r| r.consumed > r.ahead)
+            .is_some_and(|r| r.key.is_some() && r.consumed > r.ahead)
+    }
+
+    /// The main connection, while its session is written to the store.
+    fn main_written(&mut self) -> Option<&mut Conn> {
+        self.main
+            .as_mut()
+            .filter(|c| c.repl.as_ref().and_then(ConnRepl::replicating).is_some())
     }
 
     /// Before the framer: the whole UPDATEs and KEEPALIVEs read on the main
@@ -192,12 +191,9 @@ impl PeerTask {
         if w != Which::Main || !self.core.takes_updates() {
             return;
         }
-        let Some(conn) = self.main.as_mut() else {
+        let Some(conn) = self.main_written() else {
             return;
         };
-        if conn.repl.as_ref().and_then(|r| r.replicating()).is_none() {
-            return;
-        }
         let Some(a) = conn.scan_ahead() else { return };
         if let Some(r) = conn.repl.as_mut() {
             submit_received(r, a.updates, a.ack, a.partial);
@@ -208,16 +204,10 @@ impl PeerTask {
     /// read and replicated ahead ([`Self::replicate_ahead`]), when that
     /// applies. Returns the bytes read.
     pub(super) fn read_ahead(&mut self, w: Which) -> usize {
-        let replicating = |c: &Conn| c.repl.as_ref().and_then(|r| r.replicating()).is_some();
         if w != Which::Main || !self.core.takes_updates() {
             return 0;
         }
-        let Some(n) = self
-            .main
-            .as_mut()
-            .filter(|c| replicating(c))
-            .map(Conn::read_ahead)
-        else {
+        let Some(n) = self.main_written().map(Conn::read_ahead) else {
             return 0;
         };
         if n > 0 {
