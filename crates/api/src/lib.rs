@@ -522,6 +522,11 @@ pub struct TakeoverTimes {
     pub resumed_us: u64,
     /// Until the tables are rebuilt and the Adj-RIB-Out diff is sent.
     pub tables_us: u64,
+    /// Until the sessions' logs were read (they are read while the
+    /// sessions resume; the tables are built from them). 0: not yet, or
+    /// not reported (an older build).
+    #[serde(default)]
+    pub logs_us: u64,
     /// Sessions whose tables a preheated standby had built (0: a cold
     /// takeover).
     #[serde(default)]

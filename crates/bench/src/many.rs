@@ -943,7 +943,7 @@ pub fn bench(
         "\nTakeover (SIGKILL of the primary; cold: `holdfastd --takeover` started after the kill; preheated: `holdfastd --standby` then `nsr takeover`). \
          Per-session resume: for every injector session, the kill → the first message it received from the backup; \
          and the same from holdfastd's takeover start (`started_unix_us`: the standby's `nsr takeover`, or the cold process once configured), the time the bar counts.\n\n\
-         | run | io_threads | backup | per-session resume from the kill p50 / p99 / max (ms) | from holdfastd's takeover start p50 / p99 / max (ms) | monitor resume (ms) | claim / load / address wait / TCP restore all / resumed (ms, holdfastd) | all state (ms) | control plane: kill → sessions Established, asked once every tester heard (ms) | sessions (preheated) | checks | load average |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
+         | run | io_threads | backup | per-session resume from the kill p50 / p99 / max (ms) | from holdfastd's takeover start p50 / p99 / max (ms) | monitor resume (ms) | claim / load / address wait / TCP restore all / resumed / logs read (ms, holdfastd) | all state (ms) | control plane: kill → sessions Established, asked once every tester heard (ms) | sessions (preheated) | checks | load average |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
     );
     for (run, threads, b, t, load) in &takeovers {
         let (p50, p99, max) = spread(&t.resume_ms);
@@ -956,7 +956,7 @@ pub fn bench(
         };
         let _ = writeln!(
             r,
-            "| {run} | {} | {b:?} | {p50:.1} / {p99:.1} / **{max:.1}** | {} | {:.1} | {:.1} / {:.1} / {:.1} / {:.1} / {:.1} | {:.1} | {:.1} | {} ({}) | {checks} | {load} |",
+            "| {run} | {} | {b:?} | {p50:.1} / {p99:.1} / **{max:.1}** | {} | {:.1} | {:.1} / {:.1} / {:.1} / {:.1} / {:.1} / {:.1} | {:.1} | {:.1} | {} ({}) | {checks} | {load} |",
             io_label(*threads),
             from_start_text(&t.from_start_ms),
             t.monitor_resume_ms,
@@ -965,6 +965,7 @@ pub fn bench(
             ms("address_wait_us"),
             ms("tcp_restore_us"),
             ms("resumed_us"),
+            ms("logs_us"),
             ms("tables_us"),
             t.control_ms,
             h["sessions"],

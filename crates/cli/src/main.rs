@@ -803,8 +803,8 @@ fn print_nsr(n: &NsrStatus) {
     }
     if let Some(t) = &n.takeover {
         println!(
-            "takeover: {} sessions ({} preheated), {} routes; claim {} us, load {} us, address wait {} us, TCP restore {} us (max {} us/session), resumed at {} us, tables at {} us",
-            t.sessions, t.preheated, t.routes, t.claim_us, t.load_us, t.address_wait_us, t.tcp_restore_us, t.tcp_restore_max_us, t.resumed_us, t.tables_us
+            "takeover: {} sessions ({} preheated), {} routes; claim {} us, load {} us, address wait {} us, TCP restore {} us (max {} us/session), resumed at {} us, logs read at {} us, tables at {} us",
+            t.sessions, t.preheated, t.routes, t.claim_us, t.load_us, t.address_wait_us, t.tcp_restore_us, t.tcp_restore_max_us, t.resumed_us, t.logs_us, t.tables_us
         );
     }
     println!(

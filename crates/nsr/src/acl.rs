@@ -62,6 +62,7 @@ pub const UNIT_COMMANDS: &[&str] = &[
     // Reads (`load`, the standby's follower).
     "smembers",
     "lrange",
+    "llen",
     "hgetall",
     "multi",
     "exec",

@@ -27,5 +27,5 @@ pub use record::{
     BfdRecord, InstanceState, LogPos, Op, OriginatedRecord, SessionRecord, StoredBfd,
     StoredOriginated, StoredSession, TcpParams, SCHEMA_VERSION,
 };
-pub use store::{Store, StoreError};
+pub use store::{LogChunks, LogEnd, LogRange, Store, StoreError};
 pub use url::StoreUrl;

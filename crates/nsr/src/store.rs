@@ -1,6 +1,7 @@
 //! The state-store interface.
 
-use crate::record::{InstanceState, LogPos, Op};
+use crate::record::{InstanceState, LogPos, Op, StoredSession};
+use bytes::Bytes;
 use std::collections::HashMap;
 use thiserror::Error;
 
@@ -89,6 +90,92 @@ pub trait Store: Send {
         }
         Ok(state)
     }
+    /// The first of a takeover's two reads (the second is
+    /// [`Store::load_logs`]): [`Store::load_since`] without the two logs'
+    /// chunks, so the sessions can resume before their tables are read.
+    /// Each session's `adj_in` and `adj_out` are empty, its `log` is where
+    /// its chunks start (`from`'s position if the version is still the
+    /// same, else the start), and the returned map gives, by session key,
+    /// where each log ended at the same instant. Everything is read at one
+    /// instant, as by `load_since`.
+    fn load_heads(
+        &mut self,
+        from: &HashMap<String, LogPos>,
+    ) -> Result<(InstanceState, HashMap<String, LogEnd>), StoreError> {
+        let mut state = self.load_since(from)?;
+        let mut ends = HashMap::with_capacity(state.sessions.len());
+        for s in &mut state.sessions {
+            ends.insert(s.key.clone(), LogEnd::after(s));
+            s.adj_in = Vec::new();
+            s.adj_out = Vec::new();
+        }
+        Ok((state, ends))
+    }
+    /// The second read of a takeover: each range's chunks (Adj-RIB-In,
+    /// Adj-RIB-Out), in the order asked. `None` for a session that is gone
+    /// or whose logs are no longer of the range's version (written anew or
+    /// compacted since). Logs only grow within a version, so the chunks
+    /// read are those that were there at [`Store::load_heads`].
+    fn load_logs(&mut self, ranges: &[LogRange]) -> Result<Vec<Option<LogChunks>>, StoreError> {
+        let from: HashMap<String, LogPos> =
+            ranges.iter().map(|r| (r.key.clone(), r.from)).collect();
+        let state = self.load_since(&from)?;
+        let by_key: HashMap<&str, &StoredSession> =
+            state.sessions.iter().map(|s| (s.key.as_str(), s)).collect();
+        Ok(ranges
+            .iter()
+            .map(|r| {
+                let s = by_key.get(r.key.as_str())?;
+                if s.log != r.from {
+                    return None;
+                }
+                let adj_in = s.adj_in.get(..r.end.adj_in.checked_sub(r.from.adj_in)?)?;
+                let adj_out = s
+                    .adj_out
+                    .get(..r.end.adj_out.checked_sub(r.from.adj_out)?)?;
+                Some(LogChunks {
+                    adj_in: adj_in.to_vec(),
+                    adj_out: adj_out.to_vec(),
+                })
+            })
+            .collect())
+    }
     /// Drops the connection and opens a new one.
     fn reconnect(&mut self) -> Result<(), StoreError>;
+}
+
+/// Where a session's two logs ended when [`Store::load_heads`] read it:
+/// how many chunks each held, counted from the start of its version.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LogEnd {
+    pub adj_in: usize,
+    pub adj_out: usize,
+}
+
+impl LogEnd {
+    /// The end of what `s` holds (its chunks from `s.log` on).
+    pub fn after(s: &StoredSession) -> LogEnd {
+        LogEnd {
+            adj_in: s.log.adj_in + s.adj_in.len(),
+            adj_out: s.log.adj_out + s.adj_out.len(),
+        }
+    }
+}
+
+/// A session's log chunks for [`Store::load_logs`]: from `from` (its
+/// version and first chunks) to `end`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogRange {
+    pub key: String,
+    pub from: LogPos,
+    pub end: LogEnd,
+}
+
+/// One session's log chunks read by [`Store::load_logs`], oldest first.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LogChunks {
+    /// Adj-RIB-In: whole UPDATE messages.
+    pub adj_in: Vec<Bytes>,
+    /// Adj-RIB-Out: whole messages of any type.
+    pub adj_out: Vec<Bytes>,
 }

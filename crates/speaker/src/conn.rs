@@ -69,6 +69,9 @@ pub struct ConnRepl {
     pub during_snapshot: Option<(Vec<u8>, Vec<u8>)>,
     /// Log bytes stored since the last snapshot.
     pub log_bytes: u64,
+    /// A session taken over whose stored logs are still being read: their
+    /// size is added to `log_bytes` once known ([`ConnRepl::count_read_logs`]).
+    pub logs_unread: Option<crate::nsr::PendingLogs>,
     pub last_acked: Instant,
     /// What the peer may not have acknowledged yet (see
     /// [`crate::unacked`]).
@@ -81,6 +84,17 @@ impl ConnRepl {
     }
     pub fn snd_next(&self) -> u32 {
         self.snd_base.wrapping_add(self.queued as u32)
+    }
+    /// A taken-over session: once its stored logs are read, their size
+    /// counts in `log_bytes` (for compaction and `show nsr`).
+    pub fn count_read_logs(&mut self) {
+        let (Some(logs), Some(key)) = (&self.logs_unread, &self.key) else {
+            return;
+        };
+        if let Some(bytes) = logs.bytes(key) {
+            self.log_bytes += bytes;
+            self.logs_unread = None;
+        }
     }
     /// Whether operations of this session are stored now.
     pub fn replicating(&self) -> Option<&str> {
@@ -176,6 +190,7 @@ impl Conn {
                     open_rx: None,
                     during_snapshot: None,
                     log_bytes: 0,
+                    logs_unread: None,
                     last_acked: Instant::now(),
                     unacked: Unacked::default(),
                 })

@@ -28,12 +28,13 @@
 //! 3. claim the instance (bump its epoch): an old primary is fenced from
 //!    here on;
 //! 4. a primary forgets what an earlier owner left; a takeover loads every
-//!    stored session, BFD record and set of routes added over the API (a
-//!    preheated standby's takeover: only the log chunks after the
-//!    positions it followed, for the sessions whose logs kept
-//!    their version — [`continued`]) and destroys leftover sockets of a
-//!    dead process on this host (their RST goes to the gate, which drops
-//!    it);
+//!    stored session (without its logs: where they end), BFD record and
+//!    set of routes added over the API, starts reading the logs on a
+//!    thread of their own ([`PendingLogs`]; a preheated standby's
+//!    takeover: only the log chunks after the positions it followed, for
+//!    the sessions whose logs kept their version — [`continued`]), and
+//!    destroys leftover sockets of a dead process on this host (their RST
+//!    goes to the gate, which drops it);
 //! 5. start the replicator ([`Nsr::start`]).
 //!
 //! A primary whose store does not answer at steps 3–4 starts unprotected;
@@ -57,7 +58,7 @@
 //!   exists yet.
 
 use crate::conn::{unix_ms, ConnRepl};
-use crate::nsr::Nsr;
+use crate::nsr::{Nsr, PendingLogs};
 use crate::socket::SockOpts;
 use crate::unacked::Unacked;
 use anyhow::{bail, Context};
@@ -68,7 +69,10 @@ use holdfast_linux::announce::{address_is_local, announce_address};
 use holdfast_linux::nfq::{AckGate, ConnKey, GateMode};
 use holdfast_linux::repair::{self, Restore, TcpRepairState};
 use holdfast_linux::rules;
-use holdfast_nsr::{InstanceState, LogPos, Op, Store, StoreError, StoreUrl, StoredSession};
+use holdfast_nsr::{
+    InstanceState, LogChunks, LogEnd, LogPos, LogRange, Op, Store, StoreError, StoreUrl,
+    StoredSession,
+};
 use holdfast_nsr_redis::RedisStore;
 use holdfast_wire::Open;
 use std::collections::HashMap;
@@ -189,6 +193,15 @@ impl Store for LazyStore {
     fn load_since(&mut self, from: &HashMap<String, LogPos>) -> Result<InstanceState, StoreError> {
         self.call(|s| s.load_since(from))
     }
+    fn load_heads(
+        &mut self,
+        from: &HashMap<String, LogPos>,
+    ) -> Result<(InstanceState, HashMap<String, LogEnd>), StoreError> {
+        self.call(|s| s.load_heads(from))
+    }
+    fn load_logs(&mut self, ranges: &[LogRange]) -> Result<Vec<Option<LogChunks>>, StoreError> {
+        self.call(|s| s.load_logs(ranges))
+    }
     fn reconnect(&mut self) -> Result<(), StoreError> {
         self.inner = None;
         self.get().map(|_| ())
@@ -257,6 +270,8 @@ struct Started {
     bfd: Vec<holdfast_nsr::StoredBfd>,
     /// Takeover: the stored run-time routes per routing instance.
     originated: Vec<holdfast_nsr::StoredOriginated>,
+    /// Takeover: the sessions' logs, being read.
+    logs: Option<PendingLogs>,
     claim_us: u64,
     load_us: u64,
     /// Takeover from a standby: the sessions whose logs continue what the
@@ -316,6 +331,7 @@ fn bring_up(
     let mut sessions = Vec::new();
     let mut bfd = Vec::new();
     let mut originated = Vec::new();
+    let mut logs = None;
     let (mut claim_us, mut load_us) = (0, 0);
     let (epoch, store_up) = match role {
         Role::Primary => match claim_and_forget(&mut store) {
@@ -334,16 +350,29 @@ fn bring_up(
             claim_us = started.elapsed().as_micros() as u64;
             tracing::info!(instance = %n.instance, epoch, "takeover: instance claimed; the old primary is fenced");
             let t = Instant::now();
-            let state = match followed {
-                None => patiently("load", || store.load()),
-                Some(from) => patiently("load", || store.load_since(from)),
-            }
-            .map_err(StartError::Load)?;
+            let none = HashMap::new();
+            let (state, ends) = patiently("load", || store.load_heads(followed.unwrap_or(&none)))
+                .map_err(StartError::Load)?;
             if let Some(from) = followed {
                 preheated = continued(from, &state.sessions);
             }
             (sessions, bfd, originated) = (state.sessions, state.bfd, state.originated);
             load_us = t.elapsed().as_micros() as u64;
+            let ranges = sessions
+                .iter()
+                .map(|s| LogRange {
+                    key: s.key.clone(),
+                    from: s.log,
+                    end: ends.get(&s.key).copied().unwrap_or_default(),
+                })
+                .collect();
+            let mut reader = LazyStore::new(n);
+            logs = Some(
+                PendingLogs::start(ranges, started, move |r| {
+                    patiently("load logs", || reader.load_logs(r))
+                })
+                .map_err(|e| StartError::Load(StoreError::Unavailable(e.to_string())))?,
+            );
             tracing::info!(
                 sessions = sessions.len(),
                 bfd_sessions = bfd.len(),
@@ -393,6 +422,7 @@ fn bring_up(
         sessions,
         bfd,
         originated,
+        logs,
         claim_us,
         load_us,
         preheated,
@@ -597,6 +627,9 @@ pub struct Takeover {
     pub ready_file: Option<PathBuf>,
     /// Sessions whose tables a standby built already (keys).
     pub preheated: HashSet<String>,
+    /// The stored sessions' logs, read while the sessions resume; the RIB
+    /// threads take them at `RibCmd::Resume`.
+    pub logs: PendingLogs,
     /// The host's addresses, read once for every resumed session's next
     /// hops (one reading each took 30 µs: 30 ms of a 1,000-session
     /// takeover).
@@ -671,6 +704,7 @@ impl Takeover {
             originated,
             ready_file,
             preheated: up.preheated,
+            logs: up.logs.unwrap_or_else(|| PendingLogs::read(HashMap::new())),
             interfaces: crate::addrs::Interfaces::new(),
             tag: tag(&n.instance),
             guard_locals: guard_locals(cfg),
@@ -780,6 +814,7 @@ impl Takeover {
         let remote_open = holdfast_wire::decode_open(&rec.open_received)
             .map_err(|e| anyhow::anyhow!("stored OPEN received: {e}"))?;
         let gen = self.nsr.gen();
+        // The logs' size comes later (`ConnRepl::logs_unread`).
         let log_bytes = s.stored_bytes() as u64;
         let snd_next = s.snd_nxt();
         self.nsr.figures(&s.key, |f| {
@@ -805,6 +840,7 @@ impl Takeover {
             open_rx: Some(rec.open_received.clone()),
             during_snapshot: None,
             log_bytes,
+            logs_unread: Some(self.logs.clone()),
             last_acked: Instant::now(),
             unacked: Unacked::restored(snd_next, Bytes::from(queue)),
         };
@@ -852,6 +888,7 @@ impl Takeover {
             *t = Some(TakeoverTimes {
                 routes,
                 tables_us,
+                logs_us: self.logs.since_start_us().unwrap_or(0),
                 ..self.times.clone()
             });
         }

@@ -22,8 +22,10 @@
 //! that collector starts again). Otherwise the engine notes nothing.
 //!
 //! For non-stop routing it rebuilds the tables of sessions taken over
-//! (`RibCmd::Resume`) and, in a preheated standby, builds them ahead of
-//! the takeover (`RibCmd::Preheat`, `RibCmd::Prepare`).
+//! (`RibCmd::Resume`: it first waits for their logs, read while the
+//! sessions resume, `nsr::PendingLogs`; the commands behind it wait too)
+//! and, in a preheated standby, builds them ahead of the takeover
+//! (`RibCmd::Preheat`, `RibCmd::Prepare`).
 //!
 //! # Known issues
 //! - A command is processed whole before the next: a takeover's
@@ -435,9 +437,28 @@ impl RibThread {
                 let _ = reply.send(Snapshot::Tables(adj_in, adj_out));
                 return;
             }
-            RibCmd::Resume { peers, reply } => {
+            RibCmd::Resume {
+                mut peers,
+                logs,
+                reply,
+            } => {
+                if let Some(logs) = logs {
+                    match logs.take(peers.iter().map(|p| p.key.as_str())) {
+                        Ok(mut read) => {
+                            for p in &mut peers {
+                                let c = read.remove(&p.key).unwrap_or_default();
+                                p.adj_in.extend(c.adj_in);
+                                p.adj_out.extend(c.adj_out);
+                            }
+                        }
+                        Err(e) => {
+                            let _ = reply.send(Err(e));
+                            return;
+                        }
+                    }
+                }
                 let report = self.resume(peers);
-                let _ = reply.send(report);
+                let _ = reply.send(Ok(report));
                 return;
             }
             RibCmd::Preheat(p) => {

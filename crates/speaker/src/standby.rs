@@ -165,6 +165,7 @@ impl FollowCore {
                 .push(PreheatPeer {
                     configured: t.settings.spec.clone(),
                     resume: ResumePeer {
+                        key: s.key.clone(),
                         spec,
                         gen: 1,
                         ctx,
@@ -504,8 +505,10 @@ mod tests {
         v
     }
 
-    /// The takeover's side: load from the standby's positions, resume every
-    /// session (preheated where its logs continue), wait for the tables.
+    /// The takeover's side, as `Takeover::begin` and the daemon do it: load
+    /// the sessions from the standby's positions without their logs, read
+    /// the logs on their own thread, resume every session (preheated where
+    /// its logs continue), wait for the tables.
     fn take_over(core: &FollowCore, store: &mut MemoryStore, rib: &RibHandle) -> usize {
         take_over_report(core, store, rib).0
     }
@@ -517,28 +520,48 @@ mod tests {
         rib: &RibHandle,
     ) -> (usize, crate::msg::rib::ResumeReport) {
         let from = core.followed_positions();
-        let state = store.load_since(&from).expect("load");
+        let (state, ends) = store.load_heads(&from).expect("load");
         let preheated = crate::resume::continued(&from, &state.sessions);
+        let ranges = state
+            .sessions
+            .iter()
+            .map(|s| holdfast_nsr::LogRange {
+                key: s.key.clone(),
+                from: s.log,
+                end: ends[&s.key],
+            })
+            .collect();
+        let mut reader = store.clone();
+        let logs = crate::nsr::PendingLogs::start(ranges, std::time::Instant::now(), move |r| {
+            reader.load_logs(r)
+        })
+        .expect("thread");
         let t = &core.targets[&("default".to_string(), "192.0.2.1".parse().expect("addr"))];
         let peers = state
             .sessions
             .iter()
             .map(|s| {
+                assert!(s.adj_in.is_empty() && s.adj_out.is_empty(), "read later");
                 let (spec, ctx) =
                     resume_spec(&t.settings, &s.record, &Interfaces::new()).expect("negotiates");
                 ResumePeer {
+                    key: s.key.clone(),
                     spec,
                     gen: 1,
                     ctx,
-                    adj_in: s.adj_in.clone(),
-                    adj_out: s.adj_out.clone(),
+                    adj_in: Vec::new(),
+                    adj_out: Vec::new(),
                     preheated: preheated.contains(&s.key),
                 }
             })
             .collect();
         let (tx, rx) = tokio::sync::oneshot::channel();
-        rib.send(RibCmd::Resume { peers, reply: tx });
-        let report = rx.blocking_recv().expect("resumed");
+        rib.send(RibCmd::Resume {
+            peers,
+            logs: Some(logs),
+            reply: tx,
+        });
+        let report = rx.blocking_recv().expect("resumed").expect("logs read");
         (preheated.len(), report)
     }
 

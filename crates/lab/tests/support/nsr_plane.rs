@@ -1077,13 +1077,13 @@ impl<P: Peer> Run<P> {
         for p in &self.phases {
             let h = &p.holdfastd;
             println!(
-                "  {:<45} {} -> {}  moved by the controller {:>7.1} ms  Established {:>7.1} ms | holdfastd: claim {} us, load {} us, tcp restore {} us (max {} us), resumed {} us, tables {} us",
+                "  {:<45} {} -> {}  moved by the controller {:>7.1} ms  Established {:>7.1} ms | holdfastd: claim {} us, load {} us, tcp restore {} us (max {} us), resumed {} us, logs {} us, tables {} us",
                 p.what,
                 p.from,
                 p.to,
                 p.moved.as_secs_f64() * 1e3,
                 p.established.as_secs_f64() * 1e3,
-                h["claim_us"], h["load_us"], h["tcp_restore_us"], h["tcp_restore_max_us"], h["resumed_us"], h["tables_us"]
+                h["claim_us"], h["load_us"], h["tcp_restore_us"], h["tcp_restore_max_us"], h["resumed_us"], h["logs_us"], h["tables_us"]
             );
         }
     }

@@ -10,8 +10,8 @@ mod redis_only;
 use bytes::Bytes;
 use common::{RedisProc, Signal};
 use holdfast_nsr::{
-    InstanceState, LogPos, MemoryStore, Op, SessionRecord, Store, StoreError, StoreUrl,
-    StoredSession, TcpParams, SCHEMA_VERSION,
+    InstanceState, LogEnd, LogPos, LogRange, MemoryStore, Op, SessionRecord, Store, StoreError,
+    StoreUrl, StoredSession, TcpParams, SCHEMA_VERSION,
 };
 use holdfast_nsr_redis::RedisStore;
 use redis::ConnectionLike as _;
@@ -785,6 +785,118 @@ fn follow_from_positions(env: &dyn Env) {
     assert!(a.adj_in.is_empty() && a.adj_out.is_empty());
 }
 
+/// A takeover's two reads: the sessions without their logs (with where
+/// the logs end), then the logs up to those ends, whatever was appended in
+/// between; a log replaced in between, or a session gone, comes back as
+/// `None`.
+fn two_step_load(env: &dyn Env) {
+    let mut s = env.handle("twostep");
+    let e = s.claim().unwrap();
+    s.write(
+        e,
+        &[
+            session("a", 100, 200),
+            received("a", 300, &msg(40, 1)),
+            sent("a", 150, &msg(50, 2)),
+            session("b", 100, 200),
+            session("c", 100, 200),
+            received("c", 300, &msg(20, 6)),
+        ],
+    )
+    .unwrap();
+    let (st, ends) = s.load_heads(&HashMap::new()).unwrap();
+    let a = find(&st, "a");
+    let v = a.log.version;
+    assert_eq!(a.log, LogPos::start(v));
+    assert!(a.adj_in.is_empty() && a.adj_out.is_empty());
+    assert_eq!(a.rcv, 300, "everything but the logs is read");
+    assert_eq!(
+        ends["a"],
+        LogEnd {
+            adj_in: 1,
+            adj_out: 1
+        }
+    );
+    assert_eq!(ends["b"], LogEnd::default());
+    let range = |key: &str, st: &InstanceState| LogRange {
+        key: key.into(),
+        from: find(st, key).log,
+        end: ends[key],
+    };
+    let ranges = [range("a", &st), range("b", &st), range("c", &st)];
+    // Appended after the first read: not in the second.
+    s.write(
+        e,
+        &[
+            received("a", 400, &msg(30, 3)),
+            received("b", 400, &msg(30, 7)),
+        ],
+    )
+    .unwrap();
+    // Replaced after the first read: not read at all.
+    s.write(e, &[snapshot("c", &msg(60, 4), &msg(70, 5))])
+        .unwrap();
+    let logs = s.load_logs(&ranges).unwrap();
+    let a = logs[0].as_ref().expect("a's logs");
+    assert_eq!(concat(&a.adj_in), msg(40, 1));
+    assert_eq!(concat(&a.adj_out), msg(50, 2));
+    let b = logs[1].as_ref().expect("b's logs");
+    assert!(b.adj_in.is_empty() && b.adj_out.is_empty(), "{b:?}");
+    assert_eq!(logs[2], None, "c was compacted in between");
+    // A standby's position: only what follows it is counted and read.
+    let from = HashMap::from([(
+        "a".to_string(),
+        LogPos {
+            version: v,
+            adj_in: 1,
+            adj_out: 1,
+        },
+    )]);
+    let (st, ends) = s.load_heads(&from).unwrap();
+    assert_eq!(find(&st, "a").log, from["a"]);
+    assert_eq!(
+        ends["a"],
+        LogEnd {
+            adj_in: 2,
+            adj_out: 1
+        }
+    );
+    let logs = s
+        .load_logs(&[LogRange {
+            key: "a".into(),
+            from: from["a"],
+            end: ends["a"],
+        }])
+        .unwrap();
+    let a = logs[0].as_ref().expect("a's logs");
+    assert_eq!(concat(&a.adj_in), msg(30, 3));
+    assert!(a.adj_out.is_empty());
+    // A position of a version replaced since: from the start.
+    let from = HashMap::from([(
+        "c".to_string(),
+        LogPos {
+            version: v,
+            adj_in: 1,
+            adj_out: 0,
+        },
+    )]);
+    let (st, ends) = s.load_heads(&from).unwrap();
+    let c = find(&st, "c");
+    assert_ne!(c.log.version, v);
+    assert_eq!((c.log.adj_in, c.log.adj_out), (0, 0));
+    assert_eq!(
+        ends["c"],
+        LogEnd {
+            adj_in: 1,
+            adj_out: 1
+        }
+    );
+    // Gone in between.
+    s.write(e, &[remove("a")]).unwrap();
+    let logs = s.load_logs(&ranges[..1]).unwrap();
+    assert_eq!(logs, vec![None]);
+}
+
 macro_rules! suite {
     ($($name:ident),* $(,)?) => {
         mod on_memory {
@@ -811,6 +923,7 @@ suite!(
     random,
     pipelined,
     follow_from_positions,
+    two_step_load,
 );
 
 // ------------------------------------------------- both backends agree

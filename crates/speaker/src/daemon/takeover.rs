@@ -41,6 +41,7 @@ impl Daemon {
             .entry(s.instance.clone())
             .or_default()
             .push(ResumePeer {
+                key: stored.key.clone(),
                 spec,
                 gen: 1,
                 ctx,
@@ -64,24 +65,42 @@ impl Daemon {
             };
             let (tx, rx) = oneshot::channel();
             self.hold_for_rpki(&inst.rib);
-            inst.rib.send(RibCmd::Resume { peers, reply: tx });
+            inst.rib.send(RibCmd::Resume {
+                peers,
+                logs: Some(t.logs.clone()),
+                reply: tx,
+            });
             let nsr = nsr.clone();
+            let logs = t.logs.clone();
+            let failed = self.takeover_failed.clone();
             tokio::spawn(async move {
-                if let Ok(report) = rx.await {
-                    let total = started.elapsed().as_micros() as u64;
-                    tracing::info!(
-                        routes = report.routes_in,
-                        announced = report.announced,
-                        withdrawn = report.withdrawn,
-                        rebuild_ms = report.micros / 1000,
-                        since_start_ms = total / 1000,
-                        "takeover: tables rebuilt"
-                    );
-                    if let Ok(mut tt) = nsr.shared.takeover.lock() {
-                        let tt = tt.get_or_insert_with(Default::default);
-                        tt.routes += report.routes_in as u64;
-                        tt.tables_us = tt.tables_us.max(total);
+                match rx.await {
+                    Ok(Ok(report)) => {
+                        let total = started.elapsed().as_micros() as u64;
+                        tracing::info!(
+                            routes = report.routes_in,
+                            announced = report.announced,
+                            withdrawn = report.withdrawn,
+                            rebuild_ms = report.micros / 1000,
+                            since_start_ms = total / 1000,
+                            "takeover: tables rebuilt"
+                        );
+                        if let Ok(mut tt) = nsr.shared.takeover.lock() {
+                            let tt = tt.get_or_insert_with(Default::default);
+                            tt.routes += report.routes_in as u64;
+                            tt.tables_us = tt.tables_us.max(total);
+                            tt.logs_us = logs.since_start_us().unwrap_or(tt.logs_us);
+                        }
                     }
+                    // The sessions run, but their tables cannot be built:
+                    // the daemon ends, and another takeover starts from
+                    // the same stored state.
+                    Ok(Err(e)) => {
+                        let _ = failed.send(anyhow::anyhow!(
+                            "the stored logs of the sessions taken over cannot be read: {e}"
+                        ));
+                    }
+                    Err(_) => {}
                 }
             });
         }

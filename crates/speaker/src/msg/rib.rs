@@ -55,9 +55,13 @@ pub enum RibCmd {
     },
     /// NSR takeover: rebuild the tables of sessions taken over and send
     /// each peer only what differs from what it already holds.
+    /// With `logs`, the peers' logs are still being read: the RIB thread
+    /// waits for them first, and every command behind this one waits with
+    /// it. The error says why the logs cannot be read (nothing is rebuilt).
     Resume {
         peers: Vec<ResumePeer>,
-        reply: oneshot::Sender<ResumeReport>,
+        logs: Option<crate::nsr::PendingLogs>,
+        reply: oneshot::Sender<Result<ResumeReport, String>>,
     },
     /// NSR standby: build the tables of stored sessions ahead of a
     /// takeover, from the logs as they grow (nothing is sent to anyone).
@@ -155,6 +159,8 @@ pub struct PreheatPeer {
 
 /// One session taken over, as the RIB thread needs it.
 pub struct ResumePeer {
+    /// The session's key in the store.
+    pub key: String,
     pub spec: PeerSpec,
     pub gen: u64,
     pub ctx: CodecCtx,

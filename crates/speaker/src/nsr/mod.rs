@@ -40,10 +40,12 @@
 //!   it is serving; the gate drops every packet meanwhile.
 
 pub mod core;
+mod logs;
 mod shell;
 
 pub use self::core::Fence;
 use self::core::ReplCore;
+pub use self::logs::PendingLogs;
 use holdfast_api::{NsrSession, NsrStatus, TakeoverTimes};
 use holdfast_linux::nfq::{AckGate, ConnKey};
 use holdfast_nsr::{Op, Store};

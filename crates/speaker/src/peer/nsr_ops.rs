@@ -238,7 +238,9 @@ impl PeerTask {
             r.covered = covered;
             submit_received(r, raw, ack, partial);
         }
-        // What was written ahead of the framer counts here too.
+        // What was written ahead of the framer counts here too, and a
+        // taken-over session's logs once read.
+        r.count_read_logs();
         let compact = r.replicating().is_some() && r.log_bytes > compact_at;
         if compact && self.snapshot.is_none() {
             self.start_snapshot(false);
@@ -320,6 +322,7 @@ impl PeerTask {
         r.key = Some(key.clone());
         r.synced_gen = gen;
         r.log_bytes = 0;
+        r.logs_unread = None;
         self.compact_at = r.nsr.shared.compact_bytes;
         let (ack, snd) = (r.rcv_next(), r.snd_next());
         r.nsr.figures(&key, |f| {
@@ -503,6 +506,7 @@ impl PeerTask {
         }
         r.synced_gen = gen;
         r.log_bytes = 0;
+        r.logs_unread = None;
         r.nsr.figures(&key, |f| {
             f.synced_gen = gen;
             f.log_bytes = 0;
