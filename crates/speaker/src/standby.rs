@@ -661,4 +661,67 @@ mod tests {
         assert_eq!(take_over(&core, &mut store, &rib), 0);
         assert_eq!(adj_in(&rib), ["10.9.0.0/24", "10.9.1.0/24"]);
     }
+
+    /// A cold takeover whose logs are read while the session already runs:
+    /// an UPDATE the resumed session receives meanwhile (a withdrawal of a
+    /// route in the log) waits behind the takeover's `Resume` and applies
+    /// after the log, not before it.
+    #[test]
+    fn updates_received_while_the_logs_are_read_apply_after_them() {
+        let mut store = MemoryStore::new("edge-1");
+        let epoch = store.claim().expect("claim");
+        let first = update(&["10.0.0.0/24", "10.0.1.0/24"], &[]);
+        store
+            .write(epoch, &[session(), received(2100, &first)])
+            .expect("write");
+        let core = core();
+        let rib = rib();
+        let (state, ends) = store.load_heads(&HashMap::new()).expect("load");
+        let s = &state.sessions[0];
+        let ranges = vec![holdfast_nsr::LogRange {
+            key: s.key.clone(),
+            from: s.log,
+            end: ends[&s.key],
+        }];
+        // The reader waits until the test lets it read.
+        let (go, wait) = std::sync::mpsc::channel::<()>();
+        let mut reader = store.clone();
+        let logs = crate::nsr::PendingLogs::start(ranges, std::time::Instant::now(), move |r| {
+            wait.recv().expect("go");
+            reader.load_logs(r)
+        })
+        .expect("thread");
+        let t = &core.targets[&("default".to_string(), "192.0.2.1".parse().expect("addr"))];
+        let (spec, ctx) =
+            resume_spec(&t.settings, &s.record, &Interfaces::new()).expect("negotiates");
+        let id = spec.id;
+        rib.send(RibCmd::AddPeer(t.settings.spec.clone()));
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        rib.send(RibCmd::Resume {
+            peers: vec![ResumePeer {
+                key: s.key.clone(),
+                spec,
+                gen: 1,
+                ctx,
+                adj_in: Vec::new(),
+                adj_out: Vec::new(),
+                preheated: false,
+            }],
+            logs: Some(logs),
+            reply: tx,
+        });
+        // The resumed session's first UPDATE, received and stored after
+        // the log's end.
+        let withdraw = update(&[], &["10.0.0.0/24"]);
+        store
+            .write(epoch, &[received(2200, &withdraw)])
+            .expect("write");
+        let bodies = crate::tables::messages(&withdraw)
+            .map(|(_, body)| body.to_vec())
+            .collect();
+        rib.send(RibCmd::Updates { peer: id, bodies });
+        go.send(()).expect("reader");
+        rx.blocking_recv().expect("resumed").expect("logs read");
+        assert_eq!(adj_in(&rib), ["10.0.1.0/24"]);
+    }
 }
