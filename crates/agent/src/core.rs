@@ -122,6 +122,10 @@ pub enum AgentOutput {
         config: String,
         standby: bool,
         takeover: Option<u64>,
+        /// The binary to run (empty: the agent's `--holdfastd`).
+        binary: String,
+        /// A standby: done once it has followed the store.
+        caught_up: bool,
     },
     /// Fence a unit (`id`: the command, `None` for a self-fence).
     Fence { id: Option<u64>, unit: String },
@@ -453,6 +457,11 @@ impl AgentCore {
         }
     }
 
+    /// The role of the unit's process here, if one runs.
+    pub fn role(&self, unit: &str) -> Option<&str> {
+        self.units.get(unit).map(|u| u.role.as_str())
+    }
+
     fn hello(&self) -> AgentOutput {
         report(agent_report::Body::Hello(Hello {
             host: self.cfg.host.clone(),
@@ -566,6 +575,8 @@ impl AgentCore {
                 config: s.config,
                 standby: s.standby,
                 takeover: None,
+                binary: s.binary,
+                caught_up: s.caught_up && s.standby,
             }),
             command::Body::Takeover(t) => {
                 if self.units.get(&t.unit).is_some_and(|u| u.role == STANDBY) {
@@ -582,6 +593,8 @@ impl AgentCore {
                         config: t.config,
                         standby: false,
                         takeover: Some(t.epoch),
+                        binary: t.binary,
+                        caught_up: false,
                     });
                 }
             }

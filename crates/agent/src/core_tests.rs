@@ -126,6 +126,8 @@ fn the_watchdog_fences_every_unit_and_blocks_starts_until_a_new_lease() {
         unit: "edge-1".into(),
         config: String::new(),
         standby: false,
+        binary: String::new(),
+        caught_up: false,
     });
     let o = c.handle(1700 * MS, cmd(5, 1, start.clone()));
     assert_eq!(results(&o), vec![(1, false)]);
@@ -622,4 +624,48 @@ fn a_takeover_adds_its_addresses_once_ready() {
     c.handle(9 * MS, cmd(9, 4, take("edge-4", &[])));
     let o = c.handle(10 * MS, ready(4, Ok(())));
     assert_eq!(results(&o), vec![(4, true)]);
+}
+
+#[test]
+fn an_upgrades_start_names_its_binary_and_waits_for_a_standby_only() {
+    let mut c = leased();
+    let start = |standby, caught_up| {
+        command::Body::StartUnit(StartUnit {
+            unit: "edge-1".into(),
+            config: String::new(),
+            standby,
+            binary: "/opt/holdfast/2/holdfastd".into(),
+            caught_up,
+        })
+    };
+    let o = c.handle(MS, cmd(1, 1, start(true, true)));
+    assert!(
+        matches!(&o[0], AgentOutput::Start { binary, caught_up: true, standby: true, .. } if binary == "/opt/holdfast/2/holdfastd"),
+        "{o:?}"
+    );
+    // A primary is never held back waiting to catch up.
+    let o = c.handle(2 * MS, cmd(1, 2, start(false, true)));
+    assert!(
+        matches!(
+            &o[0],
+            AgentOutput::Start {
+                caught_up: false,
+                standby: false,
+                ..
+            }
+        ),
+        "{o:?}"
+    );
+    // A cold takeover runs the binary it names.
+    let take = command::Body::Takeover(Takeover {
+        unit: "edge-2".into(),
+        epoch: 3,
+        binary: "/opt/holdfast/2/holdfastd".into(),
+        ..Default::default()
+    });
+    let o = c.handle(3 * MS, cmd(1, 3, take));
+    assert!(
+        matches!(&o[0], AgentOutput::Start { binary, takeover: Some(3), .. } if binary == "/opt/holdfast/2/holdfastd"),
+        "{o:?}"
+    );
 }

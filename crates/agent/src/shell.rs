@@ -266,7 +266,7 @@ pub async fn run(
     let rt = &mut units;
     let mut pending: Vec<AgentOutput> = Vec::new();
     for (name, config) in &cfg.units {
-        let spec = unit_spec(&cfg, name, config, None, false);
+        let spec = unit_spec(&cfg, name, config, None, false, &cfg.holdfastd);
         let pid = rt.start(&cfg, &spec, now())?;
         pending.extend(core.handle(
             now(),
@@ -579,12 +579,66 @@ fn notify_socket(cfg: &ShellConfig, unit: &str) -> PathBuf {
     cfg.work_dir.join(unit).join("notify.sock")
 }
 
+/// The holdfastd a unit runs: `binary` (an absolute path to an existing
+/// file), or the agent's own `--holdfastd` when it is empty.
+fn unit_program(cfg: &ShellConfig, binary: &str) -> Result<PathBuf, String> {
+    if binary.is_empty() {
+        return Ok(cfg.holdfastd.clone());
+    }
+    let p = PathBuf::from(binary);
+    if !p.is_absolute() {
+        return Err(format!("binary {binary:?}: not an absolute path"));
+    }
+    match std::fs::metadata(&p) {
+        Ok(m) if m.is_file() => Ok(p),
+        Ok(_) => Err(format!("binary {binary}: not a file")),
+        Err(e) => Err(format!("binary {binary}: {e}")),
+    }
+}
+
+/// Whether process `pid` runs `program` (`/proc/PID/exe`).
+fn runs(pid: u32, program: &std::path::Path) -> bool {
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe"));
+    let want = std::fs::canonicalize(program);
+    matches!((exe, want), (Ok(a), Ok(b)) if a == b)
+}
+
+/// Whether the standby behind `sock` has followed the store (`show nsr`:
+/// caught up); the error says where it is.
+fn standby_caught_up(sock: &std::path::Path, program: &std::path::Path) -> Result<(), String> {
+    let answer = holdfast_api::client::request(
+        sock,
+        &holdfast_api::Request::ShowNsr,
+        Duration::from_secs(2),
+    )
+    .map_err(|e| format!("standby of {} not answering yet: {e}", program.display()))?
+    .into_result()?;
+    let holdfast_api::Body::Nsr(n) = answer else {
+        return Err("unexpected answer to show nsr".into());
+    };
+    match n.standby {
+        Some(s) if s.caught_up => Ok(()),
+        Some(s) => Err(format!(
+            "standby of {} following the store: {} sessions, {} chunks applied, {} polls{}",
+            program.display(),
+            s.sessions,
+            s.chunks,
+            s.polls,
+            s.last_error
+                .map(|e| format!(", last error: {e}"))
+                .unwrap_or_default()
+        )),
+        None => Err(format!("the unit here is not a standby (role {})", n.role)),
+    }
+}
+
 fn unit_spec(
     cfg: &ShellConfig,
     name: &str,
     config: &std::path::Path,
     takeover: Option<u64>,
     standby: bool,
+    program: &std::path::Path,
 ) -> UnitSpec {
     let dir = cfg.work_dir.join(name);
     let _ = std::fs::create_dir_all(&dir);
@@ -608,7 +662,7 @@ fn unit_spec(
     UnitSpec {
         name: name.to_string(),
         netns: cfg.containers.get(name).map(|c| c.netns.clone()),
-        program: cfg.holdfastd.clone(),
+        program: program.to_path_buf(),
         args,
         env: vec![("RUST_LOG".into(), "info".into())],
         log: Some(dir.join("holdfastd.log")),
@@ -730,7 +784,24 @@ fn carry_out(x: &mut Ctx<'_>, o: AgentOutput, now: Time) -> Vec<AgentOutput> {
             config,
             standby,
             takeover,
+            binary,
+            caught_up,
         } => {
+            let program = match unit_program(cfg, &binary) {
+                Ok(p) => p,
+                Err(e) => return core.handle(now, AgentInput::Done { id, result: Err(e) }),
+            };
+            let mut out = Vec::new();
+            // A standby of another binary goes first: it serves no session.
+            if standby && core.role(&unit) == Some(STANDBY) {
+                let running = rt.rt.running().into_iter().find(|(u, _)| *u == unit);
+                if let Some((_, pid)) = running.filter(|(_, pid)| !runs(*pid, &program)) {
+                    tracing::info!(%unit, pid, binary = %program.display(), "replacing the unit's standby with one of another binary");
+                    if let Ok(exit) = rt.rt.fence(&unit, Duration::from_secs(5)) {
+                        out.extend(core.handle(now, AgentInput::UnitExited(exit)));
+                    }
+                }
+            }
             let dir = cfg.work_dir.join(&unit);
             let path = dir.join("holdfastd.toml");
             let ready = ready_file(cfg, &unit);
@@ -739,14 +810,14 @@ fn carry_out(x: &mut Ctx<'_>, o: AgentOutput, now: Time) -> Vec<AgentOutput> {
                 .and_then(|()| std::fs::write(&path, config))
                 .map_err(|e| e.to_string())
                 .and_then(|()| {
-                    match rt.start(cfg, &unit_spec(cfg, &unit, &path, takeover, standby), now) {
+                    let spec = unit_spec(cfg, &unit, &path, takeover, standby, &program);
+                    match rt.start(cfg, &spec, now) {
                         Ok(pid) => Ok(Some(pid)),
                         // A repeated command (a new leader carrying on): done.
                         Err(crate::runtime::RuntimeError::Running(_)) => Ok(None),
                         Err(e) => Err(e.to_string()),
                     }
                 });
-            let mut out = Vec::new();
             let mut waiting = false;
             let res = r.map(|started| {
                 let Some(pid) = started else { return };
@@ -764,6 +835,12 @@ fn carry_out(x: &mut Ctx<'_>, o: AgentOutput, now: Time) -> Vec<AgentOutput> {
                     },
                 ));
             });
+            // An upgrade's standby: done once it has followed the store
+            // (the controller asks again until then).
+            let res = match res {
+                Ok(()) if caught_up => standby_caught_up(&dir.join("holdfastd.sock"), &program),
+                other => other,
+            };
             if !waiting {
                 out.extend(core.handle(now, AgentInput::Done { id, result: res }));
             }

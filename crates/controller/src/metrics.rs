@@ -27,6 +27,7 @@ pub enum Reason {
     LeaseExpired,
     Switchover,
     Drain,
+    Upgrade,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

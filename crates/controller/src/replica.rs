@@ -34,10 +34,11 @@ use crate::metrics::{ControllerMetrics, FindingLabel, Reason};
 use crate::sense::{Localization, SenseConfig, SharedTargets, VerdictView};
 use crate::state::{
     EpochRecord, Keys, OperatorRequest, UnitRecord, MIGRATION_STEPS, RESTART_STEPS, SCHEMA,
-    SWITCHOVER_STEPS,
+    SWITCHOVER_STEPS, UPGRADE_STEPS,
 };
 use crate::store::{to_json, Outcome, Store, StoreError};
 use holdfast_control::{AppPolicy, Finding, Verdict};
+use holdfast_control_api::v1::{command, FenceUnit, StartUnit};
 
 mod migrate;
 use migrate::{drive, migrating, standbys, start_migration, Plan};
@@ -531,7 +532,7 @@ async fn work(
                 continue;
             }
             if matches!(res, Ok(None)) {
-                res = requests(&shared, &mut store, token).await;
+                res = requests(&shared, &mut store, &cfg, token, &hub).await;
             }
             if matches!(res, Ok(None)) && standbys_checked.elapsed() >= STANDBYS_EVERY {
                 standbys_checked = Instant::now();
@@ -588,7 +589,9 @@ async fn advance_epoch(
 async fn requests(
     shared: &SharedRef,
     store: &mut Store,
+    cfg: &Config,
     token: Token,
+    hub: &Hub,
 ) -> Result<Option<Outcome>, StoreError> {
     let keys = store.keys().clone();
     let ids = store.list(&format!("{}requests/", keys.prefix())).await?;
@@ -643,6 +646,7 @@ async fn requests(
                 steps: &SWITCHOVER_STEPS,
                 done_request: Some(key.clone()),
                 reason: Reason::Switchover,
+                binary: None,
             };
             // `None`: not possible now (a migration under way): later.
             start_migration(shared, store, token, &plan, Instant::now()).await
@@ -663,6 +667,7 @@ async fn requests(
                     steps: &SWITCHOVER_STEPS,
                     done_request: None,
                     reason: Reason::Drain,
+                    binary: None,
                 };
                 // Every unit at once (each at most one migration at a time).
                 left = true;
@@ -678,7 +683,94 @@ async fn requests(
             // Nothing left on the host: the drain is done.
             store.fenced_write(token, &[], &[], &[key]).await.map(Some)
         }
+        OperatorRequest::Upgrade { unit, binary } => {
+            if !binary.starts_with('/') {
+                tracing::warn!(request = %id, %unit, %binary, "upgrade refused: the binary must be an absolute path");
+                return store.fenced_write(token, &[], &[], &[key]).await.map(Some);
+            }
+            let why = format!("upgrade to {binary} (holdfast ctl)");
+            let plan = Plan {
+                unit: &unit,
+                from: None,
+                to: None,
+                why: &why,
+                steps: &UPGRADE_STEPS,
+                done_request: Some(key.clone()),
+                reason: Reason::Upgrade,
+                binary: Some(&binary),
+            };
+            // `None`: not possible now (a migration under way): later.
+            start_migration(shared, store, token, &plan, Instant::now()).await
+        }
+        OperatorRequest::AbortUpgrade { unit } => {
+            abort_upgrade(store, cfg, token, hub, &unit, key).await
+        }
     }
+}
+
+/// `holdfast ctl upgrade --abort UNIT`: an upgrade whose switchover is not
+/// recorded yet is dropped (the old primary, if asked to switch over
+/// already, keeps serving once no one claims the instance). The backup
+/// host gets back what the placement asks for: a standby of the
+/// placement's binary (`preheated`), or none (the upgrade's is fenced).
+/// An upgrade past that point finishes (upgrade again to roll back).
+async fn abort_upgrade(
+    store: &mut Store,
+    cfg: &Config,
+    token: Token,
+    hub: &Hub,
+    unit: &str,
+    request: String,
+) -> Result<Option<Outcome>, StoreError> {
+    let keys = store.keys().clone();
+    let upgrade = store
+        .migrations_in_flight()
+        .await?
+        .into_iter()
+        .find(|(_, m)| m.unit == unit && m.binary.is_some());
+    let Some((mkey, m)) = upgrade else {
+        tracing::info!(%unit, "no upgrade of the unit in flight: nothing to abort");
+        return store
+            .fenced_write(token, &[], &[], &[request])
+            .await
+            .map(Some);
+    };
+    let done: std::collections::BTreeSet<String> =
+        store.list(&keys.steps(&m.id)).await?.into_iter().collect();
+    if done.contains("switchover") {
+        tracing::warn!(%unit, migration = %m.id, "upgrade not aborted: its switchover is done, so it finishes (upgrade to the old binary to roll back)");
+        return store
+            .fenced_write(token, &[], &[], &[request])
+            .await
+            .map(Some);
+    }
+    let o = store
+        .fenced_write(token, &[], &[], &[mkey, request])
+        .await?;
+    if matches!(o, Outcome::Committed(_)) {
+        tracing::warn!(%unit, migration = %m.id, "upgrade aborted before its switchover: the unit stays on its primary and binary");
+        let placed = store.get::<UnitRecord>(&keys.unit(unit)).await?;
+        let body = match placed {
+            Some(u) if u.preheated => Some(command::Body::StartUnit(StartUnit {
+                unit: u.unit.clone(),
+                config: u.config.clone(),
+                standby: true,
+                binary: u.binary.clone().unwrap_or_default(),
+                caught_up: false,
+            })),
+            // Only a standby can run there: the primary is elsewhere.
+            Some(u) if u.primary != m.to && hub.runs(&m.to, unit).is_some() => {
+                Some(command::Body::FenceUnit(FenceUnit { unit: u.unit }))
+            }
+            _ => None,
+        };
+        if let Some(body) = body {
+            if let Err(e) = hub.command(&m.to, token, body, cfg.command_timeout).await {
+                tracing::warn!(%unit, host = %m.to, error = %e, "the backup host's standby not put back as the placement asks");
+            }
+        }
+    }
+    Ok(Some(o))
 }
 
 /// Records a verdict in the status and the log; queues it when it acts.
@@ -777,6 +869,7 @@ async fn act(
         },
         done_request: None,
         reason: finding_reason(&v.finding),
+        binary: None,
     };
     let o = start_migration(shared, store, token, &plan, since).await?;
     if o.is_some() {
@@ -968,6 +1061,7 @@ impl HostWatch {
                     steps: &MIGRATION_STEPS,
                     done_request: None,
                     reason: host_reason(&why),
+                    binary: None,
                 };
                 // Every unit of the host at once.
                 match start_migration(shared, store, token, &plan, since).await? {

@@ -368,6 +368,7 @@ mod tests {
             interface: String::new(),
             app_failure: None,
             preheated: false,
+            binary: None,
         };
         assert_eq!(
             service_addr(&r, 179),

@@ -173,6 +173,10 @@ pub struct UnitRecord {
     /// leader starts it there); a takeover then goes through it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub preheated: bool,
+    /// The holdfastd binary the unit runs, an absolute path on every host
+    /// (`holdfast ctl upgrade`); absent: each agent's own `--holdfastd`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binary: Option<String>,
 }
 
 /// What an operator asks of the leader (`holdfast ctl`); the leader carries
@@ -186,12 +190,25 @@ pub enum OperatorRequest {
     Drain { host: String },
     /// A failed host may be used again.
     Reset { host: String },
+    /// The unit moved to another holdfastd binary without its peers
+    /// noticing ([`UPGRADE_STEPS`]); the same for a rollback.
+    Upgrade { unit: String, binary: String },
+    /// The unit's upgrade stopped before its switchover: the migration is
+    /// dropped and the unit stays where and what it is.
+    AbortUpgrade { unit: String },
 }
 
 /// The steps of a planned switchover: `switchover` (`holdfast nsr
 /// switchover` on the old primary, which exits once the new one has claimed
 /// the instance), then `takeover` and `address` as for a failure.
 pub const SWITCHOVER_STEPS: [&str; 3] = ["switchover", "takeover", "address"];
+
+/// The steps of an upgrade (`holdfast ctl upgrade`): `standby` (a
+/// preheated standby of the new binary on the backup host, replacing one
+/// of another binary, done once it has followed the store), then a planned
+/// switchover to it. The placement then names the new binary, and the old
+/// primary's host, now the backup, gets a standby of it.
+pub const UPGRADE_STEPS: [&str; 4] = ["standby", "switchover", "takeover", "address"];
 
 /// The steps of a migration the controller carries out through the agents
 /// (any other step name is bookkeeping that takes `step_time`):
@@ -237,6 +254,9 @@ pub struct Migration {
     /// The token of the leader that finished it.
     #[serde(default)]
     pub finished_by: Option<Token>,
+    /// An upgrade: the holdfastd binary the unit runs after it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binary: Option<String>,
 }
 
 /// A completed step, created once (compare-and-swap on its absence).
@@ -311,6 +331,7 @@ mod tests {
             steps: vec!["fence".into(), "copy".into(), "takeover".into()],
             state,
             finished_by: None,
+            binary: None,
         }
     }
 

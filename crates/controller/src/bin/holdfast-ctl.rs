@@ -5,6 +5,7 @@
 //! holdfast ctl [--etcd URL,...] [--cluster NAME] [--json] status
 //! holdfast ctl ... hosts | units
 //! holdfast ctl ... drain HOST | reset HOST | switchover UNIT  [--wait SECS]
+//! holdfast ctl ... upgrade UNIT --binary PATH | upgrade UNIT --abort  [--wait SECS]
 //! holdfast ctl certs init DIR --hosts a,b,s --controllers c1,c2,c3
 //!     [--operators admin] [--units u1,u2] [--san ROLE:NAME=IP|DNS ...]
 //!     [--etcd-members NAME=IP,...] [--days 365] [--new-ca]
@@ -26,7 +27,7 @@
 //! are the client certificate etcd checks (an operator's, or etcd's root
 //! for `etcd-auth init`).
 //!
-//! `drain`, `reset` and `switchover` write a request under
+//! `drain`, `reset`, `switchover` and `upgrade` write a request under
 //! `/holdfast/<cluster>/requests/` that the leading replica carries out and
 //! deletes in one fenced transaction; `--wait` waits until it is done (and,
 //! for a switchover or drain, until no migration is in flight).
@@ -102,6 +103,22 @@ enum Op {
     /// Planned switchover of UNIT to its backup host.
     Switchover {
         unit: String,
+        #[arg(long)]
+        wait: Option<u64>,
+    },
+    /// Move UNIT to another holdfastd binary without its peers noticing:
+    /// a preheated standby of BINARY on the backup host follows the store,
+    /// the unit switches over to it, and the old host gets a standby of
+    /// BINARY too. The same command with the old binary rolls back.
+    /// `--abort`: stop an upgrade of UNIT before its switchover.
+    Upgrade {
+        unit: String,
+        /// The holdfastd to run: an absolute path that exists on every host
+        /// (a versioned path, such as the Debian package's).
+        #[arg(long, required_unless_present = "abort", conflicts_with = "abort")]
+        binary: Option<String>,
+        #[arg(long)]
+        abort: bool,
         #[arg(long)]
         wait: Option<u64>,
     },
@@ -357,7 +374,7 @@ async fn read(store: &mut Store, keys: &Keys) -> Result<View> {
 fn unit_json(u: &UnitRecord) -> Value {
     json!({
         "unit": u.unit, "primary": u.primary, "backup": u.backup,
-        "epoch": u.epoch.0, "addresses": u.addresses,
+        "epoch": u.epoch.0, "addresses": u.addresses, "binary": u.binary,
     })
 }
 
@@ -367,7 +384,7 @@ fn status(v: &View) -> (Value, String) {
         .iter()
         .map(|m| {
             json!({"id": m.id, "unit": m.unit, "from": m.from, "to": m.to,
-                   "steps": m.steps, "state": m.state})
+                   "steps": m.steps, "state": m.state, "binary": m.binary})
         })
         .collect();
     let j = json!({
@@ -477,17 +494,18 @@ fn hosts(v: &View, loads: &[holdfast_control::HostLoad]) -> (Value, String) {
 
 fn units(v: &View) -> (Value, String) {
     let mut t = format!(
-        "{:<16} {:<10} {:<10} {:<6} {}\n",
-        "UNIT", "PRIMARY", "BACKUP", "EPOCH", "ADDRESSES"
+        "{:<16} {:<10} {:<10} {:<6} {:<32} {}\n",
+        "UNIT", "PRIMARY", "BACKUP", "EPOCH", "ADDRESSES", "BINARY"
     );
     for u in &v.units {
         t.push_str(&format!(
-            "{:<16} {:<10} {:<10} {:<6} {}\n",
+            "{:<16} {:<10} {:<10} {:<6} {:<32} {}\n",
             u.unit,
             u.primary,
             u.backup.as_deref().unwrap_or("-"),
             u.epoch.0,
-            u.addresses.join(",")
+            u.addresses.join(","),
+            u.binary.as_deref().unwrap_or("(the agents' own)")
         ));
     }
     (json!(v.units.iter().map(unit_json).collect::<Vec<_>>()), t)
@@ -528,6 +546,50 @@ async fn request(
             bail!("request {id} not done after {secs} s (pending: {pending}, migration in flight: {migrating})");
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// `upgrade UNIT --binary PATH`: the request, and with `--wait` the
+/// outcome: done only if the placement then names the binary.
+async fn upgrade(
+    store: &mut Store,
+    keys: &Keys,
+    unit: &str,
+    binary: &str,
+    wait: Option<u64>,
+) -> Result<(Value, String)> {
+    if !binary.starts_with('/') {
+        bail!("--binary {binary:?}: an absolute path is needed (the same on every host)");
+    }
+    let Some(before) = store.get::<UnitRecord>(&keys.unit(unit)).await? else {
+        bail!("no unit {unit:?}");
+    };
+    if before.backup.is_none() {
+        bail!("unit {unit:?} has no backup host to start the new binary on");
+    }
+    let req = OperatorRequest::Upgrade {
+        unit: unit.to_string(),
+        binary: binary.to_string(),
+    };
+    let started = Instant::now();
+    let (j, t) = request(store, keys, &req, wait).await?;
+    if wait.is_none() {
+        return Ok((j, t));
+    }
+    let after = store.get::<UnitRecord>(&keys.unit(unit)).await?;
+    match after {
+        Some(u) if u.binary.as_deref() == Some(binary) => Ok((
+            json!({"request": j["request"], "done": true, "unit": unit, "primary": u.primary,
+                   "backup": u.backup, "binary": binary, "from_primary": before.primary,
+                   "seconds": started.elapsed().as_secs_f64()}),
+            format!(
+                "{unit} runs {binary} on {} (was on {}), in {:.1} s\n",
+                u.primary,
+                before.primary,
+                started.elapsed().as_secs_f64()
+            ),
+        )),
+        _ => bail!("the upgrade of {unit} to {binary} did not happen: refused or aborted (see the leading controller's log)"),
     }
 }
 
@@ -596,6 +658,21 @@ async fn run(a: Args) -> Result<()> {
                 &mut store,
                 &keys,
                 &OperatorRequest::Switchover { unit: unit.clone() },
+                *wait,
+            )
+            .await?
+        }
+        Op::Upgrade {
+            unit,
+            binary: Some(binary),
+            abort: false,
+            wait,
+        } => upgrade(&mut store, &keys, unit, binary, *wait).await?,
+        Op::Upgrade { unit, wait, .. } => {
+            request(
+                &mut store,
+                &keys,
+                &OperatorRequest::AbortUpgrade { unit: unit.clone() },
                 *wait,
             )
             .await?

@@ -29,7 +29,7 @@ use crate::hub::Hub;
 use crate::metrics::{Reason, ReasonLabel};
 use crate::state::{
     next_step, Command, Migration, MigrationState, Next, StepRecord, UnitRecord, MIGRATION_STEPS,
-    SCHEMA, SWITCHOVER_STEPS,
+    SCHEMA, UPGRADE_STEPS,
 };
 use crate::store::{to_json, Outcome, Store, StoreError};
 
@@ -46,6 +46,8 @@ pub(super) struct Plan<'a> {
     pub done_request: Option<String>,
     /// What started it (metrics).
     pub reason: Reason,
+    /// An upgrade: the binary the unit runs after it.
+    pub binary: Option<&'a str>,
 }
 
 /// Whether `unit` has a migration in flight.
@@ -102,6 +104,7 @@ pub(super) async fn start_migration(
         steps: plan.steps.iter().map(|s| (*s).to_string()).collect(),
         state: MigrationState::Pending,
         finished_by: None,
+        binary: plan.binary.map(str::to_string),
     };
     let deletes: Vec<String> = plan.done_request.iter().cloned().collect();
     let o = store
@@ -168,6 +171,8 @@ pub(super) async fn standbys(
             unit: u.unit.clone(),
             config: u.config.clone(),
             standby: true,
+            binary: u.binary.clone().unwrap_or_default(),
+            caught_up: false,
         });
         match hub.command(backup, token, body, cfg.command_timeout).await {
             Ok(()) => tracing::info!(unit = %u.unit, host = %backup, "preheated standby started"),
@@ -222,7 +227,7 @@ async fn work_for(
     m: &Migration,
     step: &str,
 ) -> Result<Work, StoreError> {
-    if !MIGRATION_STEPS.contains(&step) && !SWITCHOVER_STEPS.contains(&step) {
+    if !MIGRATION_STEPS.contains(&step) && !UPGRADE_STEPS.contains(&step) {
         return Ok(Work::Wait(cfg.step_time));
     }
     let keys = store.keys().clone();
@@ -240,7 +245,26 @@ async fn work_for(
     };
     // The unit changes hosts: its service addresses move.
     let moves = m.steps.iter().any(|s| s == "address");
+    // What the unit runs after this migration.
+    let binary = m
+        .binary
+        .clone()
+        .or_else(|| u.binary.clone())
+        .unwrap_or_default();
     Ok(match step {
+        // An upgrade: a standby of the new binary on the new host, caught
+        // up with the store (the agent answers with its progress until
+        // then, and this step is asked again).
+        "standby" => one(
+            &m.to,
+            command::Body::StartUnit(StartUnit {
+                unit: m.unit.clone(),
+                config: u.config.clone(),
+                standby: true,
+                binary,
+                caught_up: true,
+            }),
+        ),
         "fence" => {
             if store
                 .get::<serde_json::Value>(&keys.agent(&m.from))
@@ -298,6 +322,7 @@ async fn work_for(
                         Vec::new()
                     },
                     interface: u.interface.clone(),
+                    binary,
                 }),
             )
         }
@@ -464,6 +489,10 @@ async fn finish(
             .map(|u| u.interface.clone())
             .unwrap_or_default(),
         preheated: before.as_ref().is_some_and(|u| u.preheated),
+        binary: m
+            .binary
+            .clone()
+            .or_else(|| before.as_ref().and_then(|u| u.binary.clone())),
         app_failure: before.and_then(|u| u.app_failure),
     };
     let mut fin = m.clone();

@@ -79,3 +79,4 @@ mod rfc7606;
 mod rpki_stayrtr;
 mod stall_bfd;
 mod stall_store;
+mod upgrade_frr;

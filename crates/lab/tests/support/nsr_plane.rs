@@ -884,28 +884,17 @@ impl<P: Peer> Run<P> {
     /// store for `d`, then SIGCONT. Returns how long after the store's
     /// return the unit was PROTECTED again.
     pub fn store_stall(&mut self, d: Duration) -> Duration {
-        let peer_ip = self.peer_ip();
         let what = format!("store stalled {d:?} during a 100k inbound burst");
         let mut back = Duration::ZERO;
-        self.burst_and(
-            &what,
-            true,
-            move |r| {
-                r.hf.neighbor(peer_ip)
-                    .ok()
-                    .flatten()
-                    .map_or(0, |n| n.prefixes_received)
-            },
-            |r| {
-                let redis = r.plane.redis.proc();
-                r.plane.lab.kill(redis, Signal::Stop);
-                std::thread::sleep(d);
-                r.plane.lab.kill(redis, Signal::Cont);
-                let t = Instant::now();
-                r.wait_protected(&format!("{what}: the store back"));
-                back = t.elapsed();
-            },
-        );
+        self.during_inbound_burst(&what, |r| {
+            let redis = r.plane.redis.proc();
+            r.plane.lab.kill(redis, Signal::Stop);
+            std::thread::sleep(d);
+            r.plane.lab.kill(redis, Signal::Cont);
+            let t = Instant::now();
+            r.wait_protected(&format!("{what}: the store back"));
+            back = t.elapsed();
+        });
         println!("{what}: PROTECTED again {back:?} after the store's return");
         self.check(&what);
         back
@@ -923,14 +912,28 @@ impl<P: Peer> Run<P> {
     }
 
     pub fn inbound_burst(&mut self) {
-        let peer_ip = self.peer_ip();
-        self.burst_and_kill("SIGKILL during a 100k inbound burst", true, move |r| {
-            r.hf.neighbor(peer_ip)
-                .ok()
-                .flatten()
-                .map_or(0, |n| n.prefixes_received)
+        let what = "SIGKILL during a 100k inbound burst";
+        self.during_inbound_burst(what, |r| {
+            r.take_over(what, |r| r.kill_unit());
         });
-        self.check("SIGKILL during a 100k inbound burst");
+        self.check(what);
+    }
+
+    /// Streams a 100k inbound burst (the feed through the peer to the
+    /// unit); once a tenth is through, does `act` while the rest streams.
+    pub fn during_inbound_burst(&mut self, what: &str, act: impl FnOnce(&mut Self)) {
+        let peer_ip = self.peer_ip();
+        self.burst_and(
+            what,
+            true,
+            move |r| {
+                r.hf.neighbor(peer_ip)
+                    .ok()
+                    .flatten()
+                    .map_or(0, |n| n.prefixes_received)
+            },
+            act,
+        );
     }
 
     pub fn outbound_burst(&mut self) {

@@ -1,0 +1,149 @@
+//! `holdfast ctl upgrade`: the unit moves to another holdfastd binary and
+//! back, against FRR, and FRR sees nothing.
+//!
+//! ```text
+//!                 bridge `lan` 198.18.0.0/24
+//!   [ p ] .20     frr bgpd AS 65001 --- session under test --- service .10 (unit edge-1, AS 65000)
+//!   [ redis ] .2  redis-server (the state store)
+//!   [ a ] .3      host agent: edge-1's primary, then a standby of the next binary
+//!   [ b ] .4      host agent: a standby of the next binary, then edge-1's primary
+//!   [ feed ] .5   raw test peers: AS 65100 -> frr, AS 65200 -> edge-1 (outbound routes)
+//!   c1..c3        etcd + holdfast-controller (the plane of `support/nsr_plane.rs`)
+//! ```
+//!
+//! The two binaries are copies of the tree's holdfastd at two paths in the
+//! lab's work directory (`builds/one/holdfastd`, `builds/two/holdfastd`):
+//! each process's `/proc/PID/exe` says which one it runs.
+//!
+//! Checks:
+//! * `holdfast ctl upgrade edge-1 --binary builds/one/holdfastd --wait`:
+//!   the unit moves to its backup host, its new primary runs that binary
+//!   (and is the standby the agent started for the upgrade, now promoted),
+//!   the old process exits, and `holdfast ctl units` names the binary;
+//! * the same back to `builds/two/holdfastd` during a 100k-route inbound
+//!   burst from frr (the rollback path: the old primary's host gets a
+//!   standby of the binary asked for, which follows the burst; every route
+//!   of the burst arrives);
+//! * each time frr's own CLI (sampled every 200 ms for the whole run) shows
+//!   the session never left Established, frr logged no NOTIFICATION, the
+//!   routes it holds from us never went down, Adj-RIB-In and Adj-RIB-Out
+//!   agree both ways, new UPDATEs flow both ways, and the capture holds no
+//!   FIN or RST from the service address;
+//! * negative control: an upgrade to a binary that does not exist never
+//!   gets past its standby step (`holdfast ctl upgrade --wait` fails, the
+//!   unit stays where and what it is), and `holdfast ctl upgrade --abort`
+//!   drops it.
+
+use crate::{nsr_common, nsr_plane};
+
+use holdfast_lab::{Frr, PeerKind};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+const UNIT: &str = "edge-1";
+
+/// A copy of `from` at `dir/holdfastd`.
+fn copy_binary(from: &Path, dir: &Path) -> PathBuf {
+    std::fs::create_dir_all(dir).expect("build directory");
+    let to = dir.join("holdfastd");
+    std::fs::copy(from, &to).expect("copy holdfastd");
+    to
+}
+
+/// `/proc/PID/exe`.
+fn exe(pid: u64) -> PathBuf {
+    std::fs::read_link(format!("/proc/{pid}/exe")).expect("the unit's process")
+}
+
+/// `holdfast ctl upgrade` to `binary`; the unit's new primary runs it.
+fn upgrade(r: &mut nsr_plane::Run<Frr>, binary: &Path) {
+    let what = format!("upgrade to {}", binary.display());
+    let bin = binary.display().to_string();
+    let old = r.take_over(&what, |r| {
+        let done = r
+            .plane
+            .ctl(&["upgrade", UNIT, "--binary", &bin, "--wait", "120"])
+            .unwrap_or_else(|e| panic!("holdfast ctl upgrade: {e}"));
+        assert!(done["done"] == true, "holdfast ctl upgrade: {done}");
+        println!("{what}: {done}");
+    });
+    holdfast_lab::wait_ok(
+        &format!("{what}: the old process exits"),
+        Duration::from_secs(30),
+        || {
+            (!old.is_alive())
+                .then_some(())
+                .ok_or("still running".to_string())
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let pid = r.hf().pid;
+    assert_eq!(
+        exe(pid),
+        binary.canonicalize().expect("binary"),
+        "{what}: the new primary (pid {pid}) runs another binary"
+    );
+    let units = r.plane.ctl(&["units"]).expect("holdfast ctl units");
+    let u = units
+        .as_array()
+        .and_then(|a| a.iter().find(|u| u["unit"] == UNIT))
+        .unwrap_or_else(|| panic!("no {UNIT} in {units}"));
+    assert_eq!(u["binary"], bin, "{what}: the placement's binary");
+}
+
+#[test]
+fn frr_never_notices_an_upgrade_and_its_rollback() {
+    let Some(mut r) =
+        nsr_plane::Run::<Frr>::start("upgrade_frr", PeerKind::Frr, nsr_common::Options::default())
+    else {
+        return;
+    };
+    let tree = PathBuf::from(&r.plane.bins.holdfastd);
+    let builds = r.plane.lab.work_dir().join("builds");
+    let one = copy_binary(&tree, &builds.join("one"));
+    let two = copy_binary(&tree, &builds.join("two"));
+    let watch = r.watch();
+    let since = std::time::SystemTime::now();
+    r.check("before the upgrade");
+    upgrade(&mut r, &one);
+    r.check("after the upgrade");
+    r.during_inbound_burst("upgrade back during a 100k inbound burst", |r| {
+        upgrade(r, &two);
+    });
+    r.check("after the upgrade back during a 100k inbound burst");
+    r.finish(watch, since);
+
+    // Negative control: a binary that is not there. The standby step
+    // cannot be done, the unit stays, and the abort drops the upgrade.
+    let host = r.hf().host_name.clone();
+    let pid = r.hf().pid;
+    let missing = builds.join("missing/holdfastd").display().to_string();
+    let err = r
+        .plane
+        .ctl(&["upgrade", UNIT, "--binary", &missing, "--wait", "5"])
+        .expect_err("an upgrade to a missing binary must not finish");
+    println!("negative control, upgrade to {missing}: {err}");
+    let status = r.plane.ctl(&["status"]).expect("holdfast ctl status");
+    assert!(
+        status.to_string().contains(&missing),
+        "the upgrade should be in flight, stuck at its standby step: {status}"
+    );
+    let done = r
+        .plane
+        .ctl(&["upgrade", UNIT, "--abort", "--wait", "30"])
+        .unwrap_or_else(|e| panic!("holdfast ctl upgrade --abort: {e}"));
+    assert!(done["done"] == true, "holdfast ctl upgrade --abort: {done}");
+    let status = r.plane.ctl(&["status"]).expect("holdfast ctl status");
+    assert!(
+        !status.to_string().contains(&missing),
+        "the aborted upgrade is still in flight: {status}"
+    );
+    let (primary, _) = r.plane.placement(UNIT).expect("placement");
+    assert_eq!(primary, host, "the aborted upgrade moved the unit");
+    assert_eq!(
+        exe(pid),
+        two.canonicalize().expect("binary"),
+        "the aborted upgrade changed the running binary"
+    );
+    r.check("after the aborted upgrade");
+}
