@@ -126,6 +126,9 @@ pub enum AgentOutput {
         binary: String,
         /// A standby: done once it has followed the store.
         caught_up: bool,
+        /// With `caught_up` (an upgrade): the binary the unit runs now,
+        /// whose schemas the new one's must match.
+        running_binary: String,
     },
     /// Fence a unit (`id`: the command, `None` for a self-fence).
     Fence { id: Option<u64>, unit: String },
@@ -577,6 +580,7 @@ impl AgentCore {
                 takeover: None,
                 binary: s.binary,
                 caught_up: s.caught_up && s.standby,
+                running_binary: s.running_binary,
             }),
             command::Body::Takeover(t) => {
                 if self.units.get(&t.unit).is_some_and(|u| u.role == STANDBY) {
@@ -595,6 +599,7 @@ impl AgentCore {
                         takeover: Some(t.epoch),
                         binary: t.binary,
                         caught_up: false,
+                        running_binary: String::new(),
                     });
                 }
             }

@@ -126,8 +126,7 @@ fn the_watchdog_fences_every_unit_and_blocks_starts_until_a_new_lease() {
         unit: "edge-1".into(),
         config: String::new(),
         standby: false,
-        binary: String::new(),
-        caught_up: false,
+        ..Default::default()
     });
     let o = c.handle(1700 * MS, cmd(5, 1, start.clone()));
     assert_eq!(results(&o), vec![(1, false)]);
@@ -636,11 +635,13 @@ fn an_upgrades_start_names_its_binary_and_waits_for_a_standby_only() {
             standby,
             binary: "/opt/holdfast/2/holdfastd".into(),
             caught_up,
+            running_binary: "/opt/holdfast/1/holdfastd".into(),
         })
     };
     let o = c.handle(MS, cmd(1, 1, start(true, true)));
     assert!(
-        matches!(&o[0], AgentOutput::Start { binary, caught_up: true, standby: true, .. } if binary == "/opt/holdfast/2/holdfastd"),
+        matches!(&o[0], AgentOutput::Start { binary, caught_up: true, standby: true, running_binary, .. }
+            if binary == "/opt/holdfast/2/holdfastd" && running_binary == "/opt/holdfast/1/holdfastd"),
         "{o:?}"
     );
     // A primary is never held back waiting to catch up.

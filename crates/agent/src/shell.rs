@@ -596,6 +596,49 @@ fn unit_program(cfg: &ShellConfig, binary: &str) -> Result<PathBuf, String> {
     }
 }
 
+/// How long `holdfastd --schemas` may take.
+const SCHEMAS_WITHIN: Duration = Duration::from_secs(2);
+
+/// `PROGRAM --schemas`, bounded by [`SCHEMAS_WITHIN`].
+fn build_schemas(program: &std::path::Path) -> Result<holdfast_api::schemas::BuildSchemas, String> {
+    let what = |e: &dyn std::fmt::Display| format!("{} --schemas: {e}", program.display());
+    let mut child = std::process::Command::new(program)
+        .arg("--schemas")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| what(&e))?;
+    let start = Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) if status.success() => break,
+            Ok(Some(status)) => return Err(what(&status)),
+            Ok(None) if start.elapsed() > SCHEMAS_WITHIN => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(what(&format!("no answer within {SCHEMAS_WITHIN:?}")));
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(2)),
+            Err(e) => return Err(what(&e)),
+        }
+    }
+    let mut out = String::new();
+    use std::io::Read as _;
+    child
+        .stdout
+        .take()
+        .map(|mut s| s.read_to_string(&mut out))
+        .transpose()
+        .map_err(|e| what(&e))?;
+    serde_json::from_str(out.trim()).map_err(|e| what(&format!("unreadable answer {out:?}: {e}")))
+}
+
+/// Whether the unit may move from `old` to `new` and back.
+fn compare_builds(old: &std::path::Path, new: &std::path::Path) -> Result<(), String> {
+    holdfast_api::schemas::upgrade_compatible(&build_schemas(old)?, &build_schemas(new)?)
+}
+
 /// Whether process `pid` runs `program` (`/proc/PID/exe`).
 fn runs(pid: u32, program: &std::path::Path) -> bool {
     let exe = std::fs::read_link(format!("/proc/{pid}/exe"));
@@ -786,16 +829,34 @@ fn carry_out(x: &mut Ctx<'_>, o: AgentOutput, now: Time) -> Vec<AgentOutput> {
             takeover,
             binary,
             caught_up,
+            running_binary,
         } => {
             let program = match unit_program(cfg, &binary) {
                 Ok(p) => p,
                 Err(e) => return core.handle(now, AgentInput::Done { id, result: Err(e) }),
             };
             let mut out = Vec::new();
+            let running = rt
+                .rt
+                .running()
+                .into_iter()
+                .find(|(u, _)| *u == unit)
+                .map(|(_, pid)| pid);
+            let ours = running.is_some_and(|pid| runs(pid, &program));
+            // An upgrade: both builds must read what the other writes,
+            // asked before anything starts.
+            if caught_up && !ours {
+                let checked = unit_program(cfg, &running_binary)
+                    .and_then(|old| compare_builds(&old, &program));
+                if let Err(e) = checked {
+                    tracing::warn!(%unit, binary = %program.display(), error = %e, "upgrade refused");
+                    let result = Err(format!("{}{e}", holdfast_control_api::REFUSED));
+                    return core.handle(now, AgentInput::Done { id, result });
+                }
+            }
             // A standby of another binary goes first: it serves no session.
             if standby && core.role(&unit) == Some(STANDBY) {
-                let running = rt.rt.running().into_iter().find(|(u, _)| *u == unit);
-                if let Some((_, pid)) = running.filter(|(_, pid)| !runs(*pid, &program)) {
+                if let Some(pid) = running.filter(|_| !ours) {
                     tracing::info!(%unit, pid, binary = %program.display(), "replacing the unit's standby with one of another binary");
                     if let Ok(exit) = rt.rt.fence(&unit, Duration::from_secs(5)) {
                         out.extend(core.handle(now, AgentInput::UnitExited(exit)));

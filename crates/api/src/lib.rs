@@ -25,6 +25,7 @@
 #![forbid(unsafe_code)]
 
 pub mod client;
+pub mod schemas;
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

@@ -20,6 +20,11 @@ pub mod v1 {
     tonic::include_proto!("holdfast.control.v1");
 }
 
+/// How a command's error starts when it can never succeed as asked (an
+/// upgrade between builds that cannot read each other's records): the
+/// controller drops the migration instead of asking again.
+pub const REFUSED: &str = "refused: ";
+
 /// Version of the protocol this build speaks (`Hello.schema`).
 pub const SCHEMA: u32 = 1;
 

@@ -756,7 +756,7 @@ async fn abort_upgrade(
                 config: u.config.clone(),
                 standby: true,
                 binary: u.binary.clone().unwrap_or_default(),
-                caught_up: false,
+                ..Default::default()
             })),
             // Only a standby can run there: the primary is elsewhere.
             Some(u) if u.primary != m.to && hub.runs(&m.to, unit).is_some() => {

@@ -257,6 +257,10 @@ pub struct Migration {
     /// An upgrade: the holdfastd binary the unit runs after it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub binary: Option<String>,
+    /// Ended by an agent's refusal (the reason) before anything moved; the
+    /// placement was left as it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
 }
 
 /// A completed step, created once (compare-and-swap on its absence).
@@ -332,6 +336,7 @@ mod tests {
             state,
             finished_by: None,
             binary: None,
+            refused: None,
         }
     }
 

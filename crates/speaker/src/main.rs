@@ -23,8 +23,13 @@ use std::path::PathBuf;
 #[command(name = "holdfastd", version = holdfast_version::VERSION, about)]
 struct Args {
     /// Configuration file (TOML).
-    #[arg(long, short = 'c')]
-    config: PathBuf,
+    #[arg(long, short = 'c', required_unless_present = "schemas")]
+    config: Option<PathBuf>,
+    /// Print this build's version and the NSR record schemas it writes and
+    /// reads (one JSON line), and exit: `holdfast ctl upgrade` has the
+    /// agents compare two builds with it (docs/nsr.md).
+    #[arg(long)]
+    schemas: bool,
     /// Route-processing worker threads (overrides `global.workers`).
     #[arg(long)]
     workers: Option<usize>,
@@ -64,14 +69,26 @@ struct Args {
 fn main() -> anyhow::Result<()> {
     holdfast_docgen::intercept(Args::command);
     let args = Args::parse();
+    if args.schemas {
+        let b = holdfast_api::schemas::BuildSchemas {
+            version: holdfast_version::VERSION.to_string(),
+            nsr: holdfast_api::schemas::NsrSchemas {
+                writes: holdfast_nsr::SCHEMA_VERSION,
+                reads: (1, holdfast_nsr::SCHEMA_VERSION),
+            },
+        };
+        println!("{}", serde_json::to_string(&b)?);
+        return Ok(());
+    }
+    let config = args.config.clone().context("--config is needed")?;
     // Freed buffers go back to the kernel within 10 ms rather than mimalloc
     // v3's 1 s (see `holdfast_linux::allocator`), unless the operator chose;
     // a backup switches once its takeover is done (`resume`).
     if !args.takeover && !args.standby {
         holdfast_linux::allocator::use_short_purge_delay();
     }
-    let (mut cfg, warnings) = holdfast_config::load(&args.config)
-        .with_context(|| format!("loading {}", args.config.display()))?;
+    let (mut cfg, warnings) =
+        holdfast_config::load(&config).with_context(|| format!("loading {}", config.display()))?;
     if let Some(w) = args.workers {
         cfg.global.workers = Some(w);
     }
@@ -86,7 +103,7 @@ fn main() -> anyhow::Result<()> {
     // and well-formed now, rather than at the first connection.
     if let Some(n) = cfg.nsr.as_ref().filter(|n| n.enabled) {
         n.store_url()
-            .with_context(|| format!("loading {}", args.config.display()))?;
+            .with_context(|| format!("loading {}", config.display()))?;
     }
     if args.check {
         println!("configuration OK: {} neighbour(s)", cfg.neighbors.len());
@@ -104,7 +121,7 @@ fn main() -> anyhow::Result<()> {
         daemon::Start::Primary
     };
     let exit = rt.block_on(daemon::run(
-        args.config,
+        config,
         cfg,
         args.workers,
         args.control_socket,

@@ -384,7 +384,8 @@ fn status(v: &View) -> (Value, String) {
         .iter()
         .map(|m| {
             json!({"id": m.id, "unit": m.unit, "from": m.from, "to": m.to,
-                   "steps": m.steps, "state": m.state, "binary": m.binary})
+                   "steps": m.steps, "state": m.state, "binary": m.binary,
+                   "refused": m.refused})
         })
         .collect();
     let j = json!({
@@ -589,7 +590,13 @@ async fn upgrade(
                 started.elapsed().as_secs_f64()
             ),
         )),
-        _ => bail!("the upgrade of {unit} to {binary} did not happen: refused or aborted (see the leading controller's log)"),
+        _ => {
+            let m = store.get::<Migration>(&keys.migration_of(unit)).await?;
+            match m.and_then(|m| m.refused.filter(|_| m.binary.as_deref() == Some(binary))) {
+                Some(why) => bail!("the upgrade of {unit} to {binary} was refused before anything moved: {why}"),
+                None => bail!("the upgrade of {unit} to {binary} did not happen: aborted, or refused by the leader (see its log)"),
+            }
+        }
     }
 }
 

@@ -105,6 +105,7 @@ pub(super) async fn start_migration(
         state: MigrationState::Pending,
         finished_by: None,
         binary: plan.binary.map(str::to_string),
+        refused: None,
     };
     let deletes: Vec<String> = plan.done_request.iter().cloned().collect();
     let o = store
@@ -172,7 +173,7 @@ pub(super) async fn standbys(
             config: u.config.clone(),
             standby: true,
             binary: u.binary.clone().unwrap_or_default(),
-            caught_up: false,
+            ..Default::default()
         });
         match hub.command(backup, token, body, cfg.command_timeout).await {
             Ok(()) => tracing::info!(unit = %u.unit, host = %backup, "preheated standby started"),
@@ -263,6 +264,7 @@ async fn work_for(
                 standby: true,
                 binary,
                 caught_up: true,
+                running_binary: u.binary.clone().unwrap_or_default(),
             }),
         ),
         "fence" => {
@@ -355,7 +357,7 @@ pub(super) async fn drive(
     for (key, m) in store.migrations_in_flight().await? {
         let done: BTreeSet<String> = store.list(&keys.steps(&m.id)).await?.into_iter().collect();
         match next_step(Some(&m), &done) {
-            Next::Step(step) => steps.push((m, step)),
+            Next::Step(step) => steps.push((key, m, step)),
             Next::Finish => finished.push((key, m)),
             Next::Idle => {}
         }
@@ -368,21 +370,33 @@ pub(super) async fn drive(
     if steps.is_empty() {
         set_phase(shared, "finishing");
     } else {
-        let names: Vec<&str> = steps.iter().map(|(_, s)| s.as_str()).collect();
+        let names: Vec<&str> = steps.iter().map(|(_, _, s)| s.as_str()).collect();
         set_phase(shared, &format!("step {}", names.join(", ")));
     }
     let mut running = Vec::new();
-    for (m, step) in steps {
+    for (key, m, step) in steps {
         tracing::info!(migration = %m.id, %step, %token, "carrying out step");
         let work = work_for(store, cfg, hub, token, &m, &step).await?;
         let confirmed = matches!(work, Work::Commands(_));
         let task = tokio::spawn(perform(hub.clone(), token, work, cfg.command_timeout));
-        running.push((m, step, confirmed, task));
+        running.push((key, m, step, confirmed, task));
     }
     let mut last = None;
     let mut waiting = false;
-    for (m, step, confirmed, task) in running {
+    for (key, m, step, confirmed, task) in running {
         let done = task.await.unwrap_or_else(|e| Err(e.to_string()));
+        if let Some(why) = done
+            .as_ref()
+            .err()
+            .and_then(|e| e.strip_prefix(holdfast_control_api::REFUSED))
+        {
+            let o = refuse(store, token, &key, &m, &step, why).await?;
+            if matches!(o, Outcome::Fenced) {
+                return Ok(Some(o));
+            }
+            last = Some(o);
+            continue;
+        }
         if let Err(e) = done {
             tracing::warn!(migration = %m.id, %step, error = %e, "step not done yet; retrying");
             waiting = true;
@@ -448,6 +462,31 @@ async fn commit_step(
             tracing::info!(migration = %m.id, %step, "step already recorded");
         }
         Outcome::Fenced => {}
+    }
+    Ok(o)
+}
+
+/// A step an agent refused (it can never be done as asked): the migration
+/// (under `key`) ends there, marked done with the reason, and the
+/// placement stays as it is. Only an upgrade's `standby` step, before
+/// anything moved, is refused.
+async fn refuse(
+    store: &mut Store,
+    token: Token,
+    key: &str,
+    m: &Migration,
+    step: &str,
+    why: &str,
+) -> Result<Outcome, StoreError> {
+    let mut fin = m.clone();
+    fin.state = MigrationState::Done;
+    fin.finished_by = Some(token);
+    fin.refused = Some(why.to_string());
+    let o = store
+        .fenced_put(token, &[], &[(key.to_string(), to_json(&fin))])
+        .await?;
+    if let Outcome::Committed(rev) = o {
+        tracing::warn!(migration = %m.id, unit = %m.unit, %step, why, rev, "migration refused before anything moved: the unit stays as it is");
     }
     Ok(o)
 }

@@ -32,7 +32,10 @@
 //! * negative control: an upgrade to a binary that does not exist never
 //!   gets past its standby step (`holdfast ctl upgrade --wait` fails, the
 //!   unit stays where and what it is), and `holdfast ctl upgrade --abort`
-//!   drops it.
+//!   drops it;
+//! * a build whose NSR records the running one cannot read (a stand-in
+//!   answering `holdfastd --schemas` with schema 2) is refused before
+//!   anything moves, and the error names both builds and their schemas.
 
 use crate::{nsr_common, nsr_plane};
 
@@ -146,4 +149,39 @@ fn frr_never_notices_an_upgrade_and_its_rollback() {
         "the aborted upgrade changed the running binary"
     );
     r.check("after the aborted upgrade");
+
+    // A build whose records the running one cannot read (a stand-in that
+    // answers `--schemas` with schema 2): refused before anything moves,
+    // with both builds' schemas named.
+    let newer = builds.join("newer");
+    std::fs::create_dir_all(&newer).expect("build directory");
+    let fake = newer.join("holdfastd");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\necho '{\"version\":\"9.9.9 (test)\",\"nsr\":{\"writes\":2,\"reads\":[1,2]}}'\n",
+    )
+    .expect("write the stand-in");
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let fake = fake.display().to_string();
+    let err = r
+        .plane
+        .ctl(&["upgrade", UNIT, "--binary", &fake, "--wait", "30"])
+        .expect_err("an upgrade the running build could not roll back from must be refused")
+        .to_string();
+    println!("schema refusal: {err}");
+    assert!(
+        err.contains("refused before anything moved")
+            && err.contains("writes schema 2")
+            && err.contains("9.9.9 (test)"),
+        "the refusal must name the builds and their schemas: {err}"
+    );
+    let (primary, _) = r.plane.placement(UNIT).expect("placement");
+    assert_eq!(primary, host, "the refused upgrade moved the unit");
+    assert_eq!(
+        exe(pid),
+        two.canonicalize().expect("binary"),
+        "the refused upgrade changed the running binary"
+    );
+    r.check("after the refused upgrade");
 }
