@@ -38,9 +38,9 @@ use crate::state::{
 };
 use crate::store::{to_json, Outcome, Store, StoreError};
 use holdfast_control::{AppPolicy, Finding, Verdict};
-use holdfast_control_api::v1::{command, FenceUnit, StartUnit};
 
 mod migrate;
+mod upgrade;
 use migrate::{drive, migrating, standbys, start_migration, Plan};
 
 /// How often the shell looks at the clock when nothing else is due.
@@ -595,9 +595,13 @@ async fn requests(
 ) -> Result<Option<Outcome>, StoreError> {
     let keys = store.keys().clone();
     let ids = store.list(&format!("{}requests/", keys.prefix())).await?;
-    let Some(id) = ids.first() else {
+    let Some(first) = ids.first() else {
         return Ok(None);
     };
+    // An abort goes ahead of the rest: a host's upgrade stays pending
+    // while it works.
+    let abort = upgrade::first_abort(store, &ids).await?;
+    let id = abort.as_ref().map_or(first, |(id, _)| id);
     let key = keys.request(id);
     let req: Option<OperatorRequest> = match store.get(&key).await {
         Ok(r) => r,
@@ -702,75 +706,20 @@ async fn requests(
             // `None`: not possible now (a migration under way): later.
             start_migration(shared, store, token, &plan, Instant::now()).await
         }
+        OperatorRequest::UpgradeHost { host, binary } => {
+            if !binary.starts_with('/') {
+                tracing::warn!(request = %id, %host, %binary, "upgrade refused: the binary must be an absolute path");
+                return store.fenced_write(token, &[], &[], &[key]).await.map(Some);
+            }
+            upgrade::upgrade_host(shared, store, token, &host, &binary, key).await
+        }
         OperatorRequest::AbortUpgrade { unit } => {
-            abort_upgrade(store, cfg, token, hub, &unit, key).await
+            upgrade::abort_upgrade(store, cfg, token, hub, &unit, key).await
+        }
+        OperatorRequest::AbortUpgradeHost { host } => {
+            upgrade::abort_upgrade_host(store, cfg, token, hub, &host, key).await
         }
     }
-}
-
-/// `holdfast ctl upgrade --abort UNIT`: an upgrade whose switchover is not
-/// recorded yet is dropped (the old primary, if asked to switch over
-/// already, keeps serving once no one claims the instance). The backup
-/// host gets back what the placement asks for: a standby of the
-/// placement's binary (`preheated`), or none (the upgrade's is fenced).
-/// An upgrade past that point finishes (upgrade again to roll back).
-async fn abort_upgrade(
-    store: &mut Store,
-    cfg: &Config,
-    token: Token,
-    hub: &Hub,
-    unit: &str,
-    request: String,
-) -> Result<Option<Outcome>, StoreError> {
-    let keys = store.keys().clone();
-    let upgrade = store
-        .migrations_in_flight()
-        .await?
-        .into_iter()
-        .find(|(_, m)| m.unit == unit && m.binary.is_some());
-    let Some((mkey, m)) = upgrade else {
-        tracing::info!(%unit, "no upgrade of the unit in flight: nothing to abort");
-        return store
-            .fenced_write(token, &[], &[], &[request])
-            .await
-            .map(Some);
-    };
-    let done: std::collections::BTreeSet<String> =
-        store.list(&keys.steps(&m.id)).await?.into_iter().collect();
-    if done.contains("switchover") {
-        tracing::warn!(%unit, migration = %m.id, "upgrade not aborted: its switchover is done, so it finishes (upgrade to the old binary to roll back)");
-        return store
-            .fenced_write(token, &[], &[], &[request])
-            .await
-            .map(Some);
-    }
-    let o = store
-        .fenced_write(token, &[], &[], &[mkey, request])
-        .await?;
-    if matches!(o, Outcome::Committed(_)) {
-        tracing::warn!(%unit, migration = %m.id, "upgrade aborted before its switchover: the unit stays on its primary and binary");
-        let placed = store.get::<UnitRecord>(&keys.unit(unit)).await?;
-        let body = match placed {
-            Some(u) if u.preheated => Some(command::Body::StartUnit(StartUnit {
-                unit: u.unit.clone(),
-                config: u.config.clone(),
-                standby: true,
-                binary: u.binary.clone().unwrap_or_default(),
-                ..Default::default()
-            })),
-            // Only a standby can run there: the primary is elsewhere.
-            Some(u) if u.primary != m.to && hub.runs(&m.to, unit).is_some() => {
-                Some(command::Body::FenceUnit(FenceUnit { unit: u.unit }))
-            }
-            _ => None,
-        };
-        if let Some(body) = body {
-            if let Err(e) = hub.command(&m.to, token, body, cfg.command_timeout).await {
-                tracing::warn!(%unit, host = %m.to, error = %e, "the backup host's standby not put back as the placement asks");
-            }
-        }
-    }
-    Ok(Some(o))
 }
 
 /// Records a verdict in the status and the log; queues it when it acts.

@@ -196,6 +196,13 @@ pub enum OperatorRequest {
     /// The unit's upgrade stopped before its switchover: the migration is
     /// dropped and the unit stays where and what it is.
     AbortUpgrade { unit: String },
+    /// Every unit whose primary is `host` upgraded as by
+    /// [`OperatorRequest::Upgrade`], one at a time (each moves to its
+    /// backup host).
+    UpgradeHost { host: String, binary: String },
+    /// A host's upgrade stopped: no further unit starts, and the one under
+    /// way is aborted as by [`OperatorRequest::AbortUpgrade`].
+    AbortUpgradeHost { host: String },
 }
 
 /// The steps of a planned switchover: `switchover` (`holdfast nsr

@@ -5,7 +5,7 @@
 //! holdfast ctl [--etcd URL,...] [--cluster NAME] [--json] status
 //! holdfast ctl ... hosts | units
 //! holdfast ctl ... drain HOST | reset HOST | switchover UNIT  [--wait SECS]
-//! holdfast ctl ... upgrade UNIT --binary PATH | upgrade UNIT --abort  [--wait SECS]
+//! holdfast ctl ... upgrade UNIT|--host HOST --binary PATH | upgrade UNIT|--host HOST --abort  [--wait SECS]
 //! holdfast ctl certs init DIR --hosts a,b,s --controllers c1,c2,c3
 //!     [--operators admin] [--units u1,u2] [--san ROLE:NAME=IP|DNS ...]
 //!     [--etcd-members NAME=IP,...] [--days 365] [--new-ca]
@@ -110,9 +110,14 @@ enum Op {
     /// a preheated standby of BINARY on the backup host follows the store,
     /// the unit switches over to it, and the old host gets a standby of
     /// BINARY too. The same command with the old binary rolls back.
-    /// `--abort`: stop an upgrade of UNIT before its switchover.
+    /// `--abort`: stop an upgrade of UNIT before its switchover. `--host
+    /// HOST` instead of UNIT: every unit whose primary is HOST, one at a
+    /// time (each moves to its backup host).
     Upgrade {
-        unit: String,
+        #[arg(required_unless_present = "host", conflicts_with = "host")]
+        unit: Option<String>,
+        #[arg(long)]
+        host: Option<String>,
         /// The holdfastd to run: an absolute path that exists on every host
         /// (a versioned path, such as the Debian package's).
         #[arg(long, required_unless_present = "abort", conflicts_with = "abort")]
@@ -600,6 +605,71 @@ async fn upgrade(
     }
 }
 
+/// `upgrade --host HOST --binary PATH`: the request, and with `--wait`
+/// where each unit that was on HOST ended up; done only if every one of
+/// them runs PATH.
+async fn upgrade_host(
+    store: &mut Store,
+    keys: &Keys,
+    host: &str,
+    binary: &str,
+    wait: Option<u64>,
+) -> Result<(Value, String)> {
+    if !binary.starts_with('/') {
+        bail!("--binary {binary:?}: an absolute path is needed (the same on every host)");
+    }
+    let on_host: Vec<String> = read(store, keys)
+        .await?
+        .units
+        .into_iter()
+        .filter(|u| u.primary == host)
+        .map(|u| u.unit)
+        .collect();
+    let req = OperatorRequest::UpgradeHost {
+        host: host.to_string(),
+        binary: binary.to_string(),
+    };
+    let started = Instant::now();
+    let (j, t) = request(store, keys, &req, wait).await?;
+    if wait.is_none() {
+        return Ok((j, t));
+    }
+    let mut units = Vec::new();
+    let mut text = String::new();
+    let mut behind = Vec::new();
+    for unit in &on_host {
+        let u = store.get::<UnitRecord>(&keys.unit(unit)).await?;
+        let (primary, runs) = u.map_or((None, None), |u| (Some(u.primary), u.binary));
+        if runs.as_deref() != Some(binary) {
+            behind.push(unit.clone());
+        }
+        text.push_str(&format!(
+            "{unit}: on {}, runs {}\n",
+            primary.as_deref().unwrap_or("-"),
+            runs.as_deref().unwrap_or("(the agents' own)")
+        ));
+        units.push(json!({"unit": unit, "primary": primary, "binary": runs}));
+    }
+    if !behind.is_empty() {
+        bail!(
+            "host {host}: {} of {} unit(s) not on {binary}: {} (refused, aborted, or without a backup host; see the leading controller's log)\n{text}",
+            behind.len(),
+            on_host.len(),
+            behind.join(", ")
+        );
+    }
+    text.push_str(&format!(
+        "host {host}: {} unit(s) on {binary} in {:.1} s\n",
+        on_host.len(),
+        started.elapsed().as_secs_f64()
+    ));
+    Ok((
+        json!({"request": j["request"], "done": true, "host": host, "binary": binary,
+               "units": units, "seconds": started.elapsed().as_secs_f64()}),
+        text,
+    ))
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     holdfast_docgen::intercept(Args::command);
@@ -670,19 +740,28 @@ async fn run(a: Args) -> Result<()> {
             .await?
         }
         Op::Upgrade {
-            unit,
+            unit: Some(unit),
             binary: Some(binary),
             abort: false,
             wait,
+            ..
         } => upgrade(&mut store, &keys, unit, binary, *wait).await?,
-        Op::Upgrade { unit, wait, .. } => {
-            request(
-                &mut store,
-                &keys,
-                &OperatorRequest::AbortUpgrade { unit: unit.clone() },
-                *wait,
-            )
-            .await?
+        Op::Upgrade {
+            host: Some(host),
+            binary: Some(binary),
+            abort: false,
+            wait,
+            ..
+        } => upgrade_host(&mut store, &keys, host, binary, *wait).await?,
+        Op::Upgrade {
+            unit, host, wait, ..
+        } => {
+            let req = match (unit, host) {
+                (Some(unit), _) => OperatorRequest::AbortUpgrade { unit: unit.clone() },
+                (None, Some(host)) => OperatorRequest::AbortUpgradeHost { host: host.clone() },
+                (None, None) => bail!("upgrade: name a UNIT or --host HOST"),
+            };
+            request(&mut store, &keys, &req, *wait).await?
         }
         // Needs no etcd (the store above connects on first use only).
         Op::Certs { op } => certs(op)?,

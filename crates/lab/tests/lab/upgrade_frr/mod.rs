@@ -24,6 +24,8 @@
 //!   burst from frr (the rollback path: the old primary's host gets a
 //!   standby of the binary asked for, which follows the burst; every route
 //!   of the burst arrives);
+//! * `holdfast ctl upgrade --host HOST --binary builds/one/holdfastd`: the
+//!   host's unit moves the same way, and the command reports it;
 //! * each time frr's own CLI (sampled every 200 ms for the whole run) shows
 //!   the session never left Established, frr logged no NOTIFICATION, the
 //!   routes it holds from us never went down, Adj-RIB-In and Adj-RIB-Out
@@ -58,14 +60,25 @@ fn exe(pid: u64) -> PathBuf {
     std::fs::read_link(format!("/proc/{pid}/exe")).expect("the unit's process")
 }
 
-/// `holdfast ctl upgrade` to `binary`; the unit's new primary runs it.
-fn upgrade(r: &mut nsr_plane::Run<Frr>, binary: &Path) {
-    let what = format!("upgrade to {}", binary.display());
+/// `holdfast ctl upgrade` of the unit (`host`: of its primary's host) to
+/// `binary`; the unit's new primary runs it.
+fn upgrade(r: &mut nsr_plane::Run<Frr>, binary: &Path, host: bool) {
     let bin = binary.display().to_string();
+    let on = r.hf().host_name.clone();
+    let (what, target) = match host {
+        true => (
+            format!("upgrade of host {on} to {bin}"),
+            ["--host", on.as_str()],
+        ),
+        false => (format!("upgrade to {bin}"), [UNIT, ""]),
+    };
     let old = r.take_over(&what, |r| {
+        let mut args: Vec<&str> = vec!["upgrade"];
+        args.extend(target.iter().filter(|a| !a.is_empty()));
+        args.extend(["--binary", &bin, "--wait", "120"]);
         let done = r
             .plane
-            .ctl(&["upgrade", UNIT, "--binary", &bin, "--wait", "120"])
+            .ctl(&args)
             .unwrap_or_else(|e| panic!("holdfast ctl upgrade: {e}"));
         assert!(done["done"] == true, "holdfast ctl upgrade: {done}");
         println!("{what}: {done}");
@@ -108,12 +121,14 @@ fn frr_never_notices_an_upgrade_and_its_rollback() {
     let watch = r.watch();
     let since = std::time::SystemTime::now();
     r.check("before the upgrade");
-    upgrade(&mut r, &one);
+    upgrade(&mut r, &one, false);
     r.check("after the upgrade");
     r.during_inbound_burst("upgrade back during a 100k inbound burst", |r| {
-        upgrade(r, &two);
+        upgrade(r, &two, false);
     });
     r.check("after the upgrade back during a 100k inbound burst");
+    upgrade(&mut r, &one, true);
+    r.check("after the host's upgrade");
     r.finish(watch, since);
 
     // Negative control: a binary that is not there. The standby step
@@ -145,7 +160,7 @@ fn frr_never_notices_an_upgrade_and_its_rollback() {
     assert_eq!(primary, host, "the aborted upgrade moved the unit");
     assert_eq!(
         exe(pid),
-        two.canonicalize().expect("binary"),
+        one.canonicalize().expect("binary"),
         "the aborted upgrade changed the running binary"
     );
     r.check("after the aborted upgrade");
@@ -180,7 +195,7 @@ fn frr_never_notices_an_upgrade_and_its_rollback() {
     assert_eq!(primary, host, "the refused upgrade moved the unit");
     assert_eq!(
         exe(pid),
-        two.canonicalize().expect("binary"),
+        one.canonicalize().expect("binary"),
         "the refused upgrade changed the running binary"
     );
     r.check("after the refused upgrade");
