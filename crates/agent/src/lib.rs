@@ -53,6 +53,7 @@ pub mod metrics;
 pub mod probe;
 pub mod renew;
 pub mod runtime;
+pub mod schemas;
 pub mod shell;
 pub mod watchdog;
 

@@ -596,49 +596,6 @@ fn unit_program(cfg: &ShellConfig, binary: &str) -> Result<PathBuf, String> {
     }
 }
 
-/// How long `holdfastd --schemas` may take.
-const SCHEMAS_WITHIN: Duration = Duration::from_secs(2);
-
-/// `PROGRAM --schemas`, bounded by [`SCHEMAS_WITHIN`].
-fn build_schemas(program: &std::path::Path) -> Result<holdfast_api::schemas::BuildSchemas, String> {
-    let what = |e: &dyn std::fmt::Display| format!("{} --schemas: {e}", program.display());
-    let mut child = std::process::Command::new(program)
-        .arg("--schemas")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .map_err(|e| what(&e))?;
-    let start = Instant::now();
-    loop {
-        match child.try_wait() {
-            Ok(Some(status)) if status.success() => break,
-            Ok(Some(status)) => return Err(what(&status)),
-            Ok(None) if start.elapsed() > SCHEMAS_WITHIN => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(what(&format!("no answer within {SCHEMAS_WITHIN:?}")));
-            }
-            Ok(None) => std::thread::sleep(Duration::from_millis(2)),
-            Err(e) => return Err(what(&e)),
-        }
-    }
-    let mut out = String::new();
-    use std::io::Read as _;
-    child
-        .stdout
-        .take()
-        .map(|mut s| s.read_to_string(&mut out))
-        .transpose()
-        .map_err(|e| what(&e))?;
-    serde_json::from_str(out.trim()).map_err(|e| what(&format!("unreadable answer {out:?}: {e}")))
-}
-
-/// Whether the unit may move from `old` to `new` and back.
-fn compare_builds(old: &std::path::Path, new: &std::path::Path) -> Result<(), String> {
-    holdfast_api::schemas::upgrade_compatible(&build_schemas(old)?, &build_schemas(new)?)
-}
-
 /// Whether process `pid` runs `program` (`/proc/PID/exe`).
 fn runs(pid: u32, program: &std::path::Path) -> bool {
     let exe = std::fs::read_link(format!("/proc/{pid}/exe"));
@@ -847,7 +804,7 @@ fn carry_out(x: &mut Ctx<'_>, o: AgentOutput, now: Time) -> Vec<AgentOutput> {
             // asked before anything starts.
             if caught_up && !ours {
                 let checked = unit_program(cfg, &running_binary)
-                    .and_then(|old| compare_builds(&old, &program));
+                    .and_then(|old| crate::schemas::compare_builds(&old, &program));
                 if let Err(e) = checked {
                     tracing::warn!(%unit, binary = %program.display(), error = %e, "upgrade refused");
                     let result = Err(format!("{}{e}", holdfast_control_api::REFUSED));

@@ -33,6 +33,20 @@ pub struct BuildSchemas {
     pub nsr: NsrSchemas,
 }
 
+impl BuildSchemas {
+    /// A build older than `--schemas` (it rejects the flag as a usage
+    /// error): every such build wrote and read NSR record schema 1 only.
+    pub fn before_the_flag() -> BuildSchemas {
+        BuildSchemas {
+            version: "a build older than --schemas".into(),
+            nsr: NsrSchemas {
+                writes: 1,
+                reads: (1, 1),
+            },
+        }
+    }
+}
+
 /// Whether the unit's sessions can move from `old` to `new` and back: each
 /// reads what the other writes. The error names both builds and schemas.
 pub fn upgrade_compatible(old: &BuildSchemas, new: &BuildSchemas) -> Result<(), String> {
