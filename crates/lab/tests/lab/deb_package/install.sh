@@ -164,6 +164,38 @@ if command -v etcd >/dev/null; then
   done
 fi
 
+# An upgrade while a holdfastd of the installed build runs: the same
+# package as a newer version (repacked), installed over it. Nothing is
+# restarted; both builds are kept at /usr/lib/holdfast/VERSION/holdfastd.
+ver=$(in_root dpkg-query -W -f='${Version}' holdfast)
+next="${ver}+upgradetest"
+echo "$ver $next" > "$out/versions.txt"
+mkdir -p "$base/repack"
+dpkg-deb -R "$deb" "$base/repack/x"
+sed -i "s/^Version: .*/Version: $next/" "$base/repack/x/DEBIAN/control"
+dpkg-deb -b "$base/repack/x" "$r/tmp/next.deb" > /dev/null
+chroot "$r" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin \
+  /usr/bin/holdfastd --config /etc/holdfast/example.toml > "$out/holdfastd-before-upgrade.log" 2>&1 &
+up=$!
+pids+=("$up")
+for _ in $(seq 100); do
+  in_root holdfast show summary > /dev/null 2>&1 && break
+  kill -0 "$up" 2>/dev/null || break
+  sleep 0.1
+done
+in_root dpkg -i /tmp/next.deb > "$out/dpkg-upgrade.txt" 2>&1 || echo "dpkg -i failed: $?" >> "$out/dpkg-upgrade.txt"
+if kill -0 "$up" 2>/dev/null && in_root holdfast show summary > /dev/null 2>&1; then
+  echo alive > "$out/upgrade-running.txt"
+else
+  echo gone > "$out/upgrade-running.txt"
+fi
+ls "$r/usr/lib/holdfast" > "$out/kept.txt" 2>&1 || true
+for v in "$ver" "$next"; do
+  in_root "/usr/lib/holdfast/$v/holdfastd" --schemas > "$out/schemas-$v.txt" 2>&1 || true
+done
+kill -TERM "$up" 2>/dev/null || true
+for _ in $(seq 100); do kill -0 "$up" 2>/dev/null || break; sleep 0.1; done
+
 # Man pages and completions as a user meets them.
 in_root sh -c 'for b in holdfastd holdfast holdfast-ctl holdfast-agent holdfast-controller holdfast-bfd-relay; do man -w $b; done' > "$out/man-w.txt" 2>&1 || true
 in_root sh -c 'MANPAGER=cat MANWIDTH=80 man holdfast-show-summary' > "$out/man-show-summary.txt" 2>/dev/null || true
@@ -172,4 +204,5 @@ in_root bash -c 'source /usr/share/bash-completion/completions/holdfast && compl
 # Removal: the binaries go, the configuration stays.
 in_root dpkg -r holdfast > "$out/dpkg-remove.txt" 2>&1
 ls "$r/usr/bin/holdfastd" "$r/etc/holdfast/example.toml" > "$out/after-remove.txt" 2>&1 || true
+if [ -e "$r/usr/lib/holdfast" ]; then echo kept; else echo gone; fi > "$out/after-remove-builds.txt"
 echo done > "$out/finished"

@@ -43,7 +43,14 @@
 //!   with etcd);
 //! * `man -w` finds every binary's page, `man holdfast-show-summary`
 //!   renders, the bash completion loads;
-//! * `dpkg -r` removes the binaries and keeps the configuration.
+//! * an upgrade (the package repacked as a newer version, `dpkg -i` while a
+//!   holdfastd of the first runs): the running holdfastd keeps answering
+//!   (nothing restarted), both builds are kept at
+//!   `/usr/lib/holdfast/VERSION/holdfastd` and answer `--schemas`, and
+//!   postinst prints the `holdfast ctl upgrade --host` command to move the
+//!   units to the new build and back;
+//! * `dpkg -r` removes the binaries (the kept builds too) and keeps the
+//!   configuration.
 //!
 //! `deb_package_systemd` (boot.sh) runs the package under a real systemd:
 //!
@@ -473,7 +480,45 @@ fn deb_package() {
         read("bash-complete.txt")
     );
 
+    // An upgrade beside the running build.
+    let versions = read("versions.txt");
+    let (ver, next) = versions
+        .trim()
+        .split_once(' ')
+        .unwrap_or_else(|| panic!("versions: {versions:?}"));
+    let upgraded = read("dpkg-upgrade.txt");
+    assert!(
+        upgraded.contains(&format!(
+            "holdfast ctl upgrade --host HOST --binary /usr/lib/holdfast/{next}/holdfastd"
+        )) && upgraded.contains(&format!("/usr/lib/holdfast/{ver}/holdfastd")),
+        "postinst must say how to move the units to the new build and back: {upgraded}"
+    );
+    assert_eq!(
+        read("upgrade-running.txt").trim(),
+        "alive",
+        "the running holdfastd must survive the package's upgrade untouched: {upgraded}"
+    );
+    let kept = read("kept.txt");
+    assert!(
+        kept.lines().any(|l| l == ver) && kept.lines().any(|l| l == next),
+        "both builds kept under /usr/lib/holdfast: {kept}"
+    );
+    for v in [ver, next] {
+        let s = read(&format!("schemas-{v}.txt"));
+        let b: holdfast_api::schemas::BuildSchemas = serde_json::from_str(s.trim())
+            .unwrap_or_else(|e| panic!("/usr/lib/holdfast/{v}/holdfastd --schemas: {e}: {s}"));
+        assert!(
+            (b.nsr.reads.0..=b.nsr.reads.1).contains(&b.nsr.writes),
+            "a build reads what it writes: {s}"
+        );
+    }
+
     // Removal.
+    assert_eq!(
+        read("after-remove-builds.txt").trim(),
+        "gone",
+        "dpkg -r must remove the kept builds"
+    );
     let after = read("after-remove.txt");
     assert!(
         after.contains("/usr/bin/holdfastd") && after.contains("No such file"),
