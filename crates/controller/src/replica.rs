@@ -688,8 +688,8 @@ async fn requests(
             store.fenced_write(token, &[], &[], &[key]).await.map(Some)
         }
         OperatorRequest::Upgrade { unit, binary } => {
-            if !binary.starts_with('/') {
-                tracing::warn!(request = %id, %unit, %binary, "upgrade refused: the binary must be an absolute path");
+            if let Some(why) = crate::state::binary_path_error(&binary) {
+                tracing::warn!(request = %id, %unit, why, "upgrade refused");
                 return store.fenced_write(token, &[], &[], &[key]).await.map(Some);
             }
             let why = format!("upgrade to {binary} (holdfast ctl)");
@@ -707,8 +707,8 @@ async fn requests(
             start_migration(shared, store, token, &plan, Instant::now()).await
         }
         OperatorRequest::UpgradeHost { host, binary } => {
-            if !binary.starts_with('/') {
-                tracing::warn!(request = %id, %host, %binary, "upgrade refused: the binary must be an absolute path");
+            if let Some(why) = crate::state::binary_path_error(&binary) {
+                tracing::warn!(request = %id, %host, why, "upgrade refused");
                 return store.fenced_write(token, &[], &[], &[key]).await.map(Some);
             }
             upgrade::upgrade_host(shared, store, token, &host, &binary, key).await

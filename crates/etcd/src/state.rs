@@ -210,6 +210,13 @@ pub enum OperatorRequest {
 /// the instance), then `takeover` and `address` as for a failure.
 pub const SWITCHOVER_STEPS: [&str; 3] = ["switchover", "takeover", "address"];
 
+/// Why `binary` cannot name an upgrade's holdfastd (`None`: it can): it
+/// must be an absolute path, the same on every host.
+pub fn binary_path_error(binary: &str) -> Option<String> {
+    (!binary.starts_with('/'))
+        .then(|| format!("binary {binary:?}: an absolute path is needed (the same on every host)"))
+}
+
 /// The steps of an upgrade (`holdfast ctl upgrade`): `standby` (a
 /// preheated standby of the new binary on the backup host, replacing one
 /// of another binary, done once it has followed the store), then a planned

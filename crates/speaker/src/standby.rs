@@ -544,15 +544,7 @@ mod tests {
                 assert!(s.adj_in.is_empty() && s.adj_out.is_empty(), "read later");
                 let (spec, ctx) =
                     resume_spec(&t.settings, &s.record, &Interfaces::new()).expect("negotiates");
-                ResumePeer {
-                    key: s.key.clone(),
-                    spec,
-                    gen: 1,
-                    ctx,
-                    adj_in: Vec::new(),
-                    adj_out: Vec::new(),
-                    preheated: preheated.contains(&s.key),
-                }
+                ResumePeer::logs_to_come(s.key.clone(), spec, ctx, preheated.contains(&s.key))
             })
             .collect();
         let (tx, rx) = tokio::sync::oneshot::channel();
@@ -585,13 +577,19 @@ mod tests {
         }
     }
 
-    fn preheated_rib() -> (FollowCore, MemoryStore, RibHandle, u64) {
+    /// A claimed store with the session and its first UPDATE (two routes).
+    fn first_update() -> (MemoryStore, u64) {
         let mut store = MemoryStore::new("edge-1");
         let epoch = store.claim().expect("claim");
         let first = update(&["10.0.0.0/24", "10.0.1.0/24"], &[]);
         store
             .write(epoch, &[session(), received(2100, &first)])
             .expect("write");
+        (store, epoch)
+    }
+
+    fn preheated_rib() -> (FollowCore, MemoryStore, RibHandle, u64) {
+        let (mut store, epoch) = first_update();
         let (mut core, rib) = (core(), rib());
         follow(&mut core, &mut store, &rib);
         assert_eq!(adj_in(&rib), ["10.0.0.0/24", "10.0.1.0/24"]);
@@ -668,12 +666,7 @@ mod tests {
     /// after the log, not before it.
     #[test]
     fn updates_received_while_the_logs_are_read_apply_after_them() {
-        let mut store = MemoryStore::new("edge-1");
-        let epoch = store.claim().expect("claim");
-        let first = update(&["10.0.0.0/24", "10.0.1.0/24"], &[]);
-        store
-            .write(epoch, &[session(), received(2100, &first)])
-            .expect("write");
+        let (mut store, epoch) = first_update();
         let core = core();
         let rib = rib();
         let (state, ends) = store.load_heads(&HashMap::new()).expect("load");
@@ -698,15 +691,7 @@ mod tests {
         rib.send(RibCmd::AddPeer(t.settings.spec.clone()));
         let (tx, rx) = tokio::sync::oneshot::channel();
         rib.send(RibCmd::Resume {
-            peers: vec![ResumePeer {
-                key: s.key.clone(),
-                spec,
-                gen: 1,
-                ctx,
-                adj_in: Vec::new(),
-                adj_out: Vec::new(),
-                preheated: false,
-            }],
+            peers: vec![ResumePeer::logs_to_come(s.key.clone(), spec, ctx, false)],
             logs: Some(logs),
             reply: tx,
         });

@@ -564,8 +564,8 @@ async fn upgrade(
     binary: &str,
     wait: Option<u64>,
 ) -> Result<(Value, String)> {
-    if !binary.starts_with('/') {
-        bail!("--binary {binary:?}: an absolute path is needed (the same on every host)");
+    if let Some(why) = holdfast_controller::state::binary_path_error(binary) {
+        bail!("--binary: {why}");
     }
     let Some(before) = store.get::<UnitRecord>(&keys.unit(unit)).await? else {
         bail!("no unit {unit:?}");
@@ -615,8 +615,8 @@ async fn upgrade_host(
     binary: &str,
     wait: Option<u64>,
 ) -> Result<(Value, String)> {
-    if !binary.starts_with('/') {
-        bail!("--binary {binary:?}: an absolute path is needed (the same on every host)");
+    if let Some(why) = holdfast_controller::state::binary_path_error(binary) {
+        bail!("--binary: {why}");
     }
     let on_host: Vec<String> = read(store, keys)
         .await?

@@ -40,15 +40,12 @@ impl Daemon {
         self.resume_peers
             .entry(s.instance.clone())
             .or_default()
-            .push(ResumePeer {
-                key: stored.key.clone(),
+            .push(ResumePeer::logs_to_come(
+                stored.key.clone(),
                 spec,
-                gen: 1,
                 ctx,
-                adj_in: stored.adj_in.clone(),
-                adj_out: stored.adj_out.clone(),
                 preheated,
-            });
+            ));
         true
     }
 

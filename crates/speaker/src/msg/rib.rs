@@ -173,6 +173,22 @@ pub struct ResumePeer {
     pub preheated: bool,
 }
 
+impl ResumePeer {
+    /// A session taken over whose logs come with the takeover's
+    /// `RibCmd::Resume` (`nsr::PendingLogs`): none here yet.
+    pub fn logs_to_come(key: String, spec: PeerSpec, ctx: CodecCtx, preheated: bool) -> ResumePeer {
+        ResumePeer {
+            key,
+            spec,
+            gen: 1,
+            ctx,
+            adj_in: Vec::new(),
+            adj_out: Vec::new(),
+            preheated,
+        }
+    }
+}
+
 /// What rebuilding the tables took.
 #[derive(Debug, Default, Clone)]
 pub struct ResumeReport {
