@@ -18,7 +18,12 @@
 //!    mass-migration figure; frr: no session's counters, uptime or routes
 //!    changed, no NOTIFICATION;
 //! 3. **drain** of b (8 units): `holdfast ctl drain b --wait 120` moves
-//!    each by planned switchover to c; none is left on b; frr saw nothing.
+//!    each by planned switchover to c; none is left on b; frr saw nothing;
+//! 4. **upgrade** of c (all 16 units now) to a copy of holdfastd at another
+//!    path: `holdfast ctl upgrade --host c --binary PATH --wait 300` moves
+//!    the units one at a time, each through a standby of PATH on b; every
+//!    unit's placement names PATH; frr saw nothing; the time a unit takes
+//!    is printed.
 //!
 //! `two_hosts_fail_at_once`: a and b fail in the same instant: two `host`
 //! verdicts, u1 and u2 both resume on c, frr saw nothing.
@@ -132,6 +137,38 @@ fn a_host_with_16_units_fails_and_a_host_with_8_is_drained() {
     let s = w
         .check(&p, Duration::from_secs(2))
         .unwrap_or_else(|e| panic!("3: {e}"));
+    println!("   frr: {s}");
+
+    // 4. Upgrade of c (all 16 units) to another binary, one unit at a time.
+    let next = p.lab.work_dir().join("builds/next");
+    std::fs::create_dir_all(&next).expect("build directory");
+    let binary = next.join("holdfastd");
+    std::fs::copy(&p.bins.holdfastd, &binary).expect("copy holdfastd");
+    let bin = binary.display().to_string();
+    let w = p.watch(false).expect("watch");
+    let t = Instant::now();
+    let done = p
+        .ctl(&["upgrade", "--host", "c", "--binary", &bin, "--wait", "300"])
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(done["done"], true, "{done}");
+    let took = t.elapsed();
+    let moved = wait_all_moved(&p, &names, &["c"]);
+    println!(
+        "4. holdfast ctl upgrade --host c: {} units on {bin} in {took:?} ({:?} a unit): {moved:?}",
+        names.len(),
+        took / names.len() as u32
+    );
+    let units = p.ctl(&["units"]).expect("holdfast ctl units");
+    for u in &names {
+        let rec = units
+            .as_array()
+            .and_then(|a| a.iter().find(|r| r["unit"] == *u))
+            .unwrap_or_else(|| panic!("no {u} in {units}"));
+        assert_eq!(rec["binary"], bin, "{u}: {rec}");
+    }
+    let s = w
+        .check(&p, Duration::from_secs(2))
+        .unwrap_or_else(|e| panic!("4: {e}"));
     println!("   frr: {s}");
 }
 
