@@ -2,8 +2,8 @@
 //! --dirty` of the tree being built, or `$HOLDFAST_DESCRIBE` when it is set
 //! (a build from a source package, without `.git`), else "unknown".
 //! Re-runs when the checked-out commit moves (HEAD, its reflog, the branch
-//! it names, the packed refs: those that exist), so a new commit builds a
-//! new description; changes to the working tree alone do not rebuild
+//! it names, the packed refs: those that exist) or a tag is made
+//! (`refs/tags`), so a new commit or release tag builds a new description; changes to the working tree alone do not rebuild
 //! everything that depends on this crate.
 //! With `HOLDFAST_DESCRIBE` set, git is not asked and not watched.
 
@@ -38,6 +38,9 @@ fn main() {
             dir.join("HEAD"),
             dir.join("logs").join("HEAD"),
             common.join("packed-refs"),
+            // A release tag made on the commit already built: `git describe`
+            // names it from then on (`make deb` at the tag, README).
+            common.join("refs").join("tags"),
         ];
         if let Some(head) = git(&["symbolic-ref", "-q", "HEAD"]) {
             watched.push(common.join(head));
