@@ -12,7 +12,7 @@ STEP := @bash scripts/step.sh
 # control plane (agent, controller, holdfast-ctl) and the BFD relay.
 DEMO_BINS := holdfast-demo holdfastd holdfast holdfast-agent holdfast-controller holdfast-ctl holdfast-bfd-relay
 
-.PHONY: all deps demo-deps build demo-build test-build test demo bench clean-lab deb
+.PHONY: all deps demo-deps build demo-build test-build test demo bench clean-lab deb prev-build upgrade-soak
 
 all: build
 
@@ -48,6 +48,17 @@ test: test-build
 	@CARGO=$(CARGO) python3 scripts/run-tests.py \
 	  --extra 'doc-tests=$(CARGO) test --release --workspace --doc' \
 	  --extra 'fuzz-build=bash scripts/fuzz-build.sh crates/wire/fuzz crates/bfd/fuzz'
+
+## make prev-build: the previous release's holdfastd (the last tag before HEAD, or
+## HOLDFAST_PREV_RELEASE) in target/prev/, for the upgrade test between two builds.
+prev-build: deps
+	@CARGO=$(CARGO) bash scripts/prev-build.sh
+
+## make upgrade-soak [RUNS=10]: old -> new -> old on edge with frr, bird2 and gobgpd,
+## RUNS times in a row (issue 28's 10 of 10); a summary in target/upgrade-soak/.
+upgrade-soak: export HOLDFAST_REQUIRE_LAB := 1
+upgrade-soak: test-build
+	@bash scripts/upgrade-soak.sh $(or $(RUNS),10)
 
 ## make demo: frr and bird2 peers, 100k routes in, 10k out; the four failure kinds of
 ## TENSOR Table 1, each taken over; Table 1 with what the peers saw, lab/reports/demo.*

@@ -99,6 +99,10 @@ EXCLUSIVE = [
     "holdfast-lab/lab/stall_bfd::",
     "holdfast-lab/lab/nsr_bfd_relay_frr::",
     "holdfast-lab/lab/nsr_bfd_relay_bird::",
+    # Upgrades between two builds with frr's and bird2's BFD at 100 ms x 3 and the
+    # relay (the exposure of the relay tests).
+    "holdfast-lab/lab/upgrade_releases::frr_",
+    "holdfast-lab/lab/upgrade_releases::bird_",
     # `holdfast lab`'s four failure kinds on the demo scenario, whose peers run BFD at
     # 100 ms x 3 with the relay (the same exposure as the reduced demo).
     "holdfast-labctl/labctl/lab_command::four_failures_and_takeovers",

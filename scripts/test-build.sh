@@ -7,7 +7,8 @@
 # only the tests need is installed (install-deps.sh test-run: the other
 # peers and tools, cargo-deb, the venv, the Debian root) and the fuzz
 # targets are built (scripts/fuzz-build.sh, which installs cargo-fuzz;
-# `make test` checks them again as a test). The build has long stretches on one core (the speaker
+# `make test` checks them again as a test), then the previous release's
+# holdfastd (scripts/prev-build.sh, for the upgrade test between two builds). The build has long stretches on one core (the speaker
 # crate, the links), which the second core spends on these. Waits for both;
 # prints each step with the time since `make` started (scripts/step.sh).
 set -euo pipefail
@@ -21,6 +22,10 @@ bash scripts/install-deps.sh demo-build
   # A failed fuzz build is reported by the test that builds them again.
   nice -n 19 $step -q "building the fuzz targets (scripts/fuzz-build.sh)" \
     bash scripts/fuzz-build.sh crates/wire/fuzz crates/bfd/fuzz || true
+  # The previous release's holdfastd, for `upgrade_releases` (which fails,
+  # naming this script, when it is missing).
+  nice -n 19 $step -q "building the previous release's holdfastd (scripts/prev-build.sh)" \
+    bash scripts/prev-build.sh || true
 ) &
 side_pid=$!
 trap 'kill "$side_pid" 2>/dev/null || true' EXIT

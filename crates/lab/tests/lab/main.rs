@@ -24,6 +24,8 @@ mod nsr_common;
 mod nsr_plane;
 #[path = "../support/robust.rs"]
 mod robust_common;
+#[path = "../support/upgrade.rs"]
+mod upgrade_common;
 
 mod agent_self_fence;
 mod bfd_interop;
@@ -80,3 +82,4 @@ mod rpki_stayrtr;
 mod stall_bfd;
 mod stall_store;
 mod upgrade_frr;
+mod upgrade_releases;

@@ -39,73 +39,13 @@
 //!   answering `holdfastd --schemas` with schema 2) is refused before
 //!   anything moves, and the error names both builds and their schemas.
 
+use crate::upgrade_common::{copy_binary, exe, upgrade};
 use crate::{nsr_common, nsr_plane};
 
 use holdfast_lab::{Frr, PeerKind};
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::path::PathBuf;
 
-const UNIT: &str = "edge-1";
-
-/// A copy of `from` at `dir/holdfastd`.
-fn copy_binary(from: &Path, dir: &Path) -> PathBuf {
-    std::fs::create_dir_all(dir).expect("build directory");
-    let to = dir.join("holdfastd");
-    std::fs::copy(from, &to).expect("copy holdfastd");
-    to
-}
-
-/// `/proc/PID/exe`.
-fn exe(pid: u64) -> PathBuf {
-    std::fs::read_link(format!("/proc/{pid}/exe")).expect("the unit's process")
-}
-
-/// `holdfast ctl upgrade` of the unit (`host`: of its primary's host) to
-/// `binary`; the unit's new primary runs it.
-fn upgrade(r: &mut nsr_plane::Run<Frr>, binary: &Path, host: bool) {
-    let bin = binary.display().to_string();
-    let on = r.hf().host_name.clone();
-    let (what, target) = match host {
-        true => (
-            format!("upgrade of host {on} to {bin}"),
-            ["--host", on.as_str()],
-        ),
-        false => (format!("upgrade to {bin}"), [UNIT, ""]),
-    };
-    let old = r.take_over(&what, |r| {
-        let mut args: Vec<&str> = vec!["upgrade"];
-        args.extend(target.iter().filter(|a| !a.is_empty()));
-        args.extend(["--binary", &bin, "--wait", "120"]);
-        let done = r
-            .plane
-            .ctl(&args)
-            .unwrap_or_else(|e| panic!("holdfast ctl upgrade: {e}"));
-        assert!(done["done"] == true, "holdfast ctl upgrade: {done}");
-        println!("{what}: {done}");
-    });
-    holdfast_lab::wait_ok(
-        &format!("{what}: the old process exits"),
-        Duration::from_secs(30),
-        || {
-            (!old.is_alive())
-                .then_some(())
-                .ok_or("still running".to_string())
-        },
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
-    let pid = r.hf().pid;
-    assert_eq!(
-        exe(pid),
-        binary.canonicalize().expect("binary"),
-        "{what}: the new primary (pid {pid}) runs another binary"
-    );
-    let units = r.plane.ctl(&["units"]).expect("holdfast ctl units");
-    let u = units
-        .as_array()
-        .and_then(|a| a.iter().find(|u| u["unit"] == UNIT))
-        .unwrap_or_else(|| panic!("no {UNIT} in {units}"));
-    assert_eq!(u["binary"], bin, "{what}: the placement's binary");
-}
+const UNIT: &str = nsr_plane::UNIT;
 
 #[test]
 fn frr_never_notices_an_upgrade_and_its_rollback() {

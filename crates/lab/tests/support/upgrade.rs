@@ -1,0 +1,162 @@
+//! What the upgrade scenarios share (`upgrade_frr`, `upgrade_releases`):
+//! builds placed in the lab's work directory, `holdfast ctl upgrade` of the
+//! unit or of its host with the checks that it landed, the previous
+//! release's build (`scripts/prev-build.sh`), and the peer's BFD session
+//! as its own CLI reports it before and after.
+
+use crate::nsr_plane::{Run, UNIT};
+
+use holdfast_lab::{BfdView, Peer};
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// A copy of `from` at `dir/holdfastd`.
+pub fn copy_binary(from: &Path, dir: &Path) -> PathBuf {
+    std::fs::create_dir_all(dir).expect("build directory");
+    let to = dir.join("holdfastd");
+    std::fs::copy(from, &to).expect("copy holdfastd");
+    to
+}
+
+/// `/proc/PID/exe`.
+pub fn exe(pid: u64) -> PathBuf {
+    std::fs::read_link(format!("/proc/{pid}/exe")).expect("the unit's process")
+}
+
+/// `BINARY --version`, first line.
+pub fn version(binary: &Path) -> String {
+    let out = std::process::Command::new(binary)
+        .arg("--version")
+        .output()
+        .unwrap_or_else(|e| panic!("{} --version: {e}", binary.display()));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// The previous release's holdfastd, built by `scripts/prev-build.sh`
+/// (`make test` runs it): `$HOLDFAST_PREV_HOLDFASTD`, else the workspace's
+/// `target/prev/holdfastd`. `None` (a failure under
+/// `HOLDFAST_REQUIRE_LAB=1`) when it is not there.
+pub fn prev_release() -> Option<PathBuf> {
+    let path = std::env::var_os("HOLDFAST_PREV_HOLDFASTD")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/prev/holdfastd")
+        });
+    if path.is_file() {
+        return Some(path);
+    }
+    holdfast_lab::skip(&format!(
+        "no build of the previous release at {} (bash scripts/prev-build.sh builds it)",
+        path.display()
+    ));
+    None
+}
+
+/// `holdfast ctl upgrade` of the unit (`host`: of its primary's host) to
+/// `binary`, waited for; the unit's new primary runs it, the old process
+/// exits, and `holdfast ctl units` names it. Returns how long the command
+/// took.
+pub fn upgrade<P: Peer>(r: &mut Run<P>, binary: &Path, host: bool) -> Duration {
+    let bin = binary.display().to_string();
+    let on = r.hf().host_name.clone();
+    let (what, target) = match host {
+        true => (
+            format!("upgrade of host {on} to {bin}"),
+            ["--host", on.as_str()],
+        ),
+        false => (format!("upgrade to {bin}"), [UNIT, ""]),
+    };
+    let mut took = Duration::ZERO;
+    let old = r.take_over(&what, |r| {
+        let mut args: Vec<&str> = vec!["upgrade"];
+        args.extend(target.iter().filter(|a| !a.is_empty()));
+        args.extend(["--binary", &bin, "--wait", "120"]);
+        let t0 = Instant::now();
+        let done = r
+            .plane
+            .ctl(&args)
+            .unwrap_or_else(|e| panic!("holdfast ctl upgrade: {e}"));
+        took = t0.elapsed();
+        assert!(done["done"] == true, "holdfast ctl upgrade: {done}");
+        println!("{what}: {done} ({took:?})");
+    });
+    holdfast_lab::wait_ok(
+        &format!("{what}: the old process exits"),
+        Duration::from_secs(30),
+        || {
+            (!old.is_alive())
+                .then_some(())
+                .ok_or("still running".to_string())
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let pid = r.hf().pid;
+    assert_eq!(
+        exe(pid),
+        binary.canonicalize().expect("binary"),
+        "{what}: the new primary (pid {pid}) runs another binary"
+    );
+    let units = r.plane.ctl(&["units"]).expect("holdfast ctl units");
+    let u = units
+        .as_array()
+        .and_then(|a| a.iter().find(|u| u["unit"] == UNIT))
+        .unwrap_or_else(|| panic!("no {UNIT} in {units}"));
+    assert_eq!(u["binary"], bin, "{what}: the placement's binary");
+    took
+}
+
+/// The peer's BFD session with the unit, by the peer's own CLI, read at
+/// `at`.
+#[derive(Debug, Clone)]
+pub struct BfdSeen {
+    pub at: Instant,
+    pub view: BfdView,
+}
+
+/// The peer's BFD session with `svc` once it is Up.
+pub fn bfd_up<P: Peer>(r: &Run<P>, what: &str, svc: IpAddr) -> BfdSeen {
+    let view = holdfast_lab::wait_ok(
+        &format!("{what}: the peer's BFD session Up"),
+        Duration::from_secs(60),
+        || match r.peer().bfd_session(&r.plane.lab, svc) {
+            Ok(Some(v)) if v.up => Ok(v),
+            Ok(v) => Err(format!("{v:?}")),
+            Err(e) => Err(e.to_string()),
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    BfdSeen {
+        at: Instant::now(),
+        view,
+    }
+}
+
+/// The peer's BFD session never left Up between `before` and now, by its
+/// own record: Up now, frr's `session-down` counter unchanged and its
+/// uptime grown by the time between (less a second of rounding), bird2's
+/// "Since" (the last state change) unchanged.
+pub fn assert_bfd_stayed_up<P: Peer>(r: &Run<P>, what: &str, svc: IpAddr, before: &BfdSeen) {
+    let now = bfd_up(r, what, svc);
+    let (b, n) = (&before.view, &now.view);
+    assert_eq!(
+        b.session_downs, n.session_downs,
+        "{what}: the peer counted its BFD session down: {b:?} -> {n:?}"
+    );
+    assert_eq!(
+        b.since, n.since,
+        "{what}: the peer's BFD session changed state: {b:?} -> {n:?}"
+    );
+    if let (Some(u0), Some(u1)) = (b.uptime_secs, n.uptime_secs) {
+        let elapsed = (now.at - before.at).as_secs();
+        assert!(
+            u1 + 1 >= u0 + elapsed,
+            "{what}: the peer's BFD uptime went from {u0} s to {u1} s in {elapsed} s: it restarted"
+        );
+    }
+    println!("{what}: the peer's BFD session stayed Up ({b:?} -> {n:?})");
+}
