@@ -604,7 +604,8 @@ fn runs(pid: u32, program: &std::path::Path) -> bool {
 }
 
 /// Whether the standby behind `sock` has followed the store (`show nsr`:
-/// caught up); the error says where it is.
+/// caught up, or following a stream of changes a poll behind); the error
+/// says where it is.
 fn standby_caught_up(sock: &std::path::Path, program: &std::path::Path) -> Result<(), String> {
     let answer = holdfast_api::client::request(
         sock,
@@ -617,13 +618,14 @@ fn standby_caught_up(sock: &std::path::Path, program: &std::path::Path) -> Resul
         return Err("unexpected answer to show nsr".into());
     };
     match n.standby {
-        Some(s) if s.caught_up => Ok(()),
+        Some(s) if s.caught_up || s.following => Ok(()),
         Some(s) => Err(format!(
-            "standby of {} following the store: {} sessions, {} chunks applied, {} polls{}",
+            "standby of {} following the store: {} sessions, {} chunks applied, {} polls, the last {} ms{}",
             program.display(),
             s.sessions,
             s.chunks,
             s.polls,
+            s.last_poll_ms,
             s.last_error
                 .map(|e| format!(", last error: {e}"))
                 .unwrap_or_default()

@@ -479,6 +479,16 @@ pub struct StandbyStatus {
     /// what its peer holds: a takeover now skips the comparison too.
     #[serde(default)]
     pub prepared: bool,
+    /// Caught up, or the last poll (the read, and the RIB threads' applying
+    /// of what it read) took no longer than a few polls: the standby trails
+    /// the store by about a poll even while the tables keep changing. An
+    /// upgrade's standby step waits for this (a build without it: for
+    /// `caught_up`).
+    #[serde(default)]
+    pub following: bool,
+    /// How long the last poll took (read and applied), ms.
+    #[serde(default)]
+    pub last_poll_ms: u64,
     /// The store's epoch at the last poll.
     pub store_epoch: u64,
     /// The last poll's error, if it failed.

@@ -16,7 +16,9 @@
 //!   c1..c3        etcd + holdfast-controller (NSR on)
 //! ```
 
-use crate::plane_unit::{distinct_routes, show_nsr, wait_all_established, BenchPlane, ORIGINATED};
+use crate::plane_unit::{
+    distinct_routes, show_nsr, wait_all_established, BenchPlane, ORIGINATED, UNIT,
+};
 use anyhow::{bail, Result};
 use holdfast_lab::{nsr_config, Holdfastd, Lab, NsrTopo, Redis};
 use holdfast_tester::workload::{generate, prefix_count, Kind};
@@ -128,6 +130,19 @@ pub struct Sample {
     pub store_bytes: Vec<(String, u64)>,
     /// The takeover, if one was run.
     pub takeover: Option<Takeover>,
+    /// The upgrade, if one was run ([`Backup::Upgrade`]).
+    pub upgrade: Option<Upgrade>,
+}
+
+/// `holdfast ctl upgrade` of the unit with the N routes in its tables.
+pub struct Upgrade {
+    /// `holdfast ctl upgrade --wait`'s own time (its `seconds`).
+    pub seconds: f64,
+    /// When it saw the standby step done (`steps_done_at.standby`): the new
+    /// build's standby started on the backup host and followed the store.
+    pub standby_s: f64,
+    /// The monitor kept every route and got no NOTIFICATION.
+    pub routes_kept: bool,
 }
 
 /// A takeover's phases.
@@ -221,6 +236,10 @@ pub enum Backup {
     /// `holdfastd --standby` from before the routes are sent; after the
     /// kill the agent has it take over (`nsr takeover`).
     Preheated,
+    /// No kill: once the preheated standby has followed the routes,
+    /// `holdfast ctl upgrade` moves the unit to another copy of holdfastd
+    /// (a new standby of it on b reads the whole store: the warm-up).
+    Upgrade,
 }
 
 /// Streams `bytes` from `inj` and waits until `mon` holds `want` routes.
@@ -288,6 +307,7 @@ pub fn one_run(
         nsr: None,
         store_bytes: Vec::new(),
         takeover: None,
+        upgrade: None,
     })
 }
 
@@ -301,7 +321,7 @@ fn one_run_on(n: usize, kind: Kind, backup: Backup, deadline: Duration) -> Resul
             (feed, INJ_AS, "none"),
             (BenchPlane::mon_addr(), MON_AS, "all"),
         ],
-        backup == Backup::Preheated,
+        matches!(backup, Backup::Preheated | Backup::Upgrade),
     )?;
     let lab = &bp.plane.lab;
     let topo = &bp.plane.topo;
@@ -324,12 +344,17 @@ fn one_run_on(n: usize, kind: Kind, backup: Backup, deadline: Duration) -> Resul
         nsr: Some(nsr_at_rest(&sock, Duration::from_secs(30))?),
         store_bytes: store_bytes(lab, &bp.plane.redis)?,
         takeover: None,
+        upgrade: None,
     };
     if backup == Backup::None {
         return Ok(sample);
     }
-    if backup == Backup::Preheated {
+    if matches!(backup, Backup::Preheated | Backup::Upgrade) {
         wait_caught_up(&bp.socket("b"), n)?;
+    }
+    if backup == Backup::Upgrade {
+        sample.upgrade = Some(upgrade(&bp, &mon, want)?);
+        return Ok(sample);
     }
     let (killed, control) = bp.kill_and_take_over("a", "b")?;
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -360,4 +385,27 @@ fn one_run_on(n: usize, kind: Kind, backup: Backup, deadline: Duration) -> Resul
         routes_kept: kept,
     });
     Ok(sample)
+}
+
+/// `holdfast ctl upgrade UNIT --binary COPY --wait`: the unit moves to a
+/// copy of the same holdfastd at another path (the agents tell builds
+/// apart by path), through a new standby of it on b.
+fn upgrade(bp: &BenchPlane, mon: &Tester, want: usize) -> Result<Upgrade> {
+    let dir = bp.plane.lab.work_dir().join("builds").join("next");
+    std::fs::create_dir_all(&dir)?;
+    let bin = dir.join("holdfastd");
+    std::fs::copy(&bp.plane.bins.holdfastd, &bin)?;
+    let bin = bin.display().to_string();
+    let v = bp
+        .plane
+        .ctl(&["upgrade", UNIT, "--binary", &bin, "--wait", "600"])?;
+    if v["done"] != true {
+        bail!("holdfast ctl upgrade: {v}");
+    }
+    let kept = mon.view(|v| v.notifications.is_empty() && !v.closed) && mon.route_count() >= want;
+    Ok(Upgrade {
+        seconds: v["seconds"].as_f64().unwrap_or(f64::NAN),
+        standby_s: v["steps_done_at"]["standby"].as_f64().unwrap_or(f64::NAN),
+        routes_kept: kept,
+    })
 }

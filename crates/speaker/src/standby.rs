@@ -14,7 +14,11 @@
 //! nothing new after a change (KEEPALIVEs alone are nothing new), it asks
 //! the RIB threads to compare each session's Adj-RIB-Out with what its
 //! peer holds (`RibCmd::Prepare`), so that a takeover while the tables are
-//! unchanged skips that comparison too.
+//! unchanged skips that comparison too. Each poll waits until the RIB
+//! threads have applied the one before; a poll that took no longer than
+//! [`FOLLOWING_WITHIN`] leaves it `following` (`show nsr`), caught up or
+//! not: what an upgrade's standby step waits for, so that a unit whose
+//! tables never stop changing can still be upgraded.
 //!
 //! A standby never writes to the store, never claims the instance, and
 //! has no session, gate, guard or address: the RIB threads' output has no
@@ -39,7 +43,7 @@
 
 use crate::addrs::Interfaces;
 use crate::msg::peer::PeerSettings;
-use crate::msg::rib::{Preheat, PreheatPeer, ResumePeer, RibCmd, RibHandle};
+use crate::msg::rib::{Preheat, PreheatPeer, ResumePeer, RibCmd, RibHandle, RibQuery};
 use crate::peer::resume_spec;
 use crate::tables;
 use holdfast_api::StandbyStatus;
@@ -52,6 +56,10 @@ use std::time::Duration;
 
 /// How often the standby reads the store.
 pub const POLL: Duration = Duration::from_millis(100);
+
+/// A poll (read and applied) no longer than this leaves the standby
+/// `following` the store even when it found changes.
+pub const FOLLOWING_WITHIN: Duration = Duration::from_millis(300);
 
 /// A neighbour the standby may follow a stored session for.
 pub struct Target {
@@ -100,7 +108,17 @@ impl FollowCore {
         self.status.polls += 1;
         self.status.poll_errors += 1;
         self.status.caught_up = false;
+        self.status.following = false;
         self.status.last_error = Some(e.to_string());
+    }
+
+    /// After a poll's work was applied by the RIB threads: how long the
+    /// poll took from the start of its read. The standby is `following`
+    /// when it is caught up, or when the poll took at most
+    /// [`FOLLOWING_WITHIN`] (a stream of changes it keeps up with).
+    pub fn poll_took(&mut self, took: Duration) {
+        self.status.last_poll_ms = u64::try_from(took.as_millis()).unwrap_or(u64::MAX);
+        self.status.following = self.status.caught_up || took <= FOLLOWING_WITHIN;
     }
 
     /// What a poll read (from [`FollowCore::positions`]): the work of each
@@ -226,17 +244,36 @@ impl Follower {
                 // last changed.
                 let mut prepared = false;
                 loop {
+                    let started = std::time::Instant::now();
                     match store.load_since(core.positions()) {
                         Ok(state) => {
                             if last_error.take().is_some() {
                                 tracing::info!("standby: the state store answers again");
                             }
+                            let mut sent = Vec::new();
                             for (inst, work) in core.handle(state, &Interfaces::new()) {
                                 if let Some(rib) = ribs.get(&inst) {
                                     rib.send(RibCmd::Preheat(work));
+                                    sent.push(rib);
                                     prepared = false;
                                 }
                             }
+                            // An empty query behind the work: answered once
+                            // the RIB thread has applied it (the next poll
+                            // waits for that too, so the RIB never falls
+                            // behind by more than a poll's work).
+                            let applied: Vec<_> = sent
+                                .into_iter()
+                                .map(|rib| {
+                                    let (tx, rx) = tokio::sync::oneshot::channel();
+                                    rib.send(RibCmd::Query(RibQuery::Validity(Vec::new()), tx));
+                                    rx
+                                })
+                                .collect();
+                            for rx in applied {
+                                let _ = rx.blocking_recv();
+                            }
+                            core.poll_took(started.elapsed());
                             if !core.status.caught_up {
                                 prepared = false;
                             }
@@ -365,6 +402,25 @@ mod tests {
         assert_eq!(inst, "default");
         assert!(work.next().is_none());
         p
+    }
+
+    #[test]
+    fn a_quick_poll_that_found_changes_still_counts_as_following() {
+        let mut core = FollowCore::new(HashMap::new());
+        core.status.caught_up = false;
+        core.poll_took(Duration::from_millis(40));
+        assert!(core.status.following, "a stream it keeps up with");
+        assert_eq!(core.status.last_poll_ms, 40);
+        core.poll_took(FOLLOWING_WITHIN + Duration::from_millis(1));
+        assert!(
+            !core.status.following,
+            "a poll longer than FOLLOWING_WITHIN"
+        );
+        core.status.caught_up = true;
+        core.poll_took(Duration::from_secs(5));
+        assert!(core.status.following, "caught up is following");
+        core.failed(&StoreError::Unavailable("down".into()));
+        assert!(!core.status.following, "a failed poll");
     }
 
     #[test]

@@ -56,6 +56,12 @@ struct Args {
     /// unset: one per core).
     #[arg(long, default_value = "default", value_delimiter = ',')]
     io_threads: Vec<String>,
+    /// Instead of the NSR off/on and takeover runs: `holdfast ctl upgrade`
+    /// of the unit with each size's routes in its tables, once its
+    /// preheated standby has followed them (the new build's standby warm-up
+    /// and the whole upgrade's time).
+    #[arg(long)]
+    upgrade: bool,
 }
 
 fn parse_size(s: &str) -> Result<usize> {
@@ -188,6 +194,45 @@ fn takeover_table(report: &mut String, size: &str, all: &[(Backup, Takeover)]) {
     );
 }
 
+/// `--upgrade`: per size, `holdfast ctl upgrade` after the routes are in.
+fn upgrade_figures(report: &mut String, args: &Args, kind: Kind) -> Result<()> {
+    let _ = writeln!(
+        report,
+        "## `holdfast ctl upgrade` with the routes in the tables\n\n\
+         The unit's preheated standby has followed the routes; the upgrade starts a standby of \
+         the new build on b (it reads the whole store: the warm-up), switches over to it, then \
+         brings a back as the new build's standby. Seconds from the request, every run.\n\n\
+         | routes | standby step done (warm-up) | upgrade done | switchover and the rest | routes kept |\n\
+         |---|---|---|---|---|"
+    );
+    for size in &args.sizes {
+        let n = parse_size(size)?;
+        let (mut warm, mut all, mut kept) = (Vec::new(), Vec::new(), true);
+        for run in 0..args.runs {
+            let s = one_run(n, kind, true, Backup::Upgrade, DEADLINE)?;
+            let u = s
+                .upgrade
+                .ok_or_else(|| anyhow::anyhow!("no upgrade measured"))?;
+            println!(
+                "{size} run {run} upgrade: learn {:.3} s; standby step done at {:.2} s, upgrade done in {:.2} s, routes kept: {}",
+                s.learn.as_secs_f64(),
+                u.standby_s,
+                u.seconds,
+                u.routes_kept
+            );
+            warm.push(u.standby_s);
+            all.push(u.seconds);
+            kept &= u.routes_kept;
+        }
+        let rest: Vec<f64> = all.iter().zip(&warm).map(|(a, w)| a - w).collect();
+        let _ = writeln!(
+            report,
+            "| {size} | {warm:.2?} | {all:.2?} | {rest:.2?} | {kept} |"
+        );
+    }
+    Ok(())
+}
+
 fn main() -> Result<()> {
     let args = Args::parse();
     let kind: Kind = args.kind.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -222,6 +267,11 @@ fn main() -> Result<()> {
         args.runs,
         args.kind
     );
+    if args.upgrade {
+        upgrade_figures(&mut report, &args, kind)?;
+        println!("\n{report}");
+        return Ok(());
+    }
     for size in &args.sizes {
         let n = parse_size(size)?;
         let (mut off, mut on) = (Vec::new(), Vec::new());

@@ -523,6 +523,32 @@ async fn request(
     req: &OperatorRequest,
     wait: Option<u64>,
 ) -> Result<(Value, String)> {
+    request_timed(store, keys, req, wait, None)
+        .await
+        .map(|(j, t, _)| (j, t))
+}
+
+/// The steps of `unit`'s next migration seen done, each with the seconds
+/// from the request to the first poll that found it.
+type StepTimes = Vec<(String, f64)>;
+
+/// [`request`], and with `--wait` and `unit`: when each step of the unit's
+/// migration (one started after the request) was first seen done, polled
+/// every 50 ms.
+async fn request_timed(
+    store: &mut Store,
+    keys: &Keys,
+    req: &OperatorRequest,
+    wait: Option<u64>,
+    unit: Option<&str>,
+) -> Result<(Value, String, StepTimes)> {
+    let earlier = match unit {
+        Some(u) => store
+            .get::<Migration>(&keys.migration_of(u))
+            .await?
+            .map(|m| m.id),
+        None => None,
+    };
     let ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis());
@@ -536,22 +562,38 @@ async fn request(
         return Ok((
             json!({"request": id, "done": false}),
             format!("requested ({id})\n"),
+            Vec::new(),
         ));
     };
-    let end = Instant::now() + Duration::from_secs(secs);
+    let started = Instant::now();
+    let end = started + Duration::from_secs(secs);
+    let mut steps: StepTimes = Vec::new();
     loop {
         let pending = store.get::<Value>(&key).await?.is_some();
         let migrating = !store.migrations_in_flight().await?.is_empty();
+        if let Some(u) = unit {
+            let m = store.get::<Migration>(&keys.migration_of(u)).await?;
+            if let Some(m) = m.filter(|m| Some(&m.id) != earlier.as_ref()) {
+                let done = store.list(&keys.steps(&m.id)).await?;
+                for step in m.steps.iter().filter(|s| done.contains(s)) {
+                    if !steps.iter().any(|(s, _)| s == step) {
+                        steps.push((step.clone(), started.elapsed().as_secs_f64()));
+                    }
+                }
+            }
+        }
         if !pending && !migrating {
             return Ok((
                 json!({"request": id, "done": true}),
                 format!("done ({id})\n"),
+                steps,
             ));
         }
         if Instant::now() > end {
             bail!("request {id} not done after {secs} s (pending: {pending}, migration in flight: {migrating})");
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        let poll = if unit.is_some() { 50 } else { 100 };
+        tokio::time::sleep(Duration::from_millis(poll)).await;
     }
 }
 
@@ -578,21 +620,28 @@ async fn upgrade(
         binary: binary.to_string(),
     };
     let started = Instant::now();
-    let (j, t) = request(store, keys, &req, wait).await?;
+    let (j, t, steps) = request_timed(store, keys, &req, wait, Some(unit)).await?;
     if wait.is_none() {
         return Ok((j, t));
     }
     let after = store.get::<UnitRecord>(&keys.unit(unit)).await?;
+    let seen: serde_json::Map<String, Value> =
+        steps.iter().map(|(s, at)| (s.clone(), json!(at))).collect();
+    let seen_text: Vec<String> = steps
+        .iter()
+        .map(|(s, at)| format!("{s} {at:.2} s"))
+        .collect();
     match after {
         Some(u) if u.binary.as_deref() == Some(binary) => Ok((
             json!({"request": j["request"], "done": true, "unit": unit, "primary": u.primary,
                    "backup": u.backup, "binary": binary, "from_primary": before.primary,
-                   "seconds": started.elapsed().as_secs_f64()}),
+                   "seconds": started.elapsed().as_secs_f64(), "steps_done_at": seen}),
             format!(
-                "{unit} runs {binary} on {} (was on {}), in {:.1} s\n",
+                "{unit} runs {binary} on {} (was on {}), in {:.1} s (steps done at: {})\n",
                 u.primary,
                 before.primary,
-                started.elapsed().as_secs_f64()
+                started.elapsed().as_secs_f64(),
+                seen_text.join(", ")
             ),
         )),
         _ => {
