@@ -260,12 +260,13 @@ fn main() -> Result<()> {
     let mut report = String::new();
     let _ = writeln!(
         report,
-        "# NSR figures ({} workload, median of {} runs, `holdfast-nsr-bench --sizes {} --runs {} --kind {}`)\n",
+        "# NSR figures ({} workload, median of {} runs, `holdfast-nsr-bench --sizes {} --runs {} --kind {}{}`)\n",
         args.kind,
         args.runs,
         args.sizes.join(","),
         args.runs,
-        args.kind
+        args.kind,
+        if args.upgrade { " --upgrade" } else { "" }
     );
     if args.upgrade {
         upgrade_figures(&mut report, &args, kind)?;
