@@ -910,9 +910,9 @@ impl Store for RedisStore {
         self.load_since(&HashMap::new())
     }
 
-    /// One `SMEMBERS`, one pipeline of a `MULTI`/`EXEC` per session
-    /// reading it from its position, and for the sessions whose logs
-    /// changed version since, one more reading them whole ([`load`]).
+    /// One `SMEMBERS`, one `MULTI`/`EXEC` reading every session from its
+    /// position, and for the sessions whose logs changed version since,
+    /// one more reading them whole ([`load`]).
     fn load_since(&mut self, from: &HashMap<String, LogPos>) -> Result<InstanceState, StoreError> {
         self.read_since(from)
     }

@@ -1,10 +1,8 @@
-//! Reading an instance back: every session, each at one instant of its own,
-//! with its logs from a position ([`holdfast_nsr::Store::load_since`], a
-//! standby's poll: one `MULTI`/`EXEC` per session, pipelined, so that Redis
-//! serves the primary's writes between two sessions), or every session at
-//! one instant without the logs ([`holdfast_nsr::Store::load_heads`]) and
-//! then the logs up to where they ended ([`holdfast_nsr::Store::load_logs`],
-//! a takeover's two reads); the BFD records and run-time routes beside them.
+//! Reading an instance back: every session at one instant with its logs
+//! from a position ([`holdfast_nsr::Store::load_since`], a standby's poll), or without
+//! them ([`holdfast_nsr::Store::load_heads`]) and then the logs up to where they ended
+//! ([`holdfast_nsr::Store::load_logs`], a takeover's two reads); the BFD records and
+//! run-time routes beside them.
 
 use super::{bulk, list, parse_epoch, RawHash, RedisStore};
 use holdfast_nsr::batch;
@@ -22,19 +20,6 @@ enum Logs {
     Read,
     /// Only their lengths (`LLEN`): the sessions come with empty logs.
     Count,
-}
-
-/// Whether [`RedisStore::read_sessions`] reads every session at one
-/// instant.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Reading {
-    /// One `MULTI`/`EXEC` around them all (a takeover's read).
-    AtOnce,
-    /// One `MULTI`/`EXEC` per session, pipelined (a standby's poll): each
-    /// session is read at an instant of its own, and Redis serves the
-    /// primary's writes between two sessions instead of after all of
-    /// them (a thousand sessions are about 9,000 commands).
-    PerSession,
 }
 
 /// `LRANGE` bounds for the chunks `from..end` (`1 0` for none: `-1` would
@@ -86,8 +71,7 @@ impl RedisStore {
         Ok(keys)
     }
 
-    /// The epoch, and every session of `wanted` (in one `MULTI`/`EXEC`,
-    /// or one per session: `instant`) with
+    /// One `MULTI`/`EXEC`: the epoch, and every session of `wanted` with
     /// its logs from the given position, or only their lengths (the
     /// version is not compared: the caller does). Each session comes with
     /// where its logs end. A session removed meanwhile is left out.
@@ -95,68 +79,35 @@ impl RedisStore {
         &mut self,
         wanted: &[(String, LogPos)],
         logs: Logs,
-        instant: Reading,
     ) -> Result<(u64, Vec<(StoredSession, LogEnd)>), StoreError> {
         const PER_SESSION: usize = 9;
         let mut p = redis::pipe();
-        if instant == Reading::AtOnce {
-            p.atomic();
-        }
+        p.atomic();
         p.cmd("GET").arg(&self.epoch_key);
-        let per = instant == Reading::PerSession;
         for (k, pos) in wanted {
-            let key = |suffix: &str| self.session_key(k, suffix);
-            let get = |suffix: &str| {
-                let mut c = redis::cmd("GET");
-                c.arg(key(suffix));
-                c
-            };
-            let mut cmds = vec![get("rec"), get("rcv"), get("una")];
+            p.cmd("GET").arg(self.session_key(k, "rec"));
+            p.cmd("GET").arg(self.session_key(k, "rcv"));
+            p.cmd("GET").arg(self.session_key(k, "una"));
             for (suffix, from) in [("in", pos.adj_in), ("out", pos.adj_out)] {
-                cmds.push(match logs {
-                    Logs::Read => {
-                        let mut c = redis::cmd("LRANGE");
-                        c.arg(key(suffix)).arg(from).arg(-1);
-                        c
-                    }
-                    Logs::Count => {
-                        let mut c = redis::cmd("LLEN");
-                        c.arg(key(suffix));
-                        c
-                    }
-                });
+                match logs {
+                    Logs::Read => p
+                        .cmd("LRANGE")
+                        .arg(self.session_key(k, suffix))
+                        .arg(from)
+                        .arg(-1),
+                    Logs::Count => p.cmd("LLEN").arg(self.session_key(k, suffix)),
+                };
             }
-            let mut tail = redis::cmd("LRANGE");
-            tail.arg(key("tail")).arg(0).arg(-1);
-            cmds.extend([tail, get("part"), get("ver"), get("rr")]);
-            debug_assert_eq!(cmds.len(), PER_SESSION);
-            if per {
-                p.cmd("MULTI").ignore();
-            }
-            for c in cmds {
-                p.add_command(c);
-                if per {
-                    // QUEUED; EXEC answers with the replies.
-                    p.ignore();
-                }
-            }
-            if per {
-                p.cmd("EXEC");
-            }
+            p.cmd("LRANGE")
+                .arg(self.session_key(k, "tail"))
+                .arg(0)
+                .arg(-1);
+            p.cmd("GET").arg(self.session_key(k, "part"));
+            p.cmd("GET").arg(self.session_key(k, "ver"));
+            p.cmd("GET").arg(self.session_key(k, "rr"));
         }
         let r: redis::RedisResult<Vec<Value>> = p.query(self.conn()?);
         let values = r.map_err(|e| self.fail(e))?;
-        let values = match instant {
-            Reading::AtOnce => values,
-            // The epoch, then each session's EXEC: its replies in order.
-            Reading::PerSession => values
-                .into_iter()
-                .flat_map(|v| match v {
-                    Value::Array(items) => items,
-                    other => vec![other],
-                })
-                .collect(),
-        };
         if values.len() != 1 + PER_SESSION * wanted.len() {
             return Err(StoreError::Unavailable(format!(
                 "{}: load: {} replies for {} sessions",
@@ -249,15 +200,15 @@ impl RedisStore {
         Ok((bfd, originated))
     }
 
-    /// One `SMEMBERS`, one pipeline of a `MULTI`/`EXEC` per session reading
-    /// it from its position, and for the sessions whose logs changed
-    /// version since, one more reading them whole.
+    /// One `SMEMBERS`, one `MULTI`/`EXEC` reading every session from its
+    /// position, and for the sessions whose logs changed version since,
+    /// one more reading them whole.
     pub(crate) fn read_since(
         &mut self,
         from: &HashMap<String, LogPos>,
     ) -> Result<InstanceState, StoreError> {
         let wanted = self.wanted(from)?;
-        let (epoch, read) = self.read_sessions(&wanted, Logs::Read, Reading::PerSession)?;
+        let (epoch, read) = self.read_sessions(&wanted, Logs::Read)?;
         let mut sessions: Vec<StoredSession> = read.into_iter().map(|(s, _)| s).collect();
         // Logs replaced since the reader's position: read those whole.
         let again: Vec<(String, LogPos)> = sessions
@@ -267,7 +218,7 @@ impl RedisStore {
             .map(|s| (s.key.clone(), LogPos::default()))
             .collect();
         if !again.is_empty() {
-            let (_, whole) = self.read_sessions(&again, Logs::Read, Reading::PerSession)?;
+            let (_, whole) = self.read_sessions(&again, Logs::Read)?;
             let mut whole: HashMap<String, StoredSession> =
                 whole.into_iter().map(|(s, _)| (s.key.clone(), s)).collect();
             sessions.retain_mut(|s| {
@@ -300,7 +251,7 @@ impl RedisStore {
         from: &HashMap<String, LogPos>,
     ) -> Result<(InstanceState, HashMap<String, LogEnd>), StoreError> {
         let wanted = self.wanted(from)?;
-        let (epoch, read) = self.read_sessions(&wanted, Logs::Count, Reading::AtOnce)?;
+        let (epoch, read) = self.read_sessions(&wanted, Logs::Count)?;
         let mut sessions = Vec::with_capacity(read.len());
         let mut ends = HashMap::with_capacity(read.len());
         for (mut s, end) in read {

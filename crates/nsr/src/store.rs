@@ -71,9 +71,7 @@ pub trait Store: Send {
     /// version comes with only the chunks after the position (its
     /// [`StoredSession::log`](crate::StoredSession::log) is `from`'s);
     /// any other session comes whole (its `log` starts at 0). Everything
-    /// but the two logs is always read whole. Each session is read at one
-    /// instant, not necessarily the same for all (a standby's poll lets
-    /// the primary write between two sessions). The default reads
+    /// but the two logs is always read whole. The default reads
     /// everything and drops what the reader has.
     fn load_since(&mut self, from: &HashMap<String, LogPos>) -> Result<InstanceState, StoreError> {
         let mut state = self.load()?;
@@ -99,7 +97,7 @@ pub trait Store: Send {
     /// its chunks start (`from`'s position if the version is still the
     /// same, else the start), and the returned map gives, by session key,
     /// where each log ended at the same instant. Everything is read at one
-    /// instant, every session at the same.
+    /// instant, as by `load_since`.
     fn load_heads(
         &mut self,
         from: &HashMap<String, LogPos>,

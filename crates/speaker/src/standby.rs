@@ -27,9 +27,8 @@
 //! # Known issues
 //! - Polling: every [`POLL`] the standby reads the set of sessions and,
 //!   per session, its small keys and the log chunks past its position
-//!   (one `SMEMBERS` and a pipeline of one `MULTI`/`EXEC` per session; nothing
-//!   else when idle). It is up to one poll behind; the takeover reads the
-//!   rest.
+//!   (one `SMEMBERS` and one `MULTI`/`EXEC`; nothing else when idle). It
+//!   is up to one poll behind; the takeover reads the rest.
 //! - The comparison of `RibCmd::Prepare` costs about as much as a
 //!   takeover's (a quarter of a second at 1M routes) and is made again
 //!   after every quiet-after-change poll (the follower waits for it before
