@@ -22,6 +22,8 @@ mod fib_common;
 mod nsr_common;
 #[path = "../support/nsr_plane.rs"]
 mod nsr_plane;
+#[path = "../support/peer_bfd.rs"]
+mod peer_bfd;
 #[path = "../support/robust.rs"]
 mod robust_common;
 #[path = "../support/upgrade.rs"]

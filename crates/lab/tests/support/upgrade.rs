@@ -1,13 +1,11 @@
 //! What the upgrade scenarios share (`upgrade_frr`, `upgrade_releases`):
 //! builds placed in the lab's work directory, `holdfast ctl upgrade` of the
-//! unit or of its host with the checks that it landed, the previous
-//! release's build (`scripts/prev-build.sh`), and the peer's BFD session
-//! as its own CLI reports it before and after.
+//! unit or of its host with the checks that it landed, and the previous
+//! release's build (`scripts/prev-build.sh`).
 
 use crate::nsr_plane::{Run, UNIT};
 
-use holdfast_lab::{BfdView, Peer};
-use std::net::IpAddr;
+use holdfast_lab::Peer;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -108,55 +106,4 @@ pub fn upgrade<P: Peer>(r: &mut Run<P>, binary: &Path, host: bool) -> Duration {
         .unwrap_or_else(|| panic!("no {UNIT} in {units}"));
     assert_eq!(u["binary"], bin, "{what}: the placement's binary");
     took
-}
-
-/// The peer's BFD session with the unit, by the peer's own CLI, read at
-/// `at`.
-#[derive(Debug, Clone)]
-pub struct BfdSeen {
-    pub at: Instant,
-    pub view: BfdView,
-}
-
-/// The peer's BFD session with `svc` once it is Up.
-pub fn bfd_up<P: Peer>(r: &Run<P>, what: &str, svc: IpAddr) -> BfdSeen {
-    let view = holdfast_lab::wait_ok(
-        &format!("{what}: the peer's BFD session Up"),
-        Duration::from_secs(60),
-        || match r.peer().bfd_session(&r.plane.lab, svc) {
-            Ok(Some(v)) if v.up => Ok(v),
-            Ok(v) => Err(format!("{v:?}")),
-            Err(e) => Err(e.to_string()),
-        },
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
-    BfdSeen {
-        at: Instant::now(),
-        view,
-    }
-}
-
-/// The peer's BFD session never left Up between `before` and now, by its
-/// own record: Up now, frr's `session-down` counter unchanged and its
-/// uptime grown by the time between (less a second of rounding), bird2's
-/// "Since" (the last state change) unchanged.
-pub fn assert_bfd_stayed_up<P: Peer>(r: &Run<P>, what: &str, svc: IpAddr, before: &BfdSeen) {
-    let now = bfd_up(r, what, svc);
-    let (b, n) = (&before.view, &now.view);
-    assert_eq!(
-        b.session_downs, n.session_downs,
-        "{what}: the peer counted its BFD session down: {b:?} -> {n:?}"
-    );
-    assert_eq!(
-        b.since, n.since,
-        "{what}: the peer's BFD session changed state: {b:?} -> {n:?}"
-    );
-    if let (Some(u0), Some(u1)) = (b.uptime_secs, n.uptime_secs) {
-        let elapsed = (now.at - before.at).as_secs();
-        assert!(
-            u1 + 1 >= u0 + elapsed,
-            "{what}: the peer's BFD uptime went from {u0} s to {u1} s in {elapsed} s: it restarted"
-        );
-    }
-    println!("{what}: the peer's BFD session stayed Up ({b:?} -> {n:?})");
 }

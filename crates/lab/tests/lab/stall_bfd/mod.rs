@@ -30,27 +30,13 @@
 //! `HOLDFASTD_BIN` pointing at a holdfastd built before the fix fails the
 //! frr test with frr's BFD session counted down.
 
+use crate::peer_bfd::{assert_bfd_stayed_up, bfd_up};
 use crate::{nsr_common, nsr_plane};
 
-use holdfast_lab::{hold_for, wait_until, BfdView, Bird, Frr, Peer, PeerKind, PeerWatch};
-use std::net::IpAddr;
+use holdfast_lab::{hold_for, Bird, Frr, Peer, PeerKind, PeerWatch};
 use std::time::{Duration, Instant};
 
 const INTERVAL_MS: u32 = 100;
-const SERVICE: &str = "198.18.0.10";
-
-/// The peer's BFD session with the service address, once it has one (frr
-/// configures BFD under a session once BGP is Established).
-fn bfd_view<P: Peer>(r: &nsr_plane::Run<P>) -> Option<BfdView> {
-    let svc: IpAddr = SERVICE.parse().expect("service");
-    r.peer()
-        .bfd_session(&r.plane.lab, svc)
-        .expect("the peer's BFD view")
-}
-
-fn bfd_up<P: Peer>(r: &nsr_plane::Run<P>) -> BfdView {
-    bfd_view(r).expect("the peer has a BFD session with the service address")
-}
 
 fn stalls_are_invisible<P: Peer>(name: &str, kind: PeerKind) {
     let Some(mut r) = nsr_plane::Run::<P>::start(
@@ -64,49 +50,23 @@ fn stalls_are_invisible<P: Peer>(name: &str, kind: PeerKind) {
     ) else {
         return;
     };
-    wait_until(
-        "the peer's BFD session up",
-        Duration::from_secs(60),
-        || Ok(bfd_view(&r)),
-        |v| v.as_ref().is_some_and(|v| v.up),
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
+    let svc = r.service_ip();
+    bfd_up(&r, "before any stall", svc);
     r.start_relay(1);
     // The relay covers the session before the first stall.
     hold_for(Duration::from_secs(1), || {});
     let pid = r.hf().pid;
     r.check("before any stall");
     for stall in [Duration::from_secs(1), Duration::from_secs(2)] {
-        let before = bfd_up(&r);
+        let what = format!("holdfastd stopped {stall:?}");
+        let before = bfd_up(&r, &what, svc);
         let watch: PeerWatch = r.watch();
         let t = Instant::now();
         r.stall_primary(stall);
         // Ten detection times after the wake-up for anything to show.
         hold_for(Duration::from_secs(3), || {});
-        let after = bfd_up(&r);
-        println!(
-            "holdfastd stopped {stall:?}: the peer's BFD before {before:?}, after {after:?} ({:?} after the stop)",
-            t.elapsed()
-        );
-        assert!(
-            after.up,
-            "stall {stall:?}: the peer's BFD is {}",
-            after.state
-        );
-        assert_eq!(
-            after.session_downs, before.session_downs,
-            "stall {stall:?}: the peer counted a BFD session down"
-        );
-        assert_eq!(
-            after.since, before.since,
-            "stall {stall:?}: the peer's BFD session changed state"
-        );
-        if let (Some(a), Some(b)) = (after.uptime_secs, before.uptime_secs) {
-            assert!(
-                a >= b,
-                "stall {stall:?}: the peer's BFD uptime went back {b} -> {a}"
-            );
-        }
+        assert_bfd_stayed_up(&r, &what, svc, &before);
+        println!("{what}: checked {:?} after the stop", t.elapsed());
         nsr_common::stop_watch(watch, &format!("stall {stall:?}"));
         r.check(&format!("holdfastd stopped {stall:?}"));
         assert_eq!(

@@ -39,7 +39,8 @@
 //! BFD goes Down without the relay).
 
 use crate::nsr_common::Options;
-use crate::upgrade_common::{assert_bfd_stayed_up, bfd_up, copy_binary, prev_release, upgrade};
+use crate::peer_bfd::{assert_bfd_stayed_up, bfd_up};
+use crate::upgrade_common::{copy_binary, prev_release, upgrade};
 use crate::{nsr_plane, upgrade_common};
 
 use holdfast_lab::{Bird, Frr, Gobgp, Peer, PeerKind};
@@ -86,7 +87,6 @@ fn old_new_old<P: Peer>(name: &str, kind: PeerKind, bfd: bool) {
     for (what, t) in &took {
         println!("upgrade figures: {what}: holdfast ctl upgrade --wait took {t:?}");
     }
-    r.print_phases();
 }
 
 #[test]
