@@ -49,6 +49,7 @@ pub mod attach;
 pub mod core;
 pub mod failsafe;
 pub mod hang;
+mod lease;
 pub mod metrics;
 pub mod probe;
 pub mod renew;

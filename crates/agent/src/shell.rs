@@ -2,9 +2,10 @@
 //! it answers. Three tasks feed one loop, so that nothing the network does
 //! can delay a fence:
 //!
-//! - the **lease task** grants and renews the host's etcd lease (and keeps
-//!   `agents/<host>` attached to it) when the core asks, and reports each
-//!   acknowledged renewal with the time its request was sent;
+//! - the **lease task** ([`crate::lease`]) grants and renews the host's
+//!   etcd lease (and keeps `agents/<host>` attached to it) when the core
+//!   asks, and reports each acknowledged renewal with the time its request
+//!   was sent;
 //! - the **attach task** ([`crate::attach`]) keeps one `Attach` stream
 //!   open to the controller replica etcd names as leader, leaves it when
 //!   the leader falls silent (`--leader-silence-ms`), sends the core's
@@ -21,12 +22,12 @@
 use crate::core::{AgentConfig, AgentCore, AgentInput, AgentOutput, PRIMARY, STANDBY};
 use crate::failsafe::{self, Peers};
 use crate::hang::{self, HangConfig, HangWatch, Sockets};
+use crate::lease;
 use crate::probe::{self, ProbeConfig, Prober, Target};
 use crate::runtime::{ProcessRuntime, Runtime, UnitSpec};
 use crate::Time;
 use holdfast_control_api::tls::{Role, Tls};
 use holdfast_control_api::v1::{AgentReport, Command};
-use holdfast_etcd::{Keys, Store};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -209,8 +210,8 @@ pub async fn run(
     // `true`: a new lease is needed (after a self-fence).
     let (renew_tx, renew_rx) = mpsc::unbounded_channel::<bool>();
     let (report_tx, report_rx) = mpsc::unbounded_channel::<AgentReport>();
-    tokio::spawn(lease_task(
-        LeaseTask {
+    tokio::spawn(lease::lease_task(
+        lease::LeaseTask {
             etcd: cfg.etcd.clone(),
             cluster: cfg.cluster.clone(),
             host: cfg.core.host.clone(),
@@ -1018,151 +1019,4 @@ fn write_status(path: &std::path::Path, s: &AgentStatus) {
             let _ = std::fs::rename(&tmp, path);
         }
     }
-}
-
-/// What the lease task needs.
-struct LeaseTask {
-    etcd: Vec<String>,
-    cluster: String,
-    host: String,
-    /// The agent server's (not a host: `agent-servers/<host>`).
-    agent_server: bool,
-    ttl: Duration,
-    renew: Duration,
-    /// This agent's failsafe address, for its record.
-    failsafe: Option<String>,
-    /// Its certificate for `https://` etcd endpoints (etcd's user
-    /// `agent:HOST`).
-    etcd_tls: Option<holdfast_etcd::TlsOptions>,
-    t0: Instant,
-    /// Counts the next-hop solicitations while renewals fail.
-    solicited: prometheus_client::metrics::counter::Counter,
-}
-
-/// How often the lease task reads the other host agents from etcd.
-const PEERS_EVERY: Duration = Duration::from_secs(1);
-
-/// Grants the host's lease, keeps `agents/<host>` on it, and renews it each
-/// time the loop asks; a lost lease is granted anew.
-async fn lease_task(
-    task: LeaseTask,
-    mut asks: mpsc::UnboundedReceiver<bool>,
-    ev: mpsc::UnboundedSender<Event>,
-) {
-    let LeaseTask {
-        etcd,
-        cluster,
-        host,
-        agent_server,
-        ttl,
-        renew,
-        failsafe,
-        etcd_tls,
-        t0,
-        solicited,
-    } = task;
-    let mut solicitor = crate::renew::Solicitor::new(&etcd, solicited).await;
-    let keys = Keys::new(&cluster);
-    let key = if agent_server {
-        keys.agent_server(&host)
-    } else {
-        keys.agent(&host)
-    };
-    // Renewals go to every member at once ([`crate::renew`]); grants,
-    // puts and reads to one client per member, one member per ask (the
-    // next one after a failure), every request bounded by the renewal
-    // period.
-    let mut renewers = match crate::renew::Renewers::start(&etcd, &keys, renew, etcd_tls.as_ref()) {
-        Ok(r) => r,
-        Err(e) => {
-            let _ = ev.send(Event::LeaseFailed(e));
-            return;
-        }
-    };
-    let mut stores = Vec::new();
-    for ep in etcd {
-        match Store::new(vec![ep], renew, keys.clone(), true) {
-            Ok(s) => stores.push(s.with_tls(etcd_tls.clone())),
-            Err(e) => {
-                let _ = ev.send(Event::LeaseFailed(e.to_string()));
-                return;
-            }
-        }
-    }
-    if stores.is_empty() {
-        let _ = ev.send(Event::LeaseFailed("no etcd endpoint".into()));
-        return;
-    }
-    let mut cur = 0usize;
-    let mut lease: Option<i64> = None;
-    let mut peers_read: Option<Instant> = None;
-    while let Some(mut fresh) = asks.recv().await {
-        let store = &mut stores[cur];
-        // Coalesce asks that queued up while etcd was slow.
-        while let Ok(f) = asks.try_recv() {
-            fresh |= f;
-        }
-        if fresh {
-            // After a self-fence the host starts over on a new lease, even if
-            // etcd kept the old one alive.
-            if let Some(old) = lease.take() {
-                let _ = store.revoke(old).await;
-            }
-        }
-        let sent = t0.elapsed();
-        let result: Result<Event, String> = match lease {
-            None => match store.grant(ttl).await {
-                Ok((id, _)) => {
-                    let value = serde_json::json!({
-                        "schema": 1, "host": host, "failsafe": failsafe,
-                        "version": holdfast_version::VERSION,
-                    })
-                    .to_string();
-                    match store.put_leased(&key, &value, id).await {
-                        Ok(()) => {
-                            lease = Some(id);
-                            Ok(Event::LeaseGranted { id, sent })
-                        }
-                        Err(e) => Err(e.to_string()),
-                    }
-                }
-                Err(e) => Err(e.to_string()),
-            },
-            // Through every member at once (a lossy link costs one
-            // connection's renewal, not the host's).
-            Some(id) => match renewers.renew(id, sent).await {
-                Ok((left, sent)) if left > Duration::ZERO => Ok(Event::LeaseRenewed { sent }),
-                Ok(_) => {
-                    lease = None;
-                    Err("the lease expired".into())
-                }
-                Err(e) => Err(e),
-            },
-        };
-        solicitor.round(result.is_ok());
-        match result {
-            Ok(e) => {
-                let _ = ev.send(e);
-                // The agent server runs no units: it neither asks nor is asked.
-                if !agent_server && peers_read.is_none_or(|t| t.elapsed() >= PEERS_EVERY) {
-                    let prefix = keys.agent("");
-                    let read =
-                        tokio::time::timeout(renew, store.scan::<failsafe::AgentRecord>(&prefix));
-                    if let Ok(Ok(records)) = read.await {
-                        peers_read = Some(Instant::now());
-                        let _ = ev.send(Event::Peers(failsafe::peers(&host, records)));
-                    }
-                }
-            }
-            Err(e) => {
-                next_member(&mut cur, stores.len());
-                let _ = ev.send(Event::LeaseFailed(e));
-            }
-        }
-    }
-}
-
-/// The next member after one that failed.
-fn next_member(cur: &mut usize, n: usize) {
-    *cur = (*cur + 1) % n;
 }
