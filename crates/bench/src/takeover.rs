@@ -391,11 +391,12 @@ fn one_run_on(n: usize, kind: Kind, backup: Backup, deadline: Duration) -> Resul
 /// copy of the same holdfastd at another path (the agents tell builds
 /// apart by path), through a new standby of it on b.
 fn upgrade(bp: &BenchPlane, mon: &Tester, want: usize) -> Result<Upgrade> {
-    let dir = bp.plane.lab.work_dir().join("builds").join("next");
-    std::fs::create_dir_all(&dir)?;
-    let bin = dir.join("holdfastd");
-    std::fs::copy(&bp.plane.bins.holdfastd, &bin)?;
-    let bin = bin.display().to_string();
+    let bin = bp
+        .plane
+        .lab
+        .place_build(Path::new(&bp.plane.bins.holdfastd), "next")?
+        .display()
+        .to_string();
     let v = bp
         .plane
         .ctl(&["upgrade", UNIT, "--binary", &bin, "--wait", "600"])?;

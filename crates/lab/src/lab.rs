@@ -311,6 +311,17 @@ impl Lab {
         &self.work_dir
     }
 
+    /// A copy of the holdfastd binary `from` at `builds/NAME/holdfastd` in
+    /// the work directory: another build path, which is what agents and
+    /// `holdfast ctl upgrade` tell builds apart by.
+    pub fn place_build(&self, from: &Path, name: &str) -> Result<PathBuf> {
+        let dir = self.work_dir.join("builds").join(name);
+        std::fs::create_dir_all(&dir).map_err(io_ctx(dir.display().to_string()))?;
+        let to = dir.join("holdfastd");
+        std::fs::copy(from, &to).map_err(io_ctx(format!("copy {}", from.display())))?;
+        Ok(to)
+    }
+
     /// Create a host: a namespace with `lo` up, IPv4/IPv6 forwarding on, IPv6 enabled,
     /// DAD off (addresses usable at once) and IPv6 addresses kept across link down.
     pub fn host(&mut self, name: &str) -> Result<HostId> {

@@ -333,6 +333,7 @@ impl RibThread {
             | RibCmd::Snapshot { .. }
             | RibCmd::Resume { .. }
             | RibCmd::Prepare(_)
+            | RibCmd::Applied(_)
             | RibCmd::WatchBest(_)
             | RibCmd::Bmp(_)
             | RibCmd::FibActivate { .. }
@@ -463,6 +464,10 @@ impl RibThread {
             }
             RibCmd::Preheat(p) => {
                 self.preheat(p);
+                return;
+            }
+            RibCmd::Applied(done) => {
+                let _ = done.send(());
                 return;
             }
             RibCmd::Prepare(done) => {

@@ -43,7 +43,7 @@
 
 use crate::addrs::Interfaces;
 use crate::msg::peer::PeerSettings;
-use crate::msg::rib::{Preheat, PreheatPeer, ResumePeer, RibCmd, RibHandle, RibQuery};
+use crate::msg::rib::{Preheat, PreheatPeer, ResumePeer, RibCmd, RibHandle};
 use crate::peer::resume_spec;
 use crate::tables;
 use holdfast_api::StandbyStatus;
@@ -258,15 +258,13 @@ impl Follower {
                                     prepared = false;
                                 }
                             }
-                            // An empty query behind the work: answered once
-                            // the RIB thread has applied it (the next poll
-                            // waits for that too, so the RIB never falls
-                            // behind by more than a poll's work).
+                            // The poll is done once the RIB threads have
+                            // applied its work.
                             let applied: Vec<_> = sent
                                 .into_iter()
                                 .map(|rib| {
                                     let (tx, rx) = tokio::sync::oneshot::channel();
-                                    rib.send(RibCmd::Query(RibQuery::Validity(Vec::new()), tx));
+                                    rib.send(RibCmd::Applied(tx));
                                     rx
                                 })
                                 .collect();

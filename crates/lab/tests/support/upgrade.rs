@@ -1,5 +1,5 @@
 //! What the upgrade scenarios share (`upgrade_frr`, `upgrade_releases`):
-//! builds placed in the lab's work directory, `holdfast ctl upgrade` of the
+//! `holdfast ctl upgrade` of the
 //! unit or of its host with the checks that it landed, and the previous
 //! release's build (`scripts/prev-build.sh`).
 
@@ -8,14 +8,6 @@ use crate::nsr_plane::{Run, UNIT};
 use holdfast_lab::Peer;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-
-/// A copy of `from` at `dir/holdfastd`.
-pub fn copy_binary(from: &Path, dir: &Path) -> PathBuf {
-    std::fs::create_dir_all(dir).expect("build directory");
-    let to = dir.join("holdfastd");
-    std::fs::copy(from, &to).expect("copy holdfastd");
-    to
-}
 
 /// `/proc/PID/exe`.
 pub fn exe(pid: u64) -> PathBuf {

@@ -71,6 +71,10 @@ pub enum RibCmd {
     /// takeover before anything else changes the tables needs no
     /// comparison. Answered when done.
     Prepare(oneshot::Sender<()>),
+    /// Answered once every command sent before it is applied: a barrier
+    /// (a standby's poll waits on it, so the RIB never falls behind by
+    /// more than one poll's work).
+    Applied(oneshot::Sender<()>),
     /// Subscribes to the instance's best-path changes (the GoBGP API's
     /// `WatchEvent`): each command's changes are offered to the channel
     /// without waiting; a subscriber whose channel is full is dropped.
@@ -220,6 +224,7 @@ impl RibCmd {
             RibCmd::Resume { .. } => "Resume",
             RibCmd::Preheat { .. } => "Preheat",
             RibCmd::Prepare { .. } => "Prepare",
+            RibCmd::Applied { .. } => "Applied",
             RibCmd::WatchBest { .. } => "WatchBest",
             RibCmd::Bmp { .. } => "Bmp",
             RibCmd::FibActivate { .. } => "FibActivate",

@@ -140,11 +140,12 @@ fn a_host_with_16_units_fails_and_a_host_with_8_is_drained() {
     println!("   frr: {s}");
 
     // 4. Upgrade of c (all 16 units) to another binary, one unit at a time.
-    let next = p.lab.work_dir().join("builds/next");
-    std::fs::create_dir_all(&next).expect("build directory");
-    let binary = next.join("holdfastd");
-    std::fs::copy(&p.bins.holdfastd, &binary).expect("copy holdfastd");
-    let bin = binary.display().to_string();
+    let bin = p
+        .lab
+        .place_build(std::path::Path::new(&p.bins.holdfastd), "next")
+        .expect("builds/next")
+        .display()
+        .to_string();
     let w = p.watch(false).expect("watch");
     let t = Instant::now();
     let done = p

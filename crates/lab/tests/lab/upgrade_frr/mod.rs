@@ -39,7 +39,7 @@
 //!   answering `holdfastd --schemas` with schema 2) is refused before
 //!   anything moves, and the error names both builds and their schemas.
 
-use crate::upgrade_common::{copy_binary, exe, upgrade};
+use crate::upgrade_common::{exe, upgrade};
 use crate::{nsr_common, nsr_plane};
 
 use holdfast_lab::{Frr, PeerKind};
@@ -56,8 +56,8 @@ fn frr_never_notices_an_upgrade_and_its_rollback() {
     };
     let tree = PathBuf::from(&r.plane.bins.holdfastd);
     let builds = r.plane.lab.work_dir().join("builds");
-    let one = copy_binary(&tree, &builds.join("one"));
-    let two = copy_binary(&tree, &builds.join("two"));
+    let one = r.plane.lab.place_build(&tree, "one").expect("builds/one");
+    let two = r.plane.lab.place_build(&tree, "two").expect("builds/two");
     let watch = r.watch();
     let since = std::time::SystemTime::now();
     r.check("before the upgrade");

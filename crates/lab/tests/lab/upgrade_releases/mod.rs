@@ -40,7 +40,7 @@
 
 use crate::nsr_common::Options;
 use crate::peer_bfd::{assert_bfd_stayed_up, bfd_up};
-use crate::upgrade_common::{copy_binary, prev_release, upgrade};
+use crate::upgrade_common::{prev_release, upgrade};
 use crate::{nsr_plane, upgrade_common};
 
 use holdfast_lab::{Bird, Frr, Gobgp, Peer, PeerKind};
@@ -60,9 +60,11 @@ fn old_new_old<P: Peer>(name: &str, kind: PeerKind, bfd: bool) {
     if bfd {
         r.start_relay(1);
     }
-    let builds = r.plane.lab.work_dir().join("builds");
-    let old = copy_binary(&prev, &builds.join("old"));
-    let new = copy_binary(Path::new(&r.plane.bins.holdfastd), &builds.join("new"));
+    let lab = &r.plane.lab;
+    let old = lab.place_build(&prev, "old").expect("builds/old");
+    let new = lab
+        .place_build(Path::new(&r.plane.bins.holdfastd), "new")
+        .expect("builds/new");
     let (v_old, v_new) = (upgrade_common::version(&old), upgrade_common::version(&new));
     println!("old build: {v_old}\nnew build: {v_new}");
     assert_ne!(v_old, v_new, "the two builds must be two releases");
