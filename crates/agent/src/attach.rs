@@ -38,6 +38,39 @@ const READ_WITHIN: Duration = Duration::from_millis(300);
 /// How often etcd is read again while it names no leader.
 const NO_LEADER_WAIT: Duration = Duration::from_millis(100);
 
+/// How long to wait before the next attach after `n` failed in a row:
+/// 100 ms, doubling up to 2 s, each wait drawn from its upper half. A
+/// thousand agents whose leader went away all attach again at once; a
+/// replica that cannot answer them all in [`ATTACH_WITHIN`] would see every
+/// one of them back 100 ms later, and again, without it (issue 29,
+/// `holdfast-ctl-sim`).
+#[derive(Debug, Clone, Default)]
+pub struct Backoff {
+    failures: u32,
+}
+
+impl Backoff {
+    /// The first wait.
+    pub const FIRST: Duration = Duration::from_millis(100);
+    /// The longest.
+    pub const MAX: Duration = Duration::from_secs(2);
+
+    /// An attach failed: the wait before the next, with `unit` in [0, 1)
+    /// drawn at random.
+    pub fn failed(&mut self, unit: f64) -> Duration {
+        let cap = Self::FIRST
+            .saturating_mul(1 << self.failures.min(5))
+            .min(Self::MAX);
+        self.failures = self.failures.saturating_add(1);
+        cap.mul_f64(0.5 + unit.clamp(0.0, 1.0) / 2.0)
+    }
+
+    /// An attach succeeded.
+    pub fn reset(&mut self) {
+        self.failures = 0;
+    }
+}
+
 /// Whether the leader has been silent for the allowed time, judged from
 /// the arrival times of its messages over time this agent was running.
 #[derive(Debug, Clone)]
@@ -149,6 +182,7 @@ pub(crate) async fn attach_task(
         .collect();
     let mut cur = 0usize;
     let mut next = 0usize;
+    let mut backoff = Backoff::default();
     loop {
         let named = if stores.is_empty() {
             Err(())
@@ -179,7 +213,7 @@ pub(crate) async fn attach_task(
         )
         .await;
         let Ok(Ok(mut client)) = client.map(|c| c.map(ControllerClient::new)) else {
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            tokio::time::sleep(backoff.failed(fastrand::f64())).await;
             continue;
         };
         let (tx, rx) = mpsc::unbounded_channel::<AgentReport>();
@@ -188,16 +222,18 @@ pub(crate) async fn attach_task(
             Ok(Ok(r)) => r.into_inner(),
             Ok(Err(s)) => {
                 let _ = ev.send(Event::Detached(format!("{url}: {}", s.message())));
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                tokio::time::sleep(backoff.failed(fastrand::f64())).await;
                 continue;
             }
             Err(_) => {
                 let _ = ev.send(Event::Detached(format!(
                     "{url}: no answer to Attach within {ATTACH_WITHIN:?}"
                 )));
+                tokio::time::sleep(backoff.failed(fastrand::f64())).await;
                 continue;
             }
         };
+        backoff.reset();
         let _ = ev.send(Event::Attached(url.clone()));
         // A stream starts with the core's Hello: reports queued for the
         // stream before (heartbeats while it was failing) are dropped.
@@ -293,6 +329,19 @@ mod tests {
         assert!(!s.check(t0 + 5750 * MS));
         assert!(!s.check(t0 + 6000 * MS));
         assert!(s.check(t0 + 6260 * MS));
+    }
+
+    #[test]
+    fn attach_retries_back_off_to_two_seconds_with_jitter_and_start_over() {
+        let mut b = Backoff::default();
+        let top: Vec<Duration> = (0..7).map(|_| b.failed(0.999_999)).collect();
+        let ms = |d: &Duration| d.as_millis();
+        assert_eq!(
+            top.iter().map(ms).collect::<Vec<_>>(),
+            [99, 199, 399, 799, 1599, 1999, 1999]
+        );
+        b.reset();
+        assert_eq!(b.failed(0.0), 50 * MS, "the lower half of the first wait");
     }
 
     #[test]

@@ -328,6 +328,7 @@ impl AgentCore {
                         seq: m.seq,
                         sent_unix_ms: self.unix_ms(m.sent_at),
                         ok: m.ok,
+                        refused: m.refused,
                         rtt_us: m
                             .rtt
                             .map_or(0, |d| d.as_micros().min(u128::from(u32::MAX)) as u32),
@@ -482,6 +483,7 @@ impl AgentCore {
             highest_token: self.highest_token,
             schema: SCHEMA,
             version: self.cfg.version.clone(),
+            reports_refused: true,
         }))
     }
 

@@ -238,6 +238,7 @@ fn hello_heartbeats_and_events() {
             seq: 4,
             sent_at: 125 * MS,
             ok: true,
+            refused: false,
             rtt: Some(Duration::from_micros(250)),
         }),
     );

@@ -22,6 +22,8 @@ pub(crate) struct LeaseTask {
     pub(crate) renew: Duration,
     /// This agent's failsafe address, for its record.
     pub(crate) failsafe: Option<String>,
+    /// Its failure domain, for its record.
+    pub(crate) domain: Option<String>,
     /// Its certificate for `https://` etcd endpoints (etcd's user
     /// `agent:HOST`).
     pub(crate) etcd_tls: Option<holdfast_etcd::TlsOptions>,
@@ -48,6 +50,7 @@ pub(crate) async fn lease_task(
         ttl,
         renew,
         failsafe,
+        domain,
         etcd_tls,
         t0,
         solicited,
@@ -104,11 +107,14 @@ pub(crate) async fn lease_task(
         let result: Result<Event, String> = match lease {
             None => match store.grant(ttl).await {
                 Ok((id, _)) => {
-                    let value = serde_json::json!({
+                    let mut record = serde_json::json!({
                         "schema": 1, "host": host, "failsafe": failsafe,
                         "version": holdfast_version::VERSION,
-                    })
-                    .to_string();
+                    });
+                    if let Some(d) = &domain {
+                        record["domain"] = serde_json::Value::String(d.clone());
+                    }
+                    let value = record.to_string();
                     match store.put_leased(&key, &value, id).await {
                         Ok(()) => {
                             lease = Some(id);

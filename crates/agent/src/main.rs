@@ -55,6 +55,12 @@ struct Args {
     probes: Vec<String>,
     #[arg(long, default_value_t = 100)]
     probe_interval_ms: u64,
+    /// A target that keeps answering is reported once per this many ms
+    /// (under the controller's 1 s freshness); misses, the answer after
+    /// one, and every outcome for 1 s after any miss go at once. The probe
+    /// interval reports every outcome.
+    #[arg(long, default_value_t = 500)]
+    probe_report_ms: u64,
     /// Units to start at boot, `NAME=CONFIG` (a holdfastd configuration).
     #[arg(long = "unit")]
     units: Vec<String>,
@@ -86,6 +92,11 @@ struct Args {
     /// failsafe rounds can be confirmed.
     #[arg(long)]
     failsafe_listen: Option<std::net::SocketAddr>,
+    /// This host's failure domain (a rack, a power feed: hosts that may fail
+    /// together), published in its etcd record: the controller places a
+    /// unit's backup outside its primary's domain whenever one fits.
+    #[arg(long)]
+    failure_domain: Option<String>,
     /// Hang detection: each unit's holdfastd pings the agent (`sd_notify`
     /// `WATCHDOG=1`, `WATCHDOG_USEC` set to this) while its event loops
     /// make progress; a unit with no ping for this long whose process is
@@ -198,6 +209,8 @@ fn main() -> Result<()> {
             interval,
             timeout: interval,
             stall_slack: interval / 2,
+            report_every: Duration::from_millis(a.probe_report_ms.max(1)).max(interval),
+            ..ProbeConfig::default()
         },
         targets,
         units,
@@ -212,6 +225,7 @@ fn main() -> Result<()> {
             .collect::<Result<_>>()?,
         metrics_listen: a.metrics_listen,
         failsafe_listen: a.failsafe_listen,
+        failure_domain: a.failure_domain,
         hang: (a.hang_ms > 0).then(|| {
             HangConfig::new(
                 Duration::from_millis(a.hang_ms),

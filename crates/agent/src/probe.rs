@@ -51,10 +51,30 @@ pub struct ProbeConfig {
     /// the agent stalled (half the timeout by default).
     #[serde(default = "default_stall_slack")]
     pub stall_slack: Duration,
+    /// A target that keeps answering is reported once per `report_every`
+    /// (500 ms by default, inside the localizer's 1 s freshness); a miss,
+    /// the first answer after one, and every outcome for
+    /// [`ProbeConfig::alert_for`] after any miss are reported at once. The
+    /// interval: every outcome, as before issue 29.
+    #[serde(default = "default_report_every")]
+    pub report_every: Duration,
+    /// After a miss of any target, how long every outcome is reported
+    /// (1 s by default): while something fails, the controller sees each
+    /// probe, as it needs to tell a host from its units.
+    #[serde(default = "default_alert_for")]
+    pub alert_for: Duration,
 }
 
 fn default_stall_slack() -> Duration {
     Duration::from_millis(50)
+}
+
+fn default_report_every() -> Duration {
+    Duration::from_millis(500)
+}
+
+fn default_alert_for() -> Duration {
+    Duration::from_secs(1)
 }
 
 impl Default for ProbeConfig {
@@ -63,6 +83,8 @@ impl Default for ProbeConfig {
             interval: Duration::from_millis(100),
             timeout: Duration::from_millis(100),
             stall_slack: default_stall_slack(),
+            report_every: default_report_every(),
+            alert_for: default_alert_for(),
         }
     }
 }
@@ -78,6 +100,10 @@ pub struct Measurement {
     pub sent_at: Time,
     /// Answered within the timeout.
     pub ok: bool,
+    /// Answered with a reset: the target's stack is up but nothing listens
+    /// on the port (for a unit: holdfastd is not running there).
+    #[serde(default)]
+    pub refused: bool,
     /// Round trip, when answered.
     pub rtt: Option<Duration>,
 }
@@ -96,6 +122,9 @@ pub enum Input {
         ok: bool,
         at: Time,
     },
+    /// The probe `seq` of target `target` was answered with a reset
+    /// (nothing listens on the port), as its thread saw at `at`.
+    Refused { target: usize, seq: u64, at: Time },
 }
 
 /// What the shell carries out, in order.
@@ -122,6 +151,8 @@ struct Slot {
     next_seq: u64,
     /// Outstanding probes: seq -> sent at.
     outstanding: BTreeMap<u64, Time>,
+    /// The last outcome reported (answered, refused), and when.
+    reported: Option<((bool, bool), Time)>,
 }
 
 /// The pure prober.
@@ -134,6 +165,8 @@ pub struct Prober {
     expected: Option<Time>,
     /// When the latest stall of the agent was noticed.
     stalled_at: Option<Time>,
+    /// Every outcome is reported until then (a target missed).
+    alert_until: Option<Time>,
 }
 
 impl Prober {
@@ -148,6 +181,7 @@ impl Prober {
                 next_send: now + cfg.interval * i as u32 / n,
                 next_seq: 0,
                 outstanding: BTreeMap::new(),
+                reported: None,
             })
             .collect();
         Prober {
@@ -156,11 +190,45 @@ impl Prober {
             slots,
             expected: None,
             stalled_at: None,
+            alert_until: None,
         }
     }
 
     pub fn targets(&self) -> impl Iterator<Item = &Target> {
         self.slots.iter().map(|s| &s.target)
+    }
+
+    /// Probes `targets` from now on (a new probe plan): a target that stays
+    /// keeps its rhythm, its outstanding probes and what was last reported
+    /// of it; a new one starts within the next interval, spread as at the
+    /// start. Outstanding probes of a target that goes are forgotten (their
+    /// answers are ignored). Probe indices in [`Input::Answered`] refer to
+    /// the new list.
+    pub fn set_targets(&mut self, targets: Vec<Target>, now: Time) {
+        let mut old: BTreeMap<String, Slot> = self
+            .slots
+            .drain(..)
+            .map(|s| (s.target.name.clone(), s))
+            .collect();
+        let n = targets.len().max(1) as u32;
+        self.slots = targets
+            .into_iter()
+            .enumerate()
+            .map(|(i, target)| match old.remove(&target.name) {
+                Some(mut s) => {
+                    s.target = target;
+                    s
+                }
+                None => Slot {
+                    target,
+                    next_send: now + self.cfg.interval * i as u32 / n,
+                    next_seq: 0,
+                    outstanding: BTreeMap::new(),
+                    reported: None,
+                },
+            })
+            .collect();
+        self.expected = self.next_deadline();
     }
 
     pub fn handle(&mut self, now: Time, input: Input) -> Vec<Output> {
@@ -178,26 +246,36 @@ impl Prober {
                 seq,
                 ok,
                 at,
-            } => {
-                let stalled_at = self.stalled_at;
-                if let Some(s) = self.slots.get_mut(target) {
-                    if let Some(sent) = s.outstanding.remove(&seq) {
-                        let rtt = at.min(now).saturating_sub(sent);
-                        let ok = ok && rtt <= self.cfg.timeout;
-                        out.push(outcome(
-                            &self.from,
-                            s,
-                            seq,
-                            sent,
-                            ok.then_some(rtt),
-                            stalled_at,
-                        ));
-                    }
-                }
+            } => self.answered(now, (target, seq), ok, false, at, &mut out),
+            Input::Refused { target, seq, at } => {
+                self.answered(now, (target, seq), true, true, at, &mut out)
             }
         }
         self.expected = self.next_deadline();
         out
+    }
+
+    fn answered(
+        &mut self,
+        now: Time,
+        (target, seq): (usize, u64),
+        ok: bool,
+        refused: bool,
+        at: Time,
+        out: &mut Vec<Output>,
+    ) {
+        let stalled_at = self.stalled_at;
+        if let Some(s) = self.slots.get_mut(target) {
+            if let Some(sent) = s.outstanding.remove(&seq) {
+                let rtt = at.min(now).saturating_sub(sent);
+                let ok = ok && rtt <= self.cfg.timeout;
+                let mut o = outcome(&self.from, s, seq, sent, ok.then_some(rtt), stalled_at);
+                if let Output::Measured(m) = &mut o {
+                    m.refused = ok && refused;
+                }
+                report(&self.cfg, &mut self.alert_until, s, now, o, out);
+            }
+        }
     }
 
     fn timer(&mut self, now: Time, out: &mut Vec<Output>) {
@@ -210,7 +288,8 @@ impl Prober {
                 .collect();
             for (seq, sent) in lost {
                 s.outstanding.remove(&seq);
-                out.push(outcome(&self.from, s, seq, sent, None, self.stalled_at));
+                let o = outcome(&self.from, s, seq, sent, None, self.stalled_at);
+                report(&self.cfg, &mut self.alert_until, s, now, o, out);
             }
             if now >= s.next_send {
                 let seq = s.next_seq;
@@ -250,6 +329,38 @@ impl Prober {
     }
 }
 
+/// Whether an outcome goes to the controller (see
+/// [`ProbeConfig::report_every`]); a miss opens an alert.
+fn report(
+    cfg: &ProbeConfig,
+    alert_until: &mut Option<Time>,
+    s: &mut Slot,
+    now: Time,
+    o: Output,
+    out: &mut Vec<Output>,
+) {
+    let Output::Measured(m) = &o else {
+        out.push(o);
+        return;
+    };
+    let amiss = !m.ok || m.refused;
+    if amiss {
+        *alert_until = Some(now + cfg.alert_for);
+    }
+    let send = amiss
+        || alert_until.is_some_and(|t| now < t)
+        || match s.reported {
+            Some((last, at)) => {
+                last != (m.ok, m.refused) || now.saturating_sub(at) >= cfg.report_every
+            }
+            None => true,
+        };
+    if send {
+        s.reported = Some(((m.ok, m.refused), now));
+        out.push(o);
+    }
+}
+
 /// A probe's outcome: answered in `rtt`, or a miss — discarded when the
 /// agent stalled after it was sent.
 fn outcome(
@@ -272,16 +383,28 @@ fn outcome(
         seq,
         sent_at: sent,
         ok: rtt.is_some(),
+        refused: false,
         rtt,
     })
 }
 
-/// The outcome of one TCP probe: `Ok(true)` answered (connected or reset),
-/// `Ok(false)` no answer within `timeout` or unreachable.
-pub fn tcp_probe(addr: SocketAddr, timeout: Duration) -> bool {
+/// What one TCP probe got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Probed {
+    /// The handshake completed: something listens.
+    Connected,
+    /// A reset: the target's stack is up, nothing listens on the port.
+    Refused,
+    /// No answer within the timeout, or unreachable.
+    Lost,
+}
+
+/// One TCP probe with a timeout.
+pub fn tcp_probe(addr: SocketAddr, timeout: Duration) -> Probed {
     match std::net::TcpStream::connect_timeout(&addr, timeout) {
-        Ok(_) => true,
-        Err(e) => e.kind() == std::io::ErrorKind::ConnectionRefused,
+        Ok(_) => Probed::Connected,
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => Probed::Refused,
+        Err(_) => Probed::Lost,
     }
 }
 
@@ -359,6 +482,8 @@ mod tests {
             interval: 100 * MS,
             timeout: 80 * MS,
             stall_slack: 40 * MS,
+            report_every: 100 * MS,
+            ..ProbeConfig::default()
         };
         let mut p = Prober::new("agent:a", cfg, targets(1), Duration::ZERO);
         assert_eq!(
@@ -505,14 +630,139 @@ mod tests {
     }
 
     #[test]
-    fn tcp_probe_counts_a_reset_as_an_answer() {
-        // A listening port and a closed one on loopback both answer.
+    fn tcp_probe_tells_a_handshake_from_a_reset() {
+        // A listening port and a closed one on loopback both answer: one
+        // with a handshake, the other with a reset.
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        assert!(tcp_probe(l.local_addr().unwrap(), 200 * MS));
+        assert_eq!(
+            tcp_probe(l.local_addr().unwrap(), 200 * MS),
+            Probed::Connected
+        );
         let closed = {
             let t = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             t.local_addr().unwrap()
         };
-        assert!(tcp_probe(closed, 200 * MS));
+        assert_eq!(tcp_probe(closed, 200 * MS), Probed::Refused);
+    }
+
+    #[test]
+    fn a_refused_probe_is_an_answer_that_is_reported_at_once_as_refused() {
+        let mut p = Prober::new("a", ProbeConfig::default(), targets(1), Duration::ZERO);
+        let mut t = Duration::ZERO;
+        let mut seen = Vec::new();
+        while t < 1000 * MS {
+            let fired = p.handle(t, Input::Timer);
+            for (target, seq) in probes(&fired) {
+                let input = if t >= 600 * MS {
+                    Input::Refused { target, seq, at: t }
+                } else {
+                    Input::Answered {
+                        target,
+                        seq,
+                        ok: true,
+                        at: t,
+                    }
+                };
+                for o in p.handle(t, input) {
+                    if let Output::Measured(m) = o {
+                        seen.push((t, m.ok, m.refused));
+                    }
+                }
+            }
+            t += MS;
+        }
+        // Quiet at 0 and 500 ms; then every refusal, each one an answer.
+        assert_eq!(
+            seen[..2],
+            [(Duration::ZERO, true, false), (500 * MS, true, false)]
+        );
+        let refused: Vec<_> = seen.iter().filter(|s| s.2).collect();
+        assert_eq!(refused.len(), 4, "{seen:?}");
+        assert!(refused.iter().all(|s| s.1));
+    }
+
+    #[test]
+    fn answers_are_reported_twice_a_second_misses_and_what_follows_at_once() {
+        let mut p = Prober::new("a", ProbeConfig::default(), targets(2), Duration::ZERO);
+        let mut seen: Vec<(Duration, String, bool)> = Vec::new();
+        let mut t = Duration::ZERO;
+        // Target 1 stops answering from 2 s to 2.35 s.
+        while t < 4000 * MS {
+            let fired = p.handle(t, Input::Timer);
+            seen.extend(measured(&fired).into_iter().map(|(n, _, ok)| (t, n, ok)));
+            for (target, seq) in probes(&fired) {
+                let down = target == 1 && t >= 2000 * MS && t < 2350 * MS;
+                if !down {
+                    let o = p.handle(
+                        t,
+                        Input::Answered {
+                            target,
+                            seq,
+                            ok: true,
+                            at: t,
+                        },
+                    );
+                    seen.extend(measured(&o).into_iter().map(|(n, _, ok)| (t, n, ok)));
+                }
+            }
+            t += MS;
+        }
+        let of = |name: &str, from: u32, to: u32| {
+            seen.iter()
+                .filter(|(at, n, _)| n == name && *at >= from * MS && *at < to * MS)
+                .count()
+        };
+        // Quiet: one report per target per 500 ms, not ten a second.
+        assert_eq!(of("host:0", 0, 2000), 4, "{seen:?}");
+        assert_eq!(of("host:1", 0, 2000), 4);
+        // The misses, each reported.
+        let misses = seen.iter().filter(|(_, _, ok)| !ok).count();
+        assert!((3..=4).contains(&misses), "{misses} misses: {seen:?}");
+        // Alert: after a miss every outcome of every target, for 1 s.
+        assert!(of("host:0", 2200, 3000) >= 7, "{seen:?}");
+        // Then quiet again.
+        assert!(of("host:0", 3500, 4000) <= 2, "{seen:?}");
+    }
+
+    #[test]
+    fn a_new_plan_keeps_the_targets_that_stay() {
+        let mut p = Prober::new("a", ProbeConfig::default(), targets(3), Duration::ZERO);
+        let first = probes(&p.handle(Duration::ZERO, Input::Timer));
+        assert_eq!(first, vec![(0, 0)]);
+        // host:1 and host:2 stay (host:2 now first), host:0 goes, host:9 comes.
+        let mut next = targets(3).split_off(1);
+        next.reverse();
+        next.push(Target {
+            name: "host:9".into(),
+            addr: SocketAddr::from(([198, 18, 0, 99], 179)),
+        });
+        p.set_targets(next, 10 * MS);
+        let names: Vec<String> = p.targets().map(|t| t.name.clone()).collect();
+        assert_eq!(names, vec!["host:2", "host:1", "host:9"]);
+        // The answer to host:0's probe is ignored: it is not probed any more.
+        let o = p.handle(
+            11 * MS,
+            Input::Answered {
+                target: 0,
+                seq: 0,
+                ok: true,
+                at: 11 * MS,
+            },
+        );
+        assert!(measured(&o).is_empty(), "{o:?}");
+        // host:1 keeps its slot in the rhythm (100/3 ms), host:2 too (200/3 ms);
+        // host:9 starts within the interval.
+        let mut sent = Vec::new();
+        let mut t = 11 * MS;
+        while t < 120 * MS {
+            for (target, seq) in probes(&p.handle(t, Input::Timer)) {
+                sent.push((t, target, seq));
+            }
+            t += MS;
+        }
+        let at = |i: usize| sent.iter().find(|s| s.1 == i).map(|s| s.0);
+        assert_eq!(at(1), Some(34 * MS), "{sent:?}");
+        assert_eq!(at(0), Some(67 * MS), "{sent:?}");
+        assert!(at(2).is_some_and(|t| t < 110 * MS), "{sent:?}");
     }
 }

@@ -66,6 +66,9 @@ pub struct ShellConfig {
     /// Where to serve the other host agents' failsafe asks (on the
     /// management network); published in this host's `agents/` record.
     pub failsafe_listen: Option<std::net::SocketAddr>,
+    /// This host's failure domain (`--failure-domain`), published in its
+    /// `agents/` record.
+    pub failure_domain: Option<String>,
     /// Hang detection of the units (`--hang-ms`; `None`: off).
     pub hang: Option<HangConfig>,
     /// Mutual TLS (`--tls-cert`, `--tls-key`, `--tls-ca`): the Attach
@@ -160,7 +163,7 @@ pub(crate) enum Event {
     Answered {
         target: usize,
         seq: u64,
-        ok: bool,
+        got: probe::Probed,
         /// When the probe's thread saw the outcome.
         at: Time,
     },
@@ -219,6 +222,7 @@ pub async fn run(
             ttl: cfg.core.watchdog.ttl,
             renew: cfg.core.watchdog.renew,
             failsafe: cfg.failsafe_listen.map(|a| a.to_string()),
+            domain: cfg.failure_domain.clone(),
             etcd_tls: cfg.tls.as_ref().map(Tls::etcd_client),
             t0,
             solicited: metrics.neighbours_solicited.clone(),
@@ -317,12 +321,12 @@ pub async fn run(
                     metrics.probes_sent.inc();
                     let tx = ev_tx.clone();
                     tokio::task::spawn_blocking(move || {
-                        let ok = probe::tcp_probe(addr, timeout);
+                        let got = probe::tcp_probe(addr, timeout);
                         let at = t0.elapsed();
                         let _ = tx.send(Event::Answered {
                             target,
                             seq,
-                            ok,
+                            got,
                             at,
                         });
                     });
@@ -440,8 +444,21 @@ pub async fn run(
                         }
                         Some(AgentInput::TakeoverReady { id, result })
                     }
-                    Event::Answered { target, seq, ok, at } => {
-                        let answer = probe::Input::Answered { target, seq, ok, at };
+                    Event::Answered {
+                        target,
+                        seq,
+                        got,
+                        at,
+                    } => {
+                        let answer = match got {
+                            probe::Probed::Refused => probe::Input::Refused { target, seq, at },
+                            got => probe::Input::Answered {
+                                target,
+                                seq,
+                                ok: got == probe::Probed::Connected,
+                                at,
+                            },
+                        };
                         for o in prober.handle(t, answer) {
                             match o {
                                 probe::Output::Measured(m) => {

@@ -15,7 +15,7 @@
 //! running unit is refused, dropping the runtime fences what is left, and
 //! the probe shell tells an answer from a lost probe.
 
-use holdfast_agent::probe::tcp_probe;
+use holdfast_agent::probe::{tcp_probe, Probed};
 use holdfast_agent::runtime::{ProcessRuntime, Runtime, UnitSpec};
 use std::path::PathBuf;
 use std::process::Command;
@@ -145,8 +145,8 @@ fn units_in_a_namespace_are_watched_and_fenced_by_pidfd() {
         (ok, lost)
     })
     .expect("in the namespace");
-    assert!(ok, "a listening port answers");
-    assert!(!lost, "an unreachable address does not");
+    assert_eq!(ok, Probed::Connected, "a listening port answers");
+    assert_eq!(lost, Probed::Lost, "an unreachable address does not");
 
     // Dropping the runtime fences what is left.
     let p3 = rt

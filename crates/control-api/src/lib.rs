@@ -25,7 +25,9 @@ pub mod v1 {
 /// controller drops the migration instead of asking again.
 pub const REFUSED: &str = "refused: ";
 
-/// Version of the protocol this build speaks (`Hello.schema`).
+/// Version of the protocol this build speaks (`Hello.schema`). Fields
+/// added since (`Hello.reports_refused`, `Measurement.refused`) are
+/// optional: an older peer reads them as absent.
 pub const SCHEMA: u32 = 1;
 
 /// Whether an agent that has accepted commands up to `highest` may carry
@@ -73,6 +75,7 @@ mod tests {
                 highest_token: 42,
                 schema: SCHEMA,
                 version: "0.1.0 (v0.1.0-3-g1a2b3c4)".into(),
+                reports_refused: true,
             })),
         };
         assert_eq!(AgentReport::decode(&*r.encode_to_vec()).unwrap(), r);

@@ -23,6 +23,10 @@
 //!   failure without overloading a survivor, and a valid backup never
 //!   moves. [`failure_loads`] reports each host's load after each other
 //!   host's failure (for `holdfast ctl units`).
+//! - [`probe_plan`](mod@probe_plan): who probes whom (issue 29): hosts
+//!   on a ring across segments with a bounded fanout, each unit by its
+//!   backup host's agent, and each segment by its agent server, so an
+//!   agent's probes do not grow with the fleet.
 //! - [`plan`](mod@plan): from a verdict or an operator command (drain,
 //!   reset, switchover) to fenced, resumable steps and the new desired
 //!   state ([`plan()`], [`resume`], [`complete`]); epochs advance by one
@@ -33,8 +37,8 @@
 //!   agents, and `holdfast ctl` are not here (other crates of issue 11).
 //! - Placement is greedy (TRIPOD solves a relaxed LP and rounds) and plans
 //!   for single host failures only; see [`placement`].
-//! - Localization re-evaluates every host and unit per measurement, and
-//!   gives nothing for partial partitions; see [`localize`].
+//! - Localization gives nothing for partial partitions; see
+//!   [`localize`].
 //! - Steps outside a migration carry no progress record; see
 //!   [`plan`](mod@plan).
 
@@ -42,6 +46,7 @@ pub mod localize;
 pub mod model;
 pub mod placement;
 pub mod plan;
+pub mod probe_plan;
 
 pub use localize::{
     AppPolicy, Channel, Evidence, Finding, LocalizeConfig, Localizer, Measurement, Observation,
@@ -58,3 +63,4 @@ pub use plan::{
     complete, migration_steps, plan, resume, Command, Input, Plan, PlanContext, PlanError,
     PlannedStep, Progress, Step,
 };
+pub use probe_plan::{full_mesh, probe_plan, PlanInput, ProbePlan, DEFAULT_FANOUT};

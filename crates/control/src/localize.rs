@@ -17,7 +17,12 @@
 //!   ([`Measurement::Process`], immediate) and whether the unit's control
 //!   socket answers ([`Measurement::ControlSocket`]).
 //! - IP SLA probes ([`Measurement::Probe`]) from the agent server and from
-//!   the agents on other hosts, to hosts and to units' addresses.
+//!   the agents on other hosts, to hosts and to units' addresses. A probe
+//!   of a unit is a TCP handshake with its service port: it also tells
+//!   whether holdfastd answers there ([`Measurement::Service`]; a reset
+//!   reaches the host but misses the service), which stands in for the
+//!   controller's own heartbeat to the unit once every agent reports it
+//!   (issue 29).
 //!
 //! A probe path (vantage, target, channel) is *down* after
 //! [`LocalizeConfig::misses`] consecutive misses, and counts only while
@@ -27,12 +32,12 @@
 //! Every acting verdict needs agreeing evidence from at least
 //! [`LocalizeConfig::min_vantages`] distinct vantage points.
 //! - **Application** (E1): the agent reports the process exited (pidfd), the
-//!   controller's heartbeat to the unit confirms (`confirm_misses` misses),
-//!   the host is not under suspicion.
+//!   controller's heartbeat to the unit or another agent's service probe
+//!   confirms (`confirm_misses` misses), the host is not under suspicion.
 //! - **Hung**: the agent reports the process hung (no watchdog ping for
 //!   its `--hang-ms`; it killed the process through its pidfd before
-//!   reporting), the controller's heartbeat to the unit confirms
-//!   (`confirm_misses` misses: the killed process's port refuses), the
+//!   reporting), the controller's heartbeat to the unit or a service probe
+//!   confirms (`confirm_misses` misses: the killed process's port refuses), the
 //!   host is not under suspicion. Acted on as an application failure.
 //! - **Container** (E2): the agent reports the container gone (every
 //!   process, the namespace); the controller's heartbeat or an IP SLA probe
@@ -68,9 +73,17 @@
 //! network ones within 0.3 s of the first missed probe, host and host
 //! network ones within 0.3 s plus the 3 s confirmation.
 //!
+//! # Cost
+//! Paths are kept by target. A measurement re-evaluates only the host it
+//! is about (or the unit's host) and that host's units;
+//! [`Localizer::poll`] re-evaluates everything, and the caller runs it
+//! once per probe interval, so what time alone changes (a path going
+//! stale, a window ending) is found within an interval (issue 29: before,
+//! every measurement re-evaluated every host and unit, and 2,000
+//! measurements a second from 10 hosts and 100 units kept the leader's
+//! core busy, `holdfast-ctl-sim`).
+//!
 //! # Known issues
-//! - Every measurement re-evaluates every host and unit: fine for tens of
-//!   hosts and hundreds of units, not for thousands.
 //! - A host whose management and data networks fail together is reported
 //!   as a host failure, not a host-network one; the handling is the same.
 //! - A partial partition (some vantage points reach the host, others do
@@ -189,6 +202,10 @@ pub enum Channel {
     IpSla,
     /// The agent's check of the unit's control socket.
     ControlSocket,
+    /// A TCP handshake with the unit's service port (holdfastd's BGP
+    /// port), from an agent or the agent server: a reset (nothing listens)
+    /// misses, as the controller's own heartbeat to the unit does.
+    Service,
 }
 
 /// A unit's process as its agent sees it (pidfd).
@@ -240,6 +257,16 @@ pub enum Measurement {
         to: Target,
         /// Answered in time.
         ok: bool,
+    },
+    /// The same probe of a unit, read as a check of its service: answered
+    /// by holdfastd (a completed handshake), not by a reset.
+    Service {
+        /// Who sent it.
+        from: Vantage,
+        /// The unit.
+        unit: UnitId,
+        /// holdfastd answered.
+        answers: bool,
     },
 }
 
@@ -421,7 +448,11 @@ pub struct Localizer {
     hosts: BTreeSet<HostId>,
     units: BTreeMap<UnitId, HostId>,
     failed: BTreeSet<HostId>,
-    paths: BTreeMap<PathKey, Path>,
+    /// Each unit judged, by its host.
+    units_of: BTreeMap<HostId, BTreeSet<UnitId>>,
+    /// Every path, by its target (a measurement re-evaluates only what it
+    /// is about).
+    paths: BTreeMap<Target, BTreeMap<(Vantage, Channel), Path>>,
     process: BTreeMap<UnitId, (ProcessState, Millis)>,
     suspect: BTreeMap<HostId, Suspicion>,
     cut_off: BTreeSet<HostId>,
@@ -443,6 +474,7 @@ impl Localizer {
             hosts: BTreeSet::new(),
             units: BTreeMap::new(),
             failed: BTreeSet::new(),
+            units_of: BTreeMap::new(),
             paths: BTreeMap::new(),
             process: BTreeMap::new(),
             suspect: BTreeMap::new(),
@@ -506,6 +538,13 @@ impl Localizer {
             self.forget_unit(&u);
             self.settle_until.insert(u, self.now + self.cfg.settle_ms);
         }
+        self.units_of = BTreeMap::new();
+        for (u, h) in &units {
+            self.units_of
+                .entry(h.clone())
+                .or_default()
+                .insert(u.clone());
+        }
         self.units = units;
         self.suspect.retain(|h, _| !self.failed.contains(h));
     }
@@ -518,9 +557,10 @@ impl Localizer {
         self.suspect.remove(host);
         self.cut_off.remove(host);
         let agent = Vantage::Agent(host.clone());
-        let target = Target::Host(host.clone());
-        self.paths
-            .retain(|(from, to, _), _| *from != agent && *to != target);
+        self.paths.remove(&Target::Host(host.clone()));
+        for by in self.paths.values_mut() {
+            by.retain(|(from, _), _| *from != agent);
+        }
         let units: Vec<UnitId> = self
             .units
             .iter()
@@ -537,6 +577,22 @@ impl Localizer {
         self.failed.contains(host)
     }
 
+    /// Whether `unit`'s service is silent at `now`: it has a fresh check of
+    /// its service (the controller's heartbeat, an agent's service probe)
+    /// and every such check's last one missed.
+    pub fn service_silent(&self, unit: &UnitId, now: Millis) -> bool {
+        let mut checks = self
+            .paths
+            .get(&Target::Unit(unit.clone()))
+            .into_iter()
+            .flatten()
+            .filter(|((_, ch), p)| {
+                matches!(ch, Channel::Heartbeat | Channel::Service) && self.fresh(now, p)
+            })
+            .peekable();
+        checks.peek().is_some() && checks.all(|(_, p)| p.misses > 0)
+    }
+
     /// Whether the host is unreachable and its confirmation window open.
     pub fn is_suspect(&self, host: &HostId) -> bool {
         self.suspect.contains_key(host)
@@ -551,7 +607,8 @@ impl Localizer {
             .min()
     }
 
-    /// Re-evaluates at `now` (confirmation windows that ended).
+    /// Re-evaluates every host and unit at `now` (confirmation windows
+    /// that ended, paths gone stale): call it once per probe interval.
     pub fn poll(&mut self, now: Millis) -> Vec<Verdict> {
         self.now = self.now.max(now);
         let mut out = Vec::new();
@@ -563,6 +620,15 @@ impl Localizer {
     pub fn handle(&mut self, now: Millis, m: Measurement) -> Vec<Verdict> {
         self.now = self.now.max(now);
         let mut out = Vec::new();
+        let about = match &m {
+            Measurement::Heartbeat { to, .. } | Measurement::Probe { to, .. } => match to {
+                Target::Host(h) => Some(h.clone()),
+                Target::Unit(u) => self.units.get(u).cloned(),
+            },
+            Measurement::ControlSocket { unit, .. }
+            | Measurement::Process { unit, .. }
+            | Measurement::Service { unit, .. } => self.units.get(unit).cloned(),
+        };
         match m {
             Measurement::Heartbeat { to, ok } => self.record(
                 now,
@@ -573,6 +639,16 @@ impl Localizer {
             Measurement::Probe { from, to, ok } => {
                 self.record(now, (from, to, Channel::IpSla), ok, &mut out)
             }
+            Measurement::Service {
+                from,
+                unit,
+                answers,
+            } => self.record(
+                now,
+                (from, Target::Unit(unit), Channel::Service),
+                answers,
+                &mut out,
+            ),
             Measurement::ControlSocket { unit, answers } => {
                 if let Some(host) = self.units.get(&unit).cloned() {
                     let key = (
@@ -599,20 +675,26 @@ impl Localizer {
                 }
             }
         }
-        self.evaluate(now, &mut out);
+        if let Some(h) = about {
+            self.evaluate_around(now, &h, &mut out);
+        }
         out
     }
 
     fn forget_unit(&mut self, unit: &UnitId) {
         self.process.remove(unit);
         self.fired.remove(unit);
-        let target = Target::Unit(unit.clone());
-        self.paths.retain(|(_, to, _), _| *to != target);
+        self.paths.remove(&Target::Unit(unit.clone()));
     }
 
     fn record(&mut self, now: Millis, key: PathKey, ok: bool, out: &mut Vec<Verdict>) {
         let misses = self.cfg.misses;
-        let p = self.paths.entry(key.clone()).or_default();
+        let p = self
+            .paths
+            .entry(key.1.clone())
+            .or_default()
+            .entry((key.0.clone(), key.2))
+            .or_default();
         p.last_at = now;
         if ok {
             if (1..misses).contains(&p.misses) {
@@ -671,16 +753,48 @@ impl Localizer {
         }
     }
 
-    /// Fresh paths matching `f`, from vantage points on hosts that have
-    /// not failed (a failed host's agent may still report, over a network
-    /// that does not work).
-    fn paths_where(&self, now: Millis, f: impl Fn(&PathKey) -> bool) -> Vec<(PathKey, Path)> {
+    /// Fresh paths to `target` matching `f`, from vantage points on hosts
+    /// that have not failed (a failed host's agent may still report, over
+    /// a network that does not work).
+    fn paths_to(
+        &self,
+        now: Millis,
+        target: &Target,
+        f: impl Fn(&Vantage, Channel) -> bool,
+    ) -> Vec<(PathKey, Path)> {
         self.paths
-            .iter()
-            .filter(|(k, _)| !matches!(&k.0, Vantage::Agent(h) if self.failed.contains(h)))
-            .filter(|(k, p)| f(k) && self.fresh(now, p))
-            .map(|(k, p)| (k.clone(), p.clone()))
+            .get(target)
+            .into_iter()
+            .flatten()
+            .filter(|((from, _), _)| !matches!(from, Vantage::Agent(h) if self.failed.contains(h)))
+            .filter(|((from, ch), p)| f(from, *ch) && self.fresh(now, p))
+            .map(|((from, ch), p)| ((from.clone(), target.clone(), *ch), p.clone()))
             .collect()
+    }
+
+    fn path(&self, key: &PathKey) -> Option<&Path> {
+        self.paths.get(&key.1)?.get(&(key.0.clone(), key.2))
+    }
+
+    /// Re-evaluates `host` and its units only: what one measurement about
+    /// the host or one of its units can change. The rest waits for
+    /// [`Localizer::poll`].
+    fn evaluate_around(&mut self, now: Millis, host: &HostId, out: &mut Vec<Verdict>) {
+        if self.failed.contains(host) || !self.hosts.contains(host) {
+            return;
+        }
+        self.evaluate_host(now, host, out);
+        if self.suspect.contains_key(host) || self.failed.contains(host) {
+            return;
+        }
+        let units: Vec<UnitId> = self
+            .units_of
+            .get(host)
+            .map(|u| u.iter().cloned().collect())
+            .unwrap_or_default();
+        for u in &units {
+            self.evaluate_unit(now, u, host, out);
+        }
     }
 
     fn evaluate(&mut self, now: Millis, out: &mut Vec<Verdict>) {
@@ -712,20 +826,13 @@ impl Localizer {
             Target::Host(host.clone()),
             Channel::Heartbeat,
         );
-        let hb = self
-            .paths
-            .get(&hb_key)
-            .filter(|p| self.fresh(now, p))
-            .cloned();
+        let hb = self.path(&hb_key).filter(|p| self.fresh(now, p)).cloned();
         let hb_down = hb.as_ref().is_some_and(|p| p.misses >= misses);
-        let reach = self.paths_where(now, |(from, to, ch)| {
-            *ch == Channel::IpSla
-                && *from != agent
-                && match to {
-                    Target::Host(h) => h == host,
-                    Target::Unit(u) => self.units.get(u) == Some(host),
-                }
-        });
+        let probe = |from: &Vantage, ch: Channel| ch == Channel::IpSla && *from != agent;
+        let mut reach = self.paths_to(now, &Target::Host(host.clone()), probe);
+        for u in self.units_of.get(host).into_iter().flatten() {
+            reach.extend(self.paths_to(now, &Target::Unit(u.clone()), probe));
+        }
         let all_down = !reach.is_empty() && reach.iter().all(|(_, p)| p.misses >= misses);
         let mut evidence: Vec<Evidence> = Vec::new();
         let mut vantages: BTreeSet<Vantage> = BTreeSet::new();
@@ -836,12 +943,11 @@ impl Localizer {
         let cfg = self.cfg;
         let agent = Vantage::Agent(host.clone());
         let target = Target::Unit(unit.clone());
-        let unit_paths = self.paths_where(now, |(from, to, ch)| {
-            *to == target && *from != agent && *ch != Channel::ControlSocket
+        let unit_paths = self.paths_to(now, &target, |from, ch| {
+            *from != agent && ch != Channel::ControlSocket
         });
         let socket = self
-            .paths
-            .get(&(agent.clone(), target.clone(), Channel::ControlSocket))
+            .path(&(agent.clone(), target.clone(), Channel::ControlSocket))
             .filter(|p| p.misses > 0 && self.fresh(now, p))
             .map(|p| Self::missed(&(agent.clone(), target.clone(), Channel::ControlSocket), p));
         let process = self.process.get(unit).copied();
@@ -880,7 +986,7 @@ impl Localizer {
                         .iter()
                         .filter(|(k, p)| {
                             p.misses >= cfg.confirm_misses
-                                && (k.2 == Channel::Heartbeat
+                                && (matches!(k.2, Channel::Heartbeat | Channel::Service)
                                     || state == ProcessState::ContainerGone)
                         })
                         .map(|(k, p)| Self::missed(k, p)),
@@ -910,8 +1016,7 @@ impl Localizer {
                     .collect();
                 let since = down.iter().map(|e| e.since).min().unwrap_or(now);
                 let host_target = Target::Host(host.clone());
-                let host_paths =
-                    self.paths_where(now, |(from, to, _)| *to == host_target && *from != agent);
+                let host_paths = self.paths_to(now, &host_target, |from, _| *from != agent);
                 // The host must be answering now: every fresh path to it
                 // answered its last probe, and one answered after the
                 // unit's latest miss (not merely before a blip that reached

@@ -44,6 +44,9 @@ struct World {
     hosts: Vec<HostId>,
     units: Vec<(UnitId, HostId)>,
     faults: Vec<Timed>,
+    /// The agent server's probes of the units check their service, and the
+    /// controller sends no heartbeat to them (issue 29).
+    agents_check_service: bool,
 }
 
 impl World {
@@ -63,6 +66,7 @@ impl World {
             hosts,
             units,
             faults,
+            agents_check_service: false,
         }
     }
 
@@ -138,7 +142,7 @@ impl World {
                     },
                 ));
             }
-            for (x, _) in &self.units {
+            for (x, _) in self.units.iter().filter(|_| !self.agents_check_service) {
                 let ok = self.unit_net_ok(t, x) && self.app_ok(t, x);
                 out.push((
                     t,
@@ -174,6 +178,16 @@ impl World {
                         ok,
                     },
                 ));
+                if self.agents_check_service {
+                    out.push((
+                        ts,
+                        Measurement::Service {
+                            from: Vantage::AgentServer,
+                            unit: x.clone(),
+                            answers: ok && self.app_ok(ts, x),
+                        },
+                    ));
+                }
             }
             // The agents' probes of each other's hosts.
             for (i, x) in self.hosts.iter().enumerate() {
@@ -195,6 +209,40 @@ impl World {
                         },
                     ));
                 }
+            }
+            // With the agents checking the service: each unit probed by the
+            // agent of the next host too (its backup's, as the probe plan
+            // has it).
+            for (i, (x, home)) in self.units.iter().enumerate() {
+                if !self.agents_check_service {
+                    break;
+                }
+                let k = self.hosts.iter().position(|y| y == home).unwrap_or(0);
+                let by = &self.hosts[(k + 1) % self.hosts.len()];
+                let ta = t + 40 + 3 * i as Millis;
+                if !self.host_alive(ta, by) {
+                    continue;
+                }
+                let from = Vantage::Agent(by.clone());
+                let to = Target::Unit(x.clone());
+                let ok =
+                    self.data_ok(ta, by) && self.unit_net_ok(ta, x) && !self.lost(ta, &from, &to);
+                out.push((
+                    ta,
+                    Measurement::Probe {
+                        from: from.clone(),
+                        to,
+                        ok,
+                    },
+                ));
+                out.push((
+                    ta,
+                    Measurement::Service {
+                        from,
+                        unit: x.clone(),
+                        answers: ok && self.app_ok(ta, x),
+                    },
+                ));
             }
             t += PROBE;
         }
@@ -415,6 +463,48 @@ fn localizes_every_kind_and_ignores_the_non_failures() {
                 .all(|v| !v.finding.acts()));
         }
     }
+}
+
+#[test]
+fn the_agents_service_probes_stand_in_for_the_controllers_unit_heartbeat() {
+    for case in cases() {
+        let mut world = World::new(case.faults.clone());
+        world.agents_check_service = true;
+        let (_, out) = run(&world, LocalizeConfig::default(), 10_000);
+        let acts = acting(&out);
+        match &case.expect {
+            Some(expect) => {
+                assert_eq!(acts.len(), 1, "{}: {acts:#?}", case.name);
+                assert_eq!(&acts[0].finding, expect, "{}", case.name);
+                assert!(acts[0].vantages().len() >= 2, "{}", case.name);
+                assert!(acts[0].at - START <= case.bar, "{}", case.name);
+            }
+            None => assert!(acts.is_empty(), "{}: {acts:#?}", case.name),
+        }
+    }
+    // Negative control: with neither, an exited process has no second
+    // vantage point and no verdict.
+    let app = cases()
+        .into_iter()
+        .find(|c| matches!(c.expect, Some(Finding::Application { .. })))
+        .expect("an application case");
+    let world = World::new(app.faults.clone());
+    let ms: Vec<(Millis, Measurement)> = world
+        .measurements(10_000)
+        .into_iter()
+        .filter(|(_, m)| {
+            !matches!(
+                m,
+                Measurement::Heartbeat {
+                    to: Target::Unit(_),
+                    ..
+                }
+            )
+        })
+        .collect();
+    let mut l = Localizer::new(LocalizeConfig::default());
+    l.sync(&world.state());
+    assert!(acting(&feed(&mut l, ms)).is_empty());
 }
 
 #[test]

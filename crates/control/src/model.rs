@@ -127,6 +127,11 @@ pub struct Host {
     pub capacity: u32,
     /// In service, failed or draining.
     pub state: HostState,
+    /// Its failure domain (a rack, a power feed): hosts that may fail
+    /// together. A unit's backup goes outside its primary's domain when
+    /// another domain has room.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub domain: Option<String>,
 }
 
 impl Host {
@@ -136,7 +141,14 @@ impl Host {
             name: HostId::new(name),
             capacity,
             state: HostState::Healthy,
+            domain: None,
         }
+    }
+
+    /// The same host in failure domain `domain`.
+    pub fn in_domain(mut self, domain: impl Into<String>) -> Self {
+        self.domain = Some(domain.into());
+        self
     }
 
     /// Healthy: may be chosen as a primary or backup.

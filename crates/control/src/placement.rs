@@ -15,6 +15,10 @@
 //! - a placement is feasible when, for every host `f` that may fail, every
 //!   other host's load stays within its capacity.
 //!
+//! A host may name its failure domain (a rack): a backup goes outside its
+//! primary's domain whenever a host there fits, so a whole rack failing
+//! leaves every unit of it a backup elsewhere.
+//!
 //! [`place`] keeps every valid backup (min-churn: a backup moves only when
 //! its own host or its primary's host fails, or it was never placed) and
 //! places the rest one by one, heaviest first, each on the healthy host
@@ -28,8 +32,10 @@
 //! - Greedy, not TRIPOD's relaxed LP with rounding: it can refuse
 //!   ([`PlacementError::NoHostFits`]) a set of units an exact solver would
 //!   place, when the units already placed leave capacity fragmented.
-//! - Only single host failures are planned for (k = 1). After a failure
-//!   the surviving hosts are replanned as units are re-placed.
+//! - Only single host failures are planned for (k = 1): the loads after a
+//!   whole domain fails are not checked against capacity (backups are
+//!   only kept out of their primary's domain). After a failure the
+//!   surviving hosts are replanned as units are re-placed.
 //! - A kept backup is not moved when a capacity shrinks; the overload shows
 //!   in [`failure_loads`] but nothing rebalances it.
 //! - Units whose primary host has failed keep their backup untouched (it is
@@ -110,11 +116,19 @@ impl HostLoad {
     }
 }
 
-/// Loads: base load per host and the weight that moves from `f` to `h`.
+/// Loads: base load per host, the weight that moves from `f` to `h`, and
+/// per host the most that any one failure moves onto it (so a host's worst
+/// case is one lookup, not one per host that may fail: at 1,000 hosts the
+/// difference between milliseconds and minutes for a rack's units).
 #[derive(Debug, Default)]
 struct Loads {
     base: BTreeMap<HostId, u64>,
-    moved: BTreeMap<(HostId, HostId), u64>,
+    /// From `f`, to `h`.
+    moved: BTreeMap<HostId, BTreeMap<HostId, u64>>,
+    /// Per `h`: the largest `moved(f, h)` over every `f`.
+    max_in: BTreeMap<HostId, u64>,
+    /// Per `h`: the weight of every backup it keeps (cold or preheated).
+    hosted: BTreeMap<HostId, u64>,
 }
 
 impl Loads {
@@ -125,13 +139,20 @@ impl Loads {
 
     fn add_backup(&mut self, primary: &HostId, backup: &HostId, mode: BackupMode, weight: u32) {
         let w = u64::from(weight);
+        *self.hosted.entry(backup.clone()).or_default() += w;
         match mode {
             BackupMode::Preheated => *self.base.entry(backup.clone()).or_default() += w,
             BackupMode::Cold => {
-                *self
+                let m = self
                     .moved
-                    .entry((primary.clone(), backup.clone()))
-                    .or_default() += w
+                    .entry(primary.clone())
+                    .or_default()
+                    .entry(backup.clone())
+                    .or_default();
+                *m += w;
+                let v = *m;
+                let max = self.max_in.entry(backup.clone()).or_default();
+                *max = (*max).max(v);
             }
         }
     }
@@ -146,24 +167,20 @@ impl Loads {
 
     fn moved(&self, f: &HostId, h: &HostId) -> u64 {
         self.moved
-            .get(&(f.clone(), h.clone()))
+            .get(f)
+            .and_then(|m| m.get(h))
             .copied()
             .unwrap_or(0)
     }
 
-    /// `h`'s worst load over "no failure" and every single failure of one
-    /// of `hosts`, with `extra_base` added to its base and `extra_moved`
-    /// added to what `from` moves onto it.
-    fn worst(&self, h: &HostId, hosts: &[HostId], extra_base: u64, extra: (&HostId, u64)) -> u64 {
+    /// `h`'s worst load over "no failure" and every single failure of a
+    /// live host, with `extra_base` added to its base and `extra.1` added
+    /// to what `extra.0` moves onto it. (Nothing moves from `h` onto
+    /// itself: a backup is never on its primary's host.)
+    fn worst(&self, h: &HostId, extra_base: u64, extra: (&HostId, u64)) -> u64 {
         let base = self.base(h) + extra_base;
-        hosts
-            .iter()
-            .filter(|f| *f != h)
-            .map(|f| {
-                let add = if f == extra.0 { extra.1 } else { 0 };
-                base + self.moved(f, h) + add
-            })
-            .fold(base, u64::max)
+        let max_in = self.max_in.get(h).copied().unwrap_or(0);
+        base + max_in.max(self.moved(extra.0, h) + extra.1)
     }
 }
 
@@ -183,6 +200,11 @@ fn valid_backup(state: &DesiredState, primary: &HostId, backup: Option<&HostId>)
     backup.is_some_and(|b| b != primary && state.is_usable(b))
 }
 
+/// How a candidate backup host ranks, lowest first: in the primary's
+/// failure domain, worst-case load share, load moved from the primary,
+/// base load share, backups kept share.
+type Choice = (bool, u64, u64, u64, u64);
+
 /// Places the backup of every unit that needs one (see the module docs),
 /// keeping every valid one. Fails on the first unit that fits nowhere.
 pub fn place(state: &DesiredState) -> Result<Placement, PlacementError> {
@@ -197,7 +219,6 @@ pub fn place(state: &DesiredState) -> Result<Placement, PlacementError> {
 /// [`place`], going on past the units that fit nowhere: they are left out
 /// of [`Placement::backups`] and reported, in placement order.
 pub fn place_partial(state: &DesiredState) -> (Placement, Vec<PlacementError>) {
-    let hosts = live_hosts(state);
     let mut errors = Vec::new();
     let mut loads = Loads::default();
     let mut out = Placement::default();
@@ -231,20 +252,34 @@ pub fn place_partial(state: &DesiredState) -> (Placement, Vec<PlacementError>) {
             BackupMode::Preheated => (w, 0),
             BackupMode::Cold => (0, w),
         };
-        let mut best: Option<((u64, u64, u64), &HostId)> = None;
+        let mut best: Option<(Choice, &HostId)> = None;
+        let domain = state.hosts.get(&u.primary).and_then(|h| h.domain.as_ref());
         for h in state.hosts.values() {
             if !h.is_usable() || h.name == u.primary || h.capacity == 0 {
                 continue;
             }
             let cap = u64::from(h.capacity);
-            let worst = loads.worst(&h.name, &hosts, extra_base, (&u.primary, extra_moved));
+            let worst = loads.worst(&h.name, extra_base, (&u.primary, extra_moved));
             if worst > cap {
                 continue;
             }
             let spread = loads.moved(&u.primary, &h.name) + extra_moved;
             let base = loads.base(&h.name) + extra_base;
-            // Shares of capacity, scaled so that integer comparison orders them.
-            let key = (worst * 1_000_000 / cap, spread, base * 1_000_000 / cap);
+            // Shares of capacity, scaled so that integer comparison orders
+            // them; among equals, the host that keeps the fewest backups
+            // (else every tie lands on the first host by name: its agent
+            // probes every unit it backs up, issue 29).
+            let hosted = loads.hosted.get(&h.name).copied().unwrap_or(0);
+            // A host of the primary's failure domain only when no other
+            // fits: a rack that fails takes both otherwise.
+            let same_domain = domain.is_some() && h.domain.as_ref() == domain;
+            let key = (
+                same_domain,
+                worst * 1_000_000 / cap,
+                spread,
+                base * 1_000_000 / cap,
+                hosted * 1_000_000 / cap,
+            );
             let better = match &best {
                 None => true,
                 Some((k, _)) => key < *k,
@@ -331,6 +366,66 @@ fn saturate(v: u64) -> u32 {
 mod tests {
     use super::*;
     use crate::model::{FailureKind, Host, HostState, Unit};
+
+    #[test]
+    fn a_backup_goes_outside_its_primarys_failure_domain_when_one_fits() {
+        let hosts = (0..6)
+            .map(|i| Host::healthy(format!("h{i}"), 8).in_domain(if i < 3 { "r0" } else { "r1" }));
+        let units =
+            (0..12).map(|i| Unit::new(format!("u{i:02}"), &h(&format!("h{}", i % 6)), None));
+        let s = DesiredState::new(hosts, units);
+        let p = place(&s).unwrap();
+        for (unit, b) in &p.backups {
+            let primary = &s.units[unit].primary;
+            let dom = |x: &HostId| s.hosts[x].domain.clone();
+            assert_ne!(dom(primary), dom(b), "{unit} on {primary} backed up on {b}");
+        }
+        // Negative control: without domains, some land in the same rack.
+        let plain = DesiredState::new(
+            (0..6).map(|i| Host::healthy(format!("h{i}"), 8)),
+            (0..12).map(|i| Unit::new(format!("u{i:02}"), &h(&format!("h{}", i % 6)), None)),
+        );
+        let p = place(&plain).unwrap();
+        let rack = |x: &HostId| x.0[1..].parse::<u32>().unwrap() / 3;
+        assert!(p
+            .backups
+            .iter()
+            .any(|(u, b)| rack(&plain.units[u].primary) == rack(b)));
+    }
+
+    #[test]
+    fn a_hosts_worst_case_by_lookup_is_the_worst_over_every_failure() {
+        // A fleet of 12 hosts with 60 cold backups spread unevenly, checked
+        // against the definition: the largest load over every failure.
+        let hosts: Vec<HostId> = (0..12).map(|i| h(&format!("h{i:02}"))).collect();
+        let mut loads = Loads::default();
+        let mut x = 7u64;
+        for _ in 0..60 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let p = &hosts[(x >> 33) as usize % 12];
+            let b = &hosts[((x >> 40) as usize % 11 + 1 + (x >> 33) as usize % 12) % 12];
+            loads.add(p, b, BackupMode::Cold, 1 + (x >> 50) as u32 % 3);
+        }
+        for hh in &hosts {
+            for p in &hosts {
+                for extra in [0, 2] {
+                    let brute = hosts
+                        .iter()
+                        .filter(|f| *f != hh)
+                        .map(|f| {
+                            let add = if f == p { extra } else { 0 };
+                            loads.base(hh) + 1 + loads.moved(f, hh) + add
+                        })
+                        .fold(loads.base(hh) + 1, u64::max);
+                    if p != hh {
+                        assert_eq!(loads.worst(hh, 1, (p, extra)), brute, "{hh} {p} {extra}");
+                    }
+                }
+            }
+        }
+    }
 
     fn h(n: &str) -> HostId {
         HostId::new(n)

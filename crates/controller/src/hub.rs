@@ -59,6 +59,8 @@ struct Link {
     /// The units its agent runs, by name: their role (`primary`, or
     /// `backup` for a preheated standby).
     units: BTreeMap<String, String>,
+    /// Its probes report `refused` (`Hello.reports_refused`).
+    reports_refused: bool,
 }
 
 /// A measurement, as the localization sees it.
@@ -184,6 +186,14 @@ impl Hub {
             .is_some_and(|l| l.last_heartbeat.elapsed() < LIVE)
     }
 
+    /// Whether agents are attached and every one reports `refused`: then
+    /// their probes check the units' service and the controller need not
+    /// (issue 29).
+    pub fn agents_check_service(&self) -> bool {
+        let g = lock(&self.inner);
+        !g.links.is_empty() && g.links.values().all(|l| l.reports_refused)
+    }
+
     /// The role of `unit` on `host`'s agent, if it runs there (as its
     /// agent last reported).
     pub fn runs(&self, host: &str, unit: &str) -> Option<String> {
@@ -286,13 +296,27 @@ impl Hub {
                 } else {
                     Vantage::Agent(HostId::new(host))
                 };
-                if let Some(to) = parse_target(&m.target) {
+                let Some(to) = parse_target(&m.target) else {
+                    return;
+                };
+                // A probe of a unit from an agent that tells a reset from a
+                // handshake also checks holdfastd's service there.
+                if let (Target::Unit(unit), true) = (&to, l.reports_refused) {
                     let _ = self.observed.send(Observed {
                         at: Instant::now(),
-                        what: Measurement::Probe { from, to, ok: m.ok },
+                        what: Measurement::Service {
+                            from: from.clone(),
+                            unit: unit.clone(),
+                            answers: m.ok && !m.refused,
+                        },
                         host: None,
                     });
                 }
+                let _ = self.observed.send(Observed {
+                    at: Instant::now(),
+                    what: Measurement::Probe { from, to, ok: m.ok },
+                    host: None,
+                });
             }
             Some(agent_report::Body::Hello(_)) | None => {}
         }
@@ -405,6 +429,7 @@ impl Controller for Hub {
                             .iter()
                             .map(|u| (u.unit.clone(), u.role.clone()))
                             .collect(),
+                        reports_refused: hello.reports_refused,
                     },
                 ) {
                     let _ = old

@@ -17,6 +17,7 @@ fn hello(host: &str) -> AgentReport {
             highest_token: 0,
             schema: holdfast_control_api::SCHEMA,
             version: String::new(),
+            reports_refused: true,
         })),
     }
 }

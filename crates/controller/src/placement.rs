@@ -3,7 +3,8 @@
 //! model, and the backup a unit gets after a migration ([`backup_after`]).
 //!
 //! A host is any host that has an agent (`agents/<host>`), is named by a
-//! placement, or is marked failed. Its capacity is [`DEFAULT_CAPACITY`]
+//! placement, or is marked failed. Its failure domain is the one its
+//! agent's record names (`holdfast-agent --failure-domain`). Its capacity is [`DEFAULT_CAPACITY`]
 //! units unless `hosts/capacity/<host>` holds a number.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -29,11 +30,14 @@ pub async fn read_state_and_units(
 ) -> Result<(DesiredState, Vec<UnitRecord>), StoreError> {
     let keys = store.keys().clone();
     let p = keys.prefix().to_string();
-    let agents: BTreeSet<String> = store
-        .list(&format!("{p}agents/"))
+    // Each agent's record: its host, and the failure domain it names
+    // (`holdfast-agent --failure-domain`).
+    let records: BTreeMap<String, serde_json::Value> = store
+        .scan::<serde_json::Value>(&format!("{p}agents/"))
         .await?
         .into_iter()
         .collect();
+    let agents: BTreeSet<String> = records.keys().cloned().collect();
     let failed: BTreeSet<String> = store
         .list(&format!("{p}hosts/failed/"))
         .await?
@@ -62,10 +66,15 @@ pub async fn read_state_and_units(
         } else {
             HostState::Healthy
         };
+        let domain = records
+            .get(&h)
+            .and_then(|r| r["domain"].as_str())
+            .map(str::to_string);
         hosts.push(Host {
             name: HostId::new(h),
             capacity,
             state,
+            domain,
         });
     }
     let model = units.iter().map(|u| {

@@ -5,10 +5,15 @@
 //! Three vantage points feed it:
 //! - **the controller** ([`sensor`], only while the replica may act): every
 //!   probe interval (100 ms by default) a heartbeat per host — whether its
-//!   agent's Attach stream delivered a heartbeat within 2.5 intervals — and
-//!   per unit a TCP handshake with holdfastd on the unit's service address
+//!   agent's Attach stream delivered a heartbeat within 2.5 intervals — and,
+//!   while any attached agent is older than `Hello.reports_refused`, per
+//!   unit a TCP handshake with holdfastd on the unit's service address
 //!   (its BGP port). A completed handshake answers; a reset (nothing
-//!   listens: the process is gone) or a timeout misses;
+//!   listens: the process is gone) or a timeout misses. Once every agent
+//!   reports resets, their probes of the units carry the same check
+//!   ([`holdfast_control::Measurement::Service`]) and the controller sends
+//!   none: at 1,000 units its handshakes were 10,000 a second, most of the
+//!   leader's core (issue 29, `holdfast-ctl-sim`);
 //! - **the agents** on the hosts: their units' process states (pidfd, and
 //!   whether the container went with the process), counted only from the
 //!   unit's primary host, and their IP SLA probes of the other hosts and
@@ -155,7 +160,15 @@ pub async fn sensor(hub: Hub, targets: SharedTargets, cfg: SenseConfig) {
                 });
             }
         }
-        for (unit, addr) in t.units {
+        // Every attached agent's probes check the units' service: the
+        // controller's own heartbeat to each unit (a TCP handshake per unit
+        // per interval) is left to them.
+        let units = if hub.agents_check_service() {
+            Vec::new()
+        } else {
+            t.units
+        };
+        for (unit, addr) in units {
             let tx = tx.clone();
             let stalls = stalls.clone();
             let gen = stalls.load(std::sync::atomic::Ordering::SeqCst);
@@ -211,6 +224,8 @@ pub struct Localization {
     elected: Option<Instant>,
     /// Each unit's last controller heartbeat: answered, and when.
     unit_heartbeats: BTreeMap<String, (bool, Instant)>,
+    /// When every host and unit was last evaluated.
+    evaluated: Option<Instant>,
 }
 
 impl Localization {
@@ -225,6 +240,7 @@ impl Localization {
             targets,
             elected: None,
             unit_heartbeats: BTreeMap::new(),
+            evaluated: None,
         }
     }
 
@@ -292,7 +308,8 @@ impl Localization {
             | Measurement::Heartbeat {
                 to: Target::Unit(u),
                 ..
-            } => Some(u),
+            }
+            | Measurement::Service { unit: u, .. } => Some(u),
             _ => None,
         };
         if let Measurement::Heartbeat {
@@ -319,12 +336,20 @@ impl Localization {
         self.loc.handle(now, o.what)
     }
 
-    /// Whether `unit` fails the controller's own heartbeat (its last one,
-    /// within the last second, missed).
+    /// Whether `unit`'s service is silent: the controller's own heartbeat
+    /// to it (its last one, within the last second, missed), or else every
+    /// fresh service probe of it by the agents missed.
     pub fn unit_silent(&self, unit: &str) -> bool {
-        self.unit_heartbeats
+        match self
+            .unit_heartbeats
             .get(unit)
-            .is_some_and(|(ok, at)| !ok && at.elapsed() < Duration::from_secs(1))
+            .filter(|(_, at)| at.elapsed() < Duration::from_secs(1))
+        {
+            Some((ok, _)) => !ok,
+            None => self
+                .loc
+                .service_silent(&UnitId::new(unit), self.ms(Instant::now())),
+        }
     }
 
     /// Whether the localizer has `host` under suspicion (its verdict is
@@ -333,10 +358,17 @@ impl Localization {
         self.loc.is_suspect(&HostId::new(host))
     }
 
-    /// Confirmation windows that ended.
+    /// Confirmation windows that ended, and every host and unit once per
+    /// probe interval: a measurement re-evaluates only what it is about,
+    /// so what time alone changes (a path going stale) is found here.
     pub fn poll(&mut self) -> Vec<Verdict> {
-        let now = self.ms(Instant::now());
-        if self.loc.next_deadline().is_some_and(|d| d <= now) {
+        let at = Instant::now();
+        let now = self.ms(at);
+        let due = self
+            .evaluated
+            .is_none_or(|t| at.saturating_duration_since(t) >= self.cfg.interval());
+        if due || self.loc.next_deadline().is_some_and(|d| d <= now) {
+            self.evaluated = Some(at);
             self.loc.poll(now)
         } else {
             Vec::new()

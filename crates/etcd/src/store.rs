@@ -13,6 +13,7 @@
 //! common name is the etcd user, docs/security.md, *etcd*); `http://`
 //! endpoints stay plaintext.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::Duration;
 
@@ -77,6 +78,8 @@ pub struct Store {
     keep_alive: Option<(usize, i64, LeaseKeeper, LeaseKeepAliveStream)>,
     /// The CA and client identity for `https://` endpoints.
     tls: Option<TlsOptions>,
+    /// Every unit's record, by key, as of a revision ([`Store::units`]).
+    units_cache: Option<(i64, BTreeMap<String, UnitRecord>)>,
 }
 
 impl std::fmt::Debug for Store {
@@ -142,6 +145,7 @@ impl Store {
             fenced,
             keep_alive: None,
             tls: None,
+            units_cache: None,
         })
     }
 
@@ -411,21 +415,69 @@ impl Store {
         Ok(self.get_kv(key).await?.map(|(v, _)| v))
     }
 
+    /// Every key under `prefix` with its value (empty with `keys_only`),
+    /// read in pages of [`PAGE`] at the revision of the first
+    /// (linearizable): one response for every unit of a large fleet would
+    /// pass the gRPC client's 4 MiB message limit (10,000 unit records are
+    /// about 7 MB, `holdfast-ctl-sim`).
+    async fn range(
+        &mut self,
+        prefix: &str,
+        keys_only: bool,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, StoreError> {
+        Ok(self.range_at(prefix, keys_only).await?.1)
+    }
+
+    /// [`Store::range`], with the revision it was read at.
+    async fn range_at(
+        &mut self,
+        prefix: &str,
+        keys_only: bool,
+    ) -> Result<(i64, Vec<(Vec<u8>, Vec<u8>)>), StoreError> {
+        let end = prefix_end(prefix.as_bytes());
+        let mut start = prefix.as_bytes().to_vec();
+        let mut revision = 0i64;
+        let mut out = Vec::new();
+        loop {
+            let (from, to) = (start.clone(), end.clone());
+            let r = self
+                .call(|mut c| {
+                    let (from, to) = (from.clone(), to.clone());
+                    async move {
+                        let mut o = GetOptions::new().with_range(to).with_limit(PAGE);
+                        if revision > 0 {
+                            o = o.with_revision(revision);
+                        }
+                        if keys_only {
+                            o = o.with_keys_only();
+                        }
+                        c.get(from, Some(o)).await
+                    }
+                })
+                .await?;
+            if revision == 0 {
+                revision = r.header().map_or(0, |h| h.revision());
+            }
+            for kv in r.kvs() {
+                out.push((kv.key().to_vec(), kv.value().to_vec()));
+            }
+            match r.kvs().last() {
+                Some(last) if r.more() => {
+                    start = last.key().to_vec();
+                    start.push(0);
+                }
+                _ => return Ok((revision, out)),
+            }
+        }
+    }
+
     /// The keys (without the prefix) under `prefix` (linearizable).
     pub async fn list(&mut self, prefix: &str) -> Result<Vec<String>, StoreError> {
-        let p = prefix.to_string();
-        let r = self
-            .call(|mut c| {
-                let p = p.clone();
-                async move {
-                    c.get(p, Some(GetOptions::new().with_prefix().with_keys_only()))
-                        .await
-                }
-            })
-            .await?;
-        Ok(r.kvs()
-            .iter()
-            .filter_map(|kv| kv.key_str().ok())
+        Ok(self
+            .range(prefix, true)
+            .await?
+            .into_iter()
+            .filter_map(|(k, _)| String::from_utf8(k).ok())
             .filter_map(|k| k.strip_prefix(prefix).map(str::to_string))
             .collect())
     }
@@ -436,18 +488,13 @@ impl Store {
         &mut self,
         prefix: &str,
     ) -> Result<Vec<(String, T)>, StoreError> {
-        let p = prefix.to_string();
-        let r = self
-            .call(|mut c| {
-                let p = p.clone();
-                async move { c.get(p, Some(GetOptions::new().with_prefix())).await }
-            })
-            .await?;
-        Ok(r.kvs()
-            .iter()
-            .filter_map(|kv| {
-                let k = kv.key_str().ok()?.strip_prefix(prefix)?.to_string();
-                match serde_json::from_slice(kv.value()) {
+        Ok(self
+            .range(prefix, false)
+            .await?
+            .into_iter()
+            .filter_map(|(k, v)| {
+                let k = String::from_utf8(k).ok()?.strip_prefix(prefix)?.to_string();
+                match serde_json::from_slice(&v) {
                     Ok(v) => Some((k, v)),
                     Err(e) => {
                         tracing::warn!(key = %k, error = %e, "unreadable record skipped");
@@ -458,15 +505,75 @@ impl Store {
             .collect())
     }
 
-    /// Every unit's placement, in one read.
+    /// Every unit's placement (linearizable). The first call reads every
+    /// record; later ones read only the records changed since the last
+    /// (etcd's `min_mod_revision`, at most a page of them) and count the
+    /// keys at the same revision, reading everything again only when the
+    /// count shows a unit gone or more than a page changed: at 10,000 units a full read is about 7 MB, which the
+    /// leader's localization would otherwise make three times a second
+    /// (issue 29, `holdfast-ctl-sim`).
     pub async fn units(&mut self) -> Result<Vec<UnitRecord>, StoreError> {
         let p = format!("{}units/", self.keys.prefix());
-        Ok(self
-            .scan::<UnitRecord>(&p)
-            .await?
-            .into_iter()
-            .map(|(_, u)| u)
-            .collect())
+        if let Some((since, _)) = &self.units_cache {
+            let since = *since;
+            let end = prefix_end(p.as_bytes());
+            let (from, to) = (p.clone(), end.clone());
+            let changed = self
+                .call(|mut c| {
+                    let (from, to) = (from.clone(), to.clone());
+                    async move {
+                        // At most a page: more changes than that are read
+                        // again in full, page by page.
+                        let o = GetOptions::new()
+                            .with_range(to)
+                            .with_min_mod_revision(since + 1)
+                            .with_limit(PAGE);
+                        c.get(from, Some(o)).await
+                    }
+                })
+                .await?;
+            let rev = changed.header().map_or(0, |h| h.revision());
+            let (from, to) = (p.clone(), end);
+            let count = self
+                .call(|mut c| {
+                    let (from, to) = (from.clone(), to.clone());
+                    async move {
+                        let o = GetOptions::new()
+                            .with_range(to)
+                            .with_count_only()
+                            .with_revision(rev);
+                        c.get(from, Some(o)).await
+                    }
+                })
+                .await?
+                .count();
+            if let Some((at, cache)) = self.units_cache.as_mut().filter(|_| !changed.more()) {
+                for kv in changed.kvs() {
+                    let k = kv.key_str().unwrap_or_default();
+                    if let Ok(u) = from_json::<UnitRecord>(k, kv.value()) {
+                        cache.insert(k.to_string(), u);
+                    }
+                }
+                if usize::try_from(count).is_ok_and(|n| n == cache.len()) && rev > 0 {
+                    *at = rev;
+                    return Ok(cache.values().cloned().collect());
+                }
+            }
+        }
+        let (rev, kvs) = self.range_at(&p, false).await?;
+        let mut cache = BTreeMap::new();
+        for (k, v) in kvs {
+            let k = String::from_utf8_lossy(&k).to_string();
+            match from_json::<UnitRecord>(&k, &v) {
+                Ok(u) => {
+                    cache.insert(k, u);
+                }
+                Err(e) => tracing::warn!(key = %k, error = %e, "unreadable record skipped"),
+            }
+        }
+        let out = cache.values().cloned().collect();
+        self.units_cache = Some((rev, cache));
+        Ok(out)
     }
 
     /// Every migration in flight, with the key it is under: each unit's
@@ -556,6 +663,22 @@ impl Store {
     }
 }
 
+/// Keys per page of a prefix read ([`Store::list`], [`Store::scan`]).
+pub const PAGE: i64 = 500;
+
+/// The end of the range of keys that start with `prefix` (etcd's rule:
+/// the last byte that is not 0xff, plus one; all 0xff: to the end).
+fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(b) = end.pop() {
+        if b < 0xff {
+            end.push(b + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
 /// A record as JSON.
 pub fn to_json<T: Serialize>(v: &T) -> String {
     serde_json::to_string(v).expect("records serialize")
@@ -566,4 +689,19 @@ fn from_json<T: DeserializeOwned>(key: &str, bytes: &[u8]) -> Result<T, StoreErr
         key: key.to_string(),
         detail: e.to_string(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::prefix_end;
+
+    #[test]
+    fn a_prefixs_range_ends_after_its_last_key() {
+        assert_eq!(
+            prefix_end(b"/holdfast/default/units/"),
+            b"/holdfast/default/units0"
+        );
+        assert_eq!(prefix_end(b"a\xff"), b"b");
+        assert_eq!(prefix_end(b"\xff\xff"), vec![0]);
+    }
 }

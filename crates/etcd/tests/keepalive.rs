@@ -12,6 +12,10 @@
 //!   stays put over ten of them); once the key is gone, the next campaign
 //!   wins.
 //!
+//! - `Store::units` read again sees every change, addition and deletion;
+//! - a prefix read of more than a page and of more than the client's 4 MiB
+//!   message limit comes back whole, in key order.
+//!
 //! Needs `etcd` (Debian's etcd-server); without it the test is skipped,
 //! or fails under `HOLDFAST_REQUIRE_LAB=1`.
 
@@ -242,4 +246,94 @@ async fn a_campaign_against_a_held_leader_key_makes_no_proposal() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// A prefix read larger than one page (and than the client's 4 MiB
+/// message limit in one response) comes back whole, in key order.
+#[tokio::test]
+async fn a_prefix_larger_than_a_page_and_4_mib_is_read_whole() {
+    let Some(etcd) = start_etcd() else {
+        return;
+    };
+    let mut s = store_up(&etcd.client).await;
+    let n = holdfast_etcd::store::PAGE as usize * 2 + 37;
+    // About 5.3 MB in all: one response would be refused by the client.
+    let big = "x".repeat(5_000);
+    for i in 0..n {
+        s.put_request(&format!("/t/many/{i:05}"), &format!("\"{big}\""))
+            .await
+            .expect("put");
+    }
+    s.put_request("/t/many0", "\"past the prefix\"")
+        .await
+        .expect("put");
+    let keys = s.list("/t/many/").await.expect("list");
+    assert_eq!(keys.len(), n);
+    assert_eq!(keys.first().map(String::as_str), Some("00000"));
+    assert!(keys.windows(2).all(|w| w[0] < w[1]));
+    let records = s.scan::<String>("/t/many/").await.expect("scan");
+    assert_eq!(records.len(), n);
+    assert!(records.iter().all(|(_, v)| v.len() == big.len()));
+}
+
+/// `Store::units` after the first read: changes, additions and deletions
+/// are all seen.
+#[tokio::test]
+async fn units_read_again_see_every_change_addition_and_deletion() {
+    let Some(etcd) = start_etcd() else {
+        return;
+    };
+    let mut s = store_up(&etcd.client).await;
+    let rec = |unit: &str, primary: &str| {
+        serde_json::json!({"schema": 1, "unit": unit, "primary": primary, "backup": null, "epoch": 0})
+            .to_string()
+    };
+    let key = |u: &str| Keys::new("t").unit(u);
+    for u in ["u1", "u2", "u3"] {
+        s.put_request(&key(u), &rec(u, "a")).await.expect("put");
+    }
+    let names = |v: Vec<holdfast_etcd::UnitRecord>| -> Vec<(String, String)> {
+        v.into_iter().map(|u| (u.unit, u.primary)).collect()
+    };
+    let first = names(s.units().await.expect("units"));
+    assert_eq!(first.len(), 3);
+    s.put_request(&key("u2"), &rec("u2", "b"))
+        .await
+        .expect("put");
+    s.put_request(&key("u4"), &rec("u4", "c"))
+        .await
+        .expect("put");
+    let second = names(s.units().await.expect("units"));
+    assert_eq!(
+        second,
+        [("u1", "a"), ("u2", "b"), ("u3", "a"), ("u4", "c")]
+            .map(|(u, p)| (u.to_string(), p.to_string()))
+            .to_vec()
+    );
+    // More changes than a page since the last read: read in full again.
+    let many = holdfast_etcd::store::PAGE as usize + 10;
+    for i in 0..many {
+        let u = format!("v{i:04}");
+        s.put_request(&key(&u), &rec(&u, "d")).await.expect("put");
+    }
+    assert_eq!(s.units().await.expect("units").len(), 4 + many);
+    for i in 0..many {
+        raw_delete(&etcd.client, &key(&format!("v{i:04}"))).await;
+    }
+    let mut raw = etcd_client::Client::connect([etcd.client.as_str()], None)
+        .await
+        .expect("a client");
+    raw.delete(key("u3"), None).await.expect("delete");
+    let third = names(s.units().await.expect("units"));
+    assert_eq!(
+        third.iter().map(|(u, _)| u.as_str()).collect::<Vec<_>>(),
+        ["u1", "u2", "u4"]
+    );
+}
+
+async fn raw_delete(client: &str, key: &str) {
+    let mut raw = etcd_client::Client::connect([client], None)
+        .await
+        .expect("a client");
+    raw.delete(key, None).await.expect("delete");
 }

@@ -111,6 +111,8 @@ pub struct EtcdStatus {
     pub leader_id: u64,
     /// The store revision it reports.
     pub revision: i64,
+    /// Its database file's size in bytes (`dbSize`).
+    pub db_size: u64,
 }
 
 impl Etcd {
@@ -378,6 +380,7 @@ impl Etcd {
                     .pointer("/header/revision")
                     .and_then(Value::as_i64)
                     .unwrap_or(0),
+                db_size: num("/dbSize"),
             });
         }
         Ok(out)
