@@ -38,8 +38,9 @@ const READ_WITHIN: Duration = Duration::from_millis(300);
 /// How often etcd is read again while it names no leader.
 const NO_LEADER_WAIT: Duration = Duration::from_millis(100);
 
-/// How long to wait before the next attach after `n` failed in a row:
-/// 100 ms, doubling up to 2 s, each wait drawn from its upper half. A
+/// How long to wait before the next attach after `n` failed in a row with
+/// the same replica: 100 ms, doubling up to 800 ms, each wait drawn from its
+/// upper half; a replica newly named leader is tried at once. A
 /// thousand agents whose leader went away all attach again at once; a
 /// replica that cannot answer them all in [`ATTACH_WITHIN`] would see every
 /// one of them back 100 ms later, and again, without it (issue 29,
@@ -47,19 +48,22 @@ const NO_LEADER_WAIT: Duration = Duration::from_millis(100);
 #[derive(Debug, Clone, Default)]
 pub struct Backoff {
     failures: u32,
+    /// The replica the failures were with.
+    with: Option<String>,
 }
 
 impl Backoff {
     /// The first wait.
     pub const FIRST: Duration = Duration::from_millis(100);
-    /// The longest.
-    pub const MAX: Duration = Duration::from_secs(2);
+    /// The longest: a leader killed is replaced in about 3 s, and its
+    /// agents, which kept failing against it, must not wait much longer.
+    pub const MAX: Duration = Duration::from_millis(800);
 
     /// An attach failed: the wait before the next, with `unit` in [0, 1)
     /// drawn at random.
     pub fn failed(&mut self, unit: f64) -> Duration {
         let cap = Self::FIRST
-            .saturating_mul(1 << self.failures.min(5))
+            .saturating_mul(1 << self.failures.min(4))
             .min(Self::MAX);
         self.failures = self.failures.saturating_add(1);
         cap.mul_f64(0.5 + unit.clamp(0.0, 1.0) / 2.0)
@@ -68,6 +72,15 @@ impl Backoff {
     /// An attach succeeded.
     pub fn reset(&mut self) {
         self.failures = 0;
+    }
+
+    /// The next attach goes to `url`: another replica than the failures
+    /// were with (a new leader) starts afresh.
+    pub fn towards(&mut self, url: &str) {
+        if self.with.as_deref() != Some(url) {
+            self.failures = 0;
+            self.with = Some(url.to_string());
+        }
     }
 }
 
@@ -207,6 +220,8 @@ pub(crate) async fn attach_task(
             next += 1;
             controllers[(next - 1) % controllers.len()].clone()
         });
+        // A leader other than the one that just failed us is tried at once.
+        backoff.towards(&url);
         let client = tokio::time::timeout(
             ATTACH_WITHIN,
             holdfast_control_api::tls::connect(&url, tls.as_ref()),
@@ -332,16 +347,22 @@ mod tests {
     }
 
     #[test]
-    fn attach_retries_back_off_to_two_seconds_with_jitter_and_start_over() {
+    fn attach_retries_back_off_to_800_ms_with_jitter_and_start_over() {
         let mut b = Backoff::default();
         let top: Vec<Duration> = (0..7).map(|_| b.failed(0.999_999)).collect();
         let ms = |d: &Duration| d.as_millis();
         assert_eq!(
             top.iter().map(ms).collect::<Vec<_>>(),
-            [99, 199, 399, 799, 1599, 1999, 1999]
+            [99, 199, 399, 799, 799, 799, 799]
         );
         b.reset();
         assert_eq!(b.failed(0.0), 50 * MS, "the lower half of the first wait");
+        b.towards("http://c1");
+        b.failed(0.0);
+        b.towards("http://c1");
+        assert_eq!(b.failed(0.0), 100 * MS, "the same replica: longer");
+        b.towards("http://c2");
+        assert_eq!(b.failed(0.0), 50 * MS, "a new leader: afresh");
     }
 
     #[test]

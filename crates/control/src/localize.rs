@@ -577,6 +577,20 @@ impl Localizer {
         self.failed.contains(host)
     }
 
+    /// Whether an agent other than the one on `unit`'s host (or the agent
+    /// server) checks its service: a fresh [`Measurement::Service`] path.
+    /// The controller's own heartbeat to it is then not needed.
+    pub fn service_checked(&self, unit: &UnitId, now: Millis) -> bool {
+        let home = self.units.get(unit).cloned().map(Vantage::Agent);
+        self.paths
+            .get(&Target::Unit(unit.clone()))
+            .into_iter()
+            .flatten()
+            .any(|((from, ch), p)| {
+                *ch == Channel::Service && Some(from) != home.as_ref() && self.fresh(now, p)
+            })
+    }
+
     /// Whether `unit`'s service is silent at `now`: it has a fresh check of
     /// its service (the controller's heartbeat, an agent's service probe)
     /// and every such check's last one missed.

@@ -482,6 +482,15 @@ fn the_agents_service_probes_stand_in_for_the_controllers_unit_heartbeat() {
             None => assert!(acts.is_empty(), "{}: {acts:#?}", case.name),
         }
     }
+    // Who checks the units' service: the agents here (the controller need
+    // not), nobody but the controller in the plain world.
+    let mut world = World::new(Vec::new());
+    world.agents_check_service = true;
+    let (l, _) = run(&world, LocalizeConfig::default(), 2_000);
+    assert!(l.service_checked(&u("b0"), 2_000));
+    assert!(!l.service_checked(&u("b0"), 5_000), "stale by then");
+    let (l, _) = run(&World::new(Vec::new()), LocalizeConfig::default(), 2_000);
+    assert!(!l.service_checked(&u("b0"), 2_000));
     // Negative control: with neither, an exited process has no second
     // vantage point and no verdict.
     let app = cases()

@@ -12,7 +12,8 @@
 //! the agents attach to the new leader.
 //!
 //! While the replica may act, every stream carries its beat
-//! ([`BEAT`], a `LeaderBeat` command with the token, the first at once):
+//! ([`BEAT`], a `LeaderBeat` command with the token, the first at once;
+//! [`Hub::beats`], one timer for every stream):
 //! an agent that hears nothing for its `--leader-silence-ms` leaves (a
 //! frozen leader's TCP connections stay open, its beats stop), and an
 //! agent learns the new leader's token the moment its stream opens.
@@ -186,14 +187,6 @@ impl Hub {
             .is_some_and(|l| l.last_heartbeat.elapsed() < LIVE)
     }
 
-    /// Whether agents are attached and every one reports `refused`: then
-    /// their probes check the units' service and the controller need not
-    /// (issue 29).
-    pub fn agents_check_service(&self) -> bool {
-        let g = lock(&self.inner);
-        !g.links.is_empty() && g.links.values().all(|l| l.reports_refused)
-    }
-
     /// The role of `unit` on `host`'s agent, if it runs there (as its
     /// agent last reported).
     pub fn runs(&self, host: &str, unit: &str) -> Option<String> {
@@ -322,33 +315,47 @@ impl Hub {
         }
     }
 
-    /// Beats on `host`'s stream `session` every [`BEAT`] while the replica
-    /// may act, until the stream is gone or replaced.
+    /// One beat on every stream, now, while the replica may act.
+    fn beat_all(&self) {
+        let Some(token) = self.may_act() else {
+            return;
+        };
+        let c = Command {
+            token: u64::try_from(token.0).unwrap_or(0),
+            id: 0,
+            body: Some(command::Body::Beat(holdfast_control_api::v1::LeaderBeat {})),
+        };
+        for l in lock(&self.inner).links.values() {
+            let _ = l.tx.send(Ok(c.clone()));
+        }
+    }
+
+    /// The leader's beat on every stream every [`BEAT`] (one timer for all
+    /// of them: a task per stream was a thousand timers at a thousand
+    /// agents, issue 29); never returns.
+    pub async fn beats(self) {
+        let mut tick = tokio::time::interval(BEAT);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        loop {
+            tick.tick().await;
+            self.beat_all();
+        }
+    }
+
+    /// The first beat on a new stream, at once: it tells the agent the
+    /// leader's token.
     fn beat(&self, host: &str, session: u64) {
-        let hub = self.clone();
-        let host = host.to_string();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(BEAT);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-            loop {
-                tick.tick().await;
-                let Some(token) = hub.may_act() else {
-                    continue;
-                };
-                let g = lock(&hub.inner);
-                let Some(l) = g.links.get(&host).filter(|l| l.session == session) else {
-                    return;
-                };
-                let c = Command {
-                    token: u64::try_from(token.0).unwrap_or(0),
-                    id: 0,
-                    body: Some(command::Body::Beat(holdfast_control_api::v1::LeaderBeat {})),
-                };
-                if l.tx.send(Ok(c)).is_err() {
-                    return;
-                }
-            }
-        });
+        let Some(token) = self.may_act() else {
+            return;
+        };
+        let g = lock(&self.inner);
+        if let Some(l) = g.links.get(host).filter(|l| l.session == session) {
+            let _ = l.tx.send(Ok(Command {
+                token: u64::try_from(token.0).unwrap_or(0),
+                id: 0,
+                body: Some(command::Body::Beat(holdfast_control_api::v1::LeaderBeat {})),
+            }));
+        }
     }
 
     fn detach(&self, host: &str, session: u64) {

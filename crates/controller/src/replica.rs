@@ -244,6 +244,7 @@ impl Replica {
             .as_ref()
             .map(|f| holdfast_control_api::tls::Tls::load(f).map(|t| t.server()));
         let targets = SharedTargets::default();
+        let beats = tokio::spawn(hub.clone().beats());
         let sensor = tokio::spawn(crate::sense::sensor(
             hub.clone(),
             targets.clone(),
@@ -305,6 +306,7 @@ impl Replica {
         }
         worker.abort();
         sensor.abort();
+        beats.abort();
         if let Some(m) = metrics_server {
             m.abort();
         }

@@ -5,15 +5,15 @@
 //! Three vantage points feed it:
 //! - **the controller** ([`sensor`], only while the replica may act): every
 //!   probe interval (100 ms by default) a heartbeat per host — whether its
-//!   agent's Attach stream delivered a heartbeat within 2.5 intervals — and,
-//!   while any attached agent is older than `Hello.reports_refused`, per
-//!   unit a TCP handshake with holdfastd on the unit's service address
+//!   agent's Attach stream delivered a heartbeat within 2.5 intervals — and
+//!   per unit a TCP handshake with holdfastd on the unit's service address
 //!   (its BGP port). A completed handshake answers; a reset (nothing
-//!   listens: the process is gone) or a timeout misses. Once every agent
-//!   reports resets, their probes of the units carry the same check
-//!   ([`holdfast_control::Measurement::Service`]) and the controller sends
-//!   none: at 1,000 units its handshakes were 10,000 a second, most of the
-//!   leader's core (issue 29, `holdfast-ctl-sim`);
+//!   listens: the process is gone) or a timeout misses. A unit whose
+//!   service an agent of another host (or the agent server) checks — its
+//!   probes tell a reset from a handshake (`Hello.reports_refused`):
+//!   [`holdfast_control::Measurement::Service`] — gets no handshake from
+//!   the controller (re-read at each sync): at 1,000 units they were 10,000
+//!   a second, most of the leader's core (issue 29, `holdfast-ctl-sim`);
 //! - **the agents** on the hosts: their units' process states (pidfd, and
 //!   whether the container went with the process), counted only from the
 //!   unit's primary host, and their IP SLA probes of the other hosts and
@@ -103,7 +103,8 @@ impl SenseConfig {
 pub struct Targets {
     /// Hosts that are not failed.
     pub hosts: Vec<String>,
-    /// Units (not migrating) and their service address.
+    /// Units (not migrating) whose service no agent checks, and their
+    /// service address.
     pub units: Vec<(String, SocketAddr)>,
 }
 
@@ -160,15 +161,7 @@ pub async fn sensor(hub: Hub, targets: SharedTargets, cfg: SenseConfig) {
                 });
             }
         }
-        // Every attached agent's probes check the units' service: the
-        // controller's own heartbeat to each unit (a TCP handshake per unit
-        // per interval) is left to them.
-        let units = if hub.agents_check_service() {
-            Vec::new()
-        } else {
-            t.units
-        };
-        for (unit, addr) in units {
+        for (unit, addr) in t.units {
             let tx = tx.clone();
             let stalls = stalls.clone();
             let gen = stalls.load(std::sync::atomic::Ordering::SeqCst);
@@ -270,6 +263,7 @@ impl Localization {
             state.units.remove(&UnitId::new(m.clone()));
         }
         self.loc.sync(&state);
+        let now = self.ms(Instant::now());
         self.primaries = records
             .iter()
             .filter(|r| !migrating.contains(&r.unit))
@@ -283,9 +277,13 @@ impl Localization {
                 .filter(|h| !h.is_failed())
                 .map(|h| h.name.0.clone())
                 .collect(),
+            // A unit whose service another host's agent (or the agent
+            // server) checks gets no heartbeat from the controller: at
+            // 1,000 units those were 10,000 handshakes a second.
             units: records
                 .iter()
                 .filter(|r| !migrating.contains(&r.unit))
+                .filter(|r| !self.loc.service_checked(&UnitId::new(r.unit.clone()), now))
                 .filter_map(|r| service_addr(r, port).map(|a| (r.unit.clone(), a)))
                 .collect(),
         };

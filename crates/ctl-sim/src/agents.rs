@@ -6,8 +6,10 @@
 //! - **its etcd lease**: granted with the agent's TTL, `agents/<host>` (or
 //!   `agent-servers/<name>`) attached to it with the record a real agent
 //!   writes, renewed every `--renew-ms` through its own client;
-//! - **its `Attach` stream** to the replica the `leader` key names: the
-//!   Hello with the units it runs, a `Heartbeat` every probe interval, and
+//! - **its `Attach` stream** to the replica the `leader` key names (read by
+//!   one task for all of them every 100 ms; a real agent reads it itself),
+//!   attached again after a failure with the real agent's jittered
+//!   backoff: the Hello with the units it runs, a `Heartbeat` every probe interval, and
 //!   the `Measurement`s of the agent's own prober
 //!   (`holdfast_agent::probe::Prober`, the real core, with its reporting
 //!   rule) over the targets of its plan, each probe answered or not as the
@@ -28,6 +30,8 @@
 //!
 //! The placement the plan is made from is re-read from etcd every
 //! [`PLACEMENT_EVERY`].
+//!
+//! The agents start 50 at a time every 100 ms, as a fleet boots.
 //!
 //! # Known issues
 //! - A down host's Attach stream stays open but silent (its TCP would time
@@ -608,6 +612,7 @@ impl Agent {
                 next += 1;
                 self.cfg.controllers[next % self.cfg.controllers.len()].clone()
             });
+            backoff.towards(&url);
             let mut attached = false;
             let why = match self.stream(&url, &mut highest, &mut attached).await {
                 Ok(why) | Err(why) => why,

@@ -58,6 +58,9 @@ pub struct Config {
     pub patience: Duration,
     /// Where the binaries are (this one's for the agents).
     pub self_exe: PathBuf,
+    /// The simulated agents' lease renewal period (a real agent's
+    /// `--renew-ms`).
+    pub renew_ms: u64,
 }
 
 /// The lab and its parts.
@@ -216,6 +219,8 @@ pub fn run(cfg: &Config) -> anyhow::Result<Report> {
         control.to_string_lossy().to_string(),
         "--unit-port".into(),
         UNIT_PORT.into(),
+        "--renew-ms".into(),
+        cfg.renew_ms.to_string(),
     ];
     let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
     let agents = lab.spawn(sim, "agents", &argv, &[("HOLDFAST_LOG", "warn")])?;

@@ -62,6 +62,10 @@ struct Args {
     /// How long each failure's handling may take, in seconds.
     #[arg(long, default_value_t = 60)]
     patience_s: u64,
+    /// The simulated agents' etcd lease renewal period, in ms (a real
+    /// agent's `--renew-ms`).
+    #[arg(long, default_value_t = 250)]
+    renew_ms: u64,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
@@ -134,6 +138,7 @@ fn main() -> anyhow::Result<()> {
                 inject: a.inject.into_iter().filter(|s| !s.is_empty()).collect(),
                 patience: Duration::from_secs(a.patience_s.max(5)),
                 self_exe: std::env::current_exe().context("this binary's path")?,
+                renew_ms: a.renew_ms,
             };
             let r = driver::run(&cfg)?;
             if let Some(p) = &a.out {
