@@ -32,7 +32,6 @@ use holdfast_control_api::tls::{check_claim, connect, Peer, Role};
 use holdfast_control_api::v1::agent_client::AgentClient;
 use holdfast_control_api::v1::agent_server::{Agent, AgentServer};
 use holdfast_control_api::v1::{FailsafeAnswer, FailsafeAsk};
-use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -44,13 +43,7 @@ use tonic::{Request, Response, Status};
 /// does.
 pub type Peers = BTreeMap<String, Option<String>>;
 
-/// An `agents/<host>` record as the agents write it.
-#[derive(Debug, Deserialize)]
-pub struct AgentRecord {
-    pub host: String,
-    #[serde(default)]
-    pub failsafe: Option<String>,
-}
+pub use holdfast_etcd::AgentRecord;
 
 /// The peers of `me` among the `agents/` records.
 pub fn peers(me: &str, records: Vec<(String, AgentRecord)>) -> Peers {
@@ -192,8 +185,11 @@ mod tests {
             (
                 h.to_string(),
                 AgentRecord {
+                    schema: 1,
                     host: h.into(),
                     failsafe: a.map(str::to_string),
+                    version: String::new(),
+                    domain: None,
                 },
             )
         };

@@ -107,14 +107,13 @@ pub(crate) async fn lease_task(
         let result: Result<Event, String> = match lease {
             None => match store.grant(ttl).await {
                 Ok((id, _)) => {
-                    let mut record = serde_json::json!({
-                        "schema": 1, "host": host, "failsafe": failsafe,
-                        "version": holdfast_version::VERSION,
+                    let value = holdfast_etcd::store::to_json(&holdfast_etcd::AgentRecord {
+                        schema: holdfast_etcd::SCHEMA,
+                        host: host.clone(),
+                        failsafe: failsafe.clone(),
+                        version: holdfast_version::VERSION.to_string(),
+                        domain: domain.clone(),
                     });
-                    if let Some(d) = &domain {
-                        record["domain"] = serde_json::Value::String(d.clone());
-                    }
-                    let value = record.to_string();
                     match store.put_leased(&key, &value, id).await {
                         Ok(()) => {
                             lease = Some(id);

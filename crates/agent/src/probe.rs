@@ -155,6 +155,21 @@ struct Slot {
     reported: Option<((bool, bool), Time)>,
 }
 
+impl Slot {
+    /// Target `i` of `n`, its first probe spread over the first interval
+    /// from `now` (a thousand targets do not fire at once).
+    fn new(target: Target, now: Time, cfg: &ProbeConfig, (i, n): (usize, usize)) -> Slot {
+        let n = n.max(1) as u32;
+        Slot {
+            target,
+            next_send: now + cfg.interval * i as u32 / n,
+            next_seq: 0,
+            outstanding: BTreeMap::new(),
+            reported: None,
+        }
+    }
+}
+
 /// The pure prober.
 #[derive(Debug)]
 pub struct Prober {
@@ -172,17 +187,11 @@ pub struct Prober {
 impl Prober {
     /// Probes `targets` from the vantage point `from`, starting at `now`.
     pub fn new(from: &str, cfg: ProbeConfig, targets: Vec<Target>, now: Time) -> Prober {
-        let n = targets.len().max(1) as u32;
+        let n = targets.len();
         let slots = targets
             .into_iter()
             .enumerate()
-            .map(|(i, target)| Slot {
-                target,
-                next_send: now + cfg.interval * i as u32 / n,
-                next_seq: 0,
-                outstanding: BTreeMap::new(),
-                reported: None,
-            })
+            .map(|(i, target)| Slot::new(target, now, &cfg, (i, n)))
             .collect();
         Prober {
             from: from.to_string(),
@@ -198,6 +207,11 @@ impl Prober {
         self.slots.iter().map(|s| &s.target)
     }
 
+    /// Target `i` (as [`Output::Probe`] numbers them).
+    pub fn target(&self, i: usize) -> Option<&Target> {
+        self.slots.get(i).map(|s| &s.target)
+    }
+
     /// Probes `targets` from now on (a new probe plan): a target that stays
     /// keeps its rhythm, its outstanding probes and what was last reported
     /// of it; a new one starts within the next interval, spread as at the
@@ -210,7 +224,7 @@ impl Prober {
             .drain(..)
             .map(|s| (s.target.name.clone(), s))
             .collect();
-        let n = targets.len().max(1) as u32;
+        let n = targets.len();
         self.slots = targets
             .into_iter()
             .enumerate()
@@ -219,13 +233,7 @@ impl Prober {
                     s.target = target;
                     s
                 }
-                None => Slot {
-                    target,
-                    next_send: now + self.cfg.interval * i as u32 / n,
-                    next_seq: 0,
-                    outstanding: BTreeMap::new(),
-                    reported: None,
-                },
+                None => Slot::new(target, now, &self.cfg, (i, n)),
             })
             .collect();
         self.expected = self.next_deadline();

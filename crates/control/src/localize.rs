@@ -21,8 +21,8 @@
 //!   of a unit is a TCP handshake with its service port: it also tells
 //!   whether holdfastd answers there ([`Measurement::Service`]; a reset
 //!   reaches the host but misses the service), which stands in for the
-//!   controller's own heartbeat to the unit once every agent reports it
-//!   (issue 29).
+//!   controller's own heartbeat to a unit that another host's agent checks
+//!   ([`Localizer::service_checked`], issue 29).
 //!
 //! A probe path (vantage, target, channel) is *down* after
 //! [`LocalizeConfig::misses`] consecutive misses, and counts only while

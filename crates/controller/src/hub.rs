@@ -315,15 +315,20 @@ impl Hub {
         }
     }
 
-    /// One beat on every stream, now, while the replica may act.
-    fn beat_all(&self) {
-        let Some(token) = self.may_act() else {
-            return;
-        };
-        let c = Command {
+    /// The leader's beat, while the replica may act.
+    fn beat_command(&self) -> Option<Command> {
+        let token = self.may_act()?;
+        Some(Command {
             token: u64::try_from(token.0).unwrap_or(0),
             id: 0,
             body: Some(command::Body::Beat(holdfast_control_api::v1::LeaderBeat {})),
+        })
+    }
+
+    /// One beat on every stream, now, while the replica may act.
+    fn beat_all(&self) {
+        let Some(c) = self.beat_command() else {
+            return;
         };
         for l in lock(&self.inner).links.values() {
             let _ = l.tx.send(Ok(c.clone()));
@@ -345,16 +350,12 @@ impl Hub {
     /// The first beat on a new stream, at once: it tells the agent the
     /// leader's token.
     fn beat(&self, host: &str, session: u64) {
-        let Some(token) = self.may_act() else {
+        let Some(c) = self.beat_command() else {
             return;
         };
         let g = lock(&self.inner);
         if let Some(l) = g.links.get(host).filter(|l| l.session == session) {
-            let _ = l.tx.send(Ok(Command {
-                token: u64::try_from(token.0).unwrap_or(0),
-                id: 0,
-                body: Some(command::Body::Beat(holdfast_control_api::v1::LeaderBeat {})),
-            }));
+            let _ = l.tx.send(Ok(c));
         }
     }
 

@@ -42,7 +42,7 @@ pub use elect::{Demotion, Elector, Role, Timing};
 pub use fence::Token;
 pub use replica::{Config, Replica, Status};
 pub use state::{
-    next_step, Keys, Migration, MigrationState, Next, OperatorRequest, UnitRecord, MIGRATION_STEPS,
-    RESTART_STEPS, SCHEMA, SWITCHOVER_STEPS,
+    next_step, AgentRecord, Keys, Migration, MigrationState, Next, OperatorRequest, UnitRecord,
+    MIGRATION_STEPS, RESTART_STEPS, SCHEMA, SWITCHOVER_STEPS,
 };
 pub use store::{Outcome, Store, StoreError};

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use holdfast_control::{place, DesiredState, FailureKind, Host, HostId, HostState, Unit, UnitId};
 
 use crate::store::{Store, StoreError};
-use crate::UnitRecord;
+use crate::{AgentRecord, UnitRecord};
 
 /// Units a host may carry (primaries plus the backups that land on it after
 /// any single failure) when `hosts/capacity/<host>` does not say.
@@ -32,8 +32,8 @@ pub async fn read_state_and_units(
     let p = keys.prefix().to_string();
     // Each agent's record: its host, and the failure domain it names
     // (`holdfast-agent --failure-domain`).
-    let records: BTreeMap<String, serde_json::Value> = store
-        .scan::<serde_json::Value>(&format!("{p}agents/"))
+    let records: BTreeMap<String, AgentRecord> = store
+        .scan::<AgentRecord>(&format!("{p}agents/"))
         .await?
         .into_iter()
         .collect();
@@ -66,10 +66,7 @@ pub async fn read_state_and_units(
         } else {
             HostState::Healthy
         };
-        let domain = records
-            .get(&h)
-            .and_then(|r| r["domain"].as_str())
-            .map(str::to_string);
+        let domain = records.get(&h).and_then(|r| r.domain.clone());
         hosts.push(Host {
             name: HostId::new(h),
             capacity,

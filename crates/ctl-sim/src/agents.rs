@@ -49,7 +49,7 @@ use holdfast_control_api::v1::{
     agent_report, command, unit_event, AgentReport, CommandResult, Heartbeat, Hello, Measurement,
     UnitEvent, UnitStatus,
 };
-use holdfast_etcd::{Keys, Store, UnitRecord};
+use holdfast_etcd::{AgentRecord, Keys, Store, UnitRecord};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
@@ -152,10 +152,9 @@ struct World {
 impl World {
     fn replan(&mut self) {
         let units: Vec<SimUnit> = self.units.values().cloned().collect();
-        let failed: Vec<String> = Vec::new();
         self.plan = self
             .fleet
-            .plan(&units, &failed)
+            .plan(&units, &[])
             .into_iter()
             .map(|(h, t)| (h.0, t.iter().map(target_name).collect()))
             .collect();
@@ -541,12 +540,13 @@ impl Agent {
         } else {
             self.keys.agent(&self.name)
         };
-        let domain = lock(&self.world).fleet.rack_of(&self.name);
-        let value = serde_json::json!({
-            "schema": 1, "host": self.name, "failsafe": null,
-            "version": holdfast_version::VERSION, "domain": domain,
-        })
-        .to_string();
+        let value = holdfast_etcd::store::to_json(&AgentRecord {
+            schema: holdfast_etcd::SCHEMA,
+            host: self.name.clone(),
+            failsafe: None,
+            version: holdfast_version::VERSION.to_string(),
+            domain: lock(&self.world).fleet.rack_of(&self.name),
+        });
         let mut lease: Option<i64> = None;
         let mut tick = tokio::time::interval(self.cfg.renew);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -763,8 +763,7 @@ impl Agent {
         let mut i = 0;
         while i < outputs.len() {
             if let ProbeOutput::Probe { target, seq, .. } = outputs[i] {
-                let name = p.targets().nth(target).map(|t| t.name.clone());
-                if name.is_some_and(|n| w.answers(&n)) {
+                if p.target(target).is_some_and(|t| w.answers(&t.name)) {
                     let answered = ProbeInput::Answered {
                         target,
                         seq,

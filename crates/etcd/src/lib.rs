@@ -27,7 +27,7 @@ pub mod store;
 pub use etcd_client::TlsOptions;
 pub use fence::Token;
 pub use state::{
-    next_step, Keys, Migration, MigrationState, Next, OperatorRequest, UnitRecord, MIGRATION_STEPS,
-    RESTART_STEPS, SCHEMA, SWITCHOVER_STEPS,
+    next_step, AgentRecord, Keys, Migration, MigrationState, Next, OperatorRequest, UnitRecord,
+    MIGRATION_STEPS, RESTART_STEPS, SCHEMA, SWITCHOVER_STEPS,
 };
 pub use store::{Outcome, Store, StoreError};

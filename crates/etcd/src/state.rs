@@ -11,8 +11,8 @@
 //! | `leader` | [`LeaderRecord`], attached to the leader's lease |
 //! | `epoch` | [`EpochRecord`]: the store epoch, the latest leader's token |
 //! | `units/<unit>` | [`UnitRecord`]: primary, backup, epoch |
-//! | `agents/<host>` | a host agent's presence, attached to its lease |
-//! | `agent-servers/<host>` | the agent server's agent, attached to its lease |
+//! | `agents/<host>` | [`AgentRecord`]: a host agent's presence, attached to its lease |
+//! | `agent-servers/<host>` | [`AgentRecord`]: the agent server's agent, attached to its lease |
 //! | `hosts/failed/<host>` | a failed host (never reused until reset by hand) |
 //! | `requests/<id>` | [`OperatorRequest`]: `holdfast ctl switchover`, `drain`, `reset`, for the leader |
 //! | `migrations/<unit>` | [`Migration`]: the unit's migration, in flight or the last done; migrations of different units run at once |
@@ -130,6 +130,28 @@ pub struct LeaderRecord {
     /// an agent leaving a silent leader finds the new one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attach: Option<String>,
+}
+
+/// A host agent's `agents/<host>` record (the agent server's
+/// `agent-servers/<host>`), attached to its lease: written by the agent,
+/// read by the other agents (the failsafe) and by the controller (the
+/// host's failure domain).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentRecord {
+    /// [`SCHEMA`].
+    #[serde(default)]
+    pub schema: u32,
+    /// The host.
+    pub host: String,
+    /// Where its failsafe service listens (`--failsafe-listen`).
+    #[serde(default)]
+    pub failsafe: Option<String>,
+    /// Its build (`holdfast_version::VERSION`).
+    #[serde(default)]
+    pub version: String,
+    /// Its failure domain (`--failure-domain`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub domain: Option<String>,
 }
 
 /// The store epoch: advanced to each new leader's token on election.

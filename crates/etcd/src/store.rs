@@ -428,6 +428,19 @@ impl Store {
         Ok(self.range_at(prefix, keys_only).await?.1)
     }
 
+    /// One `Get` from `key` with `options` (through [`Store::call`]).
+    async fn get_with(
+        &mut self,
+        key: &[u8],
+        options: GetOptions,
+    ) -> Result<etcd_client::GetResponse, StoreError> {
+        self.call(|mut c| {
+            let (key, options) = (key.to_vec(), options.clone());
+            async move { c.get(key, Some(options)).await }
+        })
+        .await
+    }
+
     /// [`Store::range`], with the revision it was read at.
     async fn range_at(
         &mut self,
@@ -439,22 +452,14 @@ impl Store {
         let mut revision = 0i64;
         let mut out = Vec::new();
         loop {
-            let (from, to) = (start.clone(), end.clone());
-            let r = self
-                .call(|mut c| {
-                    let (from, to) = (from.clone(), to.clone());
-                    async move {
-                        let mut o = GetOptions::new().with_range(to).with_limit(PAGE);
-                        if revision > 0 {
-                            o = o.with_revision(revision);
-                        }
-                        if keys_only {
-                            o = o.with_keys_only();
-                        }
-                        c.get(from, Some(o)).await
-                    }
-                })
-                .await?;
+            let mut o = GetOptions::new().with_range(end.clone()).with_limit(PAGE);
+            if revision > 0 {
+                o = o.with_revision(revision);
+            }
+            if keys_only {
+                o = o.with_keys_only();
+            }
+            let r = self.get_with(&start, o).await?;
             if revision == 0 {
                 revision = r.header().map_or(0, |h| h.revision());
             }
@@ -509,44 +514,27 @@ impl Store {
     /// record; later ones read only the records changed since the last
     /// (etcd's `min_mod_revision`, at most a page of them) and count the
     /// keys at the same revision, reading everything again only when the
-    /// count shows a unit gone or more than a page changed: at 10,000 units a full read is about 7 MB, which the
-    /// leader's localization would otherwise make three times a second
-    /// (issue 29, `holdfast-ctl-sim`).
+    /// count shows a unit gone or more than a page changed. At 10,000 units
+    /// a full read is about 7 MB, which the leader's localization would
+    /// otherwise make three times a second (issue 29, `holdfast-ctl-sim`).
     pub async fn units(&mut self) -> Result<Vec<UnitRecord>, StoreError> {
         let p = format!("{}units/", self.keys.prefix());
         if let Some((since, _)) = &self.units_cache {
             let since = *since;
             let end = prefix_end(p.as_bytes());
-            let (from, to) = (p.clone(), end.clone());
-            let changed = self
-                .call(|mut c| {
-                    let (from, to) = (from.clone(), to.clone());
-                    async move {
-                        // At most a page: more changes than that are read
-                        // again in full, page by page.
-                        let o = GetOptions::new()
-                            .with_range(to)
-                            .with_min_mod_revision(since + 1)
-                            .with_limit(PAGE);
-                        c.get(from, Some(o)).await
-                    }
-                })
-                .await?;
+            // At most a page: more changes than that are read again in
+            // full, page by page.
+            let o = GetOptions::new()
+                .with_range(end.clone())
+                .with_min_mod_revision(since + 1)
+                .with_limit(PAGE);
+            let changed = self.get_with(p.as_bytes(), o).await?;
             let rev = changed.header().map_or(0, |h| h.revision());
-            let (from, to) = (p.clone(), end);
-            let count = self
-                .call(|mut c| {
-                    let (from, to) = (from.clone(), to.clone());
-                    async move {
-                        let o = GetOptions::new()
-                            .with_range(to)
-                            .with_count_only()
-                            .with_revision(rev);
-                        c.get(from, Some(o)).await
-                    }
-                })
-                .await?
-                .count();
+            let o = GetOptions::new()
+                .with_range(end)
+                .with_count_only()
+                .with_revision(rev);
+            let count = self.get_with(p.as_bytes(), o).await?.count();
             if let Some((at, cache)) = self.units_cache.as_mut().filter(|_| !changed.more()) {
                 for kv in changed.kvs() {
                     let k = kv.key_str().unwrap_or_default();
