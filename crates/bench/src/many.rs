@@ -404,7 +404,7 @@ pub fn many_run(
             mon: (bp.mon.id, bp.mon.v4),
             socket: bp.socket("a"),
             pid: bp.pid("a")?,
-            redis: Some(&bp.plane.redis),
+            redis: Some(bp.plane.redis.single()),
             originated: ORIGINATED,
         };
         return run_in(&env, sessions, per, kind, backup, deadline, Some(&bp));

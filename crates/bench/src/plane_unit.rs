@@ -89,6 +89,27 @@ impl BenchPlane {
         preheated: bool,
         global: &str,
     ) -> Result<BenchPlane> {
+        Self::up_full(name, neighbors, preheated, global, false)
+    }
+
+    /// [`BenchPlane::up`] with the store on a Redis Cluster (three masters,
+    /// three replicas: `PlaneExtras::redis_cluster`) when `cluster`.
+    pub fn up_on(
+        name: &str,
+        neighbors: &[(Ipv4Addr, u32, &str)],
+        preheated: bool,
+        cluster: bool,
+    ) -> Result<BenchPlane> {
+        Self::up_full(name, neighbors, preheated, "", cluster)
+    }
+
+    fn up_full(
+        name: &str,
+        neighbors: &[(Ipv4Addr, u32, &str)],
+        preheated: bool,
+        global: &str,
+        cluster: bool,
+    ) -> Result<BenchPlane> {
         let bins = PlaneBins::find().context("the control plane's binaries")?;
         let mut spec = PlaneSpec::one_unit(&["a", "b"], false);
         spec.units[0].name = UNIT.into();
@@ -108,6 +129,7 @@ impl BenchPlane {
         if preheated {
             extras.preheated.push(UNIT.into());
         }
+        extras.redis_cluster = cluster;
         let mut plane = Plane::up_with(name, &spec, bins, &extras)?;
         let mon = plane.topo.add_host(&mut plane.lab, "p", MON_OCTET)?;
         plane.wait_leader(3, Duration::from_secs(60))?;

@@ -20,7 +20,7 @@ use crate::plane_unit::{
     distinct_routes, show_nsr, wait_all_established, BenchPlane, ORIGINATED, UNIT,
 };
 use anyhow::{bail, Result};
-use holdfast_lab::{nsr_config, Holdfastd, Lab, NsrTopo, Redis};
+use holdfast_lab::{nsr_config, Holdfastd, Lab, NsrTopo, StoreServers};
 use holdfast_tester::workload::{generate, prefix_count, Kind};
 use holdfast_tester::{encode_routes, netns::in_netns, Config, Peer as Tester};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -205,21 +205,24 @@ pub(crate) fn nsr_at_rest(sock: &Path, within: Duration) -> Result<serde_json::V
     }
 }
 
-/// Bytes Redis holds per session key (MEMORY USAGE of every key).
-fn store_bytes(lab: &Lab, redis: &Redis) -> Result<Vec<(String, u64)>> {
-    let keys = redis.cli(lab, &["--scan", "--pattern", "hf:*"])?;
+/// Bytes Redis holds per session key (MEMORY USAGE of every key), over
+/// every master of a cluster.
+fn store_bytes(lab: &Lab, servers: &StoreServers) -> Result<Vec<(String, u64)>> {
     let mut per: std::collections::BTreeMap<String, u64> = Default::default();
-    for k in keys.lines().filter(|l| !l.is_empty()) {
-        let n: u64 = redis
-            .cli(lab, &["MEMORY", "USAGE", k])?
-            .trim()
-            .parse()
-            .unwrap_or(0);
-        let session = match k.split_once(":s:") {
-            Some((_, rest)) => rest.rsplit_once(':').map_or(rest, |(s, _)| s).to_string(),
-            None => "(instance)".to_string(),
-        };
-        *per.entry(session).or_default() += n;
+    for redis in servers.masters(lab)? {
+        let keys = redis.cli(lab, &["--scan", "--pattern", "hf:*"])?;
+        for k in keys.lines().filter(|l| !l.is_empty()) {
+            let n: u64 = redis
+                .cli(lab, &["MEMORY", "USAGE", k])?
+                .trim()
+                .parse()
+                .unwrap_or(0);
+            let session = match k.split_once(":s:") {
+                Some((_, rest)) => rest.rsplit_once(':').map_or(rest, |(s, _)| s).to_string(),
+                None => "(instance)".to_string(),
+            };
+            *per.entry(session).or_default() += n;
+        }
     }
     Ok(per.into_iter().collect())
 }
@@ -282,7 +285,7 @@ pub fn one_run(
     deadline: Duration,
 ) -> Result<Sample> {
     if nsr {
-        return one_run_on(n, kind, backup, deadline);
+        return one_run_on(n, kind, backup, deadline, false);
     }
     let mut lab = Lab::new("nsr_bench_off")?;
     let topo = NsrTopo::build(&mut lab)?;
@@ -312,16 +315,28 @@ pub fn one_run(
 }
 
 /// [`one_run`] with NSR on: the unit under the control plane
-/// ([`BenchPlane`]).
-fn one_run_on(n: usize, kind: Kind, backup: Backup, deadline: Duration) -> Result<Sample> {
+/// ([`BenchPlane`]), its store one redis-server or, with `cluster`, a
+/// Redis Cluster of three masters and three replicas.
+pub fn one_run_on(
+    n: usize,
+    kind: Kind,
+    backup: Backup,
+    deadline: Duration,
+    cluster: bool,
+) -> Result<Sample> {
     let feed = Ipv4Addr::new(198, 18, 0, 5);
-    let bp = BenchPlane::up(
-        "nsr_bench_on",
+    let bp = BenchPlane::up_on(
+        if cluster {
+            "nsr_bench_cluster"
+        } else {
+            "nsr_bench_on"
+        },
         &[
             (feed, INJ_AS, "none"),
             (BenchPlane::mon_addr(), MON_AS, "all"),
         ],
         matches!(backup, Backup::Preheated | Backup::Upgrade),
+        cluster,
     )?;
     let lab = &bp.plane.lab;
     let topo = &bp.plane.topo;

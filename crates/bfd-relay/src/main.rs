@@ -16,7 +16,8 @@ use std::time::Duration;
     about = "Keeps protected units' BFD sessions Up through takeovers"
 )]
 struct Args {
-    /// The NSR store (redis://… or redis+sentinel://…).
+    /// The NSR store (redis://…, rediss://…, redis-sentinel://… or
+    /// redis+cluster://…).
     #[arg(long)]
     store: Option<StoreUrl>,
     /// The relay's Redis ACL user (`holdfast nsr acl relay`); needs
@@ -83,16 +84,14 @@ fn main() -> Result<()> {
     };
     if let Some(p) = &a.store_password_file {
         let pw = holdfast_config::read_password_file("--store-password-file", p)?;
-        match &mut url {
-            StoreUrl::Redis {
-                username, password, ..
-            } => {
+        match url.credentials_mut() {
+            Some((username, password)) => {
                 if a.store_user.is_some() {
                     username.clone_from(&a.store_user);
                 }
                 *password = Some(pw);
             }
-            StoreUrl::Sentinel { .. } => {
+            None => {
                 bail!("--store-password-file: not supported with a redis-sentinel:// store")
             }
         }

@@ -66,8 +66,25 @@ impl Watched {
 /// Instances that have BFD records (`hf:{NAME}:bfd` keys), for a relay
 /// started without `--instance`. Bounded: at most 1,000 SCAN calls.
 pub fn discover(url: &StoreUrl, timeout: Duration) -> Result<Vec<String>, RelayError> {
+    let mut names = Vec::new();
+    // A cluster's nodes each scan their own keys only.
+    for server in RedisStore::masters(url, timeout)? {
+        names.extend(scan_bfd_keys(&server, timeout)?);
+    }
+    let mut out: Vec<String> = names
+        .iter()
+        .filter_map(|k| k.strip_prefix("hf:{")?.strip_suffix("}:bfd"))
+        .map(str::to_string)
+        .collect();
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
+/// The `hf:{*}:bfd` keys of one server.
+fn scan_bfd_keys(url: &StoreUrl, timeout: Duration) -> Result<Vec<String>, RelayError> {
     let mut s = RedisStore::connect(url, "_relay", timeout)?;
-    let names = s.with_connection(|c| {
+    Ok(s.with_connection(|c| {
         let mut cursor: u64 = 0;
         let mut names = Vec::new();
         for _ in 0..1000 {
@@ -85,13 +102,5 @@ pub fn discover(url: &StoreUrl, timeout: Duration) -> Result<Vec<String>, RelayE
             }
         }
         Ok(names)
-    })?;
-    let mut out: Vec<String> = names
-        .iter()
-        .filter_map(|k| k.strip_prefix("hf:{")?.strip_suffix("}:bfd"))
-        .map(str::to_string)
-        .collect();
-    out.sort();
-    out.dedup();
-    Ok(out)
+    })?)
 }

@@ -849,11 +849,10 @@ fn check_nsr(n: &Nsr) -> Result<(), ConfigError> {
 /// place for the user and one for the password, a password for a user,
 /// none with Sentinel (whose URLs carry no credentials).
 fn check_store_credentials(n: &Nsr) -> Result<(), ConfigError> {
-    let (url_user, url_password) = match &n.store {
-        holdfast_nsr::StoreUrl::Redis {
-            username, password, ..
-        } => (username.is_some(), password.is_some()),
-        holdfast_nsr::StoreUrl::Sentinel { .. } => {
+    let mut store = n.store.clone();
+    let (url_user, url_password) = match store.credentials_mut() {
+        Some((username, password)) => (username.is_some(), password.is_some()),
+        None => {
             for (key, set) in [
                 ("nsr.store_user", n.store_user.is_some()),
                 ("nsr.store_password_file", n.store_password_file.is_some()),

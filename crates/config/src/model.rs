@@ -480,12 +480,7 @@ impl Nsr {
             )?),
             None => None,
         };
-        if let crate::NsrStore::Redis {
-            username,
-            password: pw,
-            ..
-        } = &mut url
-        {
+        if let Some((username, pw)) = url.credentials_mut() {
             if self.store_user.is_some() {
                 username.clone_from(&self.store_user);
             }
@@ -500,10 +495,7 @@ impl Nsr {
     /// and without its password (`***`).
     pub fn store_desc(&self) -> String {
         let mut url = self.store.clone();
-        if let crate::NsrStore::Redis {
-            username, password, ..
-        } = &mut url
-        {
+        if let Some((username, password)) = url.credentials_mut() {
             if self.store_user.is_some() {
                 username.clone_from(&self.store_user);
             }

@@ -41,7 +41,7 @@ use holdfast_control::{AppPolicy, Finding, Verdict};
 
 mod migrate;
 mod upgrade;
-use migrate::{drive, migrating, standbys, start_migration, Plan};
+use migrate::{drive, migrating, standbys, start_migration, start_migrations, Plan};
 
 /// How often the shell looks at the clock when nothing else is due.
 const TICK: Duration = Duration::from_millis(50);
@@ -658,15 +658,18 @@ async fn requests(
             start_migration(shared, store, token, &plan, Instant::now()).await
         }
         OperatorRequest::Drain { host } => {
-            let (mut left, mut started) = (false, None);
-            for u in store.units().await? {
-                let unit = u.unit;
-                if u.primary != host {
-                    continue;
-                }
-                let why = format!("drain of {host} (holdfast ctl)");
-                let plan = Plan {
-                    unit: &unit,
+            let units: Vec<String> = store
+                .units()
+                .await?
+                .into_iter()
+                .filter(|u| u.primary == host)
+                .map(|u| u.unit)
+                .collect();
+            let why = format!("drain of {host} (holdfast ctl)");
+            let plans: Vec<Plan<'_>> = units
+                .iter()
+                .map(|unit| Plan {
+                    unit,
                     from: Some(&host),
                     to: None,
                     why: &why,
@@ -674,17 +677,13 @@ async fn requests(
                     done_request: None,
                     reason: Reason::Drain,
                     binary: None,
-                };
+                })
+                .collect();
+            if !plans.is_empty() {
                 // Every unit at once (each at most one migration at a time).
-                left = true;
-                match start_migration(shared, store, token, &plan, Instant::now()).await? {
-                    Some(Outcome::Fenced) => return Ok(Some(Outcome::Fenced)),
-                    Some(o) => started = Some(o),
-                    None => {}
-                }
-            }
-            if left {
-                return Ok(started);
+                let now = Instant::now();
+                let refs: Vec<(&Plan<'_>, Instant)> = plans.iter().map(|p| (p, now)).collect();
+                return start_migrations(shared, store, token, &refs).await;
             }
             // Nothing left on the host: the drain is done.
             store.fenced_write(token, &[], &[], &[key]).await.map(Some)
@@ -981,83 +980,125 @@ impl HostWatch {
             self.fail(&host, Instant::now(), why);
         }
         self.seen.clone_from(&now);
-        let mut started = None;
+        if self.failed.is_empty() {
+            return Ok(None);
+        }
         let failed: Vec<(String, Instant, String)> = self
             .failed
             .iter()
             .map(|(h, (t, w))| (h.clone(), *t, w.clone()))
             .collect();
-        for (host, since, why) in failed {
-            let mark = keys.failed_host(&host);
-            if store.get::<serde_json::Value>(&mark).await?.is_none() {
+        // The hosts newly failed: marked, and the backups they held placed
+        // anew, all in one placement and one transaction per hundred puts.
+        let marks: Vec<(String, bool)> = failed
+            .iter()
+            .map(|(h, _, _)| (keys.failed_host(h), false))
+            .collect();
+        let marked = store.read_many(&marks).await?;
+        let new: Vec<&(String, Instant, String)> = failed
+            .iter()
+            .zip(&marked)
+            .filter(|(_, m)| m.is_empty())
+            .map(|(f, _)| f)
+            .collect();
+        if !new.is_empty() {
+            let mut puts = Vec::new();
+            for (host, _, why) in &new {
                 tracing::warn!(%host, %why, "host failed: never reused until `holdfast ctl reset`");
                 let rec =
                     serde_json::json!({ "schema": SCHEMA, "host": host, "why": why, "by": token });
-                let mut puts = vec![(mark, rec.to_string())];
-                puts.extend(replace_backups_on(store, token, &host).await?);
-                store.fenced_put(token, &[], &puts).await?;
+                puts.push((keys.failed_host(host), rec.to_string()));
             }
-            let mut left = 0;
-            for u in store.units().await? {
-                let unit = u.unit;
-                if u.primary != host {
-                    continue;
+            let hosts: Vec<&str> = new.iter().map(|(h, _, _)| h.as_str()).collect();
+            puts.extend(replace_backups_on(store, token, &hosts).await?);
+            for chunk in puts.chunks(holdfast_etcd::store::TXN_OPS) {
+                if store.fenced_put(token, &[], chunk).await? == Outcome::Fenced {
+                    return Ok(Some(Outcome::Fenced));
                 }
-                left += 1;
-                let plan = Plan {
-                    unit: &unit,
-                    from: Some(&host),
-                    to: None,
-                    why: &why,
-                    steps: &MIGRATION_STEPS,
-                    done_request: None,
-                    reason: host_reason(&why),
-                    binary: None,
-                };
-                // Every unit of the host at once.
-                match start_migration(shared, store, token, &plan, since).await? {
-                    Some(Outcome::Fenced) => return Ok(Some(Outcome::Fenced)),
-                    Some(o) => started = Some(o),
-                    None => {}
-                }
-            }
-            if left == 0 {
-                self.failed.remove(&host);
             }
         }
-        Ok(started)
+        // Every unit of every failed host at once (one with a migration
+        // under way is left to it).
+        let units = store.units().await?;
+        let mut owned: Vec<(String, String, Instant, String)> = Vec::new();
+        for (host, since, why) in &failed {
+            let mine: Vec<&str> = units
+                .iter()
+                .filter(|u| u.primary == *host)
+                .map(|u| u.unit.as_str())
+                .collect();
+            if mine.is_empty() {
+                self.failed.remove(host);
+                continue;
+            }
+            for unit in mine {
+                owned.push((unit.to_string(), host.clone(), *since, why.clone()));
+            }
+        }
+        let plans: Vec<(Plan<'_>, Instant)> = owned
+            .iter()
+            .map(|(unit, host, since, why)| {
+                let plan = Plan {
+                    unit,
+                    from: Some(host),
+                    to: None,
+                    why,
+                    steps: &MIGRATION_STEPS,
+                    done_request: None,
+                    reason: host_reason(why),
+                    binary: None,
+                };
+                (plan, *since)
+            })
+            .collect();
+        let refs: Vec<(&Plan<'_>, Instant)> = plans.iter().map(|(p, t)| (p, *t)).collect();
+        start_migrations(shared, store, token, &refs).await
     }
 }
 
-/// The new placements of the units whose backup was `host`, which has just
-/// failed: TRIPOD's placement for those units only (every other backup
-/// stays where it is: min-churn).
+/// The new placements of the units whose backup was one of `hosts`, which
+/// have just failed: TRIPOD's placement for those units only (every other
+/// backup stays where it is: min-churn), all failed hosts at once.
 async fn replace_backups_on(
     store: &mut Store,
     token: Token,
-    host: &str,
+    hosts: &[&str],
 ) -> Result<Vec<(String, String)>, StoreError> {
     let keys = store.keys().clone();
     let mut desired = crate::placement::read_state(store).await?;
-    let id = holdfast_control::HostId::new(host);
-    if let Some(h) = desired.hosts.get_mut(&id) {
-        h.state = holdfast_control::HostState::Failed {
-            kind: holdfast_control::FailureKind::Host,
-            since: 0,
-        };
+    let ids: Vec<holdfast_control::HostId> = hosts
+        .iter()
+        .map(|h| holdfast_control::HostId::new(*h))
+        .collect();
+    for id in &ids {
+        if let Some(h) = desired.hosts.get_mut(id) {
+            h.state = holdfast_control::HostState::Failed {
+                kind: holdfast_control::FailureKind::Host,
+                since: 0,
+            };
+        }
     }
     let (placed, _) = holdfast_control::place_partial(&desired);
+    let records: BTreeMap<String, UnitRecord> = store
+        .units()
+        .await?
+        .into_iter()
+        .map(|u| (u.unit.clone(), u))
+        .collect();
     let mut puts = Vec::new();
     for (unit, u) in &desired.units {
-        if u.backup.as_ref() != Some(&id) || u.primary == id {
+        let Some(failed) = u.backup.as_ref().filter(|b| ids.contains(b)) else {
+            continue;
+        };
+        if ids.contains(&u.primary) {
             continue;
         }
-        let Some(mut rec) = store.get::<UnitRecord>(&keys.unit(&unit.0)).await? else {
+        let Some(mut rec) = records.get(&unit.0).cloned() else {
             continue;
         };
         rec.backup = placed.backups.get(unit).map(|h| h.0.clone());
         rec.epoch = token;
-        tracing::info!(unit = %unit.0, failed = host, backup = ?rec.backup, "backup re-placed");
+        tracing::info!(unit = %unit.0, failed = %failed.0, backup = ?rec.backup, "backup re-placed");
         puts.push((keys.unit(&unit.0), to_json(&rec)));
     }
     Ok(puts)

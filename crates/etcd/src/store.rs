@@ -564,6 +564,65 @@ impl Store {
         Ok(out)
     }
 
+    /// Many reads in one round trip (per [`TXN_OPS`] of them): an etcd
+    /// transaction without compares whose operations are range reads. For
+    /// each request `(key, prefix)`, the keys found (without `key` when it
+    /// is a prefix) with their values. A failover's migrations read their
+    /// steps and their hosts' agents this way (issue 29: one read per
+    /// migration made a 50-host rack's 205 migrations take seconds).
+    pub async fn read_many(
+        &mut self,
+        requests: &[(String, bool)],
+    ) -> Result<Vec<Vec<(String, Vec<u8>)>>, StoreError> {
+        let mut out = Vec::with_capacity(requests.len());
+        for chunk in requests.chunks(TXN_OPS) {
+            let r = self
+                .call(|mut c| {
+                    let ops: Vec<TxnOp> = chunk
+                        .iter()
+                        .map(|(k, prefix)| {
+                            let o = prefix
+                                .then(|| GetOptions::new().with_range(prefix_end(k.as_bytes())));
+                            TxnOp::get(k.clone(), o)
+                        })
+                        .collect();
+                    let txn = Txn::new().and_then(ops);
+                    async move { c.txn(txn).await }
+                })
+                .await?;
+            let responses = r.op_responses();
+            if responses.len() != chunk.len() {
+                return Err(StoreError::Unavailable(format!(
+                    "a transaction of {} reads answered {}",
+                    chunk.len(),
+                    responses.len()
+                )));
+            }
+            for ((k, prefix), resp) in chunk.iter().zip(responses) {
+                let TxnOpResponse::Get(g) = resp else {
+                    return Err(StoreError::Unavailable(
+                        "a read in a transaction answered no range".into(),
+                    ));
+                };
+                out.push(
+                    g.kvs()
+                        .iter()
+                        .filter_map(|kv| {
+                            let key = String::from_utf8(kv.key().to_vec()).ok()?;
+                            let key = if *prefix {
+                                key.strip_prefix(k.as_str())?.to_string()
+                            } else {
+                                key
+                            };
+                            Some((key, kv.value().to_vec()))
+                        })
+                        .collect(),
+                );
+            }
+        }
+        Ok(out)
+    }
+
     /// Every migration in flight, with the key it is under: each unit's
     /// (`migrations/<unit>`), and one written under the earlier layout
     /// (`migration`).
@@ -653,6 +712,10 @@ impl Store {
 
 /// Keys per page of a prefix read ([`Store::list`], [`Store::scan`]).
 pub const PAGE: i64 = 500;
+
+/// Operations per transaction of the store's batched reads and writes:
+/// below etcd's default `--max-txn-ops` (128), with room for compares.
+pub const TXN_OPS: usize = 100;
 
 /// The end of the range of keys that start with `prefix` (etcd's rule:
 /// the last byte that is not 0xff, plus one; all 0xff: to the end).

@@ -333,3 +333,42 @@ async fn units_read_again_see_every_change_addition_and_deletion() {
         ["u1", "u2", "u4"]
     );
 }
+
+/// `Store::read_many`: prefixes and single keys, more requests than one
+/// transaction holds, each answered in order and apart from the others.
+#[tokio::test]
+async fn many_reads_in_few_transactions_answer_each_request() {
+    let Some(etcd) = start_etcd() else {
+        return;
+    };
+    let mut s = store_up(&etcd.client).await;
+    let n = holdfast_etcd::store::TXN_OPS * 2 + 7;
+    for i in 0..n {
+        for step in ["fence", "takeover"].iter().take(1 + i % 2) {
+            s.put_request(&format!("/t/steps/m{i:04}/{step}"), "\"x\"")
+                .await
+                .expect("put");
+        }
+    }
+    // A key past each prefix must not be read with it.
+    s.put_request("/t/steps/m00010", "\"past\"")
+        .await
+        .expect("put");
+    let mut requests: Vec<(String, bool)> = (0..n)
+        .map(|i| (format!("/t/steps/m{i:04}/"), true))
+        .collect();
+    requests.push(("/t/steps/m00010".into(), false));
+    requests.push(("/t/steps/none".into(), false));
+    let got = s.read_many(&requests).await.expect("read_many");
+    assert_eq!(got.len(), n + 2);
+    for (i, kvs) in got[..n].iter().enumerate() {
+        let keys: Vec<&str> = kvs.iter().map(|(k, _)| k.as_str()).collect();
+        let want: Vec<&str> = ["fence", "takeover"].into_iter().take(1 + i % 2).collect();
+        assert_eq!(keys, want, "request {i}");
+    }
+    assert_eq!(
+        got[n],
+        vec![("/t/steps/m00010".to_string(), b"\"past\"".to_vec())]
+    );
+    assert!(got[n + 1].is_empty());
+}

@@ -102,6 +102,7 @@ pub mod pcap;
 pub mod peer;
 pub mod plane;
 mod redis;
+mod redis_cluster;
 mod stale;
 mod wait;
 mod watch;
@@ -123,6 +124,7 @@ pub use peer::{
     SessionProbe, SessionState, SessionView,
 };
 pub use redis::Redis;
+pub use redis_cluster::{AclServers, RedisCluster, StoreServers};
 pub use stale::{cleanup_stale, list_netns, netns_pids, run_id_of, stale_namespaces, NAME_PREFIX};
 pub use wait::{hold_for, wait_for, wait_for_every, wait_ok, wait_until, DEFAULT_POLL_INTERVAL};
 pub use watch::{PeerWatch, WatchReport, WATCH_INTERVAL, WATCH_MAX};

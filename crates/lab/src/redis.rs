@@ -70,14 +70,14 @@ impl Redis {
     /// Starts `redis-server` in `host`, listening on `bind:port`; returns once
     /// `redis-cli -h BIND -p PORT ping` answers `PONG` inside the host.
     pub fn start(lab: &mut Lab, host: HostId, bind: IpAddr, port: u16) -> Result<Redis> {
-        Self::start_with(lab, host, bind, port, Vec::new(), false)
+        Self::start_with(lab, host, bind, port, Vec::new(), None)
     }
 
     /// [`Redis::start`] with ACL users: the `default` user needs the
     /// administrator's password (made here, in `admin.pass`); units get
     /// theirs with [`Redis::set_user`].
     pub fn start_acl(lab: &mut Lab, host: HostId, bind: IpAddr, port: u16) -> Result<Redis> {
-        Self::start_with(lab, host, bind, port, Vec::new(), true)
+        Self::start_with(lab, host, bind, port, Vec::new(), Some(random_password()?))
     }
 
     /// [`Redis::start`] as a replica of `master` (`--replicaof`); returns once it
@@ -94,16 +94,18 @@ impl Redis {
             master.bind.to_string(),
             master.port.to_string(),
         ];
-        Self::start_with(lab, host, bind, port, extra, false)
+        Self::start_with(lab, host, bind, port, extra, None)
     }
 
-    fn start_with(
+    /// Starts `redis-server` with `extra` arguments; with `admin`, ACL
+    /// users, the `default` user's password being `admin`.
+    pub(crate) fn start_with(
         lab: &mut Lab,
         host: HostId,
         bind: IpAddr,
         port: u16,
         mut extra: Vec<String>,
-        acl: bool,
+        admin: Option<String>,
     ) -> Result<Redis> {
         require_tool("redis-server")?;
         require_tool("redis-cli")?;
@@ -112,16 +114,12 @@ impl Redis {
             .join("redis")
             .join(format!("{}-{port}", lab.host_info(host).name));
         std::fs::create_dir_all(&dir).map_err(io_ctx(format!("creating {}", dir.display())))?;
-        let admin = if acl {
-            let pw = random_password()?;
+        if let Some(pw) = &admin {
             write_secret(&dir.join("admin.pass"), &format!("{pw}\n"))?;
             let file = dir.join("users.acl");
             write_secret(&file, &format!("user default on >{pw} ~* &* +@all\n"))?;
             extra.extend(["--aclfile".to_string(), file.to_string_lossy().into_owned()]);
-            Some(pw)
-        } else {
-            None
-        };
+        }
         let mut r = Redis {
             host,
             bind,

@@ -535,7 +535,7 @@ fn run_one(
             stopped_unit = Some(pid);
         }
         ChaosKind::StoreStall => {
-            let redis = p.redis.proc();
+            let redis = p.redis.single().proc();
             let secs = if rng.bool() { 3 } else { 15 };
             p.lab.kill(redis, Signal::Stop);
             std::thread::sleep(Duration::from_secs(secs));

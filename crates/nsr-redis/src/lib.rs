@@ -95,6 +95,13 @@
 //! `MASTERDOWN` or `LOADING` answer (the master was demoted) drops the
 //! connection so that the next call resolves the master again.
 //!
+//! With [`StoreUrl::Cluster`] (`redis+cluster://`) the master of the
+//! instance's slot is asked from the seed nodes (`CLUSTER SLOTS`), and
+//! `MOVED`, `ASK`, `TRYAGAIN` and `CLUSTERDOWN` drop the connection so that
+//! the next call finds it again: see `cluster.rs`. All of an instance's
+//! keys share one hash tag, hence one slot and one master, so the scripts,
+//! the reads and `WAIT` (that shard's replicas) work as on one server.
+//!
 //! # Known issues
 //!
 //! - A write that fails with `Unavailable` may or may not have been
@@ -131,6 +138,8 @@
 //! - [`Store::load`] fails as a whole on the first session it cannot read
 //!   ([`StoreError::Schema`] or [`StoreError::Corrupt`]), rather than
 //!   returning the others.
+//! - A Redis Cluster's redirections fail the write that got them (not
+//!   applied), rather than resend it (`cluster.rs`).
 //! - `redis-sentinel://` URLs carry no credentials, database or TLS
 //!   setting: sentinels and master must accept plain unauthenticated
 //!   connections to database 0.
@@ -143,6 +152,7 @@
 //!   between is skipped. Load after [`Store::claim`] (the writers are then
 //!   fenced) for an exact picture.
 
+mod cluster;
 mod load;
 
 use bytes::Bytes;
@@ -321,8 +331,12 @@ pub struct RedisStore {
     /// Script calls sent on `conn` and not answered yet, oldest first
     /// (pipelined writes).
     in_flight: VecDeque<pipeline::Sent>,
-    /// The sentinel to ask first (the last one that answered).
+    /// The sentinel or cluster seed to ask first (the last one that
+    /// answered).
     sentinel_first: usize,
+    /// The node a `MOVED` named, tried first by the next connection (Redis
+    /// Cluster).
+    moved_to: Option<(String, u16)>,
     /// Where the connection goes (for messages).
     peer: String,
 }
@@ -404,11 +418,22 @@ fn set_timeouts(conn: &redis::Connection, t: Duration) -> redis::RedisResult<()>
     conn.set_write_timeout(Some(t))
 }
 
+/// `host:port` or `[v6]:port` of a `MOVED` reply.
+fn parse_node(addr: &str) -> Option<(String, u16)> {
+    let (h, p) = addr.rsplit_once(':')?;
+    let h = h.trim_start_matches('[').trim_end_matches(']');
+    Some((h.to_string(), p.parse().ok()?))
+}
+
 /// Whether an error leaves the connection usable: a server's error reply
-/// does, except those saying this server is no (usable) master.
+/// does, except those saying this server is no (usable) master, or not
+/// the slot's (a Redis Cluster's redirections: see `cluster.rs`).
 fn connection_survives(e: &redis::RedisError) -> bool {
     match e.code() {
-        Some("READONLY" | "MASTERDOWN" | "LOADING") | None => false,
+        Some(
+            "READONLY" | "MASTERDOWN" | "LOADING" | "MOVED" | "ASK" | "TRYAGAIN" | "CLUSTERDOWN",
+        )
+        | None => false,
         Some(_) => !e.is_io_error(),
     }
 }
@@ -471,10 +496,14 @@ impl RedisStore {
         if timeout.is_zero() {
             return Err(StoreError::Unavailable("timeout must not be zero".into()));
         }
-        if let StoreUrl::Sentinel { sentinels, .. } = url {
-            if sentinels.is_empty() {
+        match url {
+            StoreUrl::Sentinel { sentinels, .. } if sentinels.is_empty() => {
                 return Err(StoreError::Unavailable("no sentinel given".into()));
             }
+            StoreUrl::Cluster { nodes, .. } if nodes.is_empty() => {
+                return Err(StoreError::Unavailable("no cluster node given".into()));
+            }
+            _ => {}
         }
         let prefix = acl::key_prefix(instance);
         let mut store = RedisStore {
@@ -495,10 +524,33 @@ impl RedisStore {
             conn: None,
             in_flight: VecDeque::new(),
             sentinel_first: 0,
+            moved_to: None,
             peer: url.redacted(),
         };
         store.open()?;
         Ok(store)
+    }
+
+    /// The servers holding keys: a cluster's masters (each a `redis://` or
+    /// `rediss://` URL with the cluster URL's credentials), or `url`
+    /// itself. Where a key scan must run, since a cluster node scans only
+    /// its own keys.
+    pub fn masters(url: &StoreUrl, timeout: Duration) -> Result<Vec<StoreUrl>, StoreError> {
+        let Some(seeds) = cluster::Nodes::of(url) else {
+            return Ok(vec![url.clone()]);
+        };
+        let masters = cluster::masters(&seeds, Instant::now() + timeout)?;
+        Ok(masters
+            .into_iter()
+            .map(|(host, port)| StoreUrl::Redis {
+                tls: seeds.tls,
+                host,
+                port,
+                db: 0,
+                username: seeds.username.map(str::to_string),
+                password: seeds.password.map(str::to_string),
+            })
+            .collect())
     }
 
     /// The instance whose keys this store reads and writes.
@@ -605,6 +657,19 @@ impl RedisStore {
                 self.sentinel_first = first;
                 (conn, peer)
             }
+            url @ StoreUrl::Cluster { .. } => {
+                let nodes = cluster::Nodes::of(url)
+                    .ok_or_else(|| StoreError::Unavailable("not a cluster URL".into()))?;
+                let (conn, peer, first) = cluster::open_master(
+                    &nodes,
+                    cluster::slot_of(&self.prefix),
+                    self.moved_to.take().as_ref(),
+                    self.sentinel_first,
+                    deadline,
+                )?;
+                self.sentinel_first = first;
+                (conn, peer)
+            }
         };
         let mut setup = redis::pipe();
         if let StoreUrl::Redis {
@@ -657,6 +722,9 @@ impl RedisStore {
     /// Maps a failed command to an error, dropping the connection unless
     /// the failure was an ordinary error reply.
     fn fail(&mut self, e: redis::RedisError) -> StoreError {
+        if e.code() == Some("MOVED") {
+            self.moved_to = e.redirect_node().and_then(|(addr, _)| parse_node(addr));
+        }
         if !connection_survives(&e) {
             self.conn = None;
             self.in_flight.clear();

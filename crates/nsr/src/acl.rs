@@ -42,6 +42,8 @@ pub const UNIT_COMMANDS: &[&str] = &[
     "client|setname",
     "role",
     "script|load",
+    // A Redis Cluster's slot map (`redis+cluster://`).
+    "cluster|slots",
     // Writes: the scripts, and what they call.
     "eval",
     "evalsha",
@@ -76,6 +78,7 @@ pub const RELAY_COMMANDS: &[&str] = &[
     "client|setname",
     "role",
     "script|load",
+    "cluster|slots",
     "get",
     "mget",
     "hgetall",

@@ -1,5 +1,5 @@
-//! The state store's address: `redis://`, `rediss://` (TLS) or
-//! `redis-sentinel://` URLs, parsed with `FromStr` and written back with
+//! The state store's address: `redis://`, `rediss://` (TLS),
+//! `redis-sentinel://` or `redis+cluster://` (`rediss+cluster://`) URLs, parsed with `FromStr` and written back with
 //! `Display` (the configuration's `[nsr] store` value, which
 //! `holdfast-config` deserialises into this type).
 //!
@@ -33,6 +33,15 @@ pub enum StoreUrl {
         sentinels: Vec<(String, u16)>,
         master: String,
     },
+    /// `redis+cluster://[user:password@]host:port,host:port` or
+    /// `rediss+cluster://` (TLS): seed nodes of a Redis Cluster, asked for
+    /// the master of the instance's slot. The cluster has database 0 only.
+    Cluster {
+        tls: bool,
+        nodes: Vec<(String, u16)>,
+        username: Option<String>,
+        password: Option<String>,
+    },
 }
 
 impl fmt::Debug for StoreUrl {
@@ -58,6 +67,18 @@ impl fmt::Debug for StoreUrl {
                 .debug_struct("Sentinel")
                 .field("sentinels", sentinels)
                 .field("master", master)
+                .finish(),
+            StoreUrl::Cluster {
+                tls,
+                nodes,
+                username,
+                password,
+            } => f
+                .debug_struct("Cluster")
+                .field("tls", tls)
+                .field("nodes", nodes)
+                .field("username", username)
+                .field("password", &password.as_ref().map(|_| "<redacted>"))
                 .finish(),
         }
     }
@@ -99,6 +120,36 @@ fn parse_host_port(s: &str, default_port: u16) -> Result<(String, u16), String> 
     Ok((host.to_string(), port))
 }
 
+/// `user:password@rest`, `:password@rest`, `user@rest` or `rest`: the user,
+/// the password and the rest.
+fn credentials(s: &str) -> (Option<String>, Option<String>, &str) {
+    let Some((auth, rest)) = s.rsplit_once('@') else {
+        return (None, None, s);
+    };
+    match auth.split_once(':') {
+        Some((u, p)) => (
+            (!u.is_empty()).then(|| u.to_string()),
+            Some(p.to_string()),
+            rest,
+        ),
+        None => (Some(auth.to_string()), None, rest),
+    }
+}
+
+/// `user:password@`, as [`credentials`] reads it back.
+fn write_credentials(
+    f: &mut fmt::Formatter<'_>,
+    username: &Option<String>,
+    password: &Option<String>,
+) -> fmt::Result {
+    match (username, password) {
+        (Some(u), Some(p)) => write!(f, "{u}:{p}@"),
+        (None, Some(p)) => write!(f, ":{p}@"),
+        (Some(u), None) => write!(f, "{u}@"),
+        (None, None) => Ok(()),
+    }
+}
+
 impl FromStr for StoreUrl {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
@@ -118,26 +169,39 @@ impl FromStr for StoreUrl {
                 master: master.to_string(),
             });
         }
+        let cluster = if let Some(r) = s.strip_prefix("rediss+cluster://") {
+            Some((true, r))
+        } else {
+            s.strip_prefix("redis+cluster://").map(|r| (false, r))
+        };
+        if let Some((tls, rest)) = cluster {
+            let (username, password, hostpart) = credentials(rest);
+            let hosts = match hostpart.split_once('/') {
+                Some((h, "" | "0")) => h,
+                Some(_) => return Err(format!("{s:?}: a cluster has database 0 only")),
+                None => hostpart,
+            };
+            let nodes = hosts
+                .split(',')
+                .map(|h| parse_host_port(h, 6379))
+                .collect::<Result<Vec<_>, _>>()?;
+            return Ok(StoreUrl::Cluster {
+                tls,
+                nodes,
+                username,
+                password,
+            });
+        }
         let (tls, rest) = if let Some(r) = s.strip_prefix("rediss://") {
             (true, r)
         } else if let Some(r) = s.strip_prefix("redis://") {
             (false, r)
         } else {
             return Err(format!(
-                "{s:?}: scheme must be redis://, rediss:// or redis-sentinel://"
+                "{s:?}: scheme must be redis://, rediss://, redis-sentinel://, redis+cluster:// or rediss+cluster://"
             ));
         };
-        let (auth, hostpart) = match rest.rsplit_once('@') {
-            Some((a, h)) => (Some(a), h),
-            None => (None, rest),
-        };
-        let (username, password) = match auth {
-            None => (None, None),
-            Some(a) => match a.split_once(':') {
-                Some((u, p)) => ((!u.is_empty()).then(|| u.to_string()), Some(p.to_string())),
-                None => (Some(a.to_string()), None),
-            },
-        };
+        let (username, password, hostpart) = credentials(rest);
         let (hp, db) = match hostpart.split_once('/') {
             Some((hp, "")) => (hp, 0),
             Some((hp, d)) => (
@@ -160,14 +224,33 @@ impl FromStr for StoreUrl {
 }
 
 impl StoreUrl {
+    /// The user and the password of a URL that carries them (`redis://`,
+    /// `rediss://`, `redis+cluster://`); `None` for Sentinel.
+    pub fn credentials_mut(&mut self) -> Option<(&mut Option<String>, &mut Option<String>)> {
+        match self {
+            StoreUrl::Redis {
+                username, password, ..
+            }
+            | StoreUrl::Cluster {
+                username, password, ..
+            } => Some((username, password)),
+            StoreUrl::Sentinel { .. } => None,
+        }
+    }
+
     /// The URL with the password replaced by `***`, for logs and errors.
     pub fn redacted(&self) -> String {
         match self {
             StoreUrl::Redis {
                 password: Some(_), ..
+            }
+            | StoreUrl::Cluster {
+                password: Some(_), ..
             } => {
                 let mut c = self.clone();
-                if let StoreUrl::Redis { password, .. } = &mut c {
+                if let StoreUrl::Redis { password, .. } | StoreUrl::Cluster { password, .. } =
+                    &mut c
+                {
                     *password = Some("***".into());
                 }
                 c.to_string()
@@ -196,17 +279,27 @@ impl fmt::Display for StoreUrl {
                 password,
             } => {
                 f.write_str(if *tls { "rediss://" } else { "redis://" })?;
-                match (username, password) {
-                    (Some(u), Some(p)) => write!(f, "{u}:{p}@")?,
-                    (None, Some(p)) => write!(f, ":{p}@")?,
-                    (Some(u), None) => write!(f, "{u}@")?,
-                    (None, None) => {}
-                }
+                write_credentials(f, username, password)?;
                 write!(f, "{}/{db}", hp(host, *port))
             }
             StoreUrl::Sentinel { sentinels, master } => {
                 let hosts: Vec<String> = sentinels.iter().map(|(h, p)| hp(h, *p)).collect();
                 write!(f, "redis-sentinel://{}/{master}", hosts.join(","))
+            }
+            StoreUrl::Cluster {
+                tls,
+                nodes,
+                username,
+                password,
+            } => {
+                f.write_str(if *tls {
+                    "rediss+cluster://"
+                } else {
+                    "redis+cluster://"
+                })?;
+                write_credentials(f, username, password)?;
+                let hosts: Vec<String> = nodes.iter().map(|(h, p)| hp(h, *p)).collect();
+                f.write_str(&hosts.join(","))
             }
         }
     }
@@ -224,7 +317,9 @@ impl<'de> Deserialize<'de> for StoreUrl {
         impl Visitor<'_> for V {
             type Value = StoreUrl;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a redis://, rediss:// or redis-sentinel:// URL")
+                f.write_str(
+                    "a redis://, rediss://, redis-sentinel://, redis+cluster:// or rediss+cluster:// URL",
+                )
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<StoreUrl, E> {
                 v.parse().map_err(E::custom)
@@ -253,6 +348,37 @@ mod tests {
         assert_eq!(u.to_string().parse::<StoreUrl>().unwrap(), u);
         assert!("redis-sentinel://h1".parse::<StoreUrl>().is_err());
         assert!("http://h1".parse::<StoreUrl>().is_err());
+    }
+
+    #[test]
+    fn cluster_urls_round_trip() {
+        let u: StoreUrl = "redis+cluster://hf-edge:pw@10.0.0.1:7000,[2001:db8::2],h3:7002"
+            .parse()
+            .unwrap();
+        assert_eq!(
+            u,
+            StoreUrl::Cluster {
+                tls: false,
+                nodes: vec![
+                    ("10.0.0.1".into(), 7000),
+                    ("2001:db8::2".into(), 6379),
+                    ("h3".into(), 7002)
+                ],
+                username: Some("hf-edge".into()),
+                password: Some("pw".into()),
+            }
+        );
+        assert_eq!(u.to_string().parse::<StoreUrl>().unwrap(), u);
+        assert_eq!(
+            u.redacted(),
+            "redis+cluster://hf-edge:***@10.0.0.1:7000,[2001:db8::2]:6379,h3:7002"
+        );
+        assert!(!format!("{u:?}").contains("pw\""));
+        let t: StoreUrl = "rediss+cluster://h1:7000/0".parse().unwrap();
+        assert!(matches!(t, StoreUrl::Cluster { tls: true, .. }), "{t:?}");
+        let e = "redis+cluster://h1:7000/1".parse::<StoreUrl>().unwrap_err();
+        assert!(e.contains("database 0 only"), "{e}");
+        assert!("redis+cluster://h1:0".parse::<StoreUrl>().is_err());
     }
 
     #[test]

@@ -18,7 +18,7 @@
 
 use anyhow::{Context, Result};
 use clap::Parser;
-use holdfast_bench::takeover::{one_run, Backup, Sample};
+use holdfast_bench::takeover::{one_run, one_run_on, Backup, Sample};
 use holdfast_tester::workload::Kind;
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -62,6 +62,12 @@ struct Args {
     /// and the whole upgrade's time).
     #[arg(long)]
     upgrade: bool,
+    /// Also run NSR on with the store on a Redis Cluster (three masters,
+    /// three replicas, in the store's namespace), beside the single
+    /// redis-server, in every run: learning time, ACK delay and store
+    /// writes, and a cold takeover from the cluster.
+    #[arg(long)]
+    cluster: bool,
 }
 
 fn parse_size(s: &str) -> Result<usize> {
@@ -96,6 +102,14 @@ struct Takeover {
 }
 
 impl Takeover {
+    /// The figures of the takeover `s` measured (taken out of it).
+    fn taken(s: &mut Sample) -> Result<Takeover> {
+        s.takeover
+            .take()
+            .map(|t| Takeover::of(&t))
+            .ok_or_else(|| anyhow::anyhow!("no takeover measured"))
+    }
+
     fn of(t: &holdfast_bench::takeover::Takeover) -> Takeover {
         let h = &t.holdfastd;
         let ms = |k: &str| h[k].as_u64().unwrap_or(0) as f64 / 1000.0;
@@ -194,6 +208,52 @@ fn takeover_table(report: &mut String, size: &str, all: &[(Backup, Takeover)]) {
     );
 }
 
+/// `--cluster`: the single redis-server against the Redis Cluster, same
+/// runs.
+fn cluster_table(
+    report: &mut String,
+    size: &str,
+    m_single: f64,
+    single: &[f64],
+    cluster: &[(Sample, Takeover)],
+    single_last: Option<&Sample>,
+) {
+    let learn: Vec<f64> = cluster.iter().map(|(s, _)| s.learn.as_secs_f64()).collect();
+    let m = median(learn.clone());
+    let _ = writeln!(
+        report,
+        "The store on a Redis Cluster (3 masters, 3 replicas, `redis+cluster://`) against one redis-server, {size} routes, NSR on, same runs:\n\n\
+         | | one redis-server | Redis Cluster | ratio |\n|---|---|---|---|\n\
+         | learn and re-advertise (s), runs {single:.3?} / {learn:.3?} | {m_single:.3} | {m:.3} | **{:.2}×** |",
+        m / m_single
+    );
+    let v = |s: Option<&Sample>, k: &str| {
+        s.and_then(|s| s.nsr.as_ref())
+            .map_or("-".to_string(), |v| v[k].to_string())
+    };
+    let last = cluster.last().map(|(s, _)| s);
+    for (name, k) in [
+        ("ACK delay p50 (µs, last run)", "ack_delay_p50_us"),
+        ("ACK delay p99 (µs, last run)", "ack_delay_p99_us"),
+        ("store write p50 (µs, last run)", "store_latency_p50_us"),
+        ("store write p99 (µs, last run)", "store_latency_p99_us"),
+    ] {
+        let _ = writeln!(
+            report,
+            "| {name} | {} | {} | |",
+            v(single_last, k),
+            v(last, k)
+        );
+    }
+    let resume: Vec<f64> = cluster.iter().map(|(_, t)| t.resume_ms).collect();
+    let all: Vec<f64> = cluster.iter().map(|(_, t)| t.all_ms).collect();
+    let kept = cluster.iter().all(|(_, t)| t.kept);
+    let _ = writeln!(
+        report,
+        "\nCold takeover from the cluster: BGP resume {resume:.1?} ms, all state resumed {all:.1?} ms, routes kept: {kept}.\n"
+    );
+}
+
 /// `--upgrade`: per size, `holdfast ctl upgrade` after the routes are in.
 fn upgrade_figures(report: &mut String, args: &Args, kind: Kind) -> Result<()> {
     let _ = writeln!(
@@ -266,7 +326,11 @@ fn main() -> Result<()> {
         args.sizes.join(","),
         args.runs,
         args.kind,
-        if args.upgrade { " --upgrade" } else { "" }
+        match (args.upgrade, args.cluster) {
+            (true, _) => " --upgrade",
+            (false, true) => " --cluster",
+            (false, false) => "",
+        }
     );
     if args.upgrade {
         upgrade_figures(&mut report, &args, kind)?;
@@ -278,6 +342,7 @@ fn main() -> Result<()> {
         let (mut off, mut on) = (Vec::new(), Vec::new());
         let mut last_on = None;
         let mut takeovers: Vec<(Backup, Takeover)> = Vec::new();
+        let mut cluster: Vec<(Sample, Takeover)> = Vec::new();
         for run in 0..args.runs {
             let s = one_run(n, kind, false, Backup::None, DEADLINE)?;
             println!(
@@ -287,11 +352,7 @@ fn main() -> Result<()> {
             off.push(s.learn.as_secs_f64());
             for backup in [Backup::Cold, Backup::Preheated] {
                 let mut s = one_run(n, kind, true, backup, DEADLINE)?;
-                let t = s
-                    .takeover
-                    .take()
-                    .map(|t| Takeover::of(&t))
-                    .ok_or_else(|| anyhow::anyhow!("no takeover measured"))?;
+                let t = Takeover::taken(&mut s)?;
                 println!(
                     "{size} run {run} NSR on, {backup:?} backup: learn {:.3} s; takeover: BGP resume {:.1} ms, all state resumed {:.1} ms (load {:.1} ms, {} of {} sessions preheated, routes kept: {})",
                     s.learn.as_secs_f64(),
@@ -308,6 +369,19 @@ fn main() -> Result<()> {
                     last_on = Some(s);
                 }
             }
+            if args.cluster {
+                let mut s = one_run_on(n, kind, Backup::Cold, DEADLINE, true)?;
+                let t = Takeover::taken(&mut s)?;
+                println!(
+                    "{size} run {run} NSR on, Redis Cluster store, cold backup: learn {:.3} s; takeover: BGP resume {:.1} ms, all state resumed {:.1} ms (load {:.1} ms, routes kept: {})",
+                    s.learn.as_secs_f64(),
+                    t.resume_ms,
+                    t.all_ms,
+                    t.load_ms,
+                    t.kept
+                );
+                cluster.push((s, t));
+            }
         }
         let (m_off, m_on) = (median(off.clone()), median(on.clone()));
         let _ = writeln!(report, "## {size} routes\n");
@@ -316,10 +390,13 @@ fn main() -> Result<()> {
             "| | NSR off | NSR on | ratio |\n|---|---|---|---|\n| learn and re-advertise (s), runs {off:.3?} / {on:.3?} | {m_off:.3} | {m_on:.3} | {:.2}× |\n",
             m_on / m_off
         );
-        if let Some(s) = last_on {
-            store_figures(&mut report, &s);
+        if let Some(s) = &last_on {
+            store_figures(&mut report, s);
         }
         takeover_table(&mut report, size, &takeovers);
+        if !cluster.is_empty() {
+            cluster_table(&mut report, size, m_on, &on, &cluster, last_on.as_ref());
+        }
     }
     println!("\n{report}");
     Ok(())

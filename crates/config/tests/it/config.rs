@@ -750,6 +750,22 @@ fn nsr_store_user_and_password_file() {
         nsr.store_url().unwrap().to_string(),
         "redis://hf-u1:pw@192.0.2.10:6379/0"
     );
+    // A Redis Cluster's seeds take the user and the password the same way.
+    std::fs::write(&pw, "s3cret-pw\n").unwrap();
+    std::fs::set_permissions(&pw, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let (cfg, _) = ok(&format!(
+        "{GLOBAL}[nsr]\nstore = \"redis+cluster://192.0.2.10:7000,192.0.2.11:7000\"\ninstance = \"u1\"\nstore_user = \"hf-u1\"\nstore_password_file = \"{}\"\n",
+        pw.display()
+    ));
+    let nsr = cfg.nsr.unwrap();
+    assert_eq!(
+        nsr.store_url().unwrap().to_string(),
+        "redis+cluster://hf-u1:s3cret-pw@192.0.2.10:7000,192.0.2.11:7000"
+    );
+    assert_eq!(
+        nsr.store_desc(),
+        "redis+cluster://hf-u1:***@192.0.2.10:7000,192.0.2.11:7000"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -46,7 +46,10 @@ use serde_json::Value;
 use crate::error::{LabError, Result};
 use crate::nsr::{nsr_config, NsrHost, NsrTopo};
 use crate::peer::{Frr, NeighborSpec, Peer, PeerSpec, RouteSpec, SessionState};
-use crate::{find_binary, wait_for_every, Etcd, HostId, Lab, ProcId, Redis, Signal};
+use crate::{
+    find_binary, wait_for_every, Etcd, HostId, Lab, ProcId, Redis, RedisCluster, Signal,
+    StoreServers,
+};
 
 mod parts;
 mod watch;
@@ -211,6 +214,11 @@ pub struct PlaneExtras {
     /// its own certificate ([`ControlPlane::start_secure`]). On by
     /// default.
     pub etcd_auth: bool,
+    /// The store on a Redis Cluster (issue 29): three masters and three
+    /// replicas on the store's host, ports 7000-7005 ([`RedisCluster`]),
+    /// `[nsr] store = "redis+cluster://..."`, ACL users (with
+    /// [`PlaneExtras::redis_acl`]) on every node. Off by default.
+    pub redis_cluster: bool,
 }
 
 impl Default for PlaneExtras {
@@ -222,6 +230,7 @@ impl Default for PlaneExtras {
             redis_acl: true,
             mtls: true,
             etcd_auth: true,
+            redis_cluster: false,
         }
     }
 }
@@ -297,7 +306,9 @@ pub struct Plane {
     pub frr: Frr,
     /// bird2 and gobgpd (with [`PlaneSpec::more_peers`]).
     pub others: Vec<Box<dyn Peer>>,
-    pub redis: Redis,
+    /// The NSR store: one redis-server, or a Redis Cluster
+    /// ([`PlaneExtras::redis_cluster`]).
+    pub redis: StoreServers,
     pub bins: PlaneBins,
     /// Each replica and its status file.
     pub controllers: Vec<(ProcId, PathBuf)>,
@@ -339,10 +350,18 @@ impl Plane {
         let topo = NsrTopo::build(&mut lab)?;
         topo.del_service(&lab, topo.a.id)?;
         let redis_addr = IpAddr::V4(topo.redis.v4);
-        let redis = if extras.redis_acl {
-            Redis::start_acl(&mut lab, topo.redis.id, redis_addr, 6379)?
+        let redis = if extras.redis_cluster {
+            StoreServers::Cluster(RedisCluster::start(
+                &mut lab,
+                topo.redis.id,
+                redis_addr,
+                7000,
+                extras.redis_acl,
+            )?)
+        } else if extras.redis_acl {
+            StoreServers::Single(Redis::start_acl(&mut lab, topo.redis.id, redis_addr, 6379)?)
         } else {
-            Redis::start(&mut lab, topo.redis.id, redis_addr, 6379)?
+            StoreServers::Single(Redis::start(&mut lab, topo.redis.id, redis_addr, 6379)?)
         };
         let mut members = Vec::new();
         for (i, n) in ["c1", "c2", "c3"].iter().enumerate() {

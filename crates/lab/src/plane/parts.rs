@@ -20,7 +20,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::error::{LabError, Result};
-use crate::{wait_for_every, BridgeId, Etcd, HostId, Lab, ProcId, Redis};
+use crate::{wait_for_every, AclServers, BridgeId, Etcd, HostId, Lab, ProcId};
 
 use super::PlaneBins;
 
@@ -157,7 +157,8 @@ pub fn operator_tls_args(certs: Option<&Path>) -> Vec<String> {
     certs.map_or_else(Vec::new, |d| tls_args(d, "operator", "admin"))
 }
 
-/// Makes a store user on `redis` (started with ACL users) as an operator
+/// Makes a store user on `redis` (started with ACL users; on every node of
+/// a cluster) as an operator
 /// would: a random password in `redis-acl/NAME.pass` of the lab's work
 /// directory (mode 600), and `holdfast nsr acl WHAT --password-file FILE`
 /// for its `ACL SETUSER`. `what` is `["unit", INSTANCE]` (user
@@ -165,7 +166,7 @@ pub fn operator_tls_args(certs: Option<&Path>) -> Vec<String> {
 /// `hf-relay`, file `relay.pass`). Returns the user and the file.
 pub fn store_user(
     lab: &Lab,
-    redis: &Redis,
+    redis: &impl AclServers,
     holdfast: &str,
     what: &[&str],
 ) -> Result<(String, PathBuf)> {
@@ -199,7 +200,7 @@ pub fn store_user(
     }
     let line = String::from_utf8_lossy(&out.stdout).trim().to_string();
     let args: Vec<&str> = line.split(' ').collect();
-    redis.set_user(lab, &args)?;
+    redis.set_acl_user(lab, &args)?;
     Ok((user, file))
 }
 

@@ -72,6 +72,7 @@ mod nsr_gobgp;
 mod nsr_lab_self;
 mod nsr_manage_address;
 mod nsr_netns_lock;
+mod nsr_redis_cluster;
 mod nsr_refresh_frr;
 mod nsr_standby_frr;
 mod nsr_wait_replicas;

@@ -61,6 +61,8 @@ pub struct Options {
     /// The unit is stopped for seconds on purpose (a stall, not a failure):
     /// the plane's agents run without hang detection (`--hang-ms 0`).
     pub stalls: bool,
+    /// The store on a Redis Cluster (`redis+cluster://`, issue 29).
+    pub redis_cluster: bool,
 }
 
 /// BFD authentication of [`Options::bfd_auth`].

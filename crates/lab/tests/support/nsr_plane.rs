@@ -195,6 +195,7 @@ impl<P: Peer> Run<P> {
         if o.stalls {
             extras.agent_args = vec!["--hang-ms".into(), "0".into()];
         }
+        extras.redis_cluster = o.redis_cluster;
         let mut plane = Plane::up_with(name, &spec, bins, &extras).expect("plane");
         let (peer_host, peer) = plane
             .start_peer::<P>("p", PEER_OCTET, &peer_spec(svc, feed, &o))
@@ -296,7 +297,7 @@ impl<P: Peer> Run<P> {
             .unwrap_or_else(|e| panic!("show nsr: {e}"))
     }
 
-    fn wait_protected(&self, what: &str) {
+    pub fn wait_protected(&self, what: &str) {
         wait_ok(&format!("{what}: {UNIT} PROTECTED"), T, || {
             let n = self.hf.nsr(&self.plane.lab)?;
             (n["protected"] == true).then_some(()).ok_or(n.to_string())
@@ -567,13 +568,20 @@ impl<P: Peer> Run<P> {
 
     /// The state store's address (`redis-server` in the lab).
     pub fn store_addr(&self) -> std::net::SocketAddr {
-        std::net::SocketAddr::new(self.plane.redis.addr(), self.plane.redis.port())
+        std::net::SocketAddr::new(
+            self.plane.redis.single().addr(),
+            self.plane.redis.single().port(),
+        )
     }
 
     /// The store administrator's password when the store has ACL users
     /// (the plane's default), for a test's own connection (`AUTH`).
     pub fn store_admin_password(&self) -> Option<String> {
-        self.plane.redis.admin_password().map(str::to_string)
+        self.plane
+            .redis
+            .single()
+            .admin_password()
+            .map(str::to_string)
     }
 
     /// A network namespace from which the store is reachable (the feed
@@ -589,9 +597,11 @@ impl<P: Peer> Run<P> {
 
     /// The store's epoch of the unit's instance (`GET`).
     pub fn store_epoch(&self) -> u64 {
+        let key = format!("hf:{{{UNIT}}}:epoch");
         self.plane
             .redis
-            .cli(&self.plane.lab, &["GET", &format!("hf:{{{UNIT}}}:epoch")])
+            .server_of(&self.plane.lab, &key)
+            .and_then(|r| r.cli(&self.plane.lab, &["GET", &key]))
             .expect("redis GET epoch")
             .trim()
             .parse()
@@ -887,7 +897,7 @@ impl<P: Peer> Run<P> {
         let what = format!("store stalled {d:?} during a 100k inbound burst");
         let mut back = Duration::ZERO;
         self.during_inbound_burst(&what, |r| {
-            let redis = r.plane.redis.proc();
+            let redis = r.plane.redis.single().proc();
             r.plane.lab.kill(redis, Signal::Stop);
             std::thread::sleep(d);
             r.plane.lab.kill(redis, Signal::Cont);
@@ -988,6 +998,7 @@ impl<P: Peer> Run<P> {
     pub fn store_down(&mut self) {
         self.plane
             .redis
+            .single_mut()
             .kill(&mut self.plane.lab)
             .expect("kill redis");
         wait_ok("store down: UNPROTECTED", T, || {
@@ -1002,6 +1013,7 @@ impl<P: Peer> Run<P> {
     pub fn store_back(&mut self) {
         self.plane
             .redis
+            .single_mut()
             .restart(&mut self.plane.lab)
             .expect("restart redis");
         self.wait_protected("redis back");

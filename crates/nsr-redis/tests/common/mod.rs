@@ -258,3 +258,170 @@ fn ping(port: u16) -> bool {
         Err(e) => e.code().is_some(),
     }
 }
+
+pub const REDIS_CLI: &str = "/usr/bin/redis-cli";
+
+/// A Redis Cluster of three masters with a replica each, on loopback
+/// ports, made with `redis-cli --cluster create` (Debian's redis-tools), a
+/// node timeout of 1 s. Its processes are killed when dropped.
+pub struct Cluster {
+    pub nodes: Vec<RedisProc>,
+}
+
+impl Cluster {
+    pub fn start() -> Cluster {
+        let nodes: Vec<RedisProc> = (0..6)
+            .map(|_| {
+                RedisProc::start_with(&[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    "1000",
+                    // Any replica may be promoted, however stale its link.
+                    "--cluster-replica-validity-factor",
+                    "0",
+                ])
+            })
+            .collect();
+        let mut args: Vec<String> = vec!["--cluster".into(), "create".into()];
+        args.extend(nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)));
+        args.extend([
+            "--cluster-replicas".into(),
+            "1".into(),
+            "--cluster-yes".into(),
+        ]);
+        let out = Command::new(REDIS_CLI)
+            .args(&args)
+            .output()
+            .unwrap_or_else(|e| panic!("{REDIS_CLI} (package redis-tools): {e}"));
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster create: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let c = Cluster { nodes };
+        c.wait_ok(Duration::from_secs(20));
+        c
+    }
+
+    /// Waits until every running node says `cluster_state:ok` and agrees on
+    /// who serves every slot, and every replica's link to its master is up.
+    pub fn wait_ok(&self, within: Duration) {
+        let until = Instant::now() + within;
+        let mut last = String::new();
+        while Instant::now() < until {
+            let views: Vec<String> = self
+                .nodes
+                .iter()
+                .filter(|n| n.child.is_some())
+                .map(|n| {
+                    let mut c = n.raw();
+                    let info: String = redis::cmd("CLUSTER")
+                        .arg("INFO")
+                        .query(&mut c)
+                        .unwrap_or_default();
+                    let repl: String = redis::cmd("INFO")
+                        .arg("replication")
+                        .query(&mut c)
+                        .unwrap_or_default();
+                    // A replica counts once its link to its master is up.
+                    let linked =
+                        !repl.contains("role:slave") || repl.contains("master_link_status:up");
+                    let slots = self.masters_seen_by(n.port);
+                    format!("{}|{slots:?}", info.contains("cluster_state:ok") && linked)
+                })
+                .collect();
+            if views.iter().all(|v| v.starts_with("true|"))
+                && views.windows(2).all(|w| w[0] == w[1])
+            {
+                return;
+            }
+            last = views.join("\n");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("cluster not ok within {within:?}:\n{last}");
+    }
+
+    /// `(first slot, master port)` of each range, as node `port` sees them.
+    fn masters_seen_by(&self, port: u16) -> Vec<(i64, i64)> {
+        let Ok(v) = redis::cmd("CLUSTER")
+            .arg("SLOTS")
+            .query::<Vec<Vec<redis::Value>>>(&mut raw_conn(port))
+        else {
+            return Vec::new();
+        };
+        let mut out: Vec<(i64, i64)> = v
+            .iter()
+            .filter_map(|r| {
+                let first = match r.first()? {
+                    redis::Value::Int(n) => *n,
+                    _ => return None,
+                };
+                match r.get(2)? {
+                    redis::Value::Array(m) => match m.get(1)? {
+                        redis::Value::Int(p) => Some((first, *p)),
+                        _ => None,
+                    },
+                    _ => None,
+                }
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// The node process serving `key`'s slot as master now.
+    pub fn master_of(&self, key: &str) -> &RedisProc {
+        let slot = redis::cluster_routing::get_slot(key.as_bytes());
+        let port = self.master_port_of_slot(slot);
+        self.nodes
+            .iter()
+            .find(|n| n.port == port)
+            .expect("master among the nodes")
+    }
+
+    pub fn master_index_of(&self, key: &str) -> usize {
+        let port = self.master_of(key).port;
+        self.nodes.iter().position(|n| n.port == port).unwrap()
+    }
+
+    fn master_port_of_slot(&self, slot: u16) -> u16 {
+        for n in self.nodes.iter().filter(|n| n.child.is_some()) {
+            let Ok(v) = redis::cmd("CLUSTER")
+                .arg("SLOTS")
+                .query::<Vec<Vec<redis::Value>>>(&mut raw_conn(n.port))
+            else {
+                continue;
+            };
+            for r in v {
+                let int = |v: Option<&redis::Value>| match v {
+                    Some(redis::Value::Int(n)) => *n,
+                    _ => -1,
+                };
+                let (a, b) = (int(r.first()), int(r.get(1)));
+                if (a..=b).contains(&i64::from(slot)) {
+                    if let Some(redis::Value::Array(m)) = r.get(2) {
+                        return int(m.get(1)) as u16;
+                    }
+                }
+            }
+        }
+        panic!("no node serves slot {slot}");
+    }
+
+    /// The URL with three of the nodes as seeds.
+    pub fn url(&self) -> StoreUrl {
+        StoreUrl::Cluster {
+            tls: false,
+            nodes: self.nodes[..3]
+                .iter()
+                .map(|n| ("127.0.0.1".to_string(), n.port))
+                .collect(),
+            username: None,
+            password: None,
+        }
+    }
+}

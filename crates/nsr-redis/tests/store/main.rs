@@ -1,8 +1,10 @@
-//! One behavioural suite run against `MemoryStore` and against a real
-//! redis-server started by each test; then Redis-only tests (outages, key
-//! layout, large batches, authentication, Sentinel).
+//! One behavioural suite run against `MemoryStore`, against a real
+//! redis-server started by each test, as an ACL user, and on a Redis
+//! Cluster; then Redis-only tests (outages, key layout, large batches,
+//! authentication, Sentinel, the cluster's redirections and failover).
 
 mod acl;
+mod cluster;
 #[path = "../common/mod.rs"]
 mod common;
 mod redis_only;
@@ -907,6 +909,9 @@ macro_rules! suite {
         }
         mod on_redis_acl {
             $( #[test] fn $name() { super::$name(&super::acl::AclEnv::new()) } )*
+        }
+        mod on_redis_cluster {
+            $( #[test] fn $name() { super::$name(&super::cluster::ClusterEnv::new()) } )*
         }
     };
 }

@@ -71,6 +71,7 @@ fn creds(p: &Plane, u: &str) -> (String, String) {
 fn as_user(p: &Plane, who: Option<&(String, String)>, args: &[&str]) -> String {
     let who = who.map(|(u, pw)| (u.as_str(), pw.as_str()));
     p.redis
+        .single()
         .cli_as(&p.lab, who, args)
         .unwrap_or_else(|e| panic!("redis-cli {args:?}: {e}"))
         .trim()
@@ -91,6 +92,7 @@ fn assert_noperm(p: &Plane, who: &(String, String), args: &[&str]) {
 fn store_clients(p: &Plane, u: &str) -> Vec<(String, String)> {
     let list = p
         .redis
+        .single()
         .cli(&p.lab, &["CLIENT", "LIST"])
         .expect("CLIENT LIST");
     let name = format!("name=holdfast-nsr:{u}");
@@ -179,6 +181,7 @@ fn a_units_redis_user_cannot_read_another_units_records() {
     }
     let admin_get = |k: &str| {
         p.redis
+            .single()
             .cli(&p.lab, &["GET", k])
             .expect("GET")
             .trim()
@@ -187,6 +190,7 @@ fn a_units_redis_user_cannot_read_another_units_records() {
     let u2_epoch = admin_get("hf:{u2}:epoch");
     let u2_sessions = p
         .redis
+        .single()
         .cli(&p.lab, &["SMEMBERS", "hf:{u2}:sessions"])
         .expect("SMEMBERS");
     assert!(!u2_epoch.is_empty() && !u2_sessions.trim().is_empty());
@@ -220,6 +224,7 @@ fn a_units_redis_user_cannot_read_another_units_records() {
     assert_eq!(admin_get("hf:{u2}:epoch"), u2_epoch);
     assert_eq!(
         p.redis
+            .single()
             .cli(&p.lab, &["SMEMBERS", "hf:{u2}:sessions"])
             .expect("SMEMBERS"),
         u2_sessions
@@ -271,6 +276,7 @@ fn a_units_redis_user_cannot_read_another_units_records() {
     // 5. Negative control: an open default user reads u2's records.
     let out = p
         .redis
+        .single()
         .cli(&p.lab, &["ACL", "SETUSER", "default", "nopass"])
         .expect("ACL SETUSER default nopass");
     assert_eq!(out.trim(), "OK");
