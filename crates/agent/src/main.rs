@@ -56,7 +56,7 @@ struct Args {
     #[arg(long, default_value_t = 100)]
     probe_interval_ms: u64,
     /// A target that keeps answering is reported once per this many ms
-    /// (under the controller's 1 s freshness); misses, the answer after
+    /// (under the controller's `--stale-after-ms`, 1 s by default); misses, the answer after
     /// one, and every outcome for 1 s after any miss go at once. The probe
     /// interval reports every outcome.
     #[arg(long, default_value_t = 500)]

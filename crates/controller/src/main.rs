@@ -74,6 +74,12 @@ struct Args {
     /// (TENSOR's extra 3 s).
     #[arg(long, default_value_t = 3000)]
     host_confirm_ms: u64,
+    /// How long a path's last report counts as fresh, in ms: above the
+    /// agents' `--probe-report-ms` (a target that keeps answering is
+    /// reported that often). Raise both together for a large fleet
+    /// (docs/control-plane.md, "Sizing").
+    #[arg(long, default_value_t = 1000)]
+    stale_after_ms: u64,
     /// On an application failure: `migrate` to the backup host, or
     /// `restart` in place (an NSR takeover on the same host).
     #[arg(long, value_enum, default_value_t = AppFailure::Migrate)]
@@ -158,6 +164,7 @@ async fn main() -> anyhow::Result<()> {
                 misses: a.misses.max(1),
                 host_confirm_ms: a.host_confirm_ms,
                 host_network_confirm_ms: a.host_confirm_ms,
+                stale_after_ms: a.stale_after_ms.max(a.probe_interval_ms),
                 app_policy: match a.app_failure {
                     AppFailure::Migrate => AppPolicy::Migrate,
                     AppFailure::Restart => AppPolicy::RestartInPlace,

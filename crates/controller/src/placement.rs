@@ -1,6 +1,6 @@
 //! The controller's placements through `holdfast-control`'s TRIPOD
 //! placement: the desired state read from etcd ([`read_state`]) as the pure
-//! model, and the backup a unit gets after a migration ([`backup_after`]).
+//! model, and the backups units get after their migrations ([`backups_after`]).
 //!
 //! A host is any host that has an agent (`agents/<host>`), is named by a
 //! placement, or is marked failed. Its failure domain is the one its
@@ -9,7 +9,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use holdfast_control::{place, DesiredState, FailureKind, Host, HostId, HostState, Unit, UnitId};
+use holdfast_control::{
+    place_partial, DesiredState, FailureKind, Host, HostId, HostState, Unit, UnitId,
+};
 
 use crate::store::{Store, StoreError};
 use crate::{AgentRecord, UnitRecord};
@@ -85,22 +87,42 @@ pub async fn read_state_and_units(
     Ok((state, units))
 }
 
-/// The backup of `unit` once it runs on `primary`: the host it left when
-/// that host is still usable (the two swap roles, no churn), else TRIPOD's
-/// min-churn choice among the usable hosts (`None` when none fits).
-pub fn backup_after(state: &DesiredState, unit: &str, primary: &str, left: &str) -> Option<String> {
-    let left_id = HostId::new(left);
-    if state.is_usable(&left_id) && left != primary {
-        return Some(left.to_string());
-    }
+/// A unit whose migration ended: the host it runs on now, and the one it
+/// left.
+#[derive(Debug, Clone, Copy)]
+pub struct Moved<'a> {
+    pub unit: &'a str,
+    pub primary: &'a str,
+    pub left: &'a str,
+}
+
+/// The backups of units that moved, decided together: the host a unit
+/// left when that host is still usable (the two swap roles, no churn),
+/// else TRIPOD's min-churn choice among the usable hosts with every moved
+/// unit on its new primary, each seeing the others' placements (`None`
+/// when none fits). One placement for a rack's finishes, not one each.
+pub fn backups_after(
+    state: &DesiredState,
+    moved: &[Moved<'_>],
+) -> BTreeMap<String, Option<String>> {
     let mut s = state.clone();
-    let id = UnitId::new(unit);
-    if let Some(u) = s.units.get_mut(&id) {
-        u.primary = HostId::new(primary);
-        u.backup = None;
+    let mut out = BTreeMap::new();
+    for m in moved {
+        let left = HostId::new(m.left);
+        let swap = (s.is_usable(&left) && m.left != m.primary).then(|| m.left.to_string());
+        if let Some(u) = s.units.get_mut(&UnitId::new(m.unit)) {
+            u.primary = HostId::new(m.primary);
+            u.backup = swap.as_deref().map(HostId::new);
+        }
+        out.insert(m.unit.to_string(), swap);
     }
-    let placed = place(&s).ok()?;
-    placed.backups.get(&id).map(|h| h.0.clone())
+    let (placed, _) = place_partial(&s);
+    for (unit, backup) in out.iter_mut() {
+        if backup.is_none() {
+            *backup = placed.backups.get(&UnitId::new(unit)).map(|h| h.0.clone());
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -125,20 +147,61 @@ mod tests {
         DesiredState::new(hosts, units)
     }
 
+    fn after(state: &DesiredState, moved: &[(&str, &str, &str)]) -> Vec<Option<String>> {
+        let moved: Vec<Moved<'_>> = moved
+            .iter()
+            .map(|(unit, primary, left)| Moved {
+                unit,
+                primary,
+                left,
+            })
+            .collect();
+        let out = backups_after(state, &moved);
+        moved.iter().map(|m| out[m.unit].clone()).collect()
+    }
+
     #[test]
     fn a_usable_host_left_becomes_the_backup_a_failed_one_never() {
         // u1 moved a -> b on a process failure: a is still usable.
-        assert_eq!(
-            backup_after(&state(&[]), "u1", "b", "a").as_deref(),
-            Some("a")
-        );
+        assert_eq!(after(&state(&[]), &[("u1", "b", "a")]), [Some("a".into())]);
         // u1 moved a -> b because a failed: TRIPOD picks c (b is its
         // primary, a is failed).
         assert_eq!(
-            backup_after(&state(&["a"]), "u1", "b", "a").as_deref(),
-            Some("c")
+            after(&state(&["a"]), &[("u1", "b", "a")]),
+            [Some("c".into())]
         );
         // No usable host but the primary: no backup.
-        assert_eq!(backup_after(&state(&["a", "c"]), "u1", "b", "a"), None);
+        assert_eq!(after(&state(&["a", "c"]), &[("u1", "b", "a")]), [None]);
+    }
+
+    #[test]
+    fn units_moved_together_each_get_a_usable_backup() {
+        // Host d fails with two units, moved to their backups a and b: each
+        // gets a backup that is neither its new primary nor the failed
+        // host, from one placement.
+        let hosts = ["a", "b", "c", "d"].iter().map(|h| {
+            let mut host = Host::healthy(*h, 4);
+            if *h == "d" {
+                host.state = HostState::Failed {
+                    kind: FailureKind::Host,
+                    since: 0,
+                };
+            }
+            host
+        });
+        let units = [
+            Unit::new("x1", &HostId::new("d"), Some(&HostId::new("a"))),
+            Unit::new("x2", &HostId::new("d"), Some(&HostId::new("b"))),
+            Unit::new("y", &HostId::new("c"), Some(&HostId::new("a"))),
+        ];
+        let st = DesiredState::new(hosts, units);
+        let got = after(&st, &[("x1", "a", "d"), ("x2", "b", "d")]);
+        for (b, primary) in got.iter().zip(["a", "b"]) {
+            let b = b.as_deref().expect("a backup");
+            assert!(b != primary && b != "d", "{got:?}");
+        }
+        // And one whose host left is usable keeps it (a swap), beside them.
+        let got = after(&st, &[("x1", "a", "d"), ("y", "a", "c")]);
+        assert_eq!(got[1].as_deref(), Some("c"));
     }
 }

@@ -988,8 +988,10 @@ impl HostWatch {
             .iter()
             .map(|(h, (t, w))| (h.clone(), *t, w.clone()))
             .collect();
-        // The hosts newly failed: marked, and the backups they held placed
-        // anew, all in one placement and one transaction per hundred puts.
+        // The hosts newly failed: the backups they held placed anew (one
+        // placement for all of them), then the hosts marked, a hundred
+        // puts per transaction. The marks go last: a leader that stops in
+        // between leaves hosts unmarked, which the next one places again.
         let marks: Vec<(String, bool)> = failed
             .iter()
             .map(|(h, _, _)| (keys.failed_host(h), false))
@@ -1002,15 +1004,14 @@ impl HostWatch {
             .map(|(f, _)| f)
             .collect();
         if !new.is_empty() {
-            let mut puts = Vec::new();
+            let hosts: Vec<&str> = new.iter().map(|(h, _, _)| h.as_str()).collect();
+            let mut puts = replace_backups_on(store, token, &hosts).await?;
             for (host, _, why) in &new {
                 tracing::warn!(%host, %why, "host failed: never reused until `holdfast ctl reset`");
                 let rec =
                     serde_json::json!({ "schema": SCHEMA, "host": host, "why": why, "by": token });
                 puts.push((keys.failed_host(host), rec.to_string()));
             }
-            let hosts: Vec<&str> = new.iter().map(|(h, _, _)| h.as_str()).collect();
-            puts.extend(replace_backups_on(store, token, &hosts).await?);
             for chunk in puts.chunks(holdfast_etcd::store::TXN_OPS) {
                 if store.fenced_put(token, &[], chunk).await? == Outcome::Fenced {
                     return Ok(Some(Outcome::Fenced));

@@ -114,6 +114,9 @@ pub struct AgentsConfig {
     pub control: PathBuf,
     pub interval: Duration,
     pub renew: Duration,
+    /// How often a target that keeps answering is reported
+    /// ([`ProbeConfig::report_every`]).
+    pub report_every: Duration,
     pub ttl: Duration,
     pub unit_port: u16,
     pub cluster: String,
@@ -751,6 +754,7 @@ impl Agent {
                     interval: self.cfg.interval,
                     timeout: self.cfg.interval,
                     stall_slack: self.cfg.interval / 2,
+                    report_every: self.cfg.report_every.max(self.cfg.interval),
                     ..ProbeConfig::default()
                 };
                 *prober = Some((w.plan_version, Prober::new(&self.name, cfg, targets(), now)));

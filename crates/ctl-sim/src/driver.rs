@@ -61,6 +61,11 @@ pub struct Config {
     /// The simulated agents' lease renewal period (a real agent's
     /// `--renew-ms`).
     pub renew_ms: u64,
+    /// The simulated agents' report period of a target that keeps
+    /// answering, in ms.
+    pub report_ms: u64,
+    /// The controllers' `--stale-after-ms`.
+    pub stale_after_ms: u64,
 }
 
 /// The lab and its parts.
@@ -179,7 +184,12 @@ pub fn run(cfg: &Config) -> anyhow::Result<Report> {
         .map(|(i, h)| (*h, Ipv4Addr::new(198, 18, 0, 31 + i as u8)))
         .collect();
     let others = [(sim, Ipv4Addr::new(198, 18, 0, 40))];
-    let args: Vec<String> = vec!["--unit-port".into(), UNIT_PORT.into()];
+    let args: Vec<String> = vec![
+        "--unit-port".into(),
+        UNIT_PORT.into(),
+        "--stale-after-ms".into(),
+        cfg.stale_after_ms.to_string(),
+    ];
     let cp = ControlPlane::start(&mut lab, &bins, &members, &others, &args)?;
     lab.exec_ok(
         sim,
@@ -221,6 +231,8 @@ pub fn run(cfg: &Config) -> anyhow::Result<Report> {
         UNIT_PORT.into(),
         "--renew-ms".into(),
         cfg.renew_ms.to_string(),
+        "--report-ms".into(),
+        cfg.report_ms.to_string(),
     ];
     let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
     let agents = lab.spawn(sim, "agents", &argv, &[("HOLDFAST_LOG", "warn")])?;

@@ -66,6 +66,13 @@ struct Args {
     /// agent's `--renew-ms`).
     #[arg(long, default_value_t = 250)]
     renew_ms: u64,
+    /// How often the simulated agents report a target that keeps
+    /// answering, in ms (a real agent's `--probe-report-ms`).
+    #[arg(long, default_value_t = 500)]
+    report_ms: u64,
+    /// The controllers' `--stale-after-ms` (above `--report-ms`).
+    #[arg(long, default_value_t = 1000)]
+    stale_after_ms: u64,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
@@ -94,6 +101,8 @@ enum Cmd {
         interval_ms: u64,
         #[arg(long, default_value_t = 250)]
         renew_ms: u64,
+        #[arg(long, default_value_t = 500)]
+        report_ms: u64,
         #[arg(long, default_value_t = 3000)]
         ttl_ms: u64,
     },
@@ -111,6 +120,7 @@ fn main() -> anyhow::Result<()> {
             unit_port,
             interval_ms,
             renew_ms,
+            report_ms,
             ttl_ms,
         }) => {
             let fleet = fleet.fleet()?;
@@ -121,6 +131,7 @@ fn main() -> anyhow::Result<()> {
                 control,
                 interval: Duration::from_millis(interval_ms.max(10)),
                 renew: Duration::from_millis(renew_ms.max(10)),
+                report_every: Duration::from_millis(report_ms.max(1)),
                 ttl: Duration::from_millis(ttl_ms.max(1000)),
                 unit_port,
                 cluster: "default".into(),
@@ -139,6 +150,8 @@ fn main() -> anyhow::Result<()> {
                 patience: Duration::from_secs(a.patience_s.max(5)),
                 self_exe: std::env::current_exe().context("this binary's path")?,
                 renew_ms: a.renew_ms,
+                report_ms: a.report_ms,
+                stale_after_ms: a.stale_after_ms,
             };
             let r = driver::run(&cfg)?;
             if let Some(p) = &a.out {

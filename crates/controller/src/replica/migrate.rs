@@ -11,14 +11,16 @@
 //! placements from the store's incremental cache, the agents of the hosts
 //! being fenced), sends the agents' commands of all of them at once, and
 //! then commits the steps that were done, forty per fenced transaction
-//! (each step record created once, with its command record). A finished
-//! migration writes the unit's new placement; finishes are written one
-//! after the other, so each placement sees the ones before it.
+//! (each step record created once, with its command record). The
+//! migrations that finished write their units' new placements, decided in
+//! one TRIPOD placement in which each sees the others, fifty per
+//! transaction.
 //!
-//! Batched because a 50-host rack's failure at 100 hosts (205 units,
+//! Batched because a 20-host rack's failure at 100 hosts (205 units,
 //! `holdfast-ctl-sim`) had its last takeover commanded 3.6–10.4 s after
 //! the verdicts when each migration was started, read and committed with
-//! its own round trips (about fifteen per unit).
+//! its own round trips (about fifteen per unit); and each finish read the
+//! whole placement state and placed every unit again.
 //!
 //! # Known issues
 //! - A migration written under the earlier layout (`migration`, one at a
@@ -533,8 +535,7 @@ pub(super) async fn drive(
         }
         last = Some(o);
     }
-    for (key, m) in finished {
-        let o = finish(shared, store, token, &key, &m).await?;
+    if let Some(o) = finish_all(shared, store, token, &finished).await? {
         if matches!(o, Outcome::Fenced) {
             return Ok(Some(o));
         }
@@ -675,60 +676,81 @@ async fn refuse(
     Ok(o)
 }
 
-/// Every step is recorded: the unit's new placement, and the migration
-/// (under `key`) marked done.
-async fn finish(
+/// Every step of `finished` is recorded: each unit's new placement, and
+/// its migration (under its key) marked done. One read of the placement
+/// state and one TRIPOD placement for all of them
+/// ([`crate::placement::backups_after`]; a restart in place keeps its
+/// backup), then [`MIGRATIONS_PER_TXN`] finishes per fenced transaction.
+/// The last outcome (`None`: nothing finished).
+async fn finish_all(
     shared: &SharedRef,
     store: &mut Store,
     token: Token,
-    key: &str,
-    m: &Migration,
-) -> Result<Outcome, StoreError> {
-    let keys = store.keys().clone();
-    let before: Option<UnitRecord> = store.get(&keys.unit(&m.unit)).await?;
-    let desired = crate::placement::read_state(store).await?;
-    let backup = if m.to == m.from {
-        // A restart in place: the backup stays.
-        before.as_ref().and_then(|u| u.backup.clone())
-    } else {
-        crate::placement::backup_after(&desired, &m.unit, &m.to, &m.from)
-    };
-    let unit = UnitRecord {
-        schema: SCHEMA,
-        unit: m.unit.clone(),
-        primary: m.to.clone(),
-        backup,
-        epoch: token,
-        config: before
-            .as_ref()
-            .map(|u| u.config.clone())
-            .unwrap_or_default(),
-        addresses: before
-            .as_ref()
-            .map(|u| u.addresses.clone())
-            .unwrap_or_default(),
-        interface: before
-            .as_ref()
-            .map(|u| u.interface.clone())
-            .unwrap_or_default(),
-        preheated: before.as_ref().is_some_and(|u| u.preheated),
-        binary: m
-            .binary
-            .clone()
-            .or_else(|| before.as_ref().and_then(|u| u.binary.clone())),
-        app_failure: before.and_then(|u| u.app_failure),
-    };
-    let mut fin = m.clone();
-    fin.state = MigrationState::Done;
-    fin.finished_by = Some(token);
-    let puts = [
-        (keys.unit(&m.unit), to_json(&unit)),
-        (key.to_string(), to_json(&fin)),
-    ];
-    let o = store.fenced_put(token, &[], &puts).await?;
-    if let Outcome::Committed(rev) = o {
-        metrics(shared).migrations_finished.inc();
-        tracing::info!(migration = %m.id, %token, rev, "migration done");
+    finished: &[(String, Migration)],
+) -> Result<Option<Outcome>, StoreError> {
+    if finished.is_empty() {
+        return Ok(None);
     }
-    Ok(o)
+    let keys = store.keys().clone();
+    let (desired, records) = crate::placement::read_state_and_units(store).await?;
+    let records: BTreeMap<String, UnitRecord> =
+        records.into_iter().map(|u| (u.unit.clone(), u)).collect();
+    // A restart in place keeps its backup; the others are decided together.
+    let moved: Vec<crate::placement::Moved<'_>> = finished
+        .iter()
+        .filter(|(_, m)| m.to != m.from)
+        .map(|(_, m)| crate::placement::Moved {
+            unit: &m.unit,
+            primary: &m.to,
+            left: &m.from,
+        })
+        .collect();
+    let placed = crate::placement::backups_after(&desired, &moved);
+    let mut last = None;
+    for chunk in finished.chunks(MIGRATIONS_PER_TXN) {
+        let mut puts = Vec::new();
+        for (key, m) in chunk {
+            let before = records.get(&m.unit);
+            let backup = if m.to == m.from {
+                before.and_then(|u| u.backup.clone())
+            } else {
+                placed.get(&m.unit).cloned().flatten()
+            };
+            let unit = UnitRecord {
+                schema: SCHEMA,
+                unit: m.unit.clone(),
+                primary: m.to.clone(),
+                backup,
+                epoch: token,
+                config: before.map(|u| u.config.clone()).unwrap_or_default(),
+                addresses: before.map(|u| u.addresses.clone()).unwrap_or_default(),
+                interface: before.map(|u| u.interface.clone()).unwrap_or_default(),
+                preheated: before.is_some_and(|u| u.preheated),
+                binary: m
+                    .binary
+                    .clone()
+                    .or_else(|| before.and_then(|u| u.binary.clone())),
+                app_failure: before.and_then(|u| u.app_failure),
+            };
+            let mut fin = m.clone();
+            fin.state = MigrationState::Done;
+            fin.finished_by = Some(token);
+            puts.push((keys.unit(&m.unit), to_json(&unit)));
+            puts.push((key.clone(), to_json(&fin)));
+        }
+        let o = store.fenced_put(token, &[], &puts).await?;
+        if let Outcome::Committed(rev) = o {
+            metrics(shared)
+                .migrations_finished
+                .inc_by(chunk.len() as u64);
+            for (_, m) in chunk {
+                tracing::info!(migration = %m.id, %token, rev, "migration done");
+            }
+        }
+        if matches!(o, Outcome::Fenced) {
+            return Ok(Some(o));
+        }
+        last = Some(o);
+    }
+    Ok(last)
 }
