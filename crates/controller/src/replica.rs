@@ -1066,7 +1066,7 @@ async fn replace_backups_on(
     hosts: &[&str],
 ) -> Result<Vec<(String, String)>, StoreError> {
     let keys = store.keys().clone();
-    let mut desired = crate::placement::read_state(store).await?;
+    let (mut desired, records) = crate::placement::read_state_and_units(store).await?;
     let ids: Vec<holdfast_control::HostId> = hosts
         .iter()
         .map(|h| holdfast_control::HostId::new(*h))
@@ -1080,12 +1080,8 @@ async fn replace_backups_on(
         }
     }
     let (placed, _) = holdfast_control::place_partial(&desired);
-    let records: BTreeMap<String, UnitRecord> = store
-        .units()
-        .await?
-        .into_iter()
-        .map(|u| (u.unit.clone(), u))
-        .collect();
+    let records: BTreeMap<String, UnitRecord> =
+        records.into_iter().map(|u| (u.unit.clone(), u)).collect();
     let mut puts = Vec::new();
     for (unit, u) in &desired.units {
         let Some(failed) = u.backup.as_ref().filter(|b| ids.contains(b)) else {

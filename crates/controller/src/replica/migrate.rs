@@ -70,11 +70,19 @@ pub(super) struct Plan<'a> {
 
 /// Whether `unit` has a migration in flight.
 pub(super) async fn migrating(store: &mut Store, unit: &str) -> Result<bool, StoreError> {
+    Ok(moving_units(store).await?.contains(unit))
+}
+
+/// Every unit's placement record, by unit name.
+pub(super) async fn units_by_name(
+    store: &mut Store,
+) -> Result<BTreeMap<String, UnitRecord>, StoreError> {
     Ok(store
-        .migrations_in_flight()
+        .units()
         .await?
-        .iter()
-        .any(|(_, m)| m.unit == unit))
+        .into_iter()
+        .map(|u| (u.unit.clone(), u))
+        .collect())
 }
 
 /// The units with a migration in flight.
@@ -112,12 +120,7 @@ pub(super) async fn start_migrations(
     plans: &[(&Plan<'_>, Instant)],
 ) -> Result<Option<Outcome>, StoreError> {
     let keys = store.keys().clone();
-    let units: BTreeMap<String, UnitRecord> = store
-        .units()
-        .await?
-        .into_iter()
-        .map(|u| (u.unit.clone(), u))
-        .collect();
+    let units: BTreeMap<String, UnitRecord> = units_by_name(store).await?;
     let moving = moving_units(store).await?;
     let mut failed: BTreeMap<String, bool> = BTreeMap::new();
     let mut todo: Vec<(&Plan<'_>, Instant, Migration)> = Vec::new();
@@ -298,12 +301,7 @@ impl Ready {
         steps: &[(String, Migration, String)],
     ) -> Result<Ready, StoreError> {
         let keys = store.keys().clone();
-        let units = store
-            .units()
-            .await?
-            .into_iter()
-            .map(|u| (u.unit.clone(), u))
-            .collect();
+        let units = units_by_name(store).await?;
         let fenced: BTreeSet<&str> = steps
             .iter()
             .filter(|(_, _, step)| step == "fence")

@@ -345,28 +345,27 @@ impl Cluster {
         panic!("cluster not ok within {within:?}:\n{last}");
     }
 
-    /// `(first slot, master port)` of each range, as node `port` sees them.
-    fn masters_seen_by(&self, port: u16) -> Vec<(i64, i64)> {
+    /// `(first slot, last slot, master port)` of each range, as node
+    /// `port` sees them (`CLUSTER SLOTS`; empty when it does not answer).
+    fn masters_seen_by(&self, port: u16) -> Vec<(i64, i64, u16)> {
         let Ok(v) = redis::cmd("CLUSTER")
             .arg("SLOTS")
             .query::<Vec<Vec<redis::Value>>>(&mut raw_conn(port))
         else {
             return Vec::new();
         };
-        let mut out: Vec<(i64, i64)> = v
+        let int = |v: Option<&redis::Value>| match v {
+            Some(redis::Value::Int(n)) => Some(*n),
+            _ => None,
+        };
+        let mut out: Vec<(i64, i64, u16)> = v
             .iter()
             .filter_map(|r| {
-                let first = match r.first()? {
-                    redis::Value::Int(n) => *n,
-                    _ => return None,
+                let redis::Value::Array(m) = r.get(2)? else {
+                    return None;
                 };
-                match r.get(2)? {
-                    redis::Value::Array(m) => match m.get(1)? {
-                        redis::Value::Int(p) => Some((first, *p)),
-                        _ => None,
-                    },
-                    _ => None,
-                }
+                let port = u16::try_from(int(m.get(1))?).ok()?;
+                Some((int(r.first())?, int(r.get(1))?, port))
             })
             .collect();
         out.sort();
@@ -389,27 +388,14 @@ impl Cluster {
     }
 
     fn master_port_of_slot(&self, slot: u16) -> u16 {
-        for n in self.nodes.iter().filter(|n| n.child.is_some()) {
-            let Ok(v) = redis::cmd("CLUSTER")
-                .arg("SLOTS")
-                .query::<Vec<Vec<redis::Value>>>(&mut raw_conn(n.port))
-            else {
-                continue;
-            };
-            for r in v {
-                let int = |v: Option<&redis::Value>| match v {
-                    Some(redis::Value::Int(n)) => *n,
-                    _ => -1,
-                };
-                let (a, b) = (int(r.first()), int(r.get(1)));
-                if (a..=b).contains(&i64::from(slot)) {
-                    if let Some(redis::Value::Array(m)) = r.get(2) {
-                        return int(m.get(1)) as u16;
-                    }
-                }
-            }
-        }
-        panic!("no node serves slot {slot}");
+        let slot = i64::from(slot);
+        self.nodes
+            .iter()
+            .filter(|n| n.child.is_some())
+            .flat_map(|n| self.masters_seen_by(n.port))
+            .find(|(first, last, _)| (*first..=*last).contains(&slot))
+            .map(|(_, _, port)| port)
+            .unwrap_or_else(|| panic!("no node serves slot {slot}"))
     }
 
     /// The URL with three of the nodes as seeds.
