@@ -289,12 +289,29 @@ fn run(world: &World, cfg: LocalizeConfig, end: Millis) -> (Localizer, Vec<Verdi
     (l, out)
 }
 
+/// Feeds `ms` in order, polling as the controller does: at each deadline
+/// the localizer names, and once per probe interval (a result that repeats
+/// a fresh path's state is evaluated there, not when it comes).
 fn feed(l: &mut Localizer, ms: Vec<(Millis, Measurement)>) -> Vec<Verdict> {
+    let every = l.config().probe_interval_ms.max(1);
     let mut out = Vec::new();
+    let mut sweep: Option<Millis> = None;
     for (t, m) in ms {
-        while let Some(d) = l.next_deadline().filter(|d| *d < t) {
-            out.extend(l.poll(d));
+        loop {
+            let d = l.next_deadline().filter(|d| *d < t);
+            let s = sweep.filter(|s| *s < t);
+            let at = match (d, s) {
+                (Some(d), Some(s)) => d.min(s),
+                (Some(d), None) => d,
+                (None, Some(s)) => s,
+                (None, None) => break,
+            };
+            if s == Some(at) {
+                sweep = Some(at + every);
+            }
+            out.extend(l.poll(at));
         }
+        sweep.get_or_insert(t + every);
         out.extend(l.handle(t, m));
     }
     out

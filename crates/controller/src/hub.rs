@@ -100,6 +100,10 @@ pub struct Hub {
     /// Whether the server requires client certificates (then each Hello
     /// is checked against its certificate).
     tls: bool,
+    /// The longest transit of a heartbeat (the agent's send time to its
+    /// arrival, by the two hosts' clocks) since [`Hub::take_max_transit`],
+    /// in ms.
+    max_transit_ms: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// The role a preheated standby reports.
@@ -133,6 +137,7 @@ impl Hub {
                 may_act,
                 observed,
                 tls: false,
+                max_transit_ms: Arc::default(),
             },
             rx,
         )
@@ -148,6 +153,31 @@ impl Hub {
     /// The fencing token while this replica may act as leader.
     pub fn may_act(&self) -> Option<Token> {
         (self.may_act)()
+    }
+
+    /// The longest transit of an agent's heartbeat since the last call: a
+    /// leader that cannot keep up with its agents' reports finds them
+    /// waiting in its streams, where the measurements' arrival times do not
+    /// show it. (A measurement's time is its probe's, up to a report
+    /// period earlier.)
+    pub fn take_max_transit(&self) -> Duration {
+        Duration::from_millis(
+            self.max_transit_ms
+                .swap(0, std::sync::atomic::Ordering::Relaxed),
+        )
+    }
+
+    fn transit(&self, sent_unix_ms: u64) {
+        if sent_unix_ms == 0 {
+            return;
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        self.max_transit_ms.fetch_max(
+            now.saturating_sub(sent_unix_ms),
+            std::sync::atomic::Ordering::Relaxed,
+        );
     }
 
     /// A sender for measurements the replica takes itself.
@@ -245,7 +275,10 @@ impl Hub {
             return;
         };
         match r.body {
-            Some(agent_report::Body::Heartbeat(_)) => l.last_heartbeat = Instant::now(),
+            Some(agent_report::Body::Heartbeat(b)) => {
+                l.last_heartbeat = Instant::now();
+                self.transit(b.sent_unix_ms);
+            }
             Some(agent_report::Body::Result(res)) => {
                 if let Some(tx) = l.pending.remove(&res.id) {
                     let _ = tx.send(if res.ok { Ok(()) } else { Err(res.error) });

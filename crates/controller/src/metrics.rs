@@ -35,6 +35,14 @@ pub struct ReasonLabel {
     pub reason: Reason,
 }
 
+/// A phase of the leader's work loop.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabel {
+    /// `sync`, `measurements`, `poll`, `act`, `hosts`, `requests`,
+    /// `standbys` or `drive`.
+    pub phase: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct FindingLabel {
     /// The verdict's finding (`application`, ..., `suspect`,
@@ -55,6 +63,10 @@ pub struct ControllerMetrics {
     pub verdicts: Family<FindingLabel, Counter>,
     pub detection_seconds: Family<FindingLabel, Histogram>,
     pub agents_attached: Gauge,
+    pub loop_phase_seconds: Family<PhaseLabel, Histogram>,
+    pub measurements: Counter,
+    pub measurement_lag_seconds: Histogram,
+    pub report_transit_seconds: Histogram,
 }
 
 impl Default for ControllerMetrics {
@@ -81,6 +93,12 @@ impl ControllerMetrics {
                 Histogram::new(exponential_buckets(0.05, 2.0, 10))
             }),
             agents_attached: Gauge::default(),
+            loop_phase_seconds: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.001, 4.0, 9))
+            }),
+            measurements: Counter::default(),
+            measurement_lag_seconds: Histogram::new(exponential_buckets(0.001, 4.0, 9)),
+            report_transit_seconds: Histogram::new(exponential_buckets(0.001, 4.0, 9)),
         };
         registry.register(
             "is_leader",
@@ -123,6 +141,26 @@ impl ControllerMetrics {
             "agents_attached",
             "Agents attached to this replica",
             m.agents_attached.clone(),
+        );
+        registry.register(
+            "loop_phase_seconds",
+            "The leader's work loop: time in each phase of an iteration",
+            m.loop_phase_seconds.clone(),
+        );
+        registry.register(
+            "measurements",
+            "Measurements the localizer took",
+            m.measurements.clone(),
+        );
+        registry.register(
+            "measurement_lag_seconds",
+            "From a measurement's arrival to the localizer taking it",
+            m.measurement_lag_seconds.clone(),
+        );
+        registry.register(
+            "report_transit_seconds",
+            "Each work loop iteration: the longest any agent's heartbeat took from its agent's send time to its arrival (both hosts' clocks)",
+            m.report_transit_seconds.clone(),
         );
         ControllerMetrics { registry, ..m }
     }

@@ -40,6 +40,7 @@ use crate::store::{to_json, Outcome, Store, StoreError};
 use holdfast_control::{AppPolicy, Finding, Verdict};
 
 mod migrate;
+mod phases;
 mod upgrade;
 use migrate::{drive, migrating, standbys, start_migration, start_migrations, Plan};
 
@@ -53,6 +54,9 @@ const STANDBYS_EVERY: Duration = Duration::from_secs(1);
 /// CPU). The leader writes every migration itself, so none appears
 /// unseen meanwhile; an operator's `holdfast ctl` request waits up to this.
 const IDLE_READS_EVERY: Duration = Duration::from_millis(250);
+
+/// Measurements taken between two yields of the work loop.
+const MEASUREMENTS_PER_SLICE: u64 = 1_000;
 
 /// A replica's configuration.
 #[derive(Debug, Clone)]
@@ -300,10 +304,47 @@ impl Replica {
             .status_file
             .clone()
             .map(|p| tokio::spawn(report(self.shared.clone(), p, hub.clone())));
-        tokio::select! {
-            () = elect(&self.shared, &mut elector_store, &self.cfg, rx) => {}
-            () = stop => {}
-        }
+        // The elector runs on its own thread and runtime, with its own etcd
+        // connection: the Attach streams of a thousand agents and the
+        // worker's passes must not delay a lease renewal (issue 29: at
+        // 1,000 hosts the leader demoted itself for a renewal that waited
+        // behind them). A stopped process (SIGSTOP) stops it all the same.
+        let (stop_elector, stopped) = tokio::sync::oneshot::channel::<()>();
+        let elector = {
+            let shared = self.shared.clone();
+            let cfg = self.cfg.clone();
+            std::thread::Builder::new()
+                .name("elector".into())
+                .spawn(move || {
+                    let rt = match tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                    {
+                        Ok(rt) => rt,
+                        Err(e) => {
+                            tracing::error!(error = %e, "the elector's runtime");
+                            return;
+                        }
+                    };
+                    rt.block_on(async move {
+                        tokio::select! {
+                            () = elect(&shared, &mut elector_store, &cfg, rx) => {}
+                            _ = stopped => {}
+                        }
+                        let lease = lock(&shared).elector.lease();
+                        if let Some(lease) = lease {
+                            tracing::info!(lease, "stopping: revoking the lease");
+                            let _ = tokio::time::timeout(
+                                Duration::from_secs(1),
+                                elector_store.revoke(lease),
+                            )
+                            .await;
+                        }
+                    });
+                })
+                .map_err(|e| StoreError::Unavailable(format!("the elector's thread: {e}")))?
+        };
+        stop.await;
         worker.abort();
         sensor.abort();
         beats.abort();
@@ -316,11 +357,8 @@ impl Replica {
         if let Some(sv) = server {
             sv.abort();
         }
-        let lease = lock(&self.shared).elector.lease();
-        if let Some(lease) = lease {
-            tracing::info!(lease, "stopping: revoking the lease");
-            let _ = tokio::time::timeout(Duration::from_secs(1), elector_store.revoke(lease)).await;
-        }
+        let _ = stop_elector.send(());
+        let _ = tokio::task::spawn_blocking(move || elector.join()).await;
         Ok(())
     }
 }
@@ -504,47 +542,72 @@ async fn work(
             }
             res.map(Some)
         } else {
+            let m = metrics(&shared);
+            let mut ph = phases::Phases::start();
             let mut res = loc.sync(&mut store).await.map(|()| None);
+            ph.end("sync");
             let mut busy = false;
             if res.is_ok() {
-                while let Ok(o) = events.try_recv() {
+                // What was queued when the phase began, no more: while the
+                // loop yields, the agents' reports keep coming, and a drain
+                // until empty never reached the verdicts' actions at 1,000
+                // hosts.
+                let queued = events.len();
+                for _ in 0..queued {
+                    let Ok(o) = events.try_recv() else { break };
+                    ph.measured(o.at, &m);
                     for v in loc.observe(o, &hub) {
                         busy = true;
                         note(&shared, &v, &mut actions);
                     }
+                    // A backlog is worked through in slices: the Attach
+                    // streams and the controller's beats run between them
+                    // (a thousand agents leave a leader silent for 1 s).
+                    if ph.measurements.is_multiple_of(MEASUREMENTS_PER_SLICE) {
+                        tokio::task::yield_now().await;
+                    }
                 }
+                ph.end("measurements");
                 for v in loc.poll() {
                     busy = true;
                     note(&shared, &v, &mut actions);
                 }
+                ph.end("poll");
                 busy |= !actions.is_empty();
                 res = act(&shared, &mut store, &cfg, token, &mut hosts, &mut actions).await;
+                ph.end("act");
             }
             if matches!(res, Ok(None)) {
                 let confirm = Duration::from_millis(cfg.sense.localize.host_confirm_ms);
                 res = hosts
                     .check(&shared, &mut store, token, &loc, &hub, confirm)
                     .await;
+                ph.end("hosts");
             }
             let quiet = !busy
                 && matches!(res, Ok(None))
                 && idle_read.is_some_and(|t| t.elapsed() < IDLE_READS_EVERY);
             if quiet {
+                ph.finish(&m, hub.take_max_transit());
                 tokio::time::sleep(TICK).await;
                 continue;
             }
             if matches!(res, Ok(None)) {
                 res = requests(&shared, &mut store, &cfg, token, &hub).await;
+                ph.end("requests");
             }
             if matches!(res, Ok(None)) && standbys_checked.elapsed() >= STANDBYS_EVERY {
                 standbys_checked = Instant::now();
                 res = standbys(&mut store, &cfg, token, &hub).await.map(|()| None);
+                ph.end("standbys");
             }
             let read = Instant::now();
             let res = match res {
                 Ok(None) => drive(&shared, &mut store, &cfg, token, &hub).await,
                 other => other,
             };
+            ph.end("drive");
+            ph.finish(&m, hub.take_max_transit());
             idle_read =
                 (matches!(res, Ok(None)) && lock(&shared).status.phase == "idle").then_some(read);
             res

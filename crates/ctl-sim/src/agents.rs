@@ -92,6 +92,10 @@ pub enum Event {
         t: u64,
         heartbeats: u64,
         measurements: u64,
+        /// Probe misses the agents' probers discarded because the
+        /// simulated agent itself ran late (the harness is short of CPU).
+        #[serde(default)]
+        discarded: u64,
         renewals: u64,
         renewal_failures: u64,
         attached: usize,
@@ -126,6 +130,7 @@ pub struct AgentsConfig {
 struct Counters {
     heartbeats: AtomicU64,
     measurements: AtomicU64,
+    discarded: AtomicU64,
     renewals: AtomicU64,
     renewal_failures: AtomicU64,
 }
@@ -434,6 +439,7 @@ async fn control_loop(
                 t: unix_ms(),
                 heartbeats: take(&counters.heartbeats),
                 measurements: take(&counters.measurements),
+                discarded: take(&counters.discarded),
                 renewals: take(&counters.renewals),
                 renewal_failures: take(&counters.renewal_failures),
                 attached: lock(&world).attached.len(),
@@ -779,6 +785,13 @@ impl Agent {
             }
             i += 1;
         }
+        let discarded = outputs
+            .iter()
+            .filter(|o| matches!(o, ProbeOutput::Discarded { .. }))
+            .count();
+        self.counters
+            .discarded
+            .fetch_add(discarded as u64, Ordering::Relaxed);
         let out: Vec<Measurement> = outputs
             .into_iter()
             .filter_map(|o| match o {

@@ -362,11 +362,12 @@ fn measure_steady(s: &mut Sim, cfg: &Config) -> anyhow::Result<Steady> {
     let (cpu1, rss) = proc_usage(pid).context("the leader's /proc")?;
     let (rev1, db) = etcd_revision_and_size(s);
     s.poll();
-    let mut sent = (0u64, 0u64, 0u64, 0u64);
+    let mut sent = (0u64, 0u64, 0u64, 0u64, 0u64);
     for e in &s.seen[first_event..] {
         if let Event::Stats {
             heartbeats,
             measurements,
+            discarded,
             renewals,
             renewal_failures,
             ..
@@ -376,6 +377,7 @@ fn measure_steady(s: &mut Sim, cfg: &Config) -> anyhow::Result<Steady> {
             sent.1 += measurements;
             sent.2 += renewals;
             sent.3 += renewal_failures;
+            sent.4 += discarded;
         }
     }
     let verdicts = verdicts_since(s, t0);
@@ -406,6 +408,7 @@ fn measure_steady(s: &mut Sim, cfg: &Config) -> anyhow::Result<Steady> {
         leader_rss_bytes: rss,
         heartbeats_per_s: sent.0 as f64 / secs,
         measurements_per_s: sent.1 as f64 / secs,
+        discarded_per_s: sent.4 as f64 / secs,
         renewals_per_s: sent.2 as f64 / secs,
         renewal_failures: sent.3,
         probes_per_host_per_s: per_host.iter().copied().max().unwrap_or(0) as f64 * 10.0,

@@ -18,6 +18,10 @@ pub struct Steady {
     /// What the simulated agents sent the leader.
     pub heartbeats_per_s: f64,
     pub measurements_per_s: f64,
+    /// Probe misses the simulated agents discarded because they ran late
+    /// themselves (the harness short of CPU: failures are then seen late).
+    #[serde(default)]
+    pub discarded_per_s: f64,
     /// Their etcd lease renewals.
     pub renewals_per_s: f64,
     pub renewal_failures: u64,
@@ -94,7 +98,7 @@ impl Report {
             self.spec.hosts, self.agents, self.spec.units, self.spec.probes, self.spec.fanout, self.spec.rack
         );
         out.push_str(&format!(
-            "steady state over {:.0} s:\n  etcd writes/s {:.1}, etcd db {:.1} MB\n  leader CPU {:.2} cores, RSS {:.0} MB\n  agents sent {:.0} heartbeats/s, {:.0} measurements/s, {:.0} lease renewals/s ({} failed)\n  probes per host's agent {:.0}/s, per agent server {:.0}/s\n  verdicts {}\n",
+            "steady state over {:.0} s:\n  etcd writes/s {:.1}, etcd db {:.1} MB\n  leader CPU {:.2} cores, RSS {:.0} MB\n  agents sent {:.0} heartbeats/s, {:.0} measurements/s ({:.0} misses/s discarded: the simulated agents ran late), {:.0} lease renewals/s ({} failed)\n  probes per host's agent {:.0}/s, per agent server {:.0}/s\n  verdicts {}\n",
             s.seconds,
             s.etcd_writes_per_s,
             s.etcd_db_bytes as f64 / 1e6,
@@ -102,6 +106,7 @@ impl Report {
             s.leader_rss_bytes as f64 / 1e6,
             s.heartbeats_per_s,
             s.measurements_per_s,
+            s.discarded_per_s,
             s.renewals_per_s,
             s.renewal_failures,
             s.probes_per_host_per_s,
