@@ -572,13 +572,13 @@ impl Localizer {
         }
     }
 
-    /// Whether a verdict failed the host (until reset).
     /// How many hosts and units it judges (what a [`Localizer::poll`]
     /// evaluates).
     pub fn targets(&self) -> usize {
         self.hosts.len() + self.units.len()
     }
 
+    /// Whether a verdict failed the host (until reset).
     pub fn is_failed(&self, host: &HostId) -> bool {
         self.failed.contains(host)
     }

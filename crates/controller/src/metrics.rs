@@ -154,7 +154,7 @@ impl ControllerMetrics {
         );
         registry.register(
             "measurement_lag_seconds",
-            "From a measurement's arrival to the localizer taking it",
+            "Each work loop pass: from the arrival of the oldest measurement it took to the localizer taking it",
             m.measurement_lag_seconds.clone(),
         );
         registry.register(

@@ -553,9 +553,12 @@ async fn work(
                 // until empty never reached the verdicts' actions at 1,000
                 // hosts.
                 let queued = events.len();
+                let mut oldest = None;
+                let mut taken = 0u64;
                 for _ in 0..queued {
                     let Ok(o) = events.try_recv() else { break };
-                    ph.measured(o.at, &m);
+                    oldest.get_or_insert(o.at);
+                    taken += 1;
                     for v in loc.observe(o, &hub) {
                         busy = true;
                         note(&shared, &v, &mut actions);
@@ -563,10 +566,11 @@ async fn work(
                     // A backlog is worked through in slices: the Attach
                     // streams and the controller's beats run between them
                     // (a thousand agents leave a leader silent for 1 s).
-                    if ph.measurements.is_multiple_of(MEASUREMENTS_PER_SLICE) {
+                    if taken.is_multiple_of(MEASUREMENTS_PER_SLICE) {
                         tokio::task::yield_now().await;
                     }
                 }
+                ph.took(taken, oldest, &m);
                 ph.end("measurements");
                 for v in loc.poll() {
                     busy = true;

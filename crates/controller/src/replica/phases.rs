@@ -1,6 +1,6 @@
 //! Where the leader's work loop spends its time (issue 29): each
 //! iteration's phases go to `holdfast_controller_loop_phase_seconds{phase}`,
-//! the wait of each measurement it takes to `_measurement_lag_seconds`, and
+//! the wait of the oldest measurement it takes to `_measurement_lag_seconds`, and
 //! the longest wait of an agent's heartbeat in its stream to
 //! `_report_transit_seconds`; an iteration slower than [`SLOW`], or a
 //! heartbeat that waited that long, is logged with every phase's share,
@@ -42,13 +42,17 @@ impl Phases {
         self.mark = now;
     }
 
-    /// A measurement that arrived at `at` was taken now.
-    pub fn measured(&mut self, at: Instant, m: &ControllerMetrics) {
-        let lag = at.elapsed();
-        self.measurements += 1;
-        self.max_lag = self.max_lag.max(lag);
-        m.measurements.inc();
-        m.measurement_lag_seconds.observe(lag.as_secs_f64());
+    /// `n` measurements were taken, the first (the oldest: the queue is in
+    /// order) having arrived at `oldest`. Once per pass, not per
+    /// measurement.
+    pub fn took(&mut self, n: u64, oldest: Option<Instant>, m: &ControllerMetrics) {
+        self.measurements += n;
+        m.measurements.inc_by(n);
+        if let Some(at) = oldest {
+            let lag = at.elapsed();
+            self.max_lag = self.max_lag.max(lag);
+            m.measurement_lag_seconds.observe(lag.as_secs_f64());
+        }
     }
 
     /// Records the iteration, and logs it when it was slow or when a
@@ -90,7 +94,7 @@ mod tests {
         let m = ControllerMetrics::new();
         let mut p = Phases::start();
         p.end("sync");
-        p.measured(Instant::now(), &m);
+        p.took(1, Some(Instant::now()), &m);
         p.end("measurements");
         assert_eq!(p.measurements, 1);
         p.finish(&m, Duration::ZERO);
