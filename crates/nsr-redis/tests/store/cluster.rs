@@ -257,6 +257,9 @@ fn cluster_failover_keeps_every_acknowledged_write() {
         errors.first(),
         errors.last()
     );
+    // The store found the promoted replica; the other nodes learn of it
+    // by gossip, one after another: wait until every live one agrees.
+    env.0.wait_ok(Duration::from_secs(10));
     assert_ne!(env.0.master_of(prefix).port, env.0.nodes[dead].port);
     let a = find(&s.load().unwrap(), "a").clone();
     assert_eq!(a.rcv, rcv);
