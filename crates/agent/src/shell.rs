@@ -16,8 +16,10 @@
 //!   asks to the loop, and each failsafe round runs as a task of its own
 //!   ([`crate::failsafe`]).
 //!
-//! The loop owns the core, the prober and the runtime, and writes a JSON
-//! status file after every change of note.
+//! The loop owns the core, the prober and the runtime, and hands a JSON
+//! status to a thread of its own ([`holdfast_linux::statusfile`]) whenever
+//! it changes: a file write can wait seconds for the disk's journal, and
+//! the loop that renews the lease and fences must not.
 
 use crate::core::{AgentConfig, AgentCore, AgentInput, AgentOutput, PRIMARY, STANDBY};
 use crate::failsafe::{self, Peers};
@@ -209,6 +211,12 @@ pub async fn run(
         host: cfg.core.host.clone(),
         ..AgentStatus::default()
     };
+    let status_out = cfg
+        .status_file
+        .clone()
+        .map(holdfast_linux::statusfile::StatusFile::start)
+        .transpose()?;
+    let mut last_status = String::new();
     let (ev_tx, mut ev_rx) = mpsc::unbounded_channel::<Event>();
     // `true`: a new lease is needed (after a self-fence).
     let (renew_tx, renew_rx) = mpsc::unbounded_channel::<bool>();
@@ -362,8 +370,15 @@ pub async fn run(
             .attached
             .set(i64::from(status.attached_to.is_some()));
 
-        if let Some(p) = &cfg.status_file {
-            write_status(p, &status);
+        // Written by a thread of its own (a stalled disk must not hold
+        // the lease renewals up), and only when it changed.
+        if let Some(out) = &status_out {
+            if let Ok(text) = serde_json::to_string(&status) {
+                if text != last_status {
+                    out.publish(text.clone());
+                    last_status = text;
+                }
+            }
         }
         if !pending.is_empty() {
             continue;
@@ -1027,13 +1042,4 @@ fn control(sock: &std::path::Path, req: &holdfast_api::Request) -> Result<(), St
         .map_err(|e| e.to_string())?
         .into_result()
         .map(|_| ())
-}
-
-fn write_status(path: &std::path::Path, s: &AgentStatus) {
-    let tmp = path.with_extension("tmp");
-    if let Ok(text) = serde_json::to_string(s) {
-        if std::fs::write(&tmp, text).is_ok() {
-            let _ = std::fs::rename(&tmp, path);
-        }
-    }
 }

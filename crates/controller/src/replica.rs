@@ -460,8 +460,17 @@ async fn carry_out(
 }
 
 /// The status writer task: every tick, the role as the worker sees it
-/// (`leader` only while [`Elector::may_act`]), written atomically.
+/// (`leader` only while [`Elector::may_act`]), handed to a thread of its
+/// own that writes it atomically ([`holdfast_linux::statusfile`]: a file
+/// write may wait seconds for the disk, and this runtime runs the sensor).
 async fn report(shared: SharedRef, path: PathBuf, hub: Hub) {
+    let out = match holdfast_linux::statusfile::StatusFile::start(path.clone()) {
+        Ok(out) => out,
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "no status file: its writer did not start");
+            return;
+        }
+    };
     loop {
         let agents = hub.agents();
         let status = {
@@ -484,16 +493,8 @@ async fn report(shared: SharedRef, path: PathBuf, hub: Hub) {
             status.updated_unix_ms = unix_ms();
             status.clone()
         };
-        write_status(&path, &status);
+        out.publish(to_json(&status));
         tokio::time::sleep(TICK).await;
-    }
-}
-
-fn write_status(path: &PathBuf, status: &Status) {
-    let tmp = path.with_extension("tmp");
-    let text = to_json(status);
-    if let Err(e) = std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, path)) {
-        tracing::debug!(path = %path.display(), error = %e, "status file not written");
     }
 }
 

@@ -24,6 +24,7 @@
 //! | [`resident`] | small idle units: the start-up code's pages leave the resident set | `dl_iterate_phdr(3)`, `/proc/self/smaps`, `madvise(MADV_DONTNEED)` |
 //! | [`rtnl`] | the kernel FIB: route writes in batches, dumps, notifications | `NETLINK_ROUTE` (`RTM_NEWROUTE`, `RTM_DELROUTE`, `RTM_GETROUTE`, `RTA_MULTIPATH`) |
 //! | [`sched`] | RFC 5880 §6.8.7 BFD transmission on time on a busy host: the timer thread in the real-time class | `sched_setscheduler(2)` `SCHED_FIFO`, `SCHED_RESET_ON_FORK` |
+//! | [`statusfile`] | status files written off the event loop: a stalled journal commit delays the file, not the lease renewals beside it | `write(2)`, `rename(2)` on a thread of their own |
 //! | [`sigpipe`] | command-line tools in a pipe: end by `SIGPIPE` when the reader goes | `signal(SIGPIPE, SIG_DFL)` |
 //! | [`rules`] | the gate's NFQUEUE rules and the rebuild guard | `iptables`/`ip6tables` (xtables `NFQUEUE`, `comment`) |
 //!
@@ -57,6 +58,7 @@ pub mod rules;
 pub mod sched;
 pub mod sigpipe;
 mod sockopt;
+pub mod statusfile;
 pub mod ttl;
 pub mod udp_ttl;
 
