@@ -56,6 +56,9 @@ pub struct AgentConfig {
     pub unix_origin_ms: u64,
     /// This agent's build, sent in every Hello (`holdfast_version::VERSION`).
     pub version: String,
+    /// It takes its probe targets from the leader (`Hello.probe_plans`;
+    /// off with `--static-probes`).
+    pub probe_plans: bool,
 }
 
 /// What the core is fed.
@@ -148,6 +151,9 @@ pub enum AgentOutput {
     /// (`holdfast nsr takeover`); done once it is ready for the service
     /// address.
     Promote { id: u64, unit: String, epoch: u64 },
+    /// Probe these targets from now on, `(name, ADDR:PORT)` (the
+    /// leader's probe plan, `ProbeTargets`).
+    ProbeTargets(Vec<(String, String)>),
     /// Renew the etcd lease now.
     RenewLease,
     /// Ask every other host agent for a failsafe round (this host's units).
@@ -484,6 +490,7 @@ impl AgentCore {
             schema: SCHEMA,
             version: self.cfg.version.clone(),
             reports_refused: true,
+            probe_plans: self.cfg.probe_plans,
         }))
     }
 
@@ -496,6 +503,25 @@ impl AgentCore {
                     token = c.token,
                     highest = self.highest_token,
                     "a deposed leader's beat"
+                ),
+            }
+            return;
+        }
+        if let Some(command::Body::ProbeTargets(p)) = c.body {
+            // A plan asks for no result either; a deposed leader's is
+            // ignored, and so is any plan with `--static-probes`.
+            match accept_token(c.token, self.highest_token) {
+                Some(h) if self.cfg.probe_plans => {
+                    self.highest_token = h;
+                    out.push(AgentOutput::ProbeTargets(
+                        p.targets.into_iter().map(|t| (t.name, t.addr)).collect(),
+                    ));
+                }
+                Some(h) => self.highest_token = h,
+                None => tracing::debug!(
+                    token = c.token,
+                    highest = self.highest_token,
+                    "a deposed leader's probe plan"
                 ),
             }
             return;
@@ -620,7 +646,8 @@ impl AgentCore {
                 interface: m.interface,
             }),
             command::Body::Switchover(s) => out.push(AgentOutput::Switchover { id, unit: s.unit }),
-            command::Body::Beat(_) => {}
+            // Taken above.
+            command::Body::Beat(_) | command::Body::ProbeTargets(_) => {}
         }
     }
 }

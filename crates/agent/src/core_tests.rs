@@ -20,6 +20,7 @@ fn core() -> AgentCore {
         heartbeat: 100 * MS,
         unix_origin_ms: 1_000_000,
         version: "test".into(),
+        probe_plans: true,
     })
 }
 
@@ -670,4 +671,44 @@ fn an_upgrades_start_names_its_binary_and_waits_for_a_standby_only() {
         matches!(&o[0], AgentOutput::Start { binary, takeover: Some(3), .. } if binary == "/opt/holdfast/2/holdfastd"),
         "{o:?}"
     );
+}
+
+#[test]
+fn a_probe_plan_is_taken_from_the_current_leader_only() {
+    let plan = |token: u64, name: &str| {
+        cmd(
+            token,
+            0,
+            command::Body::ProbeTargets(holdfast_control_api::v1::ProbeTargets {
+                targets: vec![holdfast_control_api::v1::ProbeTarget {
+                    name: name.into(),
+                    addr: "198.18.0.3:7".into(),
+                }],
+            }),
+        )
+    };
+    let taken = |o: &[AgentOutput]| -> Vec<Vec<(String, String)>> {
+        o.iter()
+            .filter_map(|o| match o {
+                AgentOutput::ProbeTargets(t) => Some(t.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    let mut c = leased();
+    let o = c.handle(MS, plan(5, "host:a"));
+    assert_eq!(
+        taken(&o),
+        vec![vec![("host:a".to_string(), "198.18.0.3:7".to_string())]]
+    );
+    assert!(results(&o).is_empty(), "a plan asks for no result");
+    // A deposed leader's plan is ignored.
+    assert!(taken(&c.handle(2 * MS, plan(4, "host:c"))).is_empty());
+    // With --static-probes every plan is ignored, the token still learnt.
+    let mut s = AgentCore::new(AgentConfig {
+        probe_plans: false,
+        ..core().cfg
+    });
+    assert!(taken(&s.handle(MS, plan(9, "host:a"))).is_empty());
+    assert!(taken(&s.handle(2 * MS, plan(8, "host:a"))).is_empty());
 }

@@ -190,6 +190,7 @@ mod tests {
                     failsafe: a.map(str::to_string),
                     version: String::new(),
                     domain: None,
+                    probe_addr: None,
                 },
             )
         };

@@ -24,6 +24,8 @@ pub(crate) struct LeaseTask {
     pub(crate) failsafe: Option<String>,
     /// Its failure domain, for its record.
     pub(crate) domain: Option<String>,
+    /// Where the other agents probe this host, for its record.
+    pub(crate) probe_addr: Option<String>,
     /// Its certificate for `https://` etcd endpoints (etcd's user
     /// `agent:HOST`).
     pub(crate) etcd_tls: Option<holdfast_etcd::TlsOptions>,
@@ -51,6 +53,7 @@ pub(crate) async fn lease_task(
         renew,
         failsafe,
         domain,
+        probe_addr,
         etcd_tls,
         t0,
         solicited,
@@ -113,6 +116,7 @@ pub(crate) async fn lease_task(
                         failsafe: failsafe.clone(),
                         version: holdfast_version::VERSION.to_string(),
                         domain: domain.clone(),
+                        probe_addr: probe_addr.clone(),
                     });
                     match store.put_leased(&key, &value, id).await {
                         Ok(()) => {

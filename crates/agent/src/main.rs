@@ -50,9 +50,18 @@ struct Args {
     /// Heartbeat period on the controller stream.
     #[arg(long, default_value_t = 100)]
     heartbeat_ms: u64,
-    /// IP SLA probe targets, `NAME=ADDR:PORT` (repeatable).
+    /// IP SLA probe targets, `NAME=ADDR:PORT` (repeatable): what the agent
+    /// probes until the leader sends its probe plan.
     #[arg(long = "probe")]
     probes: Vec<String>,
+    /// Where the other agents probe this host, `ADDR:PORT` (its data
+    /// network; a closed port answers with a reset), published in its
+    /// `agents/` record: the leader's probe plans name it.
+    #[arg(long)]
+    probe_addr: Option<std::net::SocketAddr>,
+    /// Keep the `--probe` targets: ignore the leader's probe plans.
+    #[arg(long)]
+    static_probes: bool,
     #[arg(long, default_value_t = 100)]
     probe_interval_ms: u64,
     /// A target that keeps answering is reported once per this many ms
@@ -200,6 +209,7 @@ fn main() -> Result<()> {
             heartbeat: Duration::from_millis(a.heartbeat_ms.max(10)),
             unix_origin_ms: 0,
             version: holdfast_version::VERSION.to_string(),
+            probe_plans: !a.static_probes,
         },
         etcd: a.etcd,
         cluster: a.cluster,
@@ -226,6 +236,7 @@ fn main() -> Result<()> {
         metrics_listen: a.metrics_listen,
         failsafe_listen: a.failsafe_listen,
         failure_domain: a.failure_domain,
+        probe_addr: a.probe_addr,
         hang: (a.hang_ms > 0).then(|| {
             HangConfig::new(
                 Duration::from_millis(a.hang_ms),

@@ -148,7 +148,6 @@ pub enum Output {
 struct Slot {
     target: Target,
     next_send: Time,
-    next_seq: u64,
     /// Outstanding probes: seq -> sent at.
     outstanding: BTreeMap<u64, Time>,
     /// The last outcome reported (answered, refused), and when.
@@ -163,7 +162,6 @@ impl Slot {
         Slot {
             target,
             next_send: now + cfg.interval * i as u32 / n,
-            next_seq: 0,
             outstanding: BTreeMap::new(),
             reported: None,
         }
@@ -176,6 +174,10 @@ pub struct Prober {
     from: String,
     cfg: ProbeConfig,
     slots: Vec<Slot>,
+    /// The next probe's sequence number, unique over every target: an
+    /// answer that comes back after a new plan moved its target to another
+    /// index is still found by it.
+    next_seq: u64,
     /// The deadline the prober last asked to be woken at.
     expected: Option<Time>,
     /// When the latest stall of the agent was noticed.
@@ -197,6 +199,7 @@ impl Prober {
             from: from.to_string(),
             cfg,
             slots,
+            next_seq: 0,
             expected: None,
             stalled_at: None,
             alert_until: None,
@@ -216,8 +219,9 @@ impl Prober {
     /// keeps its rhythm, its outstanding probes and what was last reported
     /// of it; a new one starts within the next interval, spread as at the
     /// start. Outstanding probes of a target that goes are forgotten (their
-    /// answers are ignored). Probe indices in [`Input::Answered`] refer to
-    /// the new list.
+    /// answers are ignored). An answer to a probe sent before the change
+    /// is matched by its sequence number (unique over every target), so a
+    /// target that stays but moved in the list still gets it.
     pub fn set_targets(&mut self, targets: Vec<Target>, now: Time) {
         let mut old: BTreeMap<String, Slot> = self
             .slots
@@ -273,7 +277,19 @@ impl Prober {
         out: &mut Vec<Output>,
     ) {
         let stalled_at = self.stalled_at;
-        if let Some(s) = self.slots.get_mut(target) {
+        // Its index, unless a new plan moved the target since the probe.
+        let target = if self
+            .slots
+            .get(target)
+            .is_some_and(|s| s.outstanding.contains_key(&seq))
+        {
+            Some(target)
+        } else {
+            self.slots
+                .iter()
+                .position(|s| s.outstanding.contains_key(&seq))
+        };
+        if let Some(s) = target.and_then(|t| self.slots.get_mut(t)) {
             if let Some(sent) = s.outstanding.remove(&seq) {
                 let rtt = at.min(now).saturating_sub(sent);
                 let ok = ok && rtt <= self.cfg.timeout;
@@ -300,8 +316,8 @@ impl Prober {
                 report(&self.cfg, &mut self.alert_until, s, now, o, out);
             }
             if now >= s.next_send {
-                let seq = s.next_seq;
-                s.next_seq += 1;
+                let seq = self.next_seq;
+                self.next_seq += 1;
                 s.outstanding.insert(seq, now);
                 // Keep the rhythm: the next send is one interval after the
                 // scheduled one, or one after now when a wake-up came so late
@@ -772,5 +788,38 @@ mod tests {
         assert_eq!(at(1), Some(34 * MS), "{sent:?}");
         assert_eq!(at(0), Some(67 * MS), "{sent:?}");
         assert!(at(2).is_some_and(|t| t < 110 * MS), "{sent:?}");
+    }
+
+    #[test]
+    fn an_answer_finds_its_target_after_a_plan_moved_it() {
+        let mut p = Prober::new("a", ProbeConfig::default(), targets(2), Duration::ZERO);
+        let mut sent = probes(&p.handle(Duration::ZERO, Input::Timer));
+        sent.extend(probes(&p.handle(50 * MS, Input::Timer)));
+        assert_eq!(sent, vec![(0, 0), (1, 1)]);
+        // The plan swaps the two while host:1's probe is out.
+        let mut next = targets(2);
+        next.reverse();
+        p.set_targets(next, 60 * MS);
+        let o = p.handle(
+            70 * MS,
+            Input::Answered {
+                target: 1,
+                seq: 1,
+                ok: true,
+                at: 70 * MS,
+            },
+        );
+        assert_eq!(measured(&o), vec![("host:1".into(), 1, true)]);
+        // host:0's probe, answered under its old index, is host:0's too.
+        let o = p.handle(
+            71 * MS,
+            Input::Answered {
+                target: 0,
+                seq: 0,
+                ok: true,
+                at: 71 * MS,
+            },
+        );
+        assert_eq!(measured(&o), vec![("host:0".into(), 0, true)]);
     }
 }

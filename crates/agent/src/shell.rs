@@ -71,6 +71,9 @@ pub struct ShellConfig {
     /// This host's failure domain (`--failure-domain`), published in its
     /// `agents/` record.
     pub failure_domain: Option<String>,
+    /// Where the other agents probe this host (`--probe-addr`), published
+    /// in its `agents/` record.
+    pub probe_addr: Option<std::net::SocketAddr>,
     /// Hang detection of the units (`--hang-ms`; `None`: off).
     pub hang: Option<HangConfig>,
     /// Mutual TLS (`--tls-cert`, `--tls-key`, `--tls-ca`): the Attach
@@ -121,6 +124,10 @@ pub struct AgentStatus {
     pub probes_lost: u64,
     /// Probes that missed across the agent's own stall: not reported.
     pub probes_discarded: u64,
+    /// The targets it probes, and whether the leader's plan named them
+    /// (else `--probe`).
+    pub probe_targets: usize,
+    pub probe_plan_from_leader: bool,
     /// The other host agents a failsafe round asks (`None`: not read yet).
     pub failsafe_peers: Option<Vec<String>>,
     /// The units are kept by a confirmed failsafe round (an etcd outage).
@@ -209,6 +216,7 @@ pub async fn run(
     let mut status = AgentStatus {
         version: holdfast_version::VERSION.to_string(),
         host: cfg.core.host.clone(),
+        probe_targets: cfg.targets.len(),
         ..AgentStatus::default()
     };
     let status_out = cfg
@@ -231,6 +239,7 @@ pub async fn run(
             renew: cfg.core.watchdog.renew,
             failsafe: cfg.failsafe_listen.map(|a| a.to_string()),
             domain: cfg.failure_domain.clone(),
+            probe_addr: cfg.probe_addr.map(|a| a.to_string()),
             etcd_tls: cfg.tls.as_ref().map(Tls::etcd_client),
             t0,
             solicited: metrics.neighbours_solicited.clone(),
@@ -307,8 +316,15 @@ pub async fn run(
                 metrics: &metrics,
                 fs: &mut fs,
             };
+            let mut plan = None;
             for o in outs {
-                pending.extend(carry_out(&mut x, o, now()));
+                match o {
+                    AgentOutput::ProbeTargets(t) => plan = Some(t),
+                    o => pending.extend(carry_out(&mut x, o, now())),
+                }
+            }
+            if let Some(t) = plan {
+                new_plan(&mut prober, &mut status, t, now());
             }
         }
         for mut e in rt.rt.exited() {
@@ -591,6 +607,33 @@ impl Units {
     }
 }
 
+/// The leader's probe plan: `targets` from now on (one that does not
+/// parse is left out, logged).
+fn new_plan(
+    prober: &mut Prober,
+    status: &mut AgentStatus,
+    targets: Vec<(String, String)>,
+    now: Time,
+) {
+    let targets: Vec<Target> = targets
+        .into_iter()
+        .filter_map(|(name, addr)| match addr.parse() {
+            Ok(addr) => Some(Target { name, addr }),
+            Err(e) => {
+                tracing::warn!(target_name = %name, %addr, error = %e, "probe plan: an address that does not parse, left out");
+                None
+            }
+        })
+        .collect();
+    let same = prober.targets().eq(targets.iter());
+    status.probe_targets = targets.len();
+    status.probe_plan_from_leader = true;
+    if !same {
+        tracing::info!(targets = targets.len(), "probe plan from the leader");
+        prober.set_targets(targets, now);
+    }
+}
+
 /// A probe discarded by the prober (the agent stalled while it was out).
 fn discarded(
     status: &mut AgentStatus,
@@ -777,6 +820,8 @@ fn carry_out(x: &mut Ctx<'_>, o: AgentOutput, now: Time) -> Vec<AgentOutput> {
             let _ = report_tx.send(r);
             Vec::new()
         }
+        // The loop applies plans itself (it owns the prober).
+        AgentOutput::ProbeTargets(_) => Vec::new(),
         AgentOutput::RenewLease => {
             let _ = renew_tx.send(core.fenced());
             core.handle(now, AgentInput::LeaseRenewalSent)

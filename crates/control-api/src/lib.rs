@@ -76,6 +76,7 @@ mod tests {
                 schema: SCHEMA,
                 version: "0.1.0 (v0.1.0-3-g1a2b3c4)".into(),
                 reports_refused: true,
+                probe_plans: true,
             })),
         };
         assert_eq!(AgentReport::decode(&*r.encode_to_vec()).unwrap(), r);

@@ -75,7 +75,9 @@
 //!
 //! # Cost
 //! Paths are kept by target. A measurement re-evaluates only the host it
-//! is about (or the unit's host) and that host's units;
+//! is about (or the unit's host) and that host's units, and only when it
+//! changes its path's state or answers for a host one of whose units is
+//! missing (a container-network verdict waits for that answer);
 //! [`Localizer::poll`] re-evaluates everything, and the caller runs it
 //! once per probe interval, so what time alone changes (a path going
 //! stale, a window ending) is found within an interval (issue 29: before,
@@ -649,6 +651,17 @@ impl Localizer {
             | Measurement::Process { unit, .. }
             | Measurement::Service { unit, .. } => self.units.get(unit).cloned(),
         };
+        let host_answered = matches!(
+            &m,
+            Measurement::Probe {
+                to: Target::Host(_),
+                ok: true,
+                ..
+            } | Measurement::Heartbeat {
+                to: Target::Host(_),
+                ok: true
+            }
+        );
         let changed = match m {
             Measurement::Heartbeat { to, ok } => self.record(
                 now,
@@ -702,10 +715,32 @@ impl Localizer {
         // takes what only time changes (issue 29: at 1,000 hosts each of
         // 50,000 measurements a second re-evaluated a host and its ten
         // units, and a rack failure's alerts tripled them).
-        if let (true, Some(h)) = (changed, about) {
+        // An answer of a host one of whose units is missing is evaluated
+        // at once, though it repeats: a container-network verdict needs the
+        // host to answer after the unit's latest miss, and the sweep, at a
+        // phase of its own, may keep landing just after the next miss (with
+        // few vantage points, seen in the lab with the probe plan).
+        let waited_for = host_answered
+            && about
+                .as_ref()
+                .is_some_and(|h| self.a_unit_is_missing_on(now, h));
+        if let (true, Some(h)) = (changed || waited_for, about) {
             self.evaluate_around(now, &h, &mut out);
         }
         out
+    }
+
+    /// Whether a unit on `host` has a fresh path down (as many misses as a
+    /// verdict needs).
+    fn a_unit_is_missing_on(&self, now: Millis, host: &HostId) -> bool {
+        self.units_of.get(host).is_some_and(|units| {
+            units.iter().any(|u| {
+                self.paths.get(&Target::Unit(u.clone())).is_some_and(|ps| {
+                    ps.values()
+                        .any(|p| p.misses >= self.cfg.misses && self.fresh(now, p))
+                })
+            })
+        })
     }
 
     fn forget_unit(&mut self, unit: &UnitId) {

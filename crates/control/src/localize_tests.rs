@@ -816,6 +816,47 @@ fn a_host_blip_that_reaches_the_units_probes_first_is_no_container_network_failu
 }
 
 #[test]
+fn a_container_network_verdict_does_not_wait_on_the_sweeps_phase() {
+    // b0's container is cut off from 1,000: its two probers' misses arrive
+    // on the hundreds, and their answers of host b 50 ms after each; the
+    // sweep (every 100 ms from the first measurement) always lands just
+    // after a miss, when the host's latest answer is older than it.
+    let mut l = Localizer::new(LocalizeConfig::default());
+    l.sync(&World::new(vec![]).state());
+    let mut ms = Vec::new();
+    for k in 0..20 {
+        for from in [Vantage::AgentServer, Vantage::Agent(h("c"))] {
+            ms.push((
+                1_000 + k * 100,
+                Measurement::Probe {
+                    from: from.clone(),
+                    to: Target::Unit(u("b0")),
+                    ok: false,
+                },
+            ));
+            ms.push((
+                1_050 + k * 100,
+                Measurement::Probe {
+                    from,
+                    to: Target::Host(h("b")),
+                    ok: true,
+                },
+            ));
+        }
+    }
+    ms.sort_by_key(|(t, _)| *t);
+    let out = feed(&mut l, ms);
+    let v = acting(&out);
+    assert_eq!(v.len(), 1, "{out:#?}");
+    assert_eq!(
+        v[0].finding.failure_kind(),
+        Some(FailureKind::ContainerNetwork)
+    );
+    // The host's first answer after the third miss (at 1,200).
+    assert_eq!(v[0].at, 1_250, "{v:#?}");
+}
+
+#[test]
 fn a_unit_that_comes_back_after_its_host_from_a_blip_settles() {
     // b's network blips for 1 s; b0 answers 500 ms after b does.
     let faults = vec![

@@ -17,7 +17,11 @@
 //!   on the ring after its primary.
 //! - **Every host and unit of a segment by the segment's agent server**
 //!   (its second vantage point): an agent server's load grows with its
-//!   segment, not with the fleet.
+//!   segment, not with the fleet. A unit whose segment has no agent
+//!   server gets the next agent on the ring after its primary that is
+//!   neither its primary nor its backup instead, when there is one (a lab
+//!   of three hosts without an agent server keeps two vantage points on
+//!   every unit).
 //!
 //! So each host has `fanout` agents plus its segment's agent server as
 //! vantage points, and each unit two (its backup's agent and the agent
@@ -31,8 +35,8 @@
 //!
 //! # Known issues
 //! - A segment with no agent server gets no second vantage point on its
-//!   units from the plan (only the backup's agent): the caller should run
-//!   one per segment.
+//!   hosts beyond the ring, and on its units only where a third host
+//!   exists: the caller should run one agent server per segment.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -118,13 +122,26 @@ pub fn probe_plan(input: &PlanInput) -> ProbePlan {
             _ if n > 1 => Some(ring[(p + 1) % n].clone()),
             _ => None,
         };
-        if let Some(b) = prober {
-            plan.entry(b).or_default().insert(Target::Unit(u.clone()));
+        if let Some(b) = &prober {
+            plan.entry(b.clone())
+                .or_default()
+                .insert(Target::Unit(u.clone()));
         }
         let seg = segment.get(primary).copied().unwrap_or_default();
+        let served = servers.get(seg).is_some_and(|s| !s.is_empty());
         for a in servers.get(seg).into_iter().flatten() {
             if let Some(t) = plan.get_mut(*a) {
                 t.insert(Target::Unit(u.clone()));
+            }
+        }
+        if !served {
+            let second = (1..n)
+                .map(|k| &ring[(p + k) % n])
+                .find(|h| *h != primary && Some(*h) != prober.as_ref());
+            if let Some(h) = second {
+                plan.entry(h.clone())
+                    .or_default()
+                    .insert(Target::Unit(u.clone()));
             }
         }
     }
@@ -293,5 +310,47 @@ mod tests {
             plan[&HostId::new("a")],
             vec![Target::Host(HostId::new("b"))]
         );
+    }
+
+    #[test]
+    fn without_an_agent_server_a_unit_gets_a_third_hosts_agent() {
+        let h = |s: &str| HostId::new(s);
+        let u = |s: &str| Target::Unit(UnitId::new(s));
+        let mut three = PlanInput {
+            hosts: ["a", "b", "c"]
+                .iter()
+                .map(|n| (h(n), String::new()))
+                .collect(),
+            units: vec![
+                (UnitId::new("u1"), h("a"), Some(h("b"))),
+                (UnitId::new("u2"), h("b"), Some(h("c"))),
+                (UnitId::new("u3"), h("c"), Some(h("a"))),
+            ],
+            agent_servers: vec![],
+            fanout: 3,
+        };
+        let plan = probe_plan(&three);
+        for (unit, primary, backup) in &three.units {
+            let by = probers(&plan, &Target::Unit(unit.clone()));
+            assert_eq!(by.len(), 2, "{unit}: {by:?}");
+            assert!(by.contains(backup.as_ref().unwrap()) && !by.contains(primary));
+        }
+        assert!(plan[&h("c")].contains(&u("u1")));
+        // With an agent server in the segment, it is the second.
+        three.agent_servers.push((h("s"), String::new()));
+        let plan = probe_plan(&three);
+        assert_eq!(
+            probers(&plan, &u("u1")),
+            vec![h("b"), h("s")],
+            "the backup and the agent server"
+        );
+        // Two hosts: no third.
+        let two = PlanInput {
+            hosts: vec![(h("a"), String::new()), (h("b"), String::new())],
+            units: vec![(UnitId::new("u1"), h("a"), Some(h("b")))],
+            agent_servers: vec![],
+            fanout: 3,
+        };
+        assert_eq!(probers(&probe_plan(&two), &u("u1")), vec![h("b")]);
     }
 }

@@ -33,7 +33,9 @@ use std::time::{Duration, Instant};
 use holdfast_control::{HostId, Measurement, ProcessState, Target, UnitId, Vantage};
 use holdfast_control_api::tls::{check_claim, Peer, Role};
 use holdfast_control_api::v1::controller_server::Controller;
-use holdfast_control_api::v1::{agent_report, command, unit_event, AgentReport, Command};
+use holdfast_control_api::v1::{
+    agent_report, command, unit_event, AgentReport, Command, ProbeTarget, ProbeTargets,
+};
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status, Streaming};
@@ -62,6 +64,10 @@ struct Link {
     units: BTreeMap<String, String>,
     /// Its probes report `refused` (`Hello.reports_refused`).
     reports_refused: bool,
+    /// It takes the leader's probe plan (`Hello.probe_plans`), and the
+    /// list last sent to it.
+    probe_plans: bool,
+    plan_sent: Option<Vec<ProbeTarget>>,
 }
 
 /// A measurement, as the localization sees it.
@@ -87,6 +93,8 @@ pub fn parse_target(name: &str) -> Option<Target> {
 #[derive(Default)]
 struct Inner {
     links: BTreeMap<String, Link>,
+    /// This term's probe plans ([`crate::probes`]).
+    plans: Option<crate::probes::Plans>,
     next_session: u64,
     next_id: u64,
 }
@@ -226,9 +234,58 @@ impl Hub {
             .and_then(|l| l.units.get(unit).cloned())
     }
 
+    /// Whether an attached agent takes probe plans (`Hello.probe_plans`).
+    pub fn wants_plans(&self) -> bool {
+        lock(&self.inner).links.values().any(|l| l.probe_plans)
+    }
+
+    /// This term's probe plans from now on: each agent that takes plans
+    /// gets its list when it differs from the one it was last sent.
+    pub fn set_probe_plans(&self, plans: crate::probes::Plans) {
+        let mut g = lock(&self.inner);
+        g.plans = Some(plans);
+        let hosts: Vec<String> = g.links.keys().cloned().collect();
+        for h in hosts {
+            self.send_plan(&mut g, &h, None);
+        }
+    }
+
+    /// Sends `host`'s plan on its stream (`session`: only that one) if it
+    /// takes plans and its list changed.
+    fn send_plan(&self, g: &mut Inner, host: &str, session: Option<u64>) {
+        let Some(token) = self.may_act() else {
+            return;
+        };
+        let Some(targets) = g.plans.as_ref().and_then(|p| p.get(host)) else {
+            return;
+        };
+        let Some(l) = g
+            .links
+            .get_mut(host)
+            .filter(|l| l.probe_plans && session.is_none_or(|s| s == l.session))
+        else {
+            return;
+        };
+        if l.plan_sent.as_ref() == Some(targets) {
+            return;
+        }
+        let c = Command {
+            token: u64::try_from(token.0).unwrap_or(0),
+            id: 0,
+            body: Some(command::Body::ProbeTargets(ProbeTargets {
+                targets: targets.clone(),
+            })),
+        };
+        if l.tx.send(Ok(c)).is_ok() {
+            tracing::debug!(host, targets = targets.len(), "probe plan sent");
+            l.plan_sent = Some(targets.clone());
+        }
+    }
+
     /// Closes every stream (the replica no longer leads).
     pub fn close_all(&self) {
         let mut g = lock(&self.inner);
+        g.plans = None;
         for (_, l) in std::mem::take(&mut g.links) {
             let _ =
                 l.tx.send(Err(Status::failed_precondition("no longer the leader")));
@@ -471,6 +528,8 @@ impl Controller for Hub {
                             .map(|u| (u.unit.clone(), u.role.clone()))
                             .collect(),
                         reports_refused: hello.reports_refused,
+                        probe_plans: hello.probe_plans,
+                        plan_sent: None,
                     },
                 ) {
                     let _ = old
@@ -480,6 +539,7 @@ impl Controller for Hub {
                 session
             };
             hub.beat(&host, session);
+            hub.send_plan(&mut lock(&hub.inner), &host, Some(session));
             tracing::info!(
                 host,
                 cert = %peer,

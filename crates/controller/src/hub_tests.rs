@@ -6,7 +6,7 @@ use holdfast_control_api::certs::{init, CertPlan};
 use holdfast_control_api::tls::{connect, Identity, Tls, TlsFiles};
 use holdfast_control_api::v1::controller_client::ControllerClient;
 use holdfast_control_api::v1::controller_server::ControllerServer;
-use holdfast_control_api::v1::Hello;
+use holdfast_control_api::v1::{Hello, ProbeTarget};
 
 fn hello(host: &str) -> AgentReport {
     AgentReport {
@@ -18,6 +18,7 @@ fn hello(host: &str) -> AgentReport {
             schema: holdfast_control_api::SCHEMA,
             version: String::new(),
             reports_refused: true,
+            probe_plans: false,
         })),
     }
 }
@@ -94,4 +95,93 @@ async fn an_agent_certificate_attaches_only_as_its_host() {
     assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
     assert!(!hub.attached("b"), "b never attached");
     std::fs::remove_dir_all(&dir).expect("cleanup");
+}
+
+/// The commands on a plaintext stream attached as `host`, with
+/// `Hello.probe_plans` as given.
+async fn attach_plain(
+    addr: std::net::SocketAddr,
+    host: &str,
+    plans: bool,
+) -> (Streaming<Command>, mpsc::UnboundedSender<AgentReport>) {
+    let mut last = None;
+    for _ in 0..50 {
+        match connect(&format!("http://{addr}"), None).await {
+            Ok(ch) => {
+                let (tx, rx) = mpsc::unbounded_channel();
+                let mut h = hello(host);
+                if let Some(agent_report::Body::Hello(x)) = &mut h.body {
+                    x.probe_plans = plans;
+                }
+                tx.send(h).expect("queued");
+                let s = ControllerClient::new(ch)
+                    .attach(tokio_stream::wrappers::UnboundedReceiverStream::new(rx))
+                    .await
+                    .expect("attach")
+                    .into_inner();
+                return (s, tx);
+            }
+            Err(e) => last = Some(e),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("no server: {last:?}");
+}
+
+/// The next probe plan on `s` within 2 s (beats skipped); `None`: none came.
+async fn next_plan(s: &mut Streaming<Command>) -> Option<Vec<String>> {
+    let until = tokio::time::Instant::now() + Duration::from_secs(2);
+    loop {
+        let c = tokio::time::timeout_at(until, s.message()).await.ok()?;
+        match c.expect("stream").expect("open").body {
+            Some(command::Body::ProbeTargets(p)) => {
+                return Some(p.targets.into_iter().map(|t| t.name).collect())
+            }
+            _ => continue,
+        }
+    }
+}
+
+#[tokio::test]
+async fn probe_plans_go_to_agents_that_take_them_when_they_change() {
+    let (hub, _observed) = Hub::new(Arc::new(|| Some(Token(7))));
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("port");
+    let addr = l.local_addr().expect("addr");
+    drop(l);
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(ControllerServer::new(hub.clone()))
+            .serve(addr),
+    );
+    let target = |n: &str| ProbeTarget {
+        name: n.into(),
+        addr: "198.18.0.4:7".into(),
+    };
+    let plans = |a: &[&str], b: &[&str]| -> crate::probes::Plans {
+        [
+            ("a".to_string(), a.iter().map(|n| target(n)).collect()),
+            ("b".to_string(), b.iter().map(|n| target(n)).collect()),
+        ]
+        .into_iter()
+        .collect()
+    };
+    hub.set_probe_plans(plans(&["host:b"], &["host:a"]));
+    let (mut a, _ta) = attach_plain(addr, "a", true).await;
+    let (mut b, _tb) = attach_plain(addr, "b", false).await;
+    assert_eq!(
+        next_plan(&mut a).await,
+        Some(vec!["host:b".to_string()]),
+        "on attach"
+    );
+    assert!(hub.wants_plans());
+    // The same plan again: nothing; a's list changes: a gets it.
+    hub.set_probe_plans(plans(&["host:b"], &["host:a", "unit:u1"]));
+    hub.set_probe_plans(plans(&["host:b", "unit:u1"], &["host:a", "unit:u1"]));
+    assert_eq!(
+        next_plan(&mut a).await,
+        Some(vec!["host:b".to_string(), "unit:u1".to_string()]),
+        "only the change"
+    );
+    // b's Hello did not ask for plans: it gets none.
+    assert_eq!(next_plan(&mut b).await, None);
 }

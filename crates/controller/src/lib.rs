@@ -17,6 +17,8 @@
 //! * [`hub`]: the agents' `Attach` streams (gRPC), accepted only while the
 //!   replica may act as leader; commands with the leader's token, their
 //!   results, and unit events for failure detection.
+//! * [`probes`]: the agents' probe plans (who probes whom,
+//!   `holdfast_control::probe_plan`), pushed on their streams.
 //! * [`sense`]: the leader's failure localization: the controller's own
 //!   heartbeats to hosts and units, the agents' and the agent server's
 //!   measurements, fed to `holdfast_control::Localizer`.
@@ -33,6 +35,7 @@ pub mod elect;
 pub mod hub;
 pub mod metrics;
 pub mod placement;
+pub mod probes;
 pub mod replica;
 pub mod sense;
 

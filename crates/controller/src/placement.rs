@@ -30,6 +30,13 @@ pub async fn read_state(store: &mut Store) -> Result<DesiredState, StoreError> {
 pub async fn read_state_and_units(
     store: &mut Store,
 ) -> Result<(DesiredState, Vec<UnitRecord>), StoreError> {
+    read_all(store).await.map(|(s, u, _)| (s, u))
+}
+
+/// [`read_state_and_units`] with the agents' records it read, by host.
+pub async fn read_all(
+    store: &mut Store,
+) -> Result<(DesiredState, Vec<UnitRecord>, BTreeMap<String, AgentRecord>), StoreError> {
     let keys = store.keys().clone();
     let p = keys.prefix().to_string();
     // Each agent's record: its host, and the failure domain it names
@@ -84,7 +91,7 @@ pub async fn read_state_and_units(
         )
     });
     let state = DesiredState::new(hosts, model);
-    Ok((state, units))
+    Ok((state, units, records))
 }
 
 /// A unit whose migration ended: the host it runs on now, and the one it

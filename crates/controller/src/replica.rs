@@ -545,7 +545,7 @@ async fn work(
         } else {
             let m = metrics(&shared);
             let mut ph = phases::Phases::start();
-            let mut res = loc.sync(&mut store).await.map(|()| None);
+            let mut res = loc.sync(&mut store, &hub).await.map(|()| None);
             ph.end("sync");
             let mut busy = false;
             if res.is_ok() {

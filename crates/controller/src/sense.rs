@@ -71,7 +71,7 @@ use holdfast_control::{
 use serde::{Deserialize, Serialize};
 
 use crate::hub::{Hub, Observed};
-use crate::state::UnitRecord;
+use crate::state::{AgentRecord, UnitRecord};
 use crate::store::{Store, StoreError};
 
 /// How often the topology is re-read from etcd.
@@ -277,6 +277,8 @@ pub struct Localization {
     unit_heartbeats: BTreeMap<String, (bool, Instant)>,
     /// When every host and unit was last evaluated.
     evaluated: Option<Instant>,
+    /// The agents' probe plans of this term.
+    planner: crate::probes::Planner,
 }
 
 impl Localization {
@@ -292,6 +294,7 @@ impl Localization {
             elected: None,
             unit_heartbeats: BTreeMap::new(),
             evaluated: None,
+            planner: crate::probes::Planner::default(),
         }
     }
 
@@ -305,12 +308,25 @@ impl Localization {
         at.saturating_duration_since(self.t0).as_millis() as Millis
     }
 
-    /// Re-reads the topology when [`SYNC_EVERY`] has passed.
-    pub async fn sync(&mut self, store: &mut Store) -> Result<(), StoreError> {
+    /// Re-reads the topology when [`SYNC_EVERY`] has passed, and gives the
+    /// hub new probe plans when they changed ([`crate::probes`]).
+    pub async fn sync(&mut self, store: &mut Store, hub: &Hub) -> Result<(), StoreError> {
         if self.synced.is_some_and(|t| t.elapsed() < SYNC_EVERY) {
             return Ok(());
         }
-        let (mut state, records) = crate::placement::read_state_and_units(store).await?;
+        let (mut state, records, agents) = crate::placement::read_all(store).await?;
+        if hub.wants_plans() {
+            let prefix = format!("{}agent-servers/", store.keys().prefix());
+            let servers: BTreeMap<String, AgentRecord> =
+                store.scan(&prefix).await?.into_iter().collect();
+            let port = self.cfg.unit_port;
+            if let Some(p) = self
+                .planner
+                .update(&state, &records, &agents, &servers, port)
+            {
+                hub.set_probe_plans(p);
+            }
+        }
         let migrating: Vec<String> = store
             .migrations_in_flight()
             .await?

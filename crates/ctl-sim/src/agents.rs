@@ -555,6 +555,7 @@ impl Agent {
             failsafe: None,
             version: holdfast_version::VERSION.to_string(),
             domain: lock(&self.world).fleet.rack_of(&self.name),
+            probe_addr: None,
         });
         let mut lease: Option<i64> = None;
         let mut tick = tokio::time::interval(self.cfg.renew);
@@ -671,6 +672,7 @@ impl Agent {
             schema: holdfast_control_api::SCHEMA,
             version: holdfast_version::VERSION.to_string(),
             reports_refused: true,
+            probe_plans: false,
         })));
         let outbound = tokio_stream::wrappers::UnboundedReceiverStream::new(rx);
         let mut inbound = tokio::time::timeout(ATTACH_WITHIN, client.attach(outbound))
@@ -818,7 +820,11 @@ impl Agent {
     /// Carries out a command: logs it, and answers (nothing for a beat).
     fn command(&self, c: &holdfast_control_api::v1::Command) -> Vec<agent_report::Body> {
         let (kind, unit) = match &c.body {
-            Some(command::Body::Beat(_)) | None => return Vec::new(),
+            // No plan comes: the simulated agents run their own plan
+            // (`Hello.probe_plans` is false).
+            Some(command::Body::Beat(_) | command::Body::ProbeTargets(_)) | None => {
+                return Vec::new()
+            }
             Some(command::Body::StartUnit(s)) => ("start_unit", s.unit.clone()),
             Some(command::Body::FenceUnit(f)) => ("fence_unit", f.unit.clone()),
             Some(command::Body::MoveAddress(m)) => ("move_address", m.unit.clone()),

@@ -152,6 +152,10 @@ pub struct AgentRecord {
     /// Its failure domain (`--failure-domain`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub domain: Option<String>,
+    /// Where the other agents probe this host, `ADDR:PORT`
+    /// (`--probe-addr`): the leader's probe plans name it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe_addr: Option<String>,
 }
 
 /// The store epoch: advanced to each new leader's token on election.

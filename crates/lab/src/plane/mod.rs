@@ -527,21 +527,16 @@ impl Plane {
                 ],
             )?;
         }
-        // Probes: every host, every unit's service address.
-        let mut probes = Vec::new();
-        for (h, node) in &host_nodes {
-            probes.push((format!("host:{h}"), format!("{}:7", node.v4)));
-        }
-        for u in &units {
-            probes.push((format!("unit:{}", u.name), format!("{}:179", u.service)));
-        }
-        let probes: Vec<(String, String)> = if spec.no_probes { Vec::new() } else { probes };
+        // Probes: the leader's probe plan (each host's data address, port 7,
+        // where a reset answers; each unit's service address); none at all
+        // with `no_probes`.
         let mut hosts = Vec::new();
         for (h, node) in &host_nodes {
             let opts = AgentOpts {
                 name: h.clone(),
                 failsafe: Some(cp.mgmt_addr[&node.id]),
-                probes: probes.clone(),
+                probe_addr: Some(format!("{}:7", node.v4)),
+                static_probes: spec.no_probes,
                 containers: units
                     .iter()
                     .map(|u| {
@@ -583,7 +578,7 @@ impl Plane {
         let server = AgentOpts {
             name: "s".into(),
             server: true,
-            probes,
+            static_probes: spec.no_probes,
             tls: certs.clone(),
             ..AgentOpts::default()
         };

@@ -64,8 +64,13 @@ pub struct AgentOpts {
     pub server: bool,
     /// Its failsafe service on the management network (host agents).
     pub failsafe: Option<Ipv4Addr>,
-    /// IP SLA probes: (target, `ADDR:PORT`).
+    /// IP SLA probes: (target, `ADDR:PORT`), probed until the leader sends
+    /// the agent its probe plan.
     pub probes: Vec<(String, String)>,
+    /// Where the other agents probe this host (`--probe-addr`).
+    pub probe_addr: Option<String>,
+    /// Only the `probes`: the leader's plans ignored (`--static-probes`).
+    pub static_probes: bool,
     /// Its containers: (unit, namespace, interface).
     pub containers: Vec<(String, String, String)>,
     /// Mutual TLS: the certificate directory ([`make_certs`]); the agent
@@ -393,6 +398,12 @@ impl ControlPlane {
             if *t != format!("host:{}", o.name) {
                 args.extend(["--probe".to_string(), format!("{t}={addr}")]);
             }
+        }
+        if let Some(a) = &o.probe_addr {
+            args.extend(["--probe-addr".to_string(), a.clone()]);
+        }
+        if o.static_probes {
+            args.push("--static-probes".into());
         }
         if let Some(a) = o.failsafe {
             // The other host agents ask this one in an etcd outage.

@@ -222,20 +222,15 @@ pub fn start(
     lab.exec_ok(cid, &["ip", "addr", "add", &svc, "dev", &first.ifname])?;
     let cfg = lab.work_dir().join(format!("{}.toml", unit.name));
     std::fs::write(&cfg, config).map_err(|e| LabError::Invalid(format!("unit config: {e}")))?;
-    let mut probes: Vec<(String, String)> = agent_hosts
-        .iter()
-        .map(|(h, _, v4)| (format!("host:{h}"), format!("{v4}:7")))
-        .collect();
-    probes.push((
-        format!("unit:{}", unit.name),
-        format!("{}:179", sc.service.v4),
-    ));
+    // The agents probe what the leader's probe plan names: each host at its
+    // data address (port 7, a reset answers), the unit at its service
+    // address.
     let mut agents = Vec::new();
-    for (h, id, _) in &agent_hosts {
+    for (h, id, v4) in &agent_hosts {
         let opts = AgentOpts {
             name: h.clone(),
             failsafe: Some(cp.mgmt_addr[id]),
-            probes: probes.clone(),
+            probe_addr: Some(format!("{v4}:7")),
             containers: containers
                 .iter()
                 .filter(|c| &c.host == h)
@@ -270,7 +265,6 @@ pub fn start(
     let server = AgentOpts {
         name: "s".into(),
         server: true,
-        probes,
         tls: certs.clone(),
         ..AgentOpts::default()
     };

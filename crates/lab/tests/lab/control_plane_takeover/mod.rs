@@ -7,7 +7,9 @@
 //!   [ peer ]  .1   frr (AS 65001) --- BGP --- service .10 (holdfastd unit edge-1)
 //!   [ redis ] .2   redis-server (the NSR store)
 //!   [ a ]     .3   holdfast-agent --host a: starts edge-1 (primary)
-//!   [ b ]     .4   holdfast-agent --host b: the backup host
+//!   [ b ]     .4   holdfast-agent --host b: the backup host (each agent
+//!                  probes what the leader's plan names: the other host at
+//!                  its `--probe-addr` ADDR:7, and the unit it backs up)
 //!   [ c1..c3 ] .31-.33  etcd members + holdfast-controller replicas (Attach on :50051)
 //! ```
 //!
@@ -35,7 +37,9 @@
 //!    itself; frr sees nothing (same checks);
 //! 5. **host failure** of a (every process in its namespace SIGKILLed —
 //!    agent and holdfastd — and its links down): a's lease expires in etcd
-//!    (TTL 3 s), the leader records a failed (`hosts/failed/a`, shown by
+//!    (TTL 3 s) or the localizer gives its host verdict (b's agent probes a
+//!    and edge-1 on the leader's probe plan; the leader's heartbeat of a
+//!    misses), and the leader records a failed (`hosts/failed/a`, shown by
 //!    `holdfast ctl hosts --json`) and takes edge-1 over on b; frr again sees
 //!    nothing; `holdfast ctl reset a --wait 10` clears the mark and TRIPOD's
 //!    placement gives edge-1 its backup on a again (`holdfast ctl units`);
@@ -51,8 +55,11 @@
 //! own lab, the same topology): a's bridge port down for 1 s causes no
 //! migration (the unit keeps its pid, the agent does not fence, no
 //! verdict), then down for good: a's agent fences its unit 1.5 s after its
-//! last renewal, its lease expires (the 3 s confirmation), and the
-//! controller takes the unit over on b, recording a failed; the port back
+//! last renewal, and the controller takes the unit over on b, recording a
+//! failed, on whichever comes first: a's lease expiring (3 s) or the
+//! localizer's host verdict (b's agent, on the leader's probe plan, misses
+//! a and the unit, and the leader's heartbeat of a misses: the 3 s
+//! confirmation); the port back
 //! up, a's agent holds a new lease but a stays failed (no backup there)
 //! until `holdfast ctl reset a`. frr sees nothing in either case.
 
@@ -247,6 +254,8 @@ fn up(name: &str, b: &Bins) -> Plane {
         for g in &grpc {
             args.extend(["--controller".to_string(), g.clone()]);
         }
+        // The leader's probe plan names this host at its data address.
+        args.extend(["--probe-addr".to_string(), format!("{}:7", host.v4)]);
         args.extend(tls_args(&certs, "agent", hname));
         agents.push((host.id, hname.to_string(), args.clone()));
         if boot {
@@ -392,7 +401,9 @@ fn sigkill(pid: u64) -> nix::Result<()> {
 /// Waits (the leader's status file is rewritten every 50 ms) until a
 /// replica recorded a verdict moving edge-1 from `from` to `to` (and, with
 /// `why`, saying so); returns every verdict.
-fn wait_verdict(p: &Plane, from: &str, to: &str, why: Option<&str>) -> Vec<Value> {
+/// Waits for the leader's verdict moving edge-1 `from` → `to`, its reason
+/// containing one of `why` (any reason when empty).
+fn wait_verdict(p: &Plane, from: &str, to: &str, why: &[&str]) -> Vec<Value> {
     wait_for_every(
         &format!("the leader's verdict: edge-1 from {from} to {to} ({why:?})"),
         Duration::from_secs(5),
@@ -404,7 +415,10 @@ fn wait_verdict(p: &Plane, from: &str, to: &str, why: Option<&str>) -> Vec<Value
                     d[0] == "edge-1"
                         && d[1] == from
                         && d[2] == to
-                        && why.is_none_or(|w| d[3].as_str().is_some_and(|t| t.contains(w)))
+                        && (why.is_empty()
+                            || why
+                                .iter()
+                                .any(|w| d[3].as_str().is_some_and(|t| t.contains(w))))
                 })
                 .then_some(v))
         },
@@ -517,7 +531,7 @@ fn the_controller_takes_over_an_application_failure_unseen_by_frr() {
         t0.elapsed(),
         placed["epoch"]
     );
-    let detected = wait_verdict(&p, "a", "b", None);
+    let detected = wait_verdict(&p, "a", "b", &[]);
     println!("   the leader's verdicts: {detected:?}");
     assert!(
         p.topo.service_addrs_on(&p.lab, p.topo.b.id).unwrap().0,
@@ -574,11 +588,13 @@ fn the_controller_takes_over_an_application_failure_unseen_by_frr() {
             ],
         )
         .expect("etcdctl get");
+    // By its lease expiring, or by the localizer's host verdict (b's agent
+    // probes a and the unit on the leader's plan), whichever came first.
     assert!(
-        failed.contains("lease expired"),
+        failed.contains("lease expired") || failed.contains("Host"),
         "a recorded failed: {failed}"
     );
-    let detected = wait_verdict(&p, "a", "b", Some("lease"));
+    let detected = wait_verdict(&p, "a", "b", &["lease", "Host"]);
     println!(
         "5. host a failed: holdfastd on b (pid {back_on_b}) {took:?} after; verdicts {detected:?}"
     );
@@ -734,7 +750,8 @@ fn a_host_network_blip_is_no_failure_but_an_outage_is() {
         took >= Duration::from_millis(1500),
         "not before a's agent fenced: {took:?}"
     );
-    let v = wait_verdict(&p, "a", "b", Some("lease"));
+    // The lease expiry ("lease") or the localizer's host verdict ("Host").
+    let v = wait_verdict(&p, "a", "b", &["lease", "Host"]);
     println!("2. a cut off: edge-1 on b (pid {on_b}) {took:?} after; verdicts {v:?}");
     // a's agent fenced its unit on its own (it cannot reach etcd).
     wait_for_every(
