@@ -20,7 +20,9 @@
 //! Checked, in order (each verdict read from the leader's status: its kind,
 //! its subject, at least two vantage points, its detection time):
 //! 1. a leader with the four agents attached; frr Established with the
-//!    three units, each PROTECTED;
+//!    three units, each PROTECTED; every agent on the leader's probe plan
+//!    (its status: a, b and c 3 targets each, the two other hosts and the
+//!    unit it backs up; s all 6);
 //! 2. **application** (u1's holdfastd SIGKILLed on a): verdict
 //!    `application` u1 (the agent's pidfd report and the controller's
 //!    heartbeat) within 0.3 s; u1 taken over on b;
@@ -145,6 +147,11 @@ fn every_failure_kind_is_localized_and_handled_unseen_by_frr() {
         "1. leader {} with agents {}; three units PROTECTED",
         lead["name"], lead["agents"]
     );
+    // Every agent probes what the leader's plan names: each host agent the
+    // two other hosts and the unit it backs up, the agent server all three
+    // hosts and units.
+    let plans = probe_plans(&p, &[("a", 3), ("b", 3), ("c", 3), ("s", 6)]);
+    println!("   probe plans from the leader: {plans:?}");
 
     // 2. Application failure, migrated.
     let w = p.watch(true).expect("watch");
@@ -321,6 +328,40 @@ fn every_failure_kind_is_localized_and_handled_unseen_by_frr() {
     frr_saw_nothing(&p, w, "9");
 }
 
+/// Waits until each agent's status shows the leader's probe plan with
+/// `want` targets; (agent, targets) as read.
+fn probe_plans(p: &Plane, want: &[(&str, u64)]) -> Vec<(String, u64)> {
+    let agents: Vec<&holdfast_lab::plane::PlaneHost> =
+        p.hosts.iter().chain([&p.agent_server]).collect();
+    holdfast_lab::wait_for_every(
+        "every agent on the leader's probe plan",
+        LONG,
+        Duration::from_millis(100),
+        || {
+            let seen: Vec<(String, u64, bool)> = agents
+                .iter()
+                .map(|h| {
+                    let st: Value = std::fs::read_to_string(&h.status)
+                        .ok()
+                        .and_then(|s| serde_json::from_str(&s).ok())
+                        .unwrap_or(Value::Null);
+                    (
+                        h.name.clone(),
+                        st["probe_targets"].as_u64().unwrap_or(0),
+                        st["probe_plan_from_leader"].as_bool() == Some(true),
+                    )
+                })
+                .collect();
+            let ok = want.iter().all(|(n, k)| {
+                seen.iter()
+                    .any(|(m, t, leader)| m == n && t == k && *leader)
+            });
+            Ok(ok.then(|| seen.into_iter().map(|(n, t, _)| (n, t)).collect()))
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
 fn wait_moved_off(p: &Plane, unit: &str, from: &str) -> String {
     p.wait_moved_off(unit, &[from], LONG)
         .unwrap_or_else(|e| panic!("{e}"))
@@ -357,6 +398,13 @@ fn a_single_vantage_point_does_not_act() {
         .filter(|v| !v["kind"].is_null())
         .collect();
     assert!(acting.is_empty(), "acted on one vantage point: {acting:?}");
+    // `--static-probes` with no targets: no plan taken, nothing probed.
+    for h in p.hosts.iter().chain([&p.agent_server]) {
+        let st: Value = serde_json::from_str(&std::fs::read_to_string(&h.status).expect("status"))
+            .expect("status JSON");
+        assert_eq!(st["probe_targets"], 0, "{}: {st}", h.name);
+        assert_eq!(st["probe_plan_from_leader"], false, "{}: {st}", h.name);
+    }
     assert_eq!(p.unit_pid("u1", "a"), pid, "u1 not moved");
     assert_eq!(p.placement("u1").expect("placement").0, "a");
     println!("one vantage point (the controller): u1's container network down 3 s, no verdict, u1 still on a");
