@@ -715,32 +715,43 @@ impl Localizer {
         // takes what only time changes (issue 29: at 1,000 hosts each of
         // 50,000 measurements a second re-evaluated a host and its ten
         // units, and a rack failure's alerts tripled them).
-        // An answer of a host one of whose units is missing is evaluated
-        // at once, though it repeats: a container-network verdict needs the
-        // host to answer after the unit's latest miss, and the sweep, at a
-        // phase of its own, may keep landing just after the next miss (with
-        // few vantage points, seen in the lab with the probe plan).
-        let waited_for = host_answered
-            && about
-                .as_ref()
-                .is_some_and(|h| self.a_unit_is_missing_on(now, h));
-        if let (true, Some(h)) = (changed || waited_for, about) {
-            self.evaluate_around(now, &h, &mut out);
+        if let (true, Some(h)) = (changed, &about) {
+            self.evaluate_around(now, h, &mut out);
+        } else if let (true, Some(h)) = (host_answered, &about) {
+            // An answer of a host whose unit is missing: that unit is
+            // evaluated at once, though the answer repeats. A
+            // container-network verdict needs the host to answer after the
+            // unit's latest miss, and the sweep, at a phase of its own, may
+            // keep landing just after the next miss (with few vantage
+            // points, seen in the lab with the probe plan).
+            for u in self.missing_units_on(now, h) {
+                self.evaluate_unit(now, &u, h, &mut out);
+            }
         }
         out
     }
 
-    /// Whether a unit on `host` has a fresh path down (as many misses as a
-    /// verdict needs).
-    fn a_unit_is_missing_on(&self, now: Millis, host: &HostId) -> bool {
-        self.units_of.get(host).is_some_and(|units| {
-            units.iter().any(|u| {
-                self.paths.get(&Target::Unit(u.clone())).is_some_and(|ps| {
-                    ps.values()
-                        .any(|p| p.misses >= self.cfg.misses && self.fresh(now, p))
-                })
+    /// The units on `host` (not failed, not suspected) with a fresh path
+    /// down (as many misses as a verdict needs).
+    fn missing_units_on(&self, now: Millis, host: &HostId) -> Vec<UnitId> {
+        if self.failed.contains(host) || self.suspect.contains_key(host) {
+            return Vec::new();
+        }
+        let Some(units) = self.units_of.get(host) else {
+            return Vec::new();
+        };
+        units
+            .iter()
+            .filter(|u| {
+                self.paths
+                    .get(&Target::Unit((*u).clone()))
+                    .is_some_and(|ps| {
+                        ps.values()
+                            .any(|p| p.misses >= self.cfg.misses && self.fresh(now, p))
+                    })
             })
-        })
+            .cloned()
+            .collect()
     }
 
     fn forget_unit(&mut self, unit: &UnitId) {

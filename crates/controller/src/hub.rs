@@ -239,9 +239,13 @@ impl Hub {
         lock(&self.inner).links.values().any(|l| l.probe_plans)
     }
 
-    /// This term's probe plans from now on: each agent that takes plans
-    /// gets its list when it differs from the one it was last sent.
-    pub fn set_probe_plans(&self, plans: crate::probes::Plans) {
+    /// This term's probe plans from now on (computed while leading with
+    /// `token`: ignored once that term is over): each agent that takes
+    /// plans gets its list when it differs from the one it was last sent.
+    pub fn set_probe_plans(&self, token: Token, plans: crate::probes::Plans) {
+        if self.may_act() != Some(token) {
+            return;
+        }
         let mut g = lock(&self.inner);
         g.plans = Some(plans);
         let hosts: Vec<String> = g.links.keys().cloned().collect();

@@ -165,7 +165,7 @@ async fn probe_plans_go_to_agents_that_take_them_when_they_change() {
         .into_iter()
         .collect()
     };
-    hub.set_probe_plans(plans(&["host:b"], &["host:a"]));
+    hub.set_probe_plans(Token(7), plans(&["host:b"], &["host:a"]));
     let (mut a, _ta) = attach_plain(addr, "a", true).await;
     let (mut b, _tb) = attach_plain(addr, "b", false).await;
     assert_eq!(
@@ -175,8 +175,11 @@ async fn probe_plans_go_to_agents_that_take_them_when_they_change() {
     );
     assert!(hub.wants_plans());
     // The same plan again: nothing; a's list changes: a gets it.
-    hub.set_probe_plans(plans(&["host:b"], &["host:a", "unit:u1"]));
-    hub.set_probe_plans(plans(&["host:b", "unit:u1"], &["host:a", "unit:u1"]));
+    hub.set_probe_plans(Token(7), plans(&["host:b"], &["host:a", "unit:u1"]));
+    hub.set_probe_plans(
+        Token(7),
+        plans(&["host:b", "unit:u1"], &["host:a", "unit:u1"]),
+    );
     assert_eq!(
         next_plan(&mut a).await,
         Some(vec!["host:b".to_string(), "unit:u1".to_string()]),

@@ -58,7 +58,7 @@ use holdfast_agent::probe::{
     Input as ProbeInput, Output as ProbeOutput, ProbeConfig, Prober, Target,
 };
 
-use crate::fleet::{target_name, Fleet, SimUnit};
+use crate::fleet::{target_name, Fleet, ProbeMode, SimUnit};
 
 /// How often the placement is re-read from etcd.
 pub const PLACEMENT_EVERY: Duration = Duration::from_secs(1);
@@ -99,6 +99,15 @@ pub enum Event {
         renewals: u64,
         renewal_failures: u64,
         attached: usize,
+        /// Probe plans the agents received from the leader.
+        #[serde(default)]
+        plans: u64,
+        /// The most targets a host agent's, and an agent server's, prober
+        /// has now.
+        #[serde(default)]
+        targets_host: usize,
+        #[serde(default)]
+        targets_server: usize,
     },
 }
 
@@ -133,6 +142,7 @@ struct Counters {
     discarded: AtomicU64,
     renewals: AtomicU64,
     renewal_failures: AtomicU64,
+    plans: AtomicU64,
 }
 
 /// What every agent task shares.
@@ -150,6 +160,8 @@ struct World {
     plan_version: u64,
     /// Hosts attached now.
     attached: BTreeSet<String>,
+    /// Each agent's prober's targets now.
+    targets: BTreeMap<String, usize>,
     /// The leader's Attach URL, as etcd names it (read by one task for
     /// every agent: a real agent reads it itself).
     leader: Option<String>,
@@ -186,6 +198,18 @@ type Shared = Arc<Mutex<World>>;
 
 fn lock(w: &Shared) -> std::sync::MutexGuard<'_, World> {
     w.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The most targets an agent's prober has now, among the agent servers'
+/// (`server`) or the host agents'.
+fn max_targets(world: &Shared, server: bool) -> usize {
+    let w = lock(world);
+    w.targets
+        .iter()
+        .filter(|(h, _)| w.fleet.agent_servers.iter().any(|(a, _)| a == *h) == server)
+        .map(|(_, n)| *n)
+        .max()
+        .unwrap_or(0)
 }
 
 /// The events file.
@@ -245,6 +269,7 @@ pub async fn run(fleet: Fleet, cfg: AgentsConfig) -> anyhow::Result<()> {
         plan: BTreeMap::new(),
         plan_version: 0,
         attached: BTreeSet::new(),
+        targets: BTreeMap::new(),
         leader: None,
         unblock: unblock_tx,
     };
@@ -435,6 +460,10 @@ async fn control_loop(
         if last_stats.elapsed() >= Duration::from_secs(1) {
             last_stats = Instant::now();
             let take = |c: &AtomicU64| c.swap(0, Ordering::Relaxed);
+            // Each read takes the world's lock (not re-entrant) on its own.
+            let attached = lock(&world).attached.len();
+            let (targets_host, targets_server) =
+                (max_targets(&world, false), max_targets(&world, true));
             log.write(&Event::Stats {
                 t: unix_ms(),
                 heartbeats: take(&counters.heartbeats),
@@ -442,7 +471,10 @@ async fn control_loop(
                 discarded: take(&counters.discarded),
                 renewals: take(&counters.renewals),
                 renewal_failures: take(&counters.renewal_failures),
-                attached: lock(&world).attached.len(),
+                attached,
+                plans: take(&counters.plans),
+                targets_host,
+                targets_server,
             });
         }
     }
@@ -549,13 +581,21 @@ impl Agent {
         } else {
             self.keys.agent(&self.name)
         };
+        // Taken before the record: the world's lock is not re-entrant.
+        let domain = lock(&self.world).fleet.rack_of(&self.name);
+        let leader_plans = self.leader_plans();
         let value = holdfast_etcd::store::to_json(&AgentRecord {
             schema: holdfast_etcd::SCHEMA,
             host: self.name.clone(),
             failsafe: None,
             version: holdfast_version::VERSION.to_string(),
-            domain: lock(&self.world).fleet.rack_of(&self.name),
-            probe_addr: None,
+            domain,
+            // The leader's plans name it (the simulated probes answer by
+            // the target's name: the address is never dialled).
+            probe_addr: (!self.server && leader_plans).then(|| {
+                let i: u32 = self.name.trim_start_matches('h').parse().unwrap_or(0);
+                format!("10.201.{}.{}:7", (i >> 8) & 0xff, i & 0xff)
+            }),
         });
         let mut lease: Option<i64> = None;
         let mut tick = tokio::time::interval(self.cfg.renew);
@@ -672,7 +712,7 @@ impl Agent {
             schema: holdfast_control_api::SCHEMA,
             version: holdfast_version::VERSION.to_string(),
             reports_refused: true,
-            probe_plans: false,
+            probe_plans: self.leader_plans(),
         })));
         let outbound = tokio_stream::wrappers::UnboundedReceiverStream::new(rx);
         let mut inbound = tokio::time::timeout(ATTACH_WITHIN, client.attach(outbound))
@@ -693,6 +733,8 @@ impl Agent {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         let t0 = Instant::now();
         let mut prober: Option<(u64, Prober)> = None;
+        // The leader's plan (with `--probes leader`): its version, targets.
+        let mut from_leader: (u64, Vec<String>) = (0, Vec::new());
         let mut seq = 0u64;
         let mut next_beat = Instant::now();
         let mut heard = Instant::now();
@@ -705,6 +747,11 @@ impl Agent {
                             continue;
                         }
                         *highest = (*highest).max(c.token);
+                        if let Some(command::Body::ProbeTargets(p)) = &c.body {
+                            from_leader.0 += 1;
+                            from_leader.1 = p.targets.iter().map(|t| t.name.clone()).collect();
+                            self.counters.plans.fetch_add(1, Ordering::Relaxed);
+                        }
                         for r in self.command(&c) {
                             tx.send(report(r)).map_err(|_| "closed".to_string())?;
                         }
@@ -728,7 +775,8 @@ impl Agent {
                         })));
                         self.counters.heartbeats.fetch_add(1, Ordering::Relaxed);
                     }
-                    for m in self.probe(&mut prober, t0.elapsed()) {
+                    let leader = self.leader_plans().then_some(&from_leader);
+                    for m in self.probe(&mut prober, leader, t0.elapsed()) {
                         let _ = tx.send(report(agent_report::Body::Measurement(m)));
                     }
                 }
@@ -736,37 +784,54 @@ impl Agent {
         }
     }
 
-    /// One round of the agent's prober at `now`: its plan's probes sent and
-    /// answered (or not) as the fleet says; the outcomes it reports.
-    fn probe(&self, prober: &mut Option<(u64, Prober)>, now: Duration) -> Vec<Measurement> {
-        let w = lock(&self.world);
-        let targets = || -> Vec<Target> {
-            w.plan
-                .get(&self.name)
-                .into_iter()
-                .flatten()
+    /// Whether this agent takes its plan from the leader.
+    fn leader_plans(&self) -> bool {
+        lock(&self.world).fleet.spec.probes == ProbeMode::Leader
+    }
+
+    /// One round of the agent's prober at `now`: its plan's probes (the
+    /// harness's, or `leader`'s: version and targets) sent and answered (or
+    /// not) as the fleet says; the outcomes it reports.
+    fn probe(
+        &self,
+        prober: &mut Option<(u64, Prober)>,
+        leader: Option<&(u64, Vec<String>)>,
+        now: Duration,
+    ) -> Vec<Measurement> {
+        let mut w = lock(&self.world);
+        let version = leader.map_or(w.plan_version, |(v, _)| *v);
+        // The targets are read only when the plan changed (an agent server
+        // holds 5,500 of them, and this runs 40 times a second).
+        if !matches!(prober, Some((v, _)) if *v == version) {
+            let names: &[String] = match leader {
+                Some((_, t)) => t,
+                None => w.plan.get(&self.name).map_or(&[], Vec::as_slice),
+            };
+            let targets: Vec<Target> = names
+                .iter()
                 .map(|t| Target {
                     name: t.clone(),
                     addr: std::net::SocketAddr::from(([0, 0, 0, 0], 0)),
                 })
-                .collect()
-        };
-        match prober {
-            Some((v, p)) if *v != w.plan_version => {
-                p.set_targets(targets(), now);
-                *v = w.plan_version;
+                .collect();
+            let n = targets.len();
+            match prober {
+                Some((v, p)) => {
+                    p.set_targets(targets, now);
+                    *v = version;
+                }
+                None => {
+                    let cfg = ProbeConfig {
+                        interval: self.cfg.interval,
+                        timeout: self.cfg.interval,
+                        stall_slack: self.cfg.interval / 2,
+                        report_every: self.cfg.report_every.max(self.cfg.interval),
+                        ..ProbeConfig::default()
+                    };
+                    *prober = Some((version, Prober::new(&self.name, cfg, targets, now)));
+                }
             }
-            Some(_) => {}
-            None => {
-                let cfg = ProbeConfig {
-                    interval: self.cfg.interval,
-                    timeout: self.cfg.interval,
-                    stall_slack: self.cfg.interval / 2,
-                    report_every: self.cfg.report_every.max(self.cfg.interval),
-                    ..ProbeConfig::default()
-                };
-                *prober = Some((w.plan_version, Prober::new(&self.name, cfg, targets(), now)));
-            }
+            w.targets.insert(self.name.clone(), n);
         }
         let Some((_, p)) = prober.as_mut() else {
             return Vec::new();

@@ -363,6 +363,9 @@ fn measure_steady(s: &mut Sim, cfg: &Config) -> anyhow::Result<Steady> {
     let (rev1, db) = etcd_revision_and_size(s);
     s.poll();
     let mut sent = (0u64, 0u64, 0u64, 0u64, 0u64);
+    // What the agents' probers hold (with `--probes leader`, the leader's
+    // plan as pushed).
+    let mut held = (0usize, 0usize);
     for e in &s.seen[first_event..] {
         if let Event::Stats {
             heartbeats,
@@ -370,9 +373,12 @@ fn measure_steady(s: &mut Sim, cfg: &Config) -> anyhow::Result<Steady> {
             discarded,
             renewals,
             renewal_failures,
+            targets_host,
+            targets_server,
             ..
         } = e
         {
+            held = (held.0.max(*targets_host), held.1.max(*targets_server));
             sent.0 += heartbeats;
             sent.1 += measurements;
             sent.2 += renewals;
@@ -413,6 +419,8 @@ fn measure_steady(s: &mut Sim, cfg: &Config) -> anyhow::Result<Steady> {
         renewal_failures: sent.3,
         probes_per_host_per_s: per_host.iter().copied().max().unwrap_or(0) as f64 * 10.0,
         probes_per_agent_server_per_s: per_server.iter().copied().max().unwrap_or(0) as f64 * 10.0,
+        held_per_host_per_s: held.0 as f64 * 10.0,
+        held_per_agent_server_per_s: held.1 as f64 * 10.0,
         verdicts: verdicts.len(),
     })
 }

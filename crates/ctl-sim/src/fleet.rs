@@ -11,9 +11,11 @@
 //!   backups placed by `holdfast_control::place` (TRIPOD's min-churn
 //!   choice, outside the primary's rack: each agent names its rack as its
 //!   failure domain), each with a service address `10.200.0.0/16 + i + 1`.
-//! - The probe plan: [`ProbeMode::Ring`] (`holdfast_control::probe_plan`)
-//!   or [`ProbeMode::Full`] (every agent every other host and unit: what
-//!   `holdfast lab` and the lab tests give the agents today).
+//! - The probe plan: [`ProbeMode::Ring`] (`holdfast_control::probe_plan`,
+//!   computed by the harness), [`ProbeMode::Leader`] (the same plan,
+//!   computed by the leader and pushed to each agent, as the real agents
+//!   and `holdfast lab` run) or [`ProbeMode::Full`] (every agent every
+//!   other host and unit: the lab before issue 29).
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
@@ -37,6 +39,10 @@ pub enum ProbeMode {
     Ring,
     /// Every agent probes every other host and every unit.
     Full,
+    /// The ring's plan, which each agent takes from the leader
+    /// (`ProbeTargets` on its stream, `Hello.probe_plans`), as a real agent
+    /// does: the leader computes and pushes it.
+    Leader,
 }
 
 /// What to simulate.
@@ -139,8 +145,15 @@ impl Fleet {
 
     /// The rack of host `h` (by name).
     pub fn rack_of(&self, h: &str) -> Option<String> {
-        let i = self.hosts.iter().position(|x| x == h)?;
-        Some(rack_name(&self.spec, i))
+        match self.hosts.iter().position(|x| x == h) {
+            Some(i) => Some(rack_name(&self.spec, i)),
+            // An agent server's rack is the one it serves.
+            None => self
+                .agent_servers
+                .iter()
+                .find(|(a, _)| a == h)
+                .map(|(_, r)| r.clone()),
+        }
     }
 
     /// The hosts of rack `r` (an index).
@@ -178,7 +191,7 @@ impl Fleet {
             fanout: self.spec.fanout,
         };
         match self.spec.probes {
-            ProbeMode::Ring => probe_plan(&input),
+            ProbeMode::Ring | ProbeMode::Leader => probe_plan(&input),
             ProbeMode::Full => full_mesh(&input),
         }
     }
@@ -228,6 +241,7 @@ mod tests {
         assert_eq!(f.units[999].addr, Ipv4Addr::new(10, 200, 3, 232));
         assert_eq!(f.rack(1).first().map(String::as_str), Some("h0050"));
         assert_eq!(f.rack_of("h0051").as_deref(), Some("r001"));
+        assert_eq!(f.rack_of("as001").as_deref(), Some("r001"));
     }
 
     #[test]

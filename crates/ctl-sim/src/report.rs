@@ -29,6 +29,12 @@ pub struct Steady {
     pub probes_per_host_per_s: f64,
     /// The most probes any agent server sends per second.
     pub probes_per_agent_server_per_s: f64,
+    /// The same two as the agents' probers hold them (with `--probes
+    /// leader`: the plans the leader pushed).
+    #[serde(default)]
+    pub held_per_host_per_s: f64,
+    #[serde(default)]
+    pub held_per_agent_server_per_s: f64,
     /// Verdicts in the window (there should be none).
     pub verdicts: usize,
 }
@@ -98,7 +104,7 @@ impl Report {
             self.spec.hosts, self.agents, self.spec.units, self.spec.probes, self.spec.fanout, self.spec.rack
         );
         out.push_str(&format!(
-            "steady state over {:.0} s:\n  etcd writes/s {:.1}, etcd db {:.1} MB\n  leader CPU {:.2} cores, RSS {:.0} MB\n  agents sent {:.0} heartbeats/s, {:.0} measurements/s ({:.0} misses/s discarded: the simulated agents ran late), {:.0} lease renewals/s ({} failed)\n  probes per host's agent {:.0}/s, per agent server {:.0}/s\n  verdicts {}\n",
+            "steady state over {:.0} s:\n  etcd writes/s {:.1}, etcd db {:.1} MB\n  leader CPU {:.2} cores, RSS {:.0} MB\n  agents sent {:.0} heartbeats/s, {:.0} measurements/s ({:.0} misses/s discarded: the simulated agents ran late), {:.0} lease renewals/s ({} failed)\n  probes per host's agent {:.0}/s, per agent server {:.0}/s (as the probers hold them: {:.0}/s, {:.0}/s)\n  verdicts {}\n",
             s.seconds,
             s.etcd_writes_per_s,
             s.etcd_db_bytes as f64 / 1e6,
@@ -111,6 +117,8 @@ impl Report {
             s.renewal_failures,
             s.probes_per_host_per_s,
             s.probes_per_agent_server_per_s,
+            s.held_per_host_per_s,
+            s.held_per_agent_server_per_s,
             s.verdicts,
         ));
         for f in &self.failures {
