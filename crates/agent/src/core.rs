@@ -495,33 +495,25 @@ impl AgentCore {
     }
 
     fn command(&mut self, c: Command, now: Time, out: &mut Vec<AgentOutput>) {
-        if matches!(c.body, Some(command::Body::Beat(_))) {
-            // A beat asks for nothing: it only tells the leader's token.
+        if let Some(command::Body::Beat(_) | command::Body::ProbeTargets(_)) = &c.body {
+            // A beat and a probe plan ask for no result: a beat only tells
+            // the leader's token; a plan is taken from a leader whose token
+            // is accepted, unless `--static-probes`.
             match accept_token(c.token, self.highest_token) {
-                Some(h) => self.highest_token = h,
-                None => tracing::debug!(
-                    token = c.token,
-                    highest = self.highest_token,
-                    "a deposed leader's beat"
-                ),
-            }
-            return;
-        }
-        if let Some(command::Body::ProbeTargets(p)) = c.body {
-            // A plan asks for no result either; a deposed leader's is
-            // ignored, and so is any plan with `--static-probes`.
-            match accept_token(c.token, self.highest_token) {
-                Some(h) if self.cfg.probe_plans => {
+                Some(h) => {
                     self.highest_token = h;
-                    out.push(AgentOutput::ProbeTargets(
-                        p.targets.into_iter().map(|t| (t.name, t.addr)).collect(),
-                    ));
+                    if let (Some(command::Body::ProbeTargets(p)), true) =
+                        (c.body, self.cfg.probe_plans)
+                    {
+                        out.push(AgentOutput::ProbeTargets(
+                            p.targets.into_iter().map(|t| (t.name, t.addr)).collect(),
+                        ));
+                    }
                 }
-                Some(h) => self.highest_token = h,
                 None => tracing::debug!(
                     token = c.token,
                     highest = self.highest_token,
-                    "a deposed leader's probe plan"
+                    "a deposed leader's beat or probe plan"
                 ),
             }
             return;

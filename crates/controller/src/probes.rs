@@ -40,6 +40,7 @@ use std::collections::BTreeMap;
 use holdfast_control::{DesiredState, HostId, PlanInput, Target, UnitId, DEFAULT_FANOUT};
 use holdfast_control_api::v1::ProbeTarget;
 
+use crate::sense::service_addr;
 use crate::{AgentRecord, UnitRecord};
 
 /// The shortest time between two computations of the plan.
@@ -136,7 +137,7 @@ impl Planner {
                 .collect(),
             units: units
                 .iter()
-                .filter_map(|u| unit_addr(u, port).map(|a| (u.unit.clone(), a)))
+                .filter_map(|u| service_addr(u, port).map(|a| (u.unit.clone(), a.to_string())))
                 .collect(),
             plan,
         })
@@ -195,12 +196,6 @@ pub fn plans(inputs: &Inputs) -> Plans {
             (v.0, targets)
         })
         .collect()
-}
-
-/// A unit's first service address with `port`, as `ADDR:PORT`.
-fn unit_addr(r: &UnitRecord, port: u16) -> Option<String> {
-    let ip: std::net::IpAddr = r.addresses.first()?.split('/').next()?.parse().ok()?;
-    Some(std::net::SocketAddr::new(ip, port).to_string())
 }
 
 #[cfg(test)]

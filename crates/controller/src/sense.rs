@@ -464,7 +464,7 @@ impl Localization {
 }
 
 /// The first service address of a unit, with `port`.
-fn service_addr(r: &UnitRecord, port: u16) -> Option<SocketAddr> {
+pub(crate) fn service_addr(r: &UnitRecord, port: u16) -> Option<SocketAddr> {
     let a = r.addresses.first()?;
     let ip: IpAddr = a.split('/').next()?.parse().ok()?;
     Some(SocketAddr::new(ip, port))

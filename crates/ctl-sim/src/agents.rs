@@ -288,6 +288,7 @@ pub async fn run(fleet: Fleet, cfg: AgentsConfig) -> anyhow::Result<()> {
         let a = Agent {
             name,
             server,
+            leader_plans: fleet.spec.probes == ProbeMode::Leader,
             pid: 10_000 + u32::try_from(i).unwrap_or(0),
             world: world.clone(),
             log: log.clone(),
@@ -547,6 +548,8 @@ fn iptables_restore(rules: &str) -> anyhow::Result<()> {
 struct Agent {
     name: String,
     server: bool,
+    /// It takes its plan from the leader (`--probes leader`).
+    leader_plans: bool,
     pid: u32,
     world: Shared,
     log: Log,
@@ -583,7 +586,6 @@ impl Agent {
         };
         // Taken before the record: the world's lock is not re-entrant.
         let domain = lock(&self.world).fleet.rack_of(&self.name);
-        let leader_plans = self.leader_plans();
         let value = holdfast_etcd::store::to_json(&AgentRecord {
             schema: holdfast_etcd::SCHEMA,
             host: self.name.clone(),
@@ -592,7 +594,7 @@ impl Agent {
             domain,
             // The leader's plans name it (the simulated probes answer by
             // the target's name: the address is never dialled).
-            probe_addr: (!self.server && leader_plans).then(|| {
+            probe_addr: (!self.server && self.leader_plans).then(|| {
                 let i: u32 = self.name.trim_start_matches('h').parse().unwrap_or(0);
                 format!("10.201.{}.{}:7", (i >> 8) & 0xff, i & 0xff)
             }),
@@ -712,7 +714,7 @@ impl Agent {
             schema: holdfast_control_api::SCHEMA,
             version: holdfast_version::VERSION.to_string(),
             reports_refused: true,
-            probe_plans: self.leader_plans(),
+            probe_plans: self.leader_plans,
         })));
         let outbound = tokio_stream::wrappers::UnboundedReceiverStream::new(rx);
         let mut inbound = tokio::time::timeout(ATTACH_WITHIN, client.attach(outbound))
@@ -775,18 +777,13 @@ impl Agent {
                         })));
                         self.counters.heartbeats.fetch_add(1, Ordering::Relaxed);
                     }
-                    let leader = self.leader_plans().then_some(&from_leader);
+                    let leader = self.leader_plans.then_some(&from_leader);
                     for m in self.probe(&mut prober, leader, t0.elapsed()) {
                         let _ = tx.send(report(agent_report::Body::Measurement(m)));
                     }
                 }
             }
         }
-    }
-
-    /// Whether this agent takes its plan from the leader.
-    fn leader_plans(&self) -> bool {
-        lock(&self.world).fleet.spec.probes == ProbeMode::Leader
     }
 
     /// One round of the agent's prober at `now`: its plan's probes (the
