@@ -22,21 +22,23 @@
 //! - **Reports.** A `Hello` on every new Attach stream (the host, its
 //!   units, the highest token), then each running unit's state again (a
 //!   `STARTED` event) and each exit not yet dealt with, a heartbeat every
-//!   `heartbeat` interval, every probe measurement, every unit event and
-//!   every command result.
+//!   `heartbeat` interval, every probe measurement (in the heartbeats, to
+//!   a leader that takes them there: [`crate::outbox`]), every unit event
+//!   and every command result.
 //! - **The leader's token.** A leader's beat (`LeaderBeat`, no result)
 //!   and the `leader` key read from etcd ([`AgentInput::LeaderToken`])
 //!   raise the highest token accepted, so that a new leader's token is
 //!   known as soon as the agent attaches to it (or reads etcd): a deposed
 //!   leader that wakes up is refused from then on.
 
+use crate::outbox::Outbox;
 use crate::probe::Measurement;
 use crate::runtime::Exit;
 use crate::watchdog::{Action, Watchdog, WatchdogConfig};
 use crate::Time;
 use holdfast_control_api::v1::{
-    agent_report, command, unit_event, AgentReport, Command, CommandResult, Heartbeat, Hello,
-    UnitEvent, UnitStatus,
+    agent_report, command, unit_event, AgentReport, Command, CommandResult, Hello, UnitEvent,
+    UnitStatus,
 };
 use holdfast_control_api::{accept_token, SCHEMA};
 use std::collections::{BTreeMap, BTreeSet};
@@ -188,7 +190,8 @@ pub struct AgentCore {
     watchdog: Watchdog,
     highest_token: u64,
     units: BTreeMap<String, Unit>,
-    heartbeat_seq: u64,
+    /// Probe outcomes waiting for the next heartbeat ([`crate::outbox`]).
+    outbox: Outbox,
     next_heartbeat: Time,
     connected: bool,
     /// Units whose process exited by itself and has not been started again
@@ -233,7 +236,7 @@ impl AgentCore {
             cfg,
             highest_token: 0,
             units: BTreeMap::new(),
-            heartbeat_seq: 0,
+            outbox: Outbox::default(),
             next_heartbeat: Duration::ZERO,
             connected: false,
             exited: BTreeMap::new(),
@@ -270,6 +273,7 @@ impl AgentCore {
         match input {
             AgentInput::Connected => {
                 self.connected = true;
+                self.outbox.connected();
                 out.push(self.hello());
                 // A new leader learns each unit's state from this stream.
                 for (n, u) in &self.units {
@@ -327,19 +331,20 @@ impl AgentCore {
                 out.push(result(id, r));
             }
             AgentInput::Measured(m) => {
-                out.push(report(agent_report::Body::Measurement(
-                    holdfast_control_api::v1::Measurement {
-                        from: m.from,
-                        target: m.target,
-                        seq: m.seq,
-                        sent_unix_ms: self.unix_ms(m.sent_at),
-                        ok: m.ok,
-                        refused: m.refused,
-                        rtt_us: m
-                            .rtt
-                            .map_or(0, |d| d.as_micros().min(u128::from(u32::MAX)) as u32),
-                    },
-                )));
+                let m = holdfast_control_api::v1::Measurement {
+                    from: m.from,
+                    target: m.target,
+                    seq: m.seq,
+                    sent_unix_ms: self.unix_ms(m.sent_at),
+                    ok: m.ok,
+                    refused: m.refused,
+                    rtt_us: m
+                        .rtt
+                        .map_or(0, |d| d.as_micros().min(u128::from(u32::MAX)) as u32),
+                    waited_ms: 0,
+                };
+                let unix_ms = self.unix_ms(now);
+                out.extend(self.outbox.measured(m, unix_ms).map(report));
             }
             AgentInput::UnitStarted {
                 unit,
@@ -449,11 +454,8 @@ impl AgentCore {
             }
         }
         if self.connected && now >= self.next_heartbeat {
-            self.heartbeat_seq += 1;
-            out.push(report(agent_report::Body::Heartbeat(Heartbeat {
-                seq: self.heartbeat_seq,
-                sent_unix_ms: self.unix_ms(now),
-            })));
+            let unix_ms = self.unix_ms(now);
+            out.push(report(self.outbox.heartbeat(unix_ms)));
             self.next_heartbeat = now + self.cfg.heartbeat;
         }
     }
@@ -502,12 +504,21 @@ impl AgentCore {
             match accept_token(c.token, self.highest_token) {
                 Some(h) => {
                     self.highest_token = h;
-                    if let (Some(command::Body::ProbeTargets(p)), true) =
-                        (c.body, self.cfg.probe_plans)
-                    {
-                        out.push(AgentOutput::ProbeTargets(
-                            p.targets.into_iter().map(|t| (t.name, t.addr)).collect(),
-                        ));
+                    match c.body {
+                        Some(command::Body::ProbeTargets(p)) if self.cfg.probe_plans => {
+                            out.push(AgentOutput::ProbeTargets(
+                                p.targets.into_iter().map(|t| (t.name, t.addr)).collect(),
+                            ));
+                        }
+                        Some(command::Body::Beat(b)) => {
+                            out.extend(
+                                self.outbox
+                                    .beat(b.takes_measurements)
+                                    .into_iter()
+                                    .map(report),
+                            );
+                        }
+                        _ => {}
                     }
                 }
                 None => tracing::debug!(

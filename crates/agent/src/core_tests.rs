@@ -1,7 +1,7 @@
 //! The agent core's tests.
 
 use super::*;
-use holdfast_control_api::v1::{FenceUnit, LeaderBeat, StartUnit, Takeover};
+use holdfast_control_api::v1::{FenceUnit, Heartbeat, LeaderBeat, StartUnit, Takeover};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -198,7 +198,8 @@ fn hello_heartbeats_and_events() {
         AgentOutput::Report(AgentReport {
             body: Some(agent_report::Body::Heartbeat(Heartbeat {
                 seq: 1,
-                sent_unix_ms: 1_000_010
+                sent_unix_ms: 1_000_010,
+                ..
             }))
         })
     ));
@@ -340,7 +341,7 @@ fn a_beat_or_etcd_tells_the_new_leaders_token_and_the_old_one_is_refused() {
         AgentInput::Command(Command {
             token,
             id: 0,
-            body: Some(command::Body::Beat(LeaderBeat {})),
+            body: Some(command::Body::Beat(LeaderBeat::default())),
         })
     };
     // The old leader (token 5) ran a command; a beat asks for nothing.
@@ -711,4 +712,58 @@ fn a_probe_plan_is_taken_from_the_current_leader_only() {
     });
     assert!(taken(&s.handle(MS, plan(9, "host:a"))).is_empty());
     assert!(taken(&s.handle(2 * MS, plan(8, "host:a"))).is_empty());
+}
+
+#[test]
+fn outcomes_ride_in_heartbeats_once_an_accepted_leader_takes_them() {
+    let mut c = core();
+    c.handle(MS, cmd(5, 1, fence_unit("x")));
+    c.handle(2 * MS, AgentInput::Connected);
+    let measured = |ok| {
+        AgentInput::Measured(Measurement {
+            from: "b".into(),
+            target: "host:a".into(),
+            seq: 1,
+            sent_at: 3 * MS,
+            ok,
+            refused: false,
+            rtt: ok.then_some(Duration::from_micros(250)),
+        })
+    };
+    let single =
+        |o: &[AgentOutput]| reports(o, |b| matches!(b, agent_report::Body::Measurement(_)));
+    let carried = |o: &[AgentOutput]| {
+        o.iter()
+            .filter_map(|x| match x {
+                AgentOutput::Report(AgentReport {
+                    body: Some(agent_report::Body::Heartbeat(h)),
+                }) => Some(h.measurements.len()),
+                _ => None,
+            })
+            .sum::<usize>()
+    };
+    // Until the leader's beat says so, each outcome is a report.
+    assert_eq!(single(&c.handle(4 * MS, measured(true))), 1);
+    let beat = |token, takes_measurements| {
+        AgentInput::Command(Command {
+            token,
+            id: 0,
+            body: Some(command::Body::Beat(LeaderBeat { takes_measurements })),
+        })
+    };
+    // A deposed leader's beat does not switch the stream.
+    c.handle(5 * MS, beat(4, true));
+    assert_eq!(single(&c.handle(6 * MS, measured(true))), 1);
+    c.handle(7 * MS, beat(5, true));
+    let o = c.handle(8 * MS, measured(true));
+    assert_eq!((single(&o), carried(&o)), (0, 0), "an answer waits");
+    // A miss goes at once, after what waited.
+    let o = c.handle(9 * MS, measured(false));
+    assert_eq!((single(&o), carried(&o)), (0, 2));
+    c.handle(10 * MS, measured(true));
+    let o = c.handle(200 * MS, AgentInput::Tick);
+    assert_eq!(carried(&o), 1, "the next heartbeat carries the answer");
+    // A new stream: one by one again until its leader's beat.
+    c.handle(210 * MS, AgentInput::Connected);
+    assert_eq!(single(&c.handle(211 * MS, measured(true))), 1);
 }

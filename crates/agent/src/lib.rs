@@ -13,6 +13,9 @@
 //!   [`probe::Measurement`] for the controller's localization. The shell
 //!   ([`probe::tcp_probe`]) counts a TCP handshake or a reset as an answer:
 //!   either proves the target's stack is up.
+//! - [`outbox`]: probe outcomes carried in the heartbeats, to a leader
+//!   that takes them there (issue 29: one message per heartbeat, not one
+//!   per outcome); a miss goes at once.
 //! - [`watchdog`]: the self-fencing rule. An agent that cannot renew its
 //!   etcd lease fences its own units before the lease can expire, so the
 //!   controller may migrate them once it has (Patroni's watchdog); through
@@ -51,6 +54,7 @@ pub mod failsafe;
 pub mod hang;
 mod lease;
 pub mod metrics;
+pub mod outbox;
 pub mod probe;
 pub mod renew;
 pub mod runtime;

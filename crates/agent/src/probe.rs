@@ -21,6 +21,12 @@
 //! time the probe's own thread saw it ([`Input::Answered`]'s `at`), not
 //! from when the loop got to it.
 //!
+//! Its timers are indexed: each target's next send, and each outstanding
+//! probe by the time it was sent. A wake-up visits only what is due, and
+//! the next deadline is the first of either (an agent server holds
+//! thousands of targets; visiting every one at each wake-up, and again
+//! for the deadline after each answer, was quadratic: issue 29).
+//!
 //! [`tcp_probe`] is the shell's probe: a TCP connect with a timeout. A
 //! completed handshake or a reset both count as an answer (the target's
 //! stack is up, whether or not the port listens); a timeout, "host
@@ -28,7 +34,7 @@
 
 use crate::Time;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -53,14 +59,18 @@ pub struct ProbeConfig {
     pub stall_slack: Duration,
     /// A target that keeps answering is reported once per `report_every`
     /// (500 ms by default, inside the localizer's 1 s freshness); a miss,
-    /// the first answer after one, and every outcome for
-    /// [`ProbeConfig::alert_for`] after any miss are reported at once. The
-    /// interval: every outcome, as before issue 29.
+    /// the first answer after one, and every outcome of an alerted target
+    /// ([`ProbeConfig::alert_for`]) are reported at once. The interval:
+    /// every outcome, as before issue 29.
     #[serde(default = "default_report_every")]
     pub report_every: Duration,
-    /// After a miss of any target, how long every outcome is reported
-    /// (1 s by default): while something fails, the controller sees each
-    /// probe, as it needs to tell a host from its units.
+    /// After a target misses, how long its every outcome is reported (1 s
+    /// by default); after a unit misses, every host target's too: while a
+    /// unit fails, the controller sees each probe of the hosts, as it
+    /// needs to tell a host from its units (a container-network verdict
+    /// waits for a host's answer after the unit's miss). Before, a miss
+    /// alerted every target: a rack's failure had each agent server report
+    /// all 5,500 probes a second of its segment.
     #[serde(default = "default_alert_for")]
     pub alert_for: Duration,
 }
@@ -152,6 +162,8 @@ struct Slot {
     outstanding: BTreeMap<u64, Time>,
     /// The last outcome reported (answered, refused), and when.
     reported: Option<((bool, bool), Time)>,
+    /// Every outcome of it is reported until then (it missed).
+    alert_until: Option<Time>,
 }
 
 impl Slot {
@@ -164,6 +176,7 @@ impl Slot {
             next_send: now + cfg.interval * i as u32 / n,
             outstanding: BTreeMap::new(),
             reported: None,
+            alert_until: None,
         }
     }
 }
@@ -182,8 +195,16 @@ pub struct Prober {
     expected: Option<Time>,
     /// When the latest stall of the agent was noticed.
     stalled_at: Option<Time>,
-    /// Every outcome is reported until then (a target missed).
-    alert_until: Option<Time>,
+    /// Every outcome of a host target is reported until then (a unit
+    /// missed).
+    hosts_alert_until: Option<Time>,
+    /// Each slot's next send, by time (mirrors `Slot::next_send`).
+    sends: BTreeSet<(Time, usize)>,
+    /// Each outstanding probe (sent at, seq, slot), by when it was sent:
+    /// a timer finds what is due without visiting every target (an agent
+    /// server holds thousands; visiting each at every wake-up, and the
+    /// deadline after every answer, was quadratic).
+    expiries: BTreeSet<(Time, u64, usize)>,
 }
 
 impl Prober {
@@ -195,15 +216,35 @@ impl Prober {
             .enumerate()
             .map(|(i, target)| Slot::new(target, now, &cfg, (i, n)))
             .collect();
-        Prober {
+        let mut p = Prober {
             from: from.to_string(),
             cfg,
             slots,
             next_seq: 0,
             expected: None,
             stalled_at: None,
-            alert_until: None,
-        }
+            hosts_alert_until: None,
+            sends: BTreeSet::new(),
+            expiries: BTreeSet::new(),
+        };
+        p.index();
+        p
+    }
+
+    /// Rebuilds the send and expiry indexes from the slots.
+    fn index(&mut self) {
+        self.sends = self
+            .slots
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.next_send, i))
+            .collect();
+        self.expiries = self
+            .slots
+            .iter()
+            .enumerate()
+            .flat_map(|(i, s)| s.outstanding.iter().map(move |(q, t)| (*t, *q, i)))
+            .collect();
     }
 
     pub fn targets(&self) -> impl Iterator<Item = &Target> {
@@ -240,6 +281,7 @@ impl Prober {
                 None => Slot::new(target, now, &self.cfg, (i, n)),
             })
             .collect();
+        self.index();
         self.expected = self.next_deadline();
     }
 
@@ -289,75 +331,86 @@ impl Prober {
                 .iter()
                 .position(|s| s.outstanding.contains_key(&seq))
         };
-        if let Some(s) = target.and_then(|t| self.slots.get_mut(t)) {
+        if let Some((i, s)) = target.and_then(|t| Some((t, self.slots.get_mut(t)?))) {
             if let Some(sent) = s.outstanding.remove(&seq) {
+                self.expiries.remove(&(sent, seq, i));
                 let rtt = at.min(now).saturating_sub(sent);
                 let ok = ok && rtt <= self.cfg.timeout;
                 let mut o = outcome(&self.from, s, seq, sent, ok.then_some(rtt), stalled_at);
                 if let Output::Measured(m) = &mut o {
                     m.refused = ok && refused;
                 }
-                report(&self.cfg, &mut self.alert_until, s, now, o, out);
+                report(&self.cfg, &mut self.hosts_alert_until, s, now, o, out);
             }
         }
     }
 
     fn timer(&mut self, now: Time, out: &mut Vec<Output>) {
-        for (i, s) in self.slots.iter_mut().enumerate() {
-            let lost: Vec<(u64, Time)> = s
-                .outstanding
-                .iter()
-                .filter(|(_, sent)| now.saturating_sub(**sent) > self.cfg.timeout)
-                .map(|(q, t)| (*q, *t))
-                .collect();
-            for (seq, sent) in lost {
-                s.outstanding.remove(&seq);
-                let o = outcome(&self.from, s, seq, sent, None, self.stalled_at);
-                report(&self.cfg, &mut self.alert_until, s, now, o, out);
+        // Probes lost: sent more than the timeout ago.
+        while let Some(&(sent, seq, i)) = self.expiries.first() {
+            if now.saturating_sub(sent) <= self.cfg.timeout {
+                break;
             }
-            if now >= s.next_send {
-                let seq = self.next_seq;
-                self.next_seq += 1;
-                s.outstanding.insert(seq, now);
-                // Keep the rhythm: the next send is one interval after the
-                // scheduled one, or one after now when a wake-up came so late
-                // that the scheduled one has passed too.
-                let sched = s.next_send + self.cfg.interval;
-                s.next_send = if sched <= now {
-                    now + self.cfg.interval
-                } else {
-                    sched
-                };
-                out.push(Output::Probe {
-                    target: i,
-                    seq,
-                    addr: s.target.addr,
-                    timeout: self.cfg.timeout,
-                });
+            self.expiries.pop_first();
+            let Some(s) = self.slots.get_mut(i) else {
+                continue;
+            };
+            s.outstanding.remove(&seq);
+            let o = outcome(&self.from, s, seq, sent, None, self.stalled_at);
+            report(&self.cfg, &mut self.hosts_alert_until, s, now, o, out);
+        }
+        // Probes due.
+        while let Some(&(due, i)) = self.sends.first() {
+            if due > now {
+                break;
             }
+            self.sends.pop_first();
+            let Some(s) = self.slots.get_mut(i) else {
+                continue;
+            };
+            let seq = self.next_seq;
+            self.next_seq += 1;
+            s.outstanding.insert(seq, now);
+            self.expiries.insert((now, seq, i));
+            // Keep the rhythm: the next send is one interval after the
+            // scheduled one, or one after now when a wake-up came so late
+            // that the scheduled one has passed too.
+            let sched = s.next_send + self.cfg.interval;
+            s.next_send = if sched <= now {
+                now + self.cfg.interval
+            } else {
+                sched
+            };
+            self.sends.insert((s.next_send, i));
+            out.push(Output::Probe {
+                target: i,
+                seq,
+                addr: s.target.addr,
+                timeout: self.cfg.timeout,
+            });
         }
     }
 
     /// When [`Input::Timer`] is next due.
     pub fn next_deadline(&self) -> Option<Time> {
-        self.slots
-            .iter()
-            .flat_map(|s| {
-                let lost = s
-                    .outstanding
-                    .values()
-                    .map(|t| *t + self.cfg.timeout + Duration::from_micros(1));
-                std::iter::once(s.next_send).chain(lost)
-            })
-            .min()
+        let send = self.sends.first().map(|(t, _)| *t);
+        let lost = self
+            .expiries
+            .first()
+            .map(|(t, _, _)| *t + self.cfg.timeout + Duration::from_micros(1));
+        match (send, lost) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 }
 
 /// Whether an outcome goes to the controller (see
-/// [`ProbeConfig::report_every`]); a miss opens an alert.
+/// [`ProbeConfig::report_every`]); a miss opens an alert on its target,
+/// and a unit's miss on every host target too.
 fn report(
     cfg: &ProbeConfig,
-    alert_until: &mut Option<Time>,
+    hosts_alert_until: &mut Option<Time>,
     s: &mut Slot,
     now: Time,
     o: Output,
@@ -368,11 +421,17 @@ fn report(
         return;
     };
     let amiss = !m.ok || m.refused;
+    let host = s.target.name.starts_with("host:");
     if amiss {
-        *alert_until = Some(now + cfg.alert_for);
+        s.alert_until = Some(now + cfg.alert_for);
+        if !host {
+            *hosts_alert_until = Some(now + cfg.alert_for);
+        }
     }
+    let alerted = s.alert_until.is_some_and(|t| now < t)
+        || (host && hosts_alert_until.is_some_and(|t| now < t));
     let send = amiss
-        || alert_until.is_some_and(|t| now < t)
+        || alerted
         || match s.reported {
             Some((last, at)) => {
                 last != (m.ok, m.refused) || now.saturating_sub(at) >= cfg.report_every
@@ -707,15 +766,22 @@ mod tests {
 
     #[test]
     fn answers_are_reported_twice_a_second_misses_and_what_follows_at_once() {
-        let mut p = Prober::new("a", ProbeConfig::default(), targets(2), Duration::ZERO);
+        let mut ts = targets(2);
+        ts.push(Target {
+            name: "unit:u".into(),
+            addr: SocketAddr::from(([198, 18, 0, 50], 179)),
+        });
+        let mut p = Prober::new("a", ProbeConfig::default(), ts, Duration::ZERO);
         let mut seen: Vec<(Duration, String, bool)> = Vec::new();
         let mut t = Duration::ZERO;
-        // Target 1 stops answering from 2 s to 2.35 s.
-        while t < 4000 * MS {
+        // host:1 stops answering from 2 s to 2.35 s, unit:u from 5 s to
+        // 5.35 s.
+        while t < 7000 * MS {
             let fired = p.handle(t, Input::Timer);
             seen.extend(measured(&fired).into_iter().map(|(n, _, ok)| (t, n, ok)));
             for (target, seq) in probes(&fired) {
-                let down = target == 1 && t >= 2000 * MS && t < 2350 * MS;
+                let down = (target == 1 && t >= 2000 * MS && t < 2350 * MS)
+                    || (target == 2 && t >= 5000 * MS && t < 5350 * MS);
                 if !down {
                     let o = p.handle(
                         t,
@@ -737,15 +803,22 @@ mod tests {
                 .count()
         };
         // Quiet: one report per target per 500 ms, not ten a second.
-        assert_eq!(of("host:0", 0, 2000), 4, "{seen:?}");
-        assert_eq!(of("host:1", 0, 2000), 4);
+        for n in ["host:0", "host:1", "unit:u"] {
+            assert_eq!(of(n, 0, 2000), 4, "{n}: {seen:?}");
+        }
         // The misses, each reported.
         let misses = seen.iter().filter(|(_, _, ok)| !ok).count();
-        assert!((3..=4).contains(&misses), "{misses} misses: {seen:?}");
-        // Alert: after a miss every outcome of every target, for 1 s.
-        assert!(of("host:0", 2200, 3000) >= 7, "{seen:?}");
+        assert!((6..=8).contains(&misses), "{misses} misses: {seen:?}");
+        // A host's miss: its own every outcome for 1 s, not the others'.
+        assert!(of("host:1", 2350, 3300) >= 9, "{seen:?}");
+        assert!(of("host:0", 2200, 3000) <= 2, "{seen:?}");
+        assert!(of("unit:u", 2200, 3000) <= 2, "{seen:?}");
+        // A unit's miss: its own and every host's every outcome for 1 s.
+        assert!(of("unit:u", 5350, 6300) >= 9, "{seen:?}");
+        assert!(of("host:0", 5200, 6000) >= 7, "{seen:?}");
+        assert!(of("host:1", 5200, 6000) >= 7, "{seen:?}");
         // Then quiet again.
-        assert!(of("host:0", 3500, 4000) <= 2, "{seen:?}");
+        assert!(of("host:0", 6500, 7000) <= 2, "{seen:?}");
     }
 
     #[test]
@@ -821,5 +894,66 @@ mod tests {
             },
         );
         assert_eq!(measured(&o), vec![("host:0".into(), 0, true)]);
+    }
+
+    /// The deadline as every target's state gives it (what the indexes
+    /// replace).
+    fn scanned_deadline(p: &Prober) -> Option<Time> {
+        p.slots
+            .iter()
+            .flat_map(|s| {
+                let lost = s
+                    .outstanding
+                    .values()
+                    .map(|t| *t + p.cfg.timeout + Duration::from_micros(1));
+                std::iter::once(s.next_send).chain(lost)
+            })
+            .min()
+    }
+
+    #[test]
+    fn the_indexed_deadline_is_the_one_every_target_gives() {
+        // A timeout shorter than the interval: lost probes' deadlines come
+        // before the next sends.
+        let cfg = ProbeConfig {
+            timeout: 60 * MS,
+            ..ProbeConfig::default()
+        };
+        let mut p = Prober::new("as", cfg, targets(200), Duration::ZERO);
+        let mut sent = 0;
+        let mut t = Duration::ZERO;
+        let mut step = 0u64;
+        while t < 2000 * MS {
+            for (target, seq) in probes(&p.handle(t, Input::Timer)) {
+                sent += 1;
+                // Two in three answer, in a few ms; the rest are lost.
+                if seq % 3 != 0 {
+                    let at = t + MS * (seq % 7) as u32;
+                    p.handle(
+                        at,
+                        Input::Answered {
+                            target,
+                            seq,
+                            ok: true,
+                            at,
+                        },
+                    );
+                }
+            }
+            assert_eq!(p.next_deadline(), scanned_deadline(&p), "at {t:?}");
+            if step == 500 {
+                // A new plan halfway: half the targets go, others come.
+                let mut next = targets(300);
+                next.drain(..100);
+                p.set_targets(next, t);
+                assert_eq!(p.next_deadline(), scanned_deadline(&p));
+            }
+            step += 1;
+            t = p.next_deadline().unwrap_or(t + MS).max(t + MS / 4);
+        }
+        assert!(
+            sent > 2 * 10 * 200,
+            "every target probed each interval: {sent}"
+        );
     }
 }

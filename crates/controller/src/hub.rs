@@ -8,7 +8,10 @@
 //! measure (their IP SLA probes, and their units' process states from the
 //! unit events) goes to the leader's localization ([`crate::sense`])
 //! through the receiver [`Hub::new`] returns, as `holdfast_control`
-//! measurements stamped on arrival. When the replica stops leading, every stream is closed so
+//! measurements stamped on arrival. The leader's beat says it takes probe
+//! outcomes in the agents' heartbeats (`LeaderBeat.takes_measurements`,
+//! issue 29); each of those is dated its `waited_ms` before its
+//! heartbeat's arrival, by its agent's own clock. When the replica stops leading, every stream is closed so
 //! the agents attach to the new leader.
 //!
 //! While the replica may act, every stream carries its beat
@@ -34,7 +37,7 @@ use holdfast_control::{HostId, Measurement, ProcessState, Target, UnitId, Vantag
 use holdfast_control_api::tls::{check_claim, Peer, Role};
 use holdfast_control_api::v1::controller_server::Controller;
 use holdfast_control_api::v1::{
-    agent_report, command, unit_event, AgentReport, Command, ProbeTarget, ProbeTargets,
+    self, agent_report, command, unit_event, AgentReport, Command, ProbeTarget, ProbeTargets,
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::Stream;
@@ -337,8 +340,16 @@ impl Hub {
         };
         match r.body {
             Some(agent_report::Body::Heartbeat(b)) => {
-                l.last_heartbeat = Instant::now();
+                let now = Instant::now();
+                l.last_heartbeat = now;
                 self.transit(b.sent_unix_ms);
+                // Each dated when it came to its agent, by the agent's
+                // own clock (no two hosts' clocks compared).
+                for m in b.measurements {
+                    let waited = Duration::from_millis(u64::from(m.waited_ms));
+                    let at = now.checked_sub(waited).unwrap_or(now);
+                    self.measured(l, host, m, at);
+                }
             }
             Some(agent_report::Body::Result(res)) => {
                 if let Some(tx) = l.pending.remove(&res.id) {
@@ -377,36 +388,39 @@ impl Hub {
                     });
                 }
             }
-            Some(agent_report::Body::Measurement(m)) => {
-                let from = if l.agent_server {
-                    Vantage::AgentServer
-                } else {
-                    Vantage::Agent(HostId::new(host))
-                };
-                let Some(to) = parse_target(&m.target) else {
-                    return;
-                };
-                // A probe of a unit from an agent that tells a reset from a
-                // handshake also checks holdfastd's service there.
-                if let (Target::Unit(unit), true) = (&to, l.reports_refused) {
-                    let _ = self.observed.send(Observed {
-                        at: Instant::now(),
-                        what: Measurement::Service {
-                            from: from.clone(),
-                            unit: unit.clone(),
-                            answers: m.ok && !m.refused,
-                        },
-                        host: None,
-                    });
-                }
-                let _ = self.observed.send(Observed {
-                    at: Instant::now(),
-                    what: Measurement::Probe { from, to, ok: m.ok },
-                    host: None,
-                });
-            }
+            Some(agent_report::Body::Measurement(m)) => self.measured(l, host, m, Instant::now()),
             Some(agent_report::Body::Hello(_)) | None => {}
         }
+    }
+
+    /// One probe outcome of `host`'s agent, dated `at`.
+    fn measured(&self, l: &Link, host: &str, m: v1::Measurement, at: Instant) {
+        let from = if l.agent_server {
+            Vantage::AgentServer
+        } else {
+            Vantage::Agent(HostId::new(host))
+        };
+        let Some(to) = parse_target(&m.target) else {
+            return;
+        };
+        // A probe of a unit from an agent that tells a reset from a
+        // handshake also checks holdfastd's service there.
+        if let (Target::Unit(unit), true) = (&to, l.reports_refused) {
+            let _ = self.observed.send(Observed {
+                at,
+                what: Measurement::Service {
+                    from: from.clone(),
+                    unit: unit.clone(),
+                    answers: m.ok && !m.refused,
+                },
+                host: None,
+            });
+        }
+        let _ = self.observed.send(Observed {
+            at,
+            what: Measurement::Probe { from, to, ok: m.ok },
+            host: None,
+        });
     }
 
     /// The leader's beat, while the replica may act.
@@ -415,7 +429,9 @@ impl Hub {
         Some(Command {
             token: u64::try_from(token.0).unwrap_or(0),
             id: 0,
-            body: Some(command::Body::Beat(holdfast_control_api::v1::LeaderBeat {})),
+            body: Some(command::Body::Beat(holdfast_control_api::v1::LeaderBeat {
+                takes_measurements: true,
+            })),
         })
     }
 

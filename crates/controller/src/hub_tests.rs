@@ -128,6 +128,19 @@ async fn attach_plain(
     panic!("no server: {last:?}");
 }
 
+/// Serves `hub` in plaintext on a free loopback port.
+fn serve_plain(hub: &Hub) -> std::net::SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("port");
+    let addr = l.local_addr().expect("addr");
+    drop(l);
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(ControllerServer::new(hub.clone()))
+            .serve(addr),
+    );
+    addr
+}
+
 /// The next probe plan on `s` within 2 s (beats skipped); `None`: none came.
 async fn next_plan(s: &mut Streaming<Command>) -> Option<Vec<String>> {
     let until = tokio::time::Instant::now() + Duration::from_secs(2);
@@ -145,14 +158,7 @@ async fn next_plan(s: &mut Streaming<Command>) -> Option<Vec<String>> {
 #[tokio::test]
 async fn probe_plans_go_to_agents_that_take_them_when_they_change() {
     let (hub, _observed) = Hub::new(Arc::new(|| Some(Token(7))));
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("port");
-    let addr = l.local_addr().expect("addr");
-    drop(l);
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(ControllerServer::new(hub.clone()))
-            .serve(addr),
-    );
+    let addr = serve_plain(&hub);
     let target = |n: &str| ProbeTarget {
         name: n.into(),
         addr: "198.18.0.4:7".into(),
@@ -187,4 +193,69 @@ async fn probe_plans_go_to_agents_that_take_them_when_they_change() {
     );
     // b's Hello did not ask for plans: it gets none.
     assert_eq!(next_plan(&mut b).await, None);
+}
+
+#[tokio::test]
+async fn outcomes_in_a_heartbeat_are_dated_by_how_long_they_waited() {
+    let (hub, mut observed) = Hub::new(Arc::new(|| Some(Token(7))));
+    let addr = serve_plain(&hub);
+    let (mut s, tx) = attach_plain(addr, "a", false).await;
+    // The leader's first beat says it takes outcomes in heartbeats.
+    let c = tokio::time::timeout(Duration::from_secs(2), s.message())
+        .await
+        .expect("a beat")
+        .expect("stream")
+        .expect("open");
+    assert!(
+        matches!(c.body, Some(command::Body::Beat(b)) if b.takes_measurements),
+        "{:?}",
+        c.body
+    );
+    let m = |target: &str, ok: bool, waited_ms: u32| v1::Measurement {
+        from: "a".into(),
+        target: target.into(),
+        ok,
+        waited_ms,
+        ..v1::Measurement::default()
+    };
+    let sent = Instant::now();
+    tx.send(AgentReport {
+        body: Some(agent_report::Body::Heartbeat(v1::Heartbeat {
+            seq: 1,
+            sent_unix_ms: 0,
+            measurements: vec![m("host:b", true, 300), m("host:c", false, 0)],
+        })),
+    })
+    .expect("sent");
+    let mut got = Vec::new();
+    while got.len() < 2 {
+        let o = tokio::time::timeout(Duration::from_secs(2), observed.recv())
+            .await
+            .expect("observed")
+            .expect("open");
+        got.push(o);
+    }
+    let arrived = Instant::now();
+    assert_eq!(
+        got.iter().map(|o| o.what.clone()).collect::<Vec<_>>(),
+        vec![
+            Measurement::Probe {
+                from: Vantage::Agent(HostId::new("a")),
+                to: Target::Host(HostId::new("b")),
+                ok: true
+            },
+            Measurement::Probe {
+                from: Vantage::Agent(HostId::new("a")),
+                to: Target::Host(HostId::new("c")),
+                ok: false
+            },
+        ],
+        "in the order the agent had them"
+    );
+    // The answer waited 300 ms in its agent: dated that much before the
+    // heartbeat's arrival; the miss went at once.
+    assert!(got[0].at + Duration::from_millis(300) <= arrived);
+    assert!(got[0].at + Duration::from_millis(300) >= sent);
+    assert!(got[1].at >= sent);
+    assert!(hub.attached("a"), "the heartbeat counts as one");
 }

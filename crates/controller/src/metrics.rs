@@ -65,6 +65,7 @@ pub struct ControllerMetrics {
     pub agents_attached: Gauge,
     pub loop_phase_seconds: Family<PhaseLabel, Histogram>,
     pub measurements: Counter,
+    pub measurements_dropped: Counter,
     pub measurement_lag_seconds: Histogram,
     pub report_transit_seconds: Histogram,
 }
@@ -97,6 +98,7 @@ impl ControllerMetrics {
                 Histogram::new(exponential_buckets(0.001, 4.0, 9))
             }),
             measurements: Counter::default(),
+            measurements_dropped: Counter::default(),
             measurement_lag_seconds: Histogram::new(exponential_buckets(0.001, 4.0, 9)),
             report_transit_seconds: Histogram::new(exponential_buckets(0.001, 4.0, 9)),
         };
@@ -151,6 +153,11 @@ impl ControllerMetrics {
             "measurements",
             "Measurements the localizer took",
             m.measurements.clone(),
+        );
+        registry.register(
+            "measurements_dropped",
+            "Probe outcomes dropped unread: stale (older than --stale-after-ms) when the work loop got to them",
+            m.measurements_dropped.clone(),
         );
         registry.register(
             "measurement_lag_seconds",

@@ -268,8 +268,9 @@ pub struct Localization {
     loc: Localizer,
     t0: Instant,
     synced: Option<Instant>,
-    /// Each judged unit's primary host.
+    /// Each judged unit's primary host, and each host's units.
     primaries: BTreeMap<String, String>,
+    hosted: BTreeMap<String, Vec<String>>,
     targets: SharedTargets,
     /// When this replica was elected (its store epoch written).
     elected: Option<Instant>,
@@ -290,6 +291,7 @@ impl Localization {
             t0: Instant::now(),
             synced: None,
             primaries: BTreeMap::new(),
+            hosted: BTreeMap::new(),
             targets,
             elected: None,
             unit_heartbeats: BTreeMap::new(),
@@ -348,6 +350,13 @@ impl Localization {
             .filter(|r| !migrating.contains(&r.unit))
             .map(|r| (r.unit.clone(), r.primary.clone()))
             .collect();
+        self.hosted.clear();
+        for (unit, host) in &self.primaries {
+            self.hosted
+                .entry(host.clone())
+                .or_default()
+                .push(unit.clone());
+        }
         let port = self.cfg.unit_port;
         *lock(&self.targets) = Targets {
             hosts: state
@@ -413,6 +422,15 @@ impl Localization {
         self.loc.handle(now, o.what)
     }
 
+    /// Whether a probe outcome or heartbeat is too old to count when it
+    /// is taken at `now` (older than the localizer's freshness: its path
+    /// would be stale). A process state always counts.
+    pub fn outdated(&self, o: &Observed, now: Instant) -> bool {
+        !matches!(o.what, Measurement::Process { .. })
+            && now.saturating_duration_since(o.at)
+                > Duration::from_millis(self.cfg.localize.stale_after_ms)
+    }
+
     /// Whether `unit`'s service is silent: the controller's own heartbeat
     /// to it (its last one, within the last second, missed), or else every
     /// fresh service probe of it by the agents missed.
@@ -427,6 +445,11 @@ impl Localization {
                 .loc
                 .service_silent(&UnitId::new(unit), self.ms(Instant::now())),
         }
+    }
+
+    /// The units whose primary is `host`, as last read (none migrating).
+    pub fn units_on(&self, host: &str) -> &[String] {
+        self.hosted.get(host).map_or(&[], Vec::as_slice)
     }
 
     /// Whether the localizer has `host` under suspicion (its verdict is

@@ -12,7 +12,8 @@
 //!   backoff: the Hello with the units it runs, a `Heartbeat` every probe interval, and
 //!   the `Measurement`s of the agent's own prober
 //!   (`holdfast_agent::probe::Prober`, the real core, with its reporting
-//!   rule) over the targets of its plan, each probe answered or not as the
+//!   rule) over the targets of its plan, carried in the heartbeats as a
+//!   real agent's are (`holdfast_agent::outbox::Outbox`), each probe answered or not as the
 //!   simulated fleet says; every command is answered `ok` (a `Takeover`
 //!   makes the unit its own, with its `STARTED` event), and a stream
 //!   silent for a second is left;
@@ -46,14 +47,15 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use holdfast_control_api::v1::controller_client::ControllerClient;
 use holdfast_control_api::v1::{
-    agent_report, command, unit_event, AgentReport, CommandResult, Heartbeat, Hello, Measurement,
-    UnitEvent, UnitStatus,
+    agent_report, command, unit_event, AgentReport, CommandResult, Hello, Measurement, UnitEvent,
+    UnitStatus,
 };
 use holdfast_etcd::{AgentRecord, Keys, Store, UnitRecord};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 use holdfast_agent::attach::Backoff;
+use holdfast_agent::outbox::Outbox;
 use holdfast_agent::probe::{
     Input as ProbeInput, Output as ProbeOutput, ProbeConfig, Prober, Target,
 };
@@ -737,7 +739,9 @@ impl Agent {
         let mut prober: Option<(u64, Prober)> = None;
         // The leader's plan (with `--probes leader`): its version, targets.
         let mut from_leader: (u64, Vec<String>) = (0, Vec::new());
-        let mut seq = 0u64;
+        // Outcomes ride in the heartbeats once the leader's beat says it
+        // takes them there, as a real agent's do.
+        let mut outbox = Outbox::default();
         let mut next_beat = Instant::now();
         let mut heard = Instant::now();
         loop {
@@ -749,6 +753,11 @@ impl Agent {
                             continue;
                         }
                         *highest = (*highest).max(c.token);
+                        if let Some(command::Body::Beat(b)) = &c.body {
+                            for r in outbox.beat(b.takes_measurements) {
+                                tx.send(report(r)).map_err(|_| "closed".to_string())?;
+                            }
+                        }
                         if let Some(command::Body::ProbeTargets(p)) = &c.body {
                             from_leader.0 += 1;
                             from_leader.1 = p.targets.iter().map(|t| t.name.clone()).collect();
@@ -770,16 +779,14 @@ impl Agent {
                     }
                     if Instant::now() >= next_beat {
                         next_beat += self.cfg.interval;
-                        seq += 1;
-                        let _ = tx.send(report(agent_report::Body::Heartbeat(Heartbeat {
-                            seq,
-                            sent_unix_ms: unix_ms(),
-                        })));
+                        let _ = tx.send(report(outbox.heartbeat(unix_ms())));
                         self.counters.heartbeats.fetch_add(1, Ordering::Relaxed);
                     }
                     let leader = self.leader_plans.then_some(&from_leader);
                     for m in self.probe(&mut prober, leader, t0.elapsed()) {
-                        let _ = tx.send(report(agent_report::Body::Measurement(m)));
+                        if let Some(r) = outbox.measured(m, unix_ms()) {
+                            let _ = tx.send(report(r));
+                        }
                     }
                 }
             }
@@ -869,6 +876,7 @@ impl Agent {
                     rtt_us: m
                         .rtt
                         .map_or(0, |r| u32::try_from(r.as_micros()).unwrap_or(u32::MAX)),
+                    waited_ms: 0,
                 }),
                 _ => None,
             })

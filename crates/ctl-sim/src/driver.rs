@@ -66,6 +66,8 @@ pub struct Config {
     pub report_ms: u64,
     /// The controllers' `--stale-after-ms`.
     pub stale_after_ms: u64,
+    /// Bridges captured with tcpdump.
+    pub pcap: bool,
 }
 
 /// The lab and its parts.
@@ -174,6 +176,9 @@ fn proc_usage(pid: u32) -> Option<(f64, u64)> {
 pub fn run(cfg: &Config) -> anyhow::Result<Report> {
     let bins = PlaneBins::find()?;
     let mut lab = Lab::new("ctl-sim")?;
+    if !cfg.pcap {
+        lab.without_captures();
+    }
     let c: Vec<HostId> = (1..=3)
         .map(|i| lab.host(&format!("c{i}")))
         .collect::<Result<_, _>>()?;

@@ -73,6 +73,11 @@ struct Args {
     /// The controllers' `--stale-after-ms` (above `--report-ms`).
     #[arg(long, default_value_t = 1000)]
     stale_after_ms: u64,
+    /// Capture every bridge with tcpdump, as a lab test does (off: a
+    /// capture on the management bridge costs every packet a copy, and its
+    /// tcpdump a share of the cores measured).
+    #[arg(long)]
+    pcap: bool,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
@@ -152,6 +157,7 @@ fn main() -> anyhow::Result<()> {
                 renew_ms: a.renew_ms,
                 report_ms: a.report_ms,
                 stale_after_ms: a.stale_after_ms,
+                pcap: a.pcap,
             };
             let r = driver::run(&cfg)?;
             if let Some(p) = &a.out {

@@ -286,6 +286,13 @@ impl Lab {
         })
     }
 
+    /// No captures from now on (a benchmark's lab: a capture on a bridge
+    /// puts a packet socket in every packet's path, and its `tcpdump`
+    /// takes a share of the cores the benchmark measures).
+    pub fn without_captures(&mut self) {
+        self.pcap_enabled = false;
+    }
+
     /// Number of processes started so far ([`ProcId`]s are `0..proc_count()`).
     pub fn proc_count(&self) -> usize {
         self.procs.len()

@@ -1,6 +1,7 @@
 //! Where the leader's work loop spends its time (issue 29): each
 //! iteration's phases go to `holdfast_controller_loop_phase_seconds{phase}`,
-//! the wait of the oldest measurement it takes to `_measurement_lag_seconds`, and
+//! the wait of the oldest measurement it takes to `_measurement_lag_seconds`
+//! (those it drops as stale to `_measurements_dropped_total`), and
 //! the longest wait of an agent's heartbeat in its stream to
 //! `_report_transit_seconds`; an iteration slower than [`SLOW`], or a
 //! heartbeat that waited that long, is logged with every phase's share,
@@ -18,8 +19,10 @@ pub(super) struct Phases {
     started: Instant,
     mark: Instant,
     spent: Vec<(&'static str, Duration)>,
-    /// Measurements the iteration took, and the longest any waited.
+    /// Measurements the iteration took, those it dropped as stale, and
+    /// the longest any of those it took waited.
     pub measurements: u64,
+    pub dropped: u64,
     pub max_lag: Duration,
 }
 
@@ -31,6 +34,7 @@ impl Phases {
             mark: now,
             spent: Vec::new(),
             measurements: 0,
+            dropped: 0,
             max_lag: Duration::ZERO,
         }
     }
@@ -42,12 +46,13 @@ impl Phases {
         self.mark = now;
     }
 
-    /// `n` measurements were taken, the first (the oldest: the queue is in
-    /// order) having arrived at `oldest`. Once per pass, not per
-    /// measurement.
-    pub fn took(&mut self, n: u64, oldest: Option<Instant>, m: &ControllerMetrics) {
+    /// `n` measurements were taken and `dropped` dropped as stale, the
+    /// oldest taken dated `oldest`. Once per pass, not per measurement.
+    pub fn took(&mut self, n: u64, dropped: u64, oldest: Option<Instant>, m: &ControllerMetrics) {
         self.measurements += n;
+        self.dropped += dropped;
         m.measurements.inc_by(n);
+        m.measurements_dropped.inc_by(dropped);
         if let Some(at) = oldest {
             let lag = at.elapsed();
             self.max_lag = self.max_lag.max(lag);
@@ -76,6 +81,7 @@ impl Phases {
             tracing::info!(
                 total_ms = total.as_millis() as u64,
                 measurements = self.measurements,
+                dropped = self.dropped,
                 max_lag_ms = self.max_lag.as_millis() as u64,
                 transit_ms = transit.as_millis() as u64,
                 %phases,
@@ -94,7 +100,7 @@ mod tests {
         let m = ControllerMetrics::new();
         let mut p = Phases::start();
         p.end("sync");
-        p.took(1, Some(Instant::now()), &m);
+        p.took(1, 2, Some(Instant::now()), &m);
         p.end("measurements");
         assert_eq!(p.measurements, 1);
         p.finish(&m, Duration::ZERO);
@@ -105,6 +111,10 @@ mod tests {
         );
         assert!(
             text.contains("holdfast_controller_measurements_total 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("holdfast_controller_measurements_dropped_total 2"),
             "{text}"
         );
     }
