@@ -77,7 +77,10 @@
 //! Paths are kept by target. A measurement re-evaluates only the host it
 //! is about (or the unit's host) and that host's units, and only when it
 //! changes its path's state or answers for a host one of whose units is
-//! missing (a container-network verdict waits for that answer);
+//! missing (a container-network verdict waits for that answer). An answer
+//! after answers is no change even when the path had gone stale (a leader
+//! that fell behind found each late refresh a change: 16 µs a measurement
+//! at 1,000 hosts instead of 2.5 µs);
 //! [`Localizer::poll`] re-evaluates everything, and the caller runs it
 //! once per probe interval, so what time alone changes (a path going
 //! stale, a window ending) is found within an interval (issue 29: before,
@@ -466,6 +469,8 @@ pub struct Localizer {
     synced: bool,
     /// The latest time seen.
     now: Millis,
+    /// Measurements that re-evaluated what they are about.
+    evaluations: u64,
 }
 
 impl Localizer {
@@ -485,7 +490,14 @@ impl Localizer {
             settle_until: BTreeMap::new(),
             synced: false,
             now: 0,
+            evaluations: 0,
         }
+    }
+
+    /// How many measurements re-evaluated their host and its units (the
+    /// rest repeated a state and were left to the sweep).
+    pub fn evaluations(&self) -> u64 {
+        self.evaluations
     }
 
     /// Its configuration.
@@ -716,6 +728,7 @@ impl Localizer {
         // 50,000 measurements a second re-evaluated a host and its ten
         // units, and a rack failure's alerts tripled them).
         if let (true, Some(h)) = (changed, &about) {
+            self.evaluations += 1;
             self.evaluate_around(now, h, &mut out);
         } else if let (true, Some(h)) = (host_answered, &about) {
             // An answer of a host whose unit is missing: that unit is
@@ -772,17 +785,22 @@ impl Localizer {
             .or_default()
             .entry((key.0.clone(), key.2))
             .or_default();
-        // Fresh until now, and this result repeats its state: an answer
-        // after answers, or a miss on a path already down by every count.
+        // This result repeats its state: an answer after answers, or a
+        // miss on a path already down by every count (and fresh until
+        // now). An answer after answers that had gone stale changes
+        // nothing a measurement must act on at once: the sweep
+        // ([`Localizer::poll`]) finds what freshness changes, and a
+        // confirmation window's end re-evaluates its host (a leader that
+        // fell behind found every late refresh a change, and evaluated a
+        // host and its units for each: issue 29).
         let down_by_all = misses.max(self.cfg.confirm_misses);
         let fresh_before =
             (p.misses > 0 || p.last_ok.is_some()) && now.saturating_sub(p.last_at) <= stale_after;
-        let steady = fresh_before
-            && if ok {
-                p.misses == 0
-            } else {
-                p.misses >= down_by_all
-            };
+        let steady = if ok {
+            p.misses == 0 && p.last_ok.is_some()
+        } else {
+            fresh_before && p.misses >= down_by_all
+        };
         p.last_at = now;
         if ok {
             if (1..misses).contains(&p.misses) {

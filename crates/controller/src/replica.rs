@@ -558,10 +558,10 @@ async fn work(
                 let (mut taken, mut dropped) = (0u64, 0u64);
                 for _ in 0..queued {
                     let Ok(o) = events.try_recv() else { break };
-                    // A probe outcome the localizer would find stale is
-                    // dropped unread: a loop that fell behind catches up
-                    // at once, and the queue holds at most a freshness
-                    // window of reports (it grew to 920 MB at 1,000 hosts).
+                    // An answer the localizer would find stale is dropped
+                    // unread: a loop that fell behind catches up at once
+                    // (its queue grew to 920 MB at 1,000 hosts). Misses
+                    // are kept: they make the verdicts.
                     if loc.outdated(&o, Instant::now()) {
                         dropped += 1;
                         continue;

@@ -422,11 +422,19 @@ impl Localization {
         self.loc.handle(now, o.what)
     }
 
-    /// Whether a probe outcome or heartbeat is too old to count when it
-    /// is taken at `now` (older than the localizer's freshness: its path
-    /// would be stale). A process state always counts.
+    /// Whether an answer (of a probe, a service check or a heartbeat) is
+    /// too old to count when it is taken at `now`: older than the
+    /// localizer's freshness, its path would be stale. A miss always
+    /// counts (a path is down after consecutive misses, each dated when
+    /// it was taken), and so does a process state.
     pub fn outdated(&self, o: &Observed, now: Instant) -> bool {
-        !matches!(o.what, Measurement::Process { .. })
+        let answer = matches!(
+            o.what,
+            Measurement::Probe { ok: true, .. }
+                | Measurement::Heartbeat { ok: true, .. }
+                | Measurement::Service { answers: true, .. }
+        );
+        answer
             && now.saturating_duration_since(o.at)
                 > Duration::from_millis(self.cfg.localize.stale_after_ms)
     }
