@@ -1028,6 +1028,16 @@ impl Localizer {
                     });
                 }
             }
+            // Not confirmed, and nothing reached the host since its first
+            // bad measurement: the paths still short of their misses, or
+            // answers dated before it and taken late, do not withdraw the
+            // suspicion (a leader behind its reports raised and withdrew
+            // one four times before its verdict at 1,000 hosts).
+            Some(s)
+                if !reach.is_empty()
+                    && !reach.iter().any(|(_, p)| {
+                        p.misses == 0 && p.last_ok.is_some_and(|t| t > s.first_bad)
+                    }) => {}
             Some(s) => {
                 let first_bad = s.first_bad;
                 self.suspect.remove(host);

@@ -963,3 +963,70 @@ fn an_answer_after_answers_gone_stale_is_left_to_the_sweep() {
     l.handle(2_700, probe(true));
     assert_eq!(l.evaluations(), 3);
 }
+
+#[test]
+fn an_answer_dated_before_the_failure_does_not_withdraw_a_suspicion() {
+    let w = World::new(Vec::new());
+    let mut l = Localizer::new(LocalizeConfig::default());
+    l.sync(&w.state());
+    let probe = |from: Vantage, ok| Measurement::Probe {
+        from,
+        to: Target::Host(h("a")),
+        ok,
+    };
+    let (b, c, s) = (
+        Vantage::Agent(h("b")),
+        Vantage::Agent(h("c")),
+        Vantage::AgentServer,
+    );
+    for v in [&b, &c, &s] {
+        l.handle(0, probe(v.clone(), true));
+    }
+    // a fails at 1,000 ms; b's and c's misses come first.
+    let mut found = Vec::new();
+    for t in [1_000, 1_100, 1_200] {
+        found.extend(l.handle(t, probe(b.clone(), false)));
+        found.extend(l.handle(t, probe(c.clone(), false)));
+    }
+    assert!(l.is_suspect(&h("a")), "{found:?}");
+    // The agent server's answer from before the failure, taken late (a
+    // leader behind its reports): it does not withdraw the suspicion.
+    found.extend(l.handle(950, probe(s.clone(), true)));
+    assert!(l.is_suspect(&h("a")), "{found:?}");
+    // Its misses come; the window ends with every path down: a verdict.
+    for t in [1_050, 1_150, 1_250] {
+        found.extend(l.handle(t, probe(s.clone(), false)));
+    }
+    for t in (1_300..=4_400).step_by(100) {
+        for v in [&b, &c, &s] {
+            found.extend(l.handle(t, probe(v.clone(), false)));
+        }
+        found.extend(l.poll(t));
+    }
+    assert!(
+        !found
+            .iter()
+            .any(|v| matches!(v.finding, Finding::Recovered { .. })),
+        "{found:?}"
+    );
+    assert!(
+        found.iter().any(|v| matches!(
+            v.finding,
+            Finding::Host { .. } | Finding::HostNetwork { .. }
+        )),
+        "{found:?}"
+    );
+    // An answer after the first bad measurement does withdraw one.
+    let mut l = Localizer::new(LocalizeConfig::default());
+    l.sync(&w.state());
+    for t in [1_000, 1_100, 1_200] {
+        l.handle(t, probe(b.clone(), false));
+        l.handle(t, probe(c.clone(), false));
+    }
+    assert!(l.is_suspect(&h("a")));
+    let v = l.handle(1_300, probe(b.clone(), true));
+    assert!(!l.is_suspect(&h("a")), "{v:?}");
+    assert!(v
+        .iter()
+        .any(|v| matches!(v.finding, Finding::Recovered { .. })));
+}
