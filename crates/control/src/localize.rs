@@ -54,8 +54,11 @@
 //!   ([`LocalizeConfig::host_confirm_ms`],
 //!   [`LocalizeConfig::host_network_confirm_ms`], 3 s each: TENSOR gives
 //!   both the extra timer); the verdict comes only if every measurement
-//!   still fails when it ends. A path that answers inside the window
-//!   cancels it ([`Finding::Recovered`]).
+//!   still fails when it ends. A path that answers inside the window,
+//!   with an answer taken after the suspicion's first bad measurement,
+//!   cancels it ([`Finding::Recovered`]); a path still short of its
+//!   misses, or an answer from before (taken late by a leader behind its
+//!   reports), does not.
 //! - Not failures: a probe that misses fewer than `misses` times and then
 //!   answers gives [`Finding::LostProbe`]; the controller's heartbeat to a
 //!   host's agent stopping while another vantage point still reaches the
