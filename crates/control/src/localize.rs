@@ -497,6 +497,12 @@ impl Localizer {
         }
     }
 
+    /// The units judged on `host` (as the last [`Localizer::sync`] read
+    /// them, none migrating).
+    pub fn units_on(&self, host: &HostId) -> impl Iterator<Item = &UnitId> {
+        self.units_of.get(host).into_iter().flatten()
+    }
+
     /// How many measurements re-evaluated their host and its units (the
     /// rest repeated a state and were left to the sweep).
     pub fn evaluations(&self) -> u64 {

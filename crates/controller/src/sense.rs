@@ -268,9 +268,8 @@ pub struct Localization {
     loc: Localizer,
     t0: Instant,
     synced: Option<Instant>,
-    /// Each judged unit's primary host, and each host's units.
+    /// Each judged unit's primary host.
     primaries: BTreeMap<String, String>,
-    hosted: BTreeMap<String, Vec<String>>,
     targets: SharedTargets,
     /// When this replica was elected (its store epoch written).
     elected: Option<Instant>,
@@ -291,7 +290,6 @@ impl Localization {
             t0: Instant::now(),
             synced: None,
             primaries: BTreeMap::new(),
-            hosted: BTreeMap::new(),
             targets,
             elected: None,
             unit_heartbeats: BTreeMap::new(),
@@ -350,13 +348,6 @@ impl Localization {
             .filter(|r| !migrating.contains(&r.unit))
             .map(|r| (r.unit.clone(), r.primary.clone()))
             .collect();
-        self.hosted.clear();
-        for (unit, host) in &self.primaries {
-            self.hosted
-                .entry(host.clone())
-                .or_default()
-                .push(unit.clone());
-        }
         let port = self.cfg.unit_port;
         *lock(&self.targets) = Targets {
             hosts: state
@@ -456,8 +447,11 @@ impl Localization {
     }
 
     /// The units whose primary is `host`, as last read (none migrating).
-    pub fn units_on(&self, host: &str) -> &[String] {
-        self.hosted.get(host).map_or(&[], Vec::as_slice)
+    pub fn units_on(&self, host: &str) -> Vec<String> {
+        self.loc
+            .units_on(&HostId::new(host))
+            .map(|u| u.0.clone())
+            .collect()
     }
 
     /// Whether the localizer has `host` under suspicion (its verdict is
