@@ -5,14 +5,16 @@
 //!   store operations (grant, campaign, renew, revoke) and carries out what
 //!   it asks, one operation at a time.
 //! * The **worker** acts only while [`Elector::may_act`] gives a token. On
-//!   a new token it advances the store epoch to it; then it drives every
-//!   migration in flight, one per unit, all at once (`migrate`,
-//!   [`crate::state::next_step`]): each step is carried out through the
-//!   agents (or, for a bookkeeping step, takes `step_time`) and is then
-//!   committed with one fenced transaction that records the step (created
-//!   once) and writes the agent's command carrying the token. A commit that
-//!   finds the leader key no longer ours is reported to the elector, which
-//!   demotes.
+//!   a new token it advances the store epoch to it; then, in each pass, it
+//!   takes the measurements, acts on every verdict they gave, and drives
+//!   every migration in flight, one per unit, all at once (`migrate`,
+//!   [`crate::state::next_step`]), the migrations it has just started
+//!   included: each step is carried out through the agents (or, for a
+//!   bookkeeping step, takes `step_time`) and is then committed with one
+//!   fenced transaction that records the step (created once) and writes
+//!   the agent's command carrying the token; the next step follows at once.
+//!   A commit that finds the leader key no longer ours is reported to the
+//!   elector, which demotes.
 //! * The **reporter** writes the status file every tick.
 //!
 //! The worker does not look at the clock again between a step's work and
@@ -39,10 +41,12 @@ use crate::state::{
 use crate::store::{to_json, Outcome, Store, StoreError};
 use holdfast_control::{AppPolicy, Finding, Verdict};
 
+mod hosts;
 mod migrate;
 mod phases;
 mod upgrade;
-use migrate::{drive, migrating, standbys, start_migration, start_migrations, Plan};
+use hosts::HostWatch;
+use migrate::{drive, standbys, start_migration, start_migrations, Plan};
 
 /// How often the shell looks at the clock when nothing else is due.
 const TICK: Duration = Duration::from_millis(50);
@@ -615,8 +619,13 @@ async fn work(
                 ph.end("standbys");
             }
             let read = Instant::now();
+            // Migrations started in this pass are driven in it too: their
+            // first steps wait for no other pass (0.6-1.5 s at 1,000 hosts).
             let res = match res {
                 Ok(None) => drive(&shared, &mut store, &cfg, token, &hub).await,
+                Ok(Some(Outcome::Committed(rev))) => drive(&shared, &mut store, &cfg, token, &hub)
+                    .await
+                    .map(|o| o.or(Some(Outcome::Committed(rev)))),
                 other => other,
             };
             ph.end("drive");
@@ -841,10 +850,14 @@ fn note(shared: &SharedRef, v: &Verdict, actions: &mut VecDeque<(Verdict, Instan
     }
 }
 
-/// Acts on the first queued verdict: a unit's migration (or restart in
-/// place), or a failed host whose units [`HostWatch`] then migrates. A
-/// verdict that cannot be acted on yet (its unit's migration under way)
-/// stays queued for up to [`ACTION_PATIENCE`].
+/// Acts on every queued verdict at once: a failed host is handed to
+/// [`HostWatch`], which migrates its units; a unit's verdict starts its
+/// migration (or restart in place), all of them in one
+/// [`start_migrations`]. A verdict that cannot be acted on yet (its unit's
+/// migration under way) stays queued for up to [`ACTION_PATIENCE`].
+///
+/// All at once because one verdict a pass (0.6-1.5 s at 1,000 hosts) left
+/// a rack's 50 host verdicts to the lease expiry.
 async fn act(
     shared: &SharedRef,
     store: &mut Store,
@@ -853,337 +866,128 @@ async fn act(
     hosts: &mut HostWatch,
     actions: &mut VecDeque<(Verdict, Instant)>,
 ) -> Result<Option<Outcome>, StoreError> {
-    let Some((v, queued)) = actions.front().cloned() else {
+    if actions.is_empty() {
         return Ok(None);
+    }
+    // The units' own policies, read once, before any verdict leaves the
+    // queue (a store error leaves every one queued).
+    let policies = if actions.iter().any(|(v, _)| {
+        matches!(
+            v.finding,
+            Finding::Application { .. } | Finding::Hung { .. }
+        )
+    }) {
+        migrate::units_by_name(store).await?
+    } else {
+        BTreeMap::new()
     };
-    let why = format!("{:?}", v.finding);
-    let since = Instant::now()
-        .checked_sub(Duration::from_millis(v.detection_ms()))
-        .unwrap_or(queued);
-    let (unit, host, restart) = match &v.finding {
-        Finding::Host { host } | Finding::HostNetwork { host } => {
-            hosts.fail(&host.0, since, why);
-            actions.pop_front();
-            return Ok(None);
-        }
-        Finding::Application { unit, host } | Finding::Hung { unit, host } => {
-            let key = store.keys().unit(&unit.0);
-            let own = store
-                .get::<UnitRecord>(&key)
-                .await?
-                .and_then(|u| u.app_failure);
-            let policy = own.unwrap_or(cfg.sense.localize.app_policy);
-            (unit, host, policy == AppPolicy::RestartInPlace)
-        }
-        Finding::Container { unit, host } | Finding::ContainerNetwork { unit, host } => {
-            (unit, host, false)
-        }
-        _ => {
-            actions.pop_front();
-            return Ok(None);
+    let mut todo: Vec<UnitAction> = Vec::new();
+    while let Some((v, queued)) = actions.pop_front() {
+        let why = format!("{:?}", v.finding);
+        let since = Instant::now()
+            .checked_sub(Duration::from_millis(v.detection_ms()))
+            .unwrap_or(queued);
+        let (unit, host, restart) = match &v.finding {
+            Finding::Host { host } | Finding::HostNetwork { host } => {
+                hosts.fail(&host.0, since, why);
+                continue;
+            }
+            Finding::Application { unit, host } | Finding::Hung { unit, host } => {
+                let own = policies.get(&unit.0).and_then(|u| u.app_failure);
+                let policy = own.unwrap_or(cfg.sense.localize.app_policy);
+                (unit, host, policy == AppPolicy::RestartInPlace)
+            }
+            Finding::Container { unit, host } | Finding::ContainerNetwork { unit, host } => {
+                (unit, host, false)
+            }
+            _ => continue,
+        };
+        todo.push(UnitAction {
+            unit: unit.0.clone(),
+            host: host.0.clone(),
+            reason: finding_reason(&v.finding),
+            verdict: (v, queued),
+            why,
+            restart,
+            since,
+        });
+    }
+    if todo.is_empty() {
+        return Ok(None);
+    }
+    let res = start_for(shared, store, token, &todo).await;
+    let (o, busy_before, busy_after) = match res {
+        Ok(r) => r,
+        Err(e) => {
+            // Every unit's verdict stays queued for the next pass.
+            actions.extend(todo.into_iter().map(|a| a.verdict));
+            return Err(e);
         }
     };
-    let plan = Plan {
-        unit: &unit.0,
-        from: Some(&host.0),
-        to: restart.then_some(host.0.as_str()),
-        why: &why,
-        steps: if restart {
-            &RESTART_STEPS
-        } else {
-            &MIGRATION_STEPS
-        },
-        done_request: None,
-        reason: finding_reason(&v.finding),
-        binary: None,
-    };
-    let o = start_migration(shared, store, token, &plan, since).await?;
-    if o.is_some() {
-        actions.pop_front();
+    if matches!(o, Some(Outcome::Fenced)) {
         return Ok(o);
     }
-    let busy = migrating(store, &unit.0).await?;
-    if !busy || queued.elapsed() > ACTION_PATIENCE {
-        tracing::warn!(finding = ?v.finding, "no migration for this verdict (the unit moved, or has no usable backup)");
-        actions.pop_front();
+    for a in todo {
+        let (v, queued) = a.verdict;
+        if busy_before.contains(&a.unit) && queued.elapsed() <= ACTION_PATIENCE {
+            // Its unit was moving already: the verdict waits for that.
+            actions.push_back((v, queued));
+        } else if busy_before.contains(&a.unit) || !busy_after.contains(&a.unit) {
+            tracing::warn!(finding = ?v.finding, "no migration for this verdict (the unit moved, or has no usable backup)");
+        }
     }
     Ok(o)
 }
 
-/// Hosts whose agent's lease expired (its `agents/<host>` key gone). A
-/// lease expiry alone is not a host failure: etcd revokes every lease that
-/// ran out while it was stalled (all its members stopped, a disk that does
-/// not sync), and a renewal can miss its deadline on a lossy management
-/// link, while the host and its units are fine. It is a failure when
-///
-/// - the localizer suspects the host (the data plane agrees): its verdict
-///   is awaited, as before;
-/// - the agent is back (a new lease, attached) and no longer runs a unit
-///   it is the primary of (it fenced it);
-/// - the agent is away and every unit it is the primary of fails the
-///   controller's own heartbeat (fenced, or cut off with their host);
-/// - the agent stays away for [`LEASE_GRACE`] (a host cut off from etcd
-///   fences its units before its lease can expire, and a failsafe round
-///   cannot keep them longer than one TTL past etcd's return).
-///
-/// An agent that comes back within the grace still running every unit it
-/// is the primary of is left alone (a note in the log). A failed host is
-/// recorded in `hosts/failed/` (never reused until reset by hand) and its
-/// units are migrated, all at once.
-#[derive(Default)]
-struct HostWatch {
-    seen: BTreeSet<String>,
-    /// Failed hosts whose units are still to be migrated: since when, why.
-    failed: BTreeMap<String, (Instant, String)>,
-    /// Hosts whose lease expired while the localizer suspects them: its
-    /// verdict (host or host network) is awaited until the deadline.
-    deferred: BTreeMap<String, Instant>,
-    /// Hosts whose lease expired with no evidence from the data plane:
-    /// since when (their agent is awaited for [`LEASE_GRACE`]).
-    expired: BTreeMap<String, Instant>,
-    last: Option<Instant>,
-}
-
-/// How long an agent whose lease expired (and whose host the data plane
-/// does not suspect) has to come back with its units before its host is
-/// taken for failed: one lease TTL (3 s), by which time an agent cut off
-/// from etcd has fenced its units.
-const LEASE_GRACE: Duration = Duration::from_secs(3);
-
-/// Whether the `HOLDFAST_LEASE_EXPIRY_IS_FAILURE` environment variable asks
-/// for the earlier rule (every lease expiry a host failure): the lab's
-/// negative control only.
-fn lease_expiry_is_failure() -> bool {
-    std::env::var_os("HOLDFAST_LEASE_EXPIRY_IS_FAILURE").is_some_and(|v| v == "1")
-}
-
-impl HostWatch {
-    /// A host failed (a verdict of the localization, or its lease expired):
-    /// it is recorded failed and its units migrated.
-    fn fail(&mut self, host: &str, since: Instant, why: String) {
-        self.failed.entry(host.to_string()).or_insert((since, why));
-    }
-
-    async fn check(
-        &mut self,
-        shared: &SharedRef,
-        store: &mut Store,
-        token: Token,
-        loc: &Localization,
-        hub: &Hub,
-        confirm: Duration,
-    ) -> Result<Option<Outcome>, StoreError> {
-        if self
-            .last
-            .is_some_and(|t| t.elapsed() < Duration::from_millis(100))
-        {
-            return Ok(None);
-        }
-        self.last = Some(Instant::now());
-        let keys = store.keys().clone();
-        let now: BTreeSet<String> = store
-            .list(&format!("{}agents/", keys.prefix()))
-            .await?
-            .into_iter()
-            .collect();
-        let gone: Vec<String> = self.seen.difference(&now).cloned().collect();
-        for host in gone {
-            if loc.suspects(&host) {
-                tracing::info!(%host, "agent lease expired while the host is suspected: awaiting the localizer's verdict");
-                self.deferred
-                    .insert(host, Instant::now() + confirm + Duration::from_millis(1500));
-            } else if lease_expiry_is_failure() {
-                let why = format!("{host}'s agent lease expired");
-                self.fail(&host, Instant::now(), why);
-            } else {
-                tracing::info!(%host, "agent lease expired, the data plane suspects nothing: awaiting the agent");
-                self.expired.entry(host).or_insert_with(Instant::now);
-            }
-        }
-        if !self.expired.is_empty() {
-            // Each host's units as the localization last read them (every
-            // unit record read again at each check, every 100 ms while a
-            // lease was out, was 7 MB a read at 10,000 units).
-            let pending: Vec<(String, Instant)> =
-                self.expired.iter().map(|(h, t)| (h.clone(), *t)).collect();
-            for (host, since) in pending {
-                let back = now.contains(&host) && hub.attached(&host);
-                let units = loc.units_on(&host);
-                let lost: Vec<&str> = units
-                    .iter()
-                    .filter(|u| hub.runs(&host, u).as_deref() != Some(crate::hub::PRIMARY_ROLE))
-                    .map(String::as_str)
-                    .collect();
-                // Its units do not answer the controller either: fenced (or
-                // cut off with it), no need to wait for its agent.
-                let silent = !units.is_empty() && units.iter().all(|u| loc.unit_silent(u));
-                if loc.suspects(&host) {
-                    tracing::info!(%host, "agent lease expired and the host is now suspected: awaiting the localizer's verdict");
-                    self.expired.remove(&host);
-                    self.deferred
-                        .insert(host, Instant::now() + confirm + Duration::from_millis(1500));
-                } else if back && lost.is_empty() {
-                    tracing::info!(%host, after_ms = since.elapsed().as_millis() as u64, "agent lease expired and renewed: the agent kept its units, no failure");
-                    self.expired.remove(&host);
-                } else if back {
-                    let why = format!(
-                        "{host}'s agent lease expired and its agent no longer runs {lost:?}"
-                    );
-                    self.expired.remove(&host);
-                    self.fail(&host, since, why);
-                } else if silent {
-                    let why = format!("{host}'s agent lease expired and its units do not answer");
-                    self.expired.remove(&host);
-                    self.fail(&host, since, why);
-                } else if since.elapsed() >= LEASE_GRACE {
-                    let why = format!("{host}'s agent lease expired and its agent stayed away");
-                    self.expired.remove(&host);
-                    self.fail(&host, since, why);
-                }
-            }
-        }
-        let due: Vec<String> = self
-            .deferred
-            .iter()
-            .filter(|(h, until)| !loc.suspects(h) || Instant::now() >= **until)
-            .map(|(h, _)| h.clone())
-            .collect();
-        for host in due {
-            self.deferred.remove(&host);
-            let why = format!("{host}'s agent lease expired");
-            self.fail(&host, Instant::now(), why);
-        }
-        self.seen.clone_from(&now);
-        if self.failed.is_empty() {
-            return Ok(None);
-        }
-        let failed: Vec<(String, Instant, String)> = self
-            .failed
-            .iter()
-            .map(|(h, (t, w))| (h.clone(), *t, w.clone()))
-            .collect();
-        // The hosts newly failed: the backups they held placed anew (one
-        // placement for all of them), then the hosts marked, a hundred
-        // puts per transaction. The marks go last: a leader that stops in
-        // between leaves hosts unmarked, which the next one places again.
-        let marks: Vec<(String, bool)> = failed
-            .iter()
-            .map(|(h, _, _)| (keys.failed_host(h), false))
-            .collect();
-        let marked = store.read_many(&marks).await?;
-        let new: Vec<&(String, Instant, String)> = failed
-            .iter()
-            .zip(&marked)
-            .filter(|(_, m)| m.is_empty())
-            .map(|(f, _)| f)
-            .collect();
-        if !new.is_empty() {
-            let hosts: Vec<&str> = new.iter().map(|(h, _, _)| h.as_str()).collect();
-            let mut puts = replace_backups_on(store, token, &hosts).await?;
-            for (host, _, why) in &new {
-                tracing::warn!(%host, %why, "host failed: never reused until `holdfast ctl reset`");
-                let rec =
-                    serde_json::json!({ "schema": SCHEMA, "host": host, "why": why, "by": token });
-                puts.push((keys.failed_host(host), rec.to_string()));
-            }
-            for chunk in puts.chunks(holdfast_etcd::store::TXN_OPS) {
-                if store.fenced_put(token, &[], chunk).await? == Outcome::Fenced {
-                    return Ok(Some(Outcome::Fenced));
-                }
-            }
-        }
-        // Every unit of every failed host at once (one with a migration
-        // under way is left to it).
-        let units = store.units().await?;
-        let mut owned: Vec<(String, String, Instant, String)> = Vec::new();
-        for (host, since, why) in &failed {
-            let mine: Vec<&str> = units
-                .iter()
-                .filter(|u| u.primary == *host)
-                .map(|u| u.unit.as_str())
-                .collect();
-            if mine.is_empty() {
-                self.failed.remove(host);
-                continue;
-            }
-            for unit in mine {
-                owned.push((unit.to_string(), host.clone(), *since, why.clone()));
-            }
-        }
-        let plans: Vec<(Plan<'_>, Instant)> = owned
-            .iter()
-            .map(|(unit, host, since, why)| {
-                let plan = Plan {
-                    unit,
-                    from: Some(host),
-                    to: None,
-                    why,
-                    steps: &MIGRATION_STEPS,
-                    done_request: None,
-                    reason: host_reason(why),
-                    binary: None,
-                };
-                (plan, *since)
-            })
-            .collect();
-        let refs: Vec<(&Plan<'_>, Instant)> = plans.iter().map(|(p, t)| (p, *t)).collect();
-        start_migrations(shared, store, token, &refs).await
-    }
-}
-
-/// The new placements of the units whose backup was one of `hosts`, which
-/// have just failed: TRIPOD's placement for those units only (every other
-/// backup stays where it is: min-churn), all failed hosts at once.
-async fn replace_backups_on(
+/// The migrations of `todo`'s units, started at once: the outcome, and the
+/// units moving before and after.
+async fn start_for(
+    shared: &SharedRef,
     store: &mut Store,
     token: Token,
-    hosts: &[&str],
-) -> Result<Vec<(String, String)>, StoreError> {
-    let keys = store.keys().clone();
-    let (mut desired, records) = crate::placement::read_state_and_units(store).await?;
-    let ids: Vec<holdfast_control::HostId> = hosts
+    todo: &[UnitAction],
+) -> Result<(Option<Outcome>, BTreeSet<String>, BTreeSet<String>), StoreError> {
+    let busy_before = migrate::moving_units(store).await?;
+    let plans: Vec<(Plan<'_>, Instant)> = todo
         .iter()
-        .map(|h| holdfast_control::HostId::new(*h))
-        .collect();
-    for id in &ids {
-        if let Some(h) = desired.hosts.get_mut(id) {
-            h.state = holdfast_control::HostState::Failed {
-                kind: holdfast_control::FailureKind::Host,
-                since: 0,
+        .map(|a| {
+            let plan = Plan {
+                unit: &a.unit,
+                from: Some(&a.host),
+                to: a.restart.then_some(a.host.as_str()),
+                why: &a.why,
+                steps: if a.restart {
+                    &RESTART_STEPS
+                } else {
+                    &MIGRATION_STEPS
+                },
+                done_request: None,
+                reason: a.reason.clone(),
+                binary: None,
             };
-        }
+            (plan, a.since)
+        })
+        .collect();
+    let refs: Vec<(&Plan<'_>, Instant)> = plans.iter().map(|(p, t)| (p, *t)).collect();
+    let o = start_migrations(shared, store, token, &refs).await?;
+    if matches!(o, Some(Outcome::Fenced)) {
+        return Ok((o, busy_before, BTreeSet::new()));
     }
-    let (placed, _) = holdfast_control::place_partial(&desired);
-    let records: BTreeMap<String, UnitRecord> =
-        records.into_iter().map(|u| (u.unit.clone(), u)).collect();
-    let mut puts = Vec::new();
-    for (unit, u) in &desired.units {
-        let Some(failed) = u.backup.as_ref().filter(|b| ids.contains(b)) else {
-            continue;
-        };
-        if ids.contains(&u.primary) {
-            continue;
-        }
-        let Some(mut rec) = records.get(&unit.0).cloned() else {
-            continue;
-        };
-        rec.backup = placed.backups.get(unit).map(|h| h.0.clone());
-        rec.epoch = token;
-        tracing::info!(unit = %unit.0, failed = %failed.0, backup = ?rec.backup, "backup re-placed");
-        puts.push((keys.unit(&unit.0), to_json(&rec)));
-    }
-    Ok(puts)
+    let busy_after = migrate::moving_units(store).await?;
+    Ok((o, busy_before, busy_after))
 }
 
-/// What a host failure's migrations count as.
-fn host_reason(why: &str) -> Reason {
-    if why.contains("lease") {
-        Reason::LeaseExpired
-    } else if why.contains("HostNetwork") {
-        Reason::HostNetwork
-    } else {
-        Reason::Host
-    }
+/// A unit's verdict that [`act`] acts on.
+struct UnitAction {
+    unit: String,
+    host: String,
+    why: String,
+    restart: bool,
+    reason: Reason,
+    /// When its failure began.
+    since: Instant,
+    /// Its queue entry, queued again while the unit is moving.
+    verdict: (Verdict, Instant),
 }
 
 /// What a unit's verdict's migration counts as.

@@ -82,7 +82,12 @@ impl Keys {
 
     /// A failed host.
     pub fn failed_host(&self, host: &str) -> String {
-        format!("{}hosts/failed/{host}", self.prefix)
+        format!("{}{host}", self.failed_hosts())
+    }
+
+    /// The prefix of every failed host's key.
+    pub fn failed_hosts(&self) -> String {
+        format!("{}hosts/failed/", self.prefix)
     }
 
     /// A migration under the earlier layout (one at a time): still carried

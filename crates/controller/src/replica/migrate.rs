@@ -11,9 +11,11 @@
 //! placements from the store's incremental cache, the agents of the hosts
 //! being fenced), sends the agents' commands of all of them at once, and
 //! then commits the steps that were done, forty per fenced transaction
-//! (each step record created once, with its command record). The
-//! migrations that finished write their units' new placements, decided in
-//! one TRIPOD placement in which each sees the others, fifty per
+//! (each step record created once, with its command record). The steps
+//! after the ones recorded follow at once, back to back, for up to
+//! [`BACK_TO_BACK`] (what was recorded is known without reading it back).
+//! The migrations that finished write their units' new placements, decided
+//! in one TRIPOD placement in which each sees the others, fifty per
 //! transaction.
 //!
 //! Batched because a 20-host rack's failure at 100 hosts (205 units,
@@ -68,11 +70,6 @@ pub(super) struct Plan<'a> {
     pub binary: Option<&'a str>,
 }
 
-/// Whether `unit` has a migration in flight.
-pub(super) async fn migrating(store: &mut Store, unit: &str) -> Result<bool, StoreError> {
-    Ok(moving_units(store).await?.contains(unit))
-}
-
 /// Every unit's placement record, by unit name.
 pub(super) async fn units_by_name(
     store: &mut Store,
@@ -86,13 +83,19 @@ pub(super) async fn units_by_name(
 }
 
 /// The units with a migration in flight.
-async fn moving_units(store: &mut Store) -> Result<BTreeSet<String>, StoreError> {
+pub(super) async fn moving_units(store: &mut Store) -> Result<BTreeSet<String>, StoreError> {
     Ok(store
         .migrations_in_flight()
         .await?
         .into_iter()
         .map(|(_, m)| m.unit)
         .collect())
+}
+
+/// The hosts recorded failed (one read).
+async fn failed_hosts(store: &mut Store) -> Result<BTreeSet<String>, StoreError> {
+    let prefix = store.keys().failed_hosts();
+    Ok(store.list(&prefix).await?.into_iter().collect())
 }
 
 /// Starts a migration of the unit to its backup unless the unit has one
@@ -122,7 +125,9 @@ pub(super) async fn start_migrations(
     let keys = store.keys().clone();
     let units: BTreeMap<String, UnitRecord> = units_by_name(store).await?;
     let moving = moving_units(store).await?;
-    let mut failed: BTreeMap<String, bool> = BTreeMap::new();
+    // One read of the failed hosts (a read per destination was most of a
+    // rack's 1.6 s between its verdicts and its migrations).
+    let failed = failed_hosts(store).await?;
     let mut todo: Vec<(&Plan<'_>, Instant, Migration)> = Vec::new();
     for &(plan, since) in plans {
         let Some(u) = units.get(plan.unit) else {
@@ -142,18 +147,7 @@ pub(super) async fn start_migrations(
                 None => continue,
             },
         };
-        let to_failed = match failed.get(&to) {
-            Some(f) => *f,
-            None => {
-                let f = store
-                    .get::<serde_json::Value>(&keys.failed_host(&to))
-                    .await?
-                    .is_some();
-                failed.insert(to.clone(), f);
-                f
-            }
-        };
-        if to_failed {
+        if failed.contains(&to) {
             tracing::warn!(unit = plan.unit, %to, "the backup host has failed (never reused until reset): no migration");
             continue;
         }
@@ -220,8 +214,8 @@ pub(super) async fn standbys(
     token: Token,
     hub: &Hub,
 ) -> Result<(), StoreError> {
-    let keys = store.keys().clone();
     let moving = moving_units(store).await?;
+    let failed = failed_hosts(store).await?;
     for u in store.units().await? {
         let Some(backup) = u.backup.as_ref().filter(|_| u.preheated) else {
             continue;
@@ -229,10 +223,7 @@ pub(super) async fn standbys(
         if moving.contains(&u.unit)
             || !hub.attached(backup)
             || hub.runs(backup, &u.unit).is_some()
-            || store
-                .get::<serde_json::Value>(&keys.failed_host(backup))
-                .await?
-                .is_some()
+            || failed.contains(backup)
         {
             continue;
         }
@@ -439,8 +430,14 @@ fn work_for(
 }
 
 /// One pass over every migration in flight: the next step of each carried
-/// out at once and committed, and the finished ones written (`None`:
-/// nothing to do, nothing written).
+/// out at once and committed, then the step after it, back to back, for
+/// as long as steps are recorded (at most [`BACK_TO_BACK`]); then the
+/// finished ones written (`None`: nothing to do, nothing written).
+///
+/// Back to back because each step waited for the next pass of the work
+/// loop, which takes 0.6–1.5 s at 1,000 hosts (`holdfast-ctl-sim`): a
+/// failed host's takeovers were commanded 2.8–4.2 s after its verdict,
+/// two passes after its fences.
 pub(super) async fn drive(
     shared: &SharedRef,
     store: &mut Store,
@@ -482,56 +479,43 @@ pub(super) async fn drive(
         tokio::time::sleep(TICK).await;
         return Ok(None);
     }
-    if steps.is_empty() {
-        set_phase(shared, "finishing");
-    } else {
+    let began = Instant::now();
+    let mut last = None;
+    let mut waiting = false;
+    while !steps.is_empty() {
         let names: BTreeSet<&str> = steps.iter().map(|(_, _, s)| s.as_str()).collect();
         let names: Vec<&str> = names.into_iter().collect();
         set_phase(
             shared,
             &format!("step {} ({} migrations)", names.join(", "), steps.len()),
         );
-    }
-    let ready = Ready::read(store, &steps).await?;
-    let none = BTreeMap::new();
-    let mut running = Vec::new();
-    for (key, m, step) in steps {
-        tracing::info!(migration = %m.id, %step, %token, "carrying out step");
-        let done = recorded.get(&m.id).unwrap_or(&none);
-        let work = work_for(&ready, cfg, hub, token, &m, &step, done);
-        let confirmed = matches!(work, Work::Commands(_));
-        let task = tokio::spawn(perform(hub.clone(), token, work, cfg.command_timeout));
-        running.push((key, m, step, confirmed, task));
-    }
-    let mut last = None;
-    let mut waiting = false;
-    let mut done_steps = Vec::new();
-    for (key, m, step, confirmed, task) in running {
-        let done = task.await.unwrap_or_else(|e| Err(e.to_string()));
-        if let Some(why) = done
-            .as_ref()
-            .err()
-            .and_then(|e| e.strip_prefix(holdfast_control_api::REFUSED))
-        {
-            let o = refuse(store, token, &key, &m, &step, why).await?;
+        let round = carry_out(shared, store, cfg, token, hub, steps, &recorded).await?;
+        if let Some(o) = round.outcome {
             if matches!(o, Outcome::Fenced) {
                 return Ok(Some(o));
             }
             last = Some(o);
-            continue;
         }
-        if let Err(e) = done {
-            tracing::warn!(migration = %m.id, %step, error = %e, "step not done yet; retrying");
-            waiting = true;
-            continue;
+        waiting |= round.waiting;
+        // The step after each one recorded, at once: what was recorded is
+        // known without reading it back.
+        steps = Vec::new();
+        for (key, m, step, rec) in round.recorded {
+            let done = recorded.entry(m.id.clone()).or_default();
+            done.insert(step, rec);
+            let names: BTreeSet<String> = done.keys().cloned().collect();
+            match next_step(Some(&m), &names) {
+                Next::Step(step) => steps.push((key, m, step)),
+                Next::Finish => finished.push((key, m)),
+                Next::Idle => {}
+            }
         }
-        done_steps.push((m, step, confirmed));
+        if began.elapsed() >= BACK_TO_BACK {
+            break;
+        }
     }
-    if let Some(o) = commit_steps(shared, store, cfg, token, &done_steps).await? {
-        if matches!(o, Outcome::Fenced) {
-            return Ok(Some(o));
-        }
-        last = Some(o);
+    if !finished.is_empty() {
+        set_phase(shared, "finishing");
     }
     if let Some(o) = finish_all(shared, store, token, &finished).await? {
         if matches!(o, Outcome::Fenced) {
@@ -545,49 +529,141 @@ pub(super) async fn drive(
     Ok(last)
 }
 
+/// How long [`drive`] carries steps back to back before the work loop
+/// takes the measurements again (a migration's steps after that wait for
+/// its next pass).
+const BACK_TO_BACK: Duration = Duration::from_secs(2);
+
+/// A step to carry out: its migration's key, the migration, the step.
+type Due = (String, Migration, String);
+
+/// What one round of [`carry_out`] did.
+struct Round {
+    /// The last outcome of its writes (`Fenced` at once).
+    outcome: Option<Outcome>,
+    /// The steps now recorded, with the record when this leader wrote it
+    /// (`None`: found recorded already).
+    recorded: Vec<(String, Migration, String, Option<StepRecord>)>,
+    /// A step could not be done yet.
+    waiting: bool,
+}
+
+/// Carries out `steps` at once (a task each) and commits the ones done.
+async fn carry_out(
+    shared: &SharedRef,
+    store: &mut Store,
+    cfg: &Config,
+    token: Token,
+    hub: &Hub,
+    steps: Vec<Due>,
+    recorded: &BTreeMap<String, BTreeMap<String, Option<StepRecord>>>,
+) -> Result<Round, StoreError> {
+    let ready = Ready::read(store, &steps).await?;
+    let none = BTreeMap::new();
+    let mut running = Vec::new();
+    for (key, m, step) in steps {
+        tracing::info!(migration = %m.id, %step, %token, "carrying out step");
+        let done = recorded.get(&m.id).unwrap_or(&none);
+        let work = work_for(&ready, cfg, hub, token, &m, &step, done);
+        let confirmed = matches!(work, Work::Commands(_));
+        let task = tokio::spawn(perform(hub.clone(), token, work, cfg.command_timeout));
+        running.push((key, m, step, confirmed, task));
+    }
+    let mut round = Round {
+        outcome: None,
+        recorded: Vec::new(),
+        waiting: false,
+    };
+    let mut done_steps = Vec::new();
+    for (key, m, step, confirmed, task) in running {
+        let done = task.await.unwrap_or_else(|e| Err(e.to_string()));
+        if let Some(why) = done
+            .as_ref()
+            .err()
+            .and_then(|e| e.strip_prefix(holdfast_control_api::REFUSED))
+        {
+            let o = refuse(store, token, &key, &m, &step, why).await?;
+            round.outcome = Some(o);
+            if matches!(o, Outcome::Fenced) {
+                return Ok(round);
+            }
+            continue;
+        }
+        if let Err(e) = done {
+            tracing::warn!(migration = %m.id, %step, error = %e, "step not done yet; retrying");
+            round.waiting = true;
+            continue;
+        }
+        done_steps.push((key, m, step, confirmed));
+    }
+    commit_steps(shared, store, cfg, token, done_steps, &mut round).await?;
+    Ok(round)
+}
+
 /// Steps done in this pass to record: [`STEPS_PER_TXN`] of them per
 /// fenced transaction (each step created once); a transaction whose step
-/// was recorded already is done again one step at a time.
+/// was recorded already is done again one step at a time. What is
+/// recorded goes to `round`.
 async fn commit_steps(
     shared: &SharedRef,
     store: &mut Store,
     cfg: &Config,
     token: Token,
-    done: &[(Migration, String, bool)],
-) -> Result<Option<Outcome>, StoreError> {
+    done: Vec<(String, Migration, String, bool)>,
+    round: &mut Round,
+) -> Result<(), StoreError> {
     let keys = store.keys().clone();
-    let mut last = None;
-    for chunk in done.chunks(STEPS_PER_TXN) {
+    let mut done = done.into_iter().peekable();
+    while done.peek().is_some() {
+        let chunk: Vec<_> = done.by_ref().take(STEPS_PER_TXN).collect();
         let mut absent = Vec::new();
         let mut puts = Vec::new();
-        for (m, step, confirmed) in chunk {
+        for (_, m, step, confirmed) in &chunk {
             let (step_key, recs) = step_records(&keys, cfg, token, m, step, *confirmed);
             absent.push(step_key);
             puts.extend(recs);
         }
         let o = store.fenced_put(token, &absent, &puts).await?;
+        round.outcome = Some(o);
         match o {
             Outcome::Committed(rev) => {
                 lock(shared).status.steps_committed += chunk.len() as u64;
                 metrics(shared).steps_committed.inc_by(chunk.len() as u64);
-                for (m, step, _) in chunk {
+                for (key, m, step, confirmed) in chunk {
                     tracing::info!(migration = %m.id, %step, %token, rev, "step committed");
+                    let rec = step_record(cfg, token, &step, confirmed);
+                    round.recorded.push((key, m, step, Some(rec)));
                 }
-                last = Some(o);
             }
-            Outcome::Fenced => return Ok(Some(o)),
+            Outcome::Fenced => return Ok(()),
             Outcome::Precondition => {
-                for (m, step, confirmed) in chunk {
-                    let o = commit_step(shared, store, cfg, token, m, step, *confirmed).await?;
-                    if matches!(o, Outcome::Fenced) {
-                        return Ok(Some(o));
+                for (key, m, step, confirmed) in chunk {
+                    let o = commit_step(shared, store, cfg, token, &m, &step, confirmed).await?;
+                    round.outcome = Some(o);
+                    match o {
+                        Outcome::Fenced => return Ok(()),
+                        Outcome::Committed(_) => {
+                            let rec = step_record(cfg, token, &step, confirmed);
+                            round.recorded.push((key, m, step, Some(rec)));
+                        }
+                        Outcome::Precondition => round.recorded.push((key, m, step, None)),
                     }
-                    last = Some(o);
                 }
             }
         }
     }
-    Ok(last)
+    Ok(())
+}
+
+/// The record of `step`, carried out by this leader.
+fn step_record(cfg: &Config, token: Token, step: &str, agent_confirmed: bool) -> StepRecord {
+    StepRecord {
+        schema: SCHEMA,
+        step: step.to_string(),
+        token,
+        by: cfg.name.clone(),
+        agent_confirmed,
+    }
 }
 
 /// The records of a step done: its step key, and the puts (the step
@@ -601,13 +677,7 @@ fn step_records(
     agent_confirmed: bool,
 ) -> (String, [(String, String); 2]) {
     let step_key = keys.step(&m.id, step);
-    let rec = StepRecord {
-        schema: SCHEMA,
-        step: step.to_string(),
-        token,
-        by: cfg.name.clone(),
-        agent_confirmed,
-    };
+    let rec = step_record(cfg, token, step, agent_confirmed);
     let cmd = Command {
         schema: SCHEMA,
         token,
