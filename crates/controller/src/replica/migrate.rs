@@ -497,19 +497,7 @@ pub(super) async fn drive(
             last = Some(o);
         }
         waiting |= round.waiting;
-        // The step after each one recorded, at once: what was recorded is
-        // known without reading it back.
-        steps = Vec::new();
-        for (key, m, step, rec) in round.recorded {
-            let done = recorded.entry(m.id.clone()).or_default();
-            done.insert(step, rec);
-            let names: BTreeSet<String> = done.keys().cloned().collect();
-            match next_step(Some(&m), &names) {
-                Next::Step(step) => steps.push((key, m, step)),
-                Next::Finish => finished.push((key, m)),
-                Next::Idle => {}
-            }
-        }
+        steps = advance(&mut recorded, round.recorded, &mut finished);
         if began.elapsed() >= BACK_TO_BACK {
             break;
         }
@@ -527,6 +515,28 @@ pub(super) async fn drive(
         tokio::time::sleep(TICK).await;
     }
     Ok(last)
+}
+
+/// The step after each one just recorded (`done`), at once: what was
+/// recorded goes into `recorded` without being read back; a migration with
+/// no step left goes to `finished`.
+fn advance(
+    recorded: &mut BTreeMap<String, BTreeMap<String, Option<StepRecord>>>,
+    done: Vec<(String, Migration, String, Option<StepRecord>)>,
+    finished: &mut Vec<(String, Migration)>,
+) -> Vec<Due> {
+    let mut steps = Vec::new();
+    for (key, m, step, rec) in done {
+        let names = recorded.entry(m.id.clone()).or_default();
+        names.insert(step, rec);
+        let names: BTreeSet<String> = names.keys().cloned().collect();
+        match next_step(Some(&m), &names) {
+            Next::Step(step) => steps.push((key, m, step)),
+            Next::Finish => finished.push((key, m)),
+            Next::Idle => {}
+        }
+    }
+    steps
 }
 
 /// How long [`drive`] carries steps back to back before the work loop
@@ -821,4 +831,84 @@ async fn finish_all(
         last = Some(o);
     }
     Ok(last)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::MigrationState;
+
+    fn migration(id: &str) -> Migration {
+        Migration {
+            schema: SCHEMA,
+            id: id.into(),
+            unit: format!("u-{id}"),
+            from: "a".into(),
+            to: "b".into(),
+            steps: MIGRATION_STEPS.iter().map(|s| (*s).to_string()).collect(),
+            state: MigrationState::Pending,
+            finished_by: None,
+            binary: None,
+            refused: None,
+        }
+    }
+
+    fn record(step: &str, agent_confirmed: bool) -> StepRecord {
+        StepRecord {
+            schema: SCHEMA,
+            step: step.into(),
+            token: Token(7),
+            by: "c1".into(),
+            agent_confirmed,
+        }
+    }
+
+    #[test]
+    fn the_step_after_one_recorded_follows_at_once_until_the_migration_finishes() {
+        let (m1, m2) = (migration("m1"), migration("m2"));
+        let mut recorded = BTreeMap::new();
+        let mut finished = Vec::new();
+        // Both fenced: m1 by its agent, m2 found recorded already.
+        let done = vec![
+            (
+                "k1".into(),
+                m1.clone(),
+                "fence".into(),
+                Some(record("fence", true)),
+            ),
+            ("k2".into(), m2.clone(), "fence".into(), None),
+        ];
+        let next = advance(&mut recorded, done, &mut finished);
+        let names: Vec<(&str, &str)> = next
+            .iter()
+            .map(|(_, m, s)| (m.id.as_str(), s.as_str()))
+            .collect();
+        assert_eq!(names, [("m1", "takeover"), ("m2", "takeover")]);
+        assert!(finished.is_empty());
+        // What the takeover reads of the fence: confirmed only where this
+        // leader wrote it so.
+        assert!(recorded["m1"]["fence"]
+            .as_ref()
+            .is_some_and(|r| r.agent_confirmed));
+        assert!(recorded["m2"]["fence"].is_none());
+        // m1's takeover and address recorded: it finishes; m2 goes on.
+        let done = vec![(
+            "k1".into(),
+            m1.clone(),
+            "takeover".into(),
+            Some(record("takeover", true)),
+        )];
+        let next = advance(&mut recorded, done, &mut finished);
+        assert_eq!(next.len(), 1);
+        assert_eq!(next[0].2, "address");
+        let done = vec![(
+            "k1".into(),
+            m1,
+            "address".into(),
+            Some(record("address", true)),
+        )];
+        assert!(advance(&mut recorded, done, &mut finished).is_empty());
+        assert_eq!(finished.len(), 1);
+        assert_eq!(finished[0].0, "k1");
+    }
 }
