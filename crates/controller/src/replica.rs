@@ -916,7 +916,7 @@ async fn act(
         return Ok(None);
     }
     let res = start_for(shared, store, token, &todo).await;
-    let (o, busy_before, busy_after) = match res {
+    let (o, busy_before, started) = match res {
         Ok(r) => r,
         Err(e) => {
             // Every unit's verdict stays queued for the next pass.
@@ -932,7 +932,7 @@ async fn act(
         if busy_before.contains(&a.unit) && queued.elapsed() <= ACTION_PATIENCE {
             // Its unit was moving already: the verdict waits for that.
             actions.push_back((v, queued));
-        } else if busy_before.contains(&a.unit) || !busy_after.contains(&a.unit) {
+        } else if busy_before.contains(&a.unit) || !started.contains(&a.unit) {
             tracing::warn!(finding = ?v.finding, "no migration for this verdict (the unit moved, or has no usable backup)");
         }
     }
@@ -940,14 +940,13 @@ async fn act(
 }
 
 /// The migrations of `todo`'s units, started at once: the outcome, and the
-/// units moving before and after.
+/// units moving before and those started.
 async fn start_for(
     shared: &SharedRef,
     store: &mut Store,
     token: Token,
     todo: &[UnitAction],
 ) -> Result<(Option<Outcome>, BTreeSet<String>, BTreeSet<String>), StoreError> {
-    let busy_before = migrate::moving_units(store).await?;
     let plans: Vec<(Plan<'_>, Instant)> = todo
         .iter()
         .map(|a| {
@@ -969,12 +968,8 @@ async fn start_for(
         })
         .collect();
     let refs: Vec<(&Plan<'_>, Instant)> = plans.iter().map(|(p, t)| (p, *t)).collect();
-    let o = start_migrations(shared, store, token, &refs).await?;
-    if matches!(o, Some(Outcome::Fenced)) {
-        return Ok((o, busy_before, BTreeSet::new()));
-    }
-    let busy_after = migrate::moving_units(store).await?;
-    Ok((o, busy_before, busy_after))
+    let done = migrate::start_migrations_of(shared, store, token, &refs).await?;
+    Ok((done.outcome, done.moving, done.started))
 }
 
 /// A unit's verdict that [`act`] acts on.

@@ -83,7 +83,7 @@ pub(super) async fn units_by_name(
 }
 
 /// The units with a migration in flight.
-pub(super) async fn moving_units(store: &mut Store) -> Result<BTreeSet<String>, StoreError> {
+async fn moving_units(store: &mut Store) -> Result<BTreeSet<String>, StoreError> {
     Ok(store
         .migrations_in_flight()
         .await?
@@ -122,6 +122,29 @@ pub(super) async fn start_migrations(
     token: Token,
     plans: &[(&Plan<'_>, Instant)],
 ) -> Result<Option<Outcome>, StoreError> {
+    Ok(start_migrations_of(shared, store, token, plans)
+        .await?
+        .outcome)
+}
+
+/// What [`start_migrations_of`] did.
+pub(super) struct Started {
+    /// The last outcome, as [`start_migrations`] gives it.
+    pub outcome: Option<Outcome>,
+    /// The units that had a migration in flight before.
+    pub moving: BTreeSet<String>,
+    /// The units whose migration it wrote.
+    pub started: BTreeSet<String>,
+}
+
+/// [`start_migrations`], saying which units were moving already and which
+/// it started (a verdict waits for the first and is done with the second).
+pub(super) async fn start_migrations_of(
+    shared: &SharedRef,
+    store: &mut Store,
+    token: Token,
+    plans: &[(&Plan<'_>, Instant)],
+) -> Result<Started, StoreError> {
     let keys = store.keys().clone();
     let units: BTreeMap<String, UnitRecord> = units_by_name(store).await?;
     let moving = moving_units(store).await?;
@@ -166,6 +189,7 @@ pub(super) async fn start_migrations(
         todo.push((plan, since, m));
     }
     let mut last = None;
+    let mut started = BTreeSet::new();
     for chunk in todo.chunks(MIGRATIONS_PER_TXN) {
         let puts: Vec<(String, String)> = chunk
             .iter()
@@ -178,6 +202,7 @@ pub(super) async fn start_migrations(
         let o = store.fenced_write(token, &[], &puts, &deletes).await?;
         if let Outcome::Committed(rev) = o {
             for (plan, since, m) in chunk {
+                started.insert(plan.unit.to_string());
                 let after = since.elapsed().as_millis() as u64;
                 metrics(shared)
                     .migrations_started
@@ -195,12 +220,16 @@ pub(super) async fn start_migrations(
                 ));
             }
         }
-        if matches!(o, Outcome::Fenced) {
-            return Ok(Some(o));
-        }
         last = Some(o);
+        if matches!(o, Outcome::Fenced) {
+            break;
+        }
     }
-    Ok(last)
+    Ok(Started {
+        outcome: last,
+        moving,
+        started,
+    })
 }
 
 /// Starts the preheated standbys that should run and do not: a unit whose
