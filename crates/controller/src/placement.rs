@@ -48,7 +48,7 @@ pub async fn read_all(
         .collect();
     let agents: BTreeSet<String> = records.keys().cloned().collect();
     let failed: BTreeSet<String> = store
-        .list(&format!("{p}hosts/failed/"))
+        .list(&keys.failed_hosts())
         .await?
         .into_iter()
         .collect();

@@ -356,7 +356,7 @@ async fn read(store: &mut Store, keys: &Keys) -> Result<View> {
         .into_iter()
         .map(|(host, r)| (host, r["version"].as_str().unwrap_or("").to_string()))
         .collect();
-    let failed = store.list(&format!("{p}hosts/failed/")).await?;
+    let failed = store.list(&store.keys().failed_hosts()).await?;
     let units = store.units().await?;
     let migrations = store
         .migrations_in_flight()
