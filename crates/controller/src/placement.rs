@@ -1,6 +1,7 @@
 //! The controller's placements through `holdfast-control`'s TRIPOD
 //! placement: the desired state read from etcd ([`read_state`]) as the pure
-//! model, and the backups units get after their migrations ([`backups_after`]).
+//! model, the backups units get after their migrations ([`backups_after`]),
+//! and those of units whose backup host failed ([`backups_off_failed`]).
 //!
 //! A host is any host that has an agent (`agents/<host>`), is named by a
 //! placement, or is marked failed. Its failure domain is the one its
@@ -94,6 +95,19 @@ pub async fn read_all(
     Ok((state, units, records))
 }
 
+/// Runs a placement computation on the blocking pool: TRIPOD over 10,000
+/// units takes 0.3-0.9 s of CPU, which on the worker's current-thread
+/// runtime stalled every other task of it (the sensor's ticks, the
+/// status). A panic in it is the caller's; a runtime shutting down never
+/// resumes the caller.
+pub async fn off_runtime<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(v) => v,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(_) => std::future::pending().await,
+    }
+}
+
 /// A unit whose migration ended: the host it runs on now, and the one it
 /// left.
 #[derive(Debug, Clone, Copy)]
@@ -130,6 +144,29 @@ pub fn backups_after(
         }
     }
     out
+}
+
+/// The units whose backup host has failed while their primary has not,
+/// with the backup each gets now: TRIPOD's placement for them alone
+/// (every other backup stays where it is: min-churn; `None` when no
+/// usable host fits). Empty, and no placement run, when there are none.
+pub fn backups_off_failed(state: &DesiredState) -> BTreeMap<String, Option<String>> {
+    let orphaned: Vec<&UnitId> = state
+        .units
+        .iter()
+        .filter(|(_, u)| {
+            u.backup.as_ref().is_some_and(|b| state.is_failed(b)) && !state.is_failed(&u.primary)
+        })
+        .map(|(id, _)| id)
+        .collect();
+    if orphaned.is_empty() {
+        return BTreeMap::new();
+    }
+    let (placed, _) = place_partial(state);
+    orphaned
+        .into_iter()
+        .map(|u| (u.0.clone(), placed.backups.get(u).map(|h| h.0.clone())))
+        .collect()
 }
 
 #[cfg(test)]
@@ -179,6 +216,36 @@ mod tests {
         );
         // No usable host but the primary: no backup.
         assert_eq!(after(&state(&["a", "c"]), &[("u1", "b", "a")]), [None]);
+    }
+
+    #[test]
+    fn a_failed_hosts_backups_go_elsewhere_and_nothing_else_moves() {
+        // a failed: u1 (primary b) backed up on a gets a usable backup;
+        // u2 (primary c, backup b) keeps its own.
+        let st = {
+            let hosts = ["a", "b", "c", "d"].iter().map(|h| {
+                let mut host = Host::healthy(*h, 4);
+                if *h == "a" {
+                    host.state = HostState::Failed {
+                        kind: FailureKind::Host,
+                        since: 0,
+                    };
+                }
+                host
+            });
+            let units = [
+                Unit::new("u1", &HostId::new("b"), Some(&HostId::new("a"))),
+                Unit::new("u2", &HostId::new("c"), Some(&HostId::new("b"))),
+                Unit::new("u3", &HostId::new("a"), Some(&HostId::new("d"))),
+            ];
+            DesiredState::new(hosts, units)
+        };
+        let got = backups_off_failed(&st);
+        assert_eq!(got.keys().collect::<Vec<_>>(), ["u1"], "{got:?}");
+        let b = got["u1"].as_deref().expect("a backup");
+        assert!(b != "a" && b != "b", "{got:?}");
+        // No failed host: nothing placed.
+        assert!(backups_off_failed(&state(&[])).is_empty());
     }
 
     #[test]

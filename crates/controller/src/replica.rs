@@ -252,7 +252,6 @@ impl Replica {
             .as_ref()
             .map(|f| holdfast_control_api::tls::Tls::load(f).map(|t| t.server()));
         let targets = SharedTargets::default();
-        let beats = tokio::spawn(hub.clone().beats());
         let sensor = tokio::spawn(crate::sense::sensor(
             hub.clone(),
             targets.clone(),
@@ -262,7 +261,7 @@ impl Replica {
             let svc =
                 holdfast_control_api::v1::controller_server::ControllerServer::new(hub.clone());
             tracing::info!(%addr, mtls = tls.is_some(), "Attach service listening");
-            tokio::spawn(async move {
+            async move {
                 let mut builder = tonic::transport::Server::builder();
                 if let Some(t) = tls {
                     let t = match t {
@@ -283,8 +282,23 @@ impl Replica {
                 if let Err(e) = builder.add_service(svc).serve(addr).await {
                     tracing::error!(%addr, error = %e, "Attach service stopped");
                 }
-            })
+            }
         });
+        // The Attach streams and the leader's beats on them run on a thread
+        // and runtime of their own: at 1,000 hosts their gRPC work is half
+        // the leader's, and on the worker's runtime each etcd round trip of
+        // a failover waited behind it (a failed host's migrations were
+        // written 1.1 s after its mark, on a machine running slow).
+        let beats = hub.clone().beats();
+        let attach = on_own_thread("attach", async move {
+            let serve = async move {
+                match server {
+                    Some(server) => server.await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::join!(beats, serve);
+        })?;
         let metrics_server = self.cfg.metrics_listen.map(|addr| {
             let m = metrics(&self.shared);
             tracing::info!(%addr, "metrics at /metrics");
@@ -351,20 +365,57 @@ impl Replica {
         stop.await;
         worker.abort();
         sensor.abort();
-        beats.abort();
         if let Some(m) = metrics_server {
             m.abort();
         }
         if let Some(r) = reporter {
             r.abort();
         }
-        if let Some(sv) = server {
-            sv.abort();
-        }
         let _ = stop_elector.send(());
         let _ = tokio::task::spawn_blocking(move || elector.join()).await;
+        let (stop_attach, attach) = attach;
+        let _ = stop_attach.send(());
+        let _ = tokio::task::spawn_blocking(move || attach.join()).await;
         Ok(())
     }
+}
+
+/// Runs `fut` on a thread named `name` with a current-thread runtime of
+/// its own, until it ends or the sender returned is used (or dropped).
+fn on_own_thread(
+    name: &str,
+    fut: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<
+    (
+        tokio::sync::oneshot::Sender<()>,
+        std::thread::JoinHandle<()>,
+    ),
+    StoreError,
+> {
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let thread = name.to_string();
+    let handle = std::thread::Builder::new()
+        .name(thread.clone())
+        .spawn(move || {
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    tracing::error!(thread, error = %e, "a thread's runtime");
+                    return;
+                }
+            };
+            rt.block_on(async move {
+                tokio::select! {
+                    () = fut => {}
+                    _ = stopped => {}
+                }
+            });
+        })
+        .map_err(|e| StoreError::Unavailable(format!("the {name} thread: {e}")))?;
+    Ok((stop, handle))
 }
 
 /// The elector task: never returns.
@@ -629,6 +680,16 @@ async fn work(
                 other => other,
             };
             ph.end("drive");
+            // The backups the failed hosts held, placed anew once their
+            // units' migrations have been driven.
+            let res = match res {
+                Ok(o @ (None | Some(Outcome::Committed(_)))) => hosts
+                    .place_backups(&mut store, token)
+                    .await
+                    .map(|p| o.or(p)),
+                other => other,
+            };
+            ph.end("backups");
             ph.finish(&m, hub.take_max_transit());
             idle_read =
                 (matches!(res, Ok(None)) && lock(&shared).status.phase == "idle").then_some(read);
@@ -712,7 +773,9 @@ async fn requests(
             {
                 h.state = holdfast_control::HostState::Healthy;
             }
-            let (placed, _) = holdfast_control::place_partial(&desired);
+            let (placed, _) =
+                crate::placement::off_runtime(move || holdfast_control::place_partial(&desired))
+                    .await;
             let mut puts = Vec::new();
             for unit in &placed.changed {
                 let Some(mut rec) = store.get::<UnitRecord>(&keys.unit(&unit.0)).await? else {

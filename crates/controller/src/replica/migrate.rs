@@ -803,16 +803,23 @@ async fn finish_all(
     let records: BTreeMap<String, UnitRecord> =
         records.into_iter().map(|u| (u.unit.clone(), u)).collect();
     // A restart in place keeps its backup; the others are decided together.
-    let moved: Vec<crate::placement::Moved<'_>> = finished
+    let moved: Vec<(String, String, String)> = finished
         .iter()
         .filter(|(_, m)| m.to != m.from)
-        .map(|(_, m)| crate::placement::Moved {
-            unit: &m.unit,
-            primary: &m.to,
-            left: &m.from,
-        })
+        .map(|(_, m)| (m.unit.clone(), m.to.clone(), m.from.clone()))
         .collect();
-    let placed = crate::placement::backups_after(&desired, &moved);
+    let placed = crate::placement::off_runtime(move || {
+        let moved: Vec<crate::placement::Moved<'_>> = moved
+            .iter()
+            .map(|(unit, primary, left)| crate::placement::Moved {
+                unit,
+                primary,
+                left,
+            })
+            .collect();
+        crate::placement::backups_after(&desired, &moved)
+    })
+    .await;
     let mut last = None;
     for chunk in finished.chunks(MIGRATIONS_PER_TXN) {
         let mut puts = Vec::new();
