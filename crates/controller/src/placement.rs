@@ -191,6 +191,21 @@ mod tests {
         DesiredState::new(hosts, units)
     }
 
+    /// Hosts a to d, 4 units each, `failed` failed, with `units`.
+    fn four_hosts(failed: &str, units: [Unit; 3]) -> DesiredState {
+        let hosts = ["a", "b", "c", "d"].iter().map(|h| {
+            let mut host = Host::healthy(*h, 4);
+            if *h == failed {
+                host.state = HostState::Failed {
+                    kind: FailureKind::Host,
+                    since: 0,
+                };
+            }
+            host
+        });
+        DesiredState::new(hosts, units)
+    }
+
     fn after(state: &DesiredState, moved: &[(&str, &str, &str)]) -> Vec<Option<String>> {
         let moved: Vec<Moved<'_>> = moved
             .iter()
@@ -222,24 +237,14 @@ mod tests {
     fn a_failed_hosts_backups_go_elsewhere_and_nothing_else_moves() {
         // a failed: u1 (primary b) backed up on a gets a usable backup;
         // u2 (primary c, backup b) keeps its own.
-        let st = {
-            let hosts = ["a", "b", "c", "d"].iter().map(|h| {
-                let mut host = Host::healthy(*h, 4);
-                if *h == "a" {
-                    host.state = HostState::Failed {
-                        kind: FailureKind::Host,
-                        since: 0,
-                    };
-                }
-                host
-            });
-            let units = [
+        let st = four_hosts(
+            "a",
+            [
                 Unit::new("u1", &HostId::new("b"), Some(&HostId::new("a"))),
                 Unit::new("u2", &HostId::new("c"), Some(&HostId::new("b"))),
                 Unit::new("u3", &HostId::new("a"), Some(&HostId::new("d"))),
-            ];
-            DesiredState::new(hosts, units)
-        };
+            ],
+        );
         let got = backups_off_failed(&st);
         assert_eq!(got.keys().collect::<Vec<_>>(), ["u1"], "{got:?}");
         let b = got["u1"].as_deref().expect("a backup");
@@ -253,22 +258,14 @@ mod tests {
         // Host d fails with two units, moved to their backups a and b: each
         // gets a backup that is neither its new primary nor the failed
         // host, from one placement.
-        let hosts = ["a", "b", "c", "d"].iter().map(|h| {
-            let mut host = Host::healthy(*h, 4);
-            if *h == "d" {
-                host.state = HostState::Failed {
-                    kind: FailureKind::Host,
-                    since: 0,
-                };
-            }
-            host
-        });
-        let units = [
-            Unit::new("x1", &HostId::new("d"), Some(&HostId::new("a"))),
-            Unit::new("x2", &HostId::new("d"), Some(&HostId::new("b"))),
-            Unit::new("y", &HostId::new("c"), Some(&HostId::new("a"))),
-        ];
-        let st = DesiredState::new(hosts, units);
+        let st = four_hosts(
+            "d",
+            [
+                Unit::new("x1", &HostId::new("d"), Some(&HostId::new("a"))),
+                Unit::new("x2", &HostId::new("d"), Some(&HostId::new("b"))),
+                Unit::new("y", &HostId::new("c"), Some(&HostId::new("a"))),
+            ],
+        );
         let got = after(&st, &[("x1", "a", "d"), ("x2", "b", "d")]);
         for (b, primary) in got.iter().zip(["a", "b"]) {
             let b = b.as_deref().expect("a backup");

@@ -290,14 +290,17 @@ impl Replica {
         // a failover waited behind it (a failed host's migrations were
         // written 1.1 s after its mark, on a machine running slow).
         let beats = hub.clone().beats();
-        let attach = on_own_thread("attach", async move {
+        let attach = on_own_thread("attach", move |stopped| async move {
             let serve = async move {
                 match server {
                     Some(server) => server.await,
                     None => std::future::pending().await,
                 }
             };
-            tokio::join!(beats, serve);
+            tokio::select! {
+                _ = async { tokio::join!(beats, serve) } => {}
+                _ = stopped => {}
+            }
         })?;
         let metrics_server = self.cfg.metrics_listen.map(|addr| {
             let m = metrics(&self.shared);
@@ -327,40 +330,22 @@ impl Replica {
         // worker's passes must not delay a lease renewal (issue 29: at
         // 1,000 hosts the leader demoted itself for a renewal that waited
         // behind them). A stopped process (SIGSTOP) stops it all the same.
-        let (stop_elector, stopped) = tokio::sync::oneshot::channel::<()>();
         let elector = {
             let shared = self.shared.clone();
             let cfg = self.cfg.clone();
-            std::thread::Builder::new()
-                .name("elector".into())
-                .spawn(move || {
-                    let rt = match tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build()
-                    {
-                        Ok(rt) => rt,
-                        Err(e) => {
-                            tracing::error!(error = %e, "the elector's runtime");
-                            return;
-                        }
-                    };
-                    rt.block_on(async move {
-                        tokio::select! {
-                            () = elect(&shared, &mut elector_store, &cfg, rx) => {}
-                            _ = stopped => {}
-                        }
-                        let lease = lock(&shared).elector.lease();
-                        if let Some(lease) = lease {
-                            tracing::info!(lease, "stopping: revoking the lease");
-                            let _ = tokio::time::timeout(
-                                Duration::from_secs(1),
-                                elector_store.revoke(lease),
-                            )
+            on_own_thread("elector", move |stopped| async move {
+                tokio::select! {
+                    () = elect(&shared, &mut elector_store, &cfg, rx) => {}
+                    _ = stopped => {}
+                }
+                let lease = lock(&shared).elector.lease();
+                if let Some(lease) = lease {
+                    tracing::info!(lease, "stopping: revoking the lease");
+                    let _ =
+                        tokio::time::timeout(Duration::from_secs(1), elector_store.revoke(lease))
                             .await;
-                        }
-                    });
-                })
-                .map_err(|e| StoreError::Unavailable(format!("the elector's thread: {e}")))?
+                }
+            })?
         };
         stop.await;
         worker.abort();
@@ -371,48 +356,42 @@ impl Replica {
         if let Some(r) = reporter {
             r.abort();
         }
-        let _ = stop_elector.send(());
-        let _ = tokio::task::spawn_blocking(move || elector.join()).await;
-        let (stop_attach, attach) = attach;
-        let _ = stop_attach.send(());
-        let _ = tokio::task::spawn_blocking(move || attach.join()).await;
+        for (stop, thread) in [elector, attach] {
+            let _ = stop.send(());
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        }
         Ok(())
     }
 }
 
-/// Runs `fut` on a thread named `name` with a current-thread runtime of
-/// its own, until it ends or the sender returned is used (or dropped).
-fn on_own_thread(
+/// Runs the future `task` makes on a thread named `name` with a
+/// current-thread runtime of its own. `task` is given the receiver of the
+/// sender returned, which says stop (or is dropped).
+fn on_own_thread<F>(
     name: &str,
-    fut: impl std::future::Future<Output = ()> + Send + 'static,
+    task: impl FnOnce(tokio::sync::oneshot::Receiver<()>) -> F + Send + 'static,
 ) -> Result<
     (
         tokio::sync::oneshot::Sender<()>,
         std::thread::JoinHandle<()>,
     ),
     StoreError,
-> {
+>
+where
+    F: std::future::Future<Output = ()>,
+{
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let thread = name.to_string();
     let handle = std::thread::Builder::new()
         .name(thread.clone())
         .spawn(move || {
-            let rt = match tokio::runtime::Builder::new_current_thread()
+            match tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
             {
-                Ok(rt) => rt,
-                Err(e) => {
-                    tracing::error!(thread, error = %e, "a thread's runtime");
-                    return;
-                }
-            };
-            rt.block_on(async move {
-                tokio::select! {
-                    () = fut => {}
-                    _ = stopped => {}
-                }
-            });
+                Ok(rt) => rt.block_on(task(stopped)),
+                Err(e) => tracing::error!(thread, error = %e, "a thread's runtime"),
+            }
         })
         .map_err(|e| StoreError::Unavailable(format!("the {name} thread: {e}")))?;
     Ok((stop, handle))
