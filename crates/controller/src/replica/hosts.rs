@@ -195,10 +195,8 @@ impl HostWatch {
         if !puts.is_empty() {
             self.backups_placed = false;
         }
-        for chunk in puts.chunks(holdfast_etcd::store::TXN_OPS) {
-            if store.fenced_put(token, &[], chunk).await? == Outcome::Fenced {
-                return Ok(Some(Outcome::Fenced));
-            }
+        if put_in_chunks(store, token, &puts).await? == Some(Outcome::Fenced) {
+            return Ok(Some(Outcome::Fenced));
         }
         // Every unit of every failed host at once (one with a migration
         // under way is left to it).
@@ -237,9 +235,7 @@ impl HostWatch {
         let refs: Vec<(&Plan<'_>, Instant)> = plans.iter().map(|(p, t)| (p, *t)).collect();
         start_migrations(shared, store, token, &refs).await
     }
-}
 
-impl HostWatch {
     /// The backups held by hosts marked failed placed anew, when a host
     /// was marked since the last placement (or none was made since this
     /// leader's election): TRIPOD's placement for those units only, every
@@ -255,17 +251,29 @@ impl HostWatch {
             return Ok(None);
         }
         let puts = replace_failed_backups(store, token).await?;
-        let mut last = None;
-        for chunk in puts.chunks(holdfast_etcd::store::TXN_OPS) {
-            let o = store.fenced_put(token, &[], chunk).await?;
-            if o == Outcome::Fenced {
-                return Ok(Some(o));
-            }
-            last = Some(o);
-        }
-        self.backups_placed = true;
+        let last = put_in_chunks(store, token, &puts).await?;
+        self.backups_placed = last != Some(Outcome::Fenced);
         Ok(last)
     }
+}
+
+/// `puts` written, [`holdfast_etcd::store::TXN_OPS`] per fenced
+/// transaction: the last outcome (`None`: nothing to write), `Fenced` at
+/// once.
+async fn put_in_chunks(
+    store: &mut Store,
+    token: Token,
+    puts: &[(String, String)],
+) -> Result<Option<Outcome>, StoreError> {
+    let mut last = None;
+    for chunk in puts.chunks(holdfast_etcd::store::TXN_OPS) {
+        let o = store.fenced_put(token, &[], chunk).await?;
+        last = Some(o);
+        if o == Outcome::Fenced {
+            break;
+        }
+    }
+    Ok(last)
 }
 
 /// The new placements of the units whose backup is a host marked failed
